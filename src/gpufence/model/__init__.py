@@ -1,0 +1,1 @@
+"""Pure domain types: hardware, partitions, jobs, events and decisions (no I/O)."""

@@ -1,0 +1,70 @@
+"""The whole cluster model the scheduler works on: hardware + partitions + queues."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+
+from gpufence.model.hardware import Fabric, Gpu, GpuType, Node
+from gpufence.model.partition import Partition, QueueSpec
+
+DEFAULT_QUEUE = "default"
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """Immutable description of a cluster. GPUs and nodes are indexed by position."""
+
+    name: str
+    gpu_types: Mapping[str, GpuType]
+    nodes: tuple[Node, ...]
+    gpus: tuple[Gpu, ...]
+    partitions: Mapping[str, Partition]
+    queues: Mapping[str, QueueSpec]
+    fabric: Fabric = field(default_factory=Fabric)
+
+    @cached_property
+    def racks(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(n.rack for n in self.nodes))
+
+    @cached_property
+    def partition_gpus(self) -> Mapping[str, tuple[int, ...]]:
+        out: dict[str, list[int]] = {p: [] for p in self.partitions}
+        for g in self.gpus:
+            out[g.partition].append(g.gid)
+        return {p: tuple(v) for p, v in out.items()}
+
+    @cached_property
+    def partition_nodes(self) -> Mapping[str, tuple[int, ...]]:
+        """Nodes holding at least one GPU of each partition, in node order."""
+        out: dict[str, dict[int, None]] = {p: {} for p in self.partitions}
+        for g in self.gpus:
+            out[g.partition][g.node] = None
+        return {p: tuple(v) for p, v in out.items()}
+
+    @cached_property
+    def node_partition_gpus(self) -> Mapping[tuple[str, int], tuple[int, ...]]:
+        """(partition, node) -> that node's GPUs in the partition, in local index order."""
+        out: dict[tuple[str, int], list[int]] = {}
+        for g in self.gpus:
+            out.setdefault((g.partition, g.node), []).append(g.gid)
+        return {k: tuple(v) for k, v in out.items()}
+
+    @cached_property
+    def partition_queues(self) -> Mapping[str, tuple[str, ...]]:
+        out: dict[str, list[str]] = {p: [] for p in self.partitions}
+        for q in self.queues.values():
+            out[q.partition].append(q.name)
+        return {p: tuple(v) for p, v in out.items()}
+
+    @cached_property
+    def node_by_name(self) -> Mapping[str, int]:
+        return {n.name: n.idx for n in self.nodes}
+
+    def gpu_type_of(self, gid: int) -> GpuType:
+        return self.gpu_types[self.gpus[gid].gpu_type]
+
+    def max_gpus_per_node(self, partition: str) -> int:
+        counts = [len(v) for (p, _), v in self.node_partition_gpus.items() if p == partition]
+        return max(counts, default=0)

@@ -1,0 +1,92 @@
+"""Jobs and GPU requests: what a user asks the scheduler for."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+MILLI_PER_GPU = 1000
+
+
+class WorkloadClass(StrEnum):
+    SERVING = "serving"
+    TRAINING = "training"
+    INTERACTIVE = "interactive"
+    BATCH = "batch"
+
+
+class RequestKind(StrEnum):
+    WHOLE = "whole"  # whole GPUs (or one time-slice share per GPU in a time-slice partition)
+    MIG = "mig"  # one MIG instance of a named profile
+    FRACTION = "fraction"  # a milli-GPU share of one GPU plus GPU memory (openb-style)
+
+
+@dataclass(frozen=True, slots=True)
+class GpuRequest:
+    """What one replica of a job needs from the GPUs of a single node."""
+
+    kind: RequestKind = RequestKind.WHOLE
+    gpus: int = 1  # whole GPUs per replica (WHOLE); always 1 for MIG / FRACTION
+    mig_profile: str | None = None
+    milli: int = MILLI_PER_GPU  # share of one GPU (FRACTION), 1..999
+    gpu_mem_mib: int = 0  # GPU memory the share needs (FRACTION)
+
+    @staticmethod
+    def whole(gpus: int = 1) -> GpuRequest:
+        return GpuRequest(RequestKind.WHOLE, gpus=gpus)
+
+    @staticmethod
+    def mig(profile: str) -> GpuRequest:
+        return GpuRequest(RequestKind.MIG, gpus=1, mig_profile=profile)
+
+    @staticmethod
+    def fraction(milli: int, gpu_mem_mib: int = 0) -> GpuRequest:
+        return GpuRequest(RequestKind.FRACTION, gpus=1, milli=milli, gpu_mem_mib=gpu_mem_mib)
+
+    def describe(self) -> str:
+        if self.kind is RequestKind.MIG:
+            return f"mig {self.mig_profile}"
+        if self.kind is RequestKind.FRACTION:
+            mem = f" +{self.gpu_mem_mib}MiB" if self.gpu_mem_mib else ""
+            return f"{self.milli}m GPU{mem}"
+        return f"{self.gpus} GPU" + ("s" if self.gpus != 1 else "")
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """A unit of work: a gang of ``replicas`` identical replicas, placed all-or-nothing.
+
+    ``partition`` and ``queue`` may be left empty: the scheduler resolves the queue's partition, or
+    the first partition admitting the job's class, and the partition's default queue.
+    """
+
+    id: str
+    workload_class: WorkloadClass = WorkloadClass.TRAINING
+    request: GpuRequest = field(default_factory=GpuRequest)
+    replicas: int = 1
+    queue: str = ""
+    partition: str = ""
+    priority: int = 0
+    checkpointable: bool = False
+    est_runtime_s: float | None = None  # user's estimate; needed to backfill into reserved capacity
+    submit_time: float = 0.0
+    cpu_milli: int = 0  # per replica, checked against the node
+    mem_mib: int = 0  # per replica host memory
+    gpu_types: tuple[str, ...] = ()  # allowed GPU models (openb gpu_spec); empty = any
+
+    @property
+    def total_gpus(self) -> int:
+        """Whole GPUs (or GPU slots) the gang occupies at once."""
+        return self.replicas * self.request.gpus
+
+    def shape(self) -> tuple[object, ...]:
+        """Jobs with equal shapes fit (or fail to fit) in exactly the same places."""
+        return (
+            self.workload_class,
+            self.request,
+            self.replicas,
+            self.cpu_milli,
+            self.mem_mib,
+            self.gpu_types,
+            self.checkpointable,
+        )

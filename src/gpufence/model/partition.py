@@ -1,0 +1,84 @@
+"""Partitions (fences), queues and the policies attached to them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from gpufence.model.job import WorkloadClass
+
+
+class SharingMode(StrEnum):
+    EXCLUSIVE = "exclusive"  # one job per GPU
+    MIG = "mig"  # GPUs in MIG mode; jobs take MIG instances
+    FRACTIONAL = "fractional"  # milli-GPU shares with GPU memory
+    TIME_SLICE = "time-slice"  # up to ``time_slice_max`` jobs per GPU, co-location recorded
+
+
+class PreemptionMode(StrEnum):
+    OFF = "off"
+    INCIDENT_ONLY = "incident-only"  # budgeted, min-runtime, checkpointable victims only
+    ON_DEMAND = "on-demand"  # the anti-pattern: serving preempts whenever it needs GPUs
+
+
+@dataclass(frozen=True, slots=True)
+class MigConfig:
+    layout: tuple[str, ...] = ()  # profiles per GPU ("name" or "name@start"); () = none created
+    dynamic: bool = False  # may re-partition idle GPUs to fit pending demand
+    reconfigure_delay_s: float = 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class LendingRule:
+    """Idle capacity of the owning partition that ``to`` partitions may borrow."""
+
+    to: tuple[str, ...]
+    cap_gpus: int  # at most this many GPUs lent out at once
+    reclaim_deadline_s: float = 120.0  # borrowers get this long to checkpoint when reclaimed
+    checkpointable_only: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class PreemptionPolicy:
+    mode: PreemptionMode = PreemptionMode.OFF
+    from_partitions: tuple[str, ...] = ()  # where serving may take GPUs from in an incident
+    budget: int = 0  # preemptions allowed per window
+    window_s: float = 86400.0
+    min_runtime_s: float = 600.0  # never preempt a job younger than this (no thrash)
+    grace_s: float = 120.0  # wait this long for a checkpoint acknowledgement
+
+
+@dataclass(frozen=True, slots=True)
+class ReclaimPolicy:
+    """Idle interactive sessions: warn, then reclaim."""
+
+    idle_threshold: float = 0.05  # activity (GPU utilisation 0..1) below this counts as idle
+    idle_after_s: float = 1800.0
+    warning_s: float = 300.0
+
+
+@dataclass(frozen=True, slots=True)
+class Partition:
+    name: str
+    admits: frozenset[WorkloadClass]
+    sharing: SharingMode = SharingMode.EXCLUSIVE
+    time_slice_max: int = 1
+    mig: MigConfig | None = None
+    lending: tuple[LendingRule, ...] = ()
+    preemption: PreemptionPolicy = field(default_factory=PreemptionPolicy)
+    reclaim: ReclaimPolicy | None = None
+    placement: str = "best-fit"  # placement policy for fractional requests
+    backfill: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class QueueSpec:
+    """A tenant's queue inside one partition; all queues of a partition form its cohort."""
+
+    name: str
+    partition: str
+    tenant: str = ""
+    weight: float = 1.0
+    nominal_milli: int | None = None  # nominal quota in milli-GPU; None = no quota
+    borrowing_limit_milli: int | None = None  # None = may borrow all the cohort lends
+    lending_limit_milli: int | None = None  # None = lends all its unused nominal quota

@@ -1,0 +1,1 @@
+"""The scheduler: queue order, admission, placement plugins, backfill, preemption, reclaim."""

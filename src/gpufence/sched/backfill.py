@@ -1,0 +1,78 @@
+"""Reservations for the head-of-line gang, so a stream of small jobs cannot starve it.
+
+The earliest start is found by a binary search over the running jobs' estimated end times: at a
+time T a node offers its free GPUs plus the GPUs of jobs expected to end by T. Jobs without an
+estimate are assumed to run forever, so a gang that needs their GPUs is reserved at T = inf: its
+GPUs are still held as they free up, and only jobs that cannot delay it (none, at inf) backfill.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+
+from gpufence.model.job import Job, RequestKind
+from gpufence.model.partition import SharingMode
+from gpufence.sched.context import Context, Reservation
+from gpufence.sched.placement.whole import plan_on
+
+INF = float("inf")
+
+
+def reservable(ctx: Context, job: Job, pool: str) -> bool:
+    part = ctx.cluster.partitions[pool]
+    return (
+        part.backfill
+        and part.sharing is SharingMode.EXCLUSIVE
+        and job.request.kind is RequestKind.WHOLE
+    )
+
+
+def reserve(ctx: Context, job: Job, pool: str) -> Reservation | None:
+    led = ctx.ledger
+    c = ctx.cluster
+    now = ctx.now
+    free: dict[int, list[int]] = {n: led.free_gpus(pool, n) for n in c.partition_nodes[pool]}
+    free = {n: v for n, v in free.items() if led.node_up[n]}
+    releases: list[tuple[float, int, tuple[int, ...]]] = []
+    for jid, alloc in led.allocs.items():
+        if alloc.pool != pool:
+            continue
+        end = ctx.records[jid].expected_end(now)
+        for a in alloc.assignments:
+            if led.node_up[a.node]:
+                releases.append((end, a.node, a.gpus))
+    releases.sort(key=lambda r: (r[0], r[1], r[2]))
+    ends = [r[0] for r in releases]
+
+    def view(t: float) -> dict[int, list[int]]:
+        out = {n: list(v) for n, v in free.items()}
+        for _, node, gpus in releases[: bisect_right(ends, t)]:
+            out.setdefault(node, []).extend(gpus)
+        return out
+
+    def feasible(t: float) -> bool:
+        counts = {n: len(v) for n, v in free.items()}
+        for _, node, gpus in releases[: bisect_right(ends, t)]:
+            counts[node] = counts.get(node, 0) + len(gpus)
+        per = job.request.gpus
+        return sum(v // per for v in counts.values()) >= job.replicas
+
+    times = sorted(set(ends) | {now})
+    if not feasible(INF):
+        return None
+    lo, hi = 0, len(times)  # find the first feasible time; hi == len(times) means only at inf
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if feasible(times[mid]):
+            hi = mid
+        else:
+            lo = mid + 1
+    start = times[lo] if lo < len(times) else INF
+    planned = plan_on(led, job, view(start))
+    if planned is None:  # per-node counts fit but topology does not: wait for everything
+        start = INF
+        planned = plan_on(led, job, view(INF))
+        if planned is None:
+            return None
+    gpus = tuple(g for a in planned for g in a.gpus)
+    return Reservation(job.id, pool, start, gpus, job.priority)

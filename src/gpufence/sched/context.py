@@ -1,0 +1,73 @@
+"""Per-scheduler mutable state shared by the cycle phases (one object, many small modules)."""
+
+from __future__ import annotations
+
+from collections import Counter, deque
+from dataclasses import dataclass, field
+
+from gpufence.model import mig as migmod
+from gpufence.model.cluster import Cluster
+from gpufence.model.decisions import Decision, PendingReason, Reason
+from gpufence.sched.engine import PlacementEngine
+from gpufence.sched.fairshare import FairShare
+from gpufence.sched.jobs import JobRecord
+from gpufence.sched.queues import PendingQueues
+from gpufence.state.ledger import Ledger
+
+
+@dataclass(slots=True)
+class Reservation:
+    """GPUs held for the head-of-line gang of a partition from ``start`` on."""
+
+    job_id: str
+    pool: str
+    start: float
+    gpus: tuple[int, ...]
+    priority: int
+
+
+@dataclass(slots=True)
+class Nomination:
+    """Victims noticed so that ``job_id`` can run; ``pools`` are where it may then go."""
+
+    victims: dict[str, None]
+    pools: tuple[str, ...]
+    incident: bool
+
+
+@dataclass
+class Counters:
+    binds: int = 0
+    rejects: int = 0
+    preemptions: Counter[str] = field(default_factory=Counter)
+    reclaims: Counter[str] = field(default_factory=Counter)
+    gpu_seconds_lost: float = 0.0
+    gpu_seconds_reclaimed: float = 0.0
+    requeues: int = 0
+
+
+@dataclass
+class Context:
+    cluster: Cluster
+    ledger: Ledger
+    queues: PendingQueues
+    fairshare: FairShare
+    engine: PlacementEngine
+    records: dict[str, JobRecord] = field(default_factory=dict)
+    reservations: dict[str, Reservation] = field(default_factory=dict)
+    nominations: dict[str, Nomination] = field(default_factory=dict)
+    preempt_times: dict[str, deque[float]] = field(default_factory=dict)
+    mig_pending: dict[int, tuple[migmod.MigInstance, ...]] = field(default_factory=dict)
+    pending_reason: dict[str, PendingReason] = field(default_factory=dict)
+    shape_reason: dict[tuple[object, ...], PendingReason] = field(default_factory=dict)
+    counters: Counters = field(default_factory=Counters)
+    noticed: dict[str, None] = field(default_factory=dict)  # running jobs with a notice
+    interactive: dict[str, None] = field(default_factory=dict)  # running, reclaim-eligible
+    decisions: list[Decision] = field(default_factory=list)
+    now: float = 0.0
+
+    def why(self, job_id: str) -> PendingReason | None:
+        return self.pending_reason.get(job_id)
+
+    def set_pending(self, job_id: str, reason: Reason, message: str) -> None:
+        self.pending_reason[job_id] = PendingReason(reason, message)

@@ -1,0 +1,48 @@
+"""Placement dispatch: pick the placement plugin for a pool's sharing mode and request kind."""
+
+from __future__ import annotations
+
+from gpufence.model.cluster import Cluster
+from gpufence.model.decisions import Reason
+from gpufence.model.job import Job, RequestKind
+from gpufence.model.partition import SharingMode
+from gpufence.sched.placement.base import NotPlaced, PlaceResult
+from gpufence.sched.placement.fractional import place_fractional
+from gpufence.sched.placement.mig import place_mig
+from gpufence.sched.placement.scoring import Scorer
+from gpufence.sched.placement.timeslice import place_timeslice
+from gpufence.sched.placement.whole import place_whole
+from gpufence.state.ledger import Ledger
+
+
+class PlacementEngine:
+    def __init__(self, cluster: Cluster, scorers: dict[str, Scorer]) -> None:
+        self._cluster = cluster
+        self.scorers = scorers  # per fractional partition
+
+    def observe(self, job: Job, home: str) -> None:
+        scorer = self.scorers.get(home)
+        if scorer is not None:
+            scorer.observe(job)
+
+    def place(
+        self, ledger: Ledger, job: Job, pool: str, max_gpus: int | None = None
+    ) -> PlaceResult:
+        """Where the whole gang fits in ``pool`` (no ledger change), or why it does not."""
+        sharing = self._cluster.partitions[pool].sharing
+        kind = job.request.kind
+        if max_gpus is not None and job.total_gpus > max_gpus:
+            return NotPlaced(Reason.NO_FIT, f"needs {job.total_gpus} GPUs, {max_gpus} lendable")
+        if kind is RequestKind.MIG:
+            if sharing is not SharingMode.MIG:
+                return NotPlaced(Reason.FENCE, f"{pool} has no MIG instances")
+            return place_mig(ledger, job, pool)
+        if sharing is SharingMode.MIG:
+            return NotPlaced(Reason.FENCE, f"{pool} offers only MIG instances")
+        if sharing is SharingMode.FRACTIONAL:
+            return place_fractional(ledger, job, pool, self.scorers[pool])
+        if kind is RequestKind.FRACTION:
+            return NotPlaced(Reason.FENCE, f"{pool} does not share GPUs by fraction")
+        if sharing is SharingMode.TIME_SLICE:
+            return place_timeslice(ledger, job, pool)
+        return place_whole(ledger, job, pool)

@@ -1,0 +1,138 @@
+"""Submission checks: resolve a job's partition and queue, reject what can never run.
+
+A job that no partition can ever hold is rejected at once with the reason, never left pending.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpufence.model import mig as migmod
+from gpufence.model.cluster import Cluster
+from gpufence.model.decisions import Reason
+from gpufence.model.job import MILLI_PER_GPU, Job, RequestKind
+from gpufence.model.partition import SharingMode
+from gpufence.sched.admission import quota_never_admits
+from gpufence.state.ledger import charge_milli
+
+
+@dataclass(frozen=True, slots=True)
+class Accepted:
+    home: str
+    queue: str
+
+
+@dataclass(frozen=True, slots=True)
+class Refused:
+    reason: Reason
+    message: str
+
+
+def _known(names: object) -> str:
+    return ", ".join(sorted(str(n) for n in names))  # type: ignore[attr-defined]
+
+
+def resolve(cluster: Cluster, job: Job) -> Accepted | Refused:
+    home, queue, err = _home_and_queue(cluster, job)
+    if err is not None:
+        return err
+    problem = _shape_problem(cluster, job, home)
+    if problem is not None:
+        return problem
+    never = quota_never_admits(cluster, queue, charge_milli(job, cluster, home))
+    if never is not None:
+        return Refused(Reason.NEVER_FITS, never)
+    return Accepted(home, queue)
+
+
+def _home_and_queue(cluster: Cluster, job: Job) -> tuple[str, str, Refused | None]:
+    cls = job.workload_class
+    if job.replicas < 1:
+        return "", "", Refused(Reason.INVALID, f"replicas must be >= 1 (got {job.replicas})")
+    if job.queue and job.queue not in cluster.queues:
+        msg = f"queue '{job.queue}' does not exist (known: {_known(cluster.queues)})"
+        return "", "", Refused(Reason.INVALID, msg)
+    home = job.partition or (cluster.queues[job.queue].partition if job.queue else "")
+    if home and home not in cluster.partitions:
+        msg = f"partition '{home}' does not exist (known: {_known(cluster.partitions)})"
+        return "", "", Refused(Reason.INVALID, msg)
+    admitting = [p for p, part in cluster.partitions.items() if cls in part.admits]
+    if not home:
+        if not admitting:
+            return "", "", Refused(Reason.FENCE, f"no partition admits {cls} work")
+        home = admitting[0]
+    if cls not in cluster.partitions[home].admits:
+        msg = f"partition {home} does not admit {cls} (partitions admitting {cls}: "
+        msg += (", ".join(admitting) or "none") + ")"
+        return "", "", Refused(Reason.FENCE, msg)
+    queue = job.queue or cluster.partition_queues[home][0]
+    if cluster.queues[queue].partition != home:
+        msg = f"queue {queue} belongs to partition {cluster.queues[queue].partition}, not {home}"
+        return "", "", Refused(Reason.INVALID, msg)
+    return home, queue, None
+
+
+def _shape_problem(cluster: Cluster, job: Job, home: str) -> Refused | None:
+    part = cluster.partitions[home]
+    req = job.request
+    gids = cluster.partition_gpus[home]
+    types = {cluster.gpus[g].gpu_type for g in gids}
+    if job.gpu_types and not types & set(job.gpu_types):
+        return Refused(
+            Reason.NEVER_FITS,
+            f"GPU types {', '.join(job.gpu_types)} not in partition {home} (has {_known(types)})",
+        )
+    if req.kind is RequestKind.MIG:
+        if part.sharing is not SharingMode.MIG:
+            return Refused(Reason.NEVER_FITS, f"partition {home} is {part.sharing}, not MIG")
+        models = {cluster.gpu_types[t].mig_model for t in types}
+        for model in sorted(m for m in models if m is not None):
+            profiles = migmod.profiles_for(model)
+            if req.mig_profile not in profiles:
+                return Refused(
+                    Reason.NEVER_FITS,
+                    f"MIG profile '{req.mig_profile}' does not exist on {model} "
+                    f"(valid: {', '.join(profiles)})",
+                )
+        return None
+    if part.sharing is SharingMode.MIG:
+        return Refused(Reason.NEVER_FITS, f"partition {home} only offers MIG instances")
+    if req.kind is RequestKind.FRACTION:
+        if part.sharing is not SharingMode.FRACTIONAL:
+            return Refused(Reason.NEVER_FITS, f"partition {home} does not share GPUs by fraction")
+        if not 0 < req.milli < MILLI_PER_GPU:
+            return Refused(Reason.INVALID, f"gpu fraction must be in (0, 1) (got {req.milli}m)")
+        biggest = max(cluster.gpu_types[t].memory_mib for t in types)
+        if req.gpu_mem_mib > biggest:
+            return Refused(
+                Reason.NEVER_FITS, f"needs {req.gpu_mem_mib} MiB GPU memory; largest GPU {biggest}"
+            )
+    elif req.gpus < 1:
+        return Refused(Reason.INVALID, f"gpus per replica must be >= 1 (got {req.gpus})")
+    per_node = cluster.max_gpus_per_node(home)
+    if req.gpus > per_node:
+        return Refused(
+            Reason.NEVER_FITS,
+            f"a replica needs {req.gpus} GPUs on one node; nodes of {home} have at most {per_node}",
+        )
+    slots = len(gids) * (part.time_slice_max if part.sharing is SharingMode.TIME_SLICE else 1)
+    lendable = sum(
+        r.cap_gpus
+        for p in cluster.partitions.values()
+        for r in p.lending
+        if home in r.to and (job.checkpointable or not r.checkpointable_only)
+    )
+    if job.total_gpus > slots + lendable and req.kind is RequestKind.WHOLE:
+        return Refused(
+            Reason.NEVER_FITS,
+            f"gang needs {job.total_gpus} GPUs; partition {home} has {len(gids)}"
+            + (f" (+{lendable} lendable)" if lendable else ""),
+        )
+    nodes = [cluster.nodes[n] for n in cluster.partition_nodes[home]]
+    if job.cpu_milli > max(n.cpu_milli for n in nodes) or job.mem_mib > max(
+        n.mem_mib for n in nodes
+    ):
+        return Refused(
+            Reason.NEVER_FITS, f"a replica needs more CPU/memory than any node of {home}"
+        )
+    return None

@@ -1,0 +1,59 @@
+"""The scheduler's per-job bookkeeping: lifecycle state, attempts, notices, activity."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from gpufence.model.decisions import Reason
+from gpufence.model.job import Job
+
+
+class JobState(StrEnum):
+    PENDING = "pending"
+    RUNNING = "running"
+    STOPPING = "stopping"  # told to stop; GPUs held until the front end confirms
+    DONE = "done"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    RECLAIMED = "reclaimed"  # idle interactive session whose GPUs were taken back
+    REJECTED = "rejected"
+
+
+TERMINAL = frozenset(
+    {JobState.DONE, JobState.FAILED, JobState.CANCELLED, JobState.RECLAIMED, JobState.REJECTED}
+)
+
+
+@dataclass(slots=True)
+class Notice:
+    reason: Reason
+    deadline: float
+    counted: bool  # incident preemption (budgeted) vs lending reclaim / idle warning
+
+
+@dataclass(slots=True)
+class JobRecord:
+    job: Job
+    home: str  # resolved partition
+    queue: str  # resolved queue
+    state: JobState = JobState.PENDING
+    attempt: int = 1
+    started_at: float | None = None
+    last_checkpoint: float | None = None
+    last_active: float | None = None
+    notice: Notice | None = None
+    stop_reason: Reason | None = None
+    requeue_on_stop: bool = False
+
+    def expected_end(self, now: float) -> float:
+        """When the running job should end by its estimate; overrunning jobs end 'now'."""
+        est = self.job.est_runtime_s
+        if est is None or self.started_at is None:
+            return float("inf")
+        return max(self.started_at + est, now)
+
+    def work_at_risk(self, now: float) -> float:
+        """Seconds of work a preemption would lose (since the last checkpoint or start)."""
+        since = self.last_checkpoint if self.last_checkpoint is not None else self.started_at
+        return now - since if since is not None else 0.0

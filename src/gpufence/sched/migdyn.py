@@ -1,0 +1,73 @@
+"""Dynamic MIG re-partitioning: only on an idle GPU, with a delay, never under a running job."""
+
+from __future__ import annotations
+
+from gpufence.model import mig as migmod
+from gpufence.model.decisions import MigReconfigure, Reason
+from gpufence.model.job import RequestKind
+from gpufence.sched.context import Context
+from gpufence.sched.jobs import JobRecord
+
+
+def in_flight_offers(ctx: Context, pool: str, profile: str) -> bool:
+    return any(
+        ctx.cluster.gpus[g].partition == pool and any(i.profile == profile for i in inst)
+        for g, inst in ctx.mig_pending.items()
+    )
+
+
+def repartition_for(ctx: Context, rec: JobRecord) -> bool:
+    """Start re-partitioning one idle GPU so that ``rec`` (and the MIG jobs queued behind it)
+    fit. True when a MigReconfigure decision was emitted or one in flight will serve it."""
+    pool = rec.home
+    part = ctx.cluster.partitions[pool]
+    profile = rec.job.request.mig_profile
+    if part.mig is None or not part.mig.dynamic or profile is None:
+        return False
+    if in_flight_offers(ctx, pool, profile):
+        ctx.set_pending(
+            rec.job.id, Reason.RECONFIGURING, f"a GPU is being re-partitioned for {profile}"
+        )
+        return True
+    led = ctx.ledger
+    idle = [
+        g
+        for g in ctx.cluster.partition_gpus[pool]
+        if g not in ctx.mig_pending and led.gpu_usable(g) and not led.mig[g].busy()
+    ]
+    if not idle:
+        return False
+    # the idle GPU whose current layout is least useful: fewest instances of the wanted profile
+    gid = min(idle, key=lambda g: (sum(i.profile == profile for i in led.mig[g].instances), g))
+    model = ctx.cluster.gpu_type_of(gid).mig_model
+    assert model is not None
+    profiles = migmod.profiles_for(model)
+    # the new layout serves this job first, then the MIG demand queued behind it, in order
+    demand = [profile] + [
+        r.job.request.mig_profile or ""
+        for r in ctx.queues.records.values()
+        if r.home == pool and r.job.request.kind is RequestKind.MIG and r.job.id != rec.job.id
+    ]
+    layout: list[migmod.MigInstance] = []
+    for name in demand:
+        if name not in profiles:
+            continue
+        start = migmod.best_start(profiles, layout, name)
+        if start is not None:
+            layout.append(migmod.MigInstance(name, start))
+        if len(layout) >= migmod.MAX_INSTANCES:
+            break
+    ctx.mig_pending[gid] = tuple(layout)
+    led.set_blocked(gid, True)
+    delay = part.mig.reconfigure_delay_s
+    ctx.decisions.append(
+        MigReconfigure(
+            gpu=gid,
+            layout=tuple(f"{i.profile}@{i.start}" for i in layout),
+            reason=Reason.MIG_LAYOUT,
+            ready_after_s=delay,
+            message=f"re-partition idle GPU {gid} for pending {profile} demand",
+        )
+    )
+    ctx.set_pending(rec.job.id, Reason.RECONFIGURING, f"GPU {gid} re-partitioning ({delay:g} s)")
+    return True

@@ -1,0 +1,248 @@
+"""The placement passes of a cycle: own partition (with reservation + backfill), then lending.
+
+Jobs are walked in scheduling order. Jobs of the same queue, priority and shape fit in exactly
+the same places, so once one fails the rest of that shape are skipped with the same reason, and
+the walk stops when every shape present has failed: a 10,000-job queue costs O(shapes) per cycle.
+"""
+
+from __future__ import annotations
+
+from gpufence.model.decisions import Bind, PendingReason, Reason
+from gpufence.model.partition import SharingMode
+from gpufence.sched.admission import quota_blocks
+from gpufence.sched.backfill import reservable, reserve
+from gpufence.sched.context import Context, Reservation
+from gpufence.sched.jobs import JobRecord, JobState
+from gpufence.sched.migdyn import repartition_for
+from gpufence.sched.placement.base import Placed
+from gpufence.state.ledger import Allocation, charge_milli
+
+CAPACITY = (Reason.NO_FIT, Reason.FRAGMENTED, Reason.MIG_LAYOUT)
+
+
+def bind(
+    ctx: Context,
+    rec: JobRecord,
+    pool: str,
+    placed: Placed,
+    reason: Reason,
+    message: str = "",
+    lent_from: str | None = None,
+    incident: bool = False,
+) -> None:
+    job = rec.job
+    alloc = Allocation(
+        job=job,
+        home=rec.home,
+        queue=rec.queue,
+        pool=pool,
+        assignments=placed.assignments,
+        charge_milli=charge_milli(job, ctx.cluster, pool),
+        lent_from=lent_from,
+        incident=incident,
+    )
+    ctx.ledger.allocate(alloc)
+    ctx.queues.remove(job.id)
+    rec.state = JobState.RUNNING
+    rec.started_at = ctx.now
+    rec.last_active = ctx.now
+    ctx.pending_reason.pop(job.id, None)
+    ctx.nominations.pop(job.id, None)
+    if ctx.cluster.partitions[rec.home].reclaim is not None:
+        ctx.interactive[job.id] = None
+    ctx.counters.binds += 1
+    ctx.decisions.append(Bind(job.id, pool, placed.assignments, reason, message, lent_from))
+
+
+def _valid(ctx: Context, p: str) -> Reservation | None:
+    res = ctx.reservations.get(p)
+    if res is None:
+        return None
+    led = ctx.ledger
+    stale = (
+        res.job_id not in ctx.queues
+        or any(not led.gpu_usable(g) for g in res.gpus)
+        or ctx.now > res.start  # the estimates were wrong: recompute
+    )
+    if stale:
+        del ctx.reservations[p]
+        return None
+    return res
+
+
+def _hold(ctx: Context, res: Reservation | None) -> list[int]:
+    if res is None:
+        return []
+    held = [g for g in res.gpus if ctx.ledger.is_free(g)]
+    for g in held:
+        ctx.ledger.hold(g, res.job_id)
+    return held
+
+
+def _unhold(ctx: Context, held: list[int]) -> None:
+    for g in held:
+        ctx.ledger.unhold(g)
+
+
+def place_partition(ctx: Context, p: str) -> list[JobRecord]:
+    """Place what fits of partition ``p``'s queue. Returns the jobs that failed for capacity."""
+    led = ctx.ledger
+    res = _valid(ctx, p)
+    held = _hold(ctx, res)
+    failed: dict[tuple[object, ...], tuple[Reason, str]] = {}
+    capacity_failed: list[JobRecord] = []
+    shapes = ctx.queues.shapes[p]
+
+    def share(q: str) -> float:
+        return ctx.fairshare.share(q, led)
+
+    for rec in ctx.queues.ordered(p, share):
+        if len(failed) >= len(shapes):
+            break
+        job = rec.job
+        nom = ctx.nominations.get(job.id)
+        if nom is not None and any(v in led.allocs for v in nom.victims):
+            ctx.set_pending(job.id, Reason.WAITING_PREEMPTION, "waiting for noticed jobs to stop")
+            continue
+        base = (rec.queue, job.priority, job.shape())
+        est_ok = (
+            res is not None
+            and job.est_runtime_s is not None
+            and ctx.now + job.est_runtime_s <= res.start
+        )
+        cached = failed.get(base) or failed.get((*base, est_ok))
+        if cached is not None and nom is None:
+            ctx.set_pending(job.id, *cached)
+            continue
+        blocked = quota_blocks(ctx.cluster, led, rec.queue, charge_milli(job, ctx.cluster, p))
+        if blocked is not None:
+            failed[base] = (Reason.QUOTA, blocked)
+            ctx.set_pending(job.id, Reason.QUOTA, blocked)
+            continue
+        if res is not None and job.id == res.job_id:
+            _unhold(ctx, held)
+            held = []
+        r = ctx.engine.place(led, job, p)
+        if isinstance(r, Placed):
+            bind(ctx, rec, p, r, Reason.FITS)
+            if res is not None and job.id == res.job_id:
+                del ctx.reservations[p]
+                res = None
+            continue
+        if nom is not None:
+            if _try_nominated(ctx, rec, nom.pools, nom.incident):
+                continue
+            del ctx.nominations[job.id]
+        if res is not None and job.id == res.job_id:
+            held = _hold(ctx, res)
+        if held and res is not None and r.reason in CAPACITY:
+            outcome = _past_holds(ctx, rec, p, res, held, est_ok)
+            if outcome is not None:
+                held = outcome
+                continue
+            msg = f"GPUs reserved for gang {res.job_id} (starts by t={res.start:g})"
+            failed[(*base, est_ok)] = (Reason.RESERVED_FOR_GANG, msg)
+            ctx.set_pending(job.id, Reason.RESERVED_FOR_GANG, msg)
+            continue
+        if (
+            r.reason in CAPACITY
+            and (res is None or job.priority > res.priority)
+            and reservable(ctx, job, p)
+            and job.id != (res.job_id if res else None)
+        ):
+            _unhold(ctx, held)
+            ctx.reservations.pop(p, None)
+            res = reserve(ctx, job, p)
+            held = _hold(ctx, res)
+            if res is not None:
+                ctx.reservations[p] = res
+                when = "when running jobs end" if res.start == float("inf") else f"t={res.start:g}"
+                msg = f"{r.message}; GPUs reserved from {when}"
+                ctx.set_pending(job.id, r.reason, msg)
+                failed[base] = (r.reason, f"behind gang {job.id}, which holds the reservation")
+                capacity_failed.append(rec)
+                continue
+        mig = ctx.cluster.partitions[p].sharing is SharingMode.MIG
+        if mig and r.reason in CAPACITY and repartition_for(ctx, rec):
+            failed[base] = (Reason.RECONFIGURING, "waiting for a MIG re-partition")
+            continue
+        failed[base] = (r.reason, r.message)
+        ctx.set_pending(job.id, r.reason, r.message)
+        if r.reason in CAPACITY:
+            capacity_failed.append(rec)
+    _unhold(ctx, held)
+    for key, (reason, msg) in failed.items():
+        ctx.shape_reason[key] = PendingReason(reason, msg)
+    return capacity_failed
+
+
+def _past_holds(
+    ctx: Context, rec: JobRecord, p: str, res: Reservation, held: list[int], est_ok: bool
+) -> list[int] | None:
+    """Would ``rec`` fit without the reservation's holds, and may it take them? If so bind it
+    (higher priority than the gang, or backfill that ends before the gang's start) and return
+    the new holds; otherwise leave everything as it was and return None."""
+    led = ctx.ledger
+    m = led.mark()
+    _unhold(ctx, held)
+    r = ctx.engine.place(led, rec.job, p)
+    if isinstance(r, Placed) and (rec.job.priority > res.priority or est_ok):
+        higher = rec.job.priority > res.priority
+        reason = Reason.FITS if higher else Reason.BACKFILL
+        msg = "" if higher else f"ends before gang {res.job_id} starts at t={res.start:g}"
+        bind(ctx, rec, p, r, reason, msg)
+        led.commit(m)
+        if higher:
+            del ctx.reservations[p]
+            return []
+        return _hold(ctx, res)
+    led.rollback(m)
+    led.commit(m)
+    return None
+
+
+def _try_nominated(ctx: Context, rec: JobRecord, pools: tuple[str, ...], incident: bool) -> bool:
+    for pool in pools:
+        if pool == rec.home:
+            continue
+        r = ctx.engine.place(ctx.ledger, rec.job, pool)
+        if isinstance(r, Placed):
+            msg = f"on GPUs of {pool} freed by incident preemption"
+            bind(ctx, rec, pool, r, Reason.INCIDENT, msg, incident=incident)
+            return True
+    return False
+
+
+def lend_pass(ctx: Context, failed: dict[str, list[JobRecord]]) -> None:
+    """Jobs that did not fit at home try the idle capacity other partitions lend them."""
+    led = ctx.ledger
+    starved = {p for p, recs in failed.items() if recs}
+    for p, recs in failed.items():
+        if not recs:
+            continue
+        rules = [
+            (lp, rule)
+            for lp, part in ctx.cluster.partitions.items()
+            for rule in part.lending
+            if p in rule.to and lp not in starved and lp != p
+        ]
+        if not rules:
+            continue
+        tried: dict[tuple[object, ...], None] = {}
+        for rec in list(ctx.queues.ordered(p, lambda q: ctx.fairshare.share(q, led))):
+            job = rec.job
+            key = (job.shape(), job.checkpointable)
+            if key in tried or job.id in ctx.nominations:
+                continue
+            for lp, rule in rules:
+                if rule.checkpointable_only and not job.checkpointable:
+                    continue
+                left = rule.cap_gpus - led.lent[lp]
+                r = ctx.engine.place(led, job, lp, max_gpus=left)
+                if isinstance(r, Placed):
+                    bind(ctx, rec, lp, r, Reason.LENT, f"borrowing idle GPUs of {lp}", lent_from=lp)
+                    break
+            else:
+                tried[key] = None
+            if len(tried) >= len(ctx.queues.shapes[p]):
+                break

@@ -1,0 +1,1 @@
+"""Placement plugins: each finds where a whole gang fits, without changing the ledger."""

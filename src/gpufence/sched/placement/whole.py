@@ -1,0 +1,139 @@
+"""Topology-aware gang placement of whole GPUs: one NVLink domain, one node, one rack, fewest racks.
+
+Works from the ledger's free-GPU buckets, so a 1-GPU job costs O(1) and a 64-GPU gang O(nodes in
+the partition). Small jobs go best-fit (fullest node that still fits) so whole nodes and racks stay
+whole for the gangs that need them.
+"""
+
+from __future__ import annotations
+
+from gpufence.model.decisions import Assignment, Reason
+from gpufence.model.job import Job
+from gpufence.sched.placement.base import (
+    NotPlaced,
+    Placed,
+    PlaceResult,
+    node_admits,
+    replicas_by_host,
+)
+from gpufence.state.ledger import Ledger
+
+
+def pick_gpus(ledger: Ledger, node: int, free: list[int], want: int) -> list[int]:
+    """``want`` GPUs from ``free`` on ``node``: one NVLink domain when possible (tightest first)."""
+    c = ledger.cluster
+    by_domain: dict[int, list[int]] = {}
+    for g in free:
+        by_domain.setdefault(c.gpus[g].nvlink_domain, []).append(g)
+    fitting = [d for d in by_domain.values() if len(d) >= want]
+    if fitting:
+        return min(fitting, key=len)[:want]
+    out: list[int] = []
+    for d in sorted(by_domain.values(), key=len, reverse=True):
+        out.extend(d[: want - len(out)])
+        if len(out) == want:
+            break
+    return out
+
+
+def _assign_from(
+    ledger: Ledger, node: int, free: list[int], replicas: int, per: int
+) -> list[Assignment]:
+    out: list[Assignment] = []
+    for _ in range(replicas):
+        gpus = pick_gpus(ledger, node, free, per)
+        free = [g for g in free if g not in gpus]
+        out.append(Assignment(node=node, gpus=tuple(gpus)))
+    return out
+
+
+def place_whole(ledger: Ledger, job: Job, pool: str, max_gpus: int | None = None) -> PlaceResult:
+    per = job.request.gpus
+    need = job.total_gpus
+    if max_gpus is not None and need > max_gpus:
+        return NotPlaced(Reason.NO_FIT, f"needs {need} GPUs, only {max_gpus} may be lent")
+    free_total = ledger.pool_free[pool]
+    if free_total < need:
+        return NotPlaced(
+            Reason.NO_FIT, f"needs {need} free GPUs, partition {pool} has {free_total} free"
+        )
+    buckets = ledger.buckets[pool]
+    top = len(buckets) - 1
+    # 1. the whole gang on one node, best fit (the fullest node that still fits)
+    if need <= top:
+        for k in range(need, top + 1):
+            for node in buckets[k]:
+                if node_admits(ledger, job, node, job.replicas):
+                    return Placed(
+                        tuple(
+                            _assign_from(
+                                ledger, node, ledger.free_gpus(pool, node), job.replicas, per
+                            )
+                        )
+                    )
+    # 2. across nodes
+    candidates = [
+        (node, ledger.free_gpus(pool, node))
+        for k in range(per, top + 1)
+        for node in buckets[k]
+        if node_admits(ledger, job, node)
+    ]
+    planned = spread(ledger, job, candidates)
+    if planned is None:
+        return NotPlaced(
+            Reason.FRAGMENTED,
+            f"{free_total} GPUs free in {pool} but not {job.replicas} x {per} on usable nodes",
+        )
+    return Placed(planned)
+
+
+def plan_on(ledger: Ledger, job: Job, free: dict[int, list[int]]) -> tuple[Assignment, ...] | None:
+    """Place a gang on a hypothetical view (node -> free GPUs), e.g. the GPUs free at a future
+    time for a backfill reservation. Same rules as ``place_whole``; host limits ignored."""
+    need = job.total_gpus
+    single = [(len(v), n) for n, v in free.items() if len(v) >= need]
+    if single:
+        _, node = min(single)
+        return tuple(_assign_from(ledger, node, free[node], job.replicas, job.request.gpus))
+    cands = [(n, v) for n, v in free.items() if len(v) >= job.request.gpus]
+    return spread(ledger, job, cands, host_limits=False)
+
+
+def spread(
+    ledger: Ledger, job: Job, candidates: list[tuple[int, list[int]]], host_limits: bool = True
+) -> tuple[Assignment, ...] | None:
+    """Replicas across nodes: the tightest single rack that holds the gang, else fewest racks;
+    inside a rack, the nodes with room for most replicas first (fewest nodes spanned)."""
+    per = job.request.gpus
+    c = ledger.cluster
+    racks: dict[str, list[tuple[int, int, list[int]]]] = {}
+    for node, free in candidates:
+        cap = len(free) // per
+        if host_limits:
+            cap = min(cap, replicas_by_host(ledger, job, node))
+        if cap > 0:
+            racks.setdefault(c.nodes[node].rack, []).append((node, cap, free))
+    rack_cap = {r: sum(cap for _, cap, _ in v) for r, v in racks.items()}
+    if sum(rack_cap.values()) < job.replicas:
+        return None
+    fits_one = [r for r in c.racks if rack_cap.get(r, 0) >= job.replicas]
+    if fits_one:
+        chosen = [min(fits_one, key=lambda r: rack_cap[r])]
+    else:
+        chosen = []
+        got = 0
+        for r in sorted(rack_cap, key=lambda r: -rack_cap[r]):
+            chosen.append(r)
+            got += rack_cap[r]
+            if got >= job.replicas:
+                break
+    out: list[Assignment] = []
+    left = job.replicas
+    for r in chosen:
+        for node, cap, free in sorted(racks[r], key=lambda t: (-t[1], t[0])):
+            take = min(cap, left)
+            out.extend(_assign_from(ledger, node, free, take, per))
+            left -= take
+            if left == 0:
+                return tuple(out)
+    raise AssertionError("rack capacity was counted but not found")  # pragma: no cover

@@ -1,0 +1,302 @@
+"""``Scheduler.step(events, now) -> decisions``: the pure, deterministic scheduling core.
+
+The simulator and the control plane both turn what they observe into events and apply the
+decisions they get back. Nothing here reads a clock, does I/O or draws unseeded randomness.
+A cycle runs: apply events -> expire notices -> warn idle sessions -> place each partition (with
+reservations and backfill) -> lend idle capacity -> reclaim lent capacity / protect serving.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from gpufence.model.cluster import Cluster
+from gpufence.model.decisions import (
+    Decision,
+    NoticeWithdrawn,
+    PendingReason,
+    Reason,
+    Reject,
+    Requeue,
+    Stop,
+)
+from gpufence.model.events import (
+    Activity,
+    CheckpointAck,
+    CheckpointWritten,
+    Event,
+    JobCancelled,
+    JobFinished,
+    JobStopped,
+    JobSubmitted,
+    MigReconfigured,
+    NodeDown,
+    NodeUp,
+    Tick,
+)
+from gpufence.model.partition import SharingMode
+from gpufence.sched.context import Context, Counters
+from gpufence.sched.engine import PlacementEngine
+from gpufence.sched.fairshare import FairShare, TenantShare
+from gpufence.sched.intake import Refused, resolve
+from gpufence.sched.jobs import TERMINAL, JobRecord, JobState
+from gpufence.sched.passes import lend_pass, place_partition
+from gpufence.sched.protect import protect_serving, reclaim_lent
+from gpufence.sched.queues import PendingQueues
+from gpufence.sched.reclaim import idle_deadline, warn_idle
+from gpufence.sched.registry import make_scorer
+from gpufence.state.invariants import check
+from gpufence.state.ledger import Ledger
+
+
+class InvariantViolation(AssertionError):
+    """The ledger broke an invariant (only raised with validation on)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerConfig:
+    fair_share_half_life_s: float = 86400.0
+    seed: int = 0  # for the `random` placement policy; nothing else draws randomness
+    validate: bool = False  # check every invariant after every step (tests, debugging)
+
+
+class Scheduler:
+    def __init__(self, cluster: Cluster, config: SchedulerConfig | None = None) -> None:
+        self.config = config or SchedulerConfig()
+        scorers = {
+            p: make_scorer(part.placement, self.config.seed)
+            for p, part in cluster.partitions.items()
+            if part.sharing is SharingMode.FRACTIONAL
+        }
+        self.ctx = Context(
+            cluster=cluster,
+            ledger=Ledger(cluster),
+            queues=PendingQueues(cluster),
+            fairshare=FairShare(cluster, self.config.fair_share_half_life_s),
+            engine=PlacementEngine(cluster, scorers),
+        )
+        self._started = False
+
+    # ------------------------------------------------------------------ public API
+    @property
+    def cluster(self) -> Cluster:
+        return self.ctx.cluster
+
+    @property
+    def ledger(self) -> Ledger:
+        return self.ctx.ledger
+
+    @property
+    def counters(self) -> Counters:
+        return self.ctx.counters
+
+    @property
+    def now(self) -> float:
+        return self.ctx.now
+
+    def step(self, events: Iterable[Event], now: float) -> list[Decision]:
+        ctx = self.ctx
+        if self._started and now < ctx.now:
+            raise ValueError(f"time went backwards: step at {now} after {ctx.now}")
+        self._started = True
+        ctx.fairshare.advance(now, ctx.ledger)
+        ctx.now = now
+        ctx.decisions = []
+        for ev in events:
+            self._apply(ev)
+        self._expire_notices()
+        warn_idle(ctx)
+        self._cycle()
+        if self.config.validate:
+            problems = check(ctx.ledger)
+            if problems:
+                raise InvariantViolation("; ".join(problems[:10]))
+        return ctx.decisions
+
+    def job(self, job_id: str) -> JobRecord:
+        return self.ctx.records[job_id]
+
+    def jobs(self) -> dict[str, JobRecord]:
+        return self.ctx.records
+
+    def why_pending(self, job_id: str) -> PendingReason | None:
+        ctx = self.ctx
+        rec = ctx.records.get(job_id)
+        if rec is None or rec.state is not JobState.PENDING:
+            return None
+        got = ctx.pending_reason.get(job_id)
+        if got is not None:
+            return got
+        key = (rec.queue, rec.job.priority, rec.job.shape())
+        return ctx.shape_reason.get(key, PendingReason(Reason.QUEUED, "not yet considered"))
+
+    def fair_share(self, partition: str) -> list[TenantShare]:
+        return self.ctx.fairshare.explain(partition, self.ctx.ledger)
+
+    def pending_count(self) -> int:
+        return len(self.ctx.queues)
+
+    def next_wakeup(self) -> float | None:
+        """The earliest time a deadline (notice, idle threshold) falls due, for a front end to
+        send a Tick then; None when nothing is timed."""
+        ctx = self.ctx
+        times = [n.deadline for j in ctx.noticed if (n := ctx.records[j].notice) is not None]
+        idle = idle_deadline(ctx)
+        if idle is not None:
+            times.append(idle)
+        return min(times) if times else None
+
+    # ------------------------------------------------------------------ events
+    def _apply(self, ev: Event) -> None:
+        ctx = self.ctx
+        if isinstance(ev, JobSubmitted):
+            self._submit(ev)
+            return
+        if isinstance(ev, Tick):
+            return
+        if isinstance(ev, NodeDown | NodeUp):
+            self._node(ev.node, isinstance(ev, NodeUp))
+            return
+        if isinstance(ev, MigReconfigured):
+            layout = ctx.mig_pending.pop(ev.gpu, None)
+            if layout is not None:
+                ctx.ledger.set_mig_layout(ev.gpu, layout)
+                ctx.ledger.set_blocked(ev.gpu, False)
+            return
+        rec = ctx.records.get(ev.job_id)
+        if rec is None or rec.state in TERMINAL:
+            return  # late report about a job we no longer track: nothing to do
+        if isinstance(ev, JobFinished):
+            self._end(rec, JobState.DONE if ev.succeeded else JobState.FAILED)
+        elif isinstance(ev, JobStopped):
+            self._stopped(rec)
+        elif isinstance(ev, JobCancelled):
+            self._end(rec, JobState.CANCELLED)
+        elif isinstance(ev, CheckpointAck):
+            rec.last_checkpoint = ctx.now
+            if rec.notice is not None and rec.notice.reason is not Reason.IDLE:
+                self._stop(rec, rec.notice.reason, True, "checkpoint acknowledged")
+        elif isinstance(ev, CheckpointWritten):
+            rec.last_checkpoint = ctx.now
+        elif isinstance(ev, Activity):
+            self._activity(rec, ev.utilization)
+
+    def _submit(self, ev: JobSubmitted) -> None:
+        ctx = self.ctx
+        job = ev.job
+        if job.id in ctx.records:
+            ctx.decisions.append(Reject(job.id, Reason.DUPLICATE, f"job id {job.id} already used"))
+            ctx.counters.rejects += 1
+            return
+        got = resolve(ctx.cluster, job)
+        if isinstance(got, Refused):
+            rec = JobRecord(job, "", "", JobState.REJECTED)
+            ctx.records[job.id] = rec
+            ctx.decisions.append(Reject(job.id, got.reason, got.message))
+            ctx.counters.rejects += 1
+            return
+        rec = JobRecord(job, got.home, got.queue)
+        ctx.records[job.id] = rec
+        ctx.queues.add(rec)
+        ctx.engine.observe(job, got.home)
+
+    def _release(self, rec: JobRecord) -> None:
+        ctx = self.ctx
+        jid = rec.job.id
+        if jid in ctx.ledger.allocs:
+            ctx.ledger.release(jid)
+        ctx.noticed.pop(jid, None)
+        ctx.interactive.pop(jid, None)
+        rec.notice = None
+
+    def _end(self, rec: JobRecord, state: JobState) -> None:
+        ctx = self.ctx
+        if rec.state is JobState.PENDING:
+            ctx.queues.remove(rec.job.id)
+            ctx.pending_reason.pop(rec.job.id, None)
+            ctx.nominations.pop(rec.job.id, None)
+        else:
+            self._release(rec)
+        rec.state = state
+
+    def _stop(self, rec: JobRecord, reason: Reason, requeue: bool, message: str) -> None:
+        ctx = self.ctx
+        if rec.notice is not None and rec.notice.counted:
+            ctx.counters.gpu_seconds_lost += rec.work_at_risk(ctx.now) * rec.job.total_gpus
+        ctx.noticed.pop(rec.job.id, None)
+        rec.notice = None
+        rec.state = JobState.STOPPING
+        rec.stop_reason = reason
+        rec.requeue_on_stop = requeue
+        ctx.decisions.append(Stop(rec.job.id, reason, requeue, message))
+
+    def _stopped(self, rec: JobRecord) -> None:
+        ctx = self.ctx
+        if rec.state is JobState.PENDING:
+            return
+        self._release(rec)
+        if rec.requeue_on_stop:
+            rec.attempt += 1
+            rec.state = JobState.PENDING
+            rec.started_at = None
+            ctx.queues.add(rec)
+            ctx.counters.requeues += 1
+            reason = rec.stop_reason or Reason.QUEUED
+            ctx.decisions.append(Requeue(rec.job.id, reason, rec.attempt, "back in its queue"))
+        else:
+            rec.state = JobState.RECLAIMED if rec.stop_reason is Reason.IDLE else JobState.FAILED
+
+    def _activity(self, rec: JobRecord, utilization: float) -> None:
+        ctx = self.ctx
+        pol = ctx.cluster.partitions[rec.home].reclaim if rec.home else None
+        threshold = pol.idle_threshold if pol is not None else 0.0
+        if utilization < threshold:
+            return
+        rec.last_active = ctx.now
+        if rec.notice is not None and rec.notice.reason is Reason.IDLE:
+            rec.notice = None
+            ctx.noticed.pop(rec.job.id, None)
+            ctx.decisions.append(
+                NoticeWithdrawn(rec.job.id, Reason.ACTIVE_AGAIN, "session active again")
+            )
+
+    def _node(self, name: str, up: bool) -> None:
+        ctx = self.ctx
+        idx = ctx.cluster.node_by_name.get(name)
+        if idx is None or ctx.ledger.node_up[idx] == up:
+            return
+        ctx.ledger.set_node_up(idx, up)
+        if up:
+            return
+        for jid in ctx.ledger.jobs_on_node(idx):
+            rec = ctx.records[jid]
+            if rec.state is JobState.RUNNING:
+                self._stop(rec, Reason.NODE_FAILURE, True, f"node {name} failed")
+
+    def _expire_notices(self) -> None:
+        ctx = self.ctx
+        for jid in list(ctx.noticed):
+            rec = ctx.records[jid]
+            n = rec.notice
+            if n is None or n.deadline > ctx.now or rec.state is not JobState.RUNNING:
+                continue
+            if n.reason is Reason.IDLE:
+                ctx.counters.reclaims[Reason.IDLE] += 1
+                self._stop(rec, Reason.IDLE, False, "idle session reclaimed after its warning")
+            else:
+                self._stop(rec, n.reason, True, "grace period expired without checkpoint ack")
+
+    # ------------------------------------------------------------------ cycle
+    def _cycle(self) -> None:
+        ctx = self.ctx
+        first = [ctx.records[j].home for j, n in ctx.nominations.items() if n.incident]
+        order = list(dict.fromkeys([*first, *ctx.cluster.partitions]))
+        failed = {p: place_partition(ctx, p) for p in order if ctx.queues.shapes[p]}
+        lend_pass(ctx, failed)
+        for recs in failed.values():
+            for rec in recs:
+                if rec.state is not JobState.PENDING:
+                    continue
+                if reclaim_lent(ctx, rec) or protect_serving(ctx, rec):
+                    break

@@ -1,0 +1,358 @@
+"""Allocation ledger: who holds which GPU, MIG slot, milli-GPU and CPU; indexes; fork/commit.
+
+Every state change goes through a handful of primitives. Each primitive keeps the free-capacity
+indexes up to date and, while a transaction is open, records its inverse, so a what-if (a gang
+placement, a preemption victim search, a backfill reservation) is ``mark = ledger.mark()`` ...
+``ledger.rollback(mark)`` in O(changes). ``check()`` recomputes everything from the allocation
+records and reports each broken invariant; tests run it after every scheduling step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from gpufence.model import mig as migmod
+from gpufence.model.cluster import Cluster
+from gpufence.model.decisions import Assignment
+from gpufence.model.job import MILLI_PER_GPU, Job, RequestKind
+from gpufence.model.partition import SharingMode
+
+HOLD_PREFIX = "@hold:"  # pseudo-owner of GPUs reserved for a waiting gang
+
+
+@dataclass(frozen=True, slots=True)
+class Allocation:
+    job: Job
+    home: str  # the job's own partition
+    queue: str  # the job's resolved queue
+    pool: str  # the partition whose GPUs it occupies
+    assignments: tuple[Assignment, ...]
+    charge_milli: int  # GPU-equivalents charged to quota and fair share
+    lent_from: str | None = None  # pool lent it capacity under a lending rule
+    incident: bool = False  # placed on capacity freed by incident preemption
+
+    def gpu_ids(self) -> Iterator[int]:
+        for a in self.assignments:
+            yield from a.gpus
+
+
+@dataclass(slots=True)
+class MigGpu:
+    """MIG state of one GPU: its GPU instances and who occupies each."""
+
+    instances: list[migmod.MigInstance]
+    occupant: list[str | None]
+
+    def busy(self) -> bool:
+        return any(o is not None for o in self.occupant)
+
+
+class Ledger:
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+        n_gpus = len(cluster.gpus)
+        n_nodes = len(cluster.nodes)
+        self.owner: list[str | None] = [None] * n_gpus  # exclusive holder (or a hold)
+        self.milli: list[int] = [0] * n_gpus  # fractional shares in use
+        self.gmem: list[int] = [0] * n_gpus  # GPU memory (MiB) of fractional shares
+        self.shares: list[dict[str, int]] = [{} for _ in range(n_gpus)]
+        self.ts: list[list[str]] = [[] for _ in range(n_gpus)]  # time-slice occupants
+        self.mig: dict[int, MigGpu] = {}
+        self.blocked: dict[int, None] = {}  # GPUs being MIG re-partitioned
+        self.cpu_used: list[int] = [0] * n_nodes
+        self.mem_used: list[int] = [0] * n_nodes
+        self.node_up: list[bool] = [True] * n_nodes
+        self.allocs: dict[str, Allocation] = {}
+        self.pool_used: dict[str, int] = {p: 0 for p in cluster.partitions}  # milli by pool
+        self.lent: dict[str, int] = {p: 0 for p in cluster.partitions}  # whole GPUs lent out
+        self.queue_used: dict[str, int] = {q: 0 for q in cluster.queues}  # milli, own pool only
+        self.queue_lent_used: dict[str, int] = {q: 0 for q in cluster.queues}
+        self._sharing = [cluster.partitions[g.partition].sharing for g in cluster.gpus]
+        self._gpu_mem = [cluster.gpu_type_of(g.gid).memory_mib for g in cluster.gpus]
+        # index: (pool, node) -> number of GPUs that are entirely free; buckets by that number
+        self.free_count: dict[tuple[str, int], int] = {}
+        self.buckets: dict[str, list[dict[int, None]]] = {}
+        self.pool_free: dict[str, int] = {p: 0 for p in cluster.partitions}
+        self._undo: list[Callable[[], None]] | None = None
+        self._init_indexes()
+        self._init_mig()
+
+    # ------------------------------------------------------------------ setup
+    def _init_indexes(self) -> None:
+        c = self.cluster
+        for p in c.partitions:
+            self.buckets[p] = [{} for _ in range(c.max_gpus_per_node(p) + 1)]
+        for (p, node), gids in c.node_partition_gpus.items():
+            free = sum(1 for g in gids if self._is_free(g))
+            self.free_count[(p, node)] = free
+            self.buckets[p][free][node] = None
+            self.pool_free[p] += free
+
+    def _init_mig(self) -> None:
+        for g in self.cluster.gpus:
+            part = self.cluster.partitions[g.partition]
+            if part.sharing is not SharingMode.MIG:
+                continue
+            gt = self.cluster.gpu_types[g.gpu_type]
+            assert gt.mig_model is not None, "spec validation guarantees MIG-capable GPUs"
+            layout = (
+                migmod.plan_layout(migmod.profiles_for(gt.mig_model), part.mig.layout)
+                if part.mig is not None and part.mig.layout
+                else ()
+            )
+            self.mig[g.gid] = MigGpu(list(layout), [None] * len(layout))
+
+    # ------------------------------------------------------------------ queries
+    def _is_free(self, g: int) -> bool:
+        """Entirely free: usable as a whole GPU (never true for MIG-mode GPUs)."""
+        return (
+            self.owner[g] is None
+            and self.milli[g] == 0
+            and not self.ts[g]
+            and self._sharing[g] is not SharingMode.MIG
+            and g not in self.blocked
+            and self.node_up[self.cluster.gpus[g].node]
+        )
+
+    def is_free(self, g: int) -> bool:
+        return self._is_free(g)
+
+    def free_gpus(self, pool: str, node: int) -> list[int]:
+        return [g for g in self.cluster.node_partition_gpus[(pool, node)] if self._is_free(g)]
+
+    def gpu_usable(self, g: int) -> bool:
+        return g not in self.blocked and self.node_up[self.cluster.gpus[g].node]
+
+    def cpu_free(self, node: int) -> int:
+        return self.cluster.nodes[node].cpu_milli - self.cpu_used[node]
+
+    def mem_free(self, node: int) -> int:
+        return self.cluster.nodes[node].mem_mib - self.mem_used[node]
+
+    def gpu_mem_free(self, g: int) -> int:
+        return self._gpu_mem[g] - self.gmem[g]
+
+    def colocated(self, g: int) -> tuple[str, ...]:
+        """Jobs sharing GPU ``g`` in time (time-slice) or space (fractional shares)."""
+        return tuple(self.ts[g]) + tuple(self.shares[g])
+
+    def jobs_on_node(self, node: int) -> list[str]:
+        return [jid for jid, a in self.allocs.items() if any(s.node == node for s in a.assignments)]
+
+    # ------------------------------------------------------------------ transactions
+    def mark(self) -> int:
+        if self._undo is None:
+            self._undo = []
+        return len(self._undo)
+
+    def rollback(self, mark: int) -> None:
+        undo = self._undo
+        assert undo is not None
+        self._undo = None  # inverses must not record inverses of their own
+        try:
+            while len(undo) > mark:
+                undo.pop()()
+        finally:
+            self._undo = undo
+
+    def commit(self, mark: int) -> None:
+        """Keep changes since ``mark``; close the transaction when it is the outermost."""
+        if mark == 0:
+            self._undo = None
+
+    @contextmanager
+    def fork(self) -> Iterator[int]:
+        """What-if block: everything done inside is undone on exit."""
+        m = self.mark()
+        try:
+            yield m
+        finally:
+            self.rollback(m)
+            if m == 0:
+                self._undo = None
+
+    def _record(self, inverse: Callable[[], None]) -> None:
+        if self._undo is not None:
+            self._undo.append(inverse)
+
+    # ------------------------------------------------------------------ primitives
+    def _reindex(self, g: int, was_free: bool) -> None:
+        now_free = self._is_free(g)
+        if now_free == was_free:
+            return
+        gpu = self.cluster.gpus[g]
+        key = (gpu.partition, gpu.node)
+        old = self.free_count[key]
+        new = old + (1 if now_free else -1)
+        self.free_count[key] = new
+        b = self.buckets[gpu.partition]
+        del b[old][gpu.node]
+        b[new][gpu.node] = None
+        self.pool_free[gpu.partition] += new - old
+
+    def _set_owner(self, g: int, owner: str | None) -> None:
+        prev = self.owner[g]
+        was = self._is_free(g)
+        self.owner[g] = owner
+        self._reindex(g, was)
+        self._record(lambda: self._set_owner(g, prev))
+
+    def _add_share(self, g: int, job: str, milli: int, mem: int) -> None:
+        was = self._is_free(g)
+        self.milli[g] += milli
+        self.gmem[g] += mem
+        self.shares[g][job] = milli
+        self._reindex(g, was)
+        self._record(lambda: self._remove_share(g, job, milli, mem))
+
+    def _remove_share(self, g: int, job: str, milli: int, mem: int) -> None:
+        was = self._is_free(g)
+        self.milli[g] -= milli
+        self.gmem[g] -= mem
+        del self.shares[g][job]
+        self._reindex(g, was)
+        self._record(lambda: self._add_share(g, job, milli, mem))
+
+    def _ts_add(self, g: int, job: str) -> None:
+        was = self._is_free(g)
+        self.ts[g].append(job)
+        self._reindex(g, was)
+        self._record(lambda: self._ts_remove(g, job))
+
+    def _ts_remove(self, g: int, job: str) -> None:
+        was = self._is_free(g)
+        self.ts[g].remove(job)
+        self._reindex(g, was)
+        self._record(lambda: self._ts_add(g, job))
+
+    def _mig_occupy(self, g: int, idx: int, job: str | None) -> None:
+        st = self.mig[g]
+        prev = st.occupant[idx]
+        st.occupant[idx] = job
+        self._record(lambda: self._mig_occupy(g, idx, prev))
+
+    def _node_res(self, node: int, cpu: int, mem: int) -> None:
+        self.cpu_used[node] += cpu
+        self.mem_used[node] += mem
+        self._record(lambda: self._node_res(node, -cpu, -mem))
+
+    def _counter(self, table: dict[str, int], key: str, delta: int) -> None:
+        table[key] += delta
+        self._record(lambda: self._counter(table, key, -delta))
+
+    def _set_alloc(self, job_id: str, alloc: Allocation | None) -> None:
+        prev = self.allocs.get(job_id)
+        if alloc is None:
+            del self.allocs[job_id]
+        else:
+            self.allocs[job_id] = alloc
+        self._record(lambda: self._set_alloc(job_id, prev))
+
+    def set_node_up(self, node: int, up: bool) -> None:
+        prev = self.node_up[node]
+        gids = [g.gid for g in self.cluster.gpus if g.node == node]
+        was = [self._is_free(g) for g in gids]
+        self.node_up[node] = up
+        for g, w in zip(gids, was, strict=True):
+            self._reindex(g, w)
+        self._record(lambda: self.set_node_up(node, prev))
+
+    def set_blocked(self, g: int, blocked: bool) -> None:
+        was = self._is_free(g)
+        prev = g in self.blocked
+        if blocked:
+            self.blocked[g] = None
+        else:
+            self.blocked.pop(g, None)
+        self._reindex(g, was)
+        self._record(lambda: self.set_blocked(g, prev))
+
+    def set_mig_layout(self, g: int, instances: Iterable[migmod.MigInstance]) -> None:
+        st = self.mig[g]
+        assert not st.busy(), "MIG layouts change only on idle GPUs"
+        prev = list(st.instances)
+        st.instances = list(instances)
+        st.occupant = [None] * len(st.instances)
+        self._record(lambda: self.set_mig_layout(g, prev))
+
+    # ------------------------------------------------------------------ holds
+    def hold(self, g: int, tag: str) -> None:
+        self._set_owner(g, HOLD_PREFIX + tag)
+
+    def unhold(self, g: int) -> None:
+        owner = self.owner[g]
+        assert owner is not None and owner.startswith(HOLD_PREFIX)
+        self._set_owner(g, None)
+
+    # ------------------------------------------------------------------ allocate / release
+    def allocate(self, alloc: Allocation) -> None:
+        job = alloc.job
+        req = job.request
+        for a in alloc.assignments:
+            self._node_res(a.node, job.cpu_milli, job.mem_mib)
+            if a.mig_profile is not None:
+                st = self.mig[a.gpus[0]]
+                idx = st.instances.index(migmod.MigInstance(a.mig_profile, a.mig_start or 0))
+                self._mig_occupy(a.gpus[0], idx, job.id)
+            elif a.time_sliced:
+                for g in a.gpus:
+                    self._ts_add(g, job.id)
+            elif req.kind is RequestKind.FRACTION:
+                self._add_share(a.gpus[0], job.id, a.milli, a.gpu_mem_mib)
+            else:
+                for g in a.gpus:
+                    self._set_owner(g, job.id)
+        self._counter(self.pool_used, alloc.pool, alloc.charge_milli)
+        if alloc.lent_from is not None:
+            self._counter(self.lent, alloc.lent_from, job.total_gpus)
+            self._counter(self.queue_lent_used, alloc.queue, alloc.charge_milli)
+        elif not alloc.incident:
+            self._counter(self.queue_used, alloc.queue, alloc.charge_milli)
+        else:
+            self._counter(self.queue_lent_used, alloc.queue, alloc.charge_milli)
+        self._set_alloc(job.id, alloc)
+
+    def release(self, job_id: str) -> Allocation:
+        alloc = self.allocs[job_id]
+        job = alloc.job
+        for a in alloc.assignments:
+            self._node_res(a.node, -job.cpu_milli, -job.mem_mib)
+            if a.mig_profile is not None:
+                st = self.mig[a.gpus[0]]
+                idx = st.occupant.index(job_id)
+                self._mig_occupy(a.gpus[0], idx, None)
+            elif a.time_sliced:
+                for g in a.gpus:
+                    self._ts_remove(g, job_id)
+            elif job.request.kind is RequestKind.FRACTION:
+                self._remove_share(a.gpus[0], job_id, a.milli, a.gpu_mem_mib)
+            else:
+                for g in a.gpus:
+                    self._set_owner(g, None)
+        self._counter(self.pool_used, alloc.pool, -alloc.charge_milli)
+        if alloc.lent_from is not None:
+            self._counter(self.lent, alloc.lent_from, -job.total_gpus)
+            self._counter(self.queue_lent_used, alloc.queue, -alloc.charge_milli)
+        elif not alloc.incident:
+            self._counter(self.queue_used, alloc.queue, -alloc.charge_milli)
+        else:
+            self._counter(self.queue_lent_used, alloc.queue, -alloc.charge_milli)
+        self._set_alloc(job_id, None)
+        return alloc
+
+
+def charge_milli(job: Job, cluster: Cluster, pool: str) -> int:
+    """GPU-equivalents (milli) a job is charged: whole GPUs 1000 each, MIG by compute slices."""
+    req = job.request
+    if req.kind is RequestKind.FRACTION:
+        return req.milli * job.replicas
+    if req.kind is RequestKind.MIG:
+        assert req.mig_profile is not None
+        gids = cluster.partition_gpus[pool]
+        model = cluster.gpu_type_of(gids[0]).mig_model if gids else None
+        if model is None:
+            return MILLI_PER_GPU * job.replicas
+        return migmod.compute_fraction(migmod.profile(model, req.mig_profile)) * job.replicas
+    return MILLI_PER_GPU * job.total_gpus
