@@ -197,7 +197,6 @@ def _past_holds(
             return []
         return _hold(ctx, res)
     led.rollback(m)
-    led.commit(m)
     return None
 
 

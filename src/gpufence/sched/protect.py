@@ -1,9 +1,12 @@
 """Taking capacity back: reclaim what a fence lent out, then (serving only) incident preemption.
 
 Both start a handshake: victims get a Notice with a deadline; a CheckpointAck or the deadline
-turns it into a Stop; the GPUs come back when the front end reports JobStopped. Victims are
-searched in a ledger fork: release candidates in order until the waiting job fits, then drop the
-ones it turned out not to need.
+turns it into a Stop; the GPUs come back when the front end reports JobStopped.
+
+Demand is handled as a batch per partition: the waiting jobs are walked in scheduling order inside
+one ledger fork; each job's victims are searched with the earlier jobs already (tentatively)
+placed, so a surge of ten replicas takes exactly the capacity ten replicas need, and every job
+of the batch waits for the victims it depends on.
 """
 
 from __future__ import annotations
@@ -13,38 +16,73 @@ from collections.abc import Callable
 
 from gpufence.model.decisions import Notice, Reason
 from gpufence.model.job import WorkloadClass
-from gpufence.model.partition import PreemptionMode
+from gpufence.model.partition import PreemptionMode, PreemptionPolicy
 from gpufence.sched.context import Context, Nomination
 from gpufence.sched.jobs import JobRecord, JobState
 from gpufence.sched.jobs import Notice as NoticeState
 from gpufence.sched.placement.base import Placed
+from gpufence.state.ledger import Allocation, charge_milli
+
+MAX_BATCH = 256  # waiting jobs considered per partition per cycle
 
 
-def _fits_after(ctx: Context, rec: JobRecord, pool: str, victims: list[str]) -> bool:
-    with ctx.ledger.fork():
-        for v in victims:
-            ctx.ledger.release(v)
-        return isinstance(ctx.engine.place(ctx.ledger, rec.job, pool), Placed)
+def _place_tentatively(ctx: Context, rec: JobRecord, pool: str) -> bool:
+    r = ctx.engine.place(ctx.ledger, rec.job, pool)
+    if not isinstance(r, Placed):
+        return False
+    charge = charge_milli(rec.job, ctx.cluster, pool)
+    incident = pool != rec.home
+    ctx.ledger.allocate(
+        Allocation(rec.job, rec.home, rec.queue, pool, r.assignments, charge, None, incident)
+    )
+    return True
 
 
-def choose_victims(
+def _victims_for(
     ctx: Context, rec: JobRecord, pool: str, candidates: list[str]
 ) -> list[str] | None:
-    """Smallest prefix-then-pruned set of ``candidates`` whose release lets ``rec`` fit."""
+    """Fewest of ``candidates`` (in order, then pruned) whose release lets ``rec`` fit in
+    ``pool``; they are released in the ledger (the caller's fork) and ``rec`` placed there."""
+    led = ctx.ledger
     chosen: list[str] = []
-    with ctx.ledger.fork():
+    with led.fork():
         for v in candidates:
-            ctx.ledger.release(v)
+            led.release(v)
             chosen.append(v)
-            if isinstance(ctx.engine.place(ctx.ledger, rec.job, pool), Placed):
+            if isinstance(ctx.engine.place(led, rec.job, pool), Placed):
                 break
         else:
             return None
     for v in reversed(list(chosen)):
         rest = [x for x in chosen if x != v]
-        if _fits_after(ctx, rec, pool, rest):
+        with led.fork():
+            for x in rest:
+                led.release(x)
+            ok = isinstance(ctx.engine.place(led, rec.job, pool), Placed)
+        if ok:
             chosen = rest
+    for v in chosen:
+        led.release(v)
+    placed = _place_tentatively(ctx, rec, pool)
+    assert placed, "victim search said it fits"
     return chosen
+
+
+def _running(ctx: Context, taken: dict[str, None], pred: Callable[[JobRecord], bool]) -> list[str]:
+    recs = [
+        r
+        for jid in ctx.ledger.allocs
+        if jid not in taken
+        and (r := ctx.records.get(jid)) is not None
+        and r.state is JobState.RUNNING
+        and r.notice is None
+        and pred(r)
+    ]
+    # lowest priority, least work lost, youngest first
+    recs.sort(
+        key=lambda r: (r.job.priority, r.work_at_risk(ctx.now), -(r.started_at or 0.0), r.job.id)
+    )
+    return [r.job.id for r in recs]
 
 
 def _notice(
@@ -61,80 +99,112 @@ def _notice(
         ctx.counters.reclaims[reason] += 1
 
 
-def _running(ctx: Context, pred: Callable[[JobRecord], bool]) -> list[JobRecord]:
-    return [
-        r
-        for jid, _ in ctx.ledger.allocs.items()
-        if (r := ctx.records[jid]).state is JobState.RUNNING and r.notice is None and pred(r)
-    ]
-
-
-def _victim_order(ctx: Context, recs: list[JobRecord]) -> list[str]:
-    # lowest priority, least work lost, youngest first
-    recs.sort(
-        key=lambda r: (r.job.priority, r.work_at_risk(ctx.now), -(r.started_at or 0), r.job.id)
-    )
-    return [r.job.id for r in recs]
-
-
-def reclaim_lent(ctx: Context, rec: JobRecord) -> bool:
-    """Owner partition needs its lent GPUs back for ``rec``. True when notices went out."""
-    pool = rec.home
-    if ctx.ledger.lent[pool] == 0 or rec.job.id in ctx.nominations:
-        return False
-    borrowers = _running(ctx, lambda r: ctx.ledger.allocs[r.job.id].lent_from == pool)
-    victims = choose_victims(ctx, rec, pool, _victim_order(ctx, borrowers))
-    if not victims:
-        return False
-    for v in victims:
-        rule = next(r for r in ctx.cluster.partitions[pool].lending if ctx.records[v].home in r.to)
-        why = f"partition {pool} reclaims its lent GPUs for {rec.job.id}"
-        _notice(ctx, v, Reason.LENT_RECLAIM, rule.reclaim_deadline_s, False, why)
-    ctx.nominations[rec.job.id] = Nomination(dict.fromkeys(victims), (pool,), incident=False)
-    ctx.set_pending(rec.job.id, Reason.WAITING_PREEMPTION, f"reclaiming lent GPUs: {victims}")
-    return True
-
-
-def protect_serving(ctx: Context, rec: JobRecord) -> bool:
-    """Incident preemption for a serving job its fence cannot hold. True when notices went out."""
-    if rec.job.workload_class is not WorkloadClass.SERVING or rec.job.id in ctx.nominations:
-        return False
-    pol = ctx.cluster.partitions[rec.home].preemption
-    if pol.mode is PreemptionMode.OFF or not pol.from_partitions:
-        return False
+def protect_partition(ctx: Context, p: str, waiting: list[JobRecord]) -> None:
+    """Reclaim lent capacity, then (for serving) preempt in an incident, for ``waiting`` jobs."""
+    led = ctx.ledger
+    part = ctx.cluster.partitions[p]
+    pol = part.preemption
     on_demand = pol.mode is PreemptionMode.ON_DEMAND
-    now = ctx.now
-    times = ctx.preempt_times.setdefault(rec.home, deque())
-    while times and times[0] <= now - pol.window_s:
+    times = ctx.preempt_times.setdefault(p, deque())
+    while times and times[0] <= ctx.now - pol.window_s:
         times.popleft()
-    for pool in pol.from_partitions:
-
-        def eligible(r: JobRecord, pool: str = pool) -> bool:
-            a = ctx.ledger.allocs[r.job.id]
-            if a.pool != pool or r.job.workload_class is WorkloadClass.SERVING:
-                return False
-            if on_demand:
-                return True
-            old_enough = r.started_at is not None and now - r.started_at >= pol.min_runtime_s
-            return r.job.checkpointable and old_enough
-
-        victims = choose_victims(ctx, rec, pool, _victim_order(ctx, _running(ctx, eligible)))
-        if not victims:
-            continue
-        if not on_demand and len(times) + len(victims) > pol.budget:
-            ctx.set_pending(
-                rec.job.id,
-                Reason.PREEMPTION_BUDGET,
-                f"would preempt {len(victims)} jobs; {len(times)} of {pol.budget} preemptions "
-                f"used in the last {pol.window_s:g} s",
+    taken: dict[str, None] = {}  # victims chosen in this batch, in order
+    plan: list[tuple[JobRecord, tuple[str, ...], str, Reason]] = []
+    counted = 0
+    budget_hit: list[JobRecord] = []
+    # victims already noticed or chosen in this batch -> the pool their GPUs come back to
+    inflight = {v: led.allocs[v].pool for v in ctx.noticed if v in led.allocs}
+    with led.fork():
+        for v in inflight:  # capacity already on its way back counts as free
+            led.release(v)
+        for rec in waiting[:MAX_BATCH]:
+            if rec.job.id in ctx.nominations or rec.state is not JobState.PENDING:
+                continue
+            if _place_tentatively(ctx, rec, p):
+                continue  # in-flight notices already cover it
+            covered = _covered_elsewhere(ctx, rec, pol, inflight)
+            if covered is not None:
+                ctx.nominations[rec.job.id] = Nomination(covered[1], (covered[0],), True)
+                continue
+            got = _victims_for(
+                ctx,
+                rec,
+                p,
+                _running(ctx, taken, lambda r: led.allocs[r.job.id].lent_from == p),
             )
-            return False
-        reason = Reason.ON_DEMAND_PREEMPTION if on_demand else Reason.INCIDENT_PREEMPTION
+            if got is not None:
+                taken.update(dict.fromkeys(got))
+                inflight.update(dict.fromkeys(got, p))
+                plan.append((rec, tuple(taken), p, Reason.LENT_RECLAIM))
+                continue
+            if rec.job.workload_class is not WorkloadClass.SERVING:
+                continue
+            if pol.mode is PreemptionMode.OFF:
+                continue
+            for pool in pol.from_partitions:
+                got = _victims_for(ctx, rec, pool, _running(ctx, taken, _eligible(ctx, pol, pool)))
+                if got is None:
+                    continue
+                if not on_demand and len(times) + counted + len(got) > pol.budget:
+                    budget_hit.append(rec)
+                    break
+                counted += len(got)
+                taken.update(dict.fromkeys(got))
+                inflight.update(dict.fromkeys(got, pool))
+                reason = Reason.ON_DEMAND_PREEMPTION if on_demand else Reason.INCIDENT_PREEMPTION
+                plan.append((rec, tuple(taken), pool, reason))
+                break
+    for rec in budget_hit:
+        ctx.set_pending(
+            rec.job.id,
+            Reason.PREEMPTION_BUDGET,
+            f"fence {p} is full; incident preemption budget spent "
+            f"({len(times) + counted} of {pol.budget} in {pol.window_s:g} s)",
+        )
+    noticed: dict[str, None] = {}
+    for rec, victims, pool, reason in plan:
         for v in victims:
-            times.append(now)
-            why = f"serving job {rec.job.id} needs GPUs its fence {rec.home} cannot hold"
-            _notice(ctx, v, reason, pol.grace_s, True, why)
-        ctx.nominations[rec.job.id] = Nomination(dict.fromkeys(victims), (pool,), incident=True)
-        ctx.set_pending(rec.job.id, Reason.WAITING_PREEMPTION, f"waiting for {victims} to stop")
-        return True
-    return False
+            if v in noticed or v in ctx.noticed:
+                continue
+            noticed[v] = None
+            vrec = ctx.records[v]
+            if reason is Reason.LENT_RECLAIM:
+                rule = next(r for r in part.lending if vrec.home in r.to)
+                why = f"partition {p} reclaims its lent GPUs for {rec.job.id}"
+                _notice(ctx, v, reason, rule.reclaim_deadline_s, False, why)
+            else:
+                times.append(ctx.now)
+                why = f"serving job {rec.job.id} needs GPUs its fence {p} cannot hold"
+                _notice(ctx, v, reason, pol.grace_s, True, why)
+        incident = reason is not Reason.LENT_RECLAIM
+        ctx.nominations[rec.job.id] = Nomination(dict.fromkeys(victims), (pool,), incident)
+        ctx.set_pending(rec.job.id, Reason.WAITING_PREEMPTION, f"waiting for {', '.join(victims)}")
+
+
+def _covered_elsewhere(
+    ctx: Context, rec: JobRecord, pol: PreemptionPolicy, inflight: dict[str, str]
+) -> tuple[str, dict[str, None]] | None:
+    """A serving job that fits in a donor pool once the victims already noticed there stop."""
+    if rec.job.workload_class is not WorkloadClass.SERVING or pol.mode is PreemptionMode.OFF:
+        return None
+    for pool in pol.from_partitions:
+        if _place_tentatively(ctx, rec, pool):
+            return pool, {v: None for v, vp in inflight.items() if vp == pool}
+    return None
+
+
+def _eligible(ctx: Context, pol: PreemptionPolicy, pool: str) -> Callable[[JobRecord], bool]:
+    on_demand = pol.mode is PreemptionMode.ON_DEMAND
+
+    def ok(r: JobRecord) -> bool:
+        a = ctx.ledger.allocs[r.job.id]
+        if a.pool != pool or r.job.workload_class is WorkloadClass.SERVING:
+            return False
+        if on_demand:
+            return True
+        started = r.started_at
+        return (
+            r.job.checkpointable and started is not None and ctx.now - started >= pol.min_runtime_s
+        )
+
+    return ok

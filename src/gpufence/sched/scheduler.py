@@ -35,14 +35,14 @@ from gpufence.model.events import (
     NodeUp,
     Tick,
 )
-from gpufence.model.partition import SharingMode
+from gpufence.model.partition import PreemptionMode, SharingMode
 from gpufence.sched.context import Context, Counters
 from gpufence.sched.engine import PlacementEngine
 from gpufence.sched.fairshare import FairShare, TenantShare
 from gpufence.sched.intake import Refused, resolve
 from gpufence.sched.jobs import TERMINAL, JobRecord, JobState
-from gpufence.sched.passes import lend_pass, place_partition
-from gpufence.sched.protect import protect_serving, reclaim_lent
+from gpufence.sched.passes import CAPACITY, lend_pass, place_partition
+from gpufence.sched.protect import protect_partition
 from gpufence.sched.queues import PendingQueues
 from gpufence.sched.reclaim import idle_deadline, warn_idle
 from gpufence.sched.registry import make_scorer
@@ -294,9 +294,15 @@ class Scheduler:
         order = list(dict.fromkeys([*first, *ctx.cluster.partitions]))
         failed = {p: place_partition(ctx, p) for p in order if ctx.queues.shapes[p]}
         lend_pass(ctx, failed)
-        for recs in failed.values():
-            for rec in recs:
-                if rec.state is not JobState.PENDING:
-                    continue
-                if reclaim_lent(ctx, rec) or protect_serving(ctx, rec):
-                    break
+        for p, recs in failed.items():
+            part = ctx.cluster.partitions[p]
+            if not recs or (ctx.ledger.lent[p] == 0 and part.preemption.mode is PreemptionMode.OFF):
+                continue
+            waiting = [
+                r
+                for r in ctx.queues.ordered(p, lambda q: ctx.fairshare.share(q, ctx.ledger))
+                if r.job.id not in ctx.nominations
+                and (why := self.why_pending(r.job.id)) is not None
+                and why.reason in CAPACITY
+            ]
+            protect_partition(ctx, p, waiting)

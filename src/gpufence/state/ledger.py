@@ -76,6 +76,7 @@ class Ledger:
         self.buckets: dict[str, list[dict[int, None]]] = {}
         self.pool_free: dict[str, int] = {p: 0 for p in cluster.partitions}
         self._undo: list[Callable[[], None]] | None = None
+        self._depth = 0  # open transactions
         self._init_indexes()
         self._init_mig()
 
@@ -143,23 +144,32 @@ class Ledger:
 
     # ------------------------------------------------------------------ transactions
     def mark(self) -> int:
+        """Open a (possibly nested) transaction; close it with ``commit`` or ``rollback``."""
         if self._undo is None:
             self._undo = []
+        self._depth += 1
         return len(self._undo)
 
     def rollback(self, mark: int) -> None:
+        """Undo everything since ``mark`` and close that transaction."""
         undo = self._undo
-        assert undo is not None
+        assert undo is not None and self._depth > 0
         self._undo = None  # inverses must not record inverses of their own
         try:
             while len(undo) > mark:
                 undo.pop()()
         finally:
             self._undo = undo
+            self._close()
 
     def commit(self, mark: int) -> None:
-        """Keep changes since ``mark``; close the transaction when it is the outermost."""
-        if mark == 0:
+        """Keep the changes since ``mark`` (an enclosing transaction may still undo them)."""
+        assert self._undo is not None and self._depth > 0 and len(self._undo) >= mark
+        self._close()
+
+    def _close(self) -> None:
+        self._depth -= 1
+        if self._depth == 0:
             self._undo = None
 
     @contextmanager
@@ -170,8 +180,6 @@ class Ledger:
             yield m
         finally:
             self.rollback(m)
-            if m == 0:
-                self._undo = None
 
     def _record(self, inverse: Callable[[], None]) -> None:
         if self._undo is not None:

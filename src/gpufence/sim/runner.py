@@ -1,0 +1,231 @@
+"""Replay a workload through the scheduler core on a virtual clock and record what happened.
+
+The simulator plays the front end: it turns workload items into events, calls
+``Scheduler.step``, and applies the decisions exactly as the control plane would (binds start
+work, stops end it, notices are acknowledged after the job's checkpoint time, MIG re-partitions
+finish after their delay). No scheduling logic lives here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from gpufence.model.cluster import Cluster
+from gpufence.model.decisions import (
+    Bind,
+    Decision,
+    MigReconfigure,
+    Notice,
+    Reason,
+    Reject,
+    Requeue,
+    Stop,
+)
+from gpufence.model.events import (
+    Activity,
+    CheckpointAck,
+    Event,
+    JobFinished,
+    JobStopped,
+    JobSubmitted,
+    MigReconfigured,
+    Tick,
+)
+from gpufence.model.job import Job
+from gpufence.sched.scheduler import Scheduler, SchedulerConfig
+from gpufence.sim.engine import EventQueue
+from gpufence.state.invariants import check
+
+
+@dataclass(frozen=True, slots=True)
+class WorkItem:
+    """A job of the workload and how it behaves once running."""
+
+    job: Job
+    duration_s: float  # run time on its GPUs, uninterrupted
+    ack_after_s: float | None = 30.0  # time to checkpoint when noticed; None = never acks
+    checkpoint_every_s: float | None = None  # periodic checkpoints bound the work lost
+    activity: tuple[tuple[float, float], ...] = ()  # (seconds after start, utilisation)
+
+
+@dataclass(frozen=True, slots=True)
+class At:
+    """A cluster event (node failure, repair, ...) injected at a time."""
+
+    time: float
+    event: Event
+
+
+@dataclass(slots=True)
+class JobTrace:
+    item: WorkItem
+    submitted: float
+    first_start: float | None = None
+    end: float | None = None
+    state: str = "pending"
+    attempt: int = 0
+    started: float | None = None
+    done_s: float = 0.0  # work kept (checkpointed) across attempts
+    attempts: int = 0
+
+
+@dataclass
+class SimResult:
+    jobs: dict[str, JobTrace]
+    log: list[tuple[float, Decision]]
+    end_time: float
+    steps: int
+    invariant_violations: int
+    gpu_seconds_allocated: float
+    counters: dict[str, object] = field(default_factory=dict)
+
+
+_Item = tuple[str, object]
+
+
+class Simulation:
+    def __init__(
+        self,
+        cluster: Cluster,
+        work: Iterable[WorkItem],
+        events: Iterable[At] = (),
+        config: SchedulerConfig | None = None,
+        check_invariants: bool = True,
+    ) -> None:
+        self.cluster = cluster
+        self.scheduler = Scheduler(cluster, config)
+        self.q: EventQueue[_Item] = EventQueue()
+        self.jobs: dict[str, JobTrace] = {}
+        self.log: list[tuple[float, Decision]] = []
+        self.check_invariants = check_invariants
+        self.violations = 0
+        self._alloc_gpu_s = 0.0
+        self._last_t = 0.0
+        self._tick_at: float | None = None
+        for item in work:
+            self.q.push(item.job.submit_time, ("submit", item))
+        for at in events:
+            self.q.push(at.time, ("event", at.event))
+
+    def run(
+        self, until: float | None = None, progress: Callable[[float], None] | None = None
+    ) -> SimResult:
+        steps = 0
+        while len(self.q):
+            t = self.q.peek_time()
+            assert t is not None
+            if until is not None and t > until:
+                break
+            now, due = self.q.pop_due()
+            self._integrate(now)
+            events = [e for item in due if (e := self._to_event(item, now)) is not None]
+            decisions = self.scheduler.step(events, now)
+            steps += 1
+            for d in decisions:
+                self.log.append((now, d))
+                self._apply(d, now)
+            if self.check_invariants:
+                self.violations += len(check(self.scheduler.ledger))
+            wake = self.scheduler.next_wakeup()
+            if wake is not None and wake > now and (self._tick_at is None or wake < self._tick_at):
+                self._tick_at = wake
+                self.q.push(wake, ("tick", None))
+            if progress is not None:
+                progress(now)
+        c = self.scheduler.counters
+        return SimResult(
+            jobs=self.jobs,
+            log=self.log,
+            end_time=self.q.now,
+            steps=steps,
+            invariant_violations=self.violations,
+            gpu_seconds_allocated=self._alloc_gpu_s,
+            counters={
+                "binds": c.binds,
+                "rejects": c.rejects,
+                "requeues": c.requeues,
+                "preemptions": dict(c.preemptions),
+                "reclaims": dict(c.reclaims),
+                "gpu_seconds_lost": c.gpu_seconds_lost,
+            },
+        )
+
+    # ------------------------------------------------------------------ internals
+    def _integrate(self, now: float) -> None:
+        held = sum(self.scheduler.ledger.pool_used.values()) / 1000.0
+        self._alloc_gpu_s += held * (now - self._last_t)
+        self._last_t = now
+
+    def _to_event(self, item: _Item, now: float) -> Event | None:
+        kind, payload = item
+        if kind == "submit":
+            assert isinstance(payload, WorkItem)
+            self.jobs[payload.job.id] = JobTrace(payload, submitted=now)
+            return JobSubmitted(payload.job)
+        if kind == "event":
+            assert not isinstance(payload, tuple | WorkItem | None)
+            return payload  # type: ignore[return-value]
+        if kind == "tick":
+            if self._tick_at is not None and self._tick_at <= now:
+                self._tick_at = None
+            return Tick()
+        if kind == "mig":
+            assert isinstance(payload, int)
+            return MigReconfigured(payload)
+        assert isinstance(payload, tuple)
+        jid, attempt = payload[0], payload[1]
+        tr = self.jobs[jid]
+        if tr.attempt != attempt or tr.started is None:
+            return None  # the attempt this was meant for is over
+        if kind == "finish":
+            tr.state, tr.end, tr.started = "done", now, None
+            return JobFinished(jid)
+        if kind == "ack":
+            tr.done_s += now - tr.started  # the checkpoint keeps everything done so far
+            tr.started = now
+            return CheckpointAck(jid)
+        if kind == "activity":
+            return Activity(jid, payload[2])
+        if kind == "stopped":
+            tr.started = None
+            return JobStopped(jid)
+        raise AssertionError(kind)
+
+    def _apply(self, d: Decision, now: float) -> None:
+        if isinstance(d, Bind):
+            tr = self.jobs[d.job_id]
+            tr.attempt += 1
+            tr.attempts += 1
+            tr.state = "running"
+            tr.started = now
+            if tr.first_start is None:
+                tr.first_start = now
+            left = max(0.0, tr.item.duration_s - tr.done_s)
+            self.q.push(now + left, ("finish", (d.job_id, tr.attempt)))
+            for offset, util in tr.item.activity:
+                if offset < left:
+                    self.q.push(now + offset, ("activity", (d.job_id, tr.attempt, util)))
+        elif isinstance(d, Stop):
+            tr = self.jobs[d.job_id]
+            if tr.started is not None:
+                ran = now - tr.started
+                every = tr.item.checkpoint_every_s
+                tr.done_s += (ran // every) * every if every else 0.0
+            tr.state = (
+                "stopping" if d.requeue else ("reclaimed" if d.reason is Reason.IDLE else "failed")
+            )
+            if not d.requeue:
+                tr.end = now
+            self.q.push(now, ("stopped", (d.job_id, tr.attempt)))
+        elif isinstance(d, Notice):
+            tr = self.jobs[d.job_id]
+            if d.reason is not Reason.IDLE and tr.item.ack_after_s is not None:
+                self.q.push(now + tr.item.ack_after_s, ("ack", (d.job_id, tr.attempt)))
+        elif isinstance(d, Reject):
+            tr = self.jobs[d.job_id]
+            tr.state, tr.end = "rejected", now
+        elif isinstance(d, Requeue):
+            self.jobs[d.job_id].state = "pending"
+        elif isinstance(d, MigReconfigure):
+            self.q.push(now + d.ready_after_s, ("mig", d.gpu))

@@ -1,0 +1,74 @@
+"""Summaries of a simulation: queue delay and JCT percentiles per class, counts, utilisation."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from gpufence.sim.runner import SimResult
+
+
+def _pcts(values: list[float], which: tuple[int, ...] = (50, 95, 99)) -> dict[str, float]:
+    if not values:
+        return {f"p{p}": 0.0 for p in which} | {"max": 0.0}
+    arr = np.asarray(values, dtype=float)
+    out = {f"p{p}": round(float(np.percentile(arr, p)), 3) for p in which}
+    out["max"] = round(float(arr.max()), 3)
+    return out
+
+
+def summarize(result: SimResult, total_gpus: int) -> dict[str, Any]:
+    delays: dict[str, list[float]] = {"all": []}
+    jcts: dict[str, list[float]] = {"all": []}
+    states: dict[str, int] = {}
+    for tr in result.jobs.values():
+        cls = str(tr.item.job.workload_class)
+        states[tr.state] = states.get(tr.state, 0) + 1
+        if tr.first_start is not None:
+            d = tr.first_start - tr.submitted
+            delays.setdefault(cls, []).append(d)
+            delays["all"].append(d)
+        if tr.state == "done" and tr.end is not None:
+            j = tr.end - tr.submitted
+            jcts.setdefault(cls, []).append(j)
+            jcts["all"].append(j)
+    span = max(result.end_time, 1e-9)
+    return {
+        "submitted": len(result.jobs),
+        "completed": states.get("done", 0),
+        "rejected": states.get("rejected", 0),
+        "states": dict(sorted(states.items())),
+        "queue_delay_s": {k: _pcts(v) for k, v in sorted(delays.items())},
+        "jct_s": {k: _pcts(v) for k, v in sorted(jcts.items())},
+        "gpu": {"allocation_ratio": round(result.gpu_seconds_allocated / (total_gpus * span), 4)},
+        "preemptions": result.counters.get("preemptions", {}),
+        "reclaims": result.counters.get("reclaims", {}),
+        "invariant_violations": result.invariant_violations,
+        "end_time_s": round(result.end_time, 3),
+        "steps": result.steps,
+    }
+
+
+def decision_line(t: float, d: object) -> str:
+    """One stable, human-readable line per decision (golden logs, event dumps)."""
+    name = type(d).__name__
+    fields = getattr(d, "__slots__", ())
+    parts = []
+    for f in fields:
+        v = getattr(d, f)
+        if f == "assignments":
+            v = ";".join(
+                f"n{a.node}:"
+                + ",".join(map(str, a.gpus))
+                + (f"/{a.mig_profile}@{a.mig_start}" if a.mig_profile else "")
+                + (f"/{a.milli}m" if a.milli != 1000 else "")
+                + ("/ts" if a.time_sliced else "")
+                for a in v
+            )
+        elif hasattr(v, "value"):
+            v = v.value
+        if v in (None, "", ()):
+            continue
+        parts.append(f"{f}={v}")
+    return f"{t:10.3f} {name} " + " ".join(parts)
