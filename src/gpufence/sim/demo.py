@@ -83,7 +83,7 @@ def fenced_surge() -> Act:
             submit_time=20.0,
         )
         w.append(WorkItem(job, 5000.0, ack_after_s=15.0, checkpoint_every_s=300.0))
-    busy = tuple((60.0 * k, 0.6) for k in range(10)) + ((600.0, 0.0),)
+    busy = (*tuple((60.0 * k, 0.6) for k in range(10)), (600.0, 0.0))
     nb = Job("notebook", WorkloadClass.INTERACTIVE, GpuRequest.mig("1g.10gb"), queue="notebooks")
     w.append(WorkItem(nb, 9000.0, ack_after_s=None, activity=busy))
     for i in range(12):

@@ -70,9 +70,21 @@ class JobTrace:
     attempts: int = 0
 
 
+@dataclass(slots=True)
+class Occupancy:
+    """One attempt of a job holding GPUs from ``start`` to ``end``."""
+
+    job_id: str
+    gpus: tuple[int, ...]
+    exclusive: bool
+    start: float
+    end: float | None = None
+
+
 @dataclass
 class SimResult:
     jobs: dict[str, JobTrace]
+    occupancy: list[Occupancy]
     log: list[tuple[float, Decision]]
     end_time: float
     steps: int
@@ -98,6 +110,8 @@ class Simulation:
         self.q: EventQueue[_Item] = EventQueue()
         self.jobs: dict[str, JobTrace] = {}
         self.log: list[tuple[float, Decision]] = []
+        self.occupancy: list[Occupancy] = []
+        self._open: dict[str, Occupancy] = {}
         self.check_invariants = check_invariants
         self.violations = 0
         self._alloc_gpu_s = 0.0
@@ -136,6 +150,7 @@ class Simulation:
         c = self.scheduler.counters
         return SimResult(
             jobs=self.jobs,
+            occupancy=self.occupancy,
             log=self.log,
             end_time=self.q.now,
             steps=steps,
@@ -180,6 +195,7 @@ class Simulation:
             return None  # the attempt this was meant for is over
         if kind == "finish":
             tr.state, tr.end, tr.started = "done", now, None
+            self._close(jid, now)
             return JobFinished(jid)
         if kind == "ack":
             tr.done_s += now - tr.started  # the checkpoint keeps everything done so far
@@ -189,11 +205,25 @@ class Simulation:
             return Activity(jid, payload[2])
         if kind == "stopped":
             tr.started = None
+            self._close(jid, now)
             return JobStopped(jid)
         raise AssertionError(kind)
 
+    def _close(self, job_id: str, now: float) -> None:
+        occ = self._open.pop(job_id, None)
+        if occ is not None:
+            occ.end = now
+
     def _apply(self, d: Decision, now: float) -> None:
         if isinstance(d, Bind):
+            gpus = tuple(g for a in d.assignments for g in a.gpus)
+            whole = all(
+                a.mig_profile is None and a.milli == 1000 and not a.time_sliced
+                for a in d.assignments
+            )
+            occ = Occupancy(d.job_id, gpus, whole, now)
+            self.occupancy.append(occ)
+            self._open[d.job_id] = occ
             tr = self.jobs[d.job_id]
             tr.attempt += 1
             tr.attempts += 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import numpy as np
@@ -72,3 +73,35 @@ def decision_line(t: float, d: object) -> str:
             continue
         parts.append(f"{f}={v}")
     return f"{t:10.3f} {name} " + " ".join(parts)
+
+
+def exclusive_overlap(result: SimResult) -> int:
+    """Most jobs holding one GPU exclusively at the same instant (must be 1)."""
+    events: list[tuple[float, int, int]] = []
+    for o in result.occupancy:
+        if not o.exclusive:
+            continue
+        end = o.end if o.end is not None else result.end_time
+        for g in o.gpus:
+            events += [(o.start, 1, g), (end, -1, g)]
+    events.sort(key=lambda e: (e[0], e[1]))  # releases before acquisitions at the same time
+    held: dict[int, int] = {}
+    worst = 0
+    for _, delta, g in events:
+        held[g] = held.get(g, 0) + delta
+        worst = max(worst, held[g])
+    return worst
+
+
+def handoff_gaps(result: SimResult) -> list[float]:
+    """Per GPU: next job's start minus the previous job's end, for back-to-back exclusive use."""
+    per_gpu: dict[int, list[tuple[float, float]]] = {}
+    for o in result.occupancy:
+        if o.exclusive and o.end is not None:
+            for g in o.gpus:
+                per_gpu.setdefault(g, []).append((o.start, o.end))
+    gaps: list[float] = []
+    for spans in per_gpu.values():
+        spans.sort()
+        gaps += [b[0] - a[1] for a, b in itertools.pairwise(spans)]
+    return gaps

@@ -1,0 +1,76 @@
+"""The ``gpufence`` command line: demo, validate (and, as they land, sim, size, up, submit...)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from gpufence.spec import SpecError, format_spec_error, load_cluster
+
+app = typer.Typer(
+    help="gpufence: a GPU cluster scheduler that fences training, serving, interactive and batch.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+console = Console()
+err_console = Console(stderr=True)
+
+
+@app.command()
+def validate(
+    cluster: Annotated[Path, typer.Argument(help="cluster YAML file")],
+) -> None:
+    """Check a cluster spec and print its partitions (fences)."""
+    c = load_cluster(cluster)
+    table = Table(title=f"cluster {c.name}: {len(c.nodes)} nodes, {len(c.gpus)} GPUs")
+    for col in ("partition", "GPUs", "nodes", "admits", "sharing", "lends", "preemption"):
+        table.add_column(col)
+    for name, part in c.partitions.items():
+        lends = ", ".join(f"{r.cap_gpus} to {'/'.join(r.to)}" for r in part.lending) or "-"
+        table.add_row(
+            name,
+            str(len(c.partition_gpus[name])),
+            str(len(c.partition_nodes[name])),
+            ", ".join(sorted(part.admits)),
+            str(part.sharing),
+            lends,
+            str(part.preemption.mode),
+        )
+    console.print(table)
+    console.print(f"[green]ok[/green]: {cluster} is valid")
+
+
+@app.command()
+def demo(
+    quiet: Annotated[bool, typer.Option("--quiet", help="only the summary")] = False,
+) -> None:
+    """The main job: the seed's 66-job case and a fenced cluster through a serving surge.
+
+    Until the control plane lands this runs in the simulator, on the same scheduler core."""
+    from gpufence.cli_demo import run_demo
+
+    ok = run_demo(console, verbose=not quiet)
+    if not ok:
+        raise typer.Exit(code=1)
+
+
+def main() -> None:
+    """Entry point: bad input ends with a clear message and exit code 2, never a traceback."""
+    try:
+        app()
+    except SpecError as e:
+        err_console.print(format_spec_error(e), markup=False, highlight=False)
+        sys.exit(2)
+    except FileNotFoundError as e:
+        err_console.print(f"error: {e}", markup=False, highlight=False)
+        sys.exit(2)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()
