@@ -65,10 +65,10 @@ def main() -> None:
     try:
         app()
     except SpecError as e:
-        err_console.print(format_spec_error(e), markup=False, highlight=False)
+        err_console.print(format_spec_error(e), markup=False, highlight=False, soft_wrap=True)
         sys.exit(2)
     except FileNotFoundError as e:
-        err_console.print(f"error: {e}", markup=False, highlight=False)
+        err_console.print(f"error: {e}", markup=False, highlight=False, soft_wrap=True)
         sys.exit(2)
 
 

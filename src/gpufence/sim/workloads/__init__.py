@@ -1,0 +1,1 @@
+"""Workload sources: loaders for public traces and generators of scenarios."""
