@@ -60,6 +60,24 @@ def demo(
         raise typer.Exit(code=1)
 
 
+@app.command()
+def sim(
+    cluster: Annotated[Path, typer.Argument(help="cluster YAML file")],
+    workload: Annotated[Path, typer.Argument(help="scenario YAML (workload generator)")],
+    policy: Annotated[
+        list[str],
+        typer.Option("--policy", "-p", help="policy to run; repeat to compare"),
+    ],
+    out: Annotated[Path, typer.Option("--out", help="output directory")] = Path("out/sim"),
+    seed: Annotated[int | None, typer.Option("--seed", help="override the scenario seed")] = None,
+) -> None:
+    """Replay a workload through the scheduler under one or more policies; write
+    OUT/metrics.json, OUT/report.html and OUT/events.csv."""
+    from gpufence.cli_sim import run_sim
+
+    run_sim(console, cluster, workload, policy, out, seed)
+
+
 def main() -> None:
     """Entry point: bad input ends with a clear message and exit code 2, never a traceback."""
     try:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from gpufence.model.cluster import Cluster
 from gpufence.model.decisions import (
@@ -26,6 +27,7 @@ from gpufence.model.events import (
     Activity,
     CheckpointAck,
     Event,
+    JobCancelled,
     JobFinished,
     JobStopped,
     JobSubmitted,
@@ -66,8 +68,9 @@ class JobTrace:
     state: str = "pending"
     attempt: int = 0
     started: float | None = None
-    done_s: float = 0.0  # work kept (checkpointed) across attempts
+    done_s: float = 0.0  # work kept (checkpointed) across attempts, in solo seconds
     attempts: int = 0
+    speed: float = 1.0  # solo seconds of work per second in the current attempt
 
 
 @dataclass(slots=True)
@@ -96,6 +99,27 @@ class SimResult:
 _Item = tuple[str, object]
 
 
+class Controller(Protocol):
+    """Something in the simulated world that acts on its own schedule (an autoscaler, a metrics
+    sampler, a failure injector). ``wake`` returns events for the scheduler and its next time."""
+
+    def first_wake(self) -> float | None: ...
+
+    def wake(self, now: float, sim: Simulation) -> tuple[list[Event], float | None]: ...
+
+
+class Observer(Protocol):
+    """Sees every step's decisions after the simulator applied them."""
+
+    def observe(self, now: float, decisions: list[Decision], sim: Simulation) -> None: ...
+
+
+class Slowdown(Protocol):
+    """Run-time stretch of a job bound now (co-location, fabric), 1.0 = solo speed."""
+
+    def factor(self, bind: Bind, sim: Simulation) -> float: ...
+
+
 class Simulation:
     def __init__(
         self,
@@ -104,6 +128,9 @@ class Simulation:
         events: Iterable[At] = (),
         config: SchedulerConfig | None = None,
         check_invariants: bool = True,
+        controllers: Iterable[Controller] = (),
+        observers: Iterable[Observer] = (),
+        slowdown: Slowdown | None = None,
     ) -> None:
         self.cluster = cluster
         self.scheduler = Scheduler(cluster, config)
@@ -121,6 +148,28 @@ class Simulation:
             self.q.push(item.job.submit_time, ("submit", item))
         for at in events:
             self.q.push(at.time, ("event", at.event))
+        self.controllers = list(controllers)
+        self.observers = list(observers)
+        self.slowdown = slowdown
+        for i, ctl in enumerate(self.controllers):
+            first = ctl.first_wake()
+            if first is not None:
+                self.q.push(first, ("ctl", i))
+
+    def submit(self, item: WorkItem, now: float) -> JobSubmitted:
+        """For controllers: register a job created during the run and return its event."""
+        self.jobs[item.job.id] = JobTrace(item, submitted=now)
+        return JobSubmitted(item.job)
+
+    def cancel(self, job_id: str, now: float) -> JobCancelled | None:
+        """For controllers: the front end cancels a job (stopping it if it runs)."""
+        tr = self.jobs.get(job_id)
+        if tr is None or tr.state in ("done", "failed", "rejected", "cancelled", "reclaimed"):
+            return None
+        tr.state, tr.end, tr.started = "cancelled", now, None
+        tr.attempt += 1  # invalidates the pending finish of the running attempt
+        self._close(job_id, now)
+        return JobCancelled(job_id)
 
     def run(
         self, until: float | None = None, progress: Callable[[float], None] | None = None
@@ -133,12 +182,23 @@ class Simulation:
                 break
             now, due = self.q.pop_due()
             self._integrate(now)
-            events = [e for item in due if (e := self._to_event(item, now)) is not None]
+            events: list[Event] = []
+            for item in due:
+                if item[0] == "ctl":
+                    assert isinstance(item[1], int)
+                    more, nxt = self.controllers[item[1]].wake(now, self)
+                    events += more
+                    if nxt is not None:
+                        self.q.push(max(nxt, now), item)
+                elif (e := self._to_event(item, now)) is not None:
+                    events.append(e)
             decisions = self.scheduler.step(events, now)
             steps += 1
             for d in decisions:
                 self.log.append((now, d))
                 self._apply(d, now)
+            for obs in self.observers:
+                obs.observe(now, decisions, self)
             if self.check_invariants:
                 self.violations += len(check(self.scheduler.ledger))
             wake = self.scheduler.next_wakeup()
@@ -198,7 +258,7 @@ class Simulation:
             self._close(jid, now)
             return JobFinished(jid)
         if kind == "ack":
-            tr.done_s += now - tr.started  # the checkpoint keeps everything done so far
+            tr.done_s += (now - tr.started) * tr.speed  # the checkpoint keeps all work so far
             tr.started = now
             return CheckpointAck(jid)
         if kind == "activity":
@@ -232,14 +292,15 @@ class Simulation:
             if tr.first_start is None:
                 tr.first_start = now
             left = max(0.0, tr.item.duration_s - tr.done_s)
-            self.q.push(now + left, ("finish", (d.job_id, tr.attempt)))
+            tr.speed = 1.0 / self.slowdown.factor(d, self) if self.slowdown is not None else 1.0
+            self.q.push(now + left / tr.speed, ("finish", (d.job_id, tr.attempt)))
             for offset, util in tr.item.activity:
                 if offset < left:
                     self.q.push(now + offset, ("activity", (d.job_id, tr.attempt, util)))
         elif isinstance(d, Stop):
             tr = self.jobs[d.job_id]
             if tr.started is not None:
-                ran = now - tr.started
+                ran = (now - tr.started) * tr.speed
                 every = tr.item.checkpoint_every_s
                 tr.done_s += (ran // every) * every if every else 0.0
             tr.state = (

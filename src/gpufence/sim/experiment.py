@@ -1,0 +1,170 @@
+"""Run a scenario under one or more policies and reduce each run to the metrics.json schema.
+
+Schema (DESIGN.md §7), one object per policy: submitted, completed, rejected, queue_delay_s,
+jct_s, serving {p99_ms, slo_ms, slo_attainment}, gpu {utilization, allocation_ratio,
+fragmentation}, preemptions {count, gpu_hours_lost, by_reason}, reclaims {count,
+gpu_hours_returned}, invariant_violations — plus extras (per-service figures, job states).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+from gpufence.model.cluster import Cluster
+from gpufence.sim.contention import Contention
+from gpufence.sim.generate import generate
+from gpufence.sim.latency import INF
+from gpufence.sim.policies import build_policy
+from gpufence.sim.runner import At, SimResult, Simulation, WorkItem
+from gpufence.sim.scenario import Scenario
+from gpufence.sim.serving import Fleet, diurnal_rate
+from gpufence.sim.summary import summarize
+from gpufence.sim.timeline import Timeline
+
+
+@dataclass
+class PolicyRun:
+    policy: str
+    cluster: Cluster
+    result: SimResult
+    fleets: list[Fleet]
+    timeline: Timeline
+    metrics: dict[str, Any]
+
+
+def rate_function(sc: Scenario, i: int) -> Callable[[float], float]:
+    """Requests per second over time for service ``i``: generated or from a public trace."""
+    demand = sc.services[i].demand
+    if demand.diurnal is not None:
+        return diurnal_rate(demand)
+    assert demand.trace is not None
+    kind, _, path = demand.trace.partition(":")
+    from gpufence.sim.workloads import serving_traces as st
+
+    if kind == "azure-llm" and path:
+        curve = st.load_azure_llm(path, bin_s=demand.bin_s)
+    elif kind == "sd" and path:
+        curve = st.load_sd_requests(path, bin_s=demand.bin_s)
+    else:
+        raise ValueError(
+            f"services[{i}].demand.trace: '{demand.trace}' (expected azure-llm:PATH or sd:PATH)"
+        )
+    scaled = curve.scaled(demand.scale)
+    return lambda t: float(scaled.at(t))
+
+
+def run_policy(
+    sc: Scenario,
+    base: Cluster,
+    policy: str,
+    work: list[WorkItem] | None = None,
+    events: list[At] | None = None,
+    check_invariants: bool = True,
+    progress: Callable[[float], None] | None = None,
+) -> PolicyRun:
+    if work is None or events is None:
+        work, events = generate(sc, base)
+    pol = build_policy(policy, base)
+    work = [replace(w, job=pol.adapt(w.job)) for w in work]
+    comm = sc.training.comm_gbps_per_gpu if sc.training else 25.0
+    duty = sc.training.comm_duty if sc.training else 0.3
+    contention = Contention(pol.cluster, comm, duty)
+    fleets = [
+        Fleet(svc, rate_function(sc, i), sc.horizon_s, contention, adapt=pol.adapt)
+        for i, svc in enumerate(sc.services)
+    ]
+    timeline = Timeline(sc.sample_every_s, sc.horizon_s, contention.fabric)
+    sim = Simulation(
+        pol.cluster,
+        work,
+        events,
+        check_invariants=check_invariants,
+        controllers=[*fleets, timeline],
+        slowdown=contention,
+    )
+    result = sim.run(until=sc.horizon_s, progress=progress)
+    metrics = policy_metrics(sc, pol.cluster, result, fleets, timeline)
+    return PolicyRun(policy, pol.cluster, result, fleets, timeline, metrics)
+
+
+def _r(x: float, n: int = 4) -> float:
+    return round(float(x), n)
+
+
+def policy_metrics(
+    sc: Scenario, cluster: Cluster, result: SimResult, fleets: list[Fleet], timeline: Timeline
+) -> dict[str, Any]:
+    s = summarize(result, len(cluster.gpus))
+    total = len(cluster.gpus)
+    horizon = max(sc.horizon_s, 1e-9)
+    samples = timeline.samples
+    util = sum(sum(x.busy.values()) for x in samples) / (total * len(samples)) if samples else 0.0
+    frag = sum(_frag_all(x) for x in samples) / len(samples) if samples else 0.0
+    c = result.counters
+    pre: dict[str, int] = {str(k): int(v) for k, v in dict(c["preemptions"]).items()}  # type: ignore[call-overload]
+    rec: dict[str, int] = {str(k): int(v) for k, v in dict(c["reclaims"]).items()}  # type: ignore[call-overload]
+    returned = 0.0
+    for tr in result.jobs.values():
+        if tr.state == "reclaimed" and tr.end is not None and tr.first_start is not None:
+            left = tr.item.duration_s - (tr.end - tr.first_start)
+            returned += max(0.0, left) * tr.item.job.total_gpus
+    services = {
+        f.svc.name: {
+            "p99_ms": _finite(f.p99_overall_ms()),
+            "slo_ms": f.svc.slo_p99_ms,
+            "slo_attainment": _r(f.attainment(), 6),
+            "peak_replicas_running": max((w.replicas for w in f.windows), default=0),
+            "peak_replicas_wanted": max((w.target for w in f.windows), default=0),
+        }
+        for f in fleets
+    }
+    weight = [sum(w.rate_rps * (w.end - w.start) for w in f.windows) for f in fleets]
+    wsum = sum(weight)
+    attainment = (
+        sum(f.attainment() * wt for f, wt in zip(fleets, weight, strict=True)) / wsum
+        if wsum
+        else 1.0
+    )
+    worst_p99 = max((f.p99_overall_ms() for f in fleets), default=0.0)
+    return {
+        "submitted": s["submitted"],
+        "completed": s["completed"],
+        "rejected": s["rejected"],
+        "states": s["states"],
+        "queue_delay_s": s["queue_delay_s"],
+        "jct_s": s["jct_s"],
+        "serving": {
+            "p99_ms": _finite(worst_p99),
+            "slo_ms": min((f.svc.slo_p99_ms for f in fleets), default=0.0),
+            "slo_attainment": _r(attainment, 6),
+            "services": services,
+        },
+        "gpu": {
+            "utilization": _r(util),
+            "allocation_ratio": _r(result.gpu_seconds_allocated / (total * horizon)),
+            "fragmentation": _r(frag),
+        },
+        "preemptions": {
+            "count": sum(pre.values()),
+            "gpu_hours_lost": _r(float(c["gpu_seconds_lost"]) / 3600.0, 3),  # type: ignore[arg-type]
+            "by_reason": dict(sorted(pre.items())),
+        },
+        "reclaims": {
+            "count": sum(rec.values()),
+            "gpu_hours_returned": _r(returned / 3600.0, 3),
+            "by_reason": dict(sorted(rec.items())),
+        },
+        "invariant_violations": result.invariant_violations,
+    }
+
+
+def _finite(x: float) -> float | None:
+    """JSON has no infinity: an overloaded p99 is reported as null."""
+    return None if x == INF else _r(x, 3)
+
+
+def _frag_all(sample: Any) -> float:
+    vals = list(sample.fragmentation.values())
+    return sum(vals) / len(vals) if vals else 0.0

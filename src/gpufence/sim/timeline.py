@@ -1,0 +1,86 @@
+"""Periodic samples of the simulated cluster: allocation, utilisation, fragmentation, fabric.
+
+A Controller that wakes every ``every_s`` and reads the scheduler's ledger (never changes it).
+Fragmentation of a partition = free GPUs that sit on partly used nodes, as a share of the
+partition's GPUs: capacity that is idle yet unusable by a whole-node (8-GPU) gang.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from gpufence.model.events import Event
+from gpufence.model.job import WorkloadClass
+from gpufence.model.partition import SharingMode
+from gpufence.sim.contention import Fabric
+from gpufence.sim.runner import Simulation
+
+
+@dataclass(slots=True)
+class Sample:
+    t: float
+    allocated: dict[str, float]  # GPUs allocated per partition (pool)
+    busy: dict[str, float]  # GPUs doing work (idle notebooks count 0)
+    fragmentation: dict[str, float]
+    rack_util: dict[str, float]
+    pending: dict[str, int]  # per class
+    running: dict[str, int]
+
+
+@dataclass
+class Timeline:
+    every_s: float
+    horizon_s: float
+    fabric: Fabric
+    samples: list[Sample] = field(default_factory=list)
+
+    def first_wake(self) -> float | None:
+        return 0.0
+
+    def wake(self, now: float, sim: Simulation) -> tuple[list[Event], float | None]:
+        self.samples.append(self.sample(now, sim))
+        nxt = now + self.every_s
+        return [], (nxt if nxt <= self.horizon_s else None)
+
+    def sample(self, now: float, sim: Simulation) -> Sample:
+        led = sim.scheduler.ledger
+        c = led.cluster
+        allocated = {p: v / 1000.0 for p, v in led.pool_used.items()}
+        busy = dict(allocated)
+        for jid, alloc in led.allocs.items():
+            if alloc.job.workload_class is WorkloadClass.INTERACTIVE:
+                act = _current_activity(sim, jid, now)
+                busy[alloc.pool] -= alloc.charge_milli / 1000.0 * (1.0 - act)
+        frag: dict[str, float] = {}
+        for p, part in c.partitions.items():
+            if part.sharing is SharingMode.MIG:
+                frag[p] = 0.0
+                continue
+            free = led.pool_free[p]
+            whole_nodes = sum(
+                len(c.node_partition_gpus[(p, n)])
+                for n in c.partition_nodes[p]
+                if led.free_count[(p, n)] == len(c.node_partition_gpus[(p, n)])
+            )
+            frag[p] = (free - whole_nodes) / max(len(c.partition_gpus[p]), 1)
+        pending = dict.fromkeys((str(w) for w in WorkloadClass), 0)
+        running = dict(pending)
+        for rec in sim.scheduler.ctx.queues.records.values():
+            pending[str(rec.job.workload_class)] += 1
+        for alloc in led.allocs.values():
+            running[str(alloc.job.workload_class)] += 1
+        return Sample(
+            now, allocated, busy, frag, self.fabric.rack_utilization(led), pending, running
+        )
+
+
+def _current_activity(sim: Simulation, job_id: str, now: float) -> float:
+    tr = sim.jobs.get(job_id)
+    if tr is None or tr.started is None:
+        return 1.0
+    since = now - tr.started
+    level = 1.0
+    for offset, util in tr.item.activity:
+        if offset <= since:
+            level = util
+    return level
