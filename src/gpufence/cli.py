@@ -78,12 +78,41 @@ def sim(
     run_sim(console, cluster, workload, policy, out, seed)
 
 
+@app.command()
+def size(
+    cluster: Annotated[Path, typer.Argument(help="cluster YAML file")],
+    workload: Annotated[Path, typer.Argument(help="scenario YAML with serving services")],
+    slo_p99_ms: Annotated[float, typer.Option("--slo-p99-ms", help="serving p99 target (ms)")],
+    failure_margin: Annotated[
+        int, typer.Option("--failure-margin", help="node failures the fence must absorb")
+    ] = 1,
+    seed: Annotated[int | None, typer.Option("--seed", help="override the scenario seed")] = None,
+) -> None:
+    """The smallest serving fence meeting the SLO at peak with K failures, and its cost."""
+    from gpufence.cli_sim import load_inputs
+    from gpufence.sim.sizing import size_fence
+
+    if slo_p99_ms <= 0 or failure_margin < 0:
+        raise typer.BadParameter("--slo-p99-ms must be > 0 and --failure-margin >= 0")
+    sc, c = load_inputs(cluster, workload, seed)
+    ans = size_fence(sc, c, slo_p99_ms, failure_margin)
+    console.print(
+        f"[bold]serving fence: {ans.fence_nodes} nodes = {ans.fence_gpus} GPUs[/bold] "
+        f"({ans.replicas_at_peak} replicas at peak + {ans.margin_replicas} GPUs of margin)"
+    )
+    for line in ans.explanation:
+        console.print("  " + line, markup=False, highlight=False, soft_wrap=True)
+
+
 def main() -> None:
     """Entry point: bad input ends with a clear message and exit code 2, never a traceback."""
     try:
         app()
     except SpecError as e:
         err_console.print(format_spec_error(e), markup=False, highlight=False, soft_wrap=True)
+        sys.exit(2)
+    except ValueError as e:  # a request no configuration can satisfy, named by its field
+        err_console.print(f"error: {e}", markup=False, highlight=False, soft_wrap=True)
         sys.exit(2)
     except FileNotFoundError as e:
         err_console.print(f"error: {e}", markup=False, highlight=False, soft_wrap=True)

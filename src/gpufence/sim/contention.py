@@ -138,9 +138,15 @@ class Contention:
         worst = Exposure(1.0, 0.0)
         for a in alloc.assignments:
             rack = self.cluster.nodes[a.node].rack
-            e = self.fabric.exposure(node_load.get(a.node, 0.0) / cap, rack_util.get(rack, 0.0))
+            node_u = node_load.get(a.node, 0.0) / cap
+            rack_u = rack_util.get(rack, 0.0)
+            if node_u <= 0 and rack_u <= 0:
+                continue  # the common case in a fence: nothing shares its links
+            e = self.fabric.exposure(node_u, rack_u)
             if e.mean_factor > worst.mean_factor:
                 worst = e
+        if ts == 1.0:
+            return worst
         return Exposure(worst.mean_factor * ts, worst.extra_cv2)
 
     # Slowdown protocol for the simulator

@@ -93,6 +93,7 @@ class SimResult:
     steps: int
     invariant_violations: int
     gpu_seconds_allocated: float
+    events: int
     counters: dict[str, object] = field(default_factory=dict)
 
 
@@ -144,6 +145,7 @@ class Simulation:
         self._alloc_gpu_s = 0.0
         self._last_t = 0.0
         self._tick_at: float | None = None
+        self.events_processed = 0
         for item in work:
             self.q.push(item.job.submit_time, ("submit", item))
         for at in events:
@@ -181,6 +183,7 @@ class Simulation:
             if until is not None and t > until:
                 break
             now, due = self.q.pop_due()
+            self.events_processed += len(due)
             self._integrate(now)
             events: list[Event] = []
             for item in due:
@@ -216,6 +219,7 @@ class Simulation:
             steps=steps,
             invariant_violations=self.violations,
             gpu_seconds_allocated=self._alloc_gpu_s,
+            events=self.events_processed,
             counters={
                 "binds": c.binds,
                 "rejects": c.rejects,

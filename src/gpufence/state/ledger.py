@@ -181,10 +181,6 @@ class Ledger:
         finally:
             self.rollback(m)
 
-    def _record(self, inverse: Callable[[], None]) -> None:
-        if self._undo is not None:
-            self._undo.append(inverse)
-
     # ------------------------------------------------------------------ primitives
     def _reindex(self, g: int, was_free: bool) -> None:
         now_free = self._is_free(g)
@@ -205,50 +201,63 @@ class Ledger:
         was = self._is_free(g)
         self.owner[g] = owner
         self._reindex(g, was)
-        self._record(lambda: self._set_owner(g, prev))
+        if self._undo is not None:  # only inside a transaction
+            self._undo.append(lambda: self._set_owner(g, prev))
 
     def _add_share(self, g: int, job: str, milli: int, mem: int) -> None:
         was = self._is_free(g)
         self.milli[g] += milli
         self.gmem[g] += mem
-        self.shares[g][job] = milli
+        # a multi-replica gang may put several replicas on one GPU: shares accumulate
+        self.shares[g][job] = self.shares[g].get(job, 0) + milli
         self._reindex(g, was)
-        self._record(lambda: self._remove_share(g, job, milli, mem))
+        if self._undo is not None:  # only inside a transaction
+            self._undo.append(lambda: self._remove_share(g, job, milli, mem))
 
     def _remove_share(self, g: int, job: str, milli: int, mem: int) -> None:
         was = self._is_free(g)
         self.milli[g] -= milli
         self.gmem[g] -= mem
-        del self.shares[g][job]
+        left = self.shares[g][job] - milli
+        if left:
+            self.shares[g][job] = left
+        else:
+            del self.shares[g][job]
         self._reindex(g, was)
-        self._record(lambda: self._add_share(g, job, milli, mem))
+        if self._undo is not None:  # only inside a transaction
+            self._undo.append(lambda: self._add_share(g, job, milli, mem))
 
     def _ts_add(self, g: int, job: str) -> None:
         was = self._is_free(g)
         self.ts[g].append(job)
         self._reindex(g, was)
-        self._record(lambda: self._ts_remove(g, job))
+        if self._undo is not None:  # only inside a transaction
+            self._undo.append(lambda: self._ts_remove(g, job))
 
     def _ts_remove(self, g: int, job: str) -> None:
         was = self._is_free(g)
         self.ts[g].remove(job)
         self._reindex(g, was)
-        self._record(lambda: self._ts_add(g, job))
+        if self._undo is not None:  # only inside a transaction
+            self._undo.append(lambda: self._ts_add(g, job))
 
     def _mig_occupy(self, g: int, idx: int, job: str | None) -> None:
         st = self.mig[g]
         prev = st.occupant[idx]
         st.occupant[idx] = job
-        self._record(lambda: self._mig_occupy(g, idx, prev))
+        if self._undo is not None:  # only inside a transaction
+            self._undo.append(lambda: self._mig_occupy(g, idx, prev))
 
     def _node_res(self, node: int, cpu: int, mem: int) -> None:
         self.cpu_used[node] += cpu
         self.mem_used[node] += mem
-        self._record(lambda: self._node_res(node, -cpu, -mem))
+        if self._undo is not None:  # only inside a transaction
+            self._undo.append(lambda: self._node_res(node, -cpu, -mem))
 
     def _counter(self, table: dict[str, int], key: str, delta: int) -> None:
         table[key] += delta
-        self._record(lambda: self._counter(table, key, -delta))
+        if self._undo is not None:  # only inside a transaction
+            self._undo.append(lambda: self._counter(table, key, -delta))
 
     def _set_alloc(self, job_id: str, alloc: Allocation | None) -> None:
         prev = self.allocs.get(job_id)
@@ -256,7 +265,8 @@ class Ledger:
             del self.allocs[job_id]
         else:
             self.allocs[job_id] = alloc
-        self._record(lambda: self._set_alloc(job_id, prev))
+        if self._undo is not None:  # only inside a transaction
+            self._undo.append(lambda: self._set_alloc(job_id, prev))
 
     def set_node_up(self, node: int, up: bool) -> None:
         prev = self.node_up[node]
@@ -265,7 +275,8 @@ class Ledger:
         self.node_up[node] = up
         for g, w in zip(gids, was, strict=True):
             self._reindex(g, w)
-        self._record(lambda: self.set_node_up(node, prev))
+        if self._undo is not None:  # only inside a transaction
+            self._undo.append(lambda: self.set_node_up(node, prev))
 
     def set_blocked(self, g: int, blocked: bool) -> None:
         was = self._is_free(g)
@@ -275,7 +286,8 @@ class Ledger:
         else:
             self.blocked.pop(g, None)
         self._reindex(g, was)
-        self._record(lambda: self.set_blocked(g, prev))
+        if self._undo is not None:  # only inside a transaction
+            self._undo.append(lambda: self.set_blocked(g, prev))
 
     def set_mig_layout(self, g: int, instances: Iterable[migmod.MigInstance]) -> None:
         st = self.mig[g]
@@ -283,7 +295,8 @@ class Ledger:
         prev = list(st.instances)
         st.instances = list(instances)
         st.occupant = [None] * len(st.instances)
-        self._record(lambda: self.set_mig_layout(g, prev))
+        if self._undo is not None:  # only inside a transaction
+            self._undo.append(lambda: self.set_mig_layout(g, prev))
 
     # ------------------------------------------------------------------ holds
     def hold(self, g: int, tag: str) -> None:

@@ -7,6 +7,8 @@ whole for the gangs that need them.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from gpufence.model.decisions import Assignment, Reason
 from gpufence.model.job import Job
 from gpufence.sched.placement.base import (
@@ -71,14 +73,14 @@ def place_whole(ledger: Ledger, job: Job, pool: str, max_gpus: int | None = None
                             )
                         )
                     )
-    # 2. across nodes
+    # 2. across nodes (counts from the buckets; GPU lists only for the nodes chosen)
     candidates = [
-        (node, ledger.free_gpus(pool, node))
+        (node, k)
         for k in range(per, top + 1)
         for node in buckets[k]
         if node_admits(ledger, job, node)
     ]
-    planned = spread(ledger, job, candidates)
+    planned = spread(ledger, job, candidates, lambda n: ledger.free_gpus(pool, n))
     if planned is None:
         return NotPlaced(
             Reason.FRAGMENTED,
@@ -95,25 +97,29 @@ def plan_on(ledger: Ledger, job: Job, free: dict[int, list[int]]) -> tuple[Assig
     if single:
         _, node = min(single)
         return tuple(_assign_from(ledger, node, free[node], job.replicas, job.request.gpus))
-    cands = [(n, v) for n, v in free.items() if len(v) >= job.request.gpus]
-    return spread(ledger, job, cands, host_limits=False)
+    cands = [(n, len(v)) for n, v in free.items() if len(v) >= job.request.gpus]
+    return spread(ledger, job, cands, free.__getitem__, host_limits=False)
 
 
 def spread(
-    ledger: Ledger, job: Job, candidates: list[tuple[int, list[int]]], host_limits: bool = True
+    ledger: Ledger,
+    job: Job,
+    candidates: list[tuple[int, int]],
+    gpus_of: Callable[[int], list[int]],
+    host_limits: bool = True,
 ) -> tuple[Assignment, ...] | None:
     """Replicas across nodes: the tightest single rack that holds the gang, else fewest racks;
     inside a rack, the nodes with room for most replicas first (fewest nodes spanned)."""
     per = job.request.gpus
     c = ledger.cluster
-    racks: dict[str, list[tuple[int, int, list[int]]]] = {}
+    racks: dict[str, list[tuple[int, int]]] = {}
     for node, free in candidates:
-        cap = len(free) // per
+        cap = free // per if per else job.replicas  # CPU-only replicas: no GPU bound
         if host_limits:
             cap = min(cap, replicas_by_host(ledger, job, node))
         if cap > 0:
-            racks.setdefault(c.nodes[node].rack, []).append((node, cap, free))
-    rack_cap = {r: sum(cap for _, cap, _ in v) for r, v in racks.items()}
+            racks.setdefault(c.nodes[node].rack, []).append((node, cap))
+    rack_cap = {r: sum(cap for _, cap in v) for r, v in racks.items()}
     if sum(rack_cap.values()) < job.replicas:
         return None
     fits_one = [r for r in c.racks if rack_cap.get(r, 0) >= job.replicas]
@@ -130,9 +136,9 @@ def spread(
     out: list[Assignment] = []
     left = job.replicas
     for r in chosen:
-        for node, cap, free in sorted(racks[r], key=lambda t: (-t[1], t[0])):
+        for node, cap in sorted(racks[r], key=lambda t: (-t[1], t[0])):
             take = min(cap, left)
-            out.extend(_assign_from(ledger, node, free, take, per))
+            out.extend(_assign_from(ledger, node, gpus_of(node), take, per))
             left -= take
             if left == 0:
                 return tuple(out)
