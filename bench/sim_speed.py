@@ -73,7 +73,9 @@ def main() -> int:
     cluster = load_cluster(ROOT / "examples" / "cluster-1000.yaml")
     sc = scenario(args.jobs, args.seed)
     work, events = generate(sc, cluster)
-    print(f"cluster {cluster.name}: {len(cluster.gpus)} GPUs; workload {len(work)} jobs", flush=True)
+    print(
+        f"cluster {cluster.name}: {len(cluster.gpus)} GPUs; workload {len(work)} jobs", flush=True
+    )
     last = [time.perf_counter()]
 
     def progress(t: float) -> None:
@@ -92,7 +94,8 @@ def main() -> int:
     steps = run.result.steps
     m = run.metrics
     print(
-        f"steps {steps}, events {run.result.events}, decisions {len(run.result.log)}, completed {m['completed']} of "
+        f"steps {steps}, events {run.result.events}, decisions {len(run.result.log)}, "
+        f"completed {m['completed']} of "
         f"{m['submitted']}, serving attainment {m['serving']['slo_attainment']:.4f}",
         flush=True,
     )

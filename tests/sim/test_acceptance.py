@@ -17,7 +17,16 @@ from typer.testing import CliRunner
 from gpufence.cli import app
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-ACCOUNTED = {"done", "running", "pending", "cancelled", "reclaimed", "rejected", "failed", "stopping"}
+ACCOUNTED = {
+    "done",
+    "running",
+    "pending",
+    "cancelled",
+    "reclaimed",
+    "rejected",
+    "failed",
+    "stopping",
+}
 
 
 @pytest.fixture(scope="module")
@@ -49,8 +58,18 @@ def test_every_policy_keeps_invariants_and_accounts_for_every_job(metrics: dict)
 
 def test_schema_and_training_cost_are_reported(metrics: dict) -> None:  # type: ignore[type-arg]
     for m in metrics.values():
-        for key in ("submitted", "completed", "rejected", "queue_delay_s", "jct_s", "serving",
-                    "gpu", "preemptions", "reclaims", "invariant_violations"):
+        for key in (
+            "submitted",
+            "completed",
+            "rejected",
+            "queue_delay_s",
+            "jct_s",
+            "serving",
+            "gpu",
+            "preemptions",
+            "reclaims",
+            "invariant_violations",
+        ):
             assert key in m
         assert {"p50", "p95", "p99", "max"} <= set(m["queue_delay_s"]["training"])
         assert {"p99_ms", "slo_ms", "slo_attainment"} <= set(m["serving"])
@@ -58,6 +77,7 @@ def test_schema_and_training_cost_are_reported(metrics: dict) -> None:  # type: 
         assert {"count", "gpu_hours_lost", "by_reason"} <= set(m["preemptions"])
         assert {"count", "gpu_hours_returned"} <= set(m["reclaims"])
     # fencing serving off costs training capacity: its tail wait is longer than with lending
-    assert metrics["fenced"]["gpu"]["allocation_ratio"] < metrics["fenced-lend"]["gpu"][
-        "allocation_ratio"
-    ]
+    assert (
+        metrics["fenced"]["gpu"]["allocation_ratio"]
+        < metrics["fenced-lend"]["gpu"]["allocation_ratio"]
+    )

@@ -12,8 +12,19 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 def _run(out: Path, seed: int) -> bytes:
-    args = ["sim", str(EXAMPLES / "mixed-64.yaml"), str(EXAMPLES / "scenario-mixed-64.yaml"),
-            "--policy", "fenced", "--policy", "fenced-lend", "--out", str(out), "--seed", str(seed)]
+    args = [
+        "sim",
+        str(EXAMPLES / "mixed-64.yaml"),
+        str(EXAMPLES / "scenario-mixed-64.yaml"),
+        "--policy",
+        "fenced",
+        "--policy",
+        "fenced-lend",
+        "--out",
+        str(out),
+        "--seed",
+        str(seed),
+    ]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     return (out / "metrics.json").read_bytes()

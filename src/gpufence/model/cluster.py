@@ -65,6 +65,30 @@ class Cluster:
     def gpu_type_of(self, gid: int) -> GpuType:
         return self.gpu_types[self.gpus[gid].gpu_type]
 
+    @cached_property
+    def partition_gpu_types(self) -> Mapping[str, frozenset[str]]:
+        out: dict[str, set[str]] = {p: set() for p in self.partitions}
+        for g in self.gpus:
+            out[g.partition].add(g.gpu_type)
+        return {p: frozenset(v) for p, v in out.items()}
+
+    @cached_property
+    def partition_host_max(self) -> Mapping[str, tuple[int, int]]:
+        """Partition -> (largest CPU milli, largest memory MiB) of its nodes."""
+        return {
+            p: (
+                max((self.nodes[n].cpu_milli for n in nodes), default=0),
+                max((self.nodes[n].mem_mib for n in nodes), default=0),
+            )
+            for p, nodes in self.partition_nodes.items()
+        }
+
+    @cached_property
+    def _max_gpus_per_node(self) -> Mapping[str, int]:
+        out: dict[str, int] = {p: 0 for p in self.partitions}
+        for (p, _), v in self.node_partition_gpus.items():
+            out[p] = max(out[p], len(v))
+        return out
+
     def max_gpus_per_node(self, partition: str) -> int:
-        counts = [len(v) for (p, _), v in self.node_partition_gpus.items() if p == partition]
-        return max(counts, default=0)
+        return self._max_gpus_per_node.get(partition, 0)

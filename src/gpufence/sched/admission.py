@@ -39,9 +39,11 @@ def quota_blocks(cluster: Cluster, ledger: Ledger, queue: str, charge: int) -> s
         lendable += unused if lim is None else min(lim, unused)
         borrowed += max(0, used - o.nominal_milli)
     if borrow + borrowed > lendable:
+        # what is left to lend after every queue's borrowing, this queue's own included
+        left = lendable - borrowed - max(0, ledger.queue_used[queue] - spec.nominal_milli)
         return (
             f"queue {queue} is at its nominal quota ({spec.nominal_milli / 1000:g} GPUs) and the "
-            f"cohort of {spec.partition} has {max(0, lendable - borrowed) / 1000:g} GPUs to lend"
+            f"cohort of {spec.partition} has {max(0, left) / 1000:g} GPUs to lend"
         )
     return None
 

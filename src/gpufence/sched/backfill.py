@@ -19,11 +19,15 @@ INF = float("inf")
 
 
 def reservable(ctx: Context, job: Job, pool: str) -> bool:
+    """Only gangs of more than one GPU reserve: a 1-GPU job fits on any GPU that frees up and
+    queue order already gives it the first one, while its reservation would keep the partition's
+    one reservation from the gang queued behind it (which a 1-GPU stream would then starve)."""
     part = ctx.cluster.partitions[pool]
     return (
         part.backfill
         and part.sharing is SharingMode.EXCLUSIVE
         and job.request.kind is RequestKind.WHOLE
+        and job.total_gpus > 1
     )
 
 
@@ -45,9 +49,12 @@ def reserve(ctx: Context, job: Job, pool: str) -> Reservation | None:
     ends = [r[0] for r in releases]
 
     def view(t: float) -> dict[int, list[int]]:
-        out = {n: list(v) for n, v in free.items()}
+        # GPUs released by then come first, so the plan holds as few idle GPUs as it can
+        out: dict[int, list[int]] = {}
         for _, node, gpus in releases[: bisect_right(ends, t)]:
             out.setdefault(node, []).extend(gpus)
+        for n, v in free.items():
+            out.setdefault(n, []).extend(v)
         return out
 
     def feasible(t: float) -> bool:

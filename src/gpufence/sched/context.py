@@ -10,7 +10,7 @@ from gpufence.model.cluster import Cluster
 from gpufence.model.decisions import Decision, PendingReason, Reason
 from gpufence.sched.engine import PlacementEngine
 from gpufence.sched.fairshare import FairShare
-from gpufence.sched.jobs import JobRecord
+from gpufence.sched.jobs import JobRecord, JobState
 from gpufence.sched.queues import PendingQueues
 from gpufence.state.ledger import Ledger
 
@@ -58,6 +58,7 @@ class Context:
     nominations: dict[str, Nomination] = field(default_factory=dict)
     preempt_times: dict[str, deque[float]] = field(default_factory=dict)
     mig_pending: dict[int, tuple[migmod.MigInstance, ...]] = field(default_factory=dict)
+    mig_for: dict[int, str] = field(default_factory=dict)  # GPU -> job it was re-partitioned for
     pending_reason: dict[str, PendingReason] = field(default_factory=dict)
     shape_reason: dict[tuple[object, ...], PendingReason] = field(default_factory=dict)
     counters: Counters = field(default_factory=Counters)
@@ -65,6 +66,13 @@ class Context:
     interactive: dict[str, None] = field(default_factory=dict)  # running, reclaim-eligible
     decisions: list[Decision] = field(default_factory=list)
     now: float = 0.0
+
+    def victims_pending(self, nom: Nomination) -> bool:
+        """Some victim of ``nom`` still holds its GPUs (noticed, or told to stop). A victim that
+        was requeued, ended, or started again elsewhere is no longer waited for."""
+        return any(
+            v in self.noticed or self.records[v].state is JobState.STOPPING for v in nom.victims
+        )
 
     def why(self, job_id: str) -> PendingReason | None:
         return self.pending_reason.get(job_id)

@@ -76,7 +76,7 @@ def _shape_problem(cluster: Cluster, job: Job, home: str) -> Refused | None:
     part = cluster.partitions[home]
     req = job.request
     gids = cluster.partition_gpus[home]
-    types = {cluster.gpus[g].gpu_type for g in gids}
+    types = cluster.partition_gpu_types[home]
     if job.gpu_types and not types & set(job.gpu_types):
         return Refused(
             Reason.NEVER_FITS,
@@ -107,8 +107,13 @@ def _shape_problem(cluster: Cluster, job: Job, home: str) -> Refused | None:
             return Refused(
                 Reason.NEVER_FITS, f"needs {req.gpu_mem_mib} MiB GPU memory; largest GPU {biggest}"
             )
-    elif req.gpus < 1:
-        return Refused(Reason.INVALID, f"gpus per replica must be >= 1 (got {req.gpus})")
+    elif req.gpus < 0 or (req.gpus == 0 and part.sharing is not SharingMode.FRACTIONAL):
+        # 0 GPUs: a CPU-only replica (openb CPU pods), placed only where pods share GPUs
+        return Refused(
+            Reason.INVALID,
+            f"gpus per replica must be >= 1 (got {req.gpus}); CPU-only replicas (0) are "
+            "accepted only in fractional partitions",
+        )
     per_node = cluster.max_gpus_per_node(home)
     if req.gpus > per_node:
         return Refused(
@@ -128,10 +133,8 @@ def _shape_problem(cluster: Cluster, job: Job, home: str) -> Refused | None:
             f"gang needs {job.total_gpus} GPUs; partition {home} has {len(gids)}"
             + (f" (+{lendable} lendable)" if lendable else ""),
         )
-    nodes = [cluster.nodes[n] for n in cluster.partition_nodes[home]]
-    if job.cpu_milli > max(n.cpu_milli for n in nodes) or job.mem_mib > max(
-        n.mem_mib for n in nodes
-    ):
+    cpu_max, mem_max = cluster.partition_host_max[home]
+    if job.cpu_milli > cpu_max or job.mem_mib > mem_max:
         return Refused(
             Reason.NEVER_FITS, f"a replica needs more CPU/memory than any node of {home}"
         )

@@ -16,6 +16,20 @@ def in_flight_offers(ctx: Context, pool: str, profile: str) -> bool:
     )
 
 
+def _order(rec: JobRecord) -> tuple[int, float, str]:
+    return (-rec.job.priority, rec.job.submit_time, rec.job.id)
+
+
+def _kept(ctx: Context, gpu: int, rec: JobRecord) -> bool:
+    """The GPU was re-partitioned for a job that still waits and is ``rec`` itself (its layout
+    is already what ``rec`` asked for) or ahead of it: taking it would undo that work, and two
+    jobs taking each other's GPUs would re-partition them back and forth forever."""
+    owner = ctx.mig_for.get(gpu)
+    if owner is None or owner not in ctx.queues:
+        return False
+    return owner == rec.job.id or _order(ctx.queues.records[owner]) < _order(rec)
+
+
 def repartition_for(ctx: Context, rec: JobRecord) -> bool:
     """Start re-partitioning one idle GPU so that ``rec`` (and the MIG jobs queued behind it)
     fit. True when a MigReconfigure decision was emitted or one in flight will serve it."""
@@ -33,7 +47,10 @@ def repartition_for(ctx: Context, rec: JobRecord) -> bool:
     idle = [
         g
         for g in ctx.cluster.partition_gpus[pool]
-        if g not in ctx.mig_pending and led.gpu_usable(g) and not led.mig[g].busy()
+        if g not in ctx.mig_pending
+        and led.gpu_usable(g)
+        and not led.mig[g].busy()
+        and not _kept(ctx, g, rec)
     ]
     if not idle:
         return False
@@ -58,6 +75,7 @@ def repartition_for(ctx: Context, rec: JobRecord) -> bool:
         if len(layout) >= migmod.MAX_INSTANCES:
             break
     ctx.mig_pending[gid] = tuple(layout)
+    ctx.mig_for[gid] = rec.job.id
     led.set_blocked(gid, True)
     delay = part.mig.reconfigure_delay_s
     ctx.decisions.append(

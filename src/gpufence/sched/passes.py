@@ -10,7 +10,7 @@ from __future__ import annotations
 from gpufence.model.decisions import Bind, PendingReason, Reason
 from gpufence.model.partition import SharingMode
 from gpufence.sched.admission import quota_blocks
-from gpufence.sched.backfill import reservable, reserve
+from gpufence.sched.backfill import INF, reservable, reserve
 from gpufence.sched.context import Context, Reservation
 from gpufence.sched.jobs import JobRecord, JobState
 from gpufence.sched.migdyn import repartition_for
@@ -59,14 +59,22 @@ def _valid(ctx: Context, p: str) -> Reservation | None:
     if res is None:
         return None
     led = ctx.ledger
-    stale = (
-        res.job_id not in ctx.queues
-        or any(not led.gpu_usable(g) for g in res.gpus)
-        or ctx.now > res.start  # the estimates were wrong: recompute
-    )
-    if stale:
+    if res.job_id not in ctx.queues:
         del ctx.reservations[p]
         return None
+    stale = (
+        any(not led.gpu_usable(g) for g in res.gpus)
+        or ctx.now > res.start  # the estimates were wrong, or the start fell between steps
+    )
+    if stale:
+        # recompute for the same gang before anything is placed: dropping it would let the
+        # jobs queued ahead of the gang take the GPUs it was about to get, and push it back
+        new = reserve(ctx, ctx.queues.records[res.job_id].job, p)
+        if new is None:
+            del ctx.reservations[p]
+            return None
+        ctx.reservations[p] = new
+        return new
     return res
 
 
@@ -96,17 +104,19 @@ def place_partition(ctx: Context, p: str) -> list[JobRecord]:
     def share(q: str) -> float:
         return ctx.fairshare.share(q, led)
 
+    partial = 0  # failed entries that hold only for jobs whose estimate cannot backfill
     for rec in ctx.queues.ordered(p, share):
-        if len(failed) >= len(shapes):
+        if len(failed) - partial >= len(shapes):  # every shape failed, whatever its estimates
             break
         job = rec.job
         nom = ctx.nominations.get(job.id)
-        if nom is not None and any(v in led.allocs for v in nom.victims):
+        if nom is not None and ctx.victims_pending(nom):
             ctx.set_pending(job.id, Reason.WAITING_PREEMPTION, "waiting for noticed jobs to stop")
             continue
         base = (rec.queue, job.priority, job.shape())
         est_ok = (
             res is not None
+            and res.start != INF  # start unknown: any backfill could delay the gang
             and job.est_runtime_s is not None
             and ctx.now + job.est_runtime_s <= res.start
         )
@@ -135,13 +145,23 @@ def place_partition(ctx: Context, p: str) -> list[JobRecord]:
             del ctx.nominations[job.id]
         if res is not None and job.id == res.job_id:
             held = _hold(ctx, res)
+            if r.reason in CAPACITY:  # the gang keeps its reservation; it is not behind itself
+                ctx.set_pending(job.id, r.reason, f"{r.message}; GPUs reserved from {_when(res)}")
+                failed[base] = (r.reason, f"behind gang {job.id}, which holds the reservation")
+                capacity_failed.append(rec)
+                continue
         if held and res is not None and r.reason in CAPACITY:
             outcome = _past_holds(ctx, rec, p, res, held, est_ok)
             if outcome is not None:
                 held = outcome
                 continue
             msg = f"GPUs reserved for gang {res.job_id} (starts by t={res.start:g})"
-            failed[(*base, est_ok)] = (Reason.RESERVED_FOR_GANG, msg)
+            # a job that may backfill and still failed does not fit even past the holds: its
+            # whole shape fails; otherwise only jobs of the shape that cannot backfill do
+            fkey: tuple[object, ...] = base if est_ok else (*base, False)
+            if fkey not in failed and not est_ok:
+                partial += 1
+            failed[fkey] = (Reason.RESERVED_FOR_GANG, msg)
             ctx.set_pending(job.id, Reason.RESERVED_FOR_GANG, msg)
             continue
         if (
@@ -156,8 +176,7 @@ def place_partition(ctx: Context, p: str) -> list[JobRecord]:
             held = _hold(ctx, res)
             if res is not None:
                 ctx.reservations[p] = res
-                when = "when running jobs end" if res.start == float("inf") else f"t={res.start:g}"
-                msg = f"{r.message}; GPUs reserved from {when}"
+                msg = f"{r.message}; GPUs reserved from {_when(res)}"
                 ctx.set_pending(job.id, r.reason, msg)
                 failed[base] = (r.reason, f"behind gang {job.id}, which holds the reservation")
                 capacity_failed.append(rec)
@@ -174,6 +193,10 @@ def place_partition(ctx: Context, p: str) -> list[JobRecord]:
     for key, (reason, msg) in failed.items():
         ctx.shape_reason[key] = PendingReason(reason, msg)
     return capacity_failed
+
+
+def _when(res: Reservation) -> str:
+    return "when running jobs end" if res.start == INF else f"t={res.start:g}"
 
 
 def _past_holds(

@@ -114,11 +114,20 @@ def protect_partition(ctx: Context, p: str, waiting: list[JobRecord]) -> None:
     budget_hit: list[JobRecord] = []
     # victims already noticed or chosen in this batch -> the pool their GPUs come back to
     inflight = {v: led.allocs[v].pool for v in ctx.noticed if v in led.allocs}
+    lent_out = led.lent[p] > 0
+    budget_left = (pol.budget - len(times)) if not on_demand else 1 << 30
+    # candidate victims, in preference order, computed once per batch (they only shrink)
+    lent_cands: list[str] | None = None
+    donor_cands: dict[str, list[str]] = {}
+    hopeless: dict[tuple[object, ...], None] = {}  # shapes no victim set can help this cycle
     with led.fork():
         for v in inflight:  # capacity already on its way back counts as free
             led.release(v)
         for rec in waiting[:MAX_BATCH]:
             if rec.job.id in ctx.nominations or rec.state is not JobState.PENDING:
+                continue
+            shape = rec.job.shape()
+            if shape in hopeless:
                 continue
             if _place_tentatively(ctx, rec, p):
                 continue  # in-flight notices already cover it
@@ -126,26 +135,30 @@ def protect_partition(ctx: Context, p: str, waiting: list[JobRecord]) -> None:
             if covered is not None:
                 ctx.nominations[rec.job.id] = Nomination(covered[1], (covered[0],), True)
                 continue
-            got = _victims_for(
-                ctx,
-                rec,
-                p,
-                _running(ctx, taken, lambda r: led.allocs[r.job.id].lent_from == p),
-            )
-            if got is not None:
-                taken.update(dict.fromkeys(got))
-                inflight.update(dict.fromkeys(got, p))
-                plan.append((rec, tuple(taken), p, Reason.LENT_RECLAIM))
+            if lent_out:
+                if lent_cands is None:
+                    lent_cands = _running(ctx, {}, lambda r: led.allocs[r.job.id].lent_from == p)
+                got = _victims_for(ctx, rec, p, [v for v in lent_cands if v not in taken])
+                if got is not None:
+                    taken.update(dict.fromkeys(got))
+                    inflight.update(dict.fromkeys(got, p))
+                    plan.append((rec, tuple(taken), p, Reason.LENT_RECLAIM))
+                    continue
+            serving = rec.job.workload_class is WorkloadClass.SERVING
+            if not serving or pol.mode is PreemptionMode.OFF:
+                hopeless[shape] = None
                 continue
-            if rec.job.workload_class is not WorkloadClass.SERVING:
-                continue
-            if pol.mode is PreemptionMode.OFF:
+            if counted >= budget_left:
+                budget_hit.append(rec)
                 continue
             for pool in pol.from_partitions:
-                got = _victims_for(ctx, rec, pool, _running(ctx, taken, _eligible(ctx, pol, pool)))
+                if pool not in donor_cands:
+                    donor_cands[pool] = _running(ctx, {}, _eligible(ctx, pol, pool))
+                cands = [v for v in donor_cands[pool] if v not in taken]
+                got = _victims_for(ctx, rec, pool, cands)
                 if got is None:
                     continue
-                if not on_demand and len(times) + counted + len(got) > pol.budget:
+                if counted + len(got) > budget_left:
                     budget_hit.append(rec)
                     break
                 counted += len(got)
@@ -154,6 +167,8 @@ def protect_partition(ctx: Context, p: str, waiting: list[JobRecord]) -> None:
                 reason = Reason.ON_DEMAND_PREEMPTION if on_demand else Reason.INCIDENT_PREEMPTION
                 plan.append((rec, tuple(taken), pool, reason))
                 break
+            else:
+                hopeless[shape] = None
     for rec in budget_hit:
         ctx.set_pending(
             rec.job.id,

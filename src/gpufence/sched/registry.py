@@ -24,10 +24,10 @@ from gpufence.sched.placement.scoring import (
 )
 
 SCORERS: dict[str, Callable[[int], Scorer]] = {
-    "best-fit": lambda seed: BestFit(),
+    "best-fit": lambda seed: BestFit(seed=seed),
     "random": lambda seed: RandomFit(seed),
-    "fgd": lambda seed: FragmentationGradient(),
-    "fence-pack": lambda seed: FencePack(),
+    "fgd": lambda seed: FragmentationGradient(seed=seed),
+    "fence-pack": lambda seed: FencePack(seed=seed),
 }
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from itertools import islice
 
 from gpufence.model.cluster import Cluster
 from gpufence.model.decisions import (
@@ -35,6 +36,7 @@ from gpufence.model.events import (
     NodeUp,
     Tick,
 )
+from gpufence.model.job import WorkloadClass
 from gpufence.model.partition import PreemptionMode, SharingMode
 from gpufence.sched.context import Context, Counters
 from gpufence.sched.engine import PlacementEngine
@@ -42,7 +44,7 @@ from gpufence.sched.fairshare import FairShare, TenantShare
 from gpufence.sched.intake import Refused, resolve
 from gpufence.sched.jobs import TERMINAL, JobRecord, JobState
 from gpufence.sched.passes import CAPACITY, lend_pass, place_partition
-from gpufence.sched.protect import protect_partition
+from gpufence.sched.protect import MAX_BATCH, protect_partition
 from gpufence.sched.queues import PendingQueues
 from gpufence.sched.reclaim import idle_deadline, warn_idle
 from gpufence.sched.registry import make_scorer
@@ -129,7 +131,8 @@ class Scheduler:
         if got is not None:
             return got
         key = (rec.queue, rec.job.priority, rec.job.shape())
-        return ctx.shape_reason.get(key, PendingReason(Reason.QUEUED, "not yet considered"))
+        got = ctx.shape_reason.get(key) or ctx.shape_reason.get((*key, False))
+        return got or PendingReason(Reason.QUEUED, "not yet considered")
 
     def fair_share(self, partition: str) -> list[TenantShare]:
         return self.ctx.fairshare.explain(partition, self.ctx.ledger)
@@ -288,21 +291,46 @@ class Scheduler:
                 self._stop(rec, n.reason, True, "grace period expired without checkpoint ack")
 
     # ------------------------------------------------------------------ cycle
+    def _hold_for_nominations(self) -> list[int]:
+        """While a job waits for its victims to stop, the whole GPUs free in the pools it will
+        run in are held for it, so that nothing else (a requeued victim, a borrower) takes what
+        the preemption or reclaim freed. The holds last for this cycle's placement only."""
+        ctx = self.ctx
+        led = ctx.ledger
+        held: list[int] = []
+        for jid, nom in ctx.nominations.items():
+            if not ctx.victims_pending(nom):
+                continue
+            for pool in nom.pools:
+                for g in ctx.cluster.partition_gpus[pool]:
+                    if led.is_free(g):
+                        led.hold(g, jid)
+                        held.append(g)
+        return held
+
     def _cycle(self) -> None:
         ctx = self.ctx
         first = [ctx.records[j].home for j, n in ctx.nominations.items() if n.incident]
         order = list(dict.fromkeys([*first, *ctx.cluster.partitions]))
+        held = self._hold_for_nominations()
         failed = {p: place_partition(ctx, p) for p in order if ctx.queues.shapes[p]}
         lend_pass(ctx, failed)
+        for g in held:
+            ctx.ledger.unhold(g)
         for p, recs in failed.items():
             part = ctx.cluster.partitions[p]
-            if not recs or (ctx.ledger.lent[p] == 0 and part.preemption.mode is PreemptionMode.OFF):
+            lent = ctx.ledger.lent[p] > 0
+            incident = part.preemption.mode is not PreemptionMode.OFF
+            if not recs or not (lent or incident):
                 continue
-            waiting = [
+            candidates = (
                 r
                 for r in ctx.queues.ordered(p, lambda q: ctx.fairshare.share(q, ctx.ledger))
-                if r.job.id not in ctx.nominations
+                if (lent or r.job.workload_class is WorkloadClass.SERVING)
+                and r.job.id not in ctx.nominations
                 and (why := self.why_pending(r.job.id)) is not None
                 and why.reason in CAPACITY
-            ]
-            protect_partition(ctx, p, waiting)
+            )
+            waiting = list(islice(candidates, MAX_BATCH))
+            if waiting:
+                protect_partition(ctx, p, waiting)

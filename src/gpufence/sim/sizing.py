@@ -81,8 +81,9 @@ def size_fence(
         raise ValueError("the scenario has no services to size a fence for")
     serving = _partition_with(cluster, WorkloadClass.SERVING)
     training = _partition_with(cluster, WorkloadClass.TRAINING, exclude=serving)
-    per_node = min(len(cluster.node_partition_gpus[(serving, n)])
-                   for n in cluster.partition_nodes[serving])
+    per_node = min(
+        len(cluster.node_partition_gpus[(serving, n)]) for n in cluster.partition_nodes[serving]
+    )
     peak_total = 0.0
     replicas = 0
     gpus_needed = 0
@@ -148,6 +149,15 @@ def size_fence(
             f"{dq:+,.0f} s of p99 queue delay and {dj:+,.0f} s of median JCT."
         )
     return SizeAnswer(
-        serving, training, peak_total, replicas, margin_gpus, fence_nodes,
-        fence_nodes * per_node, current, big, small, lines,
+        serving,
+        training,
+        peak_total,
+        replicas,
+        margin_gpus,
+        fence_nodes,
+        fence_nodes * per_node,
+        current,
+        big,
+        small,
+        lines,
     )

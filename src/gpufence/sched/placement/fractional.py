@@ -1,91 +1,277 @@
-"""Placement in fractional partitions: milli-GPU shares on one GPU, or whole GPUs on one node.
+"""Placement in fractional partitions: milli-GPU shares on one GPU, whole GPUs on one node, or
+CPU-only replicas (``GpuRequest.whole(0)``) that take only CPU and memory.
 
-Candidates are generated per node (GPUs with equal free capacity are interchangeable, so only
-one of each is scored) and ranked by the partition's scorer plugin.
+The pool is mirrored as numpy arrays (``PoolIndex``: one row per node, one column per GPU slot)
+rebuilt from the ledger on every call, so what-if forks and rollbacks need no bookkeeping here. A
+node's version changes whenever its free GPU, CPU or memory changes; scores of a pod shape are
+cached per node and recomputed only for the nodes that changed since the shape was last scored.
 """
 
 from __future__ import annotations
 
+import weakref
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from gpufence.model.cluster import Cluster
 from gpufence.model.decisions import Assignment, Reason
 from gpufence.model.job import MILLI_PER_GPU, Job, RequestKind
-from gpufence.sched.placement.base import NotPlaced, Placed, PlaceResult, node_admits
-from gpufence.sched.placement.scoring import NodeView, Scorer
+from gpufence.sched.placement.base import NotPlaced, Placed, PlaceResult
+from gpufence.sched.placement.scoring import (
+    BoolArr,
+    Candidates,
+    FloatArr,
+    IntArr,
+    PodSpec,
+    Scorer,
+)
 from gpufence.sched.placement.whole import pick_gpus
 from gpufence.state.ledger import Ledger
 
+CACHE_SHAPES = 512  # pod shapes whose per-node scores are kept (least recently used dropped)
 
-def _view(ledger: Ledger, pool: str, node: int, taken: dict[int, int], cpu: int) -> NodeView:
-    c = ledger.cluster
-    free = tuple(
-        (MILLI_PER_GPU - ledger.milli[g] - taken.get(g, 0))
-        if ledger.owner[g] is None and ledger.gpu_usable(g)
-        else 0
-        for g in c.node_partition_gpus[(pool, node)]
-    )
-    return NodeView(
-        node=node,
-        gpu_type=c.nodes[node].gpu_type,
-        free=free,
-        cpu_free=ledger.cpu_free(node) - cpu,
-        mem_free=ledger.mem_free(node),
-    )
+
+@dataclass(slots=True)
+class _Scores:
+    version: IntArr  # node version each score was computed at (-1: never)
+    score: FloatArr
+    col: IntArr
+
+
+@dataclass
+class PoolIndex:
+    """Free capacity of one pool's nodes as arrays; ``sync`` refreshes it from the ledger."""
+
+    cluster: Cluster
+    pool: str
+    nodes: IntArr = field(init=False)  # (N,) node index per row
+    gids: IntArr = field(init=False)  # (N, G) GPU id per column; len(gpus) for padding
+    tid: IntArr = field(init=False)  # (N,) GPU type id per row
+    types: tuple[str, ...] = field(init=False)
+    free: IntArr = field(init=False)  # (N, G) free milli (0: padding, held, unusable)
+    cpu: IntArr = field(init=False)
+    mem: IntArr = field(init=False)
+    up: BoolArr = field(init=False)
+    version: IntArr = field(init=False)
+    changed: IntArr = field(init=False)  # rows whose state changed at the last sync
+    cache: OrderedDict[tuple[object, ...], _Scores] = field(init=False)
+
+    def __post_init__(self) -> None:
+        c = self.cluster
+        rows = c.partition_nodes[self.pool]
+        self.nodes = np.array(rows, dtype=np.int64)
+        width = max((len(c.node_partition_gpus[(self.pool, n)]) for n in rows), default=0)
+        self.gids = np.full((len(rows), width), len(c.gpus), dtype=np.int64)
+        for r, n in enumerate(rows):
+            g = c.node_partition_gpus[(self.pool, n)]
+            self.gids[r, : len(g)] = g
+        self.types = tuple(sorted({c.nodes[n].gpu_type for n in rows}))
+        self.tid = np.array([self.types.index(c.nodes[n].gpu_type) for n in rows], dtype=np.int64)
+        self._cpu_cap = np.array([c.nodes[n].cpu_milli for n in rows], dtype=np.int64)
+        self._mem_cap = np.array([c.nodes[n].mem_mib for n in rows], dtype=np.int64)
+        self._gpu_node = np.array([g.node for g in c.gpus], dtype=np.int64)
+        self.cpu_cap = int(self._cpu_cap.max(initial=1))
+        self.mem_cap = int(self._mem_cap.max(initial=1))
+        self.gpu_cap = max(width, 1) * MILLI_PER_GPU
+        n = len(rows)
+        self.free = np.zeros((n, width), dtype=np.int64)
+        self.cpu = np.zeros(n, dtype=np.int64)
+        self.mem = np.zeros(n, dtype=np.int64)
+        self.up = np.zeros(n, dtype=np.bool_)
+        self.version = np.zeros(n, dtype=np.int64)
+        self.changed = np.arange(n, dtype=np.int64)
+        self.cache = OrderedDict()
+        self._clock = 0
+        self._seen: tuple[list[int], list[str | None], dict[int, None]] | None = None
+        self._node_up = np.ones(len(c.nodes), dtype=np.bool_)
+        self._gmem_cap: IntArr | None = None
+
+    def sync(self, ledger: Ledger) -> None:
+        n = len(self.cluster.gpus)
+        node_up = np.fromiter(ledger.node_up, np.bool_, len(self.cluster.nodes))
+        gpu_state = (ledger.milli, ledger.owner, ledger.blocked)
+        if (
+            self._seen is not None
+            and all(a == b for a, b in zip(gpu_state, self._seen, strict=True))
+            and (node_up == self._node_up).all()
+        ):
+            free = self.free  # no GPU changed (list comparison runs in C: cheap)
+        else:
+            self._seen = (list(ledger.milli), list(ledger.owner), dict(ledger.blocked))
+            self._node_up = node_up
+            milli = np.fromiter(ledger.milli, np.int64, n)
+            # owners are job ids or hold tags (non-empty strings) or None
+            idle = ~np.frombuffer(bytes(map(bool, ledger.owner)), dtype=np.bool_)
+            usable = idle & node_up[self._gpu_node]
+            if ledger.blocked:
+                usable[list(ledger.blocked)] = False
+            flat = np.append(np.where(usable, MILLI_PER_GPU - milli, 0), 0)
+            free = flat[self.gids]
+        cpu = self._cpu_cap - np.fromiter(ledger.cpu_used, np.int64, len(node_up))[self.nodes]
+        mem = self._mem_cap - np.fromiter(ledger.mem_used, np.int64, len(node_up))[self.nodes]
+        up = node_up[self.nodes]
+        diff = (
+            (free != self.free).any(axis=1)
+            | (cpu != self.cpu)
+            | (mem != self.mem)
+            | (up != self.up)
+        )
+        self.changed = np.flatnonzero(diff)
+        if self.changed.size:
+            self._clock += 1
+            self.version[self.changed] = self._clock
+        self.free, self.cpu, self.mem, self.up = free, cpu, mem, up
+
+    def gpu_mem_free(self, ledger: Ledger) -> IntArr:
+        if self._gmem_cap is None:  # per-GPU memory never changes: read the types once
+            c = self.cluster
+            self._gmem_cap = np.array([c.gpu_type_of(g.gid).memory_mib for g in c.gpus] + [0])
+        used = np.append(np.fromiter(ledger.gmem, np.int64, len(self.cluster.gpus)), 0)
+        out: IntArr = (self._gmem_cap - used)[self.gids]
+        return out
+
+    def scores(self, scorer: Scorer, key: tuple[object, ...]) -> _Scores:
+        full = (id(scorer), scorer.version(), *key)
+        got = self.cache.get(full)
+        if got is None:
+            n = len(self.nodes)
+            got = _Scores(np.full(n, -1, np.int64), np.zeros(n), np.zeros(n, np.int64))
+            self.cache[full] = got
+            if len(self.cache) > CACHE_SHAPES:
+                self.cache.popitem(last=False)
+        else:
+            self.cache.move_to_end(full)
+        return got
+
+
+_INDEXES: weakref.WeakKeyDictionary[Ledger, dict[str, PoolIndex]] = weakref.WeakKeyDictionary()
+
+
+def pool_index(ledger: Ledger, pool: str) -> PoolIndex:
+    """The synced array view of ``pool`` (one per ledger and pool, reused across calls)."""
+    per = _INDEXES.setdefault(ledger, {})
+    idx = per.get(pool)
+    if idx is None or idx.cluster is not ledger.cluster:
+        idx = per[pool] = PoolIndex(ledger.cluster, pool)
+    idx.sync(ledger)
+    return idx
+
+
+@dataclass(slots=True)
+class _State:
+    """A (possibly gang-modified) copy of the arrays a placement decides on."""
+
+    free: IntArr
+    cpu: IntArr
+    mem: IntArr
+    gmem: IntArr | None
 
 
 def place_fractional(ledger: Ledger, job: Job, pool: str, scorer: Scorer) -> PlaceResult:
-    c = ledger.cluster
+    idx = pool_index(ledger, pool)
     req = job.request
-    taken: dict[int, int] = {}  # milli this gang already took per GPU (multi-replica gangs)
-    taken_mem: dict[int, int] = {}
-    host: dict[int, int] = {}  # replicas already put on each node
+    pod = PodSpec.of(job)
+    gmem = idx.gpu_mem_free(ledger) if req.gpu_mem_mib > 0 else None
+    st = _State(idx.free, idx.cpu, idx.mem, gmem)
+    # cached scores are valid only for unmodified arrays: single replicas, no GPU memory
+    use_cache = scorer.cacheable and job.replicas == 1 and gmem is None
+    key = (pod, req.gpu_mem_mib)
     out: list[Assignment] = []
     for _ in range(job.replicas):
-        best: tuple[tuple[float, ...], Assignment] | None = None
-        for node in c.partition_nodes[pool]:
-            n_here = host.get(node, 0)
-            if not node_admits(ledger, job, node, n_here + 1):
-                continue
-            view = _view(ledger, pool, node, taken, job.cpu_milli * n_here)
-            gids = c.node_partition_gpus[(pool, node)]
-            if req.kind is RequestKind.FRACTION:
-                seen: set[tuple[int, int]] = set()
-                for i, g in enumerate(gids):
-                    f = view.free[i]
-                    mem_left = ledger.gpu_mem_free(g) - taken_mem.get(g, 0)
-                    if f < req.milli or mem_left < req.gpu_mem_mib or (f, mem_left) in seen:
-                        continue
-                    seen.add((f, mem_left))
-                    after = (*view.free[:i], f - req.milli, *view.free[i + 1 :])
-                    key = scorer.score(view, after, job)
-                    if best is None or key < best[0]:
-                        best = (key, Assignment(node, (g,), req.milli, req.gpu_mem_mib))
-            else:
-                whole = [g for i, g in enumerate(gids) if view.free[i] == MILLI_PER_GPU]
-                if len(whole) < req.gpus:
-                    continue
-                gpus = pick_gpus(ledger, node, whole, req.gpus)
-                after = tuple(0 if g in gpus else view.free[i] for i, g in enumerate(gids))
-                key = scorer.score(view, after, job)
-                if best is None or key < best[0]:
-                    best = (key, Assignment(node, tuple(gpus)))
-        if best is None:
-            return NotPlaced(_why(ledger, job, pool), f"no GPU in {pool} fits {req.describe()}")
-        a = best[1]
+        rows, fit = _feasible(idx, st, job, pod)
+        if rows.size == 0:
+            return NotPlaced(_why(idx, job), f"no GPU in {pool} fits {req.describe()}")
+        if use_cache:
+            sc = idx.scores(scorer, key)
+            stale = rows[sc.version[rows] != idx.version[rows]]
+            if stale.size:
+                s, col = scorer.score(_candidates(idx, st, stale, fit[stale], pod))
+                sc.score[stale], sc.col[stale], sc.version[stale] = s, col, idx.version[stale]
+            score, cols = sc.score[rows], sc.col[rows]
+        else:
+            score, cols = scorer.score(_candidates(idx, st, rows, fit[rows], pod))
+        at = scorer.pick(score, idx.nodes[rows])
+        row = int(rows[at])
+        a = _assignment(ledger, idx, st, row, int(cols[at]), fit[row], job)
         out.append(a)
-        host[a.node] = host.get(a.node, 0) + 1
-        for g in a.gpus:
-            taken[g] = taken.get(g, 0) + (a.milli if req.kind is RequestKind.FRACTION else 1000)
-            taken_mem[g] = taken_mem.get(g, 0) + a.gpu_mem_mib
+        if job.replicas > 1:
+            st = _apply(idx, st, row, a, job)
     return Placed(tuple(out))
 
 
-def _why(ledger: Ledger, job: Job, pool: str) -> Reason:
-    """No-fit when the pool lacks the capacity in aggregate, fragmented when it is scattered."""
-    c = ledger.cluster
-    free = sum(
-        MILLI_PER_GPU - ledger.milli[g]
-        for g in c.partition_gpus[pool]
-        if ledger.owner[g] is None and ledger.gpu_usable(g)
+def _feasible(idx: PoolIndex, st: _State, job: Job, pod: PodSpec) -> tuple[IntArr, BoolArr]:
+    """Rows where one replica fits, and per row the GPU columns it fits on (sharing pod) or the
+    columns it would take (whole GPUs: the lowest free ones; CPU-only: none)."""
+    ok = idx.up & (st.cpu >= job.cpu_milli) & (st.mem >= job.mem_mib)
+    if job.gpu_types:
+        allowed = np.array([t in job.gpu_types for t in idx.types], dtype=np.bool_)
+        ok &= allowed[idx.tid]
+    if pod.sharing:
+        fit = st.free >= pod.milli
+        if st.gmem is not None:
+            fit &= st.gmem >= job.request.gpu_mem_mib
+        ok &= fit.any(axis=1)
+    elif pod.gpus > 0:
+        full = st.free == MILLI_PER_GPU
+        fit = full & (np.cumsum(full, axis=1) <= pod.gpus)
+        ok &= full.sum(axis=1) >= pod.gpus
+    else:
+        fit = np.zeros_like(st.free, dtype=np.bool_)
+    return np.flatnonzero(ok), fit
+
+
+def _candidates(idx: PoolIndex, st: _State, rows: IntArr, fit: BoolArr, pod: PodSpec) -> Candidates:
+    return Candidates(
+        free=st.free[rows],
+        cpu=st.cpu[rows],
+        mem=st.mem[rows],
+        tid=idx.tid[rows],
+        types=idx.types,
+        pod=pod,
+        fit=fit,
+        cpu_cap=idx.cpu_cap,
+        mem_cap=idx.mem_cap,
+        gpu_cap=idx.gpu_cap,
     )
-    want = job.request.milli if job.request.kind is RequestKind.FRACTION else 1000
-    want *= job.request.gpus * job.replicas
-    return Reason.FRAGMENTED if free >= want else Reason.NO_FIT
+
+
+def _assignment(
+    ledger: Ledger, idx: PoolIndex, st: _State, row: int, col: int, fit: BoolArr, job: Job
+) -> Assignment:
+    node = int(idx.nodes[row])
+    req = job.request
+    if req.kind is RequestKind.FRACTION:
+        if col < 0 or not fit[col]:  # the scorer gave no usable column: tightest that fits
+            col = int(np.where(fit, st.free[row], np.iinfo(np.int64).max).argmin())
+        return Assignment(node, (int(idx.gids[row, col]),), req.milli, req.gpu_mem_mib)
+    if req.gpus == 0:
+        return Assignment(node, ())
+    full = [int(g) for g, f in zip(idx.gids[row], st.free[row], strict=True) if f == MILLI_PER_GPU]
+    return Assignment(node, tuple(pick_gpus(ledger, node, full, req.gpus)))
+
+
+def _apply(idx: PoolIndex, st: _State, row: int, a: Assignment, job: Job) -> _State:
+    """The arrays after one replica of a gang took ``a`` (later replicas see it)."""
+    free, cpu, mem = st.free.copy(), st.cpu.copy(), st.mem.copy()
+    gmem = None if st.gmem is None else st.gmem.copy()
+    for g in a.gpus:
+        col = int(np.flatnonzero(idx.gids[row] == g)[0])
+        free[row, col] -= a.milli if job.request.kind is RequestKind.FRACTION else MILLI_PER_GPU
+        if gmem is not None:
+            gmem[row, col] -= a.gpu_mem_mib
+    cpu[row] -= job.cpu_milli
+    mem[row] -= job.mem_mib
+    return _State(free, cpu, mem, gmem)
+
+
+def _why(idx: PoolIndex, job: Job) -> Reason:
+    """No-fit when the pool lacks the capacity in aggregate, fragmented when it is scattered."""
+    free = int(idx.free[idx.up].sum())
+    cpu = int(idx.cpu[idx.up].sum())
+    req = job.request
+    want = req.milli if req.kind is RequestKind.FRACTION else MILLI_PER_GPU * req.gpus
+    if free >= want * job.replicas and cpu >= job.cpu_milli * job.replicas:
+        return Reason.FRAGMENTED
+    return Reason.NO_FIT

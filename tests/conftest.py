@@ -1,0 +1,10 @@
+"""Shared pytest setup: make ``from builders import ...`` work from any test directory."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+_TESTS = str(Path(__file__).resolve().parent)
+if _TESTS not in sys.path:
+    sys.path.insert(0, _TESTS)

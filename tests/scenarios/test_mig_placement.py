@@ -1,0 +1,235 @@
+"""MIG: static layouts per partition; jobs take instances of their profile; dynamic MIG
+re-partitions only an idle GPU (MigReconfigure, GPU blocked until MigReconfigured), never one
+under a running job."""
+
+from __future__ import annotations
+
+import pytest
+from scenario_harness import A, JobFinished, MigReconfigured, Tick, flat, make, sub
+
+from builders import ClusterBuilder, MigConfig, SharingMode, job
+from gpufence.model.decisions import Bind, MigReconfigure, PendingReason, Reason, Reject
+from gpufence.model.job import Job
+from gpufence.model.mig import MigInstance
+
+
+def mig_cluster(
+    layout: tuple[str, ...] = ("3g.40gb", "3g.40gb"), dynamic: bool = False, gpus: int = 2
+):  # type: ignore[no-untyped-def]
+    """One H100 node with ``gpus`` GPUs in MIG partition m (and a whole-GPU partition w)."""
+    mig = MigConfig(layout=layout, dynamic=dynamic, reconfigure_delay_s=30.0)
+    return (
+        ClusterBuilder()
+        .nodes("n", 1, gpus=gpus)
+        .nodes("w", 1, gpus=2)
+        .partition("m", ["n"], sharing=SharingMode.MIG, mig=mig)
+        .partition("w", ["w"])
+        .build()
+    )
+
+
+def inst(gpu: int, profile: str, start: int) -> A:  # type: ignore[valid-type]
+    return A(0, gpu, mig_profile=profile, mig_start=start)
+
+
+def test_static_layout_is_created_on_every_gpu() -> None:
+    s = make(mig_cluster(layout=("3g.40gb", "2g.20gb", "1g.10gb")))
+    for g in (0, 1):
+        assert s.ledger.mig[g].instances == [
+            MigInstance("3g.40gb", 4),
+            MigInstance("2g.20gb", 0),
+            MigInstance("1g.10gb", 2),
+        ]
+
+
+def test_jobs_take_instances_of_their_profile_packing_busy_gpus_first() -> None:
+    s = make(mig_cluster())
+    got = s.step(
+        sub(
+            job("a").mig("3g.40gb").build(),
+            job("b").mig("3g.40gb").build(),
+            job("c").mig("3g.40gb").build(),
+        ),
+        0,
+    )
+    assert got == [
+        Bind("a", "m", (inst(0, "3g.40gb", 4),)),
+        Bind("b", "m", (inst(0, "3g.40gb", 0),)),
+        Bind("c", "m", (inst(1, "3g.40gb", 4),)),
+    ]
+
+
+def test_a_mig_gang_takes_one_instance_per_replica() -> None:
+    s = make(mig_cluster())
+    got = s.step(sub(job("g").mig("3g.40gb", replicas=3).build()), 0)
+    assert got == [
+        Bind(
+            "g",
+            "m",
+            (inst(0, "3g.40gb", 4), inst(0, "3g.40gb", 0), inst(1, "3g.40gb", 4)),
+        )
+    ]
+
+
+def test_a_mig_gang_larger_than_the_free_instances_waits_whole() -> None:
+    s = make(mig_cluster())
+    got = s.step(sub(job("g").mig("3g.40gb", replicas=5).build()), 0)
+    assert got == []
+    assert s.ledger.allocs == {}
+
+
+def test_freed_instance_is_reused() -> None:
+    s = make(mig_cluster(gpus=1))
+    got = flat(
+        s,
+        [
+            (0, sub(*[job(f"j{i}").mig("3g.40gb").build() for i in range(3)])),
+            (5, [JobFinished("j0")]),
+        ],
+    )
+    assert got == [
+        Bind("j0", "m", (inst(0, "3g.40gb", 4),)),
+        Bind("j1", "m", (inst(0, "3g.40gb", 0),)),
+        Bind("j2", "m", (inst(0, "3g.40gb", 4),)),
+    ]
+
+
+PENDING_CASES = [
+    pytest.param(
+        job("x").mig("1g.10gb").build(),
+        PendingReason(
+            Reason.MIG_LAYOUT,
+            "0 free 1g.10gb instances in m (needs 1); 4 free instances of other profiles",
+        ),
+        id="a profile missing from the static layout is a layout problem",
+    ),
+    pytest.param(
+        job("x").mig("3g.40gb", replicas=5).build(),
+        PendingReason(
+            Reason.NO_FIT,
+            "no free 3g.40gb MIG instance in m",
+        ),
+        id="more replicas than instances of the profile is no-fit",
+    ),
+]
+
+
+@pytest.mark.parametrize(("pending", "why"), PENDING_CASES)
+def test_static_mig_pending_reasons(pending: Job, why: PendingReason) -> None:
+    s = make(mig_cluster())
+    assert s.step(sub(pending), 0) == []
+    assert s.why_pending(pending.id) == why
+
+
+REJECT_CASES = [
+    pytest.param(
+        job("x").mig("5g.50gb").partition("m").build(),
+        "MIG profile '5g.50gb' does not exist on H100-80GB (valid: 1g.10gb, 1g.10gb+me, "
+        "1g.20gb, 2g.20gb, 3g.40gb, 4g.40gb, 7g.80gb)",
+        id="a profile the hardware does not have is rejected",
+    ),
+    pytest.param(
+        job("x").mig("3g.20gb").partition("m").build(),
+        "MIG profile '3g.20gb' does not exist on H100-80GB (valid: 1g.10gb, 1g.10gb+me, "
+        "1g.20gb, 2g.20gb, 3g.40gb, 4g.40gb, 7g.80gb)",
+        id="an A100-40GB profile name is rejected on H100",
+    ),
+    pytest.param(
+        job("x").gpus(1).partition("m").build(),
+        "partition m only offers MIG instances",
+        id="a whole-GPU job in a MIG partition is rejected",
+    ),
+    pytest.param(
+        job("x").mig("3g.40gb").partition("w").build(),
+        "partition w is exclusive, not MIG",
+        id="a MIG job in a non-MIG partition is rejected",
+    ),
+]
+
+
+@pytest.mark.parametrize(("bad", "message"), REJECT_CASES)
+def test_mig_rejects(bad: Job, message: str) -> None:
+    s = make(mig_cluster())
+    assert s.step(sub(bad), 0) == [Reject(bad.id, Reason.NEVER_FITS, message)]
+
+
+def _busy_gpu0(dynamic: bool = True):  # type: ignore[no-untyped-def]
+    s = make(mig_cluster(dynamic=dynamic))
+    got = s.step(sub(job("a").mig("3g.40gb").build(), job("b").mig("3g.40gb").build()), 0)
+    assert got == [
+        Bind("a", "m", (inst(0, "3g.40gb", 4),)),
+        Bind("b", "m", (inst(0, "3g.40gb", 0),)),
+    ]
+    return s
+
+
+def test_dynamic_mig_repartitions_an_idle_gpu_then_binds() -> None:
+    s = _busy_gpu0()
+    got = s.step(sub(job("c").mig("1g.10gb").build(), job("e").mig("2g.20gb").build()), 1)
+    assert got == [
+        MigReconfigure(
+            gpu=1,
+            layout=("1g.10gb@6", "2g.20gb@4"),
+            reason=Reason.MIG_LAYOUT,
+            ready_after_s=30.0,
+            message="re-partition idle GPU 1 for pending 1g.10gb demand",
+        )
+    ]
+    assert s.why_pending("c") == PendingReason(Reason.RECONFIGURING, "GPU 1 re-partitioning (30 s)")
+    assert s.why_pending("e") == PendingReason(
+        Reason.RECONFIGURING, "a GPU is being re-partitioned for 2g.20gb"
+    )
+    assert 1 in s.ledger.blocked
+    # nothing more happens until the front end reports the new layout
+    assert s.step([Tick()], 20) == []
+    got = s.step([MigReconfigured(1)], 31)
+    assert got == [
+        Bind("c", "m", (inst(1, "1g.10gb", 6),)),
+        Bind("e", "m", (inst(1, "2g.20gb", 4),)),
+    ]
+    assert 1 not in s.ledger.blocked
+
+
+def test_gpu_blocked_while_reconfiguring_serves_no_old_instances() -> None:
+    s = _busy_gpu0()
+    s.step(sub(job("c").mig("1g.10gb").build()), 1)
+    assert s.step(sub(job("f").mig("3g.40gb").build()), 2) == []
+    assert s.why_pending("f") == PendingReason(Reason.NO_FIT, "no free 3g.40gb MIG instance in m")
+
+
+def test_dynamic_mig_never_repartitions_under_a_running_job() -> None:
+    s = _busy_gpu0()
+    assert s.step(sub(job("d").mig("3g.40gb").build()), 1) == [
+        Bind("d", "m", (inst(1, "3g.40gb", 4),))
+    ]
+    # GPU 1 still has a free 3g instance but is not idle: no MigReconfigure
+    assert s.step(sub(job("c").mig("1g.10gb").build()), 2) == []
+    assert s.why_pending("c") == PendingReason(
+        Reason.MIG_LAYOUT,
+        "0 free 1g.10gb instances in m (needs 1); 1 free instances of other profiles",
+    )
+    assert s.ledger.blocked == {}
+    # once GPU 1 is idle again it is re-partitioned
+    got = s.step([JobFinished("d")], 3)
+    assert got == [
+        MigReconfigure(
+            gpu=1,
+            layout=("1g.10gb@6",),
+            reason=Reason.MIG_LAYOUT,
+            ready_after_s=30.0,
+            message="re-partition idle GPU 1 for pending 1g.10gb demand",
+        )
+    ]
+
+
+def test_static_mig_never_reconfigures() -> None:
+    s = _busy_gpu0(dynamic=False)
+    assert s.step(sub(job("c").mig("1g.10gb").build()), 1) == []
+    why = s.why_pending("c")
+    assert why is not None and why.reason is Reason.MIG_LAYOUT
+
+
+def test_unrequested_mig_reconfigured_event_is_ignored() -> None:
+    s = _busy_gpu0()
+    assert s.step([MigReconfigured(1)], 1) == []
+    assert s.ledger.mig[1].instances == [MigInstance("3g.40gb", 4), MigInstance("3g.40gb", 0)]
