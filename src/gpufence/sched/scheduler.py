@@ -171,6 +171,8 @@ class Scheduler:
         if rec is None or rec.state in TERMINAL:
             return  # late report about a job we no longer track: nothing to do
         if isinstance(ev, JobFinished):
+            if rec.state is JobState.PENDING:
+                return  # a late report from an earlier attempt: the requeued job lives on
             self._end(rec, JobState.DONE if ev.succeeded else JobState.FAILED)
         elif isinstance(ev, JobStopped):
             self._stopped(rec)
