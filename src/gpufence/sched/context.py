@@ -59,8 +59,13 @@ class Context:
     preempt_times: dict[str, deque[float]] = field(default_factory=dict)
     mig_pending: dict[int, tuple[migmod.MigInstance, ...]] = field(default_factory=dict)
     mig_for: dict[int, str] = field(default_factory=dict)  # GPU -> job it was re-partitioned for
-    pending_reason: dict[str, PendingReason] = field(default_factory=dict)
-    shape_reason: dict[tuple[object, ...], PendingReason] = field(default_factory=dict)
+    # why jobs wait: per job (handled on its own) and per shape (its jobs share the reason),
+    # each stamped with the cycle that set it so that the newer answer wins
+    pending_reason: dict[str, tuple[int, PendingReason]] = field(default_factory=dict)
+    shape_reason: dict[tuple[object, ...], tuple[int, PendingReason]] = field(default_factory=dict)
+    cycle: int = 0
+    seen: dict[str, tuple[int, int]] = field(default_factory=dict)  # partition -> versions
+    protect_after: dict[str, float] = field(default_factory=dict)
     counters: Counters = field(default_factory=Counters)
     noticed: dict[str, None] = field(default_factory=dict)  # running jobs with a notice
     interactive: dict[str, None] = field(default_factory=dict)  # running, reclaim-eligible
@@ -75,7 +80,16 @@ class Context:
         )
 
     def why(self, job_id: str) -> PendingReason | None:
-        return self.pending_reason.get(job_id)
+        """The newest reason for a pending job: its own, or its shape's."""
+        own = self.pending_reason.get(job_id)
+        shared = None
+        if job_id in self.queues:
+            shared = self.shape_reason.get(self.queues.shape_of(job_id))
+        best = max((x for x in (own, shared) if x is not None), default=None, key=lambda x: x[0])
+        return best[1] if best is not None else None
 
     def set_pending(self, job_id: str, reason: Reason, message: str) -> None:
-        self.pending_reason[job_id] = PendingReason(reason, message)
+        self.pending_reason[job_id] = (self.cycle, PendingReason(reason, message))
+
+    def set_shape_pending(self, shape: tuple[object, ...], reason: Reason, message: str) -> None:
+        self.shape_reason[shape] = (self.cycle, PendingReason(reason, message))

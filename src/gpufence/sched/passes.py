@@ -1,13 +1,14 @@
 """The placement passes of a cycle: own partition (with reservation + backfill), then lending.
 
-Jobs are walked in scheduling order. Jobs of the same queue, priority and shape fit in exactly
-the same places, so once one fails the rest of that shape are skipped with the same reason, and
-the walk stops when every shape present has failed: a 10,000-job queue costs O(shapes) per cycle.
+Jobs are walked as shape heads in scheduling order (``queues.Walk``): jobs of one queue,
+priority, shape and estimate bucket fit in exactly the same places, so when a head fails its
+whole shape waits with the same reason (``Context.set_shape_pending``) and a 10,000-job queue
+costs O(shapes + binds) per cycle.
 """
 
 from __future__ import annotations
 
-from gpufence.model.decisions import Bind, PendingReason, Reason
+from gpufence.model.decisions import Bind, Reason
 from gpufence.model.partition import SharingMode
 from gpufence.sched.admission import quota_blocks
 from gpufence.sched.backfill import INF, reservable, reserve
@@ -15,6 +16,7 @@ from gpufence.sched.context import Context, Reservation
 from gpufence.sched.jobs import JobRecord, JobState
 from gpufence.sched.migdyn import repartition_for
 from gpufence.sched.placement.base import Placed
+from gpufence.sched.queues import ShapeKey
 from gpufence.state.ledger import Allocation, charge_milli
 
 CAPACITY = (Reason.NO_FIT, Reason.FRAGMENTED, Reason.MIG_LAYOUT)
@@ -92,83 +94,93 @@ def _unhold(ctx: Context, held: list[int]) -> None:
         ctx.ledger.unhold(g)
 
 
+def place_nominated(ctx: Context, p: str) -> None:
+    """Jobs that noticed victims run first once the victims have stopped: at home, or (for an
+    incident) on the donor pool whose GPUs the preemption freed."""
+    led = ctx.ledger
+    for jid, nom in list(ctx.nominations.items()):
+        rec = ctx.records[jid]
+        if rec.home != p or rec.state is not JobState.PENDING:
+            continue
+        if ctx.victims_pending(nom):
+            ctx.set_pending(jid, Reason.WAITING_PREEMPTION, "waiting for noticed jobs to stop")
+            continue
+        r = ctx.engine.place(led, rec.job, p)
+        if isinstance(r, Placed):
+            bind(ctx, rec, p, r, Reason.FITS)
+        elif not _try_nominated(ctx, rec, nom.pools, nom.incident):
+            del ctx.nominations[jid]  # the capacity went elsewhere: protection looks again
+
+
 def place_partition(ctx: Context, p: str) -> list[JobRecord]:
     """Place what fits of partition ``p``'s queue. Returns the jobs that failed for capacity."""
     led = ctx.ledger
+    place_nominated(ctx, p)
     res = _valid(ctx, p)
     held = _hold(ctx, res)
-    failed: dict[tuple[object, ...], tuple[Reason, str]] = {}
     capacity_failed: list[JobRecord] = []
-    shapes = ctx.queues.shapes[p]
 
     def share(q: str) -> float:
         return ctx.fairshare.share(q, led)
 
-    partial = 0  # failed entries that hold only for jobs whose estimate cannot backfill
-    for rec in ctx.queues.ordered(p, share):
-        if len(failed) - partial >= len(shapes):  # every shape failed, whatever its estimates
-            break
+    skips: dict[ShapeKey, int] = {}
+    walk = ctx.queues.walk(p, share)
+    while (rec := walk.next()) is not None:
         job = rec.job
-        nom = ctx.nominations.get(job.id)
-        if nom is not None and ctx.victims_pending(nom):
-            ctx.set_pending(job.id, Reason.WAITING_PREEMPTION, "waiting for noticed jobs to stop")
+        if job.id in ctx.nominations:  # waits for its victims (place_nominated)
+            walk.skip()
             continue
-        base = (rec.queue, job.priority, job.shape())
+        sk = ctx.queues.shape_of(job.id)
         est_ok = (
             res is not None
             and res.start != INF  # start unknown: any backfill could delay the gang
             and job.est_runtime_s is not None
             and ctx.now + job.est_runtime_s <= res.start
         )
-        cached = failed.get(base) or failed.get((*base, est_ok))
-        if cached is not None and nom is None:
-            ctx.set_pending(job.id, *cached)
-            continue
         blocked = quota_blocks(ctx.cluster, led, rec.queue, charge_milli(job, ctx.cluster, p))
         if blocked is not None:
-            failed[base] = (Reason.QUOTA, blocked)
-            ctx.set_pending(job.id, Reason.QUOTA, blocked)
+            ctx.set_shape_pending(sk, Reason.QUOTA, blocked)
+            walk.drop()
             continue
-        if res is not None and job.id == res.job_id:
+        is_gang = res is not None and job.id == res.job_id
+        if is_gang:
             _unhold(ctx, held)
             held = []
         r = ctx.engine.place(led, job, p)
         if isinstance(r, Placed):
             bind(ctx, rec, p, r, Reason.FITS)
-            if res is not None and job.id == res.job_id:
+            walk.placed()
+            if is_gang:
                 del ctx.reservations[p]
                 res = None
             continue
-        if nom is not None:
-            if _try_nominated(ctx, rec, nom.pools, nom.incident):
-                continue
-            del ctx.nominations[job.id]
-        if res is not None and job.id == res.job_id:
+        if is_gang and res is not None:
             held = _hold(ctx, res)
             if r.reason in CAPACITY:  # the gang keeps its reservation; it is not behind itself
                 ctx.set_pending(job.id, r.reason, f"{r.message}; GPUs reserved from {_when(res)}")
-                failed[base] = (r.reason, f"behind gang {job.id}, which holds the reservation")
+                ctx.set_shape_pending(
+                    sk, r.reason, f"behind gang {job.id}, which holds the reservation"
+                )
                 capacity_failed.append(rec)
+                walk.drop()
                 continue
         if held and res is not None and r.reason in CAPACITY:
             outcome = _past_holds(ctx, rec, p, res, held, est_ok)
             if outcome is not None:
                 held = outcome
+                walk.placed()
                 continue
             msg = f"GPUs reserved for gang {res.job_id} (starts by t={res.start:g})"
-            # a job that may backfill and still failed does not fit even past the holds: its
-            # whole shape fails; otherwise only jobs of the shape that cannot backfill do
-            fkey: tuple[object, ...] = base if est_ok else (*base, False)
-            if fkey not in failed and not est_ok:
-                partial += 1
-            failed[fkey] = (Reason.RESERVED_FOR_GANG, msg)
-            ctx.set_pending(job.id, Reason.RESERVED_FOR_GANG, msg)
+            ctx.set_shape_pending(sk, Reason.RESERVED_FOR_GANG, msg)
+            if _may_backfill_later(ctx, sk, res, skips):
+                walk.skip()  # a shorter estimate further down this shape may still backfill
+            else:
+                walk.drop()
             continue
         if (
             r.reason in CAPACITY
             and (res is None or job.priority > res.priority)
             and reservable(ctx, job, p)
-            and job.id != (res.job_id if res else None)
         ):
             _unhold(ctx, held)
             ctx.reservations.pop(p, None)
@@ -176,23 +188,42 @@ def place_partition(ctx: Context, p: str) -> list[JobRecord]:
             held = _hold(ctx, res)
             if res is not None:
                 ctx.reservations[p] = res
-                msg = f"{r.message}; GPUs reserved from {_when(res)}"
-                ctx.set_pending(job.id, r.reason, msg)
-                failed[base] = (r.reason, f"behind gang {job.id}, which holds the reservation")
+                ctx.set_pending(job.id, r.reason, f"{r.message}; GPUs reserved from {_when(res)}")
+                ctx.set_shape_pending(
+                    sk, r.reason, f"behind gang {job.id}, which holds the reservation"
+                )
                 capacity_failed.append(rec)
+                walk.drop()
                 continue
         mig = ctx.cluster.partitions[p].sharing is SharingMode.MIG
         if mig and r.reason in CAPACITY and repartition_for(ctx, rec):
-            failed[base] = (Reason.RECONFIGURING, "waiting for a MIG re-partition")
+            ctx.set_shape_pending(sk, Reason.RECONFIGURING, "waiting for a MIG re-partition")
+            walk.drop()
             continue
-        failed[base] = (r.reason, r.message)
-        ctx.set_pending(job.id, r.reason, r.message)
+        ctx.set_shape_pending(sk, r.reason, r.message)
+        ctx.pending_reason.pop(job.id, None)
+        walk.drop()
         if r.reason in CAPACITY:
             capacity_failed.append(rec)
     _unhold(ctx, held)
-    for key, (reason, msg) in failed.items():
-        ctx.shape_reason[key] = PendingReason(reason, msg)
     return capacity_failed
+
+
+MAX_BACKFILL_SKIPS = 64  # jobs of one shape tried per cycle for backfill past the first
+
+
+def _may_backfill_later(
+    ctx: Context, sk: ShapeKey, res: Reservation, skips: dict[ShapeKey, int]
+) -> bool:
+    """Jobs of a shape share an estimate bucket (est in (2^(b-1), 2^b]); if even the bucket's
+    shortest estimate could end before the gang starts, later jobs of the shape may backfill."""
+    bucket = sk[3]
+    if not isinstance(bucket, int) or res.start == INF:
+        return False
+    if ctx.now + 2.0 ** (bucket - 1) > res.start or skips.get(sk, 0) >= MAX_BACKFILL_SKIPS:
+        return False
+    skips[sk] = skips.get(sk, 0) + 1
+    return True
 
 
 def _when(res: Reservation) -> str:
@@ -250,11 +281,11 @@ def lend_pass(ctx: Context, failed: dict[str, list[JobRecord]]) -> None:
         ]
         if not rules:
             continue
-        tried: dict[tuple[object, ...], None] = {}
-        for rec in list(ctx.queues.ordered(p, lambda q: ctx.fairshare.share(q, led))):
+        walk = ctx.queues.walk(p, lambda q: ctx.fairshare.share(q, led))
+        while (rec := walk.next()) is not None:
             job = rec.job
-            key = (job.shape(), job.checkpointable)
-            if key in tried or job.id in ctx.nominations:
+            if job.id in ctx.nominations:
+                walk.skip()
                 continue
             for lp, rule in rules:
                 if rule.checkpointable_only and not job.checkpointable:
@@ -263,8 +294,7 @@ def lend_pass(ctx: Context, failed: dict[str, list[JobRecord]]) -> None:
                 r = ctx.engine.place(led, job, lp, max_gpus=left)
                 if isinstance(r, Placed):
                     bind(ctx, rec, lp, r, Reason.LENT, f"borrowing idle GPUs of {lp}", lent_from=lp)
+                    walk.placed()
                     break
             else:
-                tried[key] = None
-            if len(tried) >= len(ctx.queues.shapes[p]):
-                break
+                walk.drop()

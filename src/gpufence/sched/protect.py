@@ -23,6 +23,7 @@ from gpufence.sched.jobs import Notice as NoticeState
 from gpufence.sched.placement.base import Placed
 from gpufence.state.ledger import Allocation, charge_milli
 
+INF = float("inf")
 MAX_BATCH = 256  # waiting jobs considered per partition per cycle
 
 
@@ -169,6 +170,7 @@ def protect_partition(ctx: Context, p: str, waiting: list[JobRecord]) -> None:
                 break
             else:
                 hopeless[shape] = None
+    ctx.protect_after[p] = _next_chance(ctx, pol, times, bool(budget_hit or hopeless))
     for rec in budget_hit:
         ctx.set_pending(
             rec.job.id,
@@ -206,6 +208,27 @@ def _covered_elsewhere(
         if _place_tentatively(ctx, rec, pool):
             return pool, {v: None for v, vp in inflight.items() if vp == pool}
     return None
+
+
+def _next_chance(ctx: Context, pol: PreemptionPolicy, times: deque[float], waiting: bool) -> float:
+    """When protection could find something it cannot find now: a budget slot frees up, or a
+    running job in a donor pool ages past the minimum runtime. inf when nothing waits."""
+    if not waiting or pol.mode is PreemptionMode.OFF:
+        return INF
+    best = INF
+    if pol.mode is PreemptionMode.INCIDENT_ONLY:
+        if times and len(times) >= pol.budget:
+            best = times[0] + pol.window_s
+        for alloc in ctx.ledger.allocs.values():
+            rec = ctx.records[alloc.job.id]
+            if (
+                alloc.pool in pol.from_partitions
+                and rec.started_at is not None
+                and rec.job.checkpointable
+                and rec.started_at + pol.min_runtime_s > ctx.now
+            ):
+                best = min(best, rec.started_at + pol.min_runtime_s)
+    return best
 
 
 def _eligible(ctx: Context, pol: PreemptionPolicy, pool: str) -> Callable[[JobRecord], bool]:

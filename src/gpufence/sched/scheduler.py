@@ -51,6 +51,8 @@ from gpufence.sched.registry import make_scorer
 from gpufence.state.invariants import check
 from gpufence.state.ledger import Ledger
 
+INF = float("inf")
+
 
 class InvariantViolation(AssertionError):
     """The ledger broke an invariant (only raised with validation on)."""
@@ -79,6 +81,11 @@ class Scheduler:
             engine=PlacementEngine(cluster, scorers),
         )
         self._started = False
+        # partitions whose lent capacity a partition's jobs may borrow
+        self._lenders: dict[str, list[str]] = {
+            p: [lp for lp, part in cluster.partitions.items() for r in part.lending if p in r.to]
+            for p in cluster.partitions
+        }
 
     # ------------------------------------------------------------------ public API
     @property
@@ -127,12 +134,7 @@ class Scheduler:
         rec = ctx.records.get(job_id)
         if rec is None or rec.state is not JobState.PENDING:
             return None
-        got = ctx.pending_reason.get(job_id)
-        if got is not None:
-            return got
-        key = (rec.queue, rec.job.priority, rec.job.shape())
-        got = ctx.shape_reason.get(key) or ctx.shape_reason.get((*key, False))
-        return got or PendingReason(Reason.QUEUED, "not yet considered")
+        return ctx.why(job_id) or PendingReason(Reason.QUEUED, "not yet considered")
 
     def fair_share(self, partition: str) -> list[TenantShare]:
         return self.ctx.fairshare.explain(partition, self.ctx.ledger)
@@ -148,6 +150,7 @@ class Scheduler:
         idle = idle_deadline(ctx)
         if idle is not None:
             times.append(idle)
+        times += [t for t in ctx.protect_after.values() if ctx.now < t < INF]
         return min(times) if times else None
 
     # ------------------------------------------------------------------ events
@@ -304,34 +307,60 @@ class Scheduler:
             if not ctx.victims_pending(nom):
                 continue
             for pool in nom.pools:
-                for g in ctx.cluster.partition_gpus[pool]:
-                    if led.is_free(g):
+                buckets = led.buckets[pool]
+                nodes = [n for k in range(1, len(buckets)) for n in buckets[k]]
+                for node in nodes:
+                    for g in led.free_gpus(pool, node):
                         led.hold(g, jid)
                         held.append(g)
         return held
 
+    def _dirty(self, p: str) -> bool:
+        """Could anything in partition ``p``'s queue fit now that did not last cycle? Only if
+        capacity came back to a pool it may use, jobs arrived, its reservation fell due, or a
+        waiting job's victims stopped."""
+        ctx = self.ctx
+        led = ctx.ledger
+        pools = [p, *self._lenders[p]]
+        seen = (sum(led.freed[q] for q in pools), ctx.queues.added[p])
+        res = ctx.reservations.get(p)
+        due = res is not None and ctx.now > res.start
+        nominated = any(ctx.records[j].home == p for j in ctx.nominations)
+        if seen == ctx.seen.get(p) and not due and not nominated:
+            return False
+        ctx.seen[p] = seen
+        return True
+
     def _cycle(self) -> None:
         ctx = self.ctx
+        ctx.cycle += 1
         first = [ctx.records[j].home for j, n in ctx.nominations.items() if n.incident]
         order = list(dict.fromkeys([*first, *ctx.cluster.partitions]))
-        held = self._hold_for_nominations()
-        failed = {p: place_partition(ctx, p) for p in order if ctx.queues.shapes[p]}
+        held = self._hold_for_nominations() if ctx.nominations else []
+        failed = {
+            p: place_partition(ctx, p) for p in order if ctx.queues.shapes[p] and self._dirty(p)
+        }
         lend_pass(ctx, failed)
         for g in held:
             ctx.ledger.unhold(g)
-        for p, recs in failed.items():
+        for p in ctx.cluster.partitions:
             part = ctx.cluster.partitions[p]
             lent = ctx.ledger.lent[p] > 0
             incident = part.preemption.mode is not PreemptionMode.OFF
-            if not recs or not (lent or incident):
+            if not (lent or incident) or not ctx.queues.shapes[p]:
                 continue
+            # after a pass with capacity failures, or when protection said it could find more
+            # (a victim ages past its minimum runtime, the budget window slides)
+            if not failed.get(p) and ctx.now < ctx.protect_after.get(p, 0.0):
+                continue
+            ctx.protect_after[p] = INF
             candidates = (
                 r
                 for r in ctx.queues.ordered(p, lambda q: ctx.fairshare.share(q, ctx.ledger))
                 if (lent or r.job.workload_class is WorkloadClass.SERVING)
                 and r.job.id not in ctx.nominations
                 and (why := self.why_pending(r.job.id)) is not None
-                and why.reason in CAPACITY
+                and (why.reason in CAPACITY or why.reason is Reason.PREEMPTION_BUDGET)
             )
             waiting = list(islice(candidates, MAX_BATCH))
             if waiting:

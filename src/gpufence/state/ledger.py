@@ -69,6 +69,9 @@ class Ledger:
         self.lent: dict[str, int] = {p: 0 for p in cluster.partitions}  # whole GPUs lent out
         self.queue_used: dict[str, int] = {q: 0 for q in cluster.queues}  # milli, own pool only
         self.queue_lent_used: dict[str, int] = {q: 0 for q in cluster.queues}
+        # bumped whenever capacity comes back to a pool (a release, a node up, a MIG layout):
+        # a queue that failed to fit cannot fit before it changes. Never undone by rollback.
+        self.freed: dict[str, int] = {p: 0 for p in cluster.partitions}
         self._sharing = [cluster.partitions[g.partition].sharing for g in cluster.gpus]
         self._gpu_mem = [cluster.gpu_type_of(g.gid).memory_mib for g in cluster.gpus]
         # index: (pool, node) -> number of GPUs that are entirely free; buckets by that number
@@ -269,6 +272,9 @@ class Ledger:
             self._undo.append(lambda: self._set_alloc(job_id, prev))
 
     def set_node_up(self, node: int, up: bool) -> None:
+        if up:
+            for p in self.cluster.partitions:
+                self.freed[p] += 1
         prev = self.node_up[node]
         gids = [g.gid for g in self.cluster.gpus if g.node == node]
         was = [self._is_free(g) for g in gids]
@@ -279,6 +285,7 @@ class Ledger:
             self._undo.append(lambda: self.set_node_up(node, prev))
 
     def set_blocked(self, g: int, blocked: bool) -> None:
+        self.freed[self.cluster.gpus[g].partition] += 1
         was = self._is_free(g)
         prev = g in self.blocked
         if blocked:
@@ -290,6 +297,7 @@ class Ledger:
             self._undo.append(lambda: self.set_blocked(g, prev))
 
     def set_mig_layout(self, g: int, instances: Iterable[migmod.MigInstance]) -> None:
+        self.freed[self.cluster.gpus[g].partition] += 1
         st = self.mig[g]
         assert not st.busy(), "MIG layouts change only on idle GPUs"
         prev = list(st.instances)
@@ -336,6 +344,7 @@ class Ledger:
         self._set_alloc(job.id, alloc)
 
     def release(self, job_id: str) -> Allocation:
+        self.freed[self.allocs[job_id].pool] += 1
         alloc = self.allocs[job_id]
         job = alloc.job
         for a in alloc.assignments:
