@@ -69,6 +69,7 @@ class Context:
     counters: Counters = field(default_factory=Counters)
     noticed: dict[str, None] = field(default_factory=dict)  # running jobs with a notice
     interactive: dict[str, None] = field(default_factory=dict)  # running, reclaim-eligible
+    idle_heap: list[tuple[float, str]] = field(default_factory=list)  # (idle deadline, job)
     decisions: list[Decision] = field(default_factory=list)
     now: float = 0.0
 

@@ -17,6 +17,7 @@ from gpufence.sched.jobs import JobRecord, JobState
 from gpufence.sched.migdyn import repartition_for
 from gpufence.sched.placement.base import Placed
 from gpufence.sched.queues import ShapeKey
+from gpufence.sched.reclaim import track
 from gpufence.state.ledger import Allocation, charge_milli
 
 CAPACITY = (Reason.NO_FIT, Reason.FRAGMENTED, Reason.MIG_LAYOUT)
@@ -52,6 +53,7 @@ def bind(
     ctx.nominations.pop(job.id, None)
     if ctx.cluster.partitions[rec.home].reclaim is not None:
         ctx.interactive[job.id] = None
+        track(ctx, rec)
     ctx.counters.binds += 1
     ctx.decisions.append(Bind(job.id, pool, placed.assignments, reason, message, lent_from))
 
@@ -236,6 +238,8 @@ def _past_holds(
     """Would ``rec`` fit without the reservation's holds, and may it take them? If so bind it
     (higher priority than the gang, or backfill that ends before the gang's start) and return
     the new holds; otherwise leave everything as it was and return None."""
+    if not (rec.job.priority > res.priority or est_ok):
+        return None  # it may not take reserved GPUs whatever they would do for it
     led = ctx.ledger
     m = led.mark()
     _unhold(ctx, held)

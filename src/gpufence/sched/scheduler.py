@@ -46,7 +46,7 @@ from gpufence.sched.jobs import TERMINAL, JobRecord, JobState
 from gpufence.sched.passes import CAPACITY, lend_pass, place_partition
 from gpufence.sched.protect import MAX_BATCH, protect_partition
 from gpufence.sched.queues import PendingQueues
-from gpufence.sched.reclaim import idle_deadline, warn_idle
+from gpufence.sched.reclaim import idle_deadline, track, warn_idle
 from gpufence.sched.registry import make_scorer
 from gpufence.state.invariants import check
 from gpufence.state.ledger import Ledger
@@ -268,6 +268,8 @@ class Scheduler:
             ctx.decisions.append(
                 NoticeWithdrawn(rec.job.id, Reason.ACTIVE_AGAIN, "session active again")
             )
+        if rec.job.id in ctx.interactive:
+            track(ctx, rec)
 
     def _node(self, name: str, up: bool) -> None:
         ctx = self.ctx

@@ -145,4 +145,14 @@ def _check_indexes(ledger: Ledger) -> list[str]:
             out.append(f"index: ({p}, node {node}) free {ledger.free_count[(p, node)]} != {free}")
         elif node not in ledger.buckets[p][free]:
             out.append(f"index: node {node} missing from bucket {free} of {p}")
+    want: dict[tuple[str, str], dict[int, int]] = {}
+    for g, st in ledger.mig.items():
+        pool = ledger.cluster.gpus[g].partition
+        for inst, occ in zip(st.instances, st.occupant, strict=True):
+            if occ is None:
+                per = want.setdefault((pool, inst.profile), {})
+                per[g] = per.get(g, 0) + 1
+    have = {k: v for k, v in ledger.mig_free.items() if v}
+    if want != have:
+        out.append(f"index: free MIG instances {have} != {want}")
     return out

@@ -60,6 +60,8 @@ class Ledger:
         self.shares: list[dict[str, int]] = [{} for _ in range(n_gpus)]
         self.ts: list[list[str]] = [[] for _ in range(n_gpus)]  # time-slice occupants
         self.mig: dict[int, MigGpu] = {}
+        # (pool, profile) -> GPU -> free instances of that profile on it (MIG placement index)
+        self.mig_free: dict[tuple[str, str], dict[int, int]] = {}
         self.blocked: dict[int, None] = {}  # GPUs being MIG re-partitioned
         self.cpu_used: list[int] = [0] * n_nodes
         self.mem_used: list[int] = [0] * n_nodes
@@ -107,6 +109,23 @@ class Ledger:
                 else ()
             )
             self.mig[g.gid] = MigGpu(list(layout), [None] * len(layout))
+            self._index_mig(g.gid, +1)
+
+    def _index_mig(self, g: int, sign: int) -> None:
+        """Add (+1) or remove (-1) GPU ``g``'s free instances in the per-profile index."""
+        st = self.mig[g]
+        pool = self.cluster.gpus[g].partition
+        for inst, occ in zip(st.instances, st.occupant, strict=True):
+            if occ is None:
+                self._mig_count(pool, inst.profile, g, sign)
+
+    def _mig_count(self, pool: str, profile: str, g: int, delta: int) -> None:
+        per = self.mig_free.setdefault((pool, profile), {})
+        n = per.get(g, 0) + delta
+        if n:
+            per[g] = n
+        else:
+            per.pop(g, None)
 
     # ------------------------------------------------------------------ queries
     def _is_free(self, g: int) -> bool:
@@ -248,6 +267,9 @@ class Ledger:
         st = self.mig[g]
         prev = st.occupant[idx]
         st.occupant[idx] = job
+        if (prev is None) != (job is None):
+            pool = self.cluster.gpus[g].partition
+            self._mig_count(pool, st.instances[idx].profile, g, -1 if job is not None else 1)
         if self._undo is not None:  # only inside a transaction
             self._undo.append(lambda: self._mig_occupy(g, idx, prev))
 
@@ -301,8 +323,10 @@ class Ledger:
         st = self.mig[g]
         assert not st.busy(), "MIG layouts change only on idle GPUs"
         prev = list(st.instances)
+        self._index_mig(g, -1)
         st.instances = list(instances)
         st.occupant = [None] * len(st.instances)
+        self._index_mig(g, +1)
         if self._undo is not None:  # only inside a transaction
             self._undo.append(lambda: self.set_mig_layout(g, prev))
 

@@ -11,38 +11,49 @@ from gpufence.state.ledger import Ledger
 def place_mig(ledger: Ledger, job: Job, pool: str) -> PlaceResult:
     c = ledger.cluster
     profile = job.request.mig_profile
-    options: list[tuple[int, int, int, int]] = []  # (-busy instances, gid, instance idx, node)
-    other_free = 0
-    for g in c.partition_gpus[pool]:
-        st = ledger.mig[g]
+    assert profile is not None
+    # GPUs with a free instance of the profile, from the ledger's index; busiest GPUs first
+    options: list[tuple[int, int, int]] = []  # (-busy instances, gid, node)
+    for g in ledger.mig_free.get((pool, profile), {}):
         node = c.gpus[g].node
-        if not ledger.gpu_usable(g) or not node_admits(ledger, job, node):
-            continue
-        busy = sum(o is not None for o in st.occupant)
-        for i, (inst, occ) in enumerate(zip(st.instances, st.occupant, strict=True)):
-            if occ is not None:
-                continue
-            if inst.profile == profile:
-                options.append((-busy, g, i, node))
-            else:
-                other_free += 1
-    if len(options) < job.replicas:
-        if other_free:
-            return NotPlaced(
-                Reason.MIG_LAYOUT,
-                f"{len(options)} free {profile} instances in {pool} (needs {job.replicas}); "
-                f"{other_free} free instances of other profiles",
-            )
-        return NotPlaced(Reason.NO_FIT, f"no free {profile} MIG instance in {pool}")
+        if ledger.gpu_usable(g) and node_admits(ledger, job, node):
+            st = ledger.mig[g]
+            options.append((-sum(o is not None for o in st.occupant), g, node))
     options.sort()
     out: list[Assignment] = []
     per_node: dict[int, int] = {}
-    for _, g, i, node in options:
-        if not node_admits(ledger, job, node, per_node.get(node, 0) + 1):
-            continue
-        inst = ledger.mig[g].instances[i]
-        out.append(Assignment(node=node, gpus=(g,), mig_profile=inst.profile, mig_start=inst.start))
-        per_node[node] = per_node.get(node, 0) + 1
+    for _, g, node in options:
+        st = ledger.mig[g]
+        for inst, occ in zip(st.instances, st.occupant, strict=True):
+            if len(out) == job.replicas:
+                break
+            if occ is not None or inst.profile != profile:
+                continue
+            if not node_admits(ledger, job, node, per_node.get(node, 0) + 1):
+                break
+            taken = any(a.gpus[0] == g and a.mig_start == inst.start for a in out)
+            if taken:
+                continue
+            out.append(Assignment(node=node, gpus=(g,), mig_profile=profile, mig_start=inst.start))
+            per_node[node] = per_node.get(node, 0) + 1
         if len(out) == job.replicas:
             return Placed(tuple(out))
-    return NotPlaced(Reason.NO_FIT, f"not enough CPU/memory beside free {profile} instances")
+    free_here = sum(
+        n for g, n in ledger.mig_free.get((pool, profile), {}).items() if ledger.gpu_usable(g)
+    )
+    other = sum(
+        n
+        for (p, prof), per in ledger.mig_free.items()
+        if p == pool and prof != profile
+        for g, n in per.items()
+        if ledger.gpu_usable(g)
+    )
+    if free_here >= job.replicas:
+        return NotPlaced(Reason.NO_FIT, f"not enough CPU/memory beside free {profile} instances")
+    if other:
+        return NotPlaced(
+            Reason.MIG_LAYOUT,
+            f"{free_here} free {profile} instances in {pool} (needs {job.replicas}); "
+            f"{other} free instances of other profiles",
+        )
+    return NotPlaced(Reason.NO_FIT, f"no free {profile} MIG instance in {pool}")
