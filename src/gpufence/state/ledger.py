@@ -81,6 +81,7 @@ class Ledger:
         self.buckets: dict[str, list[dict[int, None]]] = {}
         self.pool_free: dict[str, int] = {p: 0 for p in cluster.partitions}
         self._undo: list[Callable[[], None]] | None = None
+        self.version = 0  # bumped by every change of GPU or node state (caches key on it)
         self._depth = 0  # open transactions
         self._init_indexes()
         self._init_mig()
@@ -219,6 +220,7 @@ class Ledger:
         self.pool_free[gpu.partition] += new - old
 
     def _set_owner(self, g: int, owner: str | None) -> None:
+        self.version += 1
         prev = self.owner[g]
         was = self._is_free(g)
         self.owner[g] = owner
@@ -227,6 +229,7 @@ class Ledger:
             self._undo.append(lambda: self._set_owner(g, prev))
 
     def _add_share(self, g: int, job: str, milli: int, mem: int) -> None:
+        self.version += 1
         was = self._is_free(g)
         self.milli[g] += milli
         self.gmem[g] += mem
@@ -237,6 +240,7 @@ class Ledger:
             self._undo.append(lambda: self._remove_share(g, job, milli, mem))
 
     def _remove_share(self, g: int, job: str, milli: int, mem: int) -> None:
+        self.version += 1
         was = self._is_free(g)
         self.milli[g] -= milli
         self.gmem[g] -= mem
@@ -250,6 +254,7 @@ class Ledger:
             self._undo.append(lambda: self._add_share(g, job, milli, mem))
 
     def _ts_add(self, g: int, job: str) -> None:
+        self.version += 1
         was = self._is_free(g)
         self.ts[g].append(job)
         self._reindex(g, was)
@@ -257,6 +262,7 @@ class Ledger:
             self._undo.append(lambda: self._ts_remove(g, job))
 
     def _ts_remove(self, g: int, job: str) -> None:
+        self.version += 1
         was = self._is_free(g)
         self.ts[g].remove(job)
         self._reindex(g, was)
@@ -264,6 +270,7 @@ class Ledger:
             self._undo.append(lambda: self._ts_add(g, job))
 
     def _mig_occupy(self, g: int, idx: int, job: str | None) -> None:
+        self.version += 1
         st = self.mig[g]
         prev = st.occupant[idx]
         st.occupant[idx] = job
@@ -274,6 +281,7 @@ class Ledger:
             self._undo.append(lambda: self._mig_occupy(g, idx, prev))
 
     def _node_res(self, node: int, cpu: int, mem: int) -> None:
+        self.version += 1
         self.cpu_used[node] += cpu
         self.mem_used[node] += mem
         if self._undo is not None:  # only inside a transaction
@@ -294,6 +302,7 @@ class Ledger:
             self._undo.append(lambda: self._set_alloc(job_id, prev))
 
     def set_node_up(self, node: int, up: bool) -> None:
+        self.version += 1
         if up:
             for p in self.cluster.partitions:
                 self.freed[p] += 1
@@ -307,6 +316,7 @@ class Ledger:
             self._undo.append(lambda: self.set_node_up(node, prev))
 
     def set_blocked(self, g: int, blocked: bool) -> None:
+        self.version += 1
         self.freed[self.cluster.gpus[g].partition] += 1
         was = self._is_free(g)
         prev = g in self.blocked
@@ -319,6 +329,7 @@ class Ledger:
             self._undo.append(lambda: self.set_blocked(g, prev))
 
     def set_mig_layout(self, g: int, instances: Iterable[migmod.MigInstance]) -> None:
+        self.version += 1
         self.freed[self.cluster.gpus[g].partition] += 1
         st = self.mig[g]
         assert not st.busy(), "MIG layouts change only on idle GPUs"

@@ -87,8 +87,12 @@ class PoolIndex:
         self._seen: tuple[list[int], list[str | None], dict[int, None]] | None = None
         self._node_up = np.ones(len(c.nodes), dtype=np.bool_)
         self._gmem_cap: IntArr | None = None
+        self._synced = -1
 
     def sync(self, ledger: Ledger) -> None:
+        if ledger.version == self._synced:
+            return  # nothing changed since the last sync
+        self._synced = ledger.version
         n = len(self.cluster.gpus)
         node_up = np.fromiter(ledger.node_up, np.bool_, len(self.cluster.nodes))
         gpu_state = (ledger.milli, ledger.owner, ledger.blocked)
