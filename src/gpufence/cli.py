@@ -18,7 +18,8 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-console = Console()
+# wide enough for the summary tables when output goes to a file or CI log
+console = Console(width=None if sys.stdout.isatty() else 140)
 err_console = Console(stderr=True)
 
 
@@ -63,7 +64,7 @@ def demo(
 @app.command()
 def sim(
     cluster: Annotated[Path, typer.Argument(help="cluster YAML file")],
-    workload: Annotated[Path, typer.Argument(help="scenario YAML (workload generator)")],
+    workload: Annotated[Path, typer.Argument(help="scenario YAML, or an openb pod-list CSV")],
     policy: Annotated[
         list[str],
         typer.Option("--policy", "-p", help="policy to run; repeat to compare"),

@@ -16,6 +16,7 @@ from gpufence.sim.experiment import PolicyRun, run_policy
 from gpufence.sim.generate import generate
 from gpufence.sim.policies import POLICIES
 from gpufence.sim.report_text import dur as _dur
+from gpufence.sim.runner import At
 from gpufence.sim.scenario import Scenario, load_scenario
 from gpufence.sim.summary import decision_line
 from gpufence.spec import SpecError, load_cluster
@@ -77,8 +78,22 @@ def run_sim(
         raise SpecError(
             [f"--policy: unknown policy {', '.join(unknown)} (known: {', '.join(POLICIES)})"]
         )
-    sc, cluster = load_inputs(cluster_path, workload, seed)
-    work, events = generate(sc, cluster)
+    if workload.suffix == ".csv":  # a trace: the openb pod list, replayed on its own times
+        cluster = load_cluster(cluster_path)
+        from gpufence.sim.workloads.openb_replay import openb_replay
+
+        replay = openb_replay(workload, cluster)
+        sc = Scenario(
+            name=workload.stem,
+            horizon_s=replay.horizon_s,
+            seed=seed or 0,
+            sample_every_s=max(300.0, replay.horizon_s / 500),
+        )
+        work, events = replay.work, list[At]()
+        console.print(f"openb replay: {len(work)} pods ({replay.skipped} CPU-only pods left out)")
+    else:
+        sc, cluster = load_inputs(cluster_path, workload, seed)
+        work, events = generate(sc, cluster)
     runs: list[PolicyRun] = []
     with Progress(
         TextColumn("[bold]{task.description}"),

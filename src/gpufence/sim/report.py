@@ -49,7 +49,12 @@ def plot_serving(run: PolicyRun) -> str:
         ax.axhline(f.svc.slo_p99_ms, color="red", ls="--", lw=1, label=f"{f.svc.name} SLO")
     ax.set_xlabel("hours")
     ax.set_ylabel("p99 ms (overload drawn at 4x SLO)")
-    ax.legend(fontsize=7)
+    if run.fleets:
+        ax.legend(fontsize=7)
+    else:
+        ax.text(
+            0.5, 0.5, "no serving services in this workload", ha="center", transform=ax.transAxes
+        )
     ax.set_title(f"{run.policy}: serving p99 over time")
     return _png(fig)
 

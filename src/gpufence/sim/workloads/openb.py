@@ -58,6 +58,9 @@ class OpenbPod:
     num_gpu: int
     gpu_milli: int  # per GPU
     gpu_spec: tuple[str, ...] = ()
+    qos: str = ""  # LS / BE / Burstable / Guaranteed, when the file has the column
+    creation_time: float | None = None  # seconds from trace start, when present
+    deletion_time: float | None = None  # empty: still running at the end of the trace
 
     @property
     def sharing(self) -> bool:
@@ -92,6 +95,17 @@ def _int(path: Path, line: int, row: dict[str, str], col: str) -> int:
     if v < 0:
         raise ValueError(f"{path}:{line}: {col} must be >= 0 (got {v})")
     return v
+
+
+def _time(path: Path, line: int, row: dict[str, str], col: str) -> float | None:
+    """Optional time column: absent (multigpu files) or empty gives None."""
+    raw = (row.get(col) or "").strip()
+    if not raw:
+        return None
+    try:
+        return float(raw)
+    except ValueError:
+        raise ValueError(f"{path}:{line}: {col} must be a number (got {raw!r})") from None
 
 
 def load_nodes(path: str | Path) -> list[OpenbNode]:
@@ -133,6 +147,9 @@ def load_pods(path: str | Path) -> list[OpenbPod]:
                 n,
                 milli if n else 0,
                 tuple(t for t in spec.split("|") if t),
+                (row.get("qos") or "").strip(),
+                _time(p, line, row, "creation_time"),
+                _time(p, line, row, "deletion_time"),
             )
         )
     return out
