@@ -63,6 +63,7 @@ class Context:
     # each stamped with the cycle that set it so that the newer answer wins
     pending_reason: dict[str, tuple[int, PendingReason]] = field(default_factory=dict)
     shape_reason: dict[tuple[object, ...], tuple[int, PendingReason]] = field(default_factory=dict)
+    full_reason: dict[str, tuple[int, PendingReason]] = field(default_factory=dict)
     cycle: int = 0
     seen: dict[str, tuple[int, int]] = field(default_factory=dict)  # partition -> versions
     protect_after: dict[str, float] = field(default_factory=dict)
@@ -83,10 +84,12 @@ class Context:
     def why(self, job_id: str) -> PendingReason | None:
         """The newest reason for a pending job: its own, or its shape's."""
         own = self.pending_reason.get(job_id)
-        shared = None
+        shared = full = None
         if job_id in self.queues:
             shared = self.shape_reason.get(self.queues.shape_of(job_id))
-        best = max((x for x in (own, shared) if x is not None), default=None, key=lambda x: x[0])
+            full = self.full_reason.get(self.queues.records[job_id].home)
+        got = [x for x in (own, shared, full) if x is not None]
+        best = max(got, default=None, key=lambda x: x[0])
         return best[1] if best is not None else None
 
     def set_pending(self, job_id: str, reason: Reason, message: str) -> None:

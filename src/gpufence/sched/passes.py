@@ -8,7 +8,7 @@ costs O(shapes + binds) per cycle.
 
 from __future__ import annotations
 
-from gpufence.model.decisions import Bind, Reason
+from gpufence.model.decisions import Bind, PendingReason, Reason
 from gpufence.model.partition import SharingMode
 from gpufence.sched.admission import quota_blocks
 from gpufence.sched.backfill import INF, reservable, reserve
@@ -126,8 +126,16 @@ def place_partition(ctx: Context, p: str) -> list[JobRecord]:
         return ctx.fairshare.share(q, led)
 
     skips: dict[ShapeKey, int] = {}
+    whole_only = ctx.cluster.partitions[p].sharing is SharingMode.EXCLUSIVE
     walk = ctx.queues.walk(p, share)
     while (rec := walk.next()) is not None:
+        if whole_only and res is not None and not held and led.pool_free[p] == 0:
+            # no free GPU, the head-of-line gang already holds its reservation and nothing
+            # reserved is free to backfill into: the rest of the queue waits
+            msg = f"partition {p} has no free GPU"
+            ctx.full_reason[p] = (ctx.cycle, PendingReason(Reason.NO_FIT, msg))
+            walk.drop()
+            break
         job = rec.job
         if job.id in ctx.nominations:  # waits for its victims (place_nominated)
             walk.skip()
