@@ -65,6 +65,7 @@ class Context:
     shape_reason: dict[tuple[object, ...], tuple[int, PendingReason]] = field(default_factory=dict)
     full_reason: dict[str, tuple[int, PendingReason]] = field(default_factory=dict)
     cycle: int = 0
+    no_idle_mig: dict[str, tuple[int, int]] = field(default_factory=dict)  # (cycle, version)
     seen: dict[str, tuple[int, int]] = field(default_factory=dict)  # partition -> versions
     protect_after: dict[str, float] = field(default_factory=dict)
     counters: Counters = field(default_factory=Counters)

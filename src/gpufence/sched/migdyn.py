@@ -44,15 +44,18 @@ def repartition_for(ctx: Context, rec: JobRecord) -> bool:
         )
         return True
     led = ctx.ledger
+    if ctx.no_idle_mig.get(pool) == (ctx.cycle, led.version):
+        return False  # already looked this cycle, and nothing changed since
     idle = [
         g
         for g in ctx.cluster.partition_gpus[pool]
-        if g not in ctx.mig_pending
+        if led.mig[g].busy_count == 0
+        and g not in ctx.mig_pending
         and led.gpu_usable(g)
-        and not led.mig[g].busy()
         and not _kept(ctx, g, rec)
     ]
     if not idle:
+        ctx.no_idle_mig[pool] = (ctx.cycle, led.version)
         return False
     # the idle GPU whose current layout is least useful: fewest instances of the wanted profile
     gid = min(idle, key=lambda g: (sum(i.profile == profile for i in led.mig[g].instances), g))

@@ -82,6 +82,8 @@ def check(ledger: Ledger) -> list[str]:
         assert model is not None
         for msg in migmod.validate_layout(migmod.profiles_for(model), st.instances):
             problems.append(f"GPU {gid}: {msg}")
+        if st.busy_count != sum(o is not None for o in st.occupant):
+            problems.append(f"GPU {gid}: MIG busy count {st.busy_count} is stale")
         for inst, occ in zip(st.instances, st.occupant, strict=True):
             if mig_occ.get((gid, inst.start)) != occ:
                 problems.append(f"GPU {gid}: MIG instance {inst} occupant mismatch")

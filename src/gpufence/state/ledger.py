@@ -44,9 +44,10 @@ class MigGpu:
 
     instances: list[migmod.MigInstance]
     occupant: list[str | None]
+    busy_count: int = 0  # instances with a job on them
 
     def busy(self) -> bool:
-        return any(o is not None for o in self.occupant)
+        return self.busy_count > 0
 
 
 class Ledger:
@@ -275,6 +276,7 @@ class Ledger:
         prev = st.occupant[idx]
         st.occupant[idx] = job
         if (prev is None) != (job is None):
+            st.busy_count += 1 if job is not None else -1
             pool = self.cluster.gpus[g].partition
             self._mig_count(pool, st.instances[idx].profile, g, -1 if job is not None else 1)
         if self._undo is not None:  # only inside a transaction
