@@ -289,7 +289,11 @@ def lend_pass(ctx: Context, failed: dict[str, list[JobRecord]]) -> None:
             (lp, rule)
             for lp, part in ctx.cluster.partitions.items()
             for rule in part.lending
-            if p in rule.to and lp not in starved and lp != p
+            if p in rule.to
+            and lp not in starved
+            and lp != p
+            and rule.cap_gpus > led.lent[lp]  # cap not reached
+            and (part.sharing is not SharingMode.EXCLUSIVE or led.pool_free[lp] > 0)
         ]
         if not rules:
             continue

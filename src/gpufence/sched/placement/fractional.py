@@ -88,6 +88,7 @@ class PoolIndex:
         self._node_up = np.ones(len(c.nodes), dtype=np.bool_)
         self._gmem_cap: IntArr | None = None
         self._synced = -1
+        self.max_free = 0
 
     def sync(self, ledger: Ledger) -> None:
         if ledger.version == self._synced:
@@ -127,6 +128,7 @@ class PoolIndex:
             self._clock += 1
             self.version[self.changed] = self._clock
         self.free, self.cpu, self.mem, self.up = free, cpu, mem, up
+        self.max_free = int(free.max(initial=0))
 
     def gpu_mem_free(self, ledger: Ledger) -> IntArr:
         if self._gmem_cap is None:  # per-GPU memory never changes: read the types once
@@ -176,6 +178,9 @@ class _State:
 def place_fractional(ledger: Ledger, job: Job, pool: str, scorer: Scorer) -> PlaceResult:
     idx = pool_index(ledger, pool)
     req = job.request
+    # O(1) rejection before any array work: no GPU has this much left
+    if req.kind is RequestKind.FRACTION and idx.max_free < req.milli:
+        return NotPlaced(_why(idx, job), f"no GPU in {pool} fits {req.describe()}")
     pod = PodSpec.of(job)
     gmem = idx.gpu_mem_free(ledger) if req.gpu_mem_mib > 0 else None
     st = _State(idx.free, idx.cpu, idx.mem, gmem)
