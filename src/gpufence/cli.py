@@ -71,12 +71,16 @@ def sim(
     ],
     out: Annotated[Path, typer.Option("--out", help="output directory")] = Path("out/sim"),
     seed: Annotated[int | None, typer.Option("--seed", help="override the scenario seed")] = None,
+    placement: Annotated[
+        str | None,
+        typer.Option("--placement", help="fractional placement: best-fit, fgd, fence-pack, random"),
+    ] = None,
 ) -> None:
     """Replay a workload through the scheduler under one or more policies; write
     OUT/metrics.json, OUT/report.html and OUT/events.csv."""
     from gpufence.cli_sim import run_sim
 
-    run_sim(console, cluster, workload, policy, out, seed)
+    run_sim(console, cluster, workload, policy, out, seed, placement)
 
 
 @app.command()

@@ -12,9 +12,10 @@ from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedCo
 from rich.table import Table
 
 from gpufence.model.cluster import Cluster
+from gpufence.sched.registry import SCORERS
 from gpufence.sim.experiment import PolicyRun, run_policy
 from gpufence.sim.generate import generate
-from gpufence.sim.policies import POLICIES
+from gpufence.sim.policies import POLICIES, with_placement
 from gpufence.sim.report_text import dur as _dur
 from gpufence.sim.runner import At
 from gpufence.sim.scenario import Scenario, load_scenario
@@ -72,6 +73,7 @@ def run_sim(
     policies: list[str],
     out: Path,
     seed: int | None,
+    placement: str | None = None,
 ) -> dict[str, Any]:
     unknown = [p for p in policies if p not in POLICIES]
     if unknown:
@@ -94,6 +96,11 @@ def run_sim(
     else:
         sc, cluster = load_inputs(cluster_path, workload, seed)
         work, events = generate(sc, cluster)
+    if placement is not None:
+        if placement not in SCORERS:
+            known = ", ".join(sorted(SCORERS))
+            raise SpecError([f"--placement: unknown policy '{placement}' (known: {known})"])
+        cluster = with_placement(cluster, placement)
     runs: list[PolicyRun] = []
     with Progress(
         TextColumn("[bold]{task.description}"),

@@ -43,6 +43,16 @@ def _identity(job: Job) -> Job:
     return job
 
 
+def with_placement(base: Cluster, placement: str) -> Cluster:
+    """The cluster with every fractional partition placing by ``placement`` (best-fit, fgd,
+    fence-pack, random): the placement variants the simulator compares."""
+    parts = {
+        p: replace(part, placement=placement) if part.sharing is SharingMode.FRACTIONAL else part
+        for p, part in base.partitions.items()
+    }
+    return replace(base, partitions=parts)
+
+
 def build_policy(name: str, base: Cluster) -> Policy:
     if name == "fenced":
         parts = {p: replace(part, lending=()) for p, part in base.partitions.items()}

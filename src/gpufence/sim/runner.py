@@ -26,6 +26,7 @@ from gpufence.model.decisions import (
 from gpufence.model.events import (
     Activity,
     CheckpointAck,
+    CheckpointWritten,
     Event,
     JobCancelled,
     JobFinished,
@@ -265,6 +266,11 @@ class Simulation:
             tr.done_s += (now - tr.started) * tr.speed  # the checkpoint keeps all work so far
             tr.started = now
             return CheckpointAck(jid)
+        if kind == "ckpt":
+            every = tr.item.checkpoint_every_s
+            assert every is not None
+            self.q.push(now + every / tr.speed, ("ckpt", (jid, attempt)))
+            return CheckpointWritten(jid)
         if kind == "activity":
             return Activity(jid, payload[2])
         if kind == "stopped":
@@ -301,6 +307,9 @@ class Simulation:
             for offset, util in tr.item.activity:
                 if offset < left:
                     self.q.push(now + offset, ("activity", (d.job_id, tr.attempt, util)))
+            every = tr.item.checkpoint_every_s
+            if every:  # periodic checkpoints: the scheduler prefers victims that lose least
+                self.q.push(now + every / tr.speed, ("ckpt", (d.job_id, tr.attempt)))
         elif isinstance(d, Stop):
             tr = self.jobs[d.job_id]
             if tr.started is not None:
