@@ -75,7 +75,13 @@ def run_policy(
         Fleet(svc, rate_function(sc, i), sc.horizon_s, contention, adapt=pol.adapt)
         for i, svc in enumerate(sc.services)
     ]
-    timeline = Timeline(sc.sample_every_s, sc.horizon_s, contention.fabric)
+    timeline = Timeline(
+        sc.sample_every_s,
+        sc.horizon_s,
+        contention.fabric,
+        storage_gbps=sc.storage_gbps,
+        checkpoint_gb_per_gpu=sc.checkpoint_gb_per_gpu,
+    )
     sim = Simulation(
         pol.cluster,
         work,
@@ -155,6 +161,13 @@ def policy_metrics(
             "count": sum(rec.values()),
             "gpu_hours_returned": _r(returned / 3600.0, 3),
             "by_reason": dict(sorted(rec.items())),
+        },
+        "storage": {
+            "checkpoint_writes": len(result.checkpoints),
+            "utilization_mean": _r(sum(x.storage_util for x in samples) / len(samples))
+            if samples
+            else 0.0,
+            "utilization_peak": _r(max((x.storage_util for x in samples), default=0.0)),
         },
         "invariant_violations": result.invariant_violations,
     }

@@ -104,10 +104,11 @@ def plot_fabric(run: PolicyRun) -> str:
     xs = _hours([x.t for x in s])
     for rack in run.cluster.racks:
         ax.plot(xs, [x.rack_util.get(rack, 0.0) for x in s], label=rack)
+    ax.plot(xs, [x.storage_util for x in s], color="black", ls=":", label="checkpoint storage")
     ax.set_ylim(0, 1.05)
     ax.set_xlabel("hours")
     ax.set_ylabel("uplink utilisation (bursts)")
-    ax.set_title(f"{run.policy}: fabric utilisation per rack")
+    ax.set_title(f"{run.policy}: fabric utilisation per rack, checkpoint storage load")
     ax.legend(fontsize=7)
     return _png(fig)
 

@@ -89,6 +89,7 @@ class Occupancy:
 class SimResult:
     jobs: dict[str, JobTrace]
     occupancy: list[Occupancy]
+    checkpoints: list[tuple[float, int]]
     log: list[tuple[float, Decision]]
     end_time: float
     steps: int
@@ -140,6 +141,7 @@ class Simulation:
         self.jobs: dict[str, JobTrace] = {}
         self.log: list[tuple[float, Decision]] = []
         self.occupancy: list[Occupancy] = []
+        self.checkpoints: list[tuple[float, int]] = []  # (time, GPUs of the job) per write
         self._open: dict[str, Occupancy] = {}
         self.check_invariants = check_invariants
         self.violations = 0
@@ -215,6 +217,7 @@ class Simulation:
         return SimResult(
             jobs=self.jobs,
             occupancy=self.occupancy,
+            checkpoints=self.checkpoints,
             log=self.log,
             end_time=self.q.now,
             steps=steps,
@@ -270,6 +273,7 @@ class Simulation:
             every = tr.item.checkpoint_every_s
             assert every is not None
             self.q.push(now + every / tr.speed, ("ckpt", (jid, attempt)))
+            self.checkpoints.append((now, tr.item.job.total_gpus))
             return CheckpointWritten(jid)
         if kind == "activity":
             return Activity(jid, payload[2])

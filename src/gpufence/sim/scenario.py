@@ -161,6 +161,8 @@ class Scenario(_Strict):
     batch: Batch | None = None
     failures: Failures | None = None
     sample_every_s: Pos = 300.0
+    storage_gbps: Pos = 400.0  # shared checkpoint storage bandwidth
+    checkpoint_gb_per_gpu: Pos = 10.0  # bytes a checkpoint writes per GPU of the job
 
 
 def load_scenario(path: str | Path) -> tuple[Scenario, Path | None]:

@@ -25,6 +25,7 @@ class Sample:
     rack_util: dict[str, float]
     pending: dict[str, int]  # per class
     running: dict[str, int]
+    storage_util: float = 0.0  # checkpoint write bandwidth / storage bandwidth, this interval
 
 
 @dataclass
@@ -32,7 +33,10 @@ class Timeline:
     every_s: float
     horizon_s: float
     fabric: Fabric
+    storage_gbps: float = 400.0
+    checkpoint_gb_per_gpu: float = 10.0
     samples: list[Sample] = field(default_factory=list)
+    _seen_ckpt: int = 0
 
     def first_wake(self) -> float | None:
         return 0.0
@@ -69,9 +73,14 @@ class Timeline:
             pending[str(rec.job.workload_class)] += 1
         for alloc in led.allocs.values():
             running[str(alloc.job.workload_class)] += 1
-        return Sample(
-            now, allocated, busy, frag, self.fabric.rack_utilization(led), pending, running
-        )
+        # checkpoint writes since the last sample load the shared storage: each write moves
+        # checkpoint_gb_per_gpu x GPUs of the job (sharded model + optimizer state) [I]
+        new = sim.checkpoints[self._seen_ckpt :]
+        self._seen_ckpt = len(sim.checkpoints)
+        gbits = sum(g for _, g in new) * self.checkpoint_gb_per_gpu * 8.0
+        storage = min(1.0, gbits / (self.every_s * self.storage_gbps)) if new else 0.0
+        util = self.fabric.rack_utilization(led)
+        return Sample(now, allocated, busy, frag, util, pending, running, storage)
 
 
 def _current_activity(sim: Simulation, job_id: str, now: float) -> float:
