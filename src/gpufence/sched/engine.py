@@ -19,6 +19,7 @@ class PlacementEngine:
     def __init__(self, cluster: Cluster, scorers: dict[str, Scorer]) -> None:
         self._cluster = cluster
         self.scorers = scorers  # per fractional partition
+        self._failed: dict[tuple[object, ...], tuple[int, NotPlaced]] = {}
 
     def observe(self, job: Job, home: str) -> None:
         scorer = self.scorers.get(home)
@@ -28,7 +29,22 @@ class PlacementEngine:
     def place(
         self, ledger: Ledger, job: Job, pool: str, max_gpus: int | None = None
     ) -> PlaceResult:
-        """Where the whole gang fits in ``pool`` (no ledger change), or why it does not."""
+        """Where the whole gang fits in ``pool`` (no ledger change), or why it does not.
+
+        Placement is a function of the ledger state, so a request shape that failed at one
+        ledger version fails again until the version changes: remembered, not recomputed."""
+        key = (pool, job.shape(), max_gpus)
+        hit = self._failed.get(key)
+        if hit is not None and hit[0] == ledger.version:
+            return hit[1]
+        got = self._place(ledger, job, pool, max_gpus)
+        if isinstance(got, NotPlaced):
+            if len(self._failed) > 4096:
+                self._failed.clear()
+            self._failed[key] = (ledger.version, got)
+        return got
+
+    def _place(self, ledger: Ledger, job: Job, pool: str, max_gpus: int | None) -> PlaceResult:
         sharing = self._cluster.partitions[pool].sharing
         kind = job.request.kind
         if max_gpus is not None and job.total_gpus > max_gpus:

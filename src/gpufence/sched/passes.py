@@ -293,7 +293,9 @@ def lend_pass(ctx: Context, failed: dict[str, list[JobRecord]]) -> None:
             and lp not in starved
             and lp != p
             and rule.cap_gpus > led.lent[lp]  # cap not reached
-            and (part.sharing is not SharingMode.EXCLUSIVE or led.pool_free[lp] > 0)
+            and part.sharing is not SharingMode.MIG  # borrowers bring whole-GPU work
+            # no whole GPU free in an exclusive or fractional lender: nothing to borrow
+            and (part.sharing is SharingMode.TIME_SLICE or led.pool_free[lp] > 0)
         ]
         if not rules:
             continue
