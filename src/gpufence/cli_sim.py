@@ -54,7 +54,7 @@ def check_scenario(sc: Scenario, cluster: Cluster) -> None:
     if sc.batch is not None:
         part("batch.partition", sc.batch.partition)
     if problems:
-        raise SpecError(problems, source="scenario")
+        raise SpecError(problems, kind="scenario")
 
 
 def load_inputs(cluster_path: Path, workload: Path, seed: int | None) -> tuple[Scenario, Cluster]:
@@ -78,7 +78,8 @@ def run_sim(
     unknown = [p for p in policies if p not in POLICIES]
     if unknown:
         raise SpecError(
-            [f"--policy: unknown policy {', '.join(unknown)} (known: {', '.join(POLICIES)})"]
+            [f"--policy: unknown policy {', '.join(unknown)} (known: {', '.join(POLICIES)})"],
+            kind="command line",
         )
     if workload.suffix == ".csv":  # a trace: the openb pod list, replayed on its own times
         cluster = load_cluster(cluster_path)
@@ -99,7 +100,10 @@ def run_sim(
     if placement is not None:
         if placement not in SCORERS:
             known = ", ".join(sorted(SCORERS))
-            raise SpecError([f"--placement: unknown policy '{placement}' (known: {known})"])
+            raise SpecError(
+                [f"--placement: unknown policy '{placement}' (known: {known})"],
+                kind="command line",
+            )
         cluster = with_placement(cluster, placement)
     runs: list[PolicyRun] = []
     with Progress(

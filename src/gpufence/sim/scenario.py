@@ -169,11 +169,11 @@ def load_scenario(path: str | Path) -> tuple[Scenario, Path | None]:
     """The scenario and the resolved path of its cluster file."""
     p = Path(path)
     if not p.exists():
-        raise SpecError([f"scenario file '{path}' not found"], source=str(path))
+        raise SpecError([f"scenario file '{path}' not found"], source=str(path), kind="scenario")
     try:
         data = yaml.safe_load(p.read_text())
     except yaml.YAMLError as e:
-        raise SpecError([f"YAML syntax error: {e}"], source=str(path)) from None
+        raise SpecError([f"YAML syntax error: {e}"], source=str(path), kind="scenario") from None
     try:
         sc = Scenario.model_validate(data)
     except ValidationError as e:
@@ -181,5 +181,5 @@ def load_scenario(path: str | Path) -> tuple[Scenario, Path | None]:
         for err in e.errors():
             loc = ".".join(str(x) for x in err["loc"])
             lines.append(f"{loc}: {err['msg']} (got {err.get('input')!r})")
-        raise SpecError(lines, source=str(path)) from None
+        raise SpecError(lines, source=str(path), kind="scenario") from None
     return sc, ((p.parent / sc.cluster).resolve() if sc.cluster else None)

@@ -75,10 +75,16 @@ class SpecIssue:
 class SpecError(ValueError):
     """A cluster spec that cannot become a Cluster; ``errors`` lists every problem found."""
 
-    def __init__(self, issues: Iterable[SpecIssue | str], source: str | None = None) -> None:
+    def __init__(
+        self,
+        issues: Iterable[SpecIssue | str],
+        source: str | None = None,
+        kind: str = "cluster spec",
+    ) -> None:
         self.issues = [i if isinstance(i, SpecIssue) else SpecIssue((), i) for i in issues]
         self.errors = [i.text for i in self.issues]
         self.source = source
+        self.kind = kind  # what was wrong: "cluster spec", "scenario", "command line"
         super().__init__("\n".join(self.errors))
 
     def __str__(self) -> str:
@@ -88,7 +94,7 @@ class SpecError(ValueError):
 def format_spec_error(err: SpecError) -> str:
     """A CLI-ready report: a header, then one ``file:line: path: message`` line per problem."""
     n = len(err.issues)
-    what = f"cluster spec {err.source!r}" if err.source else "cluster spec"
+    what = f"{err.kind} {err.source!r}" if err.source else err.kind
     lines = [f"error: {what} has {n} problem{'s' if n != 1 else ''}:"]
     for issue in err.issues:
         if issue.line is not None:
