@@ -62,7 +62,7 @@ class Context:
     # why jobs wait: per job (handled on its own) and per shape (its jobs share the reason),
     # each stamped with the cycle that set it so that the newer answer wins
     pending_reason: dict[str, tuple[int, PendingReason]] = field(default_factory=dict)
-    shape_reason: dict[tuple[object, ...], tuple[int, PendingReason]] = field(default_factory=dict)
+    shape_reason: dict[int, tuple[int, PendingReason]] = field(default_factory=dict)
     full_reason: dict[str, tuple[int, PendingReason]] = field(default_factory=dict)
     cycle: int = 0
     no_idle_mig: dict[str, tuple[int, int]] = field(default_factory=dict)  # (cycle, version)
@@ -96,5 +96,5 @@ class Context:
     def set_pending(self, job_id: str, reason: Reason, message: str) -> None:
         self.pending_reason[job_id] = (self.cycle, PendingReason(reason, message))
 
-    def set_shape_pending(self, shape: tuple[object, ...], reason: Reason, message: str) -> None:
+    def set_shape_pending(self, shape: int, reason: Reason, message: str) -> None:
         self.shape_reason[shape] = (self.cycle, PendingReason(reason, message))

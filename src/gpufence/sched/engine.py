@@ -27,13 +27,19 @@ class PlacementEngine:
             scorer.observe(job)
 
     def place(
-        self, ledger: Ledger, job: Job, pool: str, max_gpus: int | None = None
+        self,
+        ledger: Ledger,
+        job: Job,
+        pool: str,
+        max_gpus: int | None = None,
+        request_id: int | None = None,
     ) -> PlaceResult:
         """Where the whole gang fits in ``pool`` (no ledger change), or why it does not.
 
         Placement is a function of the ledger state, so a request shape that failed at one
         ledger version fails again until the version changes: remembered, not recomputed."""
-        key = (pool, job.shape(), max_gpus)
+        # the interned request shape when the caller has it: hashing the shape itself is dear
+        key = (pool, job.shape() if request_id is None else request_id, max_gpus)
         hit = self._failed.get(key)
         if hit is not None and hit[0] == ledger.version:
             return hit[1]

@@ -156,7 +156,7 @@ def place_partition(ctx: Context, p: str) -> list[JobRecord]:
         if is_gang:
             _unhold(ctx, held)
             held = []
-        r = ctx.engine.place(led, job, p)
+        r = ctx.engine.place(led, job, p, request_id=ctx.queues.request_of(job.id))
         if isinstance(r, Placed):
             bind(ctx, rec, p, r, Reason.FITS)
             walk.placed()
@@ -227,8 +227,8 @@ def _may_backfill_later(
 ) -> bool:
     """Jobs of a shape share an estimate bucket (est in (2^(b-1), 2^b]); if even the bucket's
     shortest estimate could end before the gang starts, later jobs of the shape may backfill."""
-    bucket = sk[3]
-    if not isinstance(bucket, int) or res.start == INF:
+    bucket = ctx.queues.bucket(sk)
+    if bucket is None or res.start == INF:
         return False
     if ctx.now + 2.0 ** (bucket - 1) > res.start or skips.get(sk, 0) >= MAX_BACKFILL_SKIPS:
         return False

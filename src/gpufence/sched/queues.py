@@ -5,6 +5,10 @@ in exactly the same places, so a cycle walks *shape heads*: the first job of eac
 that fails is dropped for the rest of the cycle with all its jobs; a shape whose head is bound
 offers its next job. A cycle over 10,000 pending jobs in a few hundred shapes therefore costs
 O(shapes + binds), not O(jobs).
+
+Shapes are interned as small integers when a job arrives (hashing nested frozen dataclasses on
+every lookup was a measurable share of a cycle), and every queue keeps a heap of its shapes'
+heads up to date as jobs come and go, so a walk starts from a copy instead of a rebuild.
 """
 
 from __future__ import annotations
@@ -18,27 +22,28 @@ from gpufence.model.cluster import Cluster
 from gpufence.sched.jobs import JobRecord
 
 _Key = tuple[int, float, int, str]  # (-priority, submit time, arrival seq, job id)
-ShapeKey = tuple[object, ...]
+ShapeKey = int  # interned (queue, priority, request shape, estimate bucket)
 
 
-def shape_key(rec: JobRecord) -> ShapeKey:
-    """Interchangeable jobs: same queue, priority and request, and a runtime estimate in the same
-    power-of-two bucket (backfill decisions depend on it; jobs in one bucket are treated alike,
-    which at worst forgoes a backfill, never delays a reserved gang)."""
-    est = rec.job.est_runtime_s
-    bucket = None if est is None else math.ceil(math.log2(max(est, 1.0)))
-    return (rec.queue, rec.job.priority, rec.job.shape(), bucket)
+def estimate_bucket(est: float | None) -> int | None:
+    """Runtime estimates in one power-of-two bucket, (2^(b-1), 2^b], are treated alike."""
+    return None if est is None else math.ceil(math.log2(max(est, 1.0)))
 
 
 class PendingQueues:
     def __init__(self, cluster: Cluster) -> None:
         self._cluster = cluster
         self._keys: dict[str, _Key] = {}
-        self._shape_of: dict[str, ShapeKey] = {}
-        self._lists: dict[ShapeKey, list[_Key]] = {}  # per shape, in scheduling order
-        self._queue_shapes: dict[str, dict[ShapeKey, None]] = {q: {} for q in cluster.queues}
+        self._shape_of: dict[str, int] = {}
+        self._ids: dict[tuple[object, ...], int] = {}  # interned shape keys
+        self._bucket: list[int | None] = []  # estimate bucket per shape id
+        self._request_ids: dict[tuple[object, ...], int] = {}  # interned request shapes
+        self._request_of: dict[str, int] = {}
+        self._lists: dict[int, list[_Key]] = {}  # per shape, in scheduling order
+        self._heads: dict[str, list[tuple[_Key, int]]] = {q: [] for q in cluster.queues}
+        self._queue_shapes: dict[str, dict[int, None]] = {q: {} for q in cluster.queues}
         self.records: dict[str, JobRecord] = {}
-        self.shapes: dict[str, dict[ShapeKey, None]] = {p: {} for p in cluster.partitions}
+        self.shapes: dict[str, dict[int, None]] = {p: {} for p in cluster.partitions}
         self.added: dict[str, int] = dict.fromkeys(cluster.partitions, 0)  # arrivals counter
         self._seq = 0
 
@@ -48,33 +53,71 @@ class PendingQueues:
     def __contains__(self, job_id: str) -> bool:
         return job_id in self.records
 
+    def _intern(self, rec: JobRecord) -> int:
+        bucket = estimate_bucket(rec.job.est_runtime_s)
+        full = (rec.queue, rec.job.priority, rec.job.shape(), bucket)
+        sid = self._ids.get(full)
+        if sid is None:
+            sid = self._ids[full] = len(self._bucket)
+            self._bucket.append(bucket)
+        return sid
+
     def add(self, rec: JobRecord) -> None:
         self._seq += 1
         key = (-rec.job.priority, rec.job.submit_time, self._seq, rec.job.id)
-        sk = shape_key(rec)
+        sid = self._intern(rec)
+        request = rec.job.shape()
+        rid = self._request_ids.setdefault(request, len(self._request_ids))
         self._keys[rec.job.id] = key
-        self._shape_of[rec.job.id] = sk
+        self._shape_of[rec.job.id] = sid
+        self._request_of[rec.job.id] = rid
         self.records[rec.job.id] = rec
-        lst = self._lists.setdefault(sk, [])
+        lst = self._lists.setdefault(sid, [])
         insort(lst, key)
-        self._queue_shapes[rec.queue][sk] = None
-        self.shapes[rec.home][sk] = None
+        self._queue_shapes[rec.queue][sid] = None  # before a head push may rebuild the heap
+        self.shapes[rec.home][sid] = None
+        if lst[0] == key:  # a new head for this shape (stale entries are skipped lazily)
+            self._push_head(rec.queue, key, sid)
         self.added[rec.home] += 1
 
     def remove(self, job_id: str) -> JobRecord:
         rec = self.records.pop(job_id)
         key = self._keys.pop(job_id)
-        sk = self._shape_of.pop(job_id)
-        lst = self._lists[sk]
-        del lst[bisect_left(lst, key)]
+        sid = self._shape_of.pop(job_id)
+        del self._request_of[job_id]
+        lst = self._lists[sid]
+        i = bisect_left(lst, key)
+        del lst[i]
         if not lst:
-            del self._lists[sk]
-            del self._queue_shapes[rec.queue][sk]
-            del self.shapes[rec.home][sk]
+            del self._lists[sid]
+            del self._queue_shapes[rec.queue][sid]
+            del self.shapes[rec.home][sid]
+        elif i == 0:
+            self._push_head(rec.queue, lst[0], sid)
         return rec
+
+    def _push_head(self, queue: str, key: _Key, sid: int) -> None:
+        heads = self._heads[queue]
+        heapq.heappush(heads, (key, sid))
+        if len(heads) > 4 * len(self._queue_shapes[queue]) + 64:  # drop stale entries
+            self._heads[queue] = [
+                (lst[0], s) for s in self._queue_shapes[queue] if (lst := self._lists[s])
+            ]
+            heapq.heapify(self._heads[queue])
+
+    def head_valid(self, key: _Key, sid: int) -> bool:
+        lst = self._lists.get(sid)
+        return lst is not None and lst[0] == key
 
     def shape_of(self, job_id: str) -> ShapeKey:
         return self._shape_of[job_id]
+
+    def request_of(self, job_id: str) -> int:
+        """Interned request shape (placement depends on nothing else of the job)."""
+        return self._request_of[job_id]
+
+    def bucket(self, sid: ShapeKey) -> int | None:
+        return self._bucket[sid]
 
     def count(self, partition: str) -> int:
         return sum(len(self._lists[sk]) for sk in self.shapes[partition])
@@ -102,28 +145,39 @@ class Walk:
     def __init__(self, pq: PendingQueues, partition: str, share: Callable[[str], float]) -> None:
         self._pq = pq
         self._share = share
-        self._pos: dict[ShapeKey, int] = {}
-        self._heads: dict[str, list[tuple[_Key, ShapeKey]]] = {}
+        self._pos: dict[int, int] = {}  # shapes advanced past their head in this walk
+        self._heads: dict[str, list[tuple[_Key, int]]] = {}
         self._top: list[tuple[int, float, str]] = []
-        self._cur: tuple[str, ShapeKey] | None = None
+        self._cur: tuple[str, int] | None = None
         for q in pq._cluster.partition_queues[partition]:
-            heads = [(pq._lists[sk][0], sk) for sk in pq._queue_shapes[q]]
-            if heads:
-                heapq.heapify(heads)
-                self._heads[q] = heads
-                for _, sk in heads:
-                    self._pos[sk] = 0
+            if not pq._queue_shapes[q]:
+                continue
+            heads = list(pq._heads[q])  # a heap already: copying keeps the heap property
+            self._heads[q] = heads
+            if self._clean(heads):
                 heapq.heappush(self._top, (heads[0][0][0], share(q), q))
+
+    def _clean(self, heads: list[tuple[_Key, int]]) -> bool:
+        """Pop stale entries off the top; True when a valid head remains."""
+        pq = self._pq
+        while heads:
+            key, sid = heads[0]
+            pos = self._pos.get(sid, 0)
+            lst = pq._lists.get(sid)
+            if lst is not None and pos < len(lst) and lst[pos] == key:
+                return True
+            heapq.heappop(heads)
+        return False
 
     def next(self) -> JobRecord | None:
         assert self._cur is None, "say what became of the previous job first"
         while self._top:
             _, _, q = heapq.heappop(self._top)
             heads = self._heads[q]
-            if not heads:
+            if not self._clean(heads):
                 continue
-            key, sk = heapq.heappop(heads)
-            self._cur = (q, sk)
+            key, sid = heapq.heappop(heads)
+            self._cur = (q, sid)
             return self._pq.records[key[3]]
         return None
 
@@ -135,22 +189,23 @@ class Walk:
 
     def drop(self) -> None:
         assert self._cur is not None
-        q, _ = self._cur
+        q, sid = self._cur
         self._cur = None
+        self._pos[sid] = 1 << 30  # any entry of this shape is stale for the rest of the walk
         self._requeue(q)
 
     def _advance(self, step: int) -> None:
         assert self._cur is not None
-        q, sk = self._cur
+        q, sid = self._cur
         self._cur = None
-        pos = self._pos[sk] + step
-        self._pos[sk] = pos
-        lst = self._pq._lists.get(sk)
+        pos = self._pos.get(sid, 0) + step
+        self._pos[sid] = pos
+        lst = self._pq._lists.get(sid)
         if lst is not None and pos < len(lst):
-            heapq.heappush(self._heads[q], (lst[pos], sk))
+            heapq.heappush(self._heads[q], (lst[pos], sid))
         self._requeue(q)
 
     def _requeue(self, q: str) -> None:
         heads = self._heads[q]
-        if heads:
+        if self._clean(heads):
             heapq.heappush(self._top, (heads[0][0][0], self._share(q), q))
