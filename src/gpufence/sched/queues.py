@@ -99,7 +99,7 @@ class PendingQueues:
     def _push_head(self, queue: str, key: _Key, sid: int) -> None:
         heads = self._heads[queue]
         heapq.heappush(heads, (key, sid))
-        if len(heads) > 4 * len(self._queue_shapes[queue]) + 64:  # drop stale entries
+        if len(heads) > 2 * len(self._queue_shapes[queue]) + 8:  # drop stale entries
             self._heads[queue] = [
                 (lst[0], s) for s in self._queue_shapes[queue] if (lst := self._lists[s])
             ]
@@ -152,7 +152,10 @@ class Walk:
         for q in pq._cluster.partition_queues[partition]:
             if not pq._queue_shapes[q]:
                 continue
-            heads = list(pq._heads[q])  # a heap already: copying keeps the heap property
+            base = pq._heads[q]
+            while base and not pq.head_valid(*base[0]):  # stale tops: drop them for good
+                heapq.heappop(base)
+            heads = list(base)  # a heap already: copying keeps the heap property
             self._heads[q] = heads
             if self._clean(heads):
                 heapq.heappush(self._top, (heads[0][0][0], share(q), q))

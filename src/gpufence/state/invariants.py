@@ -157,4 +157,9 @@ def _check_indexes(ledger: Ledger) -> list[str]:
     have = {k: v for k, v in ledger.mig_free.items() if v}
     if want != have:
         out.append(f"index: free MIG instances {have} != {want}")
+    totals: dict[str, int] = {}
+    for (pool, _), per in want.items():
+        totals[pool] = totals.get(pool, 0) + sum(per.values())
+    if {p: n for p, n in ledger.mig_free_total.items() if n} != totals:
+        out.append(f"index: free MIG totals {ledger.mig_free_total} != {totals}")
     return out

@@ -63,6 +63,8 @@ class Ledger:
         self.mig: dict[int, MigGpu] = {}
         # (pool, profile) -> GPU -> free instances of that profile on it (MIG placement index)
         self.mig_free: dict[tuple[str, str], dict[int, int]] = {}
+        self.mig_free_total: dict[str, int] = {}  # free instances per pool, any profile
+        self.nodes_down = 0
         self.blocked: dict[int, None] = {}  # GPUs being MIG re-partitioned
         self.cpu_used: list[int] = [0] * n_nodes
         self.mem_used: list[int] = [0] * n_nodes
@@ -122,6 +124,7 @@ class Ledger:
                 self._mig_count(pool, inst.profile, g, sign)
 
     def _mig_count(self, pool: str, profile: str, g: int, delta: int) -> None:
+        self.mig_free_total[pool] = self.mig_free_total.get(pool, 0) + delta
         per = self.mig_free.setdefault((pool, profile), {})
         n = per.get(g, 0) + delta
         if n:
@@ -309,6 +312,8 @@ class Ledger:
             for p in self.cluster.partitions:
                 self.freed[p] += 1
         prev = self.node_up[node]
+        if prev != up:
+            self.nodes_down += -1 if up else 1
         gids = [g.gid for g in self.cluster.gpus if g.node == node]
         was = [self._is_free(g) for g in gids]
         self.node_up[node] = up

@@ -38,16 +38,19 @@ def place_mig(ledger: Ledger, job: Job, pool: str) -> PlaceResult:
             per_node[node] = per_node.get(node, 0) + 1
         if len(out) == job.replicas:
             return Placed(tuple(out))
-    free_here = sum(
-        n for g, n in ledger.mig_free.get((pool, profile), {}).items() if ledger.gpu_usable(g)
-    )
-    other = sum(
-        n
-        for (p, prof), per in ledger.mig_free.items()
-        if p == pool and prof != profile
-        for g, n in per.items()
-        if ledger.gpu_usable(g)
-    )
+    mine = ledger.mig_free.get((pool, profile), {})
+    if not ledger.blocked and not ledger.nodes_down:  # every GPU usable: counts suffice
+        free_here = sum(mine.values())
+        other = ledger.mig_free_total.get(pool, 0) - free_here
+    else:
+        free_here = sum(n for g, n in mine.items() if ledger.gpu_usable(g))
+        other = sum(
+            n
+            for (p, prof), per in ledger.mig_free.items()
+            if p == pool and prof != profile
+            for g, n in per.items()
+            if ledger.gpu_usable(g)
+        )
     if free_here >= job.replicas:
         return NotPlaced(Reason.NO_FIT, f"not enough CPU/memory beside free {profile} instances")
     if other:
