@@ -68,6 +68,7 @@ class Context:
     no_idle_mig: dict[str, tuple[int, int]] = field(default_factory=dict)  # (cycle, version)
     seen: dict[str, tuple[int, int]] = field(default_factory=dict)  # partition -> versions
     protect_after: dict[str, float] = field(default_factory=dict)
+    protect_seen: dict[str, tuple[int, int, int, int]] = field(default_factory=dict)
     counters: Counters = field(default_factory=Counters)
     noticed: dict[str, None] = field(default_factory=dict)  # running jobs with a notice
     interactive: dict[str, None] = field(default_factory=dict)  # running, reclaim-eligible

@@ -351,10 +351,20 @@ class Scheduler:
             incident = part.preemption.mode is not PreemptionMode.OFF
             if not (lent or incident) or not ctx.queues.shapes[p]:
                 continue
-            # after a pass with capacity failures, or when protection said it could find more
-            # (a victim ages past its minimum runtime, the budget window slides)
-            if not failed.get(p) and ctx.now < ctx.protect_after.get(p, 0.0):
+            # after a pass with capacity failures that changed the picture (new waiting jobs,
+            # capacity back in its pool or a donor pool, lending), or when protection said it
+            # could find more then (a victim ages past its minimum runtime, the window slides)
+            donors = (p, *part.preemption.from_partitions)
+            state = (
+                ctx.queues.added[p],
+                sum(ctx.ledger.freed[d] for d in donors),
+                ctx.ledger.lent[p],
+                len(ctx.noticed),
+            )
+            due = ctx.now >= ctx.protect_after.get(p, 0.0)
+            if not due and (not failed.get(p) or ctx.protect_seen.get(p) == state):
                 continue
+            ctx.protect_seen[p] = state
             ctx.protect_after[p] = INF
             candidates = (
                 r
