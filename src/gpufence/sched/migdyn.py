@@ -7,6 +7,7 @@ from gpufence.model.decisions import MigReconfigure, Reason
 from gpufence.model.job import RequestKind
 from gpufence.sched.context import Context
 from gpufence.sched.jobs import JobRecord
+from gpufence.sched.placement.base import node_admits
 
 
 def in_flight_offers(ctx: Context, pool: str, profile: str) -> bool:
@@ -44,18 +45,29 @@ def repartition_for(ctx: Context, rec: JobRecord) -> bool:
         )
         return True
     led = ctx.ledger
+    job = rec.job
+    # one new GPU gives at most one more instance per replica's node: re-partitioning only
+    # helps a gang whose other replicas already have free instances, and only on a node that
+    # has CPU and memory for a replica (else the GPU would be re-cut again and again for nothing)
+    free_now = sum(n for g, n in led.mig_free.get((pool, profile), {}).items() if led.gpu_usable(g))
+    if job.replicas - free_now > 1:
+        return False
     if ctx.no_idle_mig.get(pool) == (ctx.cycle, led.version):
         return False  # already looked this cycle, and nothing changed since
-    idle = [
+    idle_any = [
         g
         for g in ctx.cluster.partition_gpus[pool]
-        if led.mig[g].busy_count == 0
-        and g not in ctx.mig_pending
-        and led.gpu_usable(g)
-        and not _kept(ctx, g, rec)
+        if led.mig[g].busy_count == 0 and g not in ctx.mig_pending and led.gpu_usable(g)
+    ]
+    if not idle_any:  # true for every job this cycle until something changes: remember it
+        ctx.no_idle_mig[pool] = (ctx.cycle, led.version)
+        return False
+    idle = [
+        g
+        for g in idle_any
+        if node_admits(led, job, ctx.cluster.gpus[g].node) and not _kept(ctx, g, rec)
     ]
     if not idle:
-        ctx.no_idle_mig[pool] = (ctx.cycle, led.version)
         return False
     # the idle GPU whose current layout is least useful: fewest instances of the wanted profile
     gid = min(idle, key=lambda g: (sum(i.profile == profile for i in led.mig[g].instances), g))

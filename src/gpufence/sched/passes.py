@@ -161,7 +161,7 @@ def place_partition(ctx: Context, p: str) -> list[JobRecord]:
             bind(ctx, rec, p, r, Reason.FITS)
             walk.placed()
             if is_gang:
-                del ctx.reservations[p]
+                ctx.reservations.pop(p, None)
                 res = None
             continue
         if is_gang and res is not None:
@@ -178,6 +178,7 @@ def place_partition(ctx: Context, p: str) -> list[JobRecord]:
             outcome = _past_holds(ctx, rec, p, res, held, est_ok)
             if outcome is not None:
                 held = outcome
+                res = ctx.reservations.get(p)  # a higher-priority job may have ended it
                 walk.placed()
                 continue
             msg = f"GPUs reserved for gang {res.job_id} (starts by t={res.start:g})"

@@ -85,6 +85,10 @@ class Ledger:
         self.pool_free: dict[str, int] = {p: 0 for p in cluster.partitions}
         self._undo: list[Callable[[], None]] | None = None
         self.version = 0  # bumped by every change of GPU or node state (caches key on it)
+        # nodes touched, in order, so array views can refresh only what changed
+        self.node_log: list[int] = []
+        self.log_epoch = 0  # bumped when the log is cut short: views then resync in full
+        self._node_of = [g.node for g in cluster.gpus]
         self._depth = 0  # open transactions
         self._init_indexes()
         self._init_mig()
@@ -208,6 +212,13 @@ class Ledger:
         finally:
             self.rollback(m)
 
+    def _touch(self, node: int) -> None:
+        log = self.node_log
+        log.append(node)
+        if len(log) > 200_000:
+            log.clear()
+            self.log_epoch += 1
+
     # ------------------------------------------------------------------ primitives
     def _reindex(self, g: int, was_free: bool) -> None:
         now_free = self._is_free(g)
@@ -225,6 +236,7 @@ class Ledger:
 
     def _set_owner(self, g: int, owner: str | None) -> None:
         self.version += 1
+        self._touch(self._node_of[g])
         prev = self.owner[g]
         was = self._is_free(g)
         self.owner[g] = owner
@@ -234,6 +246,7 @@ class Ledger:
 
     def _add_share(self, g: int, job: str, milli: int, mem: int) -> None:
         self.version += 1
+        self._touch(self._node_of[g])
         was = self._is_free(g)
         self.milli[g] += milli
         self.gmem[g] += mem
@@ -245,6 +258,7 @@ class Ledger:
 
     def _remove_share(self, g: int, job: str, milli: int, mem: int) -> None:
         self.version += 1
+        self._touch(self._node_of[g])
         was = self._is_free(g)
         self.milli[g] -= milli
         self.gmem[g] -= mem
@@ -259,6 +273,7 @@ class Ledger:
 
     def _ts_add(self, g: int, job: str) -> None:
         self.version += 1
+        self._touch(self._node_of[g])
         was = self._is_free(g)
         self.ts[g].append(job)
         self._reindex(g, was)
@@ -267,6 +282,7 @@ class Ledger:
 
     def _ts_remove(self, g: int, job: str) -> None:
         self.version += 1
+        self._touch(self._node_of[g])
         was = self._is_free(g)
         self.ts[g].remove(job)
         self._reindex(g, was)
@@ -275,6 +291,7 @@ class Ledger:
 
     def _mig_occupy(self, g: int, idx: int, job: str | None) -> None:
         self.version += 1
+        self._touch(self._node_of[g])
         st = self.mig[g]
         prev = st.occupant[idx]
         st.occupant[idx] = job
@@ -287,6 +304,7 @@ class Ledger:
 
     def _node_res(self, node: int, cpu: int, mem: int) -> None:
         self.version += 1
+        self._touch(node)
         self.cpu_used[node] += cpu
         self.mem_used[node] += mem
         if self._undo is not None:  # only inside a transaction
@@ -308,6 +326,7 @@ class Ledger:
 
     def set_node_up(self, node: int, up: bool) -> None:
         self.version += 1
+        self._touch(node)
         if up:
             for p in self.cluster.partitions:
                 self.freed[p] += 1
@@ -324,6 +343,7 @@ class Ledger:
 
     def set_blocked(self, g: int, blocked: bool) -> None:
         self.version += 1
+        self._touch(self._node_of[g])
         self.freed[self.cluster.gpus[g].partition] += 1
         was = self._is_free(g)
         prev = g in self.blocked
@@ -337,6 +357,7 @@ class Ledger:
 
     def set_mig_layout(self, g: int, instances: Iterable[migmod.MigInstance]) -> None:
         self.version += 1
+        self._touch(self._node_of[g])
         self.freed[self.cluster.gpus[g].partition] += 1
         st = self.mig[g]
         assert not st.busy(), "MIG layouts change only on idle GPUs"

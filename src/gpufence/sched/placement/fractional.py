@@ -88,12 +88,23 @@ class PoolIndex:
         self._node_up = np.ones(len(c.nodes), dtype=np.bool_)
         self._gmem_cap: IntArr | None = None
         self._synced = -1
+        self._row_of = {int(n): r for r, n in enumerate(rows)}
+        self._epoch = -1
+        self._log_pos = 0
         self.max_free = 0
 
     def sync(self, ledger: Ledger) -> None:
         if ledger.version == self._synced:
             return  # nothing changed since the last sync
         self._synced = ledger.version
+        log = ledger.node_log
+        if self._seen is not None and self._epoch == ledger.log_epoch:
+            touched = {n for n in log[self._log_pos :] if n in self._row_of}
+            self._log_pos = len(log)
+            self._sync_rows(ledger, touched)
+            return
+        self._epoch = ledger.log_epoch
+        self._log_pos = len(log)
         n = len(self.cluster.gpus)
         node_up = np.fromiter(ledger.node_up, np.bool_, len(self.cluster.nodes))
         gpu_state = (ledger.milli, ledger.owner, ledger.blocked)
@@ -129,6 +140,37 @@ class PoolIndex:
             self.version[self.changed] = self._clock
         self.free, self.cpu, self.mem, self.up = free, cpu, mem, up
         self.max_free = int(free.max(initial=0))
+
+    def _sync_rows(self, ledger: Ledger, nodes: set[int]) -> None:
+        """Refresh only the rows of nodes the ledger touched since the last sync."""
+        changed: list[int] = []
+        width = self.gids.shape[1]
+        pad = len(self.cluster.gpus)
+        for n in sorted(nodes):
+            r = self._row_of[n]
+            up = ledger.node_up[n]
+            row = [
+                0
+                if g == pad or not up or ledger.owner[g] is not None or g in ledger.blocked
+                else MILLI_PER_GPU - ledger.milli[g]
+                for g in self.gids[r].tolist()
+            ]
+            cpu = int(self._cpu_cap[r]) - ledger.cpu_used[n]
+            mem = int(self._mem_cap[r]) - ledger.mem_used[n]
+            if (
+                row != self.free[r].tolist()
+                or cpu != self.cpu[r]
+                or mem != self.mem[r]
+                or up != bool(self.up[r])
+            ):
+                self.free[r, :width] = row
+                self.cpu[r], self.mem[r], self.up[r] = cpu, mem, up
+                changed.append(r)
+        self.changed = np.array(changed, dtype=np.int64)
+        if changed:
+            self._clock += 1
+            self.version[self.changed] = self._clock
+            self.max_free = int(self.free.max(initial=0))
 
     def gpu_mem_free(self, ledger: Ledger) -> IntArr:
         if self._gmem_cap is None:  # per-GPU memory never changes: read the types once
