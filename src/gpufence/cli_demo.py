@@ -11,7 +11,13 @@ from rich.table import Table
 from gpufence.model.decisions import Bind, Notice, Reason, Reject, Requeue, Stop
 from gpufence.sim.demo import SEED_JOB_S, Act, fenced_surge, sixty_six_jobs
 from gpufence.sim.runner import SimResult, Simulation
-from gpufence.sim.summary import decision_line, exclusive_overlap, handoff_gaps, summarize
+from gpufence.sim.summary import (
+    decision_line,
+    exclusive_overlap,
+    handoff_gaps,
+    percentile,
+    summarize,
+)
 
 _SHOWN = (Notice, Stop, Requeue, Reject)
 
@@ -32,13 +38,6 @@ def _run(console: Console, act: Act) -> SimResult:
     return result
 
 
-def _pct(values: list[float], p: float) -> float:
-    if not values:
-        return 0.0
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, math.ceil(p / 100 * len(ordered)) - 1)]
-
-
 def run_demo(console: Console, verbose: bool = True) -> bool:
     ok = True
     act = sixty_six_jobs()
@@ -56,7 +55,7 @@ def run_demo(console: Console, verbose: bool = True) -> bool:
     )
     t.add_row(
         "GPU hand-off gap p50 / p99",
-        f"{_pct(gaps, 50):.3f} s / {_pct(gaps, 99):.3f} s (virtual clock)",
+        f"{percentile(gaps, 50):.3f} s / {percentile(gaps, 99):.3f} s (virtual clock)",
     )
     t.add_row("invariant violations", str(s["invariant_violations"]))
     console.print(t)

@@ -9,8 +9,6 @@ from functools import cached_property
 from gpufence.model.hardware import Fabric, Gpu, GpuType, Node
 from gpufence.model.partition import Partition, QueueSpec
 
-DEFAULT_QUEUE = "default"
-
 
 @dataclass(frozen=True)
 class Cluster:

@@ -21,7 +21,6 @@ class Reason(StrEnum):
     FRAGMENTED = "fragmented"
     RESERVED_FOR_GANG = "reserved-for-gang"
     MIG_LAYOUT = "mig-layout"
-    GANG_INCOMPLETE = "gang-incomplete"
     WAITING_PREEMPTION = "waiting-for-preemption"
     PREEMPTION_BUDGET = "preemption-budget"
     RECONFIGURING = "mig-reconfiguring"
@@ -32,8 +31,6 @@ class Reason(StrEnum):
     LENT_RECLAIM = "lent-reclaim"
     IDLE = "idle"
     NODE_FAILURE = "node-failure"
-    ACK = "checkpoint-ack"
-    GRACE_EXPIRED = "grace-expired"
     ACTIVE_AGAIN = "active-again"
     # why a job was rejected
     INVALID = "invalid"

@@ -42,7 +42,6 @@ class Counters:
     preemptions: Counter[str] = field(default_factory=Counter)
     reclaims: Counter[str] = field(default_factory=Counter)
     gpu_seconds_lost: float = 0.0
-    gpu_seconds_reclaimed: float = 0.0
     requeues: int = 0
 
 

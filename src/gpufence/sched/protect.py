@@ -69,12 +69,11 @@ def _victims_for(
     return chosen
 
 
-def _running(ctx: Context, taken: dict[str, None], pred: Callable[[JobRecord], bool]) -> list[str]:
+def _running(ctx: Context, pred: Callable[[JobRecord], bool]) -> list[str]:
     recs = [
         r
         for jid in ctx.ledger.allocs
-        if jid not in taken
-        and (r := ctx.records.get(jid)) is not None
+        if (r := ctx.records.get(jid)) is not None
         and r.state is JobState.RUNNING
         and r.notice is None
         and pred(r)
@@ -138,7 +137,7 @@ def protect_partition(ctx: Context, p: str, waiting: list[JobRecord]) -> None:
                 continue
             if lent_out:
                 if lent_cands is None:
-                    lent_cands = _running(ctx, {}, lambda r: led.allocs[r.job.id].lent_from == p)
+                    lent_cands = _running(ctx, lambda r: led.allocs[r.job.id].lent_from == p)
                 got = _victims_for(ctx, rec, p, [v for v in lent_cands if v not in taken])
                 if got is not None:
                     taken.update(dict.fromkeys(got))
@@ -154,7 +153,7 @@ def protect_partition(ctx: Context, p: str, waiting: list[JobRecord]) -> None:
                 continue
             for pool in pol.from_partitions:
                 if pool not in donor_cands:
-                    donor_cands[pool] = _running(ctx, {}, _eligible(ctx, pol, pool))
+                    donor_cands[pool] = _running(ctx, _eligible(ctx, pol, pool))
                 cands = [v for v in donor_cands[pool] if v not in taken]
                 got = _victims_for(ctx, rec, pool, cands)
                 if got is None:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from gpufence.model.cluster import Cluster
 from gpufence.model.job import GpuRequest, Job, WorkloadClass
-from gpufence.sim.runner import SimResult, Simulation, WorkItem
+from gpufence.sim.runner import WorkItem
 from gpufence.spec import load_cluster
 
 SEED_JOB_S = 150.0  # the seed's jobs ran ~2.5 min each on one GPU
@@ -100,7 +100,3 @@ def fenced_surge() -> Act:
         w.append(WorkItem(job, 900.0))
     w += [serving(f"surge-{i:02d}", 2000.0, 1500.0) for i in range(10)]
     return Act("fenced mixed-64 cluster through a serving surge", cluster, w)
-
-
-def run_act(act: Act) -> SimResult:
-    return Simulation(act.cluster, act.work).run()

@@ -10,6 +10,11 @@ import numpy as np
 from gpufence.sim.runner import SimResult
 
 
+def percentile(values: list[float], p: float) -> float:
+    """The p-th percentile (numpy's linear interpolation); 0 for no values."""
+    return float(np.percentile(np.asarray(values, dtype=float), p)) if values else 0.0
+
+
 def _pcts(values: list[float], which: tuple[int, ...] = (50, 95, 99)) -> dict[str, float]:
     if not values:
         return {f"p{p}": 0.0 for p in which} | {"max": 0.0}

@@ -84,8 +84,7 @@ class PoolIndex:
         self.changed = np.arange(n, dtype=np.int64)
         self.cache = OrderedDict()
         self._clock = 0
-        self._seen: tuple[list[int], list[str | None], dict[int, None]] | None = None
-        self._node_up = np.ones(len(c.nodes), dtype=np.bool_)
+        self._full_synced = False
         self._gmem_cap: IntArr | None = None
         self._synced = -1
         self._row_of = {int(n): r for r, n in enumerate(rows)}
@@ -98,33 +97,25 @@ class PoolIndex:
             return  # nothing changed since the last sync
         self._synced = ledger.version
         log = ledger.node_log
-        if self._seen is not None and self._epoch == ledger.log_epoch:
+        if self._full_synced and self._epoch == ledger.log_epoch:
             touched = {n for n in log[self._log_pos :] if n in self._row_of}
             self._log_pos = len(log)
             self._sync_rows(ledger, touched)
             return
         self._epoch = ledger.log_epoch
         self._log_pos = len(log)
+        # full refresh: first sync, or the ledger's change log was cut short
         n = len(self.cluster.gpus)
         node_up = np.fromiter(ledger.node_up, np.bool_, len(self.cluster.nodes))
-        gpu_state = (ledger.milli, ledger.owner, ledger.blocked)
-        if (
-            self._seen is not None
-            and all(a == b for a, b in zip(gpu_state, self._seen, strict=True))
-            and (node_up == self._node_up).all()
-        ):
-            free = self.free  # no GPU changed (list comparison runs in C: cheap)
-        else:
-            self._seen = (list(ledger.milli), list(ledger.owner), dict(ledger.blocked))
-            self._node_up = node_up
-            milli = np.fromiter(ledger.milli, np.int64, n)
-            # owners are job ids or hold tags (non-empty strings) or None
-            idle = ~np.frombuffer(bytes(map(bool, ledger.owner)), dtype=np.bool_)
-            usable = idle & node_up[self._gpu_node]
-            if ledger.blocked:
-                usable[list(ledger.blocked)] = False
-            flat = np.append(np.where(usable, MILLI_PER_GPU - milli, 0), 0)
-            free = flat[self.gids]
+        milli = np.fromiter(ledger.milli, np.int64, n)
+        # owners are job ids or hold tags (non-empty strings) or None
+        idle = ~np.frombuffer(bytes(map(bool, ledger.owner)), dtype=np.bool_)
+        usable = idle & node_up[self._gpu_node]
+        if ledger.blocked:
+            usable[list(ledger.blocked)] = False
+        flat = np.append(np.where(usable, MILLI_PER_GPU - milli, 0), 0)
+        free = flat[self.gids]
+        self._full_synced = True
         cpu = self._cpu_cap - np.fromiter(ledger.cpu_used, np.int64, len(node_up))[self.nodes]
         mem = self._mem_cap - np.fromiter(ledger.mem_used, np.int64, len(node_up))[self.nodes]
         up = node_up[self.nodes]
