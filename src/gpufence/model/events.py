@@ -4,12 +4,32 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gpufence.model.decisions import Assignment, Reason
 from gpufence.model.job import Job
 
 
 @dataclass(frozen=True, slots=True)
 class JobSubmitted:
     job: Job
+
+
+@dataclass(frozen=True, slots=True)
+class JobRestored:
+    """A front end restarted and found this job still holding GPUs (its processes alive).
+
+    The scheduler takes it back exactly where it runs, without a Bind. ``stopping`` is set when
+    the front end had already been told to stop it (the Stop is not repeated); ``requeue`` is
+    what that Stop said.
+    """
+
+    job: Job
+    pool: str
+    assignments: tuple[Assignment, ...]
+    attempt: int = 1
+    started_at: float = 0.0
+    lent_from: str | None = None
+    stopping: Reason | None = None
+    requeue: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +100,7 @@ class Tick:
 
 Event = (
     JobSubmitted
+    | JobRestored
     | JobFinished
     | JobStopped
     | JobCancelled

@@ -29,6 +29,7 @@ from gpufence.model.events import (
     Event,
     JobCancelled,
     JobFinished,
+    JobRestored,
     JobStopped,
     JobSubmitted,
     MigReconfigured,
@@ -48,6 +49,7 @@ from gpufence.sched.protect import MAX_BATCH, protect_partition
 from gpufence.sched.queues import PendingQueues
 from gpufence.sched.reclaim import idle_deadline, track, warn_idle
 from gpufence.sched.registry import make_scorer
+from gpufence.sched.restore import restore
 from gpufence.state.invariants import check
 from gpufence.state.ledger import Ledger
 
@@ -160,6 +162,9 @@ class Scheduler:
             self._submit(ev)
             return
         if isinstance(ev, Tick):
+            return
+        if isinstance(ev, JobRestored):
+            restore(ctx, ev)
             return
         if isinstance(ev, NodeDown | NodeUp):
             self._node(ev.node, isinstance(ev, NodeUp))

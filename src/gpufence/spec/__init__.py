@@ -109,18 +109,42 @@ def _parse_yaml(text: str, source: str | None) -> tuple[object, dict[Path, int],
 
 def load_cluster_text(text: str, source: str | None = None) -> Cluster:
     """Build a Cluster from YAML text; ``source`` (a file name) is used in error messages."""
+    return _build(text, source, ())[0]
+
+
+def load_cluster_with_sections(
+    path: str | os.PathLike[str], sections: tuple[str, ...]
+) -> tuple[Cluster, dict[str, object], dict[Path, int]]:
+    """Like ``load_cluster``, but top-level keys in ``sections`` (e.g. the control plane's
+    ``control:``) are taken out and returned raw for their owner to validate, with the source
+    line of every field path."""
+    return _build(_read(path), os.fspath(path), sections)
+
+
+def _build(
+    text: str, source: str | None, sections: tuple[str, ...]
+) -> tuple[Cluster, dict[str, object], dict[Path, int]]:
     data, lines, yaml_issues = _parse_yaml(text, source)
+    extra: dict[str, object] = {}
+    if isinstance(data, dict):
+        for key in sections:
+            if key in data:
+                extra[key] = data.pop(key)
     try:
         cluster = cluster_from_dict(data, source=source, lines=lines)
     except SpecError as exc:
         raise SpecError([*yaml_issues, *exc.issues], source) from None
     if yaml_issues:
         raise SpecError(yaml_issues, source)
-    return cluster
+    return cluster, extra, lines
 
 
 def load_cluster(path: str | os.PathLike[str]) -> Cluster:
     """Build a Cluster from a YAML file; SpecError lists every problem (format_spec_error)."""
+    return load_cluster_text(_read(path), source=os.fspath(path))
+
+
+def _read(path: str | os.PathLike[str]) -> str:
     source = os.fspath(path)
     try:
         text = FilePath(path).read_text(encoding="utf-8")
@@ -128,4 +152,4 @@ def load_cluster(path: str | os.PathLike[str]) -> Cluster:
         raise SpecError([f"cluster file {source!r} not found"], source) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise SpecError([f"cannot read cluster file {source!r}: {exc}"], source) from None
-    return load_cluster_text(text, source=source)
+    return text

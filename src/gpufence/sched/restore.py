@@ -1,0 +1,84 @@
+"""Taking back running jobs after a front-end restart (crash recovery).
+
+The control plane persists every Bind before it starts processes. When it restarts, a fresh
+scheduler learns which jobs still hold which GPUs from ``JobRestored`` events, applied before any
+placement, so nothing is placed on GPUs that live processes use. A restore that contradicts the
+ledger (a GPU already taken, an unknown node) is a corrupted store, not a scheduling question:
+it raises, naming the job, instead of silently double-booking a GPU.
+"""
+
+from __future__ import annotations
+
+from gpufence.model import mig as migmod
+from gpufence.model.events import JobRestored
+from gpufence.model.job import RequestKind
+from gpufence.sched.context import Context
+from gpufence.sched.intake import Refused, resolve
+from gpufence.sched.jobs import JobRecord, JobState
+from gpufence.sched.reclaim import track
+from gpufence.state.ledger import Allocation, charge_milli
+
+
+class RestoreConflict(ValueError):
+    """A restored job's GPUs are not free in the ledger (or do not exist)."""
+
+
+def _conflict(ctx: Context, ev: JobRestored) -> str | None:
+    led = ctx.ledger
+    n_gpus = len(led.owner)
+    if ev.pool not in ctx.cluster.partitions:
+        return f"partition '{ev.pool}' is not in the cluster spec"
+    if len(ev.assignments) != ev.job.replicas:
+        return f"{len(ev.assignments)} assignments for {ev.job.replicas} replicas"
+    kind = ev.job.request.kind
+    for a in ev.assignments:
+        for g in a.gpus:
+            if not 0 <= g < n_gpus:
+                return f"GPU {g} does not exist"
+        if a.mig_profile is not None:
+            st = led.mig.get(a.gpus[0])
+            inst = migmod.MigInstance(a.mig_profile, a.mig_start or 0)
+            if st is None or inst not in st.instances:
+                return f"GPU {a.gpus[0]} has no MIG instance {a.mig_profile}@{a.mig_start}"
+            if st.occupant[st.instances.index(inst)] is not None:
+                return f"MIG instance {a.mig_profile}@{a.mig_start} on GPU {a.gpus[0]} is taken"
+        elif kind is RequestKind.WHOLE and not a.time_sliced:
+            for g in a.gpus:
+                if led.owner[g] is not None:
+                    return f"GPU {g} is already held by {led.owner[g]}"
+    return None
+
+
+def restore(ctx: Context, ev: JobRestored) -> None:
+    job = ev.job
+    if job.id in ctx.records:
+        raise RestoreConflict(f"job {job.id}: restored twice or after it was submitted")
+    got = resolve(ctx.cluster, job)
+    if isinstance(got, Refused):
+        raise RestoreConflict(f"job {job.id}: the cluster spec no longer admits it: {got.message}")
+    problem = _conflict(ctx, ev)
+    if problem is not None:
+        raise RestoreConflict(f"job {job.id}: {problem}")
+    rec = JobRecord(job, got.home, got.queue, JobState.RUNNING, attempt=ev.attempt)
+    rec.started_at = ev.started_at
+    rec.last_active = ctx.now
+    ctx.records[job.id] = rec
+    ctx.ledger.allocate(
+        Allocation(
+            job=job,
+            home=got.home,
+            queue=got.queue,
+            pool=ev.pool,
+            assignments=ev.assignments,
+            charge_milli=charge_milli(job, ctx.cluster, ev.pool),
+            lent_from=ev.lent_from,
+        )
+    )
+    ctx.engine.observe(job, got.home)
+    if ev.stopping is not None:
+        rec.state = JobState.STOPPING
+        rec.stop_reason = ev.stopping
+        rec.requeue_on_stop = ev.requeue
+    elif ctx.cluster.partitions[got.home].reclaim is not None:
+        ctx.interactive[job.id] = None
+        track(ctx, rec)
