@@ -64,6 +64,10 @@ class FrontEnd:
     duration: dict[str, float] = field(default_factory=dict)
     requeue: dict[str, bool] = field(default_factory=dict)  # what the last Stop said
     expect_requeue: set[str] = field(default_factory=set)
+    # notices the scheduler has open (until Stop / withdrawal / ack / the job's end): a job
+    # that fails while a non-idle notice is open counts as stopped and is requeued
+    noticed: dict[str, Reason] = field(default_factory=dict)
+    self_stopped: set[str] = field(default_factory=set)  # their Stop needs no JobStopped
     ended_now: set[str] = field(default_factory=set)  # ended by an event of this step
     # (time, seq, event, attempt it belongs to or 0): a job's own reports die with its attempt
     timers: list[tuple[float, int, Event, int]] = field(default_factory=list)
@@ -93,6 +97,24 @@ class FrontEnd:
         self.ended_now = set()
         before = dict(self.state)
         for ev in events:
+            jid = getattr(ev, "job_id", "")
+            open_notice = self.noticed.get(jid)
+            if isinstance(ev, CheckpointAck) and open_notice not in (None, Reason.IDLE):
+                del self.noticed[jid]  # the scheduler stops it now
+                continue
+            if (
+                isinstance(ev, JobFinished)
+                and not ev.succeeded
+                and self.state.get(jid) == "running"
+                and open_notice not in (None, Reason.IDLE)
+            ):
+                del self.noticed[jid]
+                self.state[jid] = "pending"
+                self.expect_requeue.add(jid)
+                self.self_stopped.add(jid)
+                continue
+            if isinstance(ev, JobStopped | JobFinished | JobCancelled):
+                self.noticed.pop(jid, None)
             if isinstance(ev, JobStopped) and self.state.get(ev.job_id) == "stopping":
                 if self.requeue[ev.job_id]:
                     self.state[ev.job_id] = "pending"
@@ -144,12 +166,17 @@ def apply_decisions(
             key = (jid, fe.attempt[jid])
             assert key not in fe.bound, f"bound twice in attempt {key[1]}: {d}"
             fe.bound.add(key)
+            fe.noticed.pop(jid, None)
             fe.state[jid] = "running"
             dur = fe.duration[jid]
             if dur != float("inf"):
                 ok = data.draw(st.booleans(), label="ok")
                 fe.at(now + dur, JobFinished(jid, ok), fe.attempt[jid])
         elif isinstance(d, Stop):
+            fe.noticed.pop(d.job_id, None)
+            if d.job_id in fe.self_stopped:  # it already exited during its notice
+                fe.self_stopped.discard(d.job_id)
+                continue
             assert fe.live(d.job_id, "running"), f"stop while {fe.state.get(d.job_id)}"
             if d.job_id in fe.ended_now:
                 continue
@@ -160,6 +187,7 @@ def apply_decisions(
         elif isinstance(d, Notice):
             assert fe.state.get(d.job_id) == "running", f"notice while {fe.state.get(d.job_id)}"
             assert d.deadline >= now
+            fe.noticed[d.job_id] = d.reason
             choice = data.draw(st.integers(0, 3), label="notice answer")
             if choice == 0:
                 fe.at(now + data.draw(st.sampled_from((0.0, 1.0, 10.0))), CheckpointAck(d.job_id))
@@ -168,6 +196,7 @@ def apply_decisions(
             # otherwise: let the deadline pass
         elif isinstance(d, NoticeWithdrawn):
             assert fe.live(d.job_id, "running"), d
+            fe.noticed.pop(d.job_id, None)
         elif isinstance(d, Requeue):
             assert d.job_id in fe.expect_requeue, f"unexpected requeue: {d}"
             fe.expect_requeue.discard(d.job_id)

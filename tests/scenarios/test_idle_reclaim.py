@@ -36,8 +36,8 @@ def warned(idle_for: float, deadline: float) -> Notice:
         "i",
         Reason.IDLE,
         deadline,
-        f"idle for {idle_for:g} s (activity < 0.1); "
-        f"GPUs reclaimed at t={deadline:g} unless it becomes active",
+        f"idle for {idle_for:.0f} s (activity < 0.1); "
+        f"GPUs reclaimed in {POLICY.warning_s:.0f} s unless it becomes active",
     )
 
 

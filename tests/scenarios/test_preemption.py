@@ -122,6 +122,21 @@ def test_incident_preemption_at_grace_deadline_without_ack() -> None:
     ]
 
 
+def test_victim_that_dies_during_its_notice_is_requeued_not_failed() -> None:
+    # e.g. killed by the notice signal before it installed a handler: the scheduler asked it to
+    # stop, so the exit is a stop, and the job comes back like any other preempted job
+    s = make(cluster())
+    busy(s, ("t1", 2, 0, True), ("t2", 2, 1, True))
+    got = flat(s, [(1000, sub(serving("sv1"))), (1001, [JobFinished("t1", succeeded=False)])])
+    assert got == [
+        Notice("t1", Reason.INCIDENT_PREEMPTION, 1120.0, WHY.format("sv1")),
+        Stop("t1", Reason.INCIDENT_PREEMPTION, True, "exited during its notice"),
+        Requeue("t1", Reason.INCIDENT_PREEMPTION, 2, "back in its queue"),
+        Bind("sv1", "train", (A(1, 6, 7),), Reason.INCIDENT, FREED),
+    ]
+    assert s.job("t1").state is JobState.PENDING
+
+
 def test_serving_job_waits_for_preemption_and_says_so() -> None:
     s = make(cluster())
     busy(s, ("t1", 2, 0, True), ("t2", 2, 1, True))

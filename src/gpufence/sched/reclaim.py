@@ -61,8 +61,8 @@ def warn_idle(ctx: Context) -> None:
         rec.notice = NoticeState(Reason.IDLE, deadline, counted=False)
         ctx.noticed[jid] = None
         msg = (
-            f"idle for {ctx.now - last:g} s (activity < {pol.idle_threshold:g}); "
-            f"GPUs reclaimed at t={deadline:g} unless it becomes active"
+            f"idle for {ctx.now - last:.0f} s (activity < {pol.idle_threshold:g}); "
+            f"GPUs reclaimed in {deadline - ctx.now:.0f} s unless it becomes active"
         )
         ctx.decisions.append(Notice(jid, Reason.IDLE, deadline, msg))
 

@@ -181,6 +181,14 @@ class Scheduler:
         if isinstance(ev, JobFinished):
             if rec.state is JobState.PENDING:
                 return  # a late report from an earlier attempt: the requeued job lives on
+            n = rec.notice
+            if not ev.succeeded and n is not None and n.reason is not Reason.IDLE:
+                # it was asked to wrap up and went down doing so (e.g. killed by the notice
+                # signal before it could handle it): a stop it did itself, so it is requeued
+                # like any preempted job instead of failing for the scheduler's own action
+                self._stop(rec, n.reason, True, "exited during its notice")
+                self._stopped(rec)
+                return
             self._end(rec, JobState.DONE if ev.succeeded else JobState.FAILED)
         elif isinstance(ev, JobStopped):
             self._stopped(rec)
