@@ -1,0 +1,1 @@
+"""gpufence control plane: turns scheduler decisions into running processes."""

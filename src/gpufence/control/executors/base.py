@@ -1,0 +1,106 @@
+"""Executor interface: what the control plane asks of whatever runs job attempts.
+
+An *attempt* is one try at running a job: a gang of members (one process tree per rank) that
+starts together and ends together. The executor reports the end of every attempt it started or
+adopted exactly once, through ``on_exit``; acknowledgements of a notice arrive through ``on_ack``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+
+@dataclass(frozen=True, slots=True)
+class Member:
+    """One gang member (or one replica) of an attempt."""
+
+    rank: int
+    node: str
+    """Node name; informational for the local executor, used for ``LOCAL_RANK``."""
+    devices: tuple[str, ...]
+    """``CUDA_VISIBLE_DEVICES`` entries (GPU indices or MIG UUIDs); ``()`` means CPU-only."""
+
+
+@dataclass(frozen=True, slots=True)
+class Launch:
+    """Everything an executor needs to start (or re-attach to) one attempt."""
+
+    job_id: str
+    attempt: int
+    """1-based attempt number."""
+    command: tuple[str, ...]
+    """argv of the user command; run without a shell."""
+    env: Mapping[str, str]
+    """User environment added on top of the executor's own environment."""
+    members: tuple[Member, ...]
+    """Ranks must be exactly ``0 .. len(members) - 1``."""
+    attempt_dir: Path
+    """``DATA/jobs/<job>/attempt-<n>/``: pid/exit records, output, notice and ack files."""
+    checkpoint_dir: Path
+    """``DATA/jobs/<job>/checkpoints/``: shared by all attempts of the job."""
+    cwd: Path | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptExit:
+    """How an attempt ended (reported once per attempt through ``on_exit``)."""
+
+    job_id: str
+    attempt: int
+    succeeded: bool
+    """Every member exited with code 0."""
+    codes: tuple[int | None, ...]
+    """Exit code per rank; negative = killed by that signal; None = unknown (no exit record)."""
+    stopped: bool
+    """The attempt ended after ``stop()`` was called for it."""
+
+
+class LaunchError(RuntimeError):
+    """An attempt could not be started; the message says why."""
+
+
+ExitCallback = Callable[[AttemptExit], None]
+AckCallback = Callable[[str, int], None]
+
+
+class Executor(Protocol):
+    """Runs job attempts. Callbacks may be called from an executor-owned thread."""
+
+    def set_callbacks(self, on_exit: ExitCallback, on_ack: AckCallback) -> None:
+        """Install the callbacks for attempt exits and notice acknowledgements."""
+        ...
+
+    def start(self, launch: Launch) -> None:
+        """Start every member of the attempt; raise ``LaunchError`` if that is impossible."""
+        ...
+
+    def notice(
+        self, job_id: str, attempt: int, reason: str, deadline_unix: float, signal_job: bool = True
+    ) -> None:
+        """Tell a running attempt it must wrap up (checkpoint) before ``deadline_unix``: a notice
+        file, plus the notice signal when ``signal_job`` (off for idle warnings: a process that
+        never asked for checkpoint notices would die of SIGUSR1's default action)."""
+        ...
+
+    def stop(self, job_id: str, attempt: int, grace_s: float) -> None:
+        """Ask the attempt to end (SIGTERM), force it after ``grace_s``; completion via on_exit."""
+        ...
+
+    def adopt(self, launch: Launch) -> bool:
+        """Re-attach to an attempt started before a restart; True if a member is still alive."""
+        ...
+
+    def running(self) -> list[tuple[str, int]]:
+        """``(job_id, attempt)`` of every attempt whose exit has not been reported yet."""
+        ...
+
+    def activity(self) -> dict[tuple[str, int], float]:
+        """CPU utilisation (0..1 per member) of each running attempt since the last call."""
+        ...
+
+    def close(self, kill: bool = False) -> None:
+        """Stop watching; with ``kill=True`` also kill every attempt still running."""
+        ...

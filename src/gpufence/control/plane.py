@@ -1,0 +1,174 @@
+"""The control plane as one object: store + scheduler + reconciler + executor + telemetry.
+
+``gpufence up`` wraps it in an HTTP server; the demo and the tests drive it directly or over
+HTTP. Every method is safe to call from any thread: writes go through the reconciler's inbox,
+reads of job history go to SQLite, reads of live scheduler state run on the reconciler thread.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from gpufence.control import store as st
+from gpufence.control import views
+from gpufence.control.config import ADMIN, ControlConfig
+from gpufence.control.devices import DeviceMap, check_machine
+from gpufence.control.discovery import Discovery
+from gpufence.control.executors.base import Executor
+from gpufence.control.executors.local import LocalExecutor
+from gpufence.control.jobspec import SubmitRequest
+from gpufence.control.reconciler import Reconciler, SubmitResult
+from gpufence.control.recovery import recover
+from gpufence.control.telemetry import Telemetry
+from gpufence.model.cluster import Cluster
+from gpufence.model.partition import SharingMode
+from gpufence.sched.scheduler import Scheduler, SchedulerConfig
+
+log = logging.getLogger("gpufence.plane")
+CALL_TIMEOUT_S = 30.0
+
+
+class AccessError(PermissionError):
+    """The caller's tenant may not do this (HTTP 403)."""
+
+
+class ControlPlane:
+    def __init__(
+        self,
+        cluster: Cluster,
+        config: ControlConfig,
+        discovery: Discovery,
+        data_dir: Path,
+        executor: Executor | None = None,
+        validate: bool = True,
+    ) -> None:
+        check_machine(cluster, discovery)
+        if not discovery.fake and any(
+            p.sharing is SharingMode.MIG and p.mig is not None and p.mig.dynamic
+            for p in cluster.partitions.values()
+        ):
+            raise ValueError(
+                "partitions: dynamic MIG re-partitioning of real GPUs is not supported by the "
+                "local executor yet; give the MIG layout the GPUs already have (layout: [...])"
+            )
+        self.cluster = cluster
+        self.config = config
+        self.discovery = discovery
+        self.data_dir = data_dir
+        self.store = st.Store(data_dir)
+        self.telemetry = Telemetry()
+        self.executor: Executor = executor or LocalExecutor(notice_signal=config.notice_signal)
+        # validation re-checks every invariant after each cycle: cheap at one machine's scale,
+        # and a control plane should stop rather than double-book a GPU
+        self.scheduler = Scheduler(cluster, SchedulerConfig(validate=validate))
+        self.reconciler = Reconciler(
+            self.scheduler,
+            config,
+            self.store,
+            self.executor,
+            DeviceMap(cluster, discovery),
+            data_dir,
+            self.telemetry,
+        )
+        self.telemetry.set_live(lambda: self.reconciler.call(views.gauges).result(CALL_TIMEOUT_S))
+        self.recovered: dict[str, int] = {}
+
+    def start(self) -> None:
+        log.info("GPUs: %s", self.discovery.source)
+        self.recovered = recover(self.reconciler)
+        self.reconciler.start(first_id=self.store.max_seq() + 1)
+
+    def close(self, kill_jobs: bool = False) -> None:
+        """Stop the reconciler; jobs keep running unless ``kill_jobs`` (they are adopted at the
+        next start)."""
+        self.reconciler.shutdown()
+        self.executor.close(kill=kill_jobs)
+        self.store.close()
+
+    # ------------------------------------------------------------------ writes
+    def submit(self, req: SubmitRequest, tenant: str) -> SubmitResult:
+        if req.tenant is not None and req.tenant != tenant:
+            if tenant != ADMIN:
+                raise AccessError("only the admin may submit on behalf of another tenant")
+            tenant = req.tenant
+        self._check_queue(req, tenant)
+        return self.reconciler.submit(req, tenant).result(CALL_TIMEOUT_S)
+
+    def _check_queue(self, req: SubmitRequest, tenant: str) -> None:
+        """Queues owned by a configured tenant take that tenant's jobs only (and the admin's)."""
+        if not req.queue or tenant == ADMIN:
+            return
+        q = self.cluster.queues.get(req.queue)
+        if q is not None and q.tenant in self.config.tenants and q.tenant != tenant:
+            raise AccessError(f"queue '{req.queue}' belongs to tenant '{q.tenant}'")
+
+    def cancel(self, job_id: str, tenant: str) -> str:
+        if self.job(job_id, tenant) is None:  # 404 / 403 before anything changes
+            raise KeyError(job_id)
+        return self.reconciler.cancel(job_id).result(CALL_TIMEOUT_S)
+
+    # ------------------------------------------------------------------ reads
+    def job(self, job_id: str, tenant: str) -> st.JobRow | None:
+        with self.store.reader() as r:
+            row = r.job(job_id)
+        if row is not None and tenant != ADMIN and row.tenant != tenant:
+            raise AccessError(f"job {job_id} belongs to another tenant")
+        return row
+
+    def jobs(
+        self,
+        tenant: str,
+        states: tuple[str, ...] = (),
+        partition: str | None = None,
+        only_tenant: str | None = None,
+        limit: int = 1000,
+        after_seq: int = 0,
+    ) -> list[st.JobRow]:
+        if tenant != ADMIN:
+            if only_tenant not in (None, tenant):
+                raise AccessError("a tenant lists only its own jobs")
+            only_tenant = tenant
+        with self.store.reader() as r:
+            return r.jobs(
+                states=states,
+                partition=partition,
+                tenant=only_tenant,
+                limit=limit,
+                after_seq=after_seq,
+            )
+
+    def attempts(self, job_id: str) -> list[st.AttemptRow]:
+        with self.store.reader() as r:
+            return r.attempts(job_id)
+
+    def events(
+        self, tenant: str, job_id: str | None = None, after_seq: int = 0, limit: int = 1000
+    ) -> list[dict[str, Any]]:
+        if job_id is not None:
+            self.job(job_id, tenant)
+        elif tenant != ADMIN:
+            raise AccessError("the cluster-wide decision log is for admins; give a job id")
+        with self.store.reader() as r:
+            return r.events(job_id=job_id, after_seq=after_seq, limit=limit)
+
+    def log_path(self, job_id: str, attempt: int, rank: int = 0, stream: str = "out") -> Path:
+        return self.data_dir / "jobs" / job_id / f"attempt-{attempt}" / f"rank-{rank}.{stream}"
+
+    def explain(self, job_id: str) -> dict[str, Any] | None:
+        return self.reconciler.call(lambda r: views.explain(r, job_id)).result(CALL_TIMEOUT_S)
+
+    def pending_reasons(self, job_ids: list[str]) -> dict[str, dict[str, str]]:
+        return self.reconciler.call(lambda r: views.pending_reasons(r, job_ids)).result(
+            CALL_TIMEOUT_S
+        )
+
+    def nodes(self) -> list[dict[str, Any]]:
+        return self.reconciler.call(views.nodes).result(CALL_TIMEOUT_S)
+
+    def partitions(self) -> list[dict[str, Any]]:
+        return self.reconciler.call(views.partitions).result(CALL_TIMEOUT_S)
+
+    def metrics(self) -> bytes:
+        return self.telemetry.render()

@@ -1,0 +1,168 @@
+"""Read models of the live scheduler state for the API, the CLI and /metrics.
+
+Each function takes the reconciler and runs on its thread (``Reconciler.call``), so it sees a
+consistent ledger between two cycles and never races a placement.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import TYPE_CHECKING, Any
+
+from gpufence.model.partition import SharingMode
+from gpufence.sched.jobs import JobState
+from gpufence.state.ledger import HOLD_PREFIX
+
+if TYPE_CHECKING:
+    from gpufence.control.reconciler import Reconciler
+
+
+def _gpu(r: Reconciler, gid: int) -> dict[str, Any]:
+    sched = r.scheduler
+    led = sched.ledger
+    cluster = sched.cluster
+    gpu = cluster.gpus[gid]
+    owner = led.owner[gid]
+    jobs: list[str] = []
+    if owner is not None and not owner.startswith(HOLD_PREFIX):
+        jobs.append(owner)
+    jobs += [j for j in led.ts[gid] if j not in jobs]
+    jobs += [j for j in led.shares[gid] if j not in jobs]
+    out: dict[str, Any] = {
+        "index": gpu.index,
+        "id": gid,
+        "type": gpu.gpu_type,
+        "partition": gpu.partition,
+        "nvlink_domain": gpu.nvlink_domain,
+        "jobs": jobs,
+        "milli_used": led.milli[gid],
+        "state": "down" if not led.gpu_usable(gid) else ("used" if jobs else "free"),
+    }
+    mig = led.mig.get(gid)
+    if mig is not None:
+        out["mig"] = [
+            {"profile": inst.profile, "start": inst.start, "job": occ}
+            for inst, occ in zip(mig.instances, mig.occupant, strict=True)
+        ]
+        if any(occ is not None for occ in mig.occupant):
+            out["state"] = "used"
+            out["jobs"] = [occ for occ in mig.occupant if occ is not None]
+    return out
+
+
+def nodes(r: Reconciler) -> list[dict[str, Any]]:
+    cluster = r.scheduler.cluster
+    led = r.scheduler.ledger
+    return [
+        {
+            "name": n.name,
+            "rack": n.rack,
+            "up": led.node_up[n.idx],
+            "gpu_type": n.gpu_type,
+            "fake": r.devices.discovery.fake,
+            "gpus": [_gpu(r, g) for g in n.gpu_ids],
+        }
+        for n in cluster.nodes
+    ]
+
+
+def largest_gang(r: Reconciler, partition: str) -> int:
+    """Whole GPUs the largest single-node gang could get now (the fragmentation gauge)."""
+    buckets = r.scheduler.ledger.buckets.get(partition, [])
+    for k in range(len(buckets) - 1, 0, -1):
+        if buckets[k]:
+            return k
+    return 0
+
+
+def partitions(r: Reconciler) -> list[dict[str, Any]]:
+    sched = r.scheduler
+    cluster = sched.cluster
+    led = sched.ledger
+    pending: Counter[str] = Counter()
+    running: Counter[str] = Counter()
+    borrowed: Counter[str] = Counter()
+    for rec in sched.jobs().values():
+        if rec.state is JobState.PENDING:
+            pending[rec.home] += 1
+        elif rec.state in (JobState.RUNNING, JobState.STOPPING):
+            running[rec.home] += 1
+    for alloc in led.allocs.values():
+        if alloc.lent_from is not None:
+            borrowed[alloc.home] += alloc.job.total_gpus
+    out = []
+    for name, part in cluster.partitions.items():
+        gids = cluster.partition_gpus[name]
+        out.append(
+            {
+                "name": name,
+                "admits": sorted(str(c) for c in part.admits),
+                "sharing": str(part.sharing),
+                "capacity_gpus": len(gids),
+                "used_gpus": round(led.pool_used[name] / 1000, 3),
+                "free_whole_gpus": led.pool_free[name]
+                if part.sharing is not SharingMode.MIG
+                else 0,
+                "lent_gpus": led.lent[name],
+                "borrowed_gpus": borrowed[name],
+                "pending": pending[name],
+                "running": running[name],
+                "largest_gang": largest_gang(r, name),
+                "queues": list(cluster.partition_queues[name]),
+            }
+        )
+    return out
+
+
+def explain(r: Reconciler, job_id: str) -> dict[str, Any] | None:
+    sched = r.scheduler
+    rec = sched.jobs().get(job_id)
+    if rec is None:
+        return None
+    out: dict[str, Any] = {
+        "id": job_id,
+        "state": str(rec.state),
+        "partition": rec.home,
+        "queue": rec.queue,
+        "attempt": rec.attempt,
+    }
+    why = sched.why_pending(job_id)
+    if why is not None:
+        out["pending"] = {"reason": str(why.reason), "message": why.message}
+    if rec.notice is not None:
+        out["notice"] = {"reason": str(rec.notice.reason), "deadline": rec.notice.deadline}
+    if rec.home:
+        out["fair_share"] = [
+            {
+                "queue": t.queue,
+                "tenant": t.tenant,
+                "weight": t.weight,
+                "holding_gpus": t.holding_gpus,
+                "decayed_usage_gpu_h": t.decayed_usage_gpu_h,
+                "share": t.share,
+                "rank": t.rank,
+                "explanation": t.explanation,
+            }
+            for t in sched.fair_share(rec.home)
+        ]
+    return out
+
+
+def pending_reasons(r: Reconciler, job_ids: list[str]) -> dict[str, dict[str, str]]:
+    out = {}
+    for jid in job_ids:
+        why = r.scheduler.why_pending(jid)
+        if why is not None:
+            out[jid] = {"reason": str(why.reason), "message": why.message}
+    return out
+
+
+def gauges(r: Reconciler) -> dict[str, Any]:
+    """Everything /metrics reads from live state, in one pass."""
+    sched = r.scheduler
+    jobs: Counter[tuple[str, str, str]] = Counter()
+    for rec in sched.jobs().values():
+        if rec.state in (JobState.PENDING, JobState.RUNNING, JobState.STOPPING):
+            state = "pending" if rec.state is JobState.PENDING else "running"
+            jobs[(state, rec.home, str(rec.job.workload_class))] += 1
+    return {"jobs": dict(jobs), "partitions": partitions(r)}
