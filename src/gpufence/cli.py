@@ -10,6 +10,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from gpufence.cli_control import register as register_control_verbs
 from gpufence.spec import SpecError, format_spec_error, load_cluster
 
 app = typer.Typer(
@@ -49,14 +50,27 @@ def validate(
 
 @app.command()
 def demo(
-    quiet: Annotated[bool, typer.Option("--quiet", help="only the summary")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", help="only the summaries")] = False,
+    fake_gpus: Annotated[
+        int | None,
+        typer.Option("--fake-gpus", help="use N fake GPUs even when real ones are present"),
+    ] = None,
+    simulated: Annotated[
+        bool,
+        typer.Option("--simulated", help="the same story in the simulator (virtual clock)"),
+    ] = False,
 ) -> None:
-    """The main job: the seed's 66-job case and a fenced cluster through a serving surge.
+    """The main job: the control plane on this machine's GPUs (8 fake ones if there are none)
+    runs the seed's 66-job case and a fenced machine through a serving surge, with real
+    processes, then prints what happened."""
+    if simulated:
+        from gpufence.cli_demo import run_demo as run_simulated
 
-    Until the control plane lands this runs in the simulator, on the same scheduler core."""
-    from gpufence.cli_demo import run_demo
+        ok = run_simulated(console, verbose=not quiet)
+    else:
+        from gpufence.control.demo import run_demo
 
-    ok = run_demo(console, verbose=not quiet)
+        ok = run_demo(console, fake=fake_gpus, verbose=not quiet)
     if not ok:
         raise typer.Exit(code=1)
 
@@ -107,6 +121,9 @@ def size(
     )
     for line in ans.explanation:
         console.print("  " + line, markup=False, highlight=False, soft_wrap=True)
+
+
+register_control_verbs(app)  # up, submit, queue, status, explain, cancel, logs, nodes, top
 
 
 def main() -> None:

@@ -1,0 +1,137 @@
+"""GPU hand-off and API submission on the seed's 66-job case, through a real `gpufence up`.
+
+Starts `gpufence up --fake-gpus 8` as its own process in a temporary data directory, then, over
+HTTP on 127.0.0.1 only:
+
+1. submits the 66-job case (66 one-GPU jobs of `--job-s` seconds, default 2) and waits for all of
+   them; from the jobs' own start/end lines it measures the makespan (first start -> last end)
+   against ideal = ceil(66 / 8) x job-s, the GPU hand-off gaps (a job's exit -> the next job's
+   first line on that GPU, process start-up included) and oversubscription (most processes on one
+   GPU at once, minus one);
+2. occupies the whole machine with one 8-GPU job, then submits `--submit-n` one-GPU jobs (which
+   queue) from `--clients` concurrent clients and reports accepted submissions per second.
+
+Prints, last: makespan_over_ideal=R handoff_p50_ms=A handoff_p99_ms=B submit_per_s=S
+oversubscribed=N. Exits 1 when a target is missed (makespan within 3 %, hand-off p50 <= 50 ms and
+p99 <= 250 ms, >= 300 submissions/s, 0 oversubscribed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from gpufence.control import joblogs
+from gpufence.control.client import Client
+
+JOB = [sys.executable, "-m", "gpufence.control.demo_jobs"]
+
+
+def _start_server(data: Path) -> subprocess.Popen[bytes]:
+    cmd = [sys.executable, "-m", "gpufence", "up", "--fake-gpus", "8", "--data", str(data)]
+    cmd += ["--port", "0"]
+    log = open(data.parent / "server.log", "wb")  # noqa: SIM115 - lives as long as the server
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    deadline = time.monotonic() + 60
+    while not (data / "server.json").exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise SystemExit(f"server did not start; see {data.parent / 'server.log'}")
+        time.sleep(0.05)
+    return proc
+
+
+def _wait_done(client: Client, ids: list[str], limit_s: float) -> None:
+    end = time.monotonic() + limit_s
+    want = set(ids)
+    while time.monotonic() < end:
+        jobs = client.jobs(limit=10_000)
+        left = [j for j in jobs if j["id"] in want and j["state"] not in ("done", "failed")]
+        if not left:
+            failed = [j["id"] for j in jobs if j["id"] in want and j["state"] == "failed"]
+            if failed:
+                raise SystemExit(f"jobs failed: {failed[:5]}")
+            return
+        time.sleep(0.25)
+    raise SystemExit("timed out waiting for the 66 jobs")
+
+
+def _submit_many(client: Client, n: int, clients: int) -> float:
+    body = {"command": [*JOB, "sleep", "1"], "gpus": 1}
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(clients) as pool:
+        results = list(pool.map(lambda _i: client.submit(body), range(n)))
+    dt = time.perf_counter() - t0
+    bad = [r for r in results if r.get("state") == "rejected"]
+    if bad:
+        raise SystemExit(f"{len(bad)} submissions rejected: {bad[0]}")
+    return n / dt
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--jobs", type=int, default=66)
+    ap.add_argument("--job-s", type=float, default=2.0)
+    ap.add_argument("--submit-n", type=int, default=600)
+    ap.add_argument("--clients", type=int, default=8)
+    ap.add_argument("--keep", action="store_true", help="keep the data directory")
+    args = ap.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="gpufence-handoff-"))
+    data = tmp / "data"
+    server = _start_server(data)
+    try:
+        client = Client(data_dir=data)
+        ids = [
+            client.submit({"command": [*JOB, "sleep", str(args.job_s)], "gpus": 1})["id"]
+            for _ in range(args.jobs)
+        ]
+        _wait_done(client, ids, limit_s=args.jobs * args.job_s + 120)
+        runs = [r for r in joblogs.runs(data, node="local-0") if r.job in set(ids)]
+        ideal = math.ceil(args.jobs / 8) * args.job_s
+        span = joblogs.makespan(runs)
+        gaps = joblogs.handoff_gaps(runs)
+        over = joblogs.max_per_device(runs) - 1
+        blocker = client.submit({"command": [*JOB, "serve"], "gpus": 8})["id"]
+        rate = _submit_many(client, args.submit_n, args.clients)
+        client.cancel(blocker)
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(30)
+    p50 = joblogs.percentile(gaps, 50) * 1000
+    p99 = joblogs.percentile(gaps, 99) * 1000
+    ratio = span / ideal
+    print(
+        json.dumps(
+            {
+                "jobs": len(ids),
+                "makespan_s": round(span, 3),
+                "ideal_s": ideal,
+                "handoffs": len(gaps),
+                "handoff_max_ms": round(max(gaps, default=0) * 1000, 1),
+                "data": str(data) if args.keep else None,
+            }
+        ),
+        file=sys.stderr,
+    )
+    print(
+        f"makespan_over_ideal={ratio:.4f} handoff_p50_ms={p50:.1f} handoff_p99_ms={p99:.1f} "
+        f"submit_per_s={rate:.0f} oversubscribed={over}"
+    )
+    if not args.keep:
+        import shutil
+
+        shutil.rmtree(tmp, ignore_errors=True)
+    ok = ratio <= 1.03 and p50 <= 50 and p99 <= 250 and rate >= 300 and over == 0
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,5 @@
+"""``python -m gpufence`` = the ``gpufence`` command."""
+
+from gpufence.cli import main
+
+main()

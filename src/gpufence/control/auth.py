@@ -1,0 +1,48 @@
+"""Bearer-token authentication for the HTTP API.
+
+``Authorization: Bearer <token>`` maps to a tenant name through ``ControlConfig.tenant_of``
+(``"admin"`` for the admin token). A missing or unknown token is a 401 with
+``WWW-Authenticate: Bearer``. Tokens are never logged: the 401 says *that* the token is wrong,
+not what it was, and the uvicorn access log records the request line only (no headers).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Annotated
+
+from fastapi import Depends, HTTPException, status
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from gpufence.control.config import ControlConfig
+
+# auto_error=False: FastAPI's own error for a missing header is a 403 in some versions; a
+# missing credential is a 401 here, always with the challenge header.
+bearer = HTTPBearer(
+    auto_error=False,
+    description="the admin token (DATA/admin.token or control.auth.admin_token) or a tenant token",
+)
+
+CHALLENGE = {"WWW-Authenticate": "Bearer"}
+
+
+def unauthorized(detail: str) -> HTTPException:
+    return HTTPException(status.HTTP_401_UNAUTHORIZED, detail=detail, headers=CHALLENGE)
+
+
+def tenant_dependency(config: ControlConfig) -> Callable[..., str]:
+    """A FastAPI dependency returning the caller's tenant ("admin" for the admin token)."""
+
+    def tenant(
+        creds: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
+    ) -> str:
+        if creds is None:
+            raise unauthorized("missing bearer token: send 'Authorization: Bearer <token>'")
+        token = creds.credentials
+        # compare_digest refuses non-ASCII str; no configured token contains any
+        name = config.tenant_of(token) if token.isascii() else None
+        if name is None:
+            raise unauthorized("invalid token")
+        return name
+
+    return tenant

@@ -1,0 +1,253 @@
+"""A small HTTP client of the control-plane API (standard library only).
+
+Where it connects, first found wins:
+
+* URL: the ``url`` argument, ``$GPUFENCE_URL``, ``DATA/server.json`` (written by ``gpufence up``),
+  else ``http://127.0.0.1:7878``;
+* token: the ``token`` argument, ``$GPUFENCE_TOKEN``, ``DATA/admin.token``;
+
+where DATA is ``$GPUFENCE_DATA`` or ``~/.gpufence`` (also the default ``--data`` of ``up``).
+Errors are ``ClientError`` with a message fit for the terminal: the server's ``detail``, or what
+to do when there is no server.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from email.message import Message
+from pathlib import Path
+from typing import Any
+
+from gpufence.control.config import SERVER_FILE, TOKEN_FILE
+
+DEFAULT_URL = "http://127.0.0.1:7878"
+TIMEOUT_S = 40.0  # above the plane's own 30 s wait on the reconciler
+START_HINT = "start one with `gpufence up --fake-gpus 8` (or `gpufence up` on a GPU machine)"
+
+
+def default_data_dir() -> Path:
+    return Path(os.environ.get("GPUFENCE_DATA") or "~/.gpufence").expanduser()
+
+
+class ClientError(Exception):
+    """A request failed; ``str()`` is the message for the user."""
+
+    def __init__(self, message: str, status: int | None = None, detail: Any = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.detail = detail
+
+    @property
+    def bad_input(self) -> bool:
+        """The request itself was wrong (invalid field, unknown job): CLI exit code 2."""
+        return self.status in (400, 404, 422)
+
+
+class Rejected(ClientError):
+    """The scheduler rejected the job at submit (it can never run here)."""
+
+    def __init__(self, message: str, reason: str, job: dict[str, Any]) -> None:
+        super().__init__(message, 422)
+        self.reason = reason
+        self.job = job
+
+
+@dataclass(frozen=True, slots=True)
+class Text:
+    """A text response (logs) with its headers."""
+
+    body: bytes
+    headers: Message
+
+
+def format_detail(detail: Any) -> str:
+    """FastAPI's ``detail``: a string, or a list of ``{loc, msg}`` (field errors)."""
+    if isinstance(detail, list):
+        lines = []
+        for d in detail:
+            if not isinstance(d, dict):
+                lines.append(str(d))
+                continue
+            loc = [str(p) for p in d.get("loc", ()) if p not in ("body", "query", "path")]
+            where = ".".join(loc)
+            lines.append(f"{where}: {d.get('msg', '')}" if where else str(d.get("msg", "")))
+        return "; ".join(lines)
+    return str(detail)
+
+
+def _read_server_url(data: Path) -> str | None:
+    try:
+        raw = json.loads((data / SERVER_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    url = raw.get("url") if isinstance(raw, dict) else None
+    return url if isinstance(url, str) and url else None
+
+
+class Client:
+    def __init__(
+        self,
+        url: str | None = None,
+        token: str | None = None,
+        data_dir: Path | None = None,
+        timeout: float = TIMEOUT_S,
+    ) -> None:
+        data = data_dir or default_data_dir()
+        self._data = data
+        self.url = (
+            url or os.environ.get("GPUFENCE_URL") or _read_server_url(data) or DEFAULT_URL
+        ).rstrip("/")
+        self._token = token or os.environ.get("GPUFENCE_TOKEN") or None
+        self.timeout = timeout
+
+    # ------------------------------------------------------------------ plumbing
+    def token(self) -> str:
+        if self._token is None:
+            path = self._data / TOKEN_FILE
+            try:
+                self._token = path.read_text(encoding="utf-8").strip()
+            except OSError:
+                raise ClientError(
+                    f"no token: pass --token, set GPUFENCE_TOKEN, or run where `gpufence up` "
+                    f"wrote {path}"
+                ) from None
+        return self._token
+
+    def _open(
+        self,
+        method: str,
+        path: str,
+        query: Mapping[str, Any] | Sequence[tuple[str, Any]] | None = None,
+        body: Any = None,
+        auth: bool = True,
+    ) -> tuple[bytes, Message]:
+        url = self.url + path
+        if query:
+            items = query.items() if isinstance(query, Mapping) else query
+            pairs = [(k, str(v)) for k, v in items if v is not None]
+            if pairs:
+                url += "?" + urllib.parse.urlencode(pairs)
+        headers = {"Accept": "application/json"}
+        data = None
+        if body is not None:
+            data = json.dumps(body).encode()
+            headers["Content-Type"] = "application/json"
+        if auth:
+            headers["Authorization"] = f"Bearer {self.token()}"
+        req = urllib.request.Request(url, data=data, headers=headers, method=method)
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
+                return resp.read(), resp.headers
+        except urllib.error.HTTPError as exc:
+            raise self._http_error(exc) from None
+        except (urllib.error.URLError, ConnectionError) as exc:
+            reason = getattr(exc, "reason", exc)
+            raise ClientError(
+                f"no gpufence server at {self.url} ({reason}): {START_HINT}"
+            ) from None
+        except TimeoutError:
+            raise ClientError(f"the gpufence server at {self.url} did not answer in time") from None
+
+    def _http_error(self, exc: urllib.error.HTTPError) -> ClientError:
+        try:
+            payload = json.loads(exc.read() or b"null")
+        except ValueError:
+            payload = None
+        detail = payload.get("detail") if isinstance(payload, dict) else None
+        code = exc.code
+        if code == 422 and isinstance(payload, dict) and "job" in payload:
+            first = detail[0] if isinstance(detail, list) and detail else {}
+            reason = first.get("reason", "") if isinstance(first, dict) else ""
+            return Rejected(format_detail(detail), str(reason), dict(payload["job"]))
+        msg = format_detail(detail) if detail is not None else exc.reason
+        if code == 401:
+            msg = f"unauthorized: {msg} (check --token / GPUFENCE_TOKEN)"
+        elif code == 403:
+            msg = f"forbidden: {msg}"
+        elif code == 422:
+            msg = f"invalid request: {msg}"
+        return ClientError(str(msg), code, detail)
+
+    def _json(self, method: str, path: str, **kw: Any) -> Any:
+        raw, _ = self._open(method, path, **kw)
+        try:
+            return json.loads(raw)
+        except ValueError:
+            raise ClientError(f"{self.url}{path} did not answer JSON; is it gpufence?") from None
+
+    # ------------------------------------------------------------------ API
+    def submit(self, request: dict[str, Any]) -> dict[str, Any]:
+        """201 -> ``{id, state, reason, message}``; a scheduler reject raises ``Rejected``."""
+        out: dict[str, Any] = self._json("POST", "/v1/jobs", body=request)
+        return out
+
+    def jobs(
+        self,
+        states: Sequence[str] = (),
+        partition: str | None = None,
+        tenant: str | None = None,
+        limit: int = 1000,
+        after: int = 0,
+    ) -> list[dict[str, Any]]:
+        query: list[tuple[str, Any]] = [("state", s) for s in states]
+        query += [("partition", partition), ("tenant", tenant), ("limit", limit)]
+        query += [("after", after)]
+        out: list[dict[str, Any]] = self._json("GET", "/v1/jobs", query=query)["jobs"]
+        return out
+
+    def job(self, job_id: str) -> dict[str, Any]:
+        out: dict[str, Any] = self._json("GET", f"/v1/jobs/{_q(job_id)}")
+        return out
+
+    def cancel(self, job_id: str) -> dict[str, Any]:
+        out: dict[str, Any] = self._json("POST", f"/v1/jobs/{_q(job_id)}/cancel")
+        return out
+
+    def explain(self, job_id: str) -> dict[str, Any]:
+        out: dict[str, Any] = self._json("GET", f"/v1/jobs/{_q(job_id)}/explain")
+        return out
+
+    def logs(
+        self,
+        job_id: str,
+        attempt: int | None = None,
+        rank: int = 0,
+        stream: str = "out",
+        offset: int = 0,
+    ) -> Text:
+        query = {"attempt": attempt, "rank": rank, "stream": stream, "offset": offset}
+        body, headers = self._open("GET", f"/v1/jobs/{_q(job_id)}/logs", query=query)
+        return Text(body, headers)
+
+    def nodes(self) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = self._json("GET", "/v1/nodes")["nodes"]
+        return out
+
+    def partitions(self) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = self._json("GET", "/v1/partitions")["partitions"]
+        return out
+
+    def events(
+        self, job_id: str | None = None, after: int = 0, limit: int = 1000
+    ) -> list[dict[str, Any]]:
+        query = {"job": job_id, "after": after, "limit": limit}
+        out: list[dict[str, Any]] = self._json("GET", "/v1/events", query=query)["events"]
+        return out
+
+    def metrics(self) -> str:
+        body, _ = self._open("GET", "/metrics", auth=False)
+        return body.decode("utf-8")
+
+    def healthz(self) -> dict[str, Any]:
+        out: dict[str, Any] = self._json("GET", "/healthz", auth=False)
+        return out
+
+
+def _q(part: str) -> str:
+    return urllib.parse.quote(part, safe="")

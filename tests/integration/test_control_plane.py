@@ -1,0 +1,190 @@
+"""The control plane end to end: real SQLite file, real processes, real server restarts.
+
+* the seed's 66-job case (short jobs) with the oversubscription check from the jobs' own logs;
+* the preemption handshake, with an ack and without one (grace expiry);
+* ``kill -9`` of the server mid-run, then a restart: every job accounted for exactly once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpufence.control import joblogs
+from gpufence.control import store as st
+from gpufence.control.client import Client
+from gpufence.control.config import ADMIN, cluster_from_spec_dict, control_config
+from gpufence.control.demo import fenced_spec
+from gpufence.control.discovery import fake_gpus, node_spec
+from gpufence.control.jobspec import SubmitRequest
+from gpufence.control.plane import ControlPlane
+
+JOB = [sys.executable, "-m", "gpufence.control.demo_jobs"]
+
+
+def _until(cond: Callable[[], bool], limit_s: float, what: str) -> None:
+    end = time.monotonic() + limit_s
+    while time.monotonic() < end:
+        if cond():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {limit_s} s waiting for {what}")
+
+
+def _req(*args: str, **fields: Any) -> SubmitRequest:
+    return SubmitRequest.model_validate({"command": [*JOB, *args], **fields})
+
+
+@pytest.fixture
+def plane(tmp_path: Path) -> Iterator[Callable[[dict[str, Any]], ControlPlane]]:
+    made: list[ControlPlane] = []
+
+    def make(spec: dict[str, Any]) -> ControlPlane:
+        cfg = control_config({"activity_interval_s": 0.2, "stop_grace_s": 3}, tmp_path)
+        p = ControlPlane(cluster_from_spec_dict(spec), cfg, fake_gpus(8), tmp_path / "data")
+        p.start()
+        made.append(p)
+        return p
+
+    yield make
+    for p in made:
+        p.close(kill_jobs=True)
+
+
+def _states(p: ControlPlane) -> dict[str, int]:
+    with p.store.reader() as r:
+        return r.counts()
+
+
+def test_sixty_six_jobs_on_eight_gpus(plane: Callable[[dict[str, Any]], ControlPlane]) -> None:
+    p = plane(node_spec(fake_gpus(8)))
+    ids = [p.submit(_req("sleep", "0.3"), ADMIN).job_id for _ in range(66)]
+    assert len(set(ids)) == 66
+    _until(lambda: _states(p).get(st.DONE, 0) == 66, 90, "66 jobs done")
+    runs = joblogs.runs(p.data_dir, node="local-0")
+    assert {r.job for r in runs} == set(ids)
+    assert joblogs.max_per_device(runs) == 1  # from the processes' own clocks
+    assert {r.device for r in runs} == {str(i) for i in range(8)}
+    with p.store.reader() as r:
+        assert all(len(r.attempts(j)) == 1 for j in ids)
+
+
+def _events(p: ControlPlane, job_id: str) -> list[tuple[str, str, str]]:
+    return [(e["kind"], e["reason"], e["message"]) for e in p.events(ADMIN, job_id=job_id)]
+
+
+@pytest.mark.parametrize("acks", [True, False], ids=["ack", "no-ack"])
+def test_preemption_handshake(plane: Callable[[dict[str, Any]], ControlPlane], acks: bool) -> None:
+    spec = fenced_spec(fake_gpus(8))
+    spec["partitions"]["serving"]["preemption"]["grace_s"] = 1.5
+    p = plane(spec)
+    if acks:
+        victim = _req("train", "--steps", "400", "--step-s", "0.05", gpus=4, checkpointable=True)
+    else:  # handles the notice signal (so it is not killed by it) but never acknowledges
+        code = (
+            "import signal,time; signal.signal(signal.SIGUSR1, lambda *a: None);"
+            "print('ready', flush=True); time.sleep(60)"
+        )
+        victim = SubmitRequest(command=[sys.executable, "-c", code], gpus=4, checkpointable=True)
+    train = p.submit(victim, ADMIN).job_id
+    serving = [p.submit(_req("serve", **{"class": "serving"}), ADMIN).job_id for _ in range(2)]
+    _until(lambda: _states(p).get(st.RUNNING, 0) == 3, 20, "training and serving running")
+    # the victim has its notice handler in place (real policies give min_runtime_s for this)
+    marker = '"resume"' if acks else "ready"
+    log = p.log_path(train, 1)
+    _until(lambda: log.exists() and marker in log.read_text(), 20, "the victim's handler")
+    surge = p.submit(_req("serve", "--seconds", "1", **{"class": "serving"}), ADMIN).job_id
+    _until(lambda: (j := p.job(surge, ADMIN)) is not None and j.state == st.DONE, 30, "surge")
+    kinds = [k for k, _r, _m in _events(p, train)]
+    assert kinds[:2] == ["submitted", "bind"]
+    assert "notice" in kinds and "stop" in kinds and "requeue" in kinds
+    stop_msg = next(m for k, _r, m in _events(p, train) if k == "stop")
+    if acks:
+        assert "checkpoint-ack" in kinds
+        assert stop_msg == "checkpoint acknowledged"
+    else:
+        assert "checkpoint-ack" not in kinds
+        assert "grace period expired" in stop_msg
+    # the victim comes back as attempt 2 once the surge is over
+    _until(lambda: len(p.attempts(train)) == 2, 20, "attempt 2 of the preempted job")
+    if acks:
+        _until(lambda: (j := p.job(train, ADMIN)) is not None and j.state == st.DONE, 60, "done")
+        resumed = [
+            json.loads(line)
+            for line in p.log_path(train, 2).read_text().splitlines()
+            if '"resume"' in line
+        ]
+        assert resumed and resumed[0]["step"] > 0, "attempt 2 resumed from the checkpoint"
+        assert resumed[0]["attempt"] == 2
+    surge_bind = next(m for k, _r, m in _events(p, surge) if k == "bind")
+    assert surge_bind.startswith("training")  # ran on the capacity the preemption freed
+    for s in serving:
+        p.cancel(s, ADMIN)
+    runs = joblogs.runs(p.data_dir, node="local-0")
+    assert joblogs.max_per_device(runs) == 1
+
+
+# ---------------------------------------------------------------------- kill -9 and restart
+def _up(data: Path) -> subprocess.Popen[bytes]:
+    (data / "server.json").unlink(missing_ok=True)
+    cmd = [sys.executable, "-m", "gpufence", "up", "--fake-gpus", "4", "--data", str(data)]
+    log = open(data.parent / f"server-{time.monotonic_ns()}.log", "wb")  # noqa: SIM115
+    proc = subprocess.Popen([*cmd, "--port", "0"], stdout=log, stderr=subprocess.STDOUT)
+    _until(lambda: (data / "server.json").exists() or proc.poll() is not None, 30, "server up")
+    assert proc.poll() is None, "server exited at start"
+    return proc
+
+
+def test_kill_9_mid_run_loses_no_job_and_runs_no_attempt_twice(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    server = _up(data)
+    try:
+        client = Client(data_dir=data)
+        ids = [
+            client.submit({"command": [*JOB, "sleep", "1.5"], "gpus": 1})["id"] for _ in range(10)
+        ]
+
+        def running() -> int:
+            return sum(j["state"] == "running" for j in client.jobs())
+
+        _until(lambda: running() == 4, 20, "4 jobs running")
+        os.kill(server.pid, signal.SIGKILL)  # no shutdown code runs
+        server.wait(10)
+        time.sleep(2.0)  # the running jobs finish while the control plane is down
+        server = _up(data)
+        client = Client(data_dir=data)
+        _until(
+            lambda: all(j["state"] == "done" for j in client.jobs()),
+            60,
+            "all jobs done after restart",
+        )
+        jobs = client.jobs()
+        assert sorted(j["id"] for j in jobs) == sorted(ids)
+    finally:
+        server.send_signal(signal.SIGTERM)
+        server.wait(20)
+    runs = joblogs.runs(data, node="local-0")
+    per_attempt: dict[tuple[str, int], int] = {}
+    for r in runs:
+        per_attempt[(r.job, r.attempt)] = per_attempt.get((r.job, r.attempt), 0) + 1
+    assert all(n == 1 for n in per_attempt.values()), "an attempt ran twice"
+    assert {r.job for r in runs} == set(ids)
+    assert joblogs.max_per_device(runs) == 1
+    # each job completed exactly once: one attempt with an end line of code 0
+    ends = {}
+    for out in data.glob("jobs/*/attempt-*/rank-0.out"):
+        for line in out.read_text().splitlines():
+            ev = json.loads(line)
+            if ev["ev"] == "end" and ev["code"] == 0:
+                ends[ev["job"]] = ends.get(ev["job"], 0) + 1
+    assert ends == {j: 1 for j in ids}
