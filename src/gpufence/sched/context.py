@@ -72,8 +72,31 @@ class Context:
     noticed: dict[str, None] = field(default_factory=dict)  # running jobs with a notice
     interactive: dict[str, None] = field(default_factory=dict)  # running, reclaim-eligible
     idle_heap: list[tuple[float, str]] = field(default_factory=list)  # (idle deadline, job)
+    # per donor pool: (start, job) of checkpointable binds in start order, so protection finds
+    # the next victim to age past its minimum runtime without scanning every running job
+    starts: dict[str, deque[tuple[float, str]]] = field(default_factory=dict)
+    # donor pool -> the longest minimum runtime of the policies drawing on it
+    donor_min_runtime: dict[str, float] = field(init=False)
     decisions: list[Decision] = field(default_factory=list)
     now: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.donor_min_runtime = {}
+        for part in self.cluster.partitions.values():
+            for pool in part.preemption.from_partitions:
+                prev = self.donor_min_runtime.get(pool, 0.0)
+                self.donor_min_runtime[pool] = max(prev, part.preemption.min_runtime_s)
+
+    def note_start(self, pool: str, job_id: str) -> None:
+        """Remember a checkpointable bind in a donor pool (see ``starts``); entries past every
+        policy's minimum runtime are dropped here too, so the deque stays short."""
+        longest = self.donor_min_runtime.get(pool)
+        if longest is None:
+            return
+        starts = self.starts.setdefault(pool, deque())
+        while starts and starts[0][0] + longest <= self.now:
+            starts.popleft()
+        starts.append((self.now, job_id))
 
     def victims_pending(self, nom: Nomination) -> bool:
         """Some victim of ``nom`` still holds its GPUs (noticed, or told to stop). A victim that

@@ -49,6 +49,8 @@ def bind(
     rec.state = JobState.RUNNING
     rec.started_at = ctx.now
     rec.last_active = ctx.now
+    if job.checkpointable:
+        ctx.note_start(pool, job.id)
     ctx.pending_reason.pop(job.id, None)
     ctx.nominations.pop(job.id, None)
     if ctx.cluster.partitions[rec.home].reclaim is not None:
