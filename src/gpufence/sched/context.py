@@ -64,7 +64,8 @@ class Context:
     shape_reason: dict[int, tuple[int, PendingReason]] = field(default_factory=dict)
     full_reason: dict[str, tuple[int, PendingReason]] = field(default_factory=dict)
     cycle: int = 0
-    no_idle_mig: dict[str, tuple[int, int]] = field(default_factory=dict)  # (cycle, version)
+    # MIG pool -> (pool version, idle GPUs that are not being re-partitioned)
+    idle_mig: dict[str, tuple[int, list[int]]] = field(default_factory=dict)
     seen: dict[str, tuple[int, int]] = field(default_factory=dict)  # partition -> versions
     protect_after: dict[str, float] = field(default_factory=dict)
     protect_seen: dict[str, tuple[int, int, int, int]] = field(default_factory=dict)
