@@ -108,13 +108,15 @@ class Context:
 
     def why(self, job_id: str) -> PendingReason | None:
         """The newest reason for a pending job: its own, or its shape's."""
-        own = self.pending_reason.get(job_id)
-        shared = full = None
+        best = self.pending_reason.get(job_id)
         if job_id in self.queues:
-            shared = self.shape_reason.get(self.queues.shape_of(job_id))
-            full = self.full_reason.get(self.queues.records[job_id].home)
-        got = [x for x in (own, shared, full) if x is not None]
-        best = max(got, default=None, key=lambda x: x[0])
+            # on a tie the job's own reason wins over its shape's, which wins over the partition's
+            for other in (
+                self.shape_reason.get(self.queues.shape_of(job_id)),
+                self.full_reason.get(self.queues.records[job_id].home),
+            ):
+                if other is not None and (best is None or other[0] > best[0]):
+                    best = other
         return best[1] if best is not None else None
 
     def set_pending(self, job_id: str, reason: Reason, message: str) -> None:

@@ -28,7 +28,9 @@ MAX_BATCH = 256  # waiting jobs considered per partition per cycle
 
 
 def _place_tentatively(ctx: Context, rec: JobRecord, pool: str) -> bool:
-    r = ctx.engine.place(ctx.ledger, rec.job, pool)
+    # the interned request shape of a queued job: hashing the shape itself is dear
+    rid = ctx.queues.request_of(rec.job.id) if rec.job.id in ctx.queues else None
+    r = ctx.engine.place(ctx.ledger, rec.job, pool, request_id=rid)
     if not isinstance(r, Placed):
         return False
     charge = charge_milli(rec.job, ctx.cluster, pool)
@@ -119,7 +121,11 @@ def protect_partition(ctx: Context, p: str, waiting: list[JobRecord]) -> None:
     # candidate victims, in preference order, computed once per batch (they only shrink)
     lent_cands: list[str] | None = None
     donor_cands: dict[str, list[str]] = {}
-    hopeless: dict[tuple[object, ...], None] = {}  # shapes no victim set can help this cycle
+    hopeless: dict[int, None] = {}  # request shapes no victim set can help this cycle
+    # request shape -> ``changes`` when a job of it ran out of budget: until the batch changes
+    # the fork (a placement, a victim search that found victims), the next one does too
+    spent: dict[int, int] = {}
+    changes = 0
     pools = {p, *pol.from_partitions}  # where this batch places (and so what it can use)
     with led.fork():
         for v in inflight:  # capacity already on its way back counts as free
@@ -128,13 +134,18 @@ def protect_partition(ctx: Context, p: str, waiting: list[JobRecord]) -> None:
         for rec in waiting[:MAX_BATCH]:
             if rec.job.id in ctx.nominations or rec.state is not JobState.PENDING:
                 continue
-            shape = rec.job.shape()
+            shape = ctx.queues.request_of(rec.job.id)
             if shape in hopeless:
                 continue
+            if spent.get(shape) == changes:
+                budget_hit.append(rec)
+                continue
             if _place_tentatively(ctx, rec, p):
+                changes += 1
                 continue  # in-flight notices already cover it
             covered = _covered_elsewhere(ctx, rec, pol, inflight)
             if covered is not None:
+                changes += 1
                 ctx.nominations[rec.job.id] = Nomination(covered[1], (covered[0],), True)
                 continue
             if lent_out:
@@ -142,6 +153,7 @@ def protect_partition(ctx: Context, p: str, waiting: list[JobRecord]) -> None:
                     lent_cands = _running(ctx, lambda r: led.allocs[r.job.id].lent_from == p)
                 got = _victims_for(ctx, rec, p, [v for v in lent_cands if v not in taken])
                 if got is not None:
+                    changes += 1
                     taken.update(dict.fromkeys(got))
                     inflight.update(dict.fromkeys(got, p))
                     plan.append((rec, tuple(taken), p, Reason.LENT_RECLAIM))
@@ -152,6 +164,7 @@ def protect_partition(ctx: Context, p: str, waiting: list[JobRecord]) -> None:
                 continue
             if counted >= budget_left:
                 budget_hit.append(rec)
+                spent[shape] = changes
                 continue
             for pool in pol.from_partitions:
                 if pool not in donor_cands:
@@ -160,6 +173,7 @@ def protect_partition(ctx: Context, p: str, waiting: list[JobRecord]) -> None:
                 got = _victims_for(ctx, rec, pool, cands)
                 if got is None:
                     continue
+                changes += 1  # the victims are released and the job placed in the fork
                 if counted + len(got) > budget_left:
                     budget_hit.append(rec)
                     break
