@@ -64,7 +64,8 @@ class Context:
     shape_reason: dict[int, tuple[int, PendingReason]] = field(default_factory=dict)
     full_reason: dict[str, tuple[int, PendingReason]] = field(default_factory=dict)
     cycle: int = 0
-    no_idle_mig: dict[str, tuple[int, int]] = field(default_factory=dict)  # (cycle, version)
+    # MIG pool -> (pool version, idle GPUs that are not being re-partitioned)
+    idle_mig: dict[str, tuple[int, list[int]]] = field(default_factory=dict)
     seen: dict[str, tuple[int, int]] = field(default_factory=dict)  # partition -> versions
     protect_after: dict[str, float] = field(default_factory=dict)
     protect_seen: dict[str, tuple[int, int, int, int]] = field(default_factory=dict)
@@ -72,8 +73,31 @@ class Context:
     noticed: dict[str, None] = field(default_factory=dict)  # running jobs with a notice
     interactive: dict[str, None] = field(default_factory=dict)  # running, reclaim-eligible
     idle_heap: list[tuple[float, str]] = field(default_factory=list)  # (idle deadline, job)
+    # per donor pool: (start, job) of checkpointable binds in start order, so protection finds
+    # the next victim to age past its minimum runtime without scanning every running job
+    starts: dict[str, deque[tuple[float, str]]] = field(default_factory=dict)
+    # donor pool -> the longest minimum runtime of the policies drawing on it
+    donor_min_runtime: dict[str, float] = field(init=False)
     decisions: list[Decision] = field(default_factory=list)
     now: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.donor_min_runtime = {}
+        for part in self.cluster.partitions.values():
+            for pool in part.preemption.from_partitions:
+                prev = self.donor_min_runtime.get(pool, 0.0)
+                self.donor_min_runtime[pool] = max(prev, part.preemption.min_runtime_s)
+
+    def note_start(self, pool: str, job_id: str) -> None:
+        """Remember a checkpointable bind in a donor pool (see ``starts``); entries past every
+        policy's minimum runtime are dropped here too, so the deque stays short."""
+        longest = self.donor_min_runtime.get(pool)
+        if longest is None:
+            return
+        starts = self.starts.setdefault(pool, deque())
+        while starts and starts[0][0] + longest <= self.now:
+            starts.popleft()
+        starts.append((self.now, job_id))
 
     def victims_pending(self, nom: Nomination) -> bool:
         """Some victim of ``nom`` still holds its GPUs (noticed, or told to stop). A victim that
@@ -84,13 +108,15 @@ class Context:
 
     def why(self, job_id: str) -> PendingReason | None:
         """The newest reason for a pending job: its own, or its shape's."""
-        own = self.pending_reason.get(job_id)
-        shared = full = None
+        best = self.pending_reason.get(job_id)
         if job_id in self.queues:
-            shared = self.shape_reason.get(self.queues.shape_of(job_id))
-            full = self.full_reason.get(self.queues.records[job_id].home)
-        got = [x for x in (own, shared, full) if x is not None]
-        best = max(got, default=None, key=lambda x: x[0])
+            # on a tie the job's own reason wins over its shape's, which wins over the partition's
+            for other in (
+                self.shape_reason.get(self.queues.shape_of(job_id)),
+                self.full_reason.get(self.queues.records[job_id].home),
+            ):
+                if other is not None and (best is None or other[0] > best[0]):
+                    best = other
         return best[1] if best is not None else None
 
     def set_pending(self, job_id: str, reason: Reason, message: str) -> None:

@@ -36,18 +36,21 @@ class PlacementEngine:
     ) -> PlaceResult:
         """Where the whole gang fits in ``pool`` (no ledger change), or why it does not.
 
-        Placement is a function of the ledger state, so a request shape that failed at one
-        ledger version fails again until the version changes: remembered, not recomputed."""
+        Placement in a pool is a function of the state of the nodes hosting it, so a request
+        shape that failed at one version of the pool fails again until that version changes:
+        remembered, not recomputed (the pool's version, not the ledger's, so that binds in
+        other pools do not forget it)."""
         # the interned request shape when the caller has it: hashing the shape itself is dear
         key = (pool, job.shape() if request_id is None else request_id, max_gpus)
         hit = self._failed.get(key)
-        if hit is not None and hit[0] == ledger.version:
+        version = ledger.pool_version[pool]
+        if hit is not None and hit[0] == version:
             return hit[1]
         got = self._place(ledger, job, pool, max_gpus)
         if isinstance(got, NotPlaced):
             if len(self._failed) > 4096:
                 self._failed.clear()
-            self._failed[key] = (ledger.version, got)
+            self._failed[key] = (version, got)
         return got
 
     def _place(self, ledger: Ledger, job: Job, pool: str, max_gpus: int | None) -> PlaceResult:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 from gpufence.model import mig as migmod
 from gpufence.model.decisions import MigReconfigure, Reason
 from gpufence.model.job import RequestKind
@@ -52,15 +54,19 @@ def repartition_for(ctx: Context, rec: JobRecord) -> bool:
     free_now = sum(n for g, n in led.mig_free.get((pool, profile), {}).items() if led.gpu_usable(g))
     if job.replicas - free_now > 1:
         return False
-    if ctx.no_idle_mig.get(pool) == (ctx.cycle, led.version):
-        return False  # already looked this cycle, and nothing changed since
-    idle_any = [
-        g
-        for g in ctx.cluster.partition_gpus[pool]
-        if led.mig[g].busy_count == 0 and g not in ctx.mig_pending and led.gpu_usable(g)
-    ]
-    if not idle_any:  # true for every job this cycle until something changes: remember it
-        ctx.no_idle_mig[pool] = (ctx.cycle, led.version)
+    version = led.pool_version[pool]
+    cached = ctx.idle_mig.get(pool)
+    if cached is not None and cached[0] == version:
+        idle_any = cached[1]  # nothing on the pool's nodes changed since the last look
+    else:
+        # (a GPU enters or leaves mig_pending only together with a ledger change on it)
+        idle_any = [
+            g
+            for g in ctx.cluster.partition_gpus[pool]
+            if led.mig[g].busy_count == 0 and g not in ctx.mig_pending and led.gpu_usable(g)
+        ]
+        ctx.idle_mig[pool] = (version, idle_any)
+    if not idle_any:
         return False
     idle = [
         g
@@ -75,18 +81,25 @@ def repartition_for(ctx: Context, rec: JobRecord) -> bool:
     assert model is not None
     profiles = migmod.profiles_for(model)
     # the new layout serves this job first, then the MIG demand queued behind it, in order
-    demand = [profile] + [
+    demand = (
         r.job.request.mig_profile or ""
-        for r in ctx.queues.records.values()
-        if r.home == pool and r.job.request.kind is RequestKind.MIG and r.job.id != rec.job.id
-    ]
+        for r in ctx.queues.of_home(pool)
+        if r.job.request.kind is RequestKind.MIG and r.job.id != rec.job.id
+    )
     layout: list[migmod.MigInstance] = []
-    for name in demand:
-        if name not in profiles:
+    # a profile that no longer fits never fits again (the layout only grows): skip it, and stop
+    # once no profile fits
+    full: set[str] = set()
+    for name in itertools.chain((profile,), demand):
+        if name not in profiles or name in full:
             continue
         start = migmod.best_start(profiles, layout, name)
         if start is not None:
             layout.append(migmod.MigInstance(name, start))
+        else:
+            full.add(name)
+            if len(full) == len(profiles):
+                break
         if len(layout) >= migmod.MAX_INSTANCES:
             break
     ctx.mig_pending[gid] = tuple(layout)

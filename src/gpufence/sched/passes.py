@@ -8,6 +8,8 @@ costs O(shapes + binds) per cycle.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from gpufence.model.decisions import Bind, PendingReason, Reason
 from gpufence.model.partition import SharingMode
 from gpufence.sched.admission import quota_blocks
@@ -49,6 +51,8 @@ def bind(
     rec.state = JobState.RUNNING
     rec.started_at = ctx.now
     rec.last_active = ctx.now
+    if job.checkpointable:
+        ctx.note_start(pool, job.id)
     ctx.pending_reason.pop(job.id, None)
     ctx.nominations.pop(job.id, None)
     if ctx.cluster.partitions[rec.home].reclaim is not None:
@@ -127,6 +131,7 @@ def place_partition(ctx: Context, p: str) -> list[JobRecord]:
 
     skips: dict[ShapeKey, int] = {}
     whole_only = ctx.cluster.partitions[p].sharing is SharingMode.EXCLUSIVE
+    restricted = False
     walk = ctx.queues.walk(p, share)
     while (rec := walk.next()) is not None:
         if whole_only and res is not None and not held and led.pool_free[p] == 0:
@@ -136,6 +141,25 @@ def place_partition(ctx: Context, p: str) -> list[JobRecord]:
             ctx.full_reason[p] = (ctx.cycle, PendingReason(Reason.NO_FIT, msg))
             walk.drop()
             break
+        if (
+            whole_only
+            and not restricted
+            and res is not None
+            and led.pool_free[p] == 0
+            and rec.job.priority <= res.priority
+            and len(held) < len(res.gpus)
+        ):
+            # the only free GPUs are reserved ones, too few for the gang: from here on only a
+            # job that may take them (backfill) or needs no GPU can bind; every other shape
+            # would just be told it waits for the gang, so the walk leaves them out
+            restricted = True
+            keep = _may_pass_holds(ctx, res)
+            msg = f"GPUs reserved for gang {res.job_id} (starts by t={res.start:g})"
+            ctx.full_reason[p] = (ctx.cycle, PendingReason(Reason.RESERVED_FOR_GANG, msg))
+            walk.restrict(keep)
+            if not keep(ctx.queues.shape_of(rec.job.id)):
+                walk.drop()
+                continue
         job = rec.job
         if job.id in ctx.nominations:  # waits for its victims (place_nominated)
             walk.skip()
@@ -221,6 +245,24 @@ def place_partition(ctx: Context, p: str) -> list[JobRecord]:
 
 
 MAX_BACKFILL_SKIPS = 64  # jobs of one shape tried per cycle for backfill past the first
+
+
+def _may_pass_holds(ctx: Context, res: Reservation) -> Callable[[ShapeKey], bool]:
+    """Shapes that could still bind while the only free GPUs are ``res``'s holds: higher
+    priority than the gang, the gang's own, CPU-only, or an estimate bucket whose jobs may end
+    before the gang starts (bound: half the bucket's floor, so float rounding of the bucket
+    can only keep a shape too many, never one too few)."""
+    q = ctx.queues
+    gang = q.shape_of(res.job_id) if res.job_id in q else None
+    room = res.start - ctx.now  # inf when the start is unknown: then no backfill at all
+
+    def keep(sid: ShapeKey) -> bool:
+        if sid == gang or q.priority(sid) > res.priority or q.gpus(sid) == 0:
+            return True
+        b = q.bucket(sid)
+        return b is not None and res.start != INF and (0.0 if b <= 1 else 2.0 ** (b - 2)) <= room
+
+    return keep
 
 
 def _may_backfill_later(

@@ -21,14 +21,16 @@ from gpufence.sched.context import Context, Nomination
 from gpufence.sched.jobs import JobRecord, JobState
 from gpufence.sched.jobs import Notice as NoticeState
 from gpufence.sched.placement.base import Placed
-from gpufence.state.ledger import Allocation, charge_milli
+from gpufence.state.ledger import Allocation, Ledger, charge_milli
 
 INF = float("inf")
 MAX_BATCH = 256  # waiting jobs considered per partition per cycle
 
 
 def _place_tentatively(ctx: Context, rec: JobRecord, pool: str) -> bool:
-    r = ctx.engine.place(ctx.ledger, rec.job, pool)
+    # the interned request shape of a queued job: hashing the shape itself is dear
+    rid = ctx.queues.request_of(rec.job.id) if rec.job.id in ctx.queues else None
+    r = ctx.engine.place(ctx.ledger, rec.job, pool, request_id=rid)
     if not isinstance(r, Placed):
         return False
     charge = charge_milli(rec.job, ctx.cluster, pool)
@@ -119,20 +121,31 @@ def protect_partition(ctx: Context, p: str, waiting: list[JobRecord]) -> None:
     # candidate victims, in preference order, computed once per batch (they only shrink)
     lent_cands: list[str] | None = None
     donor_cands: dict[str, list[str]] = {}
-    hopeless: dict[tuple[object, ...], None] = {}  # shapes no victim set can help this cycle
+    hopeless: dict[int, None] = {}  # request shapes no victim set can help this cycle
+    # request shape -> ``changes`` when a job of it ran out of budget: until the batch changes
+    # the fork (a placement, a victim search that found victims), the next one does too
+    spent: dict[int, int] = {}
+    changes = 0
+    pools = {p, *pol.from_partitions}  # where this batch places (and so what it can use)
     with led.fork():
         for v in inflight:  # capacity already on its way back counts as free
-            led.release(v)
+            if _touches(led, led.allocs[v], pools):  # (idle sessions elsewhere need no undo)
+                led.release(v)
         for rec in waiting[:MAX_BATCH]:
             if rec.job.id in ctx.nominations or rec.state is not JobState.PENDING:
                 continue
-            shape = rec.job.shape()
+            shape = ctx.queues.request_of(rec.job.id)
             if shape in hopeless:
                 continue
+            if spent.get(shape) == changes:
+                budget_hit.append(rec)
+                continue
             if _place_tentatively(ctx, rec, p):
+                changes += 1
                 continue  # in-flight notices already cover it
             covered = _covered_elsewhere(ctx, rec, pol, inflight)
             if covered is not None:
+                changes += 1
                 ctx.nominations[rec.job.id] = Nomination(covered[1], (covered[0],), True)
                 continue
             if lent_out:
@@ -140,6 +153,7 @@ def protect_partition(ctx: Context, p: str, waiting: list[JobRecord]) -> None:
                     lent_cands = _running(ctx, lambda r: led.allocs[r.job.id].lent_from == p)
                 got = _victims_for(ctx, rec, p, [v for v in lent_cands if v not in taken])
                 if got is not None:
+                    changes += 1
                     taken.update(dict.fromkeys(got))
                     inflight.update(dict.fromkeys(got, p))
                     plan.append((rec, tuple(taken), p, Reason.LENT_RECLAIM))
@@ -150,6 +164,7 @@ def protect_partition(ctx: Context, p: str, waiting: list[JobRecord]) -> None:
                 continue
             if counted >= budget_left:
                 budget_hit.append(rec)
+                spent[shape] = changes
                 continue
             for pool in pol.from_partitions:
                 if pool not in donor_cands:
@@ -158,6 +173,7 @@ def protect_partition(ctx: Context, p: str, waiting: list[JobRecord]) -> None:
                 got = _victims_for(ctx, rec, pool, cands)
                 if got is None:
                     continue
+                changes += 1  # the victims are released and the job placed in the fork
                 if counted + len(got) > budget_left:
                     budget_hit.append(rec)
                     break
@@ -197,6 +213,14 @@ def protect_partition(ctx: Context, p: str, waiting: list[JobRecord]) -> None:
         ctx.set_pending(rec.job.id, Reason.WAITING_PREEMPTION, f"waiting for {', '.join(victims)}")
 
 
+def _touches(led: Ledger, alloc: Allocation, pools: set[str]) -> bool:
+    """Does ``alloc`` hold anything (GPUs, or CPU and memory of a node) that a placement in
+    ``pools`` could use?"""
+    if alloc.pool in pools:
+        return True
+    return any(q in pools for a in alloc.assignments for q in led.node_pools(a.node))
+
+
 def _covered_elsewhere(
     ctx: Context, rec: JobRecord, pol: PreemptionPolicy, inflight: dict[str, str]
 ) -> tuple[str, dict[str, None]] | None:
@@ -218,16 +242,37 @@ def _next_chance(ctx: Context, pol: PreemptionPolicy, times: deque[float], waiti
     if pol.mode is PreemptionMode.INCIDENT_ONLY:
         if times and len(times) >= pol.budget:
             best = times[0] + pol.window_s
-        for alloc in ctx.ledger.allocs.values():
-            rec = ctx.records[alloc.job.id]
-            if (
-                alloc.pool in pol.from_partitions
-                and rec.started_at is not None
-                and rec.job.checkpointable
-                and rec.started_at + pol.min_runtime_s > ctx.now
-            ):
-                best = min(best, rec.started_at + pol.min_runtime_s)
+        for pool in pol.from_partitions:
+            aged = _first_to_age(ctx, pool, pol.min_runtime_s)
+            if aged is not None:
+                best = min(best, aged)
     return best
+
+
+def _first_to_age(ctx: Context, pool: str, min_runtime_s: float) -> float | None:
+    """Earliest start + ``min_runtime_s`` still in the future among the checkpointable jobs
+    running in ``pool``. ``ctx.starts`` holds binds in start order; an entry at the front is
+    dropped for good when its job no longer runs there from that start (a later bind is a new
+    entry) or when it has aged past every policy's minimum runtime (time only moves on), and
+    the first valid entry still younger than ``min_runtime_s`` is the answer."""
+    starts = ctx.starts.get(pool)
+    if not starts:
+        return None
+    allocs = ctx.ledger.allocs
+    records = ctx.records
+    now = ctx.now
+    longest = ctx.donor_min_runtime[pool]
+
+    def valid(start: float, jid: str) -> bool:
+        a = allocs.get(jid)
+        return a is not None and a.pool == pool and records[jid].started_at == start
+
+    while starts and (starts[0][0] + longest <= now or not valid(*starts[0])):
+        starts.popleft()
+    for start, jid in starts:
+        if start + min_runtime_s > now and valid(start, jid):
+            return start + min_runtime_s
+    return None
 
 
 def _eligible(ctx: Context, pol: PreemptionPolicy, pool: str) -> Callable[[JobRecord], bool]:

@@ -37,12 +37,16 @@ class PendingQueues:
         self._shape_of: dict[str, int] = {}
         self._ids: dict[tuple[object, ...], int] = {}  # interned shape keys
         self._bucket: list[int | None] = []  # estimate bucket per shape id
+        self._prio: list[int] = []  # priority per shape id
+        self._gpus: list[int] = []  # GPUs per job (all replicas) per shape id
         self._request_ids: dict[tuple[object, ...], int] = {}  # interned request shapes
         self._request_of: dict[str, int] = {}
         self._lists: dict[int, list[_Key]] = {}  # per shape, in scheduling order
         self._heads: dict[str, list[tuple[_Key, int]]] = {q: [] for q in cluster.queues}
         self._queue_shapes: dict[str, dict[int, None]] = {q: {} for q in cluster.queues}
         self.records: dict[str, JobRecord] = {}
+        # per home partition, in the same (arrival) order as ``records``
+        self._by_home: dict[str, dict[str, JobRecord]] = {p: {} for p in cluster.partitions}
         self.shapes: dict[str, dict[int, None]] = {p: {} for p in cluster.partitions}
         self.added: dict[str, int] = dict.fromkeys(cluster.partitions, 0)  # arrivals counter
         self._seq = 0
@@ -60,6 +64,8 @@ class PendingQueues:
         if sid is None:
             sid = self._ids[full] = len(self._bucket)
             self._bucket.append(bucket)
+            self._prio.append(rec.job.priority)
+            self._gpus.append(rec.job.total_gpus)
         return sid
 
     def add(self, rec: JobRecord) -> None:
@@ -72,6 +78,7 @@ class PendingQueues:
         self._shape_of[rec.job.id] = sid
         self._request_of[rec.job.id] = rid
         self.records[rec.job.id] = rec
+        self._by_home[rec.home][rec.job.id] = rec
         lst = self._lists.setdefault(sid, [])
         insort(lst, key)
         self._queue_shapes[rec.queue][sid] = None  # before a head push may rebuild the heap
@@ -82,6 +89,7 @@ class PendingQueues:
 
     def remove(self, job_id: str) -> JobRecord:
         rec = self.records.pop(job_id)
+        del self._by_home[rec.home][job_id]
         key = self._keys.pop(job_id)
         sid = self._shape_of.pop(job_id)
         del self._request_of[job_id]
@@ -109,6 +117,10 @@ class PendingQueues:
         lst = self._lists.get(sid)
         return lst is not None and lst[0] == key
 
+    def of_home(self, partition: str) -> Iterator[JobRecord]:
+        """Pending jobs of one home partition, in the order of ``records``."""
+        return iter(self._by_home[partition].values())
+
     def shape_of(self, job_id: str) -> ShapeKey:
         return self._shape_of[job_id]
 
@@ -118,6 +130,13 @@ class PendingQueues:
 
     def bucket(self, sid: ShapeKey) -> int | None:
         return self._bucket[sid]
+
+    def priority(self, sid: ShapeKey) -> int:
+        return self._prio[sid]
+
+    def gpus(self, sid: ShapeKey) -> int:
+        """GPUs a job of the shape takes in all (0: CPU-only replicas)."""
+        return self._gpus[sid]
 
     def count(self, partition: str) -> int:
         return sum(len(self._lists[sk]) for sk in self.shapes[partition])
@@ -183,6 +202,20 @@ class Walk:
             self._cur = (q, sid)
             return self._pq.records[key[3]]
         return None
+
+    def restrict(self, keep: Callable[[int], bool]) -> None:
+        """From now on walk only the shapes ``keep`` accepts. Dropping a shape's heads from the
+        heaps leaves the others in the same relative order: a queue's place in the walk depends
+        only on its own head and its fair share, which is kept as the walk last computed it."""
+        shares = {q: sh for _, sh, q in self._top}  # every queue with heads left but the current
+        self._top = []
+        for q, heads in self._heads.items():
+            kept = [e for e in heads if keep(e[1])]
+            heapq.heapify(kept)
+            self._heads[q] = kept
+            if q in shares and self._clean(kept):
+                self._top.append((kept[0][0][0], shares[q], q))
+        heapq.heapify(self._top)
 
     def placed(self) -> None:
         self._advance(step=0)  # the bound job left its list: the next one moved into its slot

@@ -85,6 +85,13 @@ class Ledger:
         self.pool_free: dict[str, int] = {p: 0 for p in cluster.partitions}
         self._undo: list[Callable[[], None]] | None = None
         self.version = 0  # bumped by every change of GPU or node state (caches key on it)
+        # per pool: bumped by every change on a node hosting GPUs of that pool, so a cache of one
+        # pool's placements survives what happens in the others
+        self.pool_version: dict[str, int] = dict.fromkeys(cluster.partitions, 0)
+        pools_on: list[dict[str, None]] = [{} for _ in range(n_nodes)]
+        for p, node in cluster.node_partition_gpus:
+            pools_on[node][p] = None
+        self._node_pools: list[tuple[str, ...]] = [tuple(d) for d in pools_on]
         # nodes touched, in order, so array views can refresh only what changed
         self.node_log: list[int] = []
         self.log_epoch = 0  # bumped when the log is cut short: views then resync in full
@@ -154,6 +161,10 @@ class Ledger:
     def free_gpus(self, pool: str, node: int) -> list[int]:
         return [g for g in self.cluster.node_partition_gpus[(pool, node)] if self._is_free(g)]
 
+    def node_pools(self, node: int) -> tuple[str, ...]:
+        """The pools with GPUs on ``node``."""
+        return self._node_pools[node]
+
     def gpu_usable(self, g: int) -> bool:
         return g not in self.blocked and self.node_up[self.cluster.gpus[g].node]
 
@@ -213,6 +224,9 @@ class Ledger:
             self.rollback(m)
 
     def _touch(self, node: int) -> None:
+        pv = self.pool_version
+        for p in self._node_pools[node]:
+            pv[p] += 1
         log = self.node_log
         log.append(node)
         if len(log) > 200_000:

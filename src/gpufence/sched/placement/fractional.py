@@ -86,6 +86,9 @@ class PoolIndex:
         self._clock = 0
         self._full_synced = False
         self._gmem_cap: IntArr | None = None
+        self._gmem_slots: IntArr = np.zeros(0, dtype=np.int64)
+        self._gmem_gids: list[int] = []
+        self._totals: tuple[int, int, int] = (-1, 0, 0)  # (clock, free milli, CPU) of up rows
         self._synced = -1
         self._row_of = {int(n): r for r, n in enumerate(rows)}
         self._epoch = -1
@@ -164,12 +167,26 @@ class PoolIndex:
             self.max_free = int(self.free.max(initial=0))
 
     def gpu_mem_free(self, ledger: Ledger) -> IntArr:
+        """(N, G) free GPU memory per slot (0 for padding); reads only this pool's GPUs."""
         if self._gmem_cap is None:  # per-GPU memory never changes: read the types once
             c = self.cluster
-            self._gmem_cap = np.array([c.gpu_type_of(g.gid).memory_mib for g in c.gpus] + [0])
-        used = np.append(np.fromiter(ledger.gmem, np.int64, len(self.cluster.gpus)), 0)
-        out: IntArr = (self._gmem_cap - used)[self.gids]
+            cap = np.array([c.gpu_type_of(g.gid).memory_mib for g in c.gpus] + [0])
+            self._gmem_cap = cap[self.gids]
+            flat = self.gids.ravel()
+            self._gmem_slots = np.flatnonzero(flat != len(c.gpus))
+            self._gmem_gids = flat[self._gmem_slots].tolist()
+        gmem = ledger.gmem
+        used = np.zeros(self.gids.size, dtype=np.int64)
+        used[self._gmem_slots] = [gmem[g] for g in self._gmem_gids]
+        out: IntArr = self._gmem_cap - used.reshape(self.gids.shape)
         return out
+
+    def totals(self) -> tuple[int, int]:
+        """Free milli-GPU and CPU over the up nodes (recounted only after a change)."""
+        if self._totals[0] != self._clock:
+            up = self.up
+            self._totals = (self._clock, int(self.free[up].sum()), int(self.cpu[up].sum()))
+        return self._totals[1], self._totals[2]
 
     def scores(self, scorer: Scorer, key: tuple[object, ...]) -> _Scores:
         full = (id(scorer), scorer.version(), *key)
@@ -310,8 +327,7 @@ def _apply(idx: PoolIndex, st: _State, row: int, a: Assignment, job: Job) -> _St
 
 def _why(idx: PoolIndex, job: Job) -> Reason:
     """No-fit when the pool lacks the capacity in aggregate, fragmented when it is scattered."""
-    free = int(idx.free[idx.up].sum())
-    cpu = int(idx.cpu[idx.up].sum())
+    free, cpu = idx.totals()
     req = job.request
     want = req.milli if req.kind is RequestKind.FRACTION else MILLI_PER_GPU * req.gpus
     if free >= want * job.replicas and cpu >= job.cpu_milli * job.replicas:

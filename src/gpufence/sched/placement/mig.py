@@ -17,8 +17,7 @@ def place_mig(ledger: Ledger, job: Job, pool: str) -> PlaceResult:
     for g in ledger.mig_free.get((pool, profile), {}):
         node = c.gpus[g].node
         if ledger.gpu_usable(g) and node_admits(ledger, job, node):
-            st = ledger.mig[g]
-            options.append((-sum(o is not None for o in st.occupant), g, node))
+            options.append((-ledger.mig[g].busy_count, g, node))
     options.sort()
     out: list[Assignment] = []
     per_node: dict[int, int] = {}
@@ -39,9 +38,14 @@ def place_mig(ledger: Ledger, job: Job, pool: str) -> PlaceResult:
         if len(out) == job.replicas:
             return Placed(tuple(out))
     mine = ledger.mig_free.get((pool, profile), {})
-    if not ledger.blocked and not ledger.nodes_down:  # every GPU usable: counts suffice
-        free_here = sum(mine.values())
-        other = ledger.mig_free_total.get(pool, 0) - free_here
+    if not ledger.nodes_down:  # usable unless blocked (a few GPUs being re-partitioned)
+        # counts, less the free instances on this pool's blocked GPUs
+        blocked = [g for g in ledger.blocked if c.gpus[g].partition == pool]
+        free_here = sum(mine.values()) - sum(mine.get(g, 0) for g in blocked)
+        free_any = ledger.mig_free_total.get(pool, 0) - sum(
+            ledger.mig[g].occupant.count(None) for g in blocked
+        )
+        other = free_any - free_here
     else:
         free_here = sum(n for g, n in mine.items() if ledger.gpu_usable(g))
         other = sum(
