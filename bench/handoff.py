@@ -3,11 +3,13 @@
 Starts `gpufence up --fake-gpus 8` as its own process in a temporary data directory, then, over
 HTTP on 127.0.0.1 only:
 
-1. submits the 66-job case (66 one-GPU jobs of `--job-s` seconds, default 2) and waits for all of
-   them; from the jobs' own start/end lines it measures the makespan (first start -> last end)
-   against ideal = ceil(66 / 8) x job-s, the GPU hand-off gaps (a job's exit -> the next job's
-   first line on that GPU, process start-up included) and oversubscription (most processes on one
-   GPU at once, minus one);
+1. submits the 66-job case (66 one-GPU jobs: `sleep JOB_S`, default 2 s) and waits for all of
+   them. From the launcher's records of every process (exec'd at, reaped at, devices; written
+   by each job's parent, not by the scheduler) it measures the makespan (first exec -> last
+   exit) against ideal = ceil(66 / 8) x job-s, the GPU hand-off gaps (a process reaped -> the
+   next process exec'd on that GPU) and oversubscription (most processes on one GPU at once,
+   minus one). The control plane's own share of each hand-off (exit seen -> next process
+   spawned) comes from its /metrics histogram;
 2. occupies the whole machine with one 8-GPU job, then submits `--submit-n` one-GPU jobs (which
    queue) from `--clients` concurrent clients and reports accepted submissions per second.
 
@@ -27,6 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -34,6 +37,7 @@ from gpufence.control import joblogs
 from gpufence.control.client import Client
 
 JOB = [sys.executable, "-m", "gpufence.control.demo_jobs"]
+SLEEP = "sleep"  # coreutils: a job whose own start-up costs ~nothing, so the gaps are ours
 
 
 def _start_server(data: Path) -> subprocess.Popen[bytes]:
@@ -76,6 +80,17 @@ def _submit_many(client: Client, n: int, clients: int) -> float:
     return n / dt
 
 
+def _histogram_mean(client: Client, name: str) -> float:
+    with urllib.request.urlopen(client.url + "/metrics", timeout=10) as resp:
+        text = resp.read().decode()
+    values = {}
+    for line in text.splitlines():
+        for part in ("_sum", "_count"):
+            if line.startswith(name + part + " "):
+                values[part] = float(line.split()[-1])
+    return values["_sum"] / values["_count"] if values.get("_count") else 0.0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--jobs", type=int, default=66)
@@ -90,11 +105,12 @@ def main() -> int:
     try:
         client = Client(data_dir=data)
         ids = [
-            client.submit({"command": [*JOB, "sleep", str(args.job_s)], "gpus": 1})["id"]
+            client.submit({"command": [SLEEP, str(args.job_s)], "gpus": 1})["id"]
             for _ in range(args.jobs)
         ]
         _wait_done(client, ids, limit_s=args.jobs * args.job_s + 120)
-        runs = [r for r in joblogs.runs(data, node="local-0") if r.job in set(ids)]
+        runs = [r for r in joblogs.process_runs(data, node="local-0") if r.job in set(ids)]
+        ctl = _histogram_mean(client, "gpufence_gpu_handoff_seconds")
         ideal = math.ceil(args.jobs / 8) * args.job_s
         span = joblogs.makespan(runs)
         gaps = joblogs.handoff_gaps(runs)
@@ -116,6 +132,7 @@ def main() -> int:
                 "ideal_s": ideal,
                 "handoffs": len(gaps),
                 "handoff_max_ms": round(max(gaps, default=0) * 1000, 1),
+                "control_plane_share_mean_ms": round(ctl * 1000, 2),
                 "data": str(data) if args.keep else None,
             }
         ),

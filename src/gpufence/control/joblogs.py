@@ -78,6 +78,30 @@ def runs(data_dir: Path, node: str = "local") -> list[Run]:
     return out
 
 
+def process_runs(data_dir: Path, node: str = "local") -> list[Run]:
+    """Every (attempt, rank, device) interval from the launcher's records: from the moment the
+    command was exec'd (``rank-N.started``) to the moment it was reaped (``rank-N.exit``). This
+    is the process's whole life on the GPU, start-up included, observed by its parent."""
+    out: list[Run] = []
+    for started in sorted((data_dir / "jobs").glob("*/attempt-*/rank-*.started")):
+        try:
+            rec = json.loads(started.read_text(encoding="utf-8"))
+            t0 = float(rec["exec_unix"])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        t1 = _exit_time(started.with_suffix(".exit"))
+        if t1 is None:
+            continue
+        attempt_dir = started.parent
+        job = attempt_dir.parent.name
+        attempt = int(attempt_dir.name.removeprefix("attempt-"))
+        rank = int(started.stem.removeprefix("rank-"))
+        devices = str(rec.get("devices", ""))
+        for dev in devices.split(",") if devices else []:
+            out.append(Run(job, attempt, rank, dev, node, t0, t1))
+    return out
+
+
 def max_per_device(rs: list[Run]) -> int:
     """The most processes that held one device at the same instant (1 = never shared)."""
     worst = 0

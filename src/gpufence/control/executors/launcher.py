@@ -29,6 +29,7 @@ a stop or notice sent right after start is not lost.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import sys
@@ -210,6 +211,14 @@ def main(argv: list[str] | None = None) -> int:
         code = exc.code
         os.write(err_fd, f"gpufence launcher: {exc.message}\n".encode())
     else:
+        # when the command exists (exec done): the GPU's hand-off ends here, whatever the
+        # command then spends on its own start-up
+        started = {
+            "pid": child,
+            "exec_unix": time.time(),
+            "devices": os.environ.get("CUDA_VISIBLE_DEVICES", ""),
+        }
+        atomic_write(attempt_dir / f"rank-{rank}.started", json.dumps(started) + "\n")
         # anything sent to the group before the command existed reached only us: pass it on
         early = signal.sigpending() & caught
         for sig in sorted(early):
