@@ -102,7 +102,13 @@ def _unhold(ctx: Context, held: list[int]) -> None:
 
 def place_nominated(ctx: Context, p: str) -> None:
     """Jobs that noticed victims run first once the victims have stopped: at home, or (for an
-    incident) on the donor pool whose GPUs the preemption freed."""
+    incident) on the donor pool whose GPUs the preemption freed.
+
+    Quota is checked again before a home bind: it was checked when the job was nominated, but
+    jobs of its queue may have bound since (after it in the same walk, or while it waited).
+    Incident capacity in a donor pool is not charged to the queue, so it stays open to the job;
+    a job its quota no longer admits at home and that has no donor pool loses its nomination
+    and waits in its queue (where the walk reports the quota)."""
     led = ctx.ledger
     for jid, nom in list(ctx.nominations.items()):
         rec = ctx.records[jid]
@@ -111,7 +117,9 @@ def place_nominated(ctx: Context, p: str) -> None:
         if ctx.victims_pending(nom):
             ctx.set_pending(jid, Reason.WAITING_PREEMPTION, "waiting for noticed jobs to stop")
             continue
-        r = ctx.engine.place(led, rec.job, p)
+        charge = charge_milli(rec.job, ctx.cluster, p)
+        admitted = quota_blocks(ctx.cluster, led, rec.queue, charge) is None
+        r = ctx.engine.place(led, rec.job, p) if admitted else None
         if isinstance(r, Placed):
             bind(ctx, rec, p, r, Reason.FITS)
         elif not _try_nominated(ctx, rec, nom.pools, nom.incident):

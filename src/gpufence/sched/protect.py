@@ -17,6 +17,7 @@ from collections.abc import Callable
 from gpufence.model.decisions import Notice, Reason
 from gpufence.model.job import WorkloadClass
 from gpufence.model.partition import PreemptionMode, PreemptionPolicy
+from gpufence.sched.admission import quota_blocks
 from gpufence.sched.context import Context, Nomination
 from gpufence.sched.jobs import JobRecord, JobState
 from gpufence.sched.jobs import Notice as NoticeState
@@ -140,7 +141,16 @@ def protect_partition(ctx: Context, p: str, waiting: list[JobRecord]) -> None:
             if spent.get(shape) == changes:
                 budget_hit.append(rec)
                 continue
-            if _place_tentatively(ctx, rec, p):
+            # the walk admitted it, but jobs of its queue may have bound after it (and earlier
+            # jobs of this batch are placed in the fork): what would be charged to the queue
+            # (a home placement, lent GPUs reclaimed for it) needs the quota it has now.
+            # Capacity freed by incident preemption in a donor pool is not charged.
+            blocked = quota_blocks(
+                ctx.cluster, led, rec.queue, charge_milli(rec.job, ctx.cluster, p)
+            )
+            if blocked is not None:
+                ctx.set_pending(rec.job.id, Reason.QUOTA, blocked)
+            elif _place_tentatively(ctx, rec, p):
                 changes += 1
                 continue  # in-flight notices already cover it
             covered = _covered_elsewhere(ctx, rec, pol, inflight)
@@ -148,7 +158,7 @@ def protect_partition(ctx: Context, p: str, waiting: list[JobRecord]) -> None:
                 changes += 1
                 ctx.nominations[rec.job.id] = Nomination(covered[1], (covered[0],), True)
                 continue
-            if lent_out:
+            if lent_out and blocked is None:
                 if lent_cands is None:
                     lent_cands = _running(ctx, lambda r: led.allocs[r.job.id].lent_from == p)
                 got = _victims_for(ctx, rec, p, [v for v in lent_cands if v not in taken])
