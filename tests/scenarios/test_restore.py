@@ -68,3 +68,19 @@ def test_double_booking_on_restore_is_refused() -> None:
     b = JobRestored(job("b").gpus(1).build(), "p", (Assignment(node=0, gpus=(0,)),))
     with pytest.raises(RestoreConflict, match="already held by a"):
         s.step([a, b], now=1.0)
+
+
+def test_restored_job_on_incident_capacity_is_not_charged_to_its_queue() -> None:
+    c = (
+        ClusterBuilder()
+        .nodes("s", 1, gpus=2)
+        .nodes("t", 1, gpus=2)
+        .partition("serve", ["s"])
+        .partition("train", ["t"])
+        .build()
+    )
+    s = Scheduler(c, SchedulerConfig(validate=True))
+    j = job("sv").gpus(1).partition("serve").build()
+    s.step([JobRestored(j, "train", (Assignment(node=1, gpus=(2,)),))], now=1.0)
+    assert s.ledger.allocs["sv"].incident
+    assert s.ledger.queue_used["serve"] == 0

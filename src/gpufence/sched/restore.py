@@ -72,6 +72,8 @@ def restore(ctx: Context, ev: JobRestored) -> None:
             assignments=ev.assignments,
             charge_milli=charge_milli(job, ctx.cluster, ev.pool),
             lent_from=ev.lent_from,
+            # outside its home without a lending rule = on capacity an incident freed
+            incident=ev.pool != got.home and ev.lent_from is None,
         )
     )
     ctx.engine.observe(job, got.home)
