@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from builders import ClusterBuilder, job
+from builders import ClusterBuilder, PreemptionMode, PreemptionPolicy, job
 from gpufence.model.decisions import Assignment, Bind, Reason, Requeue
 from gpufence.model.events import JobRestored, JobStopped, JobSubmitted
 from gpufence.sched.jobs import JobState
@@ -75,12 +75,16 @@ def test_restored_job_on_incident_capacity_is_not_charged_to_its_queue() -> None
         ClusterBuilder()
         .nodes("s", 1, gpus=2)
         .nodes("t", 1, gpus=2)
-        .partition("serve", ["s"])
+        .partition(
+            "serve",
+            ["s"],
+            preemption=PreemptionPolicy(PreemptionMode.INCIDENT_ONLY, from_partitions=("train",)),
+        )
         .partition("train", ["t"])
         .build()
     )
     s = Scheduler(c, SchedulerConfig(validate=True))
-    j = job("sv").gpus(1).partition("serve").build()
+    j = job("sv").gpus(1).cls("serving").partition("serve").build()
     s.step([JobRestored(j, "train", (Assignment(node=1, gpus=(2,)),))], now=1.0)
     assert s.ledger.allocs["sv"].incident
     assert s.ledger.queue_used["serve"] == 0
