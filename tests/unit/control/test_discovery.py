@@ -13,14 +13,8 @@ import pytest
 import yaml
 
 from gpufence.control import discovery as disc
+from gpufence.control import nodespec
 from gpufence.control.discovery import (
-    NVML_ERROR_DRIVER_NOT_LOADED,
-    NVML_ERROR_GPU_NOT_FOUND,
-    NVML_ERROR_INVALID_ARGUMENT,
-    NVML_ERROR_LIBRARY_NOT_FOUND,
-    NVML_ERROR_NO_PERMISSION,
-    NVML_ERROR_NOT_FOUND,
-    NVML_ERROR_NOT_SUPPORTED,
     DiscoveredGpu,
     Discovery,
     DiscoveryError,
@@ -30,7 +24,16 @@ from gpufence.control.discovery import (
     discover,
     fake_gpus,
     node_spec,
-    nvlink_domain_sizes,
+)
+from gpufence.control.nodespec import nvlink_domain_sizes
+from gpufence.control.nvml import (
+    NVML_ERROR_DRIVER_NOT_LOADED,
+    NVML_ERROR_GPU_NOT_FOUND,
+    NVML_ERROR_INVALID_ARGUMENT,
+    NVML_ERROR_LIBRARY_NOT_FOUND,
+    NVML_ERROR_NO_PERMISSION,
+    NVML_ERROR_NOT_FOUND,
+    NVML_ERROR_NOT_SUPPORTED,
 )
 from gpufence.model.partition import SharingMode
 from gpufence.spec import cluster_from_dict, load_cluster_text
@@ -289,7 +292,7 @@ def test_discover_mig_and_nvlink_pairs() -> None:
 
 def test_node_spec_loads_with_mig_partition(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(os, "cpu_count", lambda: 32)
-    monkeypatch.setattr(disc, "host_memory_gib", lambda: 251)
+    monkeypatch.setattr(nodespec, "host_memory_gib", lambda: 251)
     spec = node_spec(discover(FakeNvml(a100_box())), "box")
     group = spec["node_groups"][0]
     assert group == {
@@ -577,8 +580,8 @@ def _fields(g: DiscoveredGpu) -> dict[str, Any]:
 def test_host_memory(tmp_path: Path) -> None:
     meminfo = tmp_path / "meminfo"
     meminfo.write_text("MemTotal:       131891220 kB\nMemFree:  1 kB\n")
-    assert disc.host_memory_gib(meminfo) == 125
-    assert disc.host_memory_gib(tmp_path / "missing") is None
+    assert nodespec.host_memory_gib(meminfo) == 125
+    assert nodespec.host_memory_gib(tmp_path / "missing") is None
 
 
 # -- the real thing ----------------------------------------------------------------------------

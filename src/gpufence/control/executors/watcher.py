@@ -1,0 +1,278 @@
+"""The executor's attempt table and its watcher thread.
+
+``AttemptWatcher`` holds the attempts that run (under one lock) and one thread that waits
+(``selectors`` over ``pidfd_open`` descriptors, which also work for processes that are not our
+children) for member exits, SIGKILL deadlines and notice acks. Exits are event-driven:
+``on_exit`` fires within milliseconds of the last member's exit. Callbacks are called from the
+watcher thread, never while the lock is held. ``LocalExecutor`` (``local.py``) extends it with
+spawning and the executor API; methods named ``*_locked`` need the lock held.
+
+Gang policy lives here: when a member exits non-zero (or unknown) while others still run, the
+others get SIGTERM and, ``gang_grace_s`` later, SIGKILL; whatever is left in an exited member's
+process group is SIGKILLed at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import selectors
+import signal
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gpufence.control.executors.base import AckCallback, AttemptExit, ExitCallback, Launch
+from gpufence.control.executors.processes import (
+    DISOWNED,
+    MemberProcess,
+    killpg,
+    reap_now,
+    recorded_exit,
+    settle,
+    waitid,
+)
+
+log = logging.getLogger("gpufence.executor")
+
+Key = tuple[str, int]
+
+ACK_POLL_S = 0.02
+"""How often the watcher looks for the ack file of a noticed attempt."""
+
+
+@dataclass(eq=False, slots=True)
+class Attempt:
+    """One running attempt: its launch, member processes, and stop / notice state."""
+
+    launch: Launch
+    members: list[MemberProcess]
+    """In rank order."""
+    stop_requested: bool = False
+    kill_at: float | None = None
+    """Monotonic time at which the live members' groups get SIGKILL."""
+    gang_failed: bool = False
+    ack_wanted: bool = False
+    acked: bool = False
+    cpu_base: float = 0.0
+    wall_base: float = 0.0
+
+    @property
+    def key(self) -> Key:
+        return (self.launch.job_id, self.launch.attempt)
+
+    def live(self) -> list[MemberProcess]:
+        return [m for m in self.members if not m.done]
+
+
+def _ignore_exit(ev: AttemptExit) -> None:
+    log.warning("attempt %s/%d ended but no on_exit callback is set", ev.job_id, ev.attempt)
+
+
+def _ignore_ack(job_id: str, attempt: int) -> None:
+    log.warning("attempt %s/%d acked but no on_ack callback is set", job_id, attempt)
+
+
+class AttemptWatcher:
+    """The attempts that run and the thread that watches them (see the module docstring)."""
+
+    def __init__(self, gang_grace_s: float) -> None:
+        self.gang_grace_s = gang_grace_s
+        self._lock = threading.Lock()
+        self._attempts: dict[Key, Attempt] = {}
+        self._to_watch: list[tuple[int, Key, int]] = []  # (pidfd, attempt, member index)
+        self._dirty: set[Key] = set()
+        self._closing = False
+        self._kill_on_close = False
+        self._on_exit: ExitCallback = _ignore_exit
+        self._on_ack: AckCallback = _ignore_ack
+        self._efd = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
+        self._sel = selectors.DefaultSelector()
+        self._sel.register(self._efd, selectors.EVENT_READ, None)
+        self._thread = threading.Thread(target=self._watch, name="gpufence-executor", daemon=True)
+        self._thread.start()
+
+    def _wake_locked(self) -> None:
+        if self._efd >= 0:
+            os.eventfd_write(self._efd, 1)
+
+    def _watch_locked(self, att: Attempt) -> None:
+        """Queue the attempt's pidfds; the watcher registers them (it alone owns the selector)."""
+        for i, m in enumerate(att.members):
+            if m.pidfd is not None:
+                self._to_watch.append((m.pidfd, att.key, i))
+
+    def _kill_by_locked(self, att: Attempt, deadline: float) -> None:
+        att.kill_at = deadline if att.kill_at is None else min(att.kill_at, deadline)
+
+    def _gang_abort_locked(self, att: Attempt, failed: MemberProcess) -> None:
+        att.gang_failed = True
+        log.warning(
+            "job %s attempt %d: rank %d ended with %s; stopping the rest of the gang",
+            att.launch.job_id,
+            att.launch.attempt,
+            failed.rank,
+            failed.code,
+        )
+        for m in att.live():
+            killpg(m.pid, signal.SIGTERM)
+        self._kill_by_locked(att, time.monotonic() + self.gang_grace_s)
+
+    def _watch(self) -> None:
+        try:
+            while True:
+                with self._lock:
+                    if self._closing:
+                        break
+                    for fd, key, index in self._to_watch:
+                        self._sel.register(fd, selectors.EVENT_READ, (key, index))
+                    self._to_watch.clear()
+                    timeout = self._timeout_locked(time.monotonic())
+                ready = self._sel.select(timeout)
+                with self._lock:
+                    if self._closing:
+                        break
+                    for skey, _ in ready:
+                        if skey.data is None:
+                            _drain(self._efd)
+                            continue
+                        key, index = skey.data
+                        self._sel.unregister(skey.fd)
+                        att = self._attempts[key]
+                        self._exited_locked(att, att.members[index])
+                    self._kill_due_locked(time.monotonic())
+                    acks = [att.key for att in self._attempts.values() if self._acked_locked(att)]
+                    exits = self._finalize_locked()
+                    on_exit, on_ack = self._on_exit, self._on_ack
+                for job_id, attempt in acks:
+                    _call(on_ack, job_id, attempt)
+                for ev in exits:
+                    _call(on_exit, ev)
+        except Exception:
+            log.exception("executor watcher failed; no further exits will be reported")
+        finally:
+            self._shutdown()
+
+    def _timeout_locked(self, now: float) -> float | None:
+        timeout: float | None = None
+        for att in self._attempts.values():
+            if att.kill_at is not None:
+                left = max(0.0, att.kill_at - now)
+                timeout = left if timeout is None else min(timeout, left)
+            if att.ack_wanted and not att.acked:
+                timeout = ACK_POLL_S if timeout is None else min(timeout, ACK_POLL_S)
+        if self._dirty:
+            timeout = 0.0
+        return timeout
+
+    def _exited_locked(self, att: Attempt, m: MemberProcess) -> None:
+        # Leftovers of the member's group die with it. Signalled before the reap, while the
+        # zombie leader still pins the group id, so the id cannot name anyone else's group.
+        killpg(m.pid, signal.SIGKILL)
+        if m.pidfd is not None:
+            status = waitid(m.pidfd)
+            os.close(m.pidfd)
+            m.pidfd = None
+        else:
+            status = None
+        recorded = recorded_exit(att.launch.attempt_dir, m.rank)
+        settle(m, recorded if recorded is not None else status)
+        self._dirty.add(att.key)
+        log.debug(
+            "job %s attempt %d rank %d exited: %s",
+            att.launch.job_id,
+            att.launch.attempt,
+            m.rank,
+            m.code,
+        )
+        if m.code != 0 and not att.stop_requested and not att.gang_failed and att.live():
+            self._gang_abort_locked(att, m)
+
+    def _kill_due_locked(self, now: float) -> None:
+        for att in self._attempts.values():
+            if att.kill_at is not None and att.kill_at <= now:
+                att.kill_at = None
+                live = att.live()
+                if live:
+                    log.warning(
+                        "job %s attempt %d: grace over, SIGKILL to %d member(s)",
+                        att.launch.job_id,
+                        att.launch.attempt,
+                        len(live),
+                    )
+                for m in live:
+                    killpg(m.pid, signal.SIGKILL)
+
+    def _acked_locked(self, att: Attempt) -> bool:
+        if not att.ack_wanted or att.acked:
+            return False
+        if not _ack_path(att.launch).exists():
+            return False
+        att.acked = True
+        return True
+
+    def _finalize_locked(self) -> list[AttemptExit]:
+        exits: list[AttemptExit] = []
+        for key in sorted(self._dirty):
+            att = self._attempts.get(key)
+            if att is None or att.live():
+                continue
+            del self._attempts[key]
+            codes = tuple(m.code for m in att.members)
+            ev = AttemptExit(
+                job_id=att.launch.job_id,
+                attempt=att.launch.attempt,
+                succeeded=bool(codes) and all(c == 0 for c in codes),
+                codes=codes,
+                stopped=att.stop_requested,
+            )
+            log.info(
+                "job %s attempt %d ended: codes %s%s",
+                ev.job_id,
+                ev.attempt,
+                list(codes),
+                " (stopped)" if ev.stopped else "",
+            )
+            exits.append(ev)
+        self._dirty.clear()
+        return exits
+
+    def _shutdown(self) -> None:
+        with self._lock:
+            self._closing = True
+            kill = self._kill_on_close
+            members = [m for att in self._attempts.values() for m in att.members]
+            self._attempts.clear()
+            self._to_watch.clear()
+            self._dirty.clear()
+            self._sel.close()
+            os.close(self._efd)
+            self._efd = -1
+        if kill:
+            reap_now(members)
+            return
+        for m in members:
+            if m.pidfd is not None:
+                os.close(m.pidfd)
+                m.pidfd = None
+            if m.popen is not None and m.popen.returncode is None:
+                DISOWNED.append(m.popen)
+
+
+def _ack_path(launch: Launch) -> Path:
+    return launch.attempt_dir / "ack"
+
+
+def _drain(efd: int) -> None:
+    with contextlib.suppress(BlockingIOError):
+        os.eventfd_read(efd)
+
+
+def _call(fn: Any, *args: Any) -> None:
+    try:
+        fn(*args)
+    except Exception:
+        log.exception("executor callback %r failed", fn)
