@@ -162,7 +162,7 @@ def place_partition(ctx: Context, p: str) -> list[JobRecord]:
             # would just be told it waits for the gang, so the walk leaves them out
             restricted = True
             keep = _may_pass_holds(ctx, res)
-            msg = f"GPUs reserved for gang {res.job_id} (starts by t={res.start:g})"
+            msg = f"GPUs reserved for gang {res.job_id} (starts {_starts(res)})"
             ctx.full_reason[p] = (ctx.cycle, PendingReason(Reason.RESERVED_FOR_GANG, msg))
             walk.restrict(keep)
             if not keep(ctx.queues.shape_of(rec.job.id)):
@@ -213,7 +213,7 @@ def place_partition(ctx: Context, p: str) -> list[JobRecord]:
                 res = ctx.reservations.get(p)  # a higher-priority job may have ended it
                 walk.placed()
                 continue
-            msg = f"GPUs reserved for gang {res.job_id} (starts by t={res.start:g})"
+            msg = f"GPUs reserved for gang {res.job_id} (starts {_starts(res)})"
             ctx.set_shape_pending(sk, Reason.RESERVED_FOR_GANG, msg)
             if _may_backfill_later(ctx, sk, res, skips):
                 walk.skip()  # a shorter estimate further down this shape may still backfill
@@ -285,6 +285,10 @@ def _may_backfill_later(
         return False
     skips[sk] = skips.get(sk, 0) + 1
     return True
+
+
+def _starts(res: Reservation) -> str:
+    return "when running jobs end" if res.start == INF else f"by t={res.start:g}"
 
 
 def _when(res: Reservation) -> str:
