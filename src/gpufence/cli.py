@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from gpufence.cli_control import register as register_control_verbs
-from gpufence.spec import SpecError, format_spec_error, load_cluster
+from gpufence.spec import SpecError, format_spec_error
 
 app = typer.Typer(
     help="gpufence: a GPU cluster scheduler that fences training, serving, interactive and batch.",
@@ -29,7 +29,11 @@ def validate(
     cluster: Annotated[Path, typer.Argument(help="cluster YAML file")],
 ) -> None:
     """Check a cluster spec and print its partitions (fences)."""
-    c = load_cluster(cluster)
+    from gpufence.control.config import control_schema
+    from gpufence.spec import load_cluster_with_sections
+
+    c, extra, _lines = load_cluster_with_sections(cluster, ("control",))
+    control_schema(extra.get("control"), str(cluster))  # shape only: secrets resolve at `up`
     table = Table(title=f"cluster {c.name}: {len(c.nodes)} nodes, {len(c.gpus)} GPUs")
     for col in ("partition", "GPUs", "nodes", "admits", "sharing", "lends", "preemption"):
         table.add_column(col)

@@ -114,15 +114,20 @@ def _admin_token(auth: AuthSchema, data_dir: Path) -> str:
     return token
 
 
-def control_config(raw: object, data_dir: Path, source: str | None = None) -> ControlConfig:
-    """Validate the ``control:`` section (None = defaults); errors name the field path."""
+def control_schema(raw: object, source: str | None = None) -> ControlSchema:
+    """Validate the ``control:`` section's shape (None = defaults); errors name the field."""
     try:
-        schema = ControlSchema.model_validate(raw if raw is not None else {})
+        return ControlSchema.model_validate(raw if raw is not None else {})
     except ValidationError as exc:
         issues = [
             SpecIssue(("control", *(str(p) for p in e["loc"])), e["msg"]) for e in exc.errors()
         ]
         raise SpecError(issues, source) from None
+
+
+def control_config(raw: object, data_dir: Path, source: str | None = None) -> ControlConfig:
+    """Validate the ``control:`` section and resolve its secrets (env vars, token file)."""
+    schema = control_schema(raw, source)
     tenant_tokens: dict[str, str] = {}
     problems: list[SpecIssue] = []
     for name, secret in schema.auth.tenants.items():
