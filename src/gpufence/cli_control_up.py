@@ -36,12 +36,25 @@ def up(
     fake_gpu_type: Annotated[
         str, typer.Option("--fake-gpu-type", help="GPU type of the fake GPUs")
     ] = "H100-80GB",
+    executor: Annotated[
+        str,
+        typer.Option(
+            "--executor", help="where jobs run: local (this machine) or ray (a Ray cluster)"
+        ),
+    ] = "local",
+    ray_address: Annotated[
+        str | None,
+        typer.Option(
+            "--ray-address", help="Ray cluster to run on (--executor ray) [default: auto]"
+        ),
+    ] = None,
     host: Annotated[str, typer.Option("--host", help="address to listen on")] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", help="port (0 = any free one)")] = DEFAULT_PORT,
     log_level: Annotated[str, typer.Option("--log-level")] = "info",
 ) -> None:
-    """Start the control plane: API server, reconciler and local executor (Ctrl-C stops it;
-    running jobs keep running and are adopted by the next `up` on the same --data)."""
+    """Start the control plane: API server, reconciler and executor (local, or --executor ray)
+    (Ctrl-C stops it; running jobs keep running and are adopted by the next `up` on the same
+    --data)."""
     import logging
 
     from gpufence.control.server import StartupError, build_plane, serve
@@ -55,7 +68,7 @@ def up(
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     try:
-        plane = build_plane(config, data_dir, fake_gpus, fake_gpu_type)
+        plane = build_plane(config, data_dir, fake_gpus, fake_gpu_type, executor, ray_address)
         serve(plane, host, port, log_level=log_level.lower())
     except SpecError as e:
         err_console().print(format_spec_error(e), markup=False, soft_wrap=True)

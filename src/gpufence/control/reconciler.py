@@ -50,6 +50,8 @@ from gpufence.model.events import (
     JobStopped,
     JobSubmitted,
     MigReconfigured,
+    NodeDown,
+    NodeUp,
 )
 from gpufence.sched.jobs import JobState
 from gpufence.sched.scheduler import Scheduler
@@ -96,6 +98,12 @@ class _Ack:
 
 
 @dataclass(slots=True)
+class _Node:
+    node: str
+    up: bool
+
+
+@dataclass(slots=True)
 class Live:
     """What the reconciler knows about a job whose processes may exist."""
 
@@ -132,7 +140,7 @@ class _Pending:
     stops: list[tuple[str, int]] = field(default_factory=list)
 
 
-Item = _Submit | _Cancel | _Call | _Ack | AttemptExit | None
+Item = _Submit | _Cancel | _Call | _Ack | _Node | AttemptExit | None
 
 
 class Reconciler:
@@ -166,6 +174,7 @@ class Reconciler:
         self._boot: list[Event] = []
         self._boot_stops: list[tuple[str, int]] = []
         executor.set_callbacks(self._on_exit, self._on_ack)
+        executor.set_node_callback(self._on_node)
 
     # ------------------------------------------------------------------ API (any thread)
     def submit(self, req: SubmitRequest, tenant: str) -> Future[SubmitResult]:
@@ -196,6 +205,9 @@ class Reconciler:
 
     def _on_ack(self, job_id: str, attempt: int) -> None:
         self._inbox.put(_Ack(job_id, attempt))
+
+    def _on_node(self, node: str, up: bool) -> None:
+        self._inbox.put(_Node(node, up))
 
     # ------------------------------------------------------------------ thread
     def start(self, first_id: int) -> None:
@@ -266,6 +278,9 @@ class Reconciler:
                     if live is not None and live.attempt == it.attempt and not live.orphan:
                         tx.log(now, it.job_id, "checkpoint-ack", "", f"attempt {it.attempt}")
                         events.append(CheckpointAck(it.job_id))
+                elif isinstance(it, _Node):  # the core stops (and requeues) what ran there
+                    tx.log(now, None, "node-up" if it.up else "node-down", "", it.node)
+                    events.append(NodeUp(it.node) if it.up else NodeDown(it.node))
                 elif isinstance(it, _Call):
                     calls.append(it)
             events += self._timed(now)

@@ -52,12 +52,29 @@ def build_plane(
     data_dir: Path,
     fake_gpus_n: int | None = None,
     fake_gpu_type: str = "H100-80GB",
+    executor: str = "local",
+    ray_address: str | None = None,
 ) -> ControlPlane:
     """The control plane for ``gpufence up`` (not started: ``serve`` starts it).
 
     GPUs: ``fake_gpus_n`` made-up ones, else this machine's (NVML). Cluster: the ``--config``
     spec (with its ``control:`` section), else this machine as one node, one partition.
+    ``executor="ray"``: the nodes of the Ray cluster at ``ray_address`` (see ``ray_plane``).
     """
+    if executor == "ray":
+        if fake_gpus_n:
+            raise StartupError(
+                "--fake-gpus is for the local executor; Ray nodes declare their GPUs "
+                "(ray start --num-gpus N)"
+            )
+        from gpufence.control.ray_plane import RayStartError, ray_plane
+
+        try:
+            return ray_plane(config, data_dir, ray_address)
+        except RayStartError as exc:
+            raise StartupError(str(exc)) from None
+    if executor != "local":
+        raise StartupError(f"--executor must be local or ray, not {executor!r}")
     try:
         discovery = fake_gpus(fake_gpus_n, fake_gpu_type) if fake_gpus_n else discover()
     except DiscoveryError as exc:

@@ -64,6 +64,8 @@ class LaunchError(RuntimeError):
 
 ExitCallback = Callable[[AttemptExit], None]
 AckCallback = Callable[[str, int], None]
+NodeCallback = Callable[[str, bool], None]
+"""``on_node(node_name, up)``: a node of the cluster went down (False) or came back (True)."""
 
 
 class Executor(Protocol):
@@ -71,6 +73,11 @@ class Executor(Protocol):
 
     def set_callbacks(self, on_exit: ExitCallback, on_ack: AckCallback) -> None:
         """Install the callbacks for attempt exits and notice acknowledgements."""
+        ...
+
+    def set_node_callback(self, on_node: NodeCallback) -> None:
+        """Install the callback for node health changes (multi-node executors call it from their
+        own thread; an executor of one machine never does)."""
         ...
 
     def start(self, launch: Launch) -> None:

@@ -38,7 +38,13 @@ import time
 from pathlib import Path
 
 from gpufence.control.executors import launcher as _launcher
-from gpufence.control.executors.base import AckCallback, ExitCallback, Launch, LaunchError
+from gpufence.control.executors.base import (
+    AckCallback,
+    ExitCallback,
+    Launch,
+    LaunchError,
+    NodeCallback,
+)
 from gpufence.control.executors.launcher import (
     atomic_write,
     err_file,
@@ -89,6 +95,9 @@ class LocalExecutor(AttemptWatcher):
         with self._lock:
             self._on_exit = on_exit
             self._on_ack = on_ack
+
+    def set_node_callback(self, on_node: NodeCallback) -> None:
+        """One machine: no node ever goes down while this process runs on it."""
 
     def start(self, launch: Launch) -> None:
         key = (launch.job_id, launch.attempt)
