@@ -133,8 +133,12 @@ def _spawn(command: list[str], out_fd: int, err_fd: int, caught: set[signal.Sign
             os.close(r)
             os.dup2(out_fd, 1)
             os.dup2(err_fd, 2)
-            for sig in (*caught, signal.SIGPIPE, signal.SIGXFSZ):
-                signal.signal(sig, signal.SIG_DFL)
+            # every disposition back to default: an ignored one (SIGHUP under nohup, SIGPIPE
+            # from Python) would survive exec and change how the job reacts to signals
+            for sig in signal.valid_signals():
+                if sig not in (signal.SIGKILL, signal.SIGSTOP):
+                    with contextlib.suppress(OSError, ValueError):
+                        signal.signal(sig, signal.SIG_DFL)
             signal.pthread_sigmask(signal.SIG_SETMASK, ())
             os.execvp(command[0], command)
         except BaseException as exc:

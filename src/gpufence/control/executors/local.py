@@ -54,6 +54,7 @@ from gpufence.control.executors.launcher import (
     pid_record,
     proc_start_time,
 )
+from gpufence.control.executors.memberenv import member_envs
 from gpufence.control.executors.processes import (
     MemberProcess,
     attach,
@@ -101,7 +102,7 @@ class LocalExecutor(AttemptWatcher):
 
     def start(self, launch: Launch) -> None:
         key = (launch.job_id, launch.attempt)
-        _check_launch(launch)
+        check_launch(launch)
         with self._lock:
             if self._closing:
                 raise LaunchError("the executor is closed")
@@ -277,7 +278,7 @@ class LocalExecutor(AttemptWatcher):
         except OSError as exc:
             raise LaunchError(f"cannot prepare {adir}: {exc}") from exc
 
-        envs = _member_envs(launch, adir)
+        envs = member_envs(launch, "127.0.0.1", _free_port(), inherit=os.environ)
         started: list[MemberProcess] = []
         try:
             for member in sorted(launch.members, key=lambda m: m.rank):
@@ -330,7 +331,7 @@ class LocalExecutor(AttemptWatcher):
 
 
 # ---------------------------------------------------------------------- helpers
-def _check_launch(launch: Launch) -> None:
+def check_launch(launch: Launch) -> None:
     where = f"job {launch.job_id} attempt {launch.attempt}"
     if launch.attempt < 1:
         raise LaunchError(f"{where}: attempt numbers start at 1")
@@ -343,45 +344,6 @@ def _check_launch(launch: Launch) -> None:
         raise LaunchError(f"{where}: empty command")
     if launch.cwd is not None and not launch.cwd.is_dir():
         raise LaunchError(f"{where}: working directory {launch.cwd} does not exist")
-
-
-def _member_envs(launch: Launch, adir: Path) -> dict[int, dict[str, str]]:
-    base = dict(os.environ)
-    base.update(launch.env)
-    base.update(
-        {
-            "GPUFENCE_JOB_ID": launch.job_id,
-            "GPUFENCE_ATTEMPT": str(launch.attempt),
-            "GPUFENCE_CHECKPOINT_DIR": str(launch.checkpoint_dir.absolute()),
-            "GPUFENCE_NOTICE_FILE": str(adir / "notice"),
-            "GPUFENCE_ACK_FILE": str(adir / "ack"),
-            "WORLD_SIZE": str(len(launch.members)),
-            "GPUFENCE_WORLD_SIZE": str(len(launch.members)),
-            "MASTER_ADDR": "127.0.0.1",
-            "MASTER_PORT": str(_free_port()),
-        }
-    )
-    members = sorted(launch.members, key=lambda m: m.rank)
-    per_node: dict[str, int] = {}
-    for m in members:
-        per_node[m.node] = per_node.get(m.node, 0) + 1
-    seen: dict[str, int] = {}
-    envs: dict[int, dict[str, str]] = {}
-    for m in members:
-        local = seen.get(m.node, 0)
-        seen[m.node] = local + 1
-        env = dict(base)
-        env.update(
-            {
-                "CUDA_VISIBLE_DEVICES": ",".join(m.devices),  # "" = no GPU visible
-                "RANK": str(m.rank),
-                "GPUFENCE_RANK": str(m.rank),
-                "LOCAL_RANK": str(local),
-                "LOCAL_WORLD_SIZE": str(per_node[m.node]),
-            }
-        )
-        envs[m.rank] = env
-    return envs
 
 
 def _free_port() -> int:

@@ -48,7 +48,8 @@ from gpufence.control.executors.base import (
     LaunchError,
     NodeCallback,
 )
-from gpufence.control.executors.local import _check_launch
+from gpufence.control.executors.local import check_launch
+from gpufence.control.executors.memberenv import member_envs
 from gpufence.control.executors.processes import recorded_exit
 from gpufence.control.executors.ray_agent import NodeAgent
 from gpufence.control.executors.ray_health import NodeHealth
@@ -57,7 +58,6 @@ from gpufence.control.executors.ray_support import (
     RayAttempt,
     RayMember,
     by_agent,
-    member_envs,
     short,
     where,
 )
@@ -162,7 +162,7 @@ class RayExecutor(NodeHealth):
             return {name: n.node_id for name, n in self._nodes.items()}
 
     def start(self, launch: Launch) -> None:
-        _check_launch(launch)
+        check_launch(launch)
         key = (launch.job_id, launch.attempt)
         members = sorted(launch.members, key=lambda m: m.rank)
         with self._lock:

@@ -43,45 +43,6 @@ class RayAttempt:
         return [m for m in self.members if not m.done]
 
 
-def member_envs(launch: Launch, master_addr: str, master_port: int) -> dict[int, dict[str, str]]:
-    """Per rank: the user's env plus what gpufence sets (the agent adds its node's environment
-    underneath)."""
-    adir = launch.attempt_dir.absolute()
-    base = dict(launch.env)
-    base.update(
-        {
-            "GPUFENCE_JOB_ID": launch.job_id,
-            "GPUFENCE_ATTEMPT": str(launch.attempt),
-            "GPUFENCE_CHECKPOINT_DIR": str(launch.checkpoint_dir.absolute()),
-            "GPUFENCE_NOTICE_FILE": str(adir / "notice"),
-            "GPUFENCE_ACK_FILE": str(adir / "ack"),
-            "WORLD_SIZE": str(len(launch.members)),
-            "GPUFENCE_WORLD_SIZE": str(len(launch.members)),
-            "MASTER_ADDR": master_addr,
-            "MASTER_PORT": str(master_port),
-        }
-    )
-    members = sorted(launch.members, key=lambda m: m.rank)
-    per_node: dict[str, int] = {}
-    for m in members:
-        per_node[m.node] = per_node.get(m.node, 0) + 1
-    seen: dict[str, int] = {}
-    out: dict[int, dict[str, str]] = {}
-    for m in members:
-        local = seen.get(m.node, 0)
-        seen[m.node] = local + 1
-        out[m.rank] = {
-            **base,
-            "CUDA_VISIBLE_DEVICES": ",".join(m.devices),
-            "RANK": str(m.rank),
-            "GPUFENCE_RANK": str(m.rank),
-            "LOCAL_RANK": str(local),
-            "LOCAL_WORLD_SIZE": str(per_node[m.node]),
-            "GPUFENCE_NODE": m.node,
-        }
-    return out
-
-
 def by_agent(members: list[RayMember]) -> dict[str, tuple[Any, list[int]]]:
     out: dict[str, tuple[Any, list[int]]] = {}
     for m in members:
