@@ -245,3 +245,47 @@ def test_node_loss_requeues_the_gang_there(
     assert gang_nodes[1] not in again and len(again) == 2
     _until(lambda: p.log_path(gang, 2, 1).exists() and p.log_path(gang, 2, 1).read_text(), 20, "")
     assert _seen(p, gang, 2, 1)["GPUFENCE_RAY_NODE_ID"] in {ids[n] for n in again}
+
+
+# the checkpoint handshake through the Ray executor: notice (file + signal) -> the job acks by
+# creating its ack file -> stop (SIGTERM to the group) -> the exit is reported as stopped
+ACKER = (
+    "import os,signal,sys,time;"
+    "signal.signal(signal.SIGUSR1, lambda *a: open(os.environ['GPUFENCE_ACK_FILE'],'w').close());"
+    "print('ready',flush=True);"
+    "time.sleep(60)"
+)
+
+
+def test_notice_ack_and_stop_through_the_ray_executor(ray_cluster: Cluster, tmp_path: Path) -> None:
+    from gpufence.control.executors.base import AttemptExit, Launch, Member
+
+    names = auto_names(nodes_now())
+    node = sorted(names)[0]
+    ex = RayExecutor(names, health_poll_s=0.2)
+    exits: list[AttemptExit] = []
+    acks: list[tuple[str, int]] = []
+    ex.set_callbacks(exits.append, lambda j, a: acks.append((j, a)))
+    adir = tmp_path / "jobs" / "h1" / "attempt-1"
+    launch = Launch(
+        job_id="h1",
+        attempt=1,
+        command=(sys.executable, "-c", ACKER),
+        env={},
+        members=(Member(0, node, ("1",)),),
+        attempt_dir=adir,
+        checkpoint_dir=tmp_path / "jobs" / "h1" / "checkpoints",
+    )
+    try:
+        ex.start(launch)
+        out = adir / "rank-0.out"
+        _until(lambda: out.exists() and "ready" in out.read_text(), 30, "the job's handler")
+        ex.notice("h1", 1, "incident-preemption", time.time() + 30)
+        _until(lambda: acks == [("h1", 1)], 15, "the checkpoint ack")
+        assert (adir / "notice").exists()
+        ex.stop("h1", 1, grace_s=5.0)
+        _until(lambda: len(exits) == 1, 20, "the stopped attempt's exit")
+        assert exits[0].stopped and not exits[0].succeeded
+        assert exits[0].codes == (-signal.SIGTERM,)
+    finally:
+        ex.close(kill=True)
