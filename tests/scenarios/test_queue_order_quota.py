@@ -175,3 +175,16 @@ def test_job_larger_than_nominal_plus_borrowing_is_rejected() -> None:
     s = make(two_queues(gpus=8, qa={"nominal_milli": 2000, "borrowing_limit_milli": 1000}))
     got = s.step(sub(job("big").gpus(4).queue("qa").build()), 0)
     assert got == [Reject("big", Reason.NEVER_FITS, "needs 4 GPUs but queue qa may hold at most 3")]
+
+
+def test_quota_reason_says_would_exceed_when_the_queue_is_below_nominal() -> None:
+    # qb borrowed qa's unused quota; a 4-GPU job of qa (using nothing) would exceed nominal 2
+    s = make(two_queues(gpus=8, qa={"nominal_milli": 2000}, qb={"nominal_milli": 2000}))
+    s.step(sub(*ones("b", "qb", 4)), 0)
+    s.step(sub(job("big").gpus(4).queue("qa").build()), 1)
+    why = s.why_pending("big")
+    assert why is not None and why.reason is Reason.QUOTA
+    assert why.message == (
+        "queue qa would exceed its nominal quota of 2 GPUs (uses 0, the job needs 4) and the "
+        "cohort of p has 0 GPUs to lend"
+    )

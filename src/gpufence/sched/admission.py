@@ -41,9 +41,17 @@ def quota_blocks(cluster: Cluster, ledger: Ledger, queue: str, charge: int) -> s
     if borrow + borrowed > lendable:
         # what is left to lend after every queue's borrowing, this queue's own included
         left = lendable - borrowed - max(0, ledger.queue_used[queue] - spec.nominal_milli)
+        nominal = spec.nominal_milli / 1000
+        used_now = ledger.queue_used[queue]
+        where = (
+            f"is at its nominal quota ({nominal:g} GPUs)"
+            if used_now >= spec.nominal_milli
+            else f"would exceed its nominal quota of {nominal:g} GPUs (uses {used_now / 1000:g},"
+            f" the job needs {charge / 1000:g})"
+        )
         return (
-            f"queue {queue} is at its nominal quota ({spec.nominal_milli / 1000:g} GPUs) and the "
-            f"cohort of {spec.partition} has {max(0, left) / 1000:g} GPUs to lend"
+            f"queue {queue} {where} and the cohort of {spec.partition} has "
+            f"{max(0, left) / 1000:g} GPUs to lend"
         )
     return None
 
