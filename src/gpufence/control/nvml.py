@@ -194,6 +194,10 @@ class PynvmlApi:
     def nvmlDeviceGetNvLinkRemotePciInfo(self, handle: object, link: int) -> PciInfo:
         return cast("PciInfo", self._call("nvmlDeviceGetNvLinkRemotePciInfo", handle, link))
 
+    def nvmlDeviceGetUtilizationRates(self, handle: object) -> Any:
+        """Used by idle detection (``gpu_activity``): ``.gpu`` is a percentage."""
+        return self._call("nvmlDeviceGetUtilizationRates", handle)
+
 
 def as_text(value: str | bytes) -> str:
     """An NVML string (some pynvml versions give bytes) as str."""

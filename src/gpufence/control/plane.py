@@ -8,6 +8,7 @@ reads of job history go to SQLite, reads of live scheduler state run on the reco
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -15,10 +16,13 @@ from gpufence.control import store as st
 from gpufence.control import views
 from gpufence.control.config import ADMIN, ControlConfig
 from gpufence.control.devices import DeviceMap, check_machine
+from gpufence.control.discovered import DiscoveryError
 from gpufence.control.discovery import Discovery
 from gpufence.control.executors.base import Executor
 from gpufence.control.executors.local import LocalExecutor
+from gpufence.control.gpu_activity import GpuUtilization
 from gpufence.control.jobspec import SubmitRequest
+from gpufence.control.nvml import NvmlError, PynvmlApi
 from gpufence.control.reconciler import Reconciler, SubmitResult
 from gpufence.control.recovery import recover
 from gpufence.control.telemetry import Telemetry
@@ -72,6 +76,8 @@ class ControlPlane:
             data_dir,
             self.telemetry,
         )
+        if not discovery.fake and isinstance(self.executor, LocalExecutor):
+            self.reconciler.gpu_util = _nvml_utilization()
         self.telemetry.set_live(lambda: self.reconciler.call(views.gauges).result(CALL_TIMEOUT_S))
         self.recovered: dict[str, int] = {}
 
@@ -172,3 +178,12 @@ class ControlPlane:
 
     def metrics(self) -> bytes:
         return self.telemetry.render()
+
+
+def _nvml_utilization() -> Callable[[int], float | None] | None:
+    """NVML's per-GPU utilisation for idle detection; None (CPU figure only) if NVML fails."""
+    try:
+        return GpuUtilization(PynvmlApi()).of
+    except (DiscoveryError, NvmlError) as exc:
+        log.warning("idle detection uses CPU time only: NVML utilisation unavailable (%s)", exc)
+        return None

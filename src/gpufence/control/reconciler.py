@@ -28,6 +28,7 @@ from gpufence.control import store as st
 from gpufence.control.config import ControlConfig
 from gpufence.control.devices import DeviceError, DeviceMap, assignment_json
 from gpufence.control.executors.base import AttemptExit, Executor, Launch, LaunchError, Member
+from gpufence.control.gpu_activity import job_activity
 from gpufence.control.jobspec import SubmitRequest, from_stored
 from gpufence.control.telemetry import Telemetry
 from gpufence.model.decisions import (
@@ -171,6 +172,8 @@ class Reconciler:
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self.cycles = 0
+        # NVML utilisation of whole GPUs (real GPUs only): idle detection looks at it too
+        self.gpu_util: Callable[[int], float | None] | None = None
         self._boot: list[Event] = []
         self._boot_stops: list[tuple[str, int]] = []
         executor.set_callbacks(self._on_exit, self._on_ack)
@@ -314,7 +317,8 @@ class Reconciler:
             for (jid, attempt), util in sample.items():
                 live = self.live.get(jid)
                 if live is not None and live.attempt == attempt and self._reclaimable(live):
-                    out.append(Activity(jid, util))
+                    devices = [d for m in live.launch.members for d in m.devices]
+                    out.append(Activity(jid, job_activity(util, devices, self.gpu_util)))
         return out
 
     def _reclaimable(self, live: Live) -> bool:
