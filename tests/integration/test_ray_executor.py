@@ -289,3 +289,40 @@ def test_notice_ack_and_stop_through_the_ray_executor(ray_cluster: Cluster, tmp_
         assert exits[0].codes == (-signal.SIGTERM,)
     finally:
         ex.close(kill=True)
+
+
+def test_activity_tells_a_busy_member_from_an_idle_one(
+    ray_cluster: Cluster, tmp_path: Path
+) -> None:
+    from gpufence.control.executors.base import Launch, Member
+
+    names = auto_names(nodes_now())
+    node = sorted(names)[1]
+    ex = RayExecutor(names, health_poll_s=0.2)
+    ex.set_callbacks(lambda _e: None, lambda _j, _a: None)
+    programs = {
+        "busy": "import time\nend=time.time()+60\nwhile time.time()<end: pass",
+        "idle": "import time; time.sleep(60)",
+    }
+    try:
+        for i, (jid, code) in enumerate(programs.items()):
+            adir = tmp_path / "jobs" / jid / "attempt-1"
+            ex.start(
+                Launch(
+                    job_id=jid,
+                    attempt=1,
+                    command=(sys.executable, "-c", code),
+                    env={},
+                    members=(Member(0, node, (str(i),)),),
+                    attempt_dir=adir,
+                    checkpoint_dir=tmp_path / "jobs" / jid / "checkpoints",
+                )
+            )
+        time.sleep(1.0)  # both processes are up
+        assert ex.activity() == {}  # the first sample only sets each attempt's baseline
+        time.sleep(1.5)
+        sample = ex.activity()
+        assert sample[("busy", 1)] > 0.3, sample
+        assert sample[("idle", 1)] < 0.05, sample
+    finally:
+        ex.close(kill=True)

@@ -46,6 +46,7 @@ from gpufence.control.executors.launcher import (
 from gpufence.control.executors.processes import (
     MemberProcess,
     attach,
+    group_cpu_by_pgid,
     killpg,
     recorded_exit,
     settle,
@@ -226,6 +227,12 @@ class NodeAgent:
             m = self._members.get(key)
             if m is not None and m.done.is_set():
                 del self._members[key]
+
+    async def cpu_seconds(self) -> dict[str, float]:
+        """CPU seconds used so far by each running member's process group (idle detection)."""
+        running = {k: m.proc.pid for k, m in self._members.items() if not m.done.is_set()}
+        per_group = group_cpu_by_pgid(set(running.values()))
+        return {k: per_group.get(pid, 0.0) for k, pid in running.items()}
 
     async def running(self) -> list[str]:
         return [k for k, m in self._members.items() if not m.done.is_set()]

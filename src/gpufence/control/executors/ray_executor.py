@@ -29,6 +29,7 @@ control plane reads them as with the local executor.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import signal
@@ -73,6 +74,7 @@ CALL_TIMEOUT_S = 60.0
 WAIT_CAP_S = 0.05
 """Longest single ``ray.wait``: refs added meanwhile are watched after at most this long."""
 ACK_WAIT_S = 30.0
+ACTIVITY_TIMEOUT_S = 1.0  # how long idle detection waits for a node agent's CPU sample
 
 _Agent = ray.remote(NodeAgent)
 
@@ -106,6 +108,7 @@ class RayExecutor(NodeHealth):
         self._up = dict.fromkeys(self._nodes, True)
         self._agents: dict[str, Any] = {}
         self._attempts: dict[Key, RayAttempt] = {}
+        self._cpu_base: dict[Key, tuple[float, float]] = {}  # CPU seconds, monotonic time
         self._refs: dict[Any, tuple[RayAttempt, RayMember]] = {}
         self._ack_refs: dict[Any, RayAttempt] = {}
         self._on_exit: ExitCallback = _ignore
@@ -280,7 +283,32 @@ class RayExecutor(NodeHealth):
             return list(self._attempts)
 
     def activity(self) -> dict[tuple[str, int], float]:
-        return {}  # CPU sampling on remote nodes is not implemented: idle reclaim never fires
+        """CPU utilisation per running attempt since the last call, from each node's agent
+        (the CPU time of the members' process groups). Agents that do not answer within
+        ``ACTIVITY_TIMEOUT_S`` are left out of this sample rather than stall the reconciler."""
+        with self._lock:
+            atts = list(self._attempts.values())
+        agents = {m.node_id: m.agent for a in atts for m in a.members if m.agent is not None}
+        refs = {nid: agent.cpu_seconds.remote() for nid, agent in agents.items()}
+        cpu: dict[str, float] = {}
+        for _nid, ref in refs.items():
+            with contextlib.suppress(Exception):  # a dead or slow agent: no sample from it
+                cpu.update(ray.get(ref, timeout=ACTIVITY_TIMEOUT_S))
+        now = time.monotonic()
+        out: dict[tuple[str, int], float] = {}
+        adir_keys = {a.key: str(a.launch.attempt_dir.absolute()) for a in atts}
+        for a in atts:
+            keys = [f"{adir_keys[a.key]}#{m.rank}" for m in a.members]
+            if not all(k in cpu for k in keys):
+                continue
+            total = sum(cpu[k] for k in keys)
+            base = self._cpu_base.get(a.key)
+            self._cpu_base[a.key] = (total, now)
+            if base is None or now <= base[1]:
+                continue  # the first sample only sets the baseline
+            util = (total - base[0]) / (now - base[1]) / max(1, len(a.members))
+            out[a.key] = min(1.0, max(0.0, util))
+        return out
 
     def close(self, kill: bool = False) -> None:
         if self._closing.is_set():
