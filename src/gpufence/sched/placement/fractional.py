@@ -236,7 +236,7 @@ def place_fractional(ledger: Ledger, job: Job, pool: str, scorer: Scorer) -> Pla
     st = _State(idx.free, idx.cpu, idx.mem, gmem)
     # cached scores are valid only for unmodified arrays: single replicas, no GPU memory
     use_cache = scorer.cacheable and job.replicas == 1 and gmem is None
-    key = (pod, req.gpu_mem_mib, job.mem_mib)
+    key = (pod, req.gpu_mem_mib)
     out: list[Assignment] = []
     for _ in range(job.replicas):
         rows, fit = _feasible(idx, st, job, pod)
@@ -246,11 +246,11 @@ def place_fractional(ledger: Ledger, job: Job, pool: str, scorer: Scorer) -> Pla
             sc = idx.scores(scorer, key)
             stale = rows[sc.version[rows] != idx.version[rows]]
             if stale.size:
-                s, col = scorer.score(_candidates(idx, st, stale, fit[stale], pod, job))
+                s, col = scorer.score(_candidates(idx, st, stale, fit[stale], pod))
                 sc.score[stale], sc.col[stale], sc.version[stale] = s, col, idx.version[stale]
             score, cols = sc.score[rows], sc.col[rows]
         else:
-            score, cols = scorer.score(_candidates(idx, st, rows, fit[rows], pod, job))
+            score, cols = scorer.score(_candidates(idx, st, rows, fit[rows], pod))
         at = scorer.pick(score, idx.nodes[rows])
         row = int(rows[at])
         a = _assignment(ledger, idx, st, row, int(cols[at]), fit[row], job)
@@ -281,9 +281,7 @@ def _feasible(idx: PoolIndex, st: _State, job: Job, pod: PodSpec) -> tuple[IntAr
     return np.flatnonzero(ok), fit
 
 
-def _candidates(
-    idx: PoolIndex, st: _State, rows: IntArr, fit: BoolArr, pod: PodSpec, job: Job
-) -> Candidates:
+def _candidates(idx: PoolIndex, st: _State, rows: IntArr, fit: BoolArr, pod: PodSpec) -> Candidates:
     return Candidates(
         free=st.free[rows],
         cpu=st.cpu[rows],
@@ -295,7 +293,6 @@ def _candidates(
         cpu_cap=idx.cpu_cap,
         mem_cap=idx.mem_cap,
         gpu_cap=idx.gpu_cap,
-        pod_mem=job.mem_mib,
     )
 
 

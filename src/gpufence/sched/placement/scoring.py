@@ -76,7 +76,6 @@ class Candidates:
     cpu_cap: int  # largest node CPU in the pool
     mem_cap: int  # largest node memory in the pool
     gpu_cap: int  # largest node GPU capacity (milli) in the pool
-    pod_mem: int = 0  # the pod's host memory MiB
 
     def after(self) -> IntArr:
         """Free milli after placing the pod: (r, G, G) for a sharing pod (one state per GPU
@@ -362,73 +361,20 @@ class FragmentationGradient(_TieBreak):
 
 
 class FencePack(FragmentationGradient):
-    """gpufence's own policy: FGD's bucketed gradient with host memory in the fragmentation
-    model, then a tie-break inside a bucket.
+    """gpufence's own policy: FGD's gradient at FGD's resolution, then a tie-break inside a
+    bucket: a sharing pod takes the tightest GPU anywhere in the pool (FGD takes the first best
+    GPU of the node it picked). A consistent node order among equal scores is what packs work
+    onto few nodes (exact, unbucketed FGD spreads and loses ~4 pp on openb).
 
-    * Memory stranding: FGD's fragment counts CPU (a typical pod that lacks CPU on a node makes
-      that node's free GPUs fragment) but not host memory. Here a node whose free host memory is
-      below ``MEM_QUANTILE`` (5th percentile) of the GPU pods' memory seen so far counts all its
-      free GPU milli as fragment, before and after the placement, so the gradient avoids
-      leaving GPUs behind on memory-exhausted nodes. The threshold is learned from observed GPU
-      pods (refreshed each time their count doubles; ``version`` changes with it).
-    * Tie-break inside a bucket: a sharing pod takes the tightest GPU anywhere in the pool (FGD
-      takes the first best GPU of the node it picked); other pods keep FGD's consistent node
-      order among equal scores, which is what packs work onto few nodes (exact, unbucketed FGD
-      spreads and loses ~4 pp on openb).
-
-    openb seed 42, alloc % at 130 % arrived vs our fgd-like fence-pack before the memory term:
-    default 95.64 (95.40), cpu200 95.03 (94.91), cpu250 93.31 (93.27), gpushare100 86.92
-    (86.92). Tried and dropped: whole GPUs to the node left with the fewest free GPUs and
-    CPU-only pods toward CPU surplus (-0.7..-1.7 pp on cpu200/cpu250); a one-step look-ahead
-    (next typical pod placed greedily on the node) added to the gradient (-0.9..-1.1 pp on
-    default) or as a tie-break (-2.5 pp: any node tie-break but the fixed order unpacks);
-    coarser/finer buckets (50 / 200 levels: +0.02 / -0.08); complementary shares (remainder
-    equal to a typical share) before tightest (+-0.2); a per-spec memory threshold (+0.08) and
-    a soft one (P(pod memory > node memory): -1.3 on cpu250) instead of the single quantile.
+    Tried and dropped (lost 0.7-1.7 pp on cpu200/cpu250): whole GPUs to the node left with the
+    fewest free GPUs; CPU-only pods toward CPU surplus over the free GPUs' typical CPU need.
     """
 
     name = "fence-pack"
     TIE = 0.5  # tie-break weight: below one bucket, so it never overrides the gradient
-    MEM_QUANTILE = 5.0  # percent of GPU pods' host memory: below it a node's GPUs are stranded
 
     def __init__(self, workload: TypicalWorkload | None = None, seed: int = 0) -> None:
         super().__init__(workload, seed, quantized=True)
-        self._mems: list[int] = []
-        self._next_refresh = 1
-        self._mem_version = 0
-        self.mem_min = 0.0  # host MiB below which a node's free GPUs count as fragment
-
-    def observe(self, job: Job) -> None:
-        super().observe(job)
-        if job.request.gpus == 0:
-            return
-        self._mems.append(job.mem_mib)
-        if len(self._mems) >= self._next_refresh:
-            self._next_refresh = 2 * len(self._mems)
-            new = float(np.percentile(self._mems, self.MEM_QUANTILE))
-            if new != self.mem_min:
-                self.mem_min = new
-                self._mem_version += 1
-
-    def version(self) -> int:
-        return self.workload.version + (self._mem_version << 32)
-
-    def delta(self, c: Candidates) -> FloatArr:
-        model = self.workload.compiled(c.types)
-
-        def frag(free: IntArr, cpu: IntArr, tid: IntArr, mem: IntArr) -> FloatArr:
-            out: FloatArr = np.where(mem < self.mem_min, free.sum(-1), model.frag(free, cpu, tid))
-            return out
-
-        before = frag(c.free, c.cpu, c.tid, c.mem)
-        cpu_after = c.cpu - c.pod.cpu_milli
-        mem_after = c.mem - c.pod_mem
-        if c.pod.sharing:
-            after = frag(c.after(), cpu_after[:, None], c.tid[:, None], mem_after[:, None])
-            res: FloatArr = after - before[:, None]
-            return res
-        out: FloatArr = frag(c.after(), cpu_after, c.tid, mem_after) - before
-        return out
 
     def score(self, c: Candidates) -> tuple[FloatArr, IntArr]:
         q = _quantize(1.0 / (1.0 + np.exp(self.delta(c) / 1000.0)))
