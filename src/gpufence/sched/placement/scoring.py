@@ -366,8 +366,19 @@ class FencePack(FragmentationGradient):
     GPU of the node it picked). A consistent node order among equal scores is what packs work
     onto few nodes (exact, unbucketed FGD spreads and loses ~4 pp on openb).
 
-    Tried and dropped (lost 0.7-1.7 pp on cpu200/cpu250): whole GPUs to the node left with the
-    fewest free GPUs; CPU-only pods toward CPU surplus over the free GPUs' typical CPU need.
+    Tried and dropped (openb, alloc % at 130 %; "8 s" = mean of seeds 42..49, where this policy
+    gives default 95.41, cpu200 94.92, cpu250 93.17, gpushare100 86.84 and one seed moves by
+    +-0.15): whole GPUs to the node left with the fewest free GPUs, CPU-only pods toward CPU
+    surplus (-0.7..-1.7 pp on cpu200/cpu250); a one-step look-ahead (the next typical pod placed
+    greedily on the node) added to the gradient (-0.9..-1.1 pp on default) or as a node
+    tie-break (-2.5 pp: any node tie-break but the fixed order unpacks); host memory in the
+    fragment (a node below the 5th percentile of GPU pods' memory counts its free GPUs as
+    fragment: +0.24 on default seed 42 but -0.02 over 8 s, +0.05 on cpu250); per-spec or soft
+    memory thresholds (worse); 50 / 200 / 25 score levels (8 s default +0.01 / - / -0.17);
+    sharing pods to a GPU whose remainder equals a typical share (+-0.01, 8 s); whole-GPU pods
+    off untouched nodes as a tie-break (+0.02, 8 s). Bound on default: ~960 GPUs hold one 810m
+    pod whose 190m remainder only the rare <= 190m pods (1.3 % of pods) can use -- ~180 of the
+    ~285 idle GPUs at the end (2.9 pp) no online order recovers.
     """
 
     name = "fence-pack"
