@@ -31,13 +31,11 @@ import logging
 import os
 import signal
 import socket
-import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
 
-from gpufence.control.executors import launcher as _launcher
 from gpufence.control.executors.base import (
     AckCallback,
     ExitCallback,
@@ -51,12 +49,11 @@ from gpufence.control.executors.launcher import (
     exit_file,
     out_file,
     pid_file,
-    pid_record,
-    proc_start_time,
 )
 from gpufence.control.executors.memberenv import member_envs
 from gpufence.control.executors.processes import (
     MemberProcess,
+    SpawnError,
     attach,
     group_cpu,
     group_cpu_by_pgid,
@@ -64,6 +61,7 @@ from gpufence.control.executors.processes import (
     member_pgids,
     reap_now,
     recorded_exit,
+    spawn_member,
 )
 from gpufence.control.executors.watcher import Attempt, AttemptWatcher, Key
 
@@ -71,7 +69,6 @@ log = logging.getLogger("gpufence.executor")
 
 GANG_GRACE_S = 5.0
 """SIGTERM -> SIGKILL grace for the rest of a gang after one member failed."""
-_LAUNCHER = Path(_launcher.__file__).resolve()
 
 
 class LocalExecutor(AttemptWatcher):
@@ -293,41 +290,12 @@ class LocalExecutor(AttemptWatcher):
     def _spawn_member(
         self, launch: Launch, adir: Path, rank: int, env: dict[str, str]
     ) -> MemberProcess:
-        argv = [self.python, "-I", "-S", str(_LAUNCHER), str(adir), "--rank", str(rank)]
-        argv += ["--catch", str(int(self.notice_signal)), "--", *launch.command]
-        # The launcher inherits this thread's mask: it starts with the stop/notice signals
-        # blocked and unblocks them once its no-op handlers are in place.
-        old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, self._caught)
         try:
-            with open(err_file(adir, rank), "ab") as err:
-                popen = subprocess.Popen(
-                    argv,
-                    env=env,
-                    cwd=launch.cwd,
-                    stdin=subprocess.DEVNULL,
-                    stdout=subprocess.DEVNULL,
-                    stderr=err,
-                    start_new_session=True,
-                    close_fds=True,
-                )
-        except (OSError, ValueError) as exc:
-            raise LaunchError(f"cannot start rank {rank} of job {launch.job_id}: {exc}") from exc
-        finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
-        member = MemberProcess(rank, popen.pid, None, popen)
-        try:
-            member.pidfd = os.pidfd_open(popen.pid)
-        except OSError as exc:
-            killpg(popen.pid, signal.SIGKILL)
-            popen.wait()
-            raise LaunchError(f"pidfd_open failed for rank {rank}: {exc}") from exc
-        start_time = proc_start_time(popen.pid)
-        if start_time is not None:  # same record the launcher writes; covers a crash in between
-            try:
-                atomic_write(pid_file(adir, rank), pid_record(popen.pid, start_time))
-            except OSError as exc:
-                log.warning("job %s rank %d: cannot write pid file: %s", launch.job_id, rank, exc)
-        return member
+            return spawn_member(
+                self.python, adir, rank, launch.command, env, launch.cwd, self._caught
+            )
+        except SpawnError as exc:
+            raise LaunchError(f"job {launch.job_id}: {exc}") from exc
 
 
 # ---------------------------------------------------------------------- helpers

@@ -26,36 +26,33 @@ import contextlib
 import os
 import signal
 import socket
-import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpufence.control.executors import launcher as _launcher
 from gpufence.control.executors.launcher import (
     atomic_write,
     err_file,
     exit_file,
     out_file,
     pid_file,
-    pid_record,
-    proc_start_time,
 )
 from gpufence.control.executors.processes import (
     MemberProcess,
+    SpawnError,
     attach,
     group_cpu_by_pgid,
     killpg,
     recorded_exit,
     settle,
+    spawn_member,
     waitid,
 )
 
 ACK_POLL_S = 0.02
 """How often ``wait_ack`` looks for the ack file."""
-_LAUNCHER = Path(_launcher.__file__).resolve()
 
 
 @dataclass(eq=False)
@@ -133,40 +130,12 @@ class NodeAgent:
         full_env.update(env)
         full_env["GPUFENCE_RAY_NODE_ID"] = await self._node_id()
         caught = {signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, *map(signal.Signals, catch)}
-        argv = [sys.executable, "-I", "-S", str(_LAUNCHER), str(adir), "--rank", str(rank)]
-        for sig in catch:
-            argv += ["--catch", str(int(sig))]
-        argv += ["--", *command]
-        # the launcher starts with the stop/notice signals blocked (see launcher.py)
-        old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, caught)
         try:
-            with open(err_file(adir, rank), "ab") as err:
-                popen = subprocess.Popen(
-                    argv,
-                    env=full_env,
-                    cwd=cwd,
-                    stdin=subprocess.DEVNULL,
-                    stdout=subprocess.DEVNULL,
-                    stderr=err,
-                    start_new_session=True,
-                    close_fds=True,
-                )
-        except (OSError, ValueError) as exc:
-            raise RuntimeError(f"cannot start rank {rank}: {exc}") from exc
-        finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
-        try:
-            pidfd = os.pidfd_open(popen.pid)
-        except OSError as exc:
-            killpg(popen.pid, signal.SIGKILL)
-            popen.wait()
-            raise RuntimeError(f"pidfd_open failed for rank {rank}: {exc}") from exc
-        start_time = proc_start_time(popen.pid)
-        if start_time is not None:
-            with contextlib.suppress(OSError):
-                atomic_write(pid_file(adir, rank), pid_record(popen.pid, start_time))
-        self._watch(key, adir, MemberProcess(rank, popen.pid, pidfd, popen))
-        return popen.pid
+            proc = spawn_member(sys.executable, adir, rank, command, full_env, cwd, caught)
+        except SpawnError as exc:
+            raise RuntimeError(str(exc)) from exc
+        self._watch(key, adir, proc)
+        return proc.pid
 
     async def adopt(self, attempt_dir: str, rank: int) -> tuple[bool, int | None]:
         """(True, None) if the member runs (known here, or re-found from its pid record after an
