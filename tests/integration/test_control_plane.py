@@ -27,17 +27,9 @@ from gpufence.control.demo import fenced_spec
 from gpufence.control.discovery import fake_gpus, node_spec
 from gpufence.control.jobspec import SubmitRequest
 from gpufence.control.plane import ControlPlane
+from waiting import until
 
 JOB = [sys.executable, "-m", "gpufence.control.demo_jobs"]
-
-
-def _until(cond: Callable[[], bool], limit_s: float, what: str) -> None:
-    end = time.monotonic() + limit_s
-    while time.monotonic() < end:
-        if cond():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {limit_s} s waiting for {what}")
 
 
 def _req(*args: str, **fields: Any) -> SubmitRequest:
@@ -69,7 +61,7 @@ def test_sixty_six_jobs_on_eight_gpus(plane: Callable[[dict[str, Any]], ControlP
     p = plane(node_spec(fake_gpus(8)))
     ids = [p.submit(_req("sleep", "0.3"), ADMIN).job_id for _ in range(66)]
     assert len(set(ids)) == 66
-    _until(lambda: _states(p).get(st.DONE, 0) == 66, 90, "66 jobs done")
+    until(lambda: _states(p).get(st.DONE, 0) == 66, 90, "66 jobs done")
     runs = joblogs.runs(p.data_dir, node="local-0")
     assert {r.job for r in runs} == set(ids)
     assert joblogs.max_per_device(runs) == 1  # from the processes' own clocks
@@ -97,13 +89,13 @@ def test_preemption_handshake(plane: Callable[[dict[str, Any]], ControlPlane], a
         victim = SubmitRequest(command=[sys.executable, "-c", code], gpus=4, checkpointable=True)
     train = p.submit(victim, ADMIN).job_id
     serving = [p.submit(_req("serve", **{"class": "serving"}), ADMIN).job_id for _ in range(2)]
-    _until(lambda: _states(p).get(st.RUNNING, 0) == 3, 20, "training and serving running")
+    until(lambda: _states(p).get(st.RUNNING, 0) == 3, 20, "training and serving running")
     # the victim has its notice handler in place (real policies give min_runtime_s for this)
     marker = '"resume"' if acks else "ready"
     log = p.log_path(train, 1)
-    _until(lambda: log.exists() and marker in log.read_text(), 20, "the victim's handler")
+    until(lambda: log.exists() and marker in log.read_text(), 20, "the victim's handler")
     surge = p.submit(_req("serve", "--seconds", "1", **{"class": "serving"}), ADMIN).job_id
-    _until(lambda: (j := p.job(surge, ADMIN)) is not None and j.state == st.DONE, 30, "surge")
+    until(lambda: (j := p.job(surge, ADMIN)) is not None and j.state == st.DONE, 30, "surge")
     kinds = [k for k, _r, _m in _events(p, train)]
     assert kinds[:2] == ["submitted", "bind"]
     assert "notice" in kinds and "stop" in kinds and "requeue" in kinds
@@ -115,9 +107,9 @@ def test_preemption_handshake(plane: Callable[[dict[str, Any]], ControlPlane], a
         assert "checkpoint-ack" not in kinds
         assert "grace period expired" in stop_msg
     # the victim comes back as attempt 2 once the surge is over
-    _until(lambda: len(p.attempts(train)) == 2, 20, "attempt 2 of the preempted job")
+    until(lambda: len(p.attempts(train)) == 2, 20, "attempt 2 of the preempted job")
     if acks:
-        _until(lambda: (j := p.job(train, ADMIN)) is not None and j.state == st.DONE, 60, "done")
+        until(lambda: (j := p.job(train, ADMIN)) is not None and j.state == st.DONE, 60, "done")
         resumed = [
             json.loads(line)
             for line in p.log_path(train, 2).read_text().splitlines()
@@ -139,7 +131,7 @@ def _up(data: Path) -> subprocess.Popen[bytes]:
     cmd = [sys.executable, "-m", "gpufence", "up", "--fake-gpus", "4", "--data", str(data)]
     log = open(data.parent / f"server-{time.monotonic_ns()}.log", "wb")  # noqa: SIM115
     proc = subprocess.Popen([*cmd, "--port", "0"], stdout=log, stderr=subprocess.STDOUT)
-    _until(lambda: (data / "server.json").exists() or proc.poll() is not None, 30, "server up")
+    until(lambda: (data / "server.json").exists() or proc.poll() is not None, 30, "server up")
     assert proc.poll() is None, "server exited at start"
     return proc
 
@@ -157,13 +149,13 @@ def test_kill_9_mid_run_loses_no_job_and_runs_no_attempt_twice(tmp_path: Path) -
         def running() -> int:
             return sum(j["state"] == "running" for j in client.jobs())
 
-        _until(lambda: running() == 4, 20, "4 jobs running")
+        until(lambda: running() == 4, 20, "4 jobs running")
         os.kill(server.pid, signal.SIGKILL)  # no shutdown code runs
         server.wait(10)
         time.sleep(2.0)  # the running jobs finish while the control plane is down
         server = _up(data)
         client = Client(data_dir=data)
-        _until(
+        until(
             lambda: all(j["state"] == "done" for j in client.jobs()),
             60,
             "all jobs done after restart",

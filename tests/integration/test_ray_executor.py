@@ -27,6 +27,8 @@ from typing import Any
 
 import pytest
 
+from waiting import until
+
 # loopback only: read by Ray at import time; without it Ray advertises the outward address
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 ray = pytest.importorskip("ray", reason="ray is not installed (pip install 'gpufence[ray]')")
@@ -52,15 +54,6 @@ JOB = (
     "print(json.dumps({k: os.environ.get(k) for k in keys}),flush=True);"
     "time.sleep(float(sys.argv[1]))"
 )
-
-
-def _until(cond: Callable[[], bool], limit_s: float, what: str) -> None:
-    end = time.monotonic() + limit_s
-    while time.monotonic() < end:
-        if cond():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {limit_s} s waiting for {what}")
 
 
 def _req(seconds: float, **fields: Any) -> SubmitRequest:
@@ -170,7 +163,7 @@ def test_gang_runs_where_the_scheduler_placed_it(
     gang = p.submit(_req(0.5, gpus=4, replicas=2), ADMIN).job_id  # two whole nodes
     small = [p.submit(_req(0.3, gpus=2), ADMIN).job_id for _ in range(6)]  # queue behind it
     jobs = [gang, *small]
-    _until(lambda: all(_state(p, j) == st.DONE for j in jobs), 60, "all jobs done")
+    until(lambda: all(_state(p, j) == st.DONE for j in jobs), 60, "all jobs done")
     ids = ex.node_ids()
     gang_nodes = set()
     for jid in jobs:
@@ -203,11 +196,11 @@ def test_restart_adopts_a_running_job(
 ) -> None:
     p, _ex = make_plane()
     jid = p.submit(_req(3.0, gpus=1), ADMIN).job_id
-    _until(lambda: p.log_path(jid, 1).exists() and p.log_path(jid, 1).read_text(), 20, "running")
+    until(lambda: p.log_path(jid, 1).exists() and p.log_path(jid, 1).read_text(), 20, "running")
     p.close(kill_jobs=False)  # the job keeps running under its node agent
     q, _ex2 = make_plane()
     assert q.recovered["adopted"] == 1
-    _until(lambda: _state(q, jid) == st.DONE, 20, "the adopted job to finish")
+    until(lambda: _state(q, jid) == st.DONE, 20, "the adopted job to finish")
     assert [a.attempt for a in q.attempts(jid)] == [1]
     assert _job(q, jid).exit_code == 0
 
@@ -218,14 +211,14 @@ def test_node_loss_requeues_the_gang_there(
     p, ex = make_plane()
     gang = p.submit(_req(60, gpus=4, replicas=2), ADMIN).job_id
     other = p.submit(_req(60, gpus=4), ADMIN).job_id
-    _until(lambda: _state(p, gang) == _state(p, other) == st.RUNNING, 30, "both running")
+    until(lambda: _state(p, gang) == _state(p, other) == st.RUNNING, 30, "both running")
     ids = ex.node_ids()
     gang_nodes = [node for node, _ in _members(p, gang, 1)]
     other_node = _members(p, other, 1)[0][0]
     assert other_node not in gang_nodes
     victim = next(n for n in ray_cluster.worker_nodes if n.node_id == ids[gang_nodes[1]])
     ray_cluster.remove_node(victim)
-    _until(lambda: _job(p, gang).attempt == 2, 30, "the gang requeued as attempt 2")
+    until(lambda: _job(p, gang).attempt == 2, 30, "the gang requeued as attempt 2")
     kinds = [(e["kind"], e["reason"]) for e in p.events(ADMIN, job_id=gang)]
     assert ("stop", "node-failure") in kinds
     assert any(k == "requeue" for k, _ in kinds)
@@ -240,10 +233,10 @@ def test_node_loss_requeues_the_gang_there(
     assert not _alive(p.log_path(gang, 1).parent, 0)
     # once the other job is gone, attempt 2 runs on the two surviving nodes
     p.cancel(other, ADMIN)
-    _until(lambda: _state(p, gang) == st.RUNNING, 30, "attempt 2 running")
+    until(lambda: _state(p, gang) == st.RUNNING, 30, "attempt 2 running")
     again = {node for node, _ in _members(p, gang, 2)}
     assert gang_nodes[1] not in again and len(again) == 2
-    _until(lambda: p.log_path(gang, 2, 1).exists() and p.log_path(gang, 2, 1).read_text(), 20, "")
+    until(lambda: p.log_path(gang, 2, 1).exists() and p.log_path(gang, 2, 1).read_text(), 20, "")
     assert _seen(p, gang, 2, 1)["GPUFENCE_RAY_NODE_ID"] in {ids[n] for n in again}
 
 
@@ -279,12 +272,12 @@ def test_notice_ack_and_stop_through_the_ray_executor(ray_cluster: Cluster, tmp_
     try:
         ex.start(launch)
         out = adir / "rank-0.out"
-        _until(lambda: out.exists() and "ready" in out.read_text(), 30, "the job's handler")
+        until(lambda: out.exists() and "ready" in out.read_text(), 30, "the job's handler")
         ex.notice("h1", 1, "incident-preemption", time.time() + 30)
-        _until(lambda: acks == [("h1", 1)], 15, "the checkpoint ack")
+        until(lambda: acks == [("h1", 1)], 15, "the checkpoint ack")
         assert (adir / "notice").exists()
         ex.stop("h1", 1, grace_s=5.0)
-        _until(lambda: len(exits) == 1, 20, "the stopped attempt's exit")
+        until(lambda: len(exits) == 1, 20, "the stopped attempt's exit")
         assert exits[0].stopped and not exits[0].succeeded
         assert exits[0].codes == (-signal.SIGTERM,)
     finally:
