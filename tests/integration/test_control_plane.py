@@ -136,7 +136,16 @@ def _up(data: Path) -> subprocess.Popen[bytes]:
     return proc
 
 
-def test_kill_9_mid_run_loses_no_job_and_runs_no_attempt_twice(tmp_path: Path) -> None:
+# when to kill -9 the server: (what to wait for, seconds it stays down), in order
+KILL_PLANS = {
+    "mid-run": [("4 running", 2.0)],  # the running jobs finish while it is down
+    "right-after-submit": [("nothing", 0.2)],  # binds may be persisted but not yet spawned
+    "twice": [("4 running", 0.3), ("0.7 s", 1.0)],  # a restart that is itself killed
+}
+
+
+@pytest.mark.parametrize("plan", list(KILL_PLANS))
+def test_kill_9_loses_no_job_and_runs_no_attempt_twice(tmp_path: Path, plan: str) -> None:
     data = tmp_path / "data"
     data.mkdir()
     server = _up(data)
@@ -145,16 +154,21 @@ def test_kill_9_mid_run_loses_no_job_and_runs_no_attempt_twice(tmp_path: Path) -
         ids = [
             client.submit({"command": [*JOB, "sleep", "1.5"], "gpus": 1})["id"] for _ in range(10)
         ]
+        for wait_for, down_s in KILL_PLANS[plan]:
+            if wait_for == "4 running":
+                now = client  # the client of the server running now
 
-        def running() -> int:
-            return sum(j["state"] == "running" for j in client.jobs())
+                def four_running(c: Client = now) -> bool:
+                    return sum(j["state"] == "running" for j in c.jobs()) == 4
 
-        until(lambda: running() == 4, 20, "4 jobs running")
-        os.kill(server.pid, signal.SIGKILL)  # no shutdown code runs
-        server.wait(10)
-        time.sleep(2.0)  # the running jobs finish while the control plane is down
-        server = _up(data)
-        client = Client(data_dir=data)
+                until(four_running, 20, "4 jobs running")
+            elif wait_for == "0.7 s":
+                time.sleep(0.7)
+            os.kill(server.pid, signal.SIGKILL)  # no shutdown code runs
+            server.wait(10)
+            time.sleep(down_s)
+            server = _up(data)
+            client = Client(data_dir=data)
         until(
             lambda: all(j["state"] == "done" for j in client.jobs()),
             60,
