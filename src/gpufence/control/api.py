@@ -27,9 +27,9 @@ from pydantic import BaseModel
 from gpufence import __version__
 from gpufence.control import store as st
 from gpufence.control.auth import tenant_dependency
+from gpufence.control.inbox import CancelError
 from gpufence.control.jobspec import SubmitRequest, from_stored
 from gpufence.control.plane import AccessError, ControlPlane
-from gpufence.control.reconciler import CancelError
 
 UNPROCESSABLE = 422  # starlette renamed the constant (..._CONTENT); the number is stable
 MAX_LOG_CHUNK = 1 << 20

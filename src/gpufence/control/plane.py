@@ -21,9 +21,10 @@ from gpufence.control.discovery import Discovery
 from gpufence.control.executors.base import Executor
 from gpufence.control.executors.local import LocalExecutor
 from gpufence.control.gpu_activity import GpuUtilization
+from gpufence.control.inbox import SubmitResult
 from gpufence.control.jobspec import SubmitRequest
 from gpufence.control.nvml import NvmlError, PynvmlApi
-from gpufence.control.reconciler import Reconciler, SubmitResult
+from gpufence.control.reconciler import Reconciler
 from gpufence.control.recovery import recover
 from gpufence.control.telemetry import Telemetry
 from gpufence.model.cluster import Cluster

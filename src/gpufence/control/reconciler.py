@@ -20,15 +20,27 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from gpufence.control import store as st
 from gpufence.control.config import ControlConfig
 from gpufence.control.devices import DeviceError, DeviceMap, assignment_json
 from gpufence.control.executors.base import AttemptExit, Executor, Launch, LaunchError, Member
 from gpufence.control.gpu_activity import job_activity
+from gpufence.control.inbox import (
+    Ack,
+    Call,
+    Cancel,
+    CancelError,
+    Clock,
+    Item,
+    Live,
+    NodeEvent,
+    Pending,
+    Submit,
+    SubmitResult,
+)
 from gpufence.control.jobspec import SubmitRequest, from_stored
 from gpufence.control.telemetry import Telemetry
 from gpufence.model.decisions import (
@@ -59,89 +71,6 @@ from gpufence.sched.scheduler import Scheduler
 
 log = logging.getLogger("gpufence.reconciler")
 T = TypeVar("T")
-
-
-@dataclass(frozen=True, slots=True)
-class SubmitResult:
-    job_id: str
-    state: str
-    reason: str = ""
-    message: str = ""
-
-
-class CancelError(ValueError):
-    pass
-
-
-@dataclass(slots=True)
-class _Submit:
-    req: SubmitRequest
-    tenant: str
-    future: Future[SubmitResult]
-
-
-@dataclass(slots=True)
-class _Cancel:
-    job_id: str
-    future: Future[str]
-
-
-@dataclass(slots=True)
-class _Call:
-    fn: Callable[[Reconciler], Any]
-    future: Future[Any]
-
-
-@dataclass(slots=True)
-class _Ack:
-    job_id: str
-    attempt: int
-
-
-@dataclass(slots=True)
-class _Node:
-    node: str
-    up: bool
-
-
-@dataclass(slots=True)
-class Live:
-    """What the reconciler knows about a job whose processes may exist."""
-
-    attempt: int
-    launch: Launch
-    tenant: str
-    partition: str
-    workload_class: str
-    spec: SubmitRequest
-    stopping: bool = False  # the scheduler said Stop
-    requeue: bool = False
-    cancel: bool = False  # the user cancelled it
-    orphan: bool = False  # ended while the control plane was down; not in the scheduler
-
-
-@dataclass(slots=True)
-class Clock:
-    """Wall time that never goes backwards (the scheduler refuses time travel)."""
-
-    last: float = 0.0
-    source: Callable[[], float] = time.time
-
-    def __call__(self) -> float:
-        self.last = max(self.last, self.source())
-        return self.last
-
-
-@dataclass(slots=True)
-class _Pending:
-    """Per-cycle bookkeeping while decisions are applied."""
-
-    launches: list[tuple[str, Launch]] = field(default_factory=list)
-    notices: list[tuple[str, int, str, float]] = field(default_factory=list)
-    stops: list[tuple[str, int]] = field(default_factory=list)
-
-
-Item = _Submit | _Cancel | _Call | _Ack | _Node | AttemptExit | None
 
 
 class Reconciler:
@@ -182,35 +111,35 @@ class Reconciler:
     # ------------------------------------------------------------------ API (any thread)
     def submit(self, req: SubmitRequest, tenant: str) -> Future[SubmitResult]:
         fut: Future[SubmitResult] = Future()
-        self._inbox.put(_Submit(req, tenant, fut))
+        self._inbox.put(Submit(req, tenant, fut))
         return fut
 
     def cancel(self, job_id: str) -> Future[str]:
         fut: Future[str] = Future()
-        self._inbox.put(_Cancel(job_id, fut))
+        self._inbox.put(Cancel(job_id, fut))
         return fut
 
     def call(self, fn: Callable[[Reconciler], T]) -> Future[T]:
         """Run ``fn`` on the reconciler thread between cycles (read-only scheduler queries)."""
         fut: Future[T] = Future()
-        self._inbox.put(_Call(fn, fut))
+        self._inbox.put(Call(fn, fut))
         return fut
 
     def boot(self, events: list[Event], stops: list[tuple[str, int]]) -> None:
         """Recovery's findings, applied by the first cycle (restores before any placement)."""
         self._boot += events
         self._boot_stops += stops
-        self._inbox.put(_Call(lambda _r: None, Future()))
+        self._inbox.put(Call(lambda _r: None, Future()))
 
     def _on_exit(self, ev: AttemptExit) -> None:
         self.telemetry.exit_seen(ev.job_id, ev.attempt, time.time())
         self._inbox.put(ev)
 
     def _on_ack(self, job_id: str, attempt: int) -> None:
-        self._inbox.put(_Ack(job_id, attempt))
+        self._inbox.put(Ack(job_id, attempt))
 
     def _on_node(self, node: str, up: bool) -> None:
-        self._inbox.put(_Node(node, up))
+        self._inbox.put(NodeEvent(node, up))
 
     # ------------------------------------------------------------------ thread
     def start(self, first_id: int) -> None:
@@ -234,7 +163,7 @@ class Reconciler:
             except Exception:  # a bug must not silently stop every job: log loudly, keep going
                 log.exception("reconciler cycle failed")
                 for it in items:
-                    if isinstance(it, _Submit | _Cancel | _Call) and not it.future.done():
+                    if isinstance(it, Submit | Cancel | Call) and not it.future.done():
                         it.future.set_exception(RuntimeError("internal error; see server log"))
 
     def _timeout(self) -> float:
@@ -265,26 +194,26 @@ class Reconciler:
         self.cycles += 1
         events, self._boot = self._boot, []
         submits: list[tuple[str, Future[SubmitResult]]] = []
-        calls: list[_Call] = []
-        act = _Pending(stops=self._boot_stops)
+        calls: list[Call] = []
+        act = Pending(stops=self._boot_stops)
         self._boot_stops = []
         with self.store.transaction() as tx:
             for it in items:
-                if isinstance(it, _Submit):
+                if isinstance(it, Submit):
                     self._submit(tx, it, now, events, submits)
-                elif isinstance(it, _Cancel):
+                elif isinstance(it, Cancel):
                     self._cancel(tx, it, now, events, act)
                 elif isinstance(it, AttemptExit):
                     self._exited(tx, it, now, events)
-                elif isinstance(it, _Ack):
+                elif isinstance(it, Ack):
                     live = self.live.get(it.job_id)
                     if live is not None and live.attempt == it.attempt and not live.orphan:
                         tx.log(now, it.job_id, "checkpoint-ack", "", f"attempt {it.attempt}")
                         events.append(CheckpointAck(it.job_id))
-                elif isinstance(it, _Node):  # the core stops (and requeues) what ran there
+                elif isinstance(it, NodeEvent):  # the core stops (and requeues) what ran there
                     tx.log(now, None, "node-up" if it.up else "node-down", "", it.node)
                     events.append(NodeUp(it.node) if it.up else NodeDown(it.node))
-                elif isinstance(it, _Call):
+                elif isinstance(it, Call):
                     calls.append(it)
             events += self._timed(now)
         decisions = self.scheduler.step(events, now)
@@ -332,7 +261,7 @@ class Reconciler:
     def _submit(
         self,
         tx: st.Tx,
-        it: _Submit,
+        it: Submit,
         now: float,
         events: list[Event],
         submits: list[tuple[str, Future[SubmitResult]]],
@@ -354,9 +283,7 @@ class Reconciler:
         submits.append((jid, it.future))
         self.telemetry.submitted(str(req.workload_class))
 
-    def _cancel(
-        self, tx: st.Tx, it: _Cancel, now: float, events: list[Event], act: _Pending
-    ) -> None:
+    def _cancel(self, tx: st.Tx, it: Cancel, now: float, events: list[Event], act: Pending) -> None:
         rec = self.scheduler.jobs().get(it.job_id)
         live = self.live.get(it.job_id)
         if live is not None:
@@ -448,7 +375,7 @@ class Reconciler:
             tx.set_job(ev.job_id, state=state, ended_at=now)
 
     # ------------------------------------------------------------------ decisions
-    def _decided(self, tx: st.Tx, d: Decision, now: float, act: _Pending) -> None:
+    def _decided(self, tx: st.Tx, d: Decision, now: float, act: Pending) -> None:
         if isinstance(d, Bind):
             self._bind(tx, d, now, act)
         elif isinstance(d, Notice):
@@ -492,7 +419,7 @@ class Reconciler:
             # fake GPUs re-partition instantly; the delay models nvidia-smi's
             self._mig_ready[d.gpu] = now + d.ready_after_s
 
-    def _bind(self, tx: st.Tx, d: Bind, now: float, act: _Pending) -> None:
+    def _bind(self, tx: st.Tx, d: Bind, now: float, act: Pending) -> None:
         row = tx.job(d.job_id)
         rec = self.scheduler.job(d.job_id)
         spec = from_stored(row.spec)
@@ -547,7 +474,7 @@ class Reconciler:
         self.telemetry.bound(rec.home, row.workload_class, now - row.submitted_at)
 
     # ------------------------------------------------------------------ side effects
-    def _act(self, act: _Pending, now: float) -> None:
+    def _act(self, act: Pending, now: float) -> None:
         started: list[tuple[str, int]] = []
         for jid, launch in act.launches:
             if not launch.members:  # a failed bind: report the exit so the core frees the GPUs

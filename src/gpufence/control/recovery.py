@@ -22,8 +22,9 @@ from pathlib import Path
 from gpufence.control import store as st
 from gpufence.control.devices import assignment_from_json
 from gpufence.control.executors.base import Launch, Member
+from gpufence.control.inbox import Live
 from gpufence.control.jobspec import from_stored
-from gpufence.control.reconciler import Live, Reconciler
+from gpufence.control.reconciler import Reconciler
 from gpufence.model.decisions import Reason
 from gpufence.model.events import Event, JobRestored, JobSubmitted
 
