@@ -225,12 +225,13 @@ def test_node_loss_requeues_the_gang_there(
     first = next(a for a in p.attempts(gang) if a.attempt == 1)
     assert first.exit_codes is not None and None in first.exit_codes
     assert _state(p, gang) == st.PENDING  # 8 GPUs needed; the surviving free node has 4
-    # the job on the other node never noticed; the gang's survivor (rank 0) was stopped. (Rank 1
-    # outlives its "node" here: Ray's simulated node death kills the agent, not the launcher's
-    # own session, which a real machine failure would take down; the fixture ends it by pid.)
+    # the job on the other node never noticed; the gang's survivor (rank 0) was stopped, and
+    # rank 1, whose "node" was removed (Ray kills the agent, not the launcher's own session, on
+    # this one machine), fenced itself off when its agent died: attempt 1 cannot run on
     assert _state(p, other) == st.RUNNING
     assert _alive(p.log_path(other, 1).parent, 0)
     assert not _alive(p.log_path(gang, 1).parent, 0)
+    until(lambda: not _alive(p.log_path(gang, 1).parent, 1), 10, "the lost member fenced off")
     # once the other job is gone, attempt 2 runs on the two surviving nodes
     p.cancel(other, ADMIN)
     until(lambda: _state(p, gang) == st.RUNNING, 30, "attempt 2 running")

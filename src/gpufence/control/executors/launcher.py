@@ -2,7 +2,8 @@
 
 Usage::
 
-    python -m gpufence.control.executors.launcher ATTEMPT_DIR --rank R [--catch N]... -- ARGV...
+    python -m gpufence.control.executors.launcher ATTEMPT_DIR --rank R [--catch N]...
+        [--fence-parent PID] -- ARGV...
 
 (``LocalExecutor`` runs this file by path with ``python -I -S``: it imports only the standard
 library, so it needs neither ``gpufence`` on the path nor ``site``, and starts ~20 ms sooner.)
@@ -20,6 +21,12 @@ session). It
 4. waits, writes ``rank-R.exit`` (JSON: ``code``, ``ended_unix``; negative code = killed by that
    signal) atomically and exits with the code (128 + signal for a signal death).
 
+With ``--fence-parent PID`` (the Ray node agent passes its own pid) the member does not outlive
+that process: if it dies (the node agent is gone, so the control plane has declared
+the member lost and will run the job again elsewhere), the launcher stops the group itself
+(SIGTERM, 5 s, then SIGKILL), so a requeued job never runs twice. The local executor does not
+use it: there the jobs must survive a control-plane restart and be adopted.
+
 A command that cannot be executed gets code 127 (not found) or 126 (not executable) and a
 message in ``rank-R.err``. The executor starts the launcher with the caught signals *blocked*;
 the launcher forwards any that arrived before the user command existed, then unblocks them, so
@@ -31,6 +38,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import select
 import signal
 import sys
 import time
@@ -159,6 +167,37 @@ def _spawn(command: list[str], out_fd: int, err_fd: int, caught: set[signal.Sign
     raise _SpawnError(EXIT_NOT_EXECUTABLE, f"cannot execute {command[0]!r}: {text[1:]}")
 
 
+FENCE_GRACE_S = 5.0
+
+
+def _wait_or_fence(child: int, parent: int) -> bool:
+    """Return when ``child`` has exited (not reaped); True if that is because process ``parent``
+    (the node agent) died first and the group was stopped: SIGTERM, up to ``FENCE_GRACE_S`` for
+    the child to exit, then SIGKILL to it (the caller records the exit, then kills what is left
+    of the group). Both ends are pidfds: no polling, and no confusion with a reused pid."""
+    fd = os.pidfd_open(child)
+    try:
+        try:
+            watch = os.pidfd_open(parent)
+        except ProcessLookupError:
+            watch = None  # already gone: fence at once
+        try:
+            if watch is not None:
+                ready = select.select([fd, watch], [], [])[0]
+                if fd in ready:
+                    return False
+            os.killpg(0, signal.SIGTERM)  # the group: the command and its children (we survive)
+            if not select.select([fd], [], [], FENCE_GRACE_S)[0]:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(child, signal.SIGKILL)
+            return True
+        finally:
+            if watch is not None:
+                os.close(watch)
+    finally:
+        os.close(fd)
+
+
 def _noop(_signum: int, _frame: object) -> None:
     """Survive the signal; the user command in the same group receives it too."""
 
@@ -176,6 +215,7 @@ def main(argv: list[str] | None = None) -> int:
     attempt_dir = Path(opts.pop(0))
     rank: int | None = None
     caught = set(ALWAYS_CAUGHT)
+    fence_parent: int | None = None
     while opts:
         opt = opts.pop(0)
         if not opts:
@@ -186,12 +226,15 @@ def main(argv: list[str] | None = None) -> int:
                 rank = int(value)
             elif opt == "--catch":
                 caught.add(signal.Signals(int(value)))
+            elif opt == "--fence-parent":
+                fence_parent = int(value) or None
             else:
                 return _usage(f"unknown option {opt}")
         except ValueError:
             return _usage(f"bad value for {opt}: {value!r}")
     if rank is None:
         return _usage("missing --rank")
+    fenced = False
 
     # Blocked first (the executor already starts us with them blocked; this covers a launcher run
     # by hand), then survivable: a pending one is forwarded once the user command exists.
@@ -221,6 +264,7 @@ def main(argv: list[str] | None = None) -> int:
             "pid": child,
             "exec_unix": time.time(),
             "devices": os.environ.get("CUDA_VISIBLE_DEVICES", ""),
+            "fence_parent": fence_parent,
         }
         atomic_write(attempt_dir / f"rank-{rank}.started", json.dumps(started) + "\n")
         # anything sent to the group before the command existed reached only us: pass it on
@@ -229,12 +273,16 @@ def main(argv: list[str] | None = None) -> int:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(child, sig)
         signal.pthread_sigmask(signal.SIG_UNBLOCK, caught)  # later ones: our no-op handlers
+        if fence_parent is not None:
+            fenced = _wait_or_fence(child, fence_parent)
         _, status = os.waitpid(child, 0)  # PEP 475: retried after a no-op handler runs
         code = os.waitstatus_to_exitcode(status)
     finally:
         os.close(out_fd)
         os.close(err_fd)
     atomic_write(exit_file(attempt_dir, rank), exit_record(code, time.time()))
+    if fenced:  # nobody is left to clean up after us: the rest of the group goes too (and we)
+        os.killpg(0, signal.SIGKILL)
     return code if code >= 0 else 128 - code
 
 

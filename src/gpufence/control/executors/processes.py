@@ -198,6 +198,7 @@ def spawn_member(
     env: dict[str, str],
     cwd: str | Path | None,
     caught: set[signal.Signals],
+    fence_parent: bool = False,
 ) -> MemberProcess:
     """Start one gang member: the launcher (``python -I -S``: no site, ~20 ms sooner) in its own
     session, told to survive ``caught`` (which it forwards to the command's group). It inherits
@@ -207,6 +208,8 @@ def spawn_member(
     argv = [python, "-I", "-S", str(LAUNCHER), str(adir), "--rank", str(rank)]
     for sig in sorted(caught):
         argv += ["--catch", str(int(sig))]
+    if fence_parent:  # the member dies with its starter (Ray agents; see launcher.py)
+        argv += ["--fence-parent", str(os.getpid())]
     argv += ["--", *command]
     old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, caught)
     try:

@@ -131,7 +131,9 @@ class NodeAgent:
         full_env["GPUFENCE_RAY_NODE_ID"] = await self._node_id()
         caught = {signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, *map(signal.Signals, catch)}
         try:
-            proc = spawn_member(sys.executable, adir, rank, command, full_env, cwd, caught)
+            proc = spawn_member(
+                sys.executable, adir, rank, command, full_env, cwd, caught, fence_parent=True
+            )
         except SpawnError as exc:
             raise RuntimeError(str(exc)) from exc
         self._watch(key, adir, proc)
