@@ -17,7 +17,7 @@ from gpufence.sched.backfill import INF, reservable, reserve
 from gpufence.sched.context import Context, Reservation
 from gpufence.sched.jobs import JobRecord, JobState
 from gpufence.sched.migdyn import repartition_for
-from gpufence.sched.placement.base import Placed
+from gpufence.sched.placement.base import NotPlaced, Placed
 from gpufence.sched.queues import ShapeKey
 from gpufence.sched.reclaim import track
 from gpufence.state.ledger import Allocation, charge_milli
@@ -199,10 +199,7 @@ def place_partition(ctx: Context, p: str) -> list[JobRecord]:
         if is_gang and res is not None:
             held = _hold(ctx, res)
             if r.reason in CAPACITY:  # the gang keeps its reservation; it is not behind itself
-                ctx.set_pending(job.id, r.reason, f"{r.message}; GPUs reserved from {_when(res)}")
-                ctx.set_shape_pending(
-                    sk, r.reason, f"behind gang {job.id}, which holds the reservation"
-                )
+                _holds_reservation(ctx, rec, sk, r, res)
                 capacity_failed.append(rec)
                 walk.drop()
                 continue
@@ -231,10 +228,7 @@ def place_partition(ctx: Context, p: str) -> list[JobRecord]:
             held = _hold(ctx, res)
             if res is not None:
                 ctx.reservations[p] = res
-                ctx.set_pending(job.id, r.reason, f"{r.message}; GPUs reserved from {_when(res)}")
-                ctx.set_shape_pending(
-                    sk, r.reason, f"behind gang {job.id}, which holds the reservation"
-                )
+                _holds_reservation(ctx, rec, sk, r, res)
                 capacity_failed.append(rec)
                 walk.drop()
                 continue
@@ -285,6 +279,14 @@ def _may_backfill_later(
         return False
     skips[sk] = skips.get(sk, 0) + 1
     return True
+
+
+def _holds_reservation(
+    ctx: Context, rec: JobRecord, shape: int, r: NotPlaced, res: Reservation
+) -> None:
+    """The gang waits with its reservation; jobs of its shape wait behind it."""
+    ctx.set_pending(rec.job.id, r.reason, f"{r.message}; GPUs reserved from {_when(res)}")
+    ctx.set_shape_pending(shape, r.reason, f"behind gang {rec.job.id}, which holds the reservation")
 
 
 def _starts(res: Reservation) -> str:
