@@ -180,6 +180,11 @@ def _job(row: sqlite3.Row) -> JobRow:
     )
 
 
+def _select_job(conn: sqlite3.Connection, job_id: str) -> JobRow | None:
+    row = conn.execute("SELECT * FROM jobs WHERE id=?", (job_id,)).fetchone()
+    return _job(row) if row else None
+
+
 def _attempt(row: sqlite3.Row) -> AttemptRow:
     codes = row["exit_codes"]
     return AttemptRow(
@@ -246,8 +251,7 @@ class Store:
     def job(self, job_id: str) -> JobRow | None:
         """Read through the writer's connection (the reconciler's own reads)."""
         with self._lock:
-            row = self._conn.execute("SELECT * FROM jobs WHERE id=?", (job_id,)).fetchone()
-        return _job(row) if row else None
+            return _select_job(self._conn, job_id)
 
     def max_seq(self) -> int:
         with self._lock:
@@ -277,10 +281,10 @@ class Tx:
                 self._c.execute(stmt)
 
     def job(self, job_id: str) -> JobRow:
-        row = self._c.execute("SELECT * FROM jobs WHERE id=?", (job_id,)).fetchone()
+        row = _select_job(self._c, job_id)
         if row is None:
             raise StoreError(f"job {job_id} is not in the store")
-        return _job(row)
+        return row
 
     def add_job(
         self,
@@ -370,8 +374,7 @@ class Reader:
         self._c.close()
 
     def job(self, job_id: str) -> JobRow | None:
-        row = self._c.execute("SELECT * FROM jobs WHERE id=?", (job_id,)).fetchone()
-        return _job(row) if row else None
+        return _select_job(self._c, job_id)
 
     def jobs(
         self,

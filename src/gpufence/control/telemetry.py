@@ -8,6 +8,7 @@ between scrapes. One registry per control plane: tests run several in one proces
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -95,7 +96,8 @@ class Telemetry:
         self.stops = Counter("gpufence_stops", "Stops by reason", ["reason"], registry=r)
         self._released: dict[tuple[str, str], float] = {}  # (node, device) -> exit seen at
         self._exit_seen: dict[tuple[str, int], float] = {}
-        self.handoffs: list[float] = []  # kept for the demo summary
+        # the most recent gaps, for the demo summary (bounded: a server runs for months)
+        self.handoffs: deque[float] = deque(maxlen=10_000)
         self._live: Callable[[], dict[str, Any] | None] = lambda: None
         r.register(_LiveGauges(lambda: self._live()))
 
