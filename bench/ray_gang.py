@@ -39,7 +39,6 @@ from typing import Any
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # loopback only
 
 import ray
-from ray.cluster_utils import Cluster
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
@@ -47,9 +46,10 @@ from gpufence.control import joblogs
 from gpufence.control import store as st
 from gpufence.control.config import ADMIN, cluster_from_spec_dict, control_config
 from gpufence.control.discovered import Discovery
-from gpufence.control.executors.ray_executor import NAMESPACE, RayExecutor
+from gpufence.control.executors.ray_executor import RayExecutor
 from gpufence.control.jobspec import SubmitRequest
 from gpufence.control.plane import ControlPlane
+from gpufence.control.ray_local import LocalNode, local_ray_cluster
 from gpufence.control.ray_nodes import auto_names, cluster_spec, nodes_now
 
 SHAPES = ((1, 1), (2, 2), (8, 2))  # (gpus per member, members): 1, 4 and 16 GPUs
@@ -235,25 +235,11 @@ def main() -> int:
     jobs = workload(args.jobs, args.seed)
     total = args.nodes * args.gpus
     ideal = sum(g * r for g, r in jobs) * args.job_s / total
-    cluster = Cluster(
-        initialize_head=True,
-        head_node_args={"num_cpus": 1, "num_gpus": 0, "node_ip_address": "127.0.0.1"},
-    )
-    try:
-        for i in range(args.nodes):
-            cluster.add_node(
-                num_cpus=args.gpus,
-                num_gpus=args.gpus,
-                resources={f"rack:rack-{i % 2}": 1},
-                node_ip_address="127.0.0.1",
-            )
-        ray.init(
-            address=cluster.address,
-            namespace=NAMESPACE,
-            log_to_driver=False,
-            _node_ip_address="127.0.0.1",
-        )
-        cluster.wait_for_nodes()
+    nodes = [
+        LocalNode(gpus=args.gpus, cpus=args.gpus, resources={f"rack:rack-{i % 2}": 1})
+        for i in range(args.nodes)
+    ]
+    with local_ray_cluster(nodes):
         with tempfile.TemporaryDirectory(prefix="gpufence-ray-gang-") as tmp:
             gf = run_gpufence(jobs, args.job_s, args.probes, Path(tmp))
         print(json.dumps({"ideal_s": round(ideal, 2), "gpufence": gf}), file=sys.stderr)
@@ -265,9 +251,6 @@ def main() -> int:
                 f"ray_pg_start_latency_ms_p50={rp['start_latency_ms_p50']:.1f} "
                 f"ray_pg_gpu_used_twice={int(rp['gpu_used_twice'])}"
             )
-    finally:
-        ray.shutdown()
-        cluster.shutdown()
     print(
         f"makespan_over_ideal={gf['makespan_s'] / ideal:.3f} "
         f"placement_ms_p50={gf['placement_ms_p50']:.2f} "

@@ -40,9 +40,10 @@ from gpufence.control import store as st  # noqa: E402
 from gpufence.control.config import ADMIN, cluster_from_spec_dict, control_config  # noqa: E402
 from gpufence.control.discovered import Discovery  # noqa: E402
 from gpufence.control.executors.launcher import exit_file, pid_file  # noqa: E402
-from gpufence.control.executors.ray_executor import NAMESPACE, RayExecutor  # noqa: E402
+from gpufence.control.executors.ray_executor import RayExecutor  # noqa: E402
 from gpufence.control.jobspec import SubmitRequest  # noqa: E402
 from gpufence.control.plane import ControlPlane  # noqa: E402
+from gpufence.control.ray_local import LocalNode, local_ray_cluster  # noqa: E402
 from gpufence.control.ray_nodes import auto_names, cluster_spec, nodes_now  # noqa: E402
 
 RACKS = ("rack-a", "rack-b", "rack-c")
@@ -64,26 +65,9 @@ def _req(seconds: float, **fields: Any) -> SubmitRequest:
 
 @pytest.fixture(scope="module")
 def ray_cluster() -> Iterator[Cluster]:
-    cluster = Cluster(
-        initialize_head=True,
-        head_node_args={"num_cpus": 1, "num_gpus": 0, "node_ip_address": "127.0.0.1"},
-    )
-    try:
-        for rack in RACKS:
-            cluster.add_node(
-                num_cpus=1, num_gpus=4, resources={f"rack:{rack}": 1}, node_ip_address="127.0.0.1"
-            )
-        ray.init(
-            address=cluster.address,
-            namespace=NAMESPACE,
-            log_to_driver=False,
-            _node_ip_address="127.0.0.1",
-        )
-        cluster.wait_for_nodes()
+    nodes = [LocalNode(gpus=4, resources={f"rack:{rack}": 1}) for rack in RACKS]
+    with local_ray_cluster(nodes) as cluster:
         yield cluster
-    finally:
-        ray.shutdown()
-        cluster.shutdown()
 
 
 @pytest.fixture
