@@ -1,0 +1,110 @@
+"""LocalExecutor adoption: a restarted control plane adopts (or refuses) earlier attempts.
+
+Every test runs real subprocesses in ``tmp_path`` with short sleeps; the file takes a few seconds.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+from executor_helpers import (
+    Recorder,
+    gone,
+    make_launch,
+    recorded,
+    start_and_abandon,
+)
+
+from gpufence.control.executors import AttemptExit, LaunchError, Member
+from gpufence.control.executors.local import LocalExecutor
+
+ENDS_WITH_5 = """
+    import os, sys, time
+    open(os.path.join(os.environ["GPUFENCE_CHECKPOINT_DIR"], "ready"), "w").close()
+    time.sleep(0.8)
+    sys.exit(5)
+"""
+
+
+def test_adopt_a_running_attempt_after_restart(tmp_path: Path, rec: Recorder) -> None:
+    launch = make_launch(tmp_path, ENDS_WITH_5)
+    start_and_abandon(launch, launch.checkpoint_dir / "ready")
+    leader = int(recorded(launch, 0, "pid")["pid"])
+    assert not gone(leader)
+
+    second = LocalExecutor()
+    second.set_callbacks(rec.on_exit, rec.on_ack)
+    try:
+        assert second.adopt(launch) is True
+        assert second.running() == [("job-1", 1)]
+        seen_at, ev = rec.exit()
+        assert ev == AttemptExit("job-1", 1, False, (5,), False)
+        assert seen_at - recorded(launch, 0, "exit")["ended_unix"] < 0.5
+    finally:
+        second.close(kill=True)
+
+
+def test_adopted_attempt_can_be_stopped(tmp_path: Path, rec: Recorder) -> None:
+    launch = make_launch(tmp_path, command=("sleep", "30"))
+    start_and_abandon(launch, launch.attempt_dir / "rank-0.pid")
+    second = LocalExecutor()
+    second.set_callbacks(rec.on_exit, rec.on_ack)
+    try:
+        assert second.adopt(launch)
+        second.stop("job-1", 1, grace_s=2.0)
+        _, ev = rec.exit()
+        assert ev == AttemptExit("job-1", 1, False, (-signal.SIGTERM,), True)
+    finally:
+        second.close(kill=True)
+
+
+def test_adopt_a_finished_attempt_reports_the_exit_record(tmp_path: Path) -> None:
+    first_rec, second_rec = Recorder(), Recorder()
+    first = LocalExecutor()
+    first.set_callbacks(first_rec.on_exit, first_rec.on_ack)
+    launch = make_launch(tmp_path, "import sys; sys.exit(4)")
+    first.start(launch)
+    assert first_rec.exit()[1].codes == (4,)
+    first.close()
+
+    second = LocalExecutor()
+    second.set_callbacks(second_rec.on_exit, second_rec.on_ack)
+    try:
+        assert second.adopt(launch) is False
+        _, ev = second_rec.exit()
+        assert ev == AttemptExit("job-1", 1, False, (4,), False)
+        assert second.running() == []
+    finally:
+        second.close(kill=True)
+
+
+def test_adopt_guards_against_pid_reuse_and_missing_records(
+    tmp_path: Path, ex: LocalExecutor, rec: Recorder
+) -> None:
+    members = (Member(0, "n", ()), Member(1, "n", ()), Member(2, "n", ()))
+    launch = make_launch(tmp_path, command=("true",), members=members)
+    adir = launch.attempt_dir
+    adir.mkdir(parents=True)
+    (adir / "rank-0.exit").write_text(json.dumps({"code": 0, "ended_unix": time.time()}))
+    # rank 1: no record at all; rank 2: its pid is now someone else (this test process)
+    (adir / "rank-2.pid").write_text(json.dumps({"pid": os.getpid(), "start_time": 1}))
+    assert ex.adopt(launch) is False
+    _, ev = rec.exit()
+    assert ev == AttemptExit("job-1", 1, False, (0, None, None), False)
+
+
+def test_start_refuses_an_attempt_dir_with_a_live_member(tmp_path: Path, rec: Recorder) -> None:
+    launch = make_launch(tmp_path, command=("sleep", "30"))
+    start_and_abandon(launch, launch.attempt_dir / "rank-0.pid")
+    second = LocalExecutor()
+    try:
+        with pytest.raises(LaunchError, match="adopt"):
+            second.start(launch)
+        assert second.adopt(launch)
+    finally:
+        second.close(kill=True)
