@@ -19,6 +19,7 @@ from gpufence.sched.placement.fractional import pool_index
 from gpufence.sched.placement.scoring import (
     BestFit,
     Candidates,
+    FencePack,
     FragmentationGradient,
     PodSpec,
     RandomFit,
@@ -116,6 +117,43 @@ def test_fgd_avoids_creating_fragments() -> None:
     assert col[0] == 1
     d = fgd.delta(c)
     assert d[0, 1] < d[0, 0]
+
+
+def test_typical_cpu_per_gpu_milli() -> None:
+    # kept specs 40/30/15/10 pods: CPU 590,000 over 73,750 GPU milli
+    assert workload().cpu_per_milli == pytest.approx(8.0)
+    assert TypicalWorkload().cpu_per_milli == 0.0  # nothing observed: no stranding term
+
+
+def test_fence_pack_keeps_cpu_for_free_gpus() -> None:
+    # A CPU-only pod: node 0's GPUs are all taken, node 1 has 8 free GPUs and exactly the CPU
+    # they need (8 CPU per GPU milli x 8,000). FGD sees no fragment on either node (every
+    # typical pod still fits beside it); fence-pack sees 1,500 milli of node 1 stranded.
+    pod = PodSpec(12000, 0, 0)
+    c = cands([[0] * 8, [1000] * 8], [40000, 64000], pod)
+    fgd_score, _ = FragmentationGradient(workload()).score(c)
+    assert fgd_score[0] == fgd_score[1]
+    fp = FencePack(workload())
+    assert list(fp.growth(c)) == pytest.approx([0.0, 1500.0])
+    score, _ = fp.score(c)
+    assert score[0] > score[1]
+    # a share that would starve a node's other GPUs of CPU goes where CPU is left over
+    share = PodSpec(16000, 500, 1)
+    c = cands([[1000, 1000], [1000, 1000]], [16000, 40000], share)
+    fp = FencePack(workload())
+    strand = fp.growth(c) - fp.delta(c)  # node 0 left with no CPU: 1,500 milli stranded
+    assert np.allclose(strand, [[1500.0, 1500.0], [0.0, 0.0]])
+    score, _ = FencePack(workload()).score(c)
+    assert score[1] > score[0]
+
+
+def test_stranding_matches_its_definition() -> None:
+    fp = FencePack(workload())
+    rng = np.random.default_rng(3)
+    free = rng.choice([0, 250, 500, 1000], size=(50, 8))
+    cpu = rng.integers(0, 80000, size=50)
+    want = [max(0.0, f.sum() - c / 8.0) for f, c in zip(free, cpu, strict=True)]
+    assert list(fp.stranded(free, cpu)) == pytest.approx(want)
 
 
 def test_random_is_seeded() -> None:

@@ -116,6 +116,7 @@ class TypicalWorkload:
         self._next_refresh = 1
         self.fixed = False
         self.dist: tuple[tuple[PodSpec, float], ...] = ()
+        self.cpu_per_milli = 0.0  # typical GPU pods' CPU milli per GPU milli (0: none yet)
         self.version = 0
         self._compiled: dict[tuple[str, ...], _Compiled] = {}
 
@@ -150,6 +151,9 @@ class TypicalWorkload:
             covered += n
         norm = sum(n for _, n in kept) or 1
         self.dist = tuple((s, n / norm) for s, n in kept)
+        gpu_milli = sum(p * s.total_milli for s, p in self.dist)
+        cpu = sum(p * s.cpu_milli for s, p in self.dist if s.gpus > 0)
+        self.cpu_per_milli = cpu / gpu_milli if gpu_milli else 0.0
         self.version += 1
         self._compiled.clear()
 
@@ -361,30 +365,32 @@ class FragmentationGradient(_TieBreak):
 
 
 class FencePack(FragmentationGradient):
-    """gpufence's own policy: FGD's gradient at FGD's resolution, then a tie-break inside a
-    bucket: a sharing pod takes the tightest GPU anywhere in the pool (FGD takes the first best
-    GPU of the node it picked). A consistent node order among equal scores is what packs work
-    onto few nodes (exact, unbucketed FGD spreads and loses ~4 pp on openb).
+    """gpufence's own policy: FGD's gradient plus the GPU capacity a placement strands for lack
+    of CPU, at FGD's integer resolution, then tie-breaks inside a bucket.
 
-    CPU-only pods: a fragmentation growth of at most ``CPU_POD_DEAD_ZONE`` milli counts as none,
-    so nodes they barely affect share the top bucket with unaffected ones and the consistent
-    node order packs CPU-only pods instead of spreading them by tiny gradient differences.
-    openb, 8 s: cpu250 93.17 -> 94.05, every other workload within +-0.11 (default 95.41 =);
-    a plateau from 40 to 200 milli (500: cpu250 93.91, default 95.37).
+    *CPU stranding.* FGD counts CPU only through "does one more typical pod fit on this node",
+    so it lets CPU-only pods and CPU-hungry shares eat the CPU that a node's other free GPUs
+    will need; those GPUs then idle with no pod able to start beside them. Here a node's
+    stranded capacity is the free GPU milli its free CPU cannot feed at the typical GPU pods'
+    CPU per GPU milli (``TypicalWorkload.cpu_per_milli``): ``max(0, free milli - free CPU /
+    cpu_per_milli)``; its growth is added to the fragmentation growth (both in milli, weight
+    1), so CPU-only pods drift to CPU-rich nodes whose GPUs are taken and shares avoid
+    starving a node. openb, 4 seeds: every workload from -0.09..+0.56 pp to +0.35..+0.88 pp
+    of published FGD (default 95.41 -> 95.91); weights 0.3 and 3, a 20 % CPU margin and host
+    memory as a second resource were no better.
 
-    Tried and dropped (openb, alloc % at 130 %; "8 s" = mean of seeds 42..49, where this policy
-    gives default 95.41, cpu200 94.92, cpu250 93.17, gpushare100 86.84 and one seed moves by
-    +-0.15): whole GPUs to the node left with the fewest free GPUs, CPU-only pods toward CPU
-    surplus (-0.7..-1.7 pp on cpu200/cpu250); a one-step look-ahead (the next typical pod placed
-    greedily on the node) added to the gradient (-0.9..-1.1 pp on default) or as a node
-    tie-break (-2.5 pp: any node tie-break but the fixed order unpacks); host memory in the
-    fragment (a node below the 5th percentile of GPU pods' memory counts its free GPUs as
-    fragment: +0.24 on default seed 42 but -0.02 over 8 s, +0.05 on cpu250); per-spec or soft
-    memory thresholds (worse); 50 / 200 / 25 score levels (8 s default +0.01 / - / -0.17);
-    sharing pods to a GPU whose remainder equals a typical share (+-0.01, 8 s); whole-GPU pods
-    off untouched nodes as a tie-break (+0.02, 8 s). Bound on default: ~960 GPUs hold one 810m
-    pod whose 190m remainder only the rare <= 190m pods (1.3 % of pods) can use -- ~180 of the
-    ~285 idle GPUs at the end (2.9 pp) no online order recovers.
+    *Ties.* A sharing pod takes the tightest GPU anywhere in the pool among equal buckets (FGD
+    takes the first best GPU of the node it picked); other pods go to the first node of a
+    fixed seeded order -- consistent ties are what pack work onto few nodes (exact, unbucketed
+    FGD spreads and loses ~4 pp on openb). A CPU-only pod treats a fragmentation growth of at
+    most ``CPU_POD_DEAD_ZONE`` milli as none, so nodes it barely affects tie with unaffected
+    ones and the order packs them (cpu250 +0.9 pp before the stranding term).
+
+    Tried and dropped (bench/README.md has the figures): one-step look-ahead over the typical
+    pods, node orders by GPU count or CPU per GPU, 50 / 200 score levels, tightness allowed to
+    override a bucket, whole GPUs to the fullest node. What stands between this and 100 % on
+    openb ``default`` is mostly arithmetic: every GPU holding an 810-milli pod keeps a 190-milli
+    hole only the rare <= 190-milli pods (1.3 %) fit -- ~185 of the ~250 idle GPUs at the end.
     """
 
     name = "fence-pack"
@@ -394,13 +400,33 @@ class FencePack(FragmentationGradient):
     def __init__(self, workload: TypicalWorkload | None = None, seed: int = 0) -> None:
         super().__init__(workload, seed, quantized=True)
 
-    def score(self, c: Candidates) -> tuple[FloatArr, IntArr]:
+    def stranded(self, free: IntArr, cpu: IntArr) -> FloatArr:
+        """Free GPU milli of node states (``free`` (..., G), ``cpu`` (...)) that their free CPU
+        cannot feed at the typical pods' CPU per GPU milli."""
+        per = self.workload.cpu_per_milli
+        if per <= 0.0:
+            return np.zeros(free.shape[:-1])
+        out: FloatArr = np.maximum(0.0, free.sum(-1) - cpu / per)
+        return out
+
+    def growth(self, c: Candidates) -> FloatArr:
+        """Fragmentation plus stranding growth (milli) per row, or per (row, column)."""
         d = self.delta(c)
         if c.pod.gpus == 0:
             d = np.where(d <= self.CPU_POD_DEAD_ZONE, 0.0, d)
-        q = _quantize(1.0 / (1.0 + np.exp(d / 1000.0)))
+        before = self.stranded(c.free, c.cpu)
+        cpu_after = c.cpu - c.pod.cpu_milli
+        if c.pod.sharing:
+            after = self.stranded(c.after(), cpu_after[:, None])
+            out: FloatArr = d + after - before[:, None]
+            return out
+        res: FloatArr = d + self.stranded(c.after(), cpu_after) - before
+        return res
+
+    def score(self, c: Candidates) -> tuple[FloatArr, IntArr]:
+        q = _quantize(1.0 / (1.0 + np.exp(self.growth(c) / 1000.0)))
         if c.pod.sharing:
             tight = 1.0 - (c.free - c.pod.milli) / MILLI_PER_GPU  # (r, G); 1 = exact fit
             return _first_best(q + self.TIE * tight, c.fit)
-        out: FloatArr = q  # other pods: FGD's bucket, then the consistent node order
+        out: FloatArr = q  # other pods: the bucket, then the consistent node order
         return out, np.full(len(out), -1, dtype=np.int64)
