@@ -147,6 +147,24 @@ def test_fence_pack_keeps_cpu_for_free_gpus() -> None:
     assert score[1] > score[0]
 
 
+def test_fence_pack_charges_a_share_for_the_hole_it_leaves() -> None:
+    wl = TypicalWorkload()
+    wl.set_counts(
+        Counter({PodSpec(1000, 470, 1): 40, PodSpec(1000, 320, 1): 30, PodSpec(1000, 650, 1): 30})
+    )
+    fp = FencePack(wl)
+    waste = fp.hole_waste()
+    # 530 closes to 60 with a 470; 210 fits nothing; 350 closes to 30 with a 320; a whole GPU
+    # at best to 30 (650 + 320)
+    assert [waste[r] for r in (530, 210, 350, 1000, 0)] == [60, 210, 30, 30, 0]
+    # a 320 share: into the 530 hole it leaves 210 for good (+150 eventual waste, x2), into
+    # the 350 hole it costs nothing
+    c = cands([[530, 350]], [32000], PodSpec(1000, 320, 1))
+    assert np.allclose(fp.growth(c) - fp.delta(c), [[300.0, 0.0]])
+    _, col = fp.score(c)
+    assert col[0] == 1
+
+
 def test_stranding_matches_its_definition() -> None:
     fp = FencePack(workload())
     rng = np.random.default_rng(3)
