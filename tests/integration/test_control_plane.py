@@ -194,3 +194,36 @@ def test_kill_9_loses_no_job_and_runs_no_attempt_twice(tmp_path: Path, plan: str
             if ev["ev"] == "end" and ev["code"] == 0:
                 ends[ev["job"]] = ends.get(ev["job"], 0) + 1
     assert ends == {j: 1 for j in ids}
+
+
+def test_fair_share_history_survives_a_restart(tmp_path: Path) -> None:
+    """Usage is saved at a clean stop and handed back to the scheduler by the next start; a
+    restart must not forgive a tenant the GPU-hours it just used."""
+    cfg = control_config({"activity_interval_s": 0.2}, tmp_path)
+
+    def usage(p: ControlPlane) -> dict[str, float]:
+        got: dict[str, float] = p.reconciler.call(lambda r: r.scheduler.fair_share_usage()).result(
+            10
+        )
+        return got
+
+    spec = node_spec(fake_gpus(8))
+    p = ControlPlane(cluster_from_spec_dict(spec), cfg, fake_gpus(8), tmp_path / "data")
+    p.start()
+    try:
+        jid = p.submit(_req("sleep", "1"), ADMIN).job_id
+        until(lambda: _states(p).get(st.DONE, 0) == 1, 30, f"{jid} done")
+        before = usage(p)
+        assert sum(before.values()) >= 1000 * 0.9  # ~1 GPU for ~1 s, in milli-GPU-seconds
+    finally:
+        p.close(kill_jobs=True)
+    with st.Store(tmp_path / "data").reader() as r:
+        saved = r.usage()
+    assert saved is not None and saved[0] == pytest.approx(before, rel=1e-3)
+    p2 = ControlPlane(cluster_from_spec_dict(spec), cfg, fake_gpus(8), tmp_path / "data")
+    p2.start()
+    try:
+        after = usage(p2)  # a day's half-life: a few seconds of decay change nothing visible
+        assert after == pytest.approx(before, rel=1e-3)
+    finally:
+        p2.close(kill_jobs=True)

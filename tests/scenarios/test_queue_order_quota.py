@@ -10,6 +10,7 @@ from scenario_harness import A, JobFinished, flat, make, sub
 
 from builders import ClusterBuilder, job
 from gpufence.model.decisions import Bind, Reason, Reject
+from gpufence.model.events import UsageRestored
 from gpufence.model.job import Job
 
 
@@ -188,3 +189,25 @@ def test_quota_reason_says_would_exceed_when_the_queue_is_below_nominal() -> Non
         "queue qa would exceed its nominal quota of 2 GPUs (uses 0, the job needs 4) and the "
         "cohort of p has 0 GPUs to lend"
     )
+
+
+def test_restored_usage_ranks_like_the_history_it_came_from() -> None:
+    """A front end that restarts hands the saved usage back (UsageRestored): the tenant that
+    used the GPUs stays behind, as if the scheduler had never stopped."""
+    hist = make(two_queues(), fair_share_half_life_s=3600.0)
+    flat(hist, [(0, sub(job("old").gpus(4).queue("qa").build())), (3600, [JobFinished("old")])])
+    saved = hist.fair_share_usage()
+    assert saved["qa"] > 0 and saved["qb"] == 0
+
+    fresh = make(two_queues(), fair_share_half_life_s=3600.0)
+    ev = UsageRestored((*sorted(saved.items()), ("gone", 1e9), ("qb", -5.0)), at=3600.0)
+    got = fresh.step(
+        [ev, *sub(job("x").gpus(4).queue("qa").build(), job("y").gpus(4).queue("qb").build())],
+        7200,
+    )
+    assert [d.job_id for d in got if isinstance(d, Bind)] == ["y"]  # qa still pays its history
+    # one half-life later the restored usage has halved; the unknown queue and the negative
+    # value were ignored
+    assert fresh.fair_share_usage()["qa"] == pytest.approx(saved["qa"] / 2)
+    assert fresh.fair_share_usage()["qb"] == 0
+    assert "gone" not in fresh.fair_share_usage()

@@ -15,6 +15,7 @@ read-only query, run here between cycles) and wait on its future.
 from __future__ import annotations
 
 import logging
+import math
 import queue
 import threading
 import time
@@ -70,6 +71,7 @@ from gpufence.sched.jobs import JobState
 from gpufence.sched.scheduler import Scheduler
 
 log = logging.getLogger("gpufence.reconciler")
+USAGE_SAVE_S = 30.0  # fair-share usage is saved this often (and at a clean stop)
 T = TypeVar("T")
 
 
@@ -104,6 +106,7 @@ class Reconciler:
         # NVML utilisation of whole GPUs (real GPUs only): idle detection looks at it too
         self.gpu_util: Callable[[int], float | None] | None = None
         self._boot: list[Event] = []
+        self._usage_saved = -math.inf  # when fair-share usage was last saved
         self._boot_stops: list[tuple[str, int]] = []
         executor.set_callbacks(self._on_exit, self._on_ack)
         executor.set_node_callback(self._on_node)
@@ -154,6 +157,23 @@ class Reconciler:
             self._thread.join(timeout)
 
     def _run(self) -> None:
+        try:
+            self._loop()
+        finally:
+            self._save_usage_at_stop()
+
+    def _save_usage_at_stop(self) -> None:
+        """A clean stop keeps the fair-share history up to the last cycle; before the first
+        cycle nothing is in memory yet, and the snapshot on disk is left as it is."""
+        if self.cycles == 0:
+            return
+        try:
+            with self.store.transaction() as tx:
+                tx.save_usage(self.scheduler.fair_share_usage(), self.scheduler.now)
+        except Exception:
+            log.exception("could not save fair-share usage at shutdown")
+
+    def _loop(self) -> None:
         while not self._stop.is_set():
             items = self._wait()
             if self._stop.is_set():
@@ -225,6 +245,9 @@ class Reconciler:
             for d in decisions:
                 self._decided(tx, d, now, act)
             self._settle_stopped(tx, events, now)
+            if now - self._usage_saved >= USAGE_SAVE_S:
+                tx.save_usage(self.scheduler.fair_share_usage(), now)
+                self._usage_saved = now
         self._act(act, now)
         for jid, fut in submits:
             fut.set_result(self._submit_result(jid))

@@ -11,7 +11,8 @@ For every job the store says is not finished:
   code, or requeued as attempt + 1 while ``max_attempts`` allows. An attempt is never started
   twice: a lost attempt is replaced by the next one.
 
-Fair-share usage history is in-memory only and starts afresh after a restart.
+Fair-share usage comes back as it was last saved (every 30 s and at a clean stop, see
+``reconciler.USAGE_SAVE_S``), decayed to now; GPUs held while the plane was down are not charged.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from gpufence.control.inbox import Live
 from gpufence.control.jobspec import from_stored
 from gpufence.control.reconciler import Reconciler
 from gpufence.model.decisions import Reason
-from gpufence.model.events import Event, JobRestored, JobSubmitted
+from gpufence.model.events import Event, JobRestored, JobSubmitted, UsageRestored
 
 log = logging.getLogger("gpufence.recovery")
 
@@ -59,6 +60,10 @@ def recover(rec: Reconciler) -> dict[str, int]:
     with rec.store.reader() as r:
         rows = r.jobs(states=(st.PENDING, *st.ACTIVE), limit=10**9)
         attempts = {row.id: r.attempt(row.id, row.attempt) for row in rows}
+        saved = r.usage()
+    if saved is not None:  # fair-share history first, so the first cycle already ranks by it
+        usage, at = saved
+        events.append(UsageRestored(tuple(sorted(usage.items())), at))
     for row in rows:
         spec = from_stored(row.spec)
         att = attempts[row.id]

@@ -86,6 +86,14 @@ _MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX events_job ON events(job_id);
     """,
+    # 2: fair-share usage per queue, so a restart does not forgive every tenant its history
+    """
+    CREATE TABLE fair_share (
+        queue TEXT PRIMARY KEY,
+        usage REAL NOT NULL,              -- decayed milli-GPU-seconds at ``at``
+        at REAL NOT NULL
+    );
+    """,
 )
 SCHEMA_VERSION = len(_MIGRATIONS)
 
@@ -286,6 +294,14 @@ class Tx:
             raise StoreError(f"job {job_id} is not in the store")
         return row
 
+    def save_usage(self, usage: dict[str, float], at: float) -> None:
+        """Replace the saved fair-share usage with this snapshot."""
+        self._c.execute("DELETE FROM fair_share")
+        self._c.executemany(
+            "INSERT INTO fair_share(queue, usage, at) VALUES(?, ?, ?)",
+            [(q, float(v), at) for q, v in sorted(usage.items())],
+        )
+
     def add_job(
         self,
         *,
@@ -421,6 +437,13 @@ class Reader:
             args.append(job_id)
         sql += " ORDER BY seq LIMIT ?"
         return [dict(r) for r in self._c.execute(sql, (*args, limit))]
+
+    def usage(self) -> tuple[dict[str, float], float] | None:
+        """The last saved fair-share usage per queue and when it was saved; None if never."""
+        rows = self._c.execute("SELECT queue, usage, at FROM fair_share").fetchall()
+        if not rows:
+            return None
+        return {r["queue"]: float(r["usage"]) for r in rows}, max(float(r["at"]) for r in rows)
 
     def counts(self) -> dict[str, int]:
         rows = self._c.execute("SELECT state, COUNT(*) AS n FROM jobs GROUP BY state")

@@ -33,6 +33,15 @@ class JobRestored:
 
 
 @dataclass(frozen=True, slots=True)
+class UsageRestored:
+    """A front end restarted: each queue's decayed fair-share usage (milli-GPU-seconds) as it
+    saved it at time ``at``. Without it a restart would forgive every tenant its history."""
+
+    usage: tuple[tuple[str, float], ...]
+    at: float
+
+
+@dataclass(frozen=True, slots=True)
 class JobFinished:
     """The job's processes exited on their own (success or failure)."""
 
@@ -101,6 +110,7 @@ class Tick:
 Event = (
     JobSubmitted
     | JobRestored
+    | UsageRestored
     | JobFinished
     | JobStopped
     | JobCancelled

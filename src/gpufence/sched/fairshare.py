@@ -7,6 +7,8 @@ with the half-life (Slurm PriorityDecayHalfLife, Kueue admission fair sharing).
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from gpufence.model.cluster import Cluster
@@ -47,6 +49,15 @@ class FairShare:
             gained = held * self.half_life_s / 0.6931471805599453 * (1.0 - factor)
             self.usage[q] = self.usage[q] * factor + gained
         self._last = now
+
+    def restore(self, usage: Mapping[str, float], at: float, now: float) -> None:
+        """Take back usage saved at ``at``, decayed to ``now``. The time in between is charged
+        nothing: what ran while the front end was down was not observed. Unknown queues (no
+        longer configured) and values that are not finite and >= 0 are ignored."""
+        factor = 0.5 ** (max(0.0, now - at) / self.half_life_s)
+        for q, v in usage.items():
+            if q in self.usage and math.isfinite(v) and v >= 0.0:
+                self.usage[q] = v * factor
 
     def share(self, queue: str, ledger: Ledger) -> float:
         spec = self._cluster.queues[queue]

@@ -36,6 +36,7 @@ from gpufence.model.events import (
     NodeDown,
     NodeUp,
     Tick,
+    UsageRestored,
 )
 from gpufence.model.job import WorkloadClass
 from gpufence.model.partition import PreemptionMode, SharingMode
@@ -125,6 +126,11 @@ class Scheduler:
                 raise InvariantViolation("; ".join(problems[:10]))
         return ctx.decisions
 
+    def fair_share_usage(self) -> dict[str, float]:
+        """Each queue's decayed past usage (milli-GPU-seconds) as of ``now``: what a front end
+        saves to hand back with ``UsageRestored`` after a restart."""
+        return dict(self.ctx.fairshare.usage)
+
     def job(self, job_id: str) -> JobRecord:
         return self.ctx.records[job_id]
 
@@ -165,6 +171,9 @@ class Scheduler:
             return
         if isinstance(ev, JobRestored):
             restore(ctx, ev)
+            return
+        if isinstance(ev, UsageRestored):
+            ctx.fairshare.restore(dict(ev.usage), ev.at, ctx.now)
             return
         if isinstance(ev, NodeDown | NodeUp):
             self._node(ev.node, isinstance(ev, NodeUp))

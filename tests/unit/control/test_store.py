@@ -86,3 +86,38 @@ def test_filters(tmp_path: Path) -> None:
         assert [j.id for j in r.jobs(after_seq=3, limit=1)] == ["j3"]
     assert s.max_seq() == 5
     s.close()
+
+
+def test_fair_share_usage_round_trip(tmp_path: Path) -> None:
+    s = st.Store(tmp_path)
+    with s.reader() as r:
+        assert r.usage() is None  # never saved
+    with s.transaction() as tx:
+        tx.save_usage({"a": 5.0, "b": 0.0}, 100.0)
+    with s.transaction() as tx:  # a snapshot replaces the last one, queues that went included
+        tx.save_usage({"a": 7.5}, 130.0)
+    with s.reader() as r:
+        assert r.usage() == ({"a": 7.5}, 130.0)
+    s.close()
+
+
+def test_version_1_store_is_migrated_keeping_its_jobs(tmp_path: Path) -> None:
+    # a store written before the fair_share table existed
+    conn = sqlite3.connect(tmp_path / st.DB_NAME)
+    conn.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+    for stmt in st._MIGRATIONS[0].split(";"):
+        if stmt.strip():
+            conn.execute(stmt)
+    conn.execute("INSERT INTO meta VALUES('schema_version', '1')")
+    conn.execute(
+        "INSERT INTO jobs(id, tenant, spec, workload_class, state, submitted_at)"
+        " VALUES('old', 'a', '{}', 'training', 'pending', 1.0)"
+    )
+    conn.commit()
+    conn.close()
+    s = st.Store(tmp_path)
+    assert s.schema_version() == st.SCHEMA_VERSION == 2
+    with s.reader() as r:
+        assert r.job("old") is not None
+        assert r.usage() is None
+    s.close()
