@@ -24,9 +24,9 @@ def replay(nodes: list[OpenbNode], seq: list[OpenbPod], policy: str) -> int:
     for i, p in enumerate(seq):
         jid = f"{i}"
         got = sched.step([*pending, JobSubmitted(pod_job(p, jid, float(i)))], float(i))
-        pending = [] if any(isinstance(d, Bind) and d.job_id == jid for d in got) else [
-            JobCancelled(jid)
-        ]
+        pending = (
+            [] if any(isinstance(d, Bind) and d.job_id == jid for d in got) else [JobCancelled(jid)]
+        )
     return sched.ledger.pool_used[PARTITION]
 
 
