@@ -19,6 +19,7 @@ lower; it is a ceiling to measure a policy against, not a target.
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Sequence
 
 import numpy as np
@@ -70,3 +71,24 @@ def _ceiling_for(seq: Sequence[OpenbPod], capacity: int, b: int) -> float:
     second = arrived + after
     ks = np.append(np.flatnonzero(big), n)  # where the first b pod can fail; n: none fails
     return float(np.minimum(np.minimum(first[ks], second[ks]), capacity).max())
+
+
+def repacked_idle(gpus: Sequence[Sequence[int]]) -> int:
+    """Idle milli left if the shares on these GPUs (one list of share sizes per GPU) were
+    packed again offline, best-fit decreasing, onto as few GPUs as that takes; the GPUs it
+    frees count as busy (whole-GPU pods that were turned away would take them).
+
+    Not a bound -- best-fit decreasing is a heuristic, and another policy would have placed
+    other pods -- but a clairvoyant yardstick for how much of a policy's idle capacity is
+    pairing: what it leaves idle beyond this figure, better pairing could have recovered.
+    """
+    items = sorted((m for g in gpus for m in g), reverse=True)
+    room: list[int] = []  # residual of each bin, kept sorted
+    for m in items:
+        i = bisect.bisect_left(room, m)  # the tightest bin that still fits m
+        if i == len(room):
+            bisect.insort(room, MILLI_PER_GPU - m)
+        else:
+            left = room.pop(i) - m
+            bisect.insort(room, left)
+    return sum(room)
