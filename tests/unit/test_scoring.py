@@ -171,7 +171,7 @@ def test_stranding_matches_its_definition() -> None:
     free = rng.choice([0, 250, 500, 1000], size=(50, 8))
     cpu = rng.integers(0, 80000, size=50)
     want = [max(0.0, f.sum() - c / 8.0) for f, c in zip(free, cpu, strict=True)]
-    assert list(fp.stranded(free, cpu)) == pytest.approx(want)
+    assert list(fp.stranded(free.sum(1), cpu)) == pytest.approx(want)
 
 
 def test_random_is_seeded() -> None:

@@ -427,13 +427,13 @@ class FencePack(FragmentationGradient):
             self._holes = (self.workload.version, table)
         return table
 
-    def stranded(self, free: IntArr, cpu: IntArr) -> FloatArr:
-        """Free GPU milli of node states (``free`` (..., G), ``cpu`` (...)) that their free CPU
-        cannot feed at the typical pods' CPU per GPU milli."""
+    def stranded(self, free_milli: IntArr, cpu: IntArr) -> FloatArr:
+        """Of the free GPU milli of nodes (``free_milli``, ``cpu``: one entry per node), what
+        their free CPU cannot feed at the typical pods' CPU per GPU milli."""
         per = self.workload.cpu_per_milli
         if per <= 0.0:
-            return np.zeros(free.shape[:-1])
-        out: FloatArr = np.maximum(0.0, free.sum(-1) - cpu / per)
+            return np.zeros(free_milli.shape)
+        out: FloatArr = np.maximum(0.0, free_milli - cpu / per)
         return out
 
     def growth(self, c: Candidates) -> FloatArr:
@@ -442,16 +442,17 @@ class FencePack(FragmentationGradient):
         d = self.delta(c)
         if c.pod.gpus == 0:
             d = np.where(d <= self.CPU_POD_DEAD_ZONE, 0.0, d)
-        before = self.stranded(c.free, c.cpu)
-        cpu_after = c.cpu - c.pod.cpu_milli
+        # a node's free milli drops by the pod's total whichever GPU it takes: one figure a row
+        total = c.free.sum(1)
+        strand = self.stranded(total - c.pod.total_milli, c.cpu - c.pod.cpu_milli)
+        strand -= self.stranded(total, c.cpu)
         if c.pod.sharing:
-            after = self.stranded(c.after(), cpu_after[:, None])
             waste = self.hole_waste()
             free = np.clip(c.free, 0, MILLI_PER_GPU)
             hole = waste[np.clip(free - c.pod.milli, 0, MILLI_PER_GPU)] - waste[free]
-            out: FloatArr = d + after - before[:, None] + self.HOLE_WEIGHT * hole
+            out: FloatArr = d + strand[:, None] + self.HOLE_WEIGHT * hole
             return out
-        res: FloatArr = d + self.stranded(c.after(), cpu_after) - before
+        res: FloatArr = d + strand
         return res
 
     def score(self, c: Candidates) -> tuple[FloatArr, IntArr]:
