@@ -7,6 +7,7 @@ adopted exactly once, through ``on_exit``; acknowledgements of a notice arrive t
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -111,3 +112,12 @@ class Executor(Protocol):
     def close(self, kill: bool = False) -> None:
         """Stop watching; with ``kill=True`` also kill every attempt still running."""
         ...
+
+
+def notify(fn: Callable[..., object], *args: object) -> None:
+    """Call an executor's event callback from its watcher thread: a failing callback is logged
+    and must not kill the thread that reports every other attempt."""
+    try:
+        fn(*args)
+    except Exception:
+        logging.getLogger("gpufence.executor").exception("executor callback %r failed", fn)

@@ -48,6 +48,7 @@ from gpufence.control.executors.base import (
     Launch,
     LaunchError,
     NodeCallback,
+    notify,
 )
 from gpufence.control.executors.local import check_launch
 from gpufence.control.executors.memberenv import member_envs
@@ -452,9 +453,9 @@ class RayExecutor(NodeHealth):
                 exits = self._finalize_locked()
                 on_exit, on_ack = self._on_exit, self._on_ack
             for job_id, attempt in acks:
-                _safe(on_ack, job_id, attempt)
+                notify(on_ack, job_id, attempt)
             for ev in exits:
-                _safe(on_exit, ev)
+                notify(on_exit, ev)
 
 
 # ---------------------------------------------------------------------- helpers
@@ -465,10 +466,3 @@ def _value(ref: Any) -> tuple[Any, bool]:
     except Exception as exc:
         log.warning("ray executor: %s", short(exc))
         return None, True
-
-
-def _safe(fn: Any, *args: Any) -> None:
-    try:
-        fn(*args)
-    except Exception:
-        log.exception("ray executor callback failed")

@@ -14,7 +14,7 @@ import signal
 import threading
 from typing import Any
 
-from gpufence.control.executors.base import NodeCallback
+from gpufence.control.executors.base import NodeCallback, notify
 from gpufence.control.executors.ray_support import RayAttempt, RayMember, node_changes
 from gpufence.control.ray_nodes import RayNode, nodes_now
 
@@ -60,7 +60,7 @@ class NodeHealth:
                     log.warning("node %s is up (Ray node %s)", name, self._nodes[name].node_id)
                 else:
                     log.warning("node %s is down (Ray node %s)", name, old_id)
-                _safe(on_node, name, up)
+                notify(on_node, name, up)
                 if not up:
                     self._node_lost(old_id)
 
@@ -80,10 +80,3 @@ class NodeHealth:
                 for m in gone:
                     self._member_ended_locked(att, m, None, lost=True)
         self._wake.set()
-
-
-def _safe(fn: Any, *args: Any) -> None:
-    try:
-        fn(*args)
-    except Exception:
-        log.exception("ray executor callback failed")

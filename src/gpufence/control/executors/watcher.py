@@ -23,9 +23,14 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from gpufence.control.executors.base import AckCallback, AttemptExit, ExitCallback, Launch
+from gpufence.control.executors.base import (
+    AckCallback,
+    AttemptExit,
+    ExitCallback,
+    Launch,
+    notify,
+)
 from gpufence.control.executors.processes import (
     DISOWNED,
     MemberProcess,
@@ -148,9 +153,9 @@ class AttemptWatcher:
                     exits = self._finalize_locked()
                     on_exit, on_ack = self._on_exit, self._on_ack
                 for job_id, attempt in acks:
-                    _call(on_ack, job_id, attempt)
+                    notify(on_ack, job_id, attempt)
                 for ev in exits:
-                    _call(on_exit, ev)
+                    notify(on_exit, ev)
         except Exception:
             log.exception("executor watcher failed; no further exits will be reported")
         finally:
@@ -269,10 +274,3 @@ def _ack_path(launch: Launch) -> Path:
 def _drain(efd: int) -> None:
     with contextlib.suppress(BlockingIOError):
         os.eventfd_read(efd)
-
-
-def _call(fn: Any, *args: Any) -> None:
-    try:
-        fn(*args)
-    except Exception:
-        log.exception("executor callback %r failed", fn)
