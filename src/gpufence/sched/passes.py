@@ -290,7 +290,7 @@ def _holds_reservation(
 
 
 def _starts(res: Reservation) -> str:
-    return "when running jobs end" if res.start == INF else f"by t={res.start:g}"
+    return _when(res) if res.start == INF else f"by {_when(res)}"
 
 
 def _when(res: Reservation) -> str:

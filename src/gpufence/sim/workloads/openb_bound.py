@@ -45,7 +45,7 @@ def _share(p: OpenbPod) -> bool:
 def _ceiling_for(seq: Sequence[OpenbPod], capacity: int, b: int) -> float:
     hole = MILLI_PER_GPU - b
     big = np.array([_share(p) and p.gpu_milli == b for p in seq], dtype=np.bool_)
-    bigs = [p for p in seq if _share(p) and p.gpu_milli == b]
+    bigs = [p for p, is_big in zip(seq, big, strict=True) if is_big]
     min_cpu = min(p.cpu_milli for p in bigs)
     min_mem = min(p.mem_mib for p in bigs)
     milli = np.array([p.total_milli for p in seq], dtype=np.float64)
