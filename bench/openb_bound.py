@@ -21,15 +21,7 @@ import numpy as np
 from gpufence.model.job import MILLI_PER_GPU
 from gpufence.sim.workloads.openb import arrivals, load_nodes, load_pods, resolve_csv
 from gpufence.sim.workloads.openb_bound import allocation_ceiling
-
-TRACES = Path(__file__).resolve().parent.parent.parent / "shared" / "traces"
-
-
-def seeds_arg(text: str) -> list[int]:
-    if ".." in text:
-        lo, hi = text.split("..")
-        return list(range(int(lo), int(hi) + 1))
-    return [int(s) for s in text.split(",")]
+from openb import TRACES, seeds_arg  # bench/openb.py: the same trace folder and --seeds
 
 
 def main(argv: list[str] | None = None) -> int:
