@@ -116,7 +116,7 @@ class LocalExecutor(AttemptWatcher):
             self._starting.discard(key)
             closed = self._closing
             if not closed:
-                att = Attempt(launch, members, wall_base=time.monotonic())
+                att = Attempt(launch, members=members, wall_base=time.monotonic())
                 self._attempts[key] = att
                 self._watch_locked(att)
                 self._wake_locked()
@@ -160,12 +160,10 @@ class LocalExecutor(AttemptWatcher):
             if att is None:
                 log.debug("stop for job %s attempt %d, which is not running", job_id, attempt)
                 return
-            first = not att.stop_requested
-            att.stop_requested = True
+            first = att.request_stop(time.monotonic() + max(0.0, grace_s))
             if first:
                 for m in att.live():
                     killpg(m.pid, signal.SIGTERM)
-            self._kill_by_locked(att, time.monotonic() + max(0.0, grace_s))
             self._wake_locked()
         if first:
             log.info("stopping job %s attempt %d (grace %.1fs)", job_id, attempt, grace_s)
@@ -185,7 +183,7 @@ class LocalExecutor(AttemptWatcher):
                 m.done = True
                 m.code = recorded_exit(launch.attempt_dir, rank)
             members.append(m)
-        att = Attempt(launch, members)
+        att = Attempt(launch, members=members)
         alive = att.live()
         att.wall_base = time.monotonic()
         att.cpu_base = group_cpu(member_pgids(members))

@@ -197,7 +197,9 @@ class RayExecutor(NodeHealth):
                 agent.signal.remote(adir, [m.rank], int(signal.SIGKILL))
             raise LaunchError(f"cannot start job {launch.job_id}: {short(exc)}") from exc
         pairs = zip(members, placed, strict=True)
-        att = RayAttempt(launch, [RayMember(m.rank, m.node, n.node_id, a) for m, (n, a) in pairs])
+        att = RayAttempt(
+            launch, members=[RayMember(m.rank, m.node, n.node_id, a) for m, (n, a) in pairs]
+        )
         with self._lock:
             self._attempts[key] = att
             for rm in att.members:
@@ -228,12 +230,9 @@ class RayExecutor(NodeHealth):
             att = self._attempts.get((job_id, attempt))
             if att is None:
                 return
-            first = not att.stop_requested
-            att.stop_requested = True
+            first = att.request_stop(time.monotonic() + max(0.0, grace_s))
             if first:
                 self._signal_locked(att, signal.SIGTERM)
-            deadline = time.monotonic() + max(0.0, grace_s)
-            att.kill_at = deadline if att.kill_at is None else min(att.kill_at, deadline)
         self._wake.set()
         if first:
             log.info("stopping job %s attempt %d (grace %.1fs)", job_id, attempt, grace_s)
@@ -266,7 +265,7 @@ class RayExecutor(NodeHealth):
             member = RayMember(m.rank, m.node, node.node_id if node else "", agent)
             member.done, member.code = not alive, code
             members.append(member)
-        att = RayAttempt(launch, members)
+        att = RayAttempt(launch, members=members)
         live = att.live()
         with self._lock:
             self._attempts[key] = att
@@ -350,8 +349,7 @@ class RayExecutor(NodeHealth):
             failed.code,
         )
         self._signal_locked(att, signal.SIGTERM)
-        deadline = time.monotonic() + self.gang_grace_s
-        att.kill_at = deadline if att.kill_at is None else min(att.kill_at, deadline)
+        att.kill_by(time.monotonic() + self.gang_grace_s)
 
     def _arm_ack_locked(self, att: RayAttempt) -> None:
         adir = str(att.launch.attempt_dir.absolute())
@@ -366,23 +364,14 @@ class RayExecutor(NodeHealth):
         m.done, m.code = True, code
         if lost and not att.stop_requested and att.hold_until is None:
             att.hold_until = time.monotonic() + self.lost_hold_s
-        elif (
-            code != 0
-            and not lost
-            and not att.stop_requested
-            and not att.gang_failed
-            and att.hold_until is None
-            and att.live()
-        ):
+        elif not lost and att.fails_gang(code) and att.hold_until is None and att.live():
             self._gang_abort_locked(att, m)
 
     def _timers_locked(self, now: float) -> None:
         for att in self._attempts.values():
-            if att.kill_at is not None and att.kill_at <= now:
-                att.kill_at = None
-                if att.live():
-                    log.warning("job %s attempt %d: grace over, SIGKILL", *att.key)
-                    self._signal_locked(att, signal.SIGKILL)
+            if att.kill_due(now) and att.live():
+                log.warning("job %s attempt %d: grace over, SIGKILL", *att.key)
+                self._signal_locked(att, signal.SIGKILL)
             if att.hold_until is not None and att.hold_until <= now and not att.stop_requested:
                 att.hold_until = None
                 lost = next((m for m in att.members if m.done and m.code is None), None)
@@ -400,10 +389,9 @@ class RayExecutor(NodeHealth):
             adir = str(att.launch.attempt_dir.absolute())
             for agent, ranks in by_agent(att.members).values():
                 agent.forget.remote(adir, ranks)
-            codes = tuple(m.code for m in att.members)
-            ok = bool(codes) and all(c == 0 for c in codes)
-            out.append(AttemptExit(key[0], key[1], ok, codes, att.stop_requested))
-            log.info("job %s attempt %d ended: codes %s", *key, list(codes))
+            ev = att.exit_event(tuple(m.code for m in att.members))
+            out.append(ev)
+            log.info("job %s attempt %d ended: codes %s", *key, list(ev.codes))
         return out
 
     # ------------------------------------------------------------------ threads

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpufence.control.executors.base import Launch
+from gpufence.control.executors.gang import GangState
 from gpufence.control.ray_nodes import RayNode
 
 Key = tuple[str, int]
@@ -24,20 +24,11 @@ class RayMember:
 
 
 @dataclass(eq=False, slots=True)
-class RayAttempt:
-    launch: Launch
-    members: list[RayMember]
-    stop_requested: bool = False
-    kill_at: float | None = None
-    gang_failed: bool = False
+class RayAttempt(GangState):
+    members: list[RayMember] = field(default_factory=list)
     hold_until: float | None = None
-    ack_wanted: bool = False
-    acked: bool = False
+    """A member's node was lost: the attempt waits until then for the node to come back."""
     ack_refs: list[Any] = field(default_factory=list)
-
-    @property
-    def key(self) -> Key:
-        return (self.launch.job_id, self.launch.attempt)
 
     def live(self) -> list[RayMember]:
         return [m for m in self.members if not m.done]

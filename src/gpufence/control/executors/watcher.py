@@ -21,7 +21,7 @@ import selectors
 import signal
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpufence.control.executors.base import (
@@ -31,6 +31,7 @@ from gpufence.control.executors.base import (
     Launch,
     notify,
 )
+from gpufence.control.executors.gang import GangState
 from gpufence.control.executors.processes import (
     DISOWNED,
     MemberProcess,
@@ -50,24 +51,13 @@ ACK_POLL_S = 0.02
 
 
 @dataclass(eq=False, slots=True)
-class Attempt:
+class Attempt(GangState):
     """One running attempt: its launch, member processes, and stop / notice state."""
 
-    launch: Launch
-    members: list[MemberProcess]
+    members: list[MemberProcess] = field(default_factory=list)
     """In rank order."""
-    stop_requested: bool = False
-    kill_at: float | None = None
-    """Monotonic time at which the live members' groups get SIGKILL."""
-    gang_failed: bool = False
-    ack_wanted: bool = False
-    acked: bool = False
     cpu_base: float = 0.0
     wall_base: float = 0.0
-
-    @property
-    def key(self) -> Key:
-        return (self.launch.job_id, self.launch.attempt)
 
     def live(self) -> list[MemberProcess]:
         return [m for m in self.members if not m.done]
@@ -110,9 +100,6 @@ class AttemptWatcher:
             if m.pidfd is not None:
                 self._to_watch.append((m.pidfd, att.key, i))
 
-    def _kill_by_locked(self, att: Attempt, deadline: float) -> None:
-        att.kill_at = deadline if att.kill_at is None else min(att.kill_at, deadline)
-
     def _gang_abort_locked(self, att: Attempt, failed: MemberProcess) -> None:
         att.gang_failed = True
         log.warning(
@@ -124,7 +111,7 @@ class AttemptWatcher:
         )
         for m in att.live():
             killpg(m.pid, signal.SIGTERM)
-        self._kill_by_locked(att, time.monotonic() + self.gang_grace_s)
+        att.kill_by(time.monotonic() + self.gang_grace_s)
 
     def _watch(self) -> None:
         try:
@@ -193,13 +180,12 @@ class AttemptWatcher:
             m.rank,
             m.code,
         )
-        if m.code != 0 and not att.stop_requested and not att.gang_failed and att.live():
+        if att.fails_gang(m.code) and att.live():
             self._gang_abort_locked(att, m)
 
     def _kill_due_locked(self, now: float) -> None:
         for att in self._attempts.values():
-            if att.kill_at is not None and att.kill_at <= now:
-                att.kill_at = None
+            if att.kill_due(now):
                 live = att.live()
                 if live:
                     log.warning(
@@ -226,19 +212,12 @@ class AttemptWatcher:
             if att is None or att.live():
                 continue
             del self._attempts[key]
-            codes = tuple(m.code for m in att.members)
-            ev = AttemptExit(
-                job_id=att.launch.job_id,
-                attempt=att.launch.attempt,
-                succeeded=bool(codes) and all(c == 0 for c in codes),
-                codes=codes,
-                stopped=att.stop_requested,
-            )
+            ev = att.exit_event(tuple(m.code for m in att.members))
             log.info(
                 "job %s attempt %d ended: codes %s%s",
                 ev.job_id,
                 ev.attempt,
-                list(codes),
+                list(ev.codes),
                 " (stopped)" if ev.stopped else "",
             )
             exits.append(ev)
