@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import hashlib
 import heapq
 import io
 import math
@@ -253,6 +254,8 @@ class Driver:
         self.now = 0.0
         self.profiler: cProfile.Profile | None = cProfile.Profile() if args.profile else None
         self.truncated = False
+        # every decision in order, hashed: refactors of the core must leave it unchanged
+        self.decision_hash = hashlib.sha256()
 
     def _push(self, t: float, ev: Event, job_id: str = "") -> None:
         self.seq += 1
@@ -274,7 +277,9 @@ class Driver:
     def _apply(self, decisions: list[Decision]) -> None:
         st = self.stats
         now = self.now
+        digest = self.decision_hash
         for d in decisions:
+            digest.update(repr(d).encode())
             st.decisions[type(d).__name__] += 1
             if isinstance(d, Bind):
                 st.binds += 1
@@ -456,6 +461,7 @@ def main(argv: list[str] | None = None) -> int:
         + (" (stopped early at --max-minutes)" if drv.truncated else ""),
         file=sys.stderr,
     )
+    print(f"decision_hash={drv.decision_hash.hexdigest()[:16]}", file=sys.stderr)
     for msg, n in st.rejects.most_common(5):
         print(f"rejected x{n}: {msg}", file=sys.stderr)
     sys.stderr.flush()
