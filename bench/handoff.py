@@ -33,10 +33,10 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from gpufence.control import joblogs
-from gpufence.control.client import Client
+from gpufence.control.http.client import Client
+from gpufence.demo import joblogs
 
-JOB = [sys.executable, "-m", "gpufence.control.demo_jobs"]
+JOB = [sys.executable, "-m", "gpufence.demo.programs"]
 SLEEP = "sleep"  # coreutils: a job whose own start-up costs ~nothing, so the gaps are ours
 
 

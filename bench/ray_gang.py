@@ -42,15 +42,15 @@ import ray
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from gpufence.control import joblogs
-from gpufence.control import store as st
 from gpufence.control.config import ADMIN, cluster_from_spec_dict, control_config
-from gpufence.control.discovered import Discovery
-from gpufence.control.executors.ray_executor import RayExecutor
+from gpufence.control.executors.ray.local_cluster import LocalNode, local_ray_cluster
+from gpufence.control.executors.ray.nodes import auto_names, cluster_spec, nodes_now
+from gpufence.control.executors.ray.ray_executor import RayExecutor
+from gpufence.control.gpus.records import Discovery
 from gpufence.control.jobspec import SubmitRequest
 from gpufence.control.plane import ControlPlane
-from gpufence.control.ray_local import LocalNode, local_ray_cluster
-from gpufence.control.ray_nodes import auto_names, cluster_spec, nodes_now
+from gpufence.control.store import database as st
+from gpufence.demo import joblogs
 
 SHAPES = ((1, 1), (2, 2), (8, 2))  # (gpus per member, members): 1, 4 and 16 GPUs
 

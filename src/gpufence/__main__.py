@@ -1,5 +1,5 @@
 """``python -m gpufence`` = the ``gpufence`` command."""
 
-from gpufence.cli import main
+from gpufence.cli.main import main
 
 main()

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import pytest
 from executor_helpers import Recorder
 
-from gpufence.control.executors.local import LocalExecutor
+from gpufence.control.executors.local.local_executor import LocalExecutor
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from gpufence.control.executors import AttemptExit, Launch, Member
-from gpufence.control.executors.local import LocalExecutor
+from gpufence.control.executors.local.local_executor import LocalExecutor
 
 PY = sys.executable
 

@@ -22,10 +22,10 @@ import pytest
 from prometheus_client import CONTENT_TYPE_LATEST
 from typer.testing import CliRunner
 
-from gpufence.cli import app
+from gpufence.cli.main import app
 from gpufence.control.config import SERVER_FILE
+from gpufence.control.http.server import build_plane, serve
 from gpufence.control.plane import ControlPlane
-from gpufence.control.server import build_plane, serve
 
 ADMIN = "admin-token-0123456789"
 TOKEN_A = "tenant-a-token-0123"

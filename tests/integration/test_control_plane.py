@@ -19,17 +19,17 @@ from typing import Any
 
 import pytest
 
-from gpufence.control import joblogs
-from gpufence.control import store as st
-from gpufence.control.client import Client
 from gpufence.control.config import ADMIN, cluster_from_spec_dict, control_config
-from gpufence.control.demo import fenced_spec
-from gpufence.control.discovery import fake_gpus, node_spec
+from gpufence.control.gpus.discovery import fake_gpus, node_spec
+from gpufence.control.http.client import Client
 from gpufence.control.jobspec import SubmitRequest
 from gpufence.control.plane import ControlPlane
-from waiting import until
+from gpufence.control.store import database as st
+from gpufence.demo import joblogs
+from gpufence.demo.live import fenced_spec
+from gpufence.testing.waiting import until
 
-JOB = [sys.executable, "-m", "gpufence.control.demo_jobs"]
+JOB = [sys.executable, "-m", "gpufence.demo.programs"]
 
 
 def _req(*args: str, **fields: Any) -> SubmitRequest:

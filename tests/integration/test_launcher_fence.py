@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from gpufence.control.executors.processes import LAUNCHER
-from waiting import until
+from gpufence.testing.waiting import until
 
 STARTER = """
 import os, subprocess, sys, time

@@ -21,7 +21,7 @@ from executor_helpers import (
 )
 
 from gpufence.control.executors import AttemptExit, LaunchError, Member
-from gpufence.control.executors.local import LocalExecutor
+from gpufence.control.executors.local.local_executor import LocalExecutor
 
 ENDS_WITH_5 = """
     import os, sys, time

@@ -14,7 +14,7 @@ import pytest
 from executor_helpers import Recorder, make_launch, recorded
 
 from gpufence.control.executors import AttemptExit, LaunchError, Member
-from gpufence.control.executors.local import LocalExecutor
+from gpufence.control.executors.local.local_executor import LocalExecutor
 
 ENV_KEYS = (
     "CUDA_VISIBLE_DEVICES",

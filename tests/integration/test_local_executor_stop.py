@@ -23,7 +23,7 @@ from executor_helpers import (
 )
 
 from gpufence.control.executors import AttemptExit, Member
-from gpufence.control.executors.local import LocalExecutor
+from gpufence.control.executors.local.local_executor import LocalExecutor
 
 
 def test_stop_sigkills_the_whole_group_after_grace(

@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 
-from waiting import until
+from gpufence.testing.waiting import until
 
 # loopback only: read by Ray at import time; without it Ray advertises the outward address
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
@@ -35,16 +35,16 @@ ray = pytest.importorskip("ray", reason="ray is not installed (pip install 'gpuf
 
 from ray.cluster_utils import Cluster  # noqa: E402
 
-from gpufence.control import joblogs  # noqa: E402
-from gpufence.control import store as st  # noqa: E402
 from gpufence.control.config import ADMIN, cluster_from_spec_dict, control_config  # noqa: E402
-from gpufence.control.discovered import Discovery  # noqa: E402
 from gpufence.control.executors.launcher import exit_file, pid_file  # noqa: E402
-from gpufence.control.executors.ray_executor import RayExecutor  # noqa: E402
+from gpufence.control.executors.ray.local_cluster import LocalNode, local_ray_cluster  # noqa: E402
+from gpufence.control.executors.ray.nodes import auto_names, cluster_spec, nodes_now  # noqa: E402
+from gpufence.control.executors.ray.ray_executor import RayExecutor  # noqa: E402
+from gpufence.control.gpus.records import Discovery  # noqa: E402
 from gpufence.control.jobspec import SubmitRequest  # noqa: E402
 from gpufence.control.plane import ControlPlane  # noqa: E402
-from gpufence.control.ray_local import LocalNode, local_ray_cluster  # noqa: E402
-from gpufence.control.ray_nodes import auto_names, cluster_spec, nodes_now  # noqa: E402
+from gpufence.control.store import database as st  # noqa: E402
+from gpufence.demo import joblogs  # noqa: E402
 
 RACKS = ("rack-a", "rack-b", "rack-c")
 # prints what the job saw, then sleeps argv[1] seconds
@@ -236,7 +236,7 @@ ACKER = (
 
 
 def test_notice_ack_and_stop_through_the_ray_executor(ray_cluster: Cluster, tmp_path: Path) -> None:
-    from gpufence.control.executors.base import AttemptExit, Launch, Member
+    from gpufence.control.executors.interface import AttemptExit, Launch, Member
 
     names = auto_names(nodes_now())
     node = sorted(names)[0]
@@ -272,7 +272,7 @@ def test_notice_ack_and_stop_through_the_ray_executor(ray_cluster: Cluster, tmp_
 def test_activity_tells_a_busy_member_from_an_idle_one(
     ray_cluster: Cluster, tmp_path: Path
 ) -> None:
-    from gpufence.control.executors.base import Launch, Member
+    from gpufence.control.executors.interface import Launch, Member
 
     names = auto_names(nodes_now())
     node = sorted(names)[1]

@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 
 from hypothesis import strategies as st
 
-from builders import ClusterBuilder
 from gpufence.model import mig as migmod
 from gpufence.model.cluster import Cluster
 from gpufence.model.job import MILLI_PER_GPU, GpuRequest, Job, RequestKind, WorkloadClass
@@ -25,6 +24,7 @@ from gpufence.model.partition import (
     SharingMode,
 )
 from gpufence.sched.registry import SCORERS
+from gpufence.testing.builders import ClusterBuilder
 
 GPU_TYPES = ("H100-80GB", "A100-40GB")
 CLASSES = tuple(WorkloadClass)

@@ -22,13 +22,13 @@ from dataclasses import dataclass, field
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from builders import ClusterBuilder, job
 from gpufence.model.cluster import Cluster
 from gpufence.model.decisions import Bind, Reason
 from gpufence.model.events import Event, JobFinished, JobSubmitted, Tick
 from gpufence.model.job import Job
 from gpufence.sched.jobs import JobState
 from gpufence.sched.scheduler import Scheduler, SchedulerConfig
+from gpufence.testing.builders import ClusterBuilder, job
 
 GANG = "gang"
 SCALE = float(os.environ.get("GPUFENCE_PROP_SCALE", "1"))  # more examples when bug-hunting

@@ -7,10 +7,10 @@ from __future__ import annotations
 import pytest
 from scenario_harness import A, JobFinished, Tick, flat, make, sub
 
-from builders import ClusterBuilder, job
 from gpufence.model.decisions import Bind, PendingReason, Reason
 from gpufence.model.job import Job
 from gpufence.sched.scheduler import Scheduler
+from gpufence.testing.builders import ClusterBuilder, job
 
 
 def one_node(gpus: int = 8, backfill: bool = True):  # type: ignore[no-untyped-def]

@@ -7,10 +7,10 @@ from __future__ import annotations
 import pytest
 from scenario_harness import A, CheckpointAck, JobFinished, JobStopped, Tick, flat, make, sub
 
-from builders import ClusterBuilder, LendingRule, job
 from gpufence.model.decisions import Bind, Notice, Reason, Reject, Requeue, Stop
 from gpufence.model.job import WorkloadClass as W
 from gpufence.sched.jobs import JobState
+from gpufence.testing.builders import ClusterBuilder, LendingRule, job
 
 SERVING = frozenset({W.SERVING})
 TRAINING = frozenset({W.TRAINING})

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 from scenario_harness import A, JobFinished, flat, make, sub
 
-from builders import ClusterBuilder, SharingMode, job
 from gpufence.model.decisions import Assignment, Bind, Decision, PendingReason, Reason, Reject
 from gpufence.model.job import Job
+from gpufence.testing.builders import ClusterBuilder, SharingMode, job
 
 
 def frac_cluster(placement: str = "best-fit", cpu_cores: int = 8):  # type: ignore[no-untyped-def]

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 from scenario_harness import A, JobFinished, JobStopped, NodeDown, flat, make, sub
 
-from builders import ClusterBuilder, job
 from gpufence.model.decisions import Bind, Reason, Requeue, Stop
 from gpufence.model.job import Job
+from gpufence.testing.builders import ClusterBuilder, job
 
 
 def racks(nodes_per_rack: tuple[int, ...] = (2, 2), nvlink: tuple[int, ...] = (4, 4)):  # type: ignore[no-untyped-def]

@@ -18,10 +18,10 @@ from scenario_harness import (
     sub,
 )
 
-from builders import ClusterBuilder, ReclaimPolicy, job
 from gpufence.model.decisions import Bind, Decision, Notice, NoticeWithdrawn, Reason, Stop
 from gpufence.sched.jobs import JobState
 from gpufence.sched.scheduler import Scheduler
+from gpufence.testing.builders import ClusterBuilder, ReclaimPolicy, job
 
 POLICY = ReclaimPolicy(idle_threshold=0.1, idle_after_s=100.0, warning_s=30.0)
 RECLAIMED = "idle session reclaimed after its warning"

@@ -7,10 +7,10 @@ from __future__ import annotations
 import pytest
 from scenario_harness import A, JobFinished, MigReconfigured, Tick, flat, make, sub
 
-from builders import ClusterBuilder, MigConfig, SharingMode, job
 from gpufence.model.decisions import Bind, MigReconfigure, PendingReason, Reason, Reject
 from gpufence.model.job import Job
 from gpufence.model.mig import MigInstance
+from gpufence.testing.builders import ClusterBuilder, MigConfig, SharingMode, job
 
 
 def mig_cluster(

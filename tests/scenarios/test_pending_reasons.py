@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 from scenario_harness import A, JobFinished, flat, make, sub
 
-from builders import ClusterBuilder, MigConfig, SharingMode, job
 from gpufence.model.decisions import Bind, PendingReason, Reason, Reject
 from gpufence.model.job import Job
 from gpufence.model.job import WorkloadClass as W
 from gpufence.sched.jobs import JobState
+from gpufence.testing.builders import ClusterBuilder, MigConfig, SharingMode, job
 
 
 def cluster():  # type: ignore[no-untyped-def]

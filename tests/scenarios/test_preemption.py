@@ -20,17 +20,17 @@ from scenario_harness import (
     sub,
 )
 
-from builders import (
+from gpufence.model.decisions import Bind, Notice, PendingReason, Reason, Requeue, Stop
+from gpufence.model.job import WorkloadClass as W
+from gpufence.sched.jobs import JobState
+from gpufence.sched.scheduler import Scheduler
+from gpufence.testing.builders import (
     ClusterBuilder,
     LendingRule,
     PreemptionMode,
     PreemptionPolicy,
     job,
 )
-from gpufence.model.decisions import Bind, Notice, PendingReason, Reason, Requeue, Stop
-from gpufence.model.job import WorkloadClass as W
-from gpufence.sched.jobs import JobState
-from gpufence.sched.scheduler import Scheduler
 
 SERVING = frozenset({W.SERVING})
 TRAINING = frozenset({W.TRAINING})

@@ -8,10 +8,10 @@ import math
 import pytest
 from scenario_harness import A, JobFinished, flat, make, sub
 
-from builders import ClusterBuilder, job
 from gpufence.model.decisions import Bind, Reason, Reject
 from gpufence.model.events import UsageRestored
 from gpufence.model.job import Job
+from gpufence.testing.builders import ClusterBuilder, job
 
 
 def two_queues(gpus: int = 4, **queue_kw: dict[str, object]):  # type: ignore[no-untyped-def]

@@ -15,10 +15,16 @@ from typing import Any
 import pytest
 from scenario_harness import CheckpointAck, JobFinished, JobStopped, Step, Tick, make, run, sub
 
-from builders import ClusterBuilder, LendingRule, PreemptionMode, PreemptionPolicy, job
 from gpufence.model.cluster import Cluster
 from gpufence.model.decisions import Bind, Notice, Reason
 from gpufence.model.job import WorkloadClass as W
+from gpufence.testing.builders import (
+    ClusterBuilder,
+    LendingRule,
+    PreemptionMode,
+    PreemptionPolicy,
+    job,
+)
 
 SERVING = frozenset({W.SERVING})
 TRAINING = frozenset({W.TRAINING})

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from builders import ClusterBuilder, PreemptionMode, PreemptionPolicy, job
 from gpufence.model.decisions import Assignment, Bind, Reason, Requeue
 from gpufence.model.events import JobRestored, JobStopped, JobSubmitted
 from gpufence.sched.jobs import JobState
 from gpufence.sched.restore import RestoreConflict
 from gpufence.sched.scheduler import Scheduler, SchedulerConfig
+from gpufence.testing.builders import ClusterBuilder, PreemptionMode, PreemptionPolicy, job
 
 
 def _cluster() -> object:

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from scenario_harness import A, JobFinished, flat, make, sub
 
-from builders import ClusterBuilder, SharingMode, job
 from gpufence.model.decisions import Bind, PendingReason, Reason, Reject
+from gpufence.testing.builders import ClusterBuilder, SharingMode, job
 
 
 def ts_cluster(max_jobs: int = 2, gpus: int = 2, nodes: int = 1):  # type: ignore[no-untyped-def]

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from gpufence.cli import app
+from gpufence.cli.main import app
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 

@@ -9,7 +9,6 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from builders import ClusterBuilder, job
 from gpufence.model.cluster import Cluster
 from gpufence.model.decisions import Bind
 from gpufence.model.events import JobSubmitted
@@ -29,6 +28,7 @@ from gpufence.sched.placement.scoring import (
 )
 from gpufence.sched.registry import SCORERS, make_scorer
 from gpufence.sched.scheduler import Scheduler, SchedulerConfig
+from gpufence.testing.builders import ClusterBuilder, job
 
 SPECS = Counter(
     {

@@ -11,7 +11,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpufence.control.executors.base import AttemptExit, Launch
+from gpufence.control.executors.interface import AttemptExit, Launch
 from gpufence.control.jobspec import SubmitRequest
 
 

@@ -12,21 +12,21 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from gpufence.control import store as st
 from gpufence.control import views
 from gpufence.control.config import ADMIN, ControlConfig
-from gpufence.control.devices import DeviceMap, check_machine
-from gpufence.control.discovered import DiscoveryError
-from gpufence.control.discovery import Discovery
-from gpufence.control.executors.base import Executor
-from gpufence.control.executors.local import LocalExecutor
-from gpufence.control.gpu_activity import GpuUtilization
+from gpufence.control.executors.interface import Executor
+from gpufence.control.executors.local.local_executor import LocalExecutor
+from gpufence.control.gpus.activity import GpuUtilization
+from gpufence.control.gpus.devices import DeviceMap, check_machine
+from gpufence.control.gpus.discovery import Discovery
+from gpufence.control.gpus.nvml import NvmlError, PynvmlApi
+from gpufence.control.gpus.records import DiscoveryError
 from gpufence.control.inbox import SubmitResult
 from gpufence.control.jobspec import SubmitRequest
-from gpufence.control.nvml import NvmlError, PynvmlApi
+from gpufence.control.metrics import Telemetry
 from gpufence.control.reconciler import Reconciler
-from gpufence.control.recovery import recover
-from gpufence.control.telemetry import Telemetry
+from gpufence.control.store import database as st
+from gpufence.control.store.recovery import recover
 from gpufence.model.cluster import Cluster
 from gpufence.model.partition import SharingMode
 from gpufence.sched.scheduler import Scheduler, SchedulerConfig

@@ -24,11 +24,10 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import TypeVar
 
-from gpufence.control import store as st
 from gpufence.control.config import ControlConfig
-from gpufence.control.devices import DeviceError, DeviceMap, assignment_json
-from gpufence.control.executors.base import AttemptExit, Executor, Launch, LaunchError, Member
-from gpufence.control.gpu_activity import job_activity
+from gpufence.control.executors.interface import AttemptExit, Executor, Launch, LaunchError, Member
+from gpufence.control.gpus.activity import job_activity
+from gpufence.control.gpus.devices import DeviceError, DeviceMap, assignment_json
 from gpufence.control.inbox import (
     Ack,
     Call,
@@ -43,7 +42,8 @@ from gpufence.control.inbox import (
     SubmitResult,
 )
 from gpufence.control.jobspec import SubmitRequest, from_stored
-from gpufence.control.telemetry import Telemetry
+from gpufence.control.metrics import Telemetry
+from gpufence.control.store import database as st
 from gpufence.model.decisions import (
     Bind,
     Decision,

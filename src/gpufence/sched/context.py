@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 from gpufence.model import mig as migmod
 from gpufence.model.cluster import Cluster
 from gpufence.model.decisions import Decision, PendingReason, Reason
-from gpufence.sched.engine import PlacementEngine
 from gpufence.sched.fairshare import FairShare
 from gpufence.sched.jobs import JobRecord, JobState
+from gpufence.sched.placement.dispatch import PlacementEngine
 from gpufence.sched.queues import PendingQueues
 from gpufence.state.ledger import Ledger
 

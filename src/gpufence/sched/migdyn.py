@@ -9,7 +9,7 @@ from gpufence.model.decisions import MigReconfigure, Reason
 from gpufence.model.job import RequestKind
 from gpufence.sched.context import Context
 from gpufence.sched.jobs import JobRecord
-from gpufence.sched.placement.base import node_admits
+from gpufence.sched.placement.fit import node_admits
 
 
 def in_flight_offers(ctx: Context, pool: str, profile: str) -> bool:

@@ -17,7 +17,7 @@ from gpufence.sched.backfill import INF, reservable, reserve
 from gpufence.sched.context import Context, Reservation
 from gpufence.sched.jobs import JobRecord, JobState
 from gpufence.sched.migdyn import repartition_for
-from gpufence.sched.placement.base import NotPlaced, Placed
+from gpufence.sched.placement.fit import NotPlaced, Placed
 from gpufence.sched.queues import ShapeKey
 from gpufence.sched.reclaim import track
 from gpufence.state.ledger import Allocation, charge_milli

@@ -21,7 +21,7 @@ from gpufence.sched.admission import quota_blocks
 from gpufence.sched.context import Context, Nomination
 from gpufence.sched.jobs import JobRecord, JobState
 from gpufence.sched.jobs import Notice as NoticeState
-from gpufence.sched.placement.base import Placed
+from gpufence.sched.placement.fit import Placed
 from gpufence.state.ledger import Allocation, Ledger, charge_milli
 
 INF = float("inf")

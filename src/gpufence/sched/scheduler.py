@@ -41,11 +41,11 @@ from gpufence.model.events import (
 from gpufence.model.job import WorkloadClass
 from gpufence.model.partition import PreemptionMode, SharingMode
 from gpufence.sched.context import Context, Counters
-from gpufence.sched.engine import PlacementEngine
 from gpufence.sched.fairshare import FairShare, TenantShare
 from gpufence.sched.intake import Refused, resolve
 from gpufence.sched.jobs import TERMINAL, JobRecord, JobState
 from gpufence.sched.passes import CAPACITY, lend_pass, place_partition
+from gpufence.sched.placement.dispatch import PlacementEngine
 from gpufence.sched.protect import MAX_BATCH, protect_partition
 from gpufence.sched.queues import PendingQueues
 from gpufence.sched.reclaim import idle_deadline, track, warn_idle

@@ -37,7 +37,7 @@ from gpufence.model.events import (
 )
 from gpufence.model.job import Job
 from gpufence.sched.scheduler import Scheduler, SchedulerConfig
-from gpufence.sim.engine import EventQueue
+from gpufence.sim.event_queue import EventQueue
 from gpufence.state.invariants import check
 
 

@@ -6,11 +6,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fake_nvml import FakeGpu, FakeMig, FakeNvml, bus, hgx_h100, load
 
-from gpufence.control import discovery as disc
-from gpufence.control import nodespec
-from gpufence.control.discovery import (
+from gpufence.control.gpus import discovery as disc
+from gpufence.control.gpus import nodespec
+from gpufence.control.gpus.discovery import (
     DiscoveredGpu,
     Discovery,
     DiscoveryError,
@@ -20,6 +19,7 @@ from gpufence.control.discovery import (
     fake_gpus,
     node_spec,
 )
+from gpufence.testing.fake_nvml import FakeGpu, FakeMig, FakeNvml, bus, hgx_h100, load
 
 # -- names, types, mixed machines --------------------------------------------------------------
 

@@ -10,18 +10,18 @@ import sys
 
 import pytest
 import yaml
-from fake_nvml import FakeGpu, FakeMig, FakeNvml, a100_box, bus, hgx_h100, load
 
-from gpufence.control import nodespec
-from gpufence.control.discovery import DiscoveryError, MigDevice, discover, node_spec
-from gpufence.control.nodespec import nvlink_domain_sizes
-from gpufence.control.nvml import (
+from gpufence.control.gpus import nodespec
+from gpufence.control.gpus.discovery import DiscoveryError, MigDevice, discover, node_spec
+from gpufence.control.gpus.nodespec import nvlink_domain_sizes
+from gpufence.control.gpus.nvml import (
     NVML_ERROR_DRIVER_NOT_LOADED,
     NVML_ERROR_LIBRARY_NOT_FOUND,
     NVML_ERROR_NO_PERMISSION,
 )
 from gpufence.model.partition import SharingMode
 from gpufence.spec import load_cluster_text
+from gpufence.testing.fake_nvml import FakeGpu, FakeMig, FakeNvml, a100_box, bus, hgx_h100, load
 
 # -- discover() --------------------------------------------------------------------------------
 

@@ -6,8 +6,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from gpufence.control.gpu_activity import GpuUtilization, job_activity
-from gpufence.control.nvml import NVML_ERROR_NOT_SUPPORTED, NvmlError
+from gpufence.control.gpus.activity import GpuUtilization, job_activity
+from gpufence.control.gpus.nvml import NVML_ERROR_NOT_SUPPORTED, NvmlError
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""Ray nodes as gpufence nodes (``gpufence.control.ray_nodes``): no Ray needed."""
+"""Ray nodes as gpufence nodes (``gpufence.control.executors.ray.nodes``): no Ray needed."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 
 from gpufence.control.config import cluster_from_spec_dict
-from gpufence.control.executors.ray_support import node_changes
-from gpufence.control.ray_nodes import (
+from gpufence.control.executors.ray.bookkeeping import node_changes
+from gpufence.control.executors.ray.nodes import (
     RayNodesError,
     auto_names,
     cluster_spec,

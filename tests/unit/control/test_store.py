@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gpufence.control import store as st
+from gpufence.control.store import database as st
 
 
 def _add(tx: st.Tx, jid: str, tenant: str = "a") -> None:

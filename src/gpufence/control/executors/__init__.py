@@ -1,10 +1,12 @@
-"""Executors: what turns a scheduler ``Bind`` into running processes (see ``base.Executor``).
+"""Executors: what turns a scheduler ``Bind`` into running processes (see ``interface.Executor``).
 
-``LocalExecutor`` lives in ``gpufence.control.executors.local``; it is not imported here so that
-``python -m gpufence.control.executors.launcher`` runs without loading the executor.
+``local/`` runs gang members on this machine, ``ray/`` on Ray nodes; beside them sit the pieces
+both use: the launcher (one per member), the member environment, the gang and stop rules, the
+process records and the watcher thread. The executors are not imported here, so that the
+launcher (started by file path) loads nothing it does not need.
 """
 
-from gpufence.control.executors.base import (
+from gpufence.control.executors.interface import (
     AttemptExit,
     Executor,
     Launch,

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from gpufence.control.executors.base import Launch
+from gpufence.control.executors.interface import Launch
 
 
 def member_envs(

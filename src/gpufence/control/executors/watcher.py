@@ -24,14 +24,14 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gpufence.control.executors.base import (
+from gpufence.control.executors.gang import GangState
+from gpufence.control.executors.interface import (
     AckCallback,
     AttemptExit,
     ExitCallback,
     Launch,
     notify,
 )
-from gpufence.control.executors.gang import GangState
 from gpufence.control.executors.processes import (
     DISOWNED,
     MemberProcess,

@@ -18,7 +18,7 @@ import numpy as np
 from gpufence.model.cluster import Cluster
 from gpufence.model.decisions import Assignment, Reason
 from gpufence.model.job import MILLI_PER_GPU, Job, RequestKind
-from gpufence.sched.placement.base import NotPlaced, Placed, PlaceResult
+from gpufence.sched.placement.fit import NotPlaced, Placed, PlaceResult
 from gpufence.sched.placement.scoring import (
     BoolArr,
     Candidates,

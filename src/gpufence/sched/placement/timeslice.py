@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from gpufence.model.decisions import Assignment, Reason
 from gpufence.model.job import Job
-from gpufence.sched.placement.base import NotPlaced, Placed, PlaceResult, node_admits
+from gpufence.sched.placement.fit import NotPlaced, Placed, PlaceResult, node_admits
 from gpufence.state.ledger import Ledger
 
 

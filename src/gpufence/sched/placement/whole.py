@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 from gpufence.model.decisions import Assignment, Reason
 from gpufence.model.job import Job
-from gpufence.sched.placement.base import (
+from gpufence.sched.placement.fit import (
     NotPlaced,
     Placed,
     PlaceResult,

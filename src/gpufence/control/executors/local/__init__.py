@@ -1,0 +1,1 @@
+"""The local executor: gang members as real processes on this machine."""

@@ -1,0 +1,93 @@
+"""From a scheduler assignment to what a process sees: ``CUDA_VISIBLE_DEVICES`` entries.
+
+Whole GPUs, fractional shares and time-slices name the GPU's index on its node. A MIG instance
+is named by its MIG device UUID: the real one found by discovery (same GPU, profile and placement
+start) or, on fake GPUs, a stable made-up one. Assignments are stored as JSON so a restart can
+rebuild the exact same allocation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+from gpufence.control.gpus.discovery import Discovery, spec_gpu_type
+from gpufence.model.cluster import Cluster
+from gpufence.model.decisions import Assignment
+
+
+class DeviceError(RuntimeError):
+    pass
+
+
+class DeviceMap:
+    def __init__(self, cluster: Cluster, discovery: Discovery) -> None:
+        self.cluster = cluster
+        self.discovery = discovery
+        # real MIG devices by (gpu index on the node, profile, start)
+        self._mig = {
+            (g.index, m.profile, m.start): m.uuid for g in discovery.gpus for m in g.mig_devices
+        }
+
+    def devices(self, a: Assignment) -> tuple[str, ...]:
+        cluster = self.cluster
+        out: list[str] = []
+        for gid in a.gpus:
+            gpu = cluster.gpus[gid]
+            if a.mig_profile is None:
+                out.append(str(gpu.index))
+                continue
+            start = a.mig_start or 0
+            if self.discovery.fake:
+                node = cluster.nodes[gpu.node].name
+                out.append(f"MIG-fake-{node}-gpu{gpu.index}-{a.mig_profile}@{start}")
+                continue
+            uuid = self._mig.get((gpu.index, a.mig_profile, start))
+            if uuid is None:
+                raise DeviceError(
+                    f"GPU {gpu.index} has no MIG instance {a.mig_profile} at slot {start}; "
+                    "the GPU's MIG layout differs from the cluster spec (nvidia-smi mig -lgi)"
+                )
+            out.append(uuid)
+        return tuple(out)
+
+
+def assignment_json(a: Assignment) -> dict[str, Any]:
+    return asdict(a)
+
+
+def assignment_from_json(d: dict[str, Any]) -> Assignment:
+    return Assignment(
+        node=int(d["node"]),
+        gpus=tuple(int(g) for g in d["gpus"]),
+        milli=int(d.get("milli", 1000)),
+        gpu_mem_mib=int(d.get("gpu_mem_mib", 0)),
+        mig_profile=d.get("mig_profile"),
+        mig_start=d.get("mig_start"),
+        time_sliced=bool(d.get("time_sliced", False)),
+    )
+
+
+def check_machine(cluster: Cluster, discovery: Discovery) -> None:
+    """The local executor runs everything on this machine: with real GPUs, the spec must
+    describe this machine (one node, no more GPUs than found, same type)."""
+    if discovery.fake:
+        return
+    if len(cluster.nodes) != 1:
+        raise DeviceError(
+            f"the cluster spec has {len(cluster.nodes)} nodes but the local executor runs on "
+            "this one machine: describe one node, or use --executor ray for several"
+        )
+    node = cluster.nodes[0]
+    found = len(discovery.gpus)
+    if len(node.gpu_ids) > found:
+        raise DeviceError(
+            f"node_groups: the spec gives {len(node.gpu_ids)} GPUs per node but this machine "
+            f"has {found}; set gpus_per_node: {found}"
+        )
+    types = {spec_gpu_type(g) for g in discovery.gpus[: len(node.gpu_ids)]}
+    if types != {node.gpu_type}:
+        raise DeviceError(
+            f"node_groups: gpu_type is {node.gpu_type} but this machine has "
+            f"{', '.join(sorted(str(t) for t in types))}"
+        )

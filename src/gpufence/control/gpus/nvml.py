@@ -1,0 +1,285 @@
+"""The NVML surface discovery uses, its pynvml adapter, and NVML names -> catalogue names.
+
+Every NVML call goes through ``NvmlApi`` (a Protocol), so discovery runs against an in-memory
+fake in tests; ``PynvmlApi`` implements it over the ``pynvml`` module of ``nvidia-ml-py``,
+imported when it is created. ``catalogue_type`` and ``mig_profile_name`` map what NVML says about
+a GPU or a MIG GPU instance to gpufence catalogue names.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol, TypeVar, cast
+
+from gpufence.control.gpus.records import DiscoveryError
+from gpufence.model.mig import MigProfile
+from gpufence.spec.catalogue import CATALOGUE
+
+# NVML return codes and constants (nvml.h; the same values pynvml exports).
+NVML_ERROR_UNINITIALIZED = 1
+NVML_ERROR_INVALID_ARGUMENT = 2
+NVML_ERROR_NOT_SUPPORTED = 3
+NVML_ERROR_NO_PERMISSION = 4
+NVML_ERROR_NOT_FOUND = 6
+NVML_ERROR_DRIVER_NOT_LOADED = 9
+NVML_ERROR_LIBRARY_NOT_FOUND = 12
+NVML_ERROR_FUNCTION_NOT_FOUND = 13
+NVML_ERROR_LIB_RM_VERSION_MISMATCH = 18
+NVML_ERROR_GPU_NOT_FOUND = 28
+NVML_DEVICE_MIG_ENABLE = 1
+NVML_FEATURE_ENABLED = 1
+NVML_NVLINK_MAX_LINKS = 36  # nvml.h; H100/H200 use 18, A100 12, V100 6 (the rest: not found)
+
+# "This GPU / driver cannot tell": the answer is unknown, not an error of the machine.
+_UNAVAILABLE = frozenset(
+    {
+        NVML_ERROR_NOT_SUPPORTED,
+        NVML_ERROR_NO_PERMISSION,
+        NVML_ERROR_FUNCTION_NOT_FOUND,
+        NVML_ERROR_INVALID_ARGUMENT,
+        NVML_ERROR_NOT_FOUND,
+    }
+)
+
+NO_GPU_HINT = (
+    "use --fake-gpus N to run gpufence without GPUs, or --config FILE to describe the cluster"
+)
+
+
+class NvmlError(Exception):
+    """An NVML call failed; ``value`` is the NVML return code (NVML_ERROR_*)."""
+
+    def __init__(self, value: int, message: str | None = None) -> None:
+        super().__init__(message or f"NVML error {value}")
+        self.value = value
+
+
+# -- the NVML surface ------------------------------------------------------------------------
+# Structs are read by attribute, exactly as pynvml's ctypes structs are; strings may come back
+# as bytes from some pynvml versions. Handles are opaque.
+
+
+class MemoryInfo(Protocol):
+    @property
+    def total(self) -> int: ...
+
+
+class PciInfo(Protocol):
+    @property
+    def busId(self) -> str | bytes: ...
+
+
+class GpuInstancePlacement(Protocol):
+    @property
+    def start(self) -> int: ...
+
+    @property
+    def size(self) -> int: ...
+
+
+class GpuInstanceInfo(Protocol):
+    @property
+    def profileId(self) -> int: ...
+
+    @property
+    def placement(self) -> GpuInstancePlacement: ...
+
+
+class DeviceAttributes(Protocol):
+    @property
+    def gpuInstanceSliceCount(self) -> int: ...
+
+    @property
+    def memorySizeMB(self) -> int: ...
+
+
+class NvmlApi(Protocol):
+    """The pynvml calls discovery makes; each raises NvmlError when NVML returns an error."""
+
+    def nvmlInit(self) -> None: ...
+    def nvmlShutdown(self) -> None: ...
+    def nvmlSystemGetDriverVersion(self) -> str | bytes: ...
+    def nvmlSystemGetNVMLVersion(self) -> str | bytes: ...
+    def nvmlDeviceGetCount(self) -> int: ...
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> object: ...
+    def nvmlDeviceGetName(self, handle: object) -> str | bytes: ...
+    def nvmlDeviceGetUUID(self, handle: object) -> str | bytes: ...
+    def nvmlDeviceGetMemoryInfo(self, handle: object) -> MemoryInfo: ...
+    def nvmlDeviceGetPciInfo(self, handle: object) -> PciInfo: ...
+    def nvmlDeviceGetMigMode(self, handle: object) -> Sequence[int]: ...
+    def nvmlDeviceGetMaxMigDeviceCount(self, handle: object) -> int: ...
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, handle: object, index: int) -> object: ...
+    def nvmlDeviceGetGpuInstanceId(self, mig_handle: object) -> int: ...
+    def nvmlDeviceGetGpuInstanceById(self, handle: object, gi_id: int) -> object: ...
+    def nvmlGpuInstanceGetInfo(self, gpu_instance: object) -> GpuInstanceInfo: ...
+    def nvmlDeviceGetAttributes(self, mig_handle: object) -> DeviceAttributes: ...
+    def nvmlDeviceGetNvLinkState(self, handle: object, link: int) -> int: ...
+    def nvmlDeviceGetNvLinkRemotePciInfo(self, handle: object, link: int) -> PciInfo: ...
+
+
+class PynvmlApi:
+    """NvmlApi over the ``pynvml`` module of nvidia-ml-py, imported when this is created."""
+
+    def __init__(self) -> None:
+        try:
+            self._nv: Any = importlib.import_module("pynvml")
+        except ImportError as exc:
+            raise DiscoveryError(
+                "cannot discover GPUs: the NVML bindings are not installed "
+                f"(pip install nvidia-ml-py); {NO_GPU_HINT}"
+            ) from exc
+
+    def _call(self, name: str, *args: object) -> Any:
+        try:
+            return getattr(self._nv, name)(*args)
+        except self._nv.NVMLError as exc:
+            raise NvmlError(int(exc.value), str(exc)) from exc
+
+    def nvmlInit(self) -> None:
+        self._call("nvmlInit")
+
+    def nvmlShutdown(self) -> None:
+        self._call("nvmlShutdown")
+
+    def nvmlSystemGetDriverVersion(self) -> str | bytes:
+        return cast("str | bytes", self._call("nvmlSystemGetDriverVersion"))
+
+    def nvmlSystemGetNVMLVersion(self) -> str | bytes:
+        return cast("str | bytes", self._call("nvmlSystemGetNVMLVersion"))
+
+    def nvmlDeviceGetCount(self) -> int:
+        return int(self._call("nvmlDeviceGetCount"))
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> object:
+        return self._call("nvmlDeviceGetHandleByIndex", index)
+
+    def nvmlDeviceGetName(self, handle: object) -> str | bytes:
+        return cast("str | bytes", self._call("nvmlDeviceGetName", handle))
+
+    def nvmlDeviceGetUUID(self, handle: object) -> str | bytes:
+        return cast("str | bytes", self._call("nvmlDeviceGetUUID", handle))
+
+    def nvmlDeviceGetMemoryInfo(self, handle: object) -> MemoryInfo:
+        return cast("MemoryInfo", self._call("nvmlDeviceGetMemoryInfo", handle))
+
+    def nvmlDeviceGetPciInfo(self, handle: object) -> PciInfo:
+        return cast("PciInfo", self._call("nvmlDeviceGetPciInfo", handle))
+
+    def nvmlDeviceGetMigMode(self, handle: object) -> Sequence[int]:
+        return cast("Sequence[int]", self._call("nvmlDeviceGetMigMode", handle))
+
+    def nvmlDeviceGetMaxMigDeviceCount(self, handle: object) -> int:
+        return int(self._call("nvmlDeviceGetMaxMigDeviceCount", handle))
+
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, handle: object, index: int) -> object:
+        return self._call("nvmlDeviceGetMigDeviceHandleByIndex", handle, index)
+
+    def nvmlDeviceGetGpuInstanceId(self, mig_handle: object) -> int:
+        return int(self._call("nvmlDeviceGetGpuInstanceId", mig_handle))
+
+    def nvmlDeviceGetGpuInstanceById(self, handle: object, gi_id: int) -> object:
+        return self._call("nvmlDeviceGetGpuInstanceById", handle, gi_id)
+
+    def nvmlGpuInstanceGetInfo(self, gpu_instance: object) -> GpuInstanceInfo:
+        return cast("GpuInstanceInfo", self._call("nvmlGpuInstanceGetInfo", gpu_instance))
+
+    def nvmlDeviceGetAttributes(self, mig_handle: object) -> DeviceAttributes:
+        return cast("DeviceAttributes", self._call("nvmlDeviceGetAttributes", mig_handle))
+
+    def nvmlDeviceGetNvLinkState(self, handle: object, link: int) -> int:
+        return int(self._call("nvmlDeviceGetNvLinkState", handle, link))
+
+    def nvmlDeviceGetNvLinkRemotePciInfo(self, handle: object, link: int) -> PciInfo:
+        return cast("PciInfo", self._call("nvmlDeviceGetNvLinkRemotePciInfo", handle, link))
+
+    def nvmlDeviceGetUtilizationRates(self, handle: object) -> Any:
+        """Used by idle detection (``gpu_activity``): ``.gpu`` is a percentage."""
+        return self._call("nvmlDeviceGetUtilizationRates", handle)
+
+
+def as_text(value: str | bytes) -> str:
+    """An NVML string (some pynvml versions give bytes) as str."""
+    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+
+
+T = TypeVar("T")
+
+
+def maybe(call: Callable[..., T], *args: object) -> T | None:
+    """The call's answer, or None where NVML cannot tell (not supported, no permission...)."""
+    try:
+        return call(*args)
+    except NvmlError as exc:
+        if exc.value in _UNAVAILABLE:
+            return None
+        raise
+
+
+# -- NVML name -> catalogue type ---------------------------------------------------------------
+
+# (pattern on the NVML name, candidate catalogue types). "A10" must not match "A100" or "A10G",
+# and "H100 NVL" (94 GB) must not pass for H100-80GB: the memory check below settles that.
+_FAMILIES: tuple[tuple[re.Pattern[str], tuple[str, ...]], ...] = (
+    (re.compile(r"\bH200\b"), ("H200-141GB",)),
+    (re.compile(r"\bH100\b"), ("H100-80GB",)),
+    (re.compile(r"\bA100\b"), ("A100-40GB", "A100-80GB")),
+    (re.compile(r"\bV100S?\b"), ("V100-32GB",)),
+    (re.compile(r"\bL40S\b"), ("L40S-48GB",)),
+    (re.compile(r"\bA10\b"), ("A10-24GB",)),
+    (re.compile(r"\bT4\b"), ("T4-16GB",)),
+)
+# NVML reports less than the marketed size (ECC, reserved memory): an L40S "48GB" shows 45 GiB,
+# a T4 with ECC 14.75 GiB, an H100 80GB 79.6 GiB. 12% keeps 40 vs 80 GB and H100 NVL apart.
+_MEMORY_TOLERANCE = 0.12
+
+
+def catalogue_type(model: str, memory_mib: int) -> str | None:
+    """The catalogue GPU type of an NVML device name and total memory, or None if unknown."""
+    gib = memory_mib / 1024
+    for pattern, candidates in _FAMILIES:
+        if pattern.search(model.upper()):
+            fits = [
+                CATALOGUE[c]
+                for c in candidates
+                if abs(gib - CATALOGUE[c].memory_gib) <= _MEMORY_TOLERANCE * CATALOGUE[c].memory_gib
+            ]
+            if not fits:
+                return None
+            return min(fits, key=lambda t: abs(gib - t.memory_gib)).name
+    return None
+
+
+def mig_profile_name(
+    profiles: Mapping[str, MigProfile] | None,
+    profile_id: int | None,
+    size: int | None,
+    slices: int | None,
+    mem_mb: int | None,
+) -> str | None:
+    """Catalogue name of a GPU instance from what NVML told about it (None if too little)."""
+    if profiles:
+        if profile_id is not None:
+            for p in profiles.values():
+                if (
+                    p.gi_profile_id == profile_id
+                    and size in (None, 0, p.mem_slices)
+                    and slices in (None, p.compute_slices)
+                ):
+                    return p.name
+        if slices is not None and mem_mb is not None:
+            # No profile ID (not permitted): compute slices and memory pick the profile; the
+            # +me variant looks the same as the plain one from here, so the plain one is taken.
+            fits = [
+                p
+                for p in profiles.values()
+                if p.compute_slices == slices and size in (None, 0, p.mem_slices)
+            ]
+            if fits:
+                return min(
+                    fits, key=lambda p: (abs(p.memory_gib * 1024 - mem_mb), p.media_ext)
+                ).name
+    if slices is not None and mem_mb is not None:
+        return f"{slices}g.{round(mem_mb / 1024)}gb"  # not a catalogue model: NVIDIA-style name
+    return None

@@ -1,0 +1,264 @@
+"""``gpufence up``: build the control plane and serve its HTTP API with uvicorn.
+
+``serve`` runs in the calling thread. It takes an exclusive lock on the data directory (two
+control planes on one store would run every job twice), binds the socket itself (port 0 picks a
+free one), starts the plane (recovery, then the reconciler), and once uvicorn listens writes
+``DATA/server.json`` = ``{"url", "pid"}`` for the CLI. SIGINT / SIGTERM stop it gracefully:
+the API closes, the reconciler stops, ``server.json`` is removed, and running jobs keep running:
+the next ``gpufence up`` on the same data directory adopts them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import logging
+import os
+import signal
+import socket
+import threading
+from collections.abc import Callable, Generator, Iterator
+from pathlib import Path
+from types import FrameType
+from typing import IO
+
+import uvicorn
+
+from gpufence.control.config import (
+    SERVER_FILE,
+    TOKEN_FILE,
+    cluster_from_spec_dict,
+    control_config,
+    load_config,
+)
+from gpufence.control.gpus.discovery import DiscoveryError, discover, fake_gpus, node_spec
+from gpufence.control.http.api import make_app
+from gpufence.control.plane import ControlPlane
+
+log = logging.getLogger("gpufence.server")
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 7878
+LOCK_FILE = "server.lock"
+
+
+class StartupError(ValueError):
+    """The control plane cannot start; the message says what to do (the CLI exits 2)."""
+
+
+def build_plane(
+    config: Path | None,
+    data_dir: Path,
+    fake_gpus_n: int | None = None,
+    fake_gpu_type: str = "H100-80GB",
+    executor: str = "local",
+    ray_address: str | None = None,
+) -> ControlPlane:
+    """The control plane for ``gpufence up`` (not started: ``serve`` starts it).
+
+    GPUs: ``fake_gpus_n`` made-up ones, else this machine's (NVML). Cluster: the ``--config``
+    spec (with its ``control:`` section), else this machine as one node, one partition.
+    ``executor="ray"``: the nodes of the Ray cluster at ``ray_address`` (see ``ray_plane``).
+    """
+    if executor == "ray":
+        if fake_gpus_n:
+            raise StartupError(
+                "--fake-gpus is for the local executor; Ray nodes declare their GPUs "
+                "(ray start --num-gpus N)"
+            )
+        from gpufence.control.executors.ray.ray_plane import RayStartError, ray_plane
+
+        try:
+            return ray_plane(config, data_dir, ray_address)
+        except RayStartError as exc:
+            raise StartupError(str(exc)) from None
+    if executor != "local":
+        raise StartupError(f"--executor must be local or ray, not {executor!r}")
+    try:
+        discovery = fake_gpus(fake_gpus_n, fake_gpu_type) if fake_gpus_n else discover()
+    except DiscoveryError as exc:
+        if fake_gpus_n:
+            raise StartupError(str(exc)) from None
+        raise StartupError(f"no NVIDIA GPU/driver found: use --fake-gpus N\n  ({exc})") from None
+    if config is not None:
+        cluster, cc = load_config(config, data_dir)
+    else:
+        try:
+            spec = node_spec(discovery)
+        except DiscoveryError as exc:
+            raise StartupError(str(exc)) from None
+        cluster = cluster_from_spec_dict(spec)
+        cc = control_config(None, data_dir)
+    try:
+        return ControlPlane(cluster, cc, discovery, data_dir)
+    except RuntimeError as exc:  # DeviceError: the spec does not describe this machine
+        raise StartupError(str(exc)) from None
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        hint = " (another gpufence up? pick one with --port)" if port else ""
+        raise StartupError(f"cannot listen on {host}:{port}: {exc.strerror}{hint}") from None
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    return sock
+
+
+def _client_host(host: str) -> str:
+    if host in ("0.0.0.0", ""):
+        return "127.0.0.1"
+    if host == "::":
+        return "[::1]"
+    return f"[{host}]" if ":" in host else host
+
+
+@contextlib.contextmanager
+def _data_lock(data_dir: Path) -> Iterator[IO[str]]:
+    data_dir.mkdir(parents=True, exist_ok=True)
+    fh = (data_dir / LOCK_FILE).open("a+", encoding="utf-8")
+    try:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            other = read_server_file(data_dir)
+            where = f" ({other.get('url')}, pid {other.get('pid')})" if other else ""
+            raise StartupError(
+                f"another gpufence control plane uses {data_dir}{where}; stop it or pick "
+                "another --data"
+            ) from None
+        yield fh
+    finally:
+        fh.close()  # releases the lock
+
+
+def read_server_file(data_dir: Path) -> dict[str, object] | None:
+    try:
+        data = json.loads((data_dir / SERVER_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _write_server_file(data_dir: Path, url: str) -> Path:
+    path = data_dir / SERVER_FILE
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"url": url, "pid": os.getpid()}) + "\n", encoding="utf-8")
+    tmp.replace(path)
+    return path
+
+
+class _Server(uvicorn.Server):
+    """uvicorn.Server that announces itself once listening, stops on an event, and handles
+    SIGINT/SIGTERM without re-raising them afterwards (uvicorn's default), so ``serve`` can
+    close the plane and clean up before returning."""
+
+    def __init__(
+        self,
+        config: uvicorn.Config,
+        on_started: Callable[[], None],
+        stop: threading.Event | None,
+    ) -> None:
+        super().__init__(config)
+        self._on_started = on_started
+        self._stop_event = stop
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets=sockets)
+        if self.started:
+            self._on_started()
+
+    async def on_tick(self, counter: int) -> bool:
+        if self._stop_event is not None and self._stop_event.is_set():
+            self.should_exit = True
+        return await super().on_tick(counter)
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Generator[None, None, None]:
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+
+        def handle(sig: int, _frame: FrameType | None) -> None:
+            if self.should_exit and sig == signal.SIGINT:
+                self.force_exit = True  # a second Ctrl-C: stop waiting for open connections
+            self.should_exit = True
+            log.info("%s: shutting down", signal.Signals(sig).name)
+
+        original = {s: signal.signal(s, handle) for s in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield
+        finally:
+            for s, h in original.items():
+                signal.signal(s, h)
+
+
+def serve(
+    plane: ControlPlane,
+    host: str = DEFAULT_HOST,
+    port: int = DEFAULT_PORT,
+    ready: threading.Event | None = None,
+    stop: threading.Event | None = None,
+    kill_jobs: bool = False,
+    log_level: str = "info",
+) -> None:
+    """Serve ``plane`` over HTTP until SIGINT/SIGTERM (main thread) or ``stop`` is set.
+
+    ``ready`` is set once the server accepts connections and ``DATA/server.json`` is written.
+    On the way out the plane is closed; running jobs keep running unless ``kill_jobs``.
+    """
+    data_dir = plane.data_dir
+    with contextlib.ExitStack() as stack:
+        try:
+            stack.enter_context(_data_lock(data_dir))
+            sock = stack.enter_context(_bind(host, port))
+        except BaseException:
+            plane.close(kill_jobs=False)  # never started: nothing of it runs yet
+            raise
+        url = f"http://{_client_host(host)}:{sock.getsockname()[1]}"
+        server_file: list[Path] = []
+
+        def announce() -> None:
+            server_file.append(_write_server_file(data_dir, url))
+            log.info("gpufence control plane listening on %s (data: %s)", url, data_dir)
+            if (data_dir / TOKEN_FILE).exists():  # the path, never the token itself
+                log.info("admin token: %s (the CLI reads it from there)", data_dir / TOKEN_FILE)
+            if ready is not None:
+                ready.set()
+
+        started = False
+        try:
+            plane.start()
+            started = True
+            if plane.recovered.get("adopted"):
+                log.info("adopted %d running jobs from the last run", plane.recovered["adopted"])
+            config = uvicorn.Config(
+                make_app(plane),
+                lifespan="off",
+                log_level=log_level,
+                timeout_graceful_shutdown=5,
+            )
+            _Server(config, announce, stop).run(sockets=[sock])
+        finally:
+            for path in server_file:
+                with contextlib.suppress(FileNotFoundError):
+                    path.unlink()
+            running = len(plane.reconciler.live) if started else 0
+            plane.close(kill_jobs=kill_jobs)
+            if kill_jobs and running:
+                log.info("control plane stopped; its %d running job(s) were stopped", running)
+            elif running:
+                log.info(
+                    "control plane stopped; %d running job(s) keep running and are adopted by "
+                    "the next `gpufence up --data %s`",
+                    running,
+                    data_dir,
+                )
+            else:
+                log.info("control plane stopped")

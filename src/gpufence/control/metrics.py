@@ -1,0 +1,147 @@
+"""Prometheus metrics of the control plane, and the GPU hand-off gaps the demo reports.
+
+Counters and histograms are updated by the reconciler as things happen. Gauges that describe
+live state (jobs pending/running, GPUs per partition, largest placeable gang) are read at scrape
+time from the reconciler thread (``views.gauges``), so they are never stale and cost nothing
+between scrapes. One registry per control plane: tests run several in one process.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from gpufence.control.executors.interface import Launch
+from gpufence.model.decisions import Reason
+
+PREEMPTION_REASONS = (str(Reason.INCIDENT_PREEMPTION), str(Reason.ON_DEMAND_PREEMPTION))
+RECLAIM_REASONS = (str(Reason.LENT_RECLAIM), str(Reason.IDLE))
+_DELAY_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 3600, 4 * 3600, 24 * 3600)
+_HANDOFF_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5)
+
+
+class _LiveGauges(Collector):
+    def __init__(self, read: Callable[[], dict[str, Any] | None]) -> None:
+        self._read = read
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        data = self._read()
+        if data is None:
+            return
+        jobs = GaugeMetricFamily(
+            "gpufence_jobs", "Jobs pending or running", labels=["state", "partition", "class"]
+        )
+        for (state, part, cls), n in sorted(data["jobs"].items()):
+            jobs.add_metric([state, part, cls], n)
+        yield jobs
+        gpus = GaugeMetricFamily(
+            "gpufence_partition_gpus",
+            "GPUs of a partition: capacity, used (GPU-equivalents), lent out, borrowed",
+            labels=["partition", "kind"],
+        )
+        gang = GaugeMetricFamily(
+            "gpufence_largest_placeable_gang_gpus",
+            "Whole GPUs the largest single-node gang could get now (fragmentation)",
+            labels=["partition"],
+        )
+        alloc = GaugeMetricFamily(
+            "gpufence_gpu_allocation_ratio", "used / capacity per partition", labels=["partition"]
+        )
+        for p in data["partitions"]:
+            name = p["name"]
+            for kind in ("capacity", "used", "lent", "borrowed"):
+                gpus.add_metric([name, kind], float(p[f"{kind}_gpus"]))
+            gang.add_metric([name], float(p["largest_gang"]))
+            cap = p["capacity_gpus"]
+            alloc.add_metric([name], p["used_gpus"] / cap if cap else 0.0)
+        yield gpus
+        yield gang
+        yield alloc
+
+
+class Telemetry:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.queue_delay = Histogram(
+            "gpufence_queue_delay_seconds",
+            "Submit (or requeue) to start",
+            ["partition", "class"],
+            buckets=_DELAY_BUCKETS,
+            registry=r,
+        )
+        self.handoff = Histogram(
+            "gpufence_gpu_handoff_seconds",
+            "A GPU's release (process exit seen) to the next job's processes spawned on it",
+            buckets=_HANDOFF_BUCKETS,
+            registry=r,
+        )
+        self.submitted_total = Counter(
+            "gpufence_submitted", "Jobs submitted", ["class"], registry=r
+        )
+        self.rejected_total = Counter(
+            "gpufence_rejected", "Jobs rejected at submit", ["reason"], registry=r
+        )
+        self.preemptions = Counter(
+            "gpufence_preemptions", "Checkpointable jobs preempted", ["reason"], registry=r
+        )
+        self.reclaims = Counter(
+            "gpufence_reclaims", "Capacity taken back (lent, idle)", ["reason"], registry=r
+        )
+        self.stops = Counter("gpufence_stops", "Stops by reason", ["reason"], registry=r)
+        self._released: dict[tuple[str, str], float] = {}  # (node, device) -> exit seen at
+        self._exit_seen: dict[tuple[str, int], float] = {}
+        # the most recent gaps, for the demo summary (bounded: a server runs for months)
+        self.handoffs: deque[float] = deque(maxlen=10_000)
+        self._live: Callable[[], dict[str, Any] | None] = lambda: None
+        r.register(_LiveGauges(lambda: self._live()))
+
+    def set_live(self, read: Callable[[], dict[str, Any] | None]) -> None:
+        self._live = read
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+    # ------------------------------------------------------------------ events
+    def submitted(self, cls: str) -> None:
+        self.submitted_total.labels(cls).inc()
+
+    def rejected(self, reason: str) -> None:
+        self.rejected_total.labels(reason).inc()
+
+    def bound(self, partition: str, cls: str, delay_s: float) -> None:
+        self.queue_delay.labels(partition, cls).observe(max(0.0, delay_s))
+
+    def exit_seen(self, job_id: str, attempt: int, t: float) -> None:
+        """Called from the executor's thread the moment an attempt's exit is known."""
+        self._exit_seen[(job_id, attempt)] = t
+
+    def released(self, launch: Launch) -> None:
+        t = self._exit_seen.pop((launch.job_id, launch.attempt), None)
+        if t is None:
+            return
+        for m in launch.members:
+            for dev in m.devices:
+                self._released[(m.node, dev)] = t
+
+    def started(self, launch: Launch, t: float) -> None:
+        """The next job's processes are spawned: the control plane's share of a hand-off."""
+        for m in launch.members:
+            for dev in m.devices:
+                freed = self._released.pop((m.node, dev), None)
+                if freed is not None:
+                    gap = max(0.0, t - freed)
+                    self.handoff.observe(gap)
+                    self.handoffs.append(gap)
+
+    def stopped(self, reason: str, requeue: bool) -> None:
+        self.stops.labels(reason).inc()
+        if reason in PREEMPTION_REASONS:
+            self.preemptions.labels(reason).inc()
+        elif reason in RECLAIM_REASONS:
+            self.reclaims.labels(reason).inc()

@@ -1,0 +1,1 @@
+"""Durable control-plane state: the SQLite store and crash recovery from it."""
