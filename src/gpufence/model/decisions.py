@@ -32,6 +32,7 @@ class Reason(StrEnum):
     IDLE = "idle"
     NODE_FAILURE = "node-failure"
     ACTIVE_AGAIN = "active-again"
+    TIME_LIMIT = "time-limit"  # the attempt reached its job's time limit
     # why a job was rejected
     INVALID = "invalid"
     NEVER_FITS = "never-fits"

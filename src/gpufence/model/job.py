@@ -73,6 +73,9 @@ class Job:
     cpu_milli: int = 0  # per replica, checked against the node
     mem_mib: int = 0  # per replica host memory
     gpu_types: tuple[str, ...] = ()  # allowed GPU models (openb gpu_spec); empty = any
+    # hard wall-clock limit of one attempt (the job is stopped at it, reason ``time-limit``);
+    # unlike ``est_runtime_s`` it is enforced, so backfill and reservations may trust it
+    time_limit_s: float | None = None
 
     @property
     def total_gpus(self) -> int:

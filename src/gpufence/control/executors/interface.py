@@ -26,6 +26,29 @@ class Member:
 
 
 @dataclass(frozen=True, slots=True)
+class RunAs:
+    """The Unix identity a job's processes run as (its tenant's ``run_as`` user)."""
+
+    user: str
+    uid: int
+    gid: int
+    groups: tuple[int, ...] = ()
+    """Supplementary groups."""
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Per-member resource limits the executor enforces (``None``: not limited)."""
+
+    cpus: float | None = None
+    """CPU cores (fractional allowed)."""
+    mem_bytes: int | None = None
+    """Host memory; over it the member is OOM-killed."""
+    pids: int | None = None
+    """Processes and threads."""
+
+
+@dataclass(frozen=True, slots=True)
 class Launch:
     """Everything an executor needs to start (or re-attach to) one attempt."""
 
@@ -43,6 +66,10 @@ class Launch:
     checkpoint_dir: Path
     """``DATA/jobs/<job>/checkpoints/``: shared by all attempts of the job."""
     cwd: Path | None = None
+    run_as: RunAs | None = None
+    """``None``: run as the control plane's own user."""
+    limits: Limits = Limits()
+    """Per member."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +84,10 @@ class AttemptExit:
     """Exit code per rank; negative = killed by that signal; None = unknown (no exit record)."""
     stopped: bool
     """The attempt ended after ``stop()`` was called for it."""
+    oom: bool = False
+    """A member was killed by the out-of-memory killer of its memory limit."""
+    strays_killed: int = 0
+    """Processes left behind after a member's main process exited, killed by the executor."""
 
 
 class LaunchError(RuntimeError):
