@@ -233,9 +233,12 @@ def test_invalid_bodies_are_422_with_field_names(server: Server) -> None:
     for body, field in cases:
         status, out = submit(server, body)
         assert status == 422, (body, out)
-        assert any(d["loc"][:2] == ["body", field] for d in out["detail"]), out
-    status, out, _ = call(server, "GET", "/v1/jobs?state=nonsense")
-    assert status == 422 and out["detail"][0]["loc"] == ["query", "state"]
+        assert out["type"] == "urn:gpufence:problem:invalid" and out["status"] == 422, out
+        assert any(e["field"].startswith(f"body.{field}") for e in out["errors"]), out
+        assert out["field"] == out["errors"][0]["field"] and out["detail"]
+    status, out, headers = call(server, "GET", "/v1/jobs?state=nonsense")
+    assert status == 422 and out["field"].startswith("query.state"), out
+    assert headers["content-type"] == "application/problem+json"
     status, out, _ = call(server, "GET", "/v1/jobs/j1/logs?stream=both")
     assert status == 422
 
@@ -248,14 +251,13 @@ def test_jobs_no_partition_can_hold_are_rejected_at_submit(server: Server) -> No
     ):
         status, out = submit(server, body)
         assert status == 422, out
-        (d,) = out["detail"]
-        assert d["type"] == "rejected" and d["loc"] == ["body", field], d
-        assert words in d["msg"] and d["reason"] in ("never-fits", "invalid")
+        assert out["type"] == "urn:gpufence:problem:rejected" and out["field"] == f"body.{field}"
+        assert words in out["detail"] and out["reason"] in ("never-fits", "invalid"), out
         job = out["job"]
         assert job["state"] == "rejected"
         # the row stays, so `status` can show it
         stored = call(server, "GET", f"/v1/jobs/{job['id']}")[1]
-        assert stored["state"] == "rejected" and stored["message"] == d["msg"]
+        assert stored["state"] == "rejected" and stored["message"] == out["detail"]
 
 
 def test_unknown_job_is_404(server: Server) -> None:

@@ -6,6 +6,7 @@ light.
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Annotated
 
@@ -15,6 +16,18 @@ from gpufence.cli.render import err_console
 from gpufence.control.http.client import default_data_dir
 
 DEFAULT_PORT = 7878  # = server.DEFAULT_PORT (the server module imports fastapi: kept lazy)
+
+
+def escape_control_characters(record: logging.LogRecord) -> bool:
+    """A logging filter: the formatted message with control characters escaped (a newline in
+    a job's cwd or name must not start a forged line of the server log); tracebacks keep
+    their lines."""
+    from gpufence.control.jobspec import escape
+
+    msg = record.getMessage()
+    if not (msg.isprintable() and msg.isascii()):
+        record.msg, record.args = escape(msg), None
+    return True
 
 
 def up(
@@ -51,12 +64,17 @@ def up(
     host: Annotated[str, typer.Option("--host", help="address to listen on")] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", help="port (0 = any free one)")] = DEFAULT_PORT,
     log_level: Annotated[str, typer.Option("--log-level")] = "info",
+    skip_integrity_check: Annotated[
+        bool,
+        typer.Option(
+            "--skip-integrity-check",
+            help="start without PRAGMA quick_check of the store (a damaged store is refused)",
+        ),
+    ] = False,
 ) -> None:
     """Start the control plane: API server, reconciler and executor (local, or --executor ray)
     (Ctrl-C stops it; running jobs keep running and are adopted by the next `up` on the same
     --data)."""
-    import logging
-
     from gpufence.control.http.server import StartupError, build_plane, serve
     from gpufence.spec import SpecError, format_spec_error
 
@@ -67,8 +85,18 @@ def up(
         level=log_level.upper(),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    for handler in logging.getLogger().handlers:  # user text must not forge log lines
+        handler.addFilter(escape_control_characters)
     try:
-        plane = build_plane(config, data_dir, fake_gpus, fake_gpu_type, executor, ray_address)
+        plane = build_plane(
+            config,
+            data_dir,
+            fake_gpus,
+            fake_gpu_type,
+            executor,
+            ray_address,
+            check_integrity=not skip_integrity_check,
+        )
         serve(plane, host, port, log_level=log_level.lower())
     except SpecError as e:
         err_console().print(format_spec_error(e), markup=False, soft_wrap=True)

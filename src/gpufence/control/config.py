@@ -10,6 +10,7 @@ control:
   stop_grace_s: 10          # SIGTERM -> SIGKILL
   notice_signal: SIGUSR1    # or SIGTERM: how a job hears about a preemption / reclaim notice
   activity_interval_s: 1    # how often idle detection samples running interactive jobs
+  max_request_bytes: 1048576  # larger HTTP request bodies get 413
 ```
 
 Without a config file, the cluster is this machine as discovered (one exclusive partition) and
@@ -64,6 +65,7 @@ class ControlSchema(BaseModel):
     stop_grace_s: float = Field(default=10.0, ge=0.0, le=3600.0)
     notice_signal: Literal["SIGUSR1", "SIGUSR2", "SIGTERM"] = "SIGUSR1"
     activity_interval_s: float = Field(default=1.0, gt=0.0, le=600.0)
+    max_request_bytes: int = Field(default=1 << 20, ge=1024, le=1 << 30)
 
 
 @dataclass(frozen=True)
@@ -74,6 +76,7 @@ class ControlConfig:
     stop_grace_s: float = 10.0
     notice_signal: signal.Signals = signal.SIGUSR1
     activity_interval_s: float = 1.0
+    max_request_bytes: int = 1 << 20
 
     def tenant_of(self, token: str) -> str | None:
         """'admin' for the admin token, the tenant for a tenant token, else None."""
@@ -151,6 +154,7 @@ def control_config(raw: object, data_dir: Path, source: str | None = None) -> Co
         stop_grace_s=schema.stop_grace_s,
         notice_signal=signal.Signals[schema.notice_signal],
         activity_interval_s=schema.activity_interval_s,
+        max_request_bytes=schema.max_request_bytes,
     )
 
 

@@ -26,7 +26,7 @@ from gpufence.control.jobspec import SubmitRequest
 from gpufence.control.metrics import Telemetry
 from gpufence.control.reconciler import Reconciler
 from gpufence.control.store import database as st
-from gpufence.control.store.recovery import recover
+from gpufence.control.store.recovery import damaged_hint, prepare_store, recover
 from gpufence.model.cluster import Cluster
 from gpufence.model.partition import SharingMode
 from gpufence.sched.scheduler import Scheduler, SchedulerConfig
@@ -39,6 +39,26 @@ class AccessError(PermissionError):
     """The caller's tenant may not do this (HTTP 403)."""
 
 
+class InvalidField(ValueError):
+    """A request field that passed validation but cannot work here (HTTP 422 naming it)."""
+
+    def __init__(self, loc: tuple[str, ...], message: str) -> None:
+        super().__init__(message)
+        self.loc = loc
+
+
+def open_store(data_dir: Path, check_integrity: bool = True) -> st.Store:
+    """The store of ``data_dir``, refused with what to do when it is missing while its jobs
+    run, damaged, or in use by another control plane (``StoreError``)."""
+    floor = prepare_store(data_dir)
+    try:
+        return st.Store(data_dir, check_integrity=check_integrity, id_floor=floor)
+    except st.StoreError as exc:
+        if "damaged" in str(exc):
+            raise st.StoreError(f"{exc}\n  {damaged_hint(data_dir)}") from None
+        raise
+
+
 class ControlPlane:
     def __init__(
         self,
@@ -48,6 +68,7 @@ class ControlPlane:
         data_dir: Path,
         executor: Executor | None = None,
         validate: bool = True,
+        check_integrity: bool = True,
     ) -> None:
         check_machine(cluster, discovery)
         if not discovery.fake and any(
@@ -62,7 +83,7 @@ class ControlPlane:
         self.config = config
         self.discovery = discovery
         self.data_dir = data_dir
-        self.store = st.Store(data_dir)
+        self.store = open_store(data_dir, check_integrity)
         self.telemetry = Telemetry()
         self.executor: Executor = executor or LocalExecutor(notice_signal=config.notice_signal)
         # validation re-checks every invariant after each cycle: cheap at one machine's scale,
@@ -85,7 +106,7 @@ class ControlPlane:
     def start(self) -> None:
         log.info("GPUs: %s", self.discovery.source)
         self.recovered = recover(self.reconciler)
-        self.reconciler.start(first_id=self.store.max_seq() + 1)
+        self.reconciler.start()
 
     def close(self, kill_jobs: bool = False) -> None:
         """Stop the reconciler; jobs keep running unless ``kill_jobs`` (they are adopted at the
@@ -95,13 +116,25 @@ class ControlPlane:
         self.store.close()
 
     # ------------------------------------------------------------------ writes
-    def submit(self, req: SubmitRequest, tenant: str) -> SubmitResult:
+    def submit(
+        self, req: SubmitRequest, tenant: str, idempotency_key: str | None = None
+    ) -> SubmitResult:
+        """Acknowledged once durable. With ``idempotency_key``, a repeat (the client's 201 was
+        lost to a crash or a timeout) returns the job the first one created."""
         if req.tenant is not None and req.tenant != tenant:
             if tenant != ADMIN:
                 raise AccessError("only the admin may submit on behalf of another tenant")
             tenant = req.tenant
         self._check_queue(req, tenant)
-        return self.reconciler.submit(req, tenant).result(CALL_TIMEOUT_S)
+        self._check_cwd(req)
+        return self.reconciler.submit(req, tenant, idempotency_key).result(CALL_TIMEOUT_S)
+
+    def _check_cwd(self, req: SubmitRequest) -> None:
+        """Jobs run on this machine: a ``cwd`` that is not a directory here fails at submit,
+        not at launch (Ray runs them elsewhere: checked there)."""
+        local = isinstance(self.executor, LocalExecutor)
+        if local and req.cwd is not None and not Path(req.cwd).is_dir():
+            raise InvalidField(("body", "cwd"), f"{req.cwd} is not a directory on this machine")
 
     def _check_queue(self, req: SubmitRequest, tenant: str) -> None:
         """Queues owned by a configured tenant take that tenant's jobs only (and the admin's)."""

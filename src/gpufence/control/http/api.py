@@ -5,30 +5,43 @@ own jobs (403 otherwise), the admin token sees everything. ``/metrics`` (Prometh
 ``/healthz`` are open, as scrapers and load balancers expect: put the server behind a proxy if
 queue sizes per partition must stay private.
 
-Status codes: 201 job accepted (pending or already starting); 422 invalid body (FastAPI's
-field-level ``detail``) *or* a job the cluster can never hold: the scheduler rejects it at submit,
-``detail[0].type`` is ``"rejected"``, ``detail[0].reason`` the machine-readable reason, and the
-job (state ``rejected``) stays in the store so ``GET /v1/jobs/{id}`` shows it; 401 missing or
-bad token; 403 another tenant's job or queue; 404 unknown job; 409 cancelling an ended job;
-503 the reconciler did not answer in time.
+Status codes: 201 job accepted (pending or already starting); 200 the same ``Idempotency-Key``
+again (the job the first request created); 422 invalid body or query (``field`` names it) *or*
+a job the cluster can never hold: the scheduler rejects it at submit, ``type`` is
+``urn:gpufence:problem:rejected``, ``reason`` the machine-readable reason, and the job (state
+``rejected``) stays in the store so ``GET /v1/jobs/{id}`` shows it; 401 missing or bad token;
+403 another tenant's job or queue; 404 unknown job; 409 cancelling an ended job; 413 a body over
+``control.max_request_bytes``; 503 the store cannot take writes (``store unavailable: disk
+full``) or the reconciler did not answer in time: retry. Every error is one RFC 7807 problem
+document (``problems.py``).
 
 The plane's methods block (SQLite reads, a round trip to the reconciler thread), so every route
 is a plain ``def``: FastAPI runs it in its thread pool and the event loop stays free.
 """
 
 import dataclasses
+import re
 from typing import Annotated, Any, Literal
 
-from fastapi import Depends, FastAPI, HTTPException, Query, Request, Response, status
-from fastapi.responses import JSONResponse
+from fastapi import Depends, FastAPI, Header, Query, Request, Response, status
+from fastapi.exceptions import HTTPException
 from prometheus_client import CONTENT_TYPE_LATEST
-from pydantic import BaseModel
+from pydantic import AfterValidator, BaseModel, Field
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gpufence import __version__
 from gpufence.control.http.auth import tenant_dependency
-from gpufence.control.inbox import CancelError
-from gpufence.control.jobspec import SubmitRequest, from_stored
-from gpufence.control.plane import AccessError, ControlPlane
+from gpufence.control.http.problems import (
+    ERRORS_ALL,
+    FieldError,
+    SafeJSONResponse,
+    error_responses,
+    install,
+    problem,
+)
+from gpufence.control.inbox import CancelError, IdempotencyConflict
+from gpufence.control.jobspec import MAX_NAME, SubmitRequest, from_stored
+from gpufence.control.plane import AccessError, ControlPlane, InvalidField
 from gpufence.control.store import database as st
 
 UNPROCESSABLE = 422  # starlette renamed the constant (..._CONTENT); the number is stable
@@ -77,10 +90,6 @@ def attempt_json(att: st.AttemptRow) -> dict[str, Any]:
     return dataclasses.asdict(att)
 
 
-def _detail(loc: list[str | int], msg: str, kind: str) -> list[dict[str, Any]]:
-    return [{"loc": loc, "msg": msg, "type": kind}]
-
-
 def _reject_field(req: SubmitRequest, reason: str, message: str) -> list[str | int]:
     """Best guess at the field a reject is about, for ``detail[0].loc``."""
     if "queue" in message and req.queue:
@@ -100,36 +109,126 @@ def _reject_field(req: SubmitRequest, reason: str, message: str) -> list[str | i
     return ["body"]
 
 
+MAX_SEQ = 2**63 - 1  # SQLite's INTEGER: a larger cursor is refused (422), not a 500
+_JOB_ID = re.compile(r"j[0-9]{1,19}")
+IDEMPOTENCY_KEY = "Idempotency-Key"
+_KEY = re.compile(r"[\x21-\x7e]{1,255}")
+
+
+def _query_text(value: str) -> str:
+    """Query strings go to SQLite: valid UTF-8, no control characters."""
+    value.encode("utf-8")  # a lone surrogate raises UnicodeEncodeError (a ValueError): 422
+    if any(ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F for c in value):
+        raise ValueError("contains a control character")
+    return value
+
+
+QueryText = Annotated[str, Field(max_length=MAX_NAME), AfterValidator(_query_text)]
+
+
+class LimitBody:
+    """ASGI middleware: a request body over ``limit`` bytes gets 413 before any route sees it
+    (``Content-Length`` is checked first; a chunked body is counted as it streams)."""
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        for name, value in scope.get("headers", ()):
+            if name == b"content-length":
+                try:
+                    too_big = int(value) > self.limit
+                except ValueError:
+                    too_big = False
+                if too_big:
+                    await self._refuse(scope, receive, send)
+                    return
+        chunks: list[bytes] = []
+        size = 0
+        more = True
+        while more:
+            msg = await receive()
+            if msg["type"] != "http.request":
+                break
+            body = msg.get("body", b"")
+            size += len(body)
+            if size > self.limit:
+                await self._refuse(scope, receive, send)
+                return
+            chunks.append(body)
+            more = bool(msg.get("more_body"))
+        whole = b"".join(chunks)
+        sent = False
+
+        async def replay() -> Message:
+            nonlocal sent
+            if not sent:
+                sent = True
+                return {"type": "http.request", "body": whole, "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+    async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
+        resp = problem(
+            413,
+            f"the request body is larger than {self.limit} bytes (control.max_request_bytes)",
+        )
+        await resp(scope, receive, send)
+
+
 def make_app(plane: ControlPlane) -> FastAPI:
     app = FastAPI(
         title="gpufence",
         version=__version__,
         description=(
             "Control plane of gpufence, a GPU cluster scheduler that fences training, serving, "
-            "interactive and batch work. Authenticate with `Authorization: Bearer <token>`."
+            "interactive and batch work. Authenticate with `Authorization: Bearer <token>`. "
+            "Every error is an RFC 7807 `application/problem+json` document (`Problem`)."
         ),
+        default_response_class=SafeJSONResponse,
     )
     app.state.plane = plane
+    app.add_middleware(LimitBody, limit=plane.config.max_request_bytes)
+    install(app)
     Tenant = Annotated[str, Depends(tenant_dependency(plane.config))]
 
     @app.exception_handler(AccessError)
-    def _forbidden(_req: Request, exc: Exception) -> JSONResponse:
-        return JSONResponse({"detail": str(exc)}, status_code=status.HTTP_403_FORBIDDEN)
+    def _forbidden(_req: Request, exc: Exception) -> Response:
+        return problem(status.HTTP_403_FORBIDDEN, str(exc))
 
     @app.exception_handler(CancelError)
-    def _conflict(_req: Request, exc: Exception) -> JSONResponse:
-        return JSONResponse({"detail": str(exc)}, status_code=status.HTTP_409_CONFLICT)
+    def _conflict(_req: Request, exc: Exception) -> Response:
+        return problem(status.HTTP_409_CONFLICT, str(exc))
+
+    @app.exception_handler(InvalidField)
+    def _field(_req: Request, exc: Exception) -> Response:
+        loc = ".".join(exc.loc) if isinstance(exc, InvalidField) else "body"
+        err = FieldError(field=loc, message=str(exc), type="invalid")
+        return problem(UNPROCESSABLE, f"{loc}: {exc}", errors=[err])
+
+    @app.exception_handler(IdempotencyConflict)
+    def _key_reused(_req: Request, exc: Exception) -> Response:
+        field = f"header.{IDEMPOTENCY_KEY}"
+        err = FieldError(field=field, message=str(exc), type="idempotency_key_reused")
+        return problem(UNPROCESSABLE, f"{field}: {exc}", errors=[err])
 
     @app.exception_handler(TimeoutError)
-    def _busy(_req: Request, _exc: Exception) -> JSONResponse:
-        return JSONResponse(
-            {"detail": "the control plane did not answer in time; try again"},
-            status_code=status.HTTP_503_SERVICE_UNAVAILABLE,
+    def _busy(_req: Request, _exc: Exception) -> Response:
+        return problem(
+            status.HTTP_503_SERVICE_UNAVAILABLE,
+            "the control plane did not answer in time; try again",
+            slug="busy",
+            headers={"Retry-After": "1"},
         )
 
     def row_of(job_id: str, tenant: str) -> st.JobRow:
-        row = plane.job(job_id, tenant)  # AccessError (403) for another tenant's job
-        if row is None:
+        row = plane.job(job_id, tenant) if _JOB_ID.fullmatch(job_id) else None
+        if row is None:  # 403 (AccessError) for another tenant's job came first
             raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"no job {job_id}")
         return row
 
@@ -140,53 +239,70 @@ def make_app(plane: ControlPlane) -> FastAPI:
         response_model=SubmitResponse,
         tags=["jobs"],
         responses={
-            422: {
-                "description": "invalid body (field-level detail), or rejected by the scheduler "
-                "at submit: detail[0].type == 'rejected', detail[0].reason, and the stored job"
-            },
-            403: {"description": "another tenant's queue, or 'tenant' set by a non-admin"},
+            200: {"model": SubmitResponse, "description": "the same Idempotency-Key again"},
+            **error_responses(*ERRORS_ALL),
         },
     )
-    def submit(req: SubmitRequest, tenant: Tenant) -> Any:
-        """Submit a job. A job that no partition can ever hold is rejected here, with why."""
-        res = plane.submit(req, tenant)
+    def submit(
+        req: SubmitRequest,
+        tenant: Tenant,
+        response: Response,
+        idempotency_key: Annotated[
+            str | None,
+            Header(
+                alias=IDEMPOTENCY_KEY,
+                description="any 1-255 visible ASCII characters, unique per job (a UUID): a "
+                "repeat with the same key returns the job the first request created (200)",
+            ),
+        ] = None,
+    ) -> Any:
+        """Submit a job. A job that no partition can ever hold is rejected here, with why. With
+        an Idempotency-Key, retrying after a lost answer (timeout, crash) is safe."""
+        if idempotency_key is not None and not _KEY.fullmatch(idempotency_key):
+            field = f"header.{IDEMPOTENCY_KEY}"
+            err = FieldError(
+                field=field, message="must be 1-255 visible ASCII characters", type="pattern"
+            )
+            return problem(UNPROCESSABLE, f"{field}: {err.message}", errors=[err])
+        res = plane.submit(req, tenant, idempotency_key)
         if res.state != st.REJECTED:
+            if res.replayed:
+                response.status_code = status.HTTP_200_OK
             return SubmitResponse(
                 id=res.job_id, state=res.state, reason=res.reason, message=res.message
             )
         row = plane.job(res.job_id, tenant)
-        detail = _detail(
-            _reject_field(req, res.reason, res.message), res.message or res.reason, "rejected"
-        )
-        detail[0]["reason"] = res.reason
+        field = ".".join(str(p) for p in _reject_field(req, res.reason, res.message))
+        msg = res.message or res.reason
         job = job_json(row) if row is not None else {"id": res.job_id, "state": res.state}
-        return JSONResponse({"detail": detail, "job": job}, status_code=UNPROCESSABLE)
+        return problem(
+            UNPROCESSABLE,
+            msg,
+            slug="rejected",
+            title="Rejected by the scheduler",
+            errors=[FieldError(field=field, message=msg, type="rejected")],
+            reason=res.reason,
+            job=job,
+        )
 
-    @app.get("/v1/jobs", tags=["jobs"])
+    @app.get("/v1/jobs", tags=["jobs"], responses=error_responses(401, 403, 422, 503))
     def list_jobs(
         tenant: Tenant,
         state: Annotated[
-            list[str] | None, Query(description=f"repeatable; one of {', '.join(st.STATES)}")
+            list[Literal[st.STATES]] | None,  # type: ignore[valid-type]
+            Query(description=f"repeatable; one of {', '.join(st.STATES)}"),
         ] = None,
-        partition: str | None = None,
+        partition: QueryText | None = None,
         tenant_filter: Annotated[
-            str | None, Query(alias="tenant", description="admin: one tenant's jobs")
+            QueryText | None, Query(alias="tenant", description="admin: one tenant's jobs")
         ] = None,
         limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
-        after: Annotated[int, Query(ge=0, description="return jobs with seq > after")] = 0,
+        after: Annotated[
+            int, Query(ge=0, le=MAX_SEQ, description="return jobs with seq > after")
+        ] = 0,
     ) -> dict[str, Any]:
         """Jobs in submission order; a tenant sees only its own. Pending jobs carry why."""
         states = tuple(state or ())
-        bad = [s for s in states if s not in st.STATES]
-        if bad:
-            raise HTTPException(
-                UNPROCESSABLE,
-                detail=_detail(
-                    ["query", "state"],
-                    f"unknown state {bad[0]!r} (valid: {', '.join(st.STATES)})",
-                    "enum",
-                ),
-            )
         rows = plane.jobs(
             tenant,
             states=states,
@@ -205,7 +321,7 @@ def make_app(plane: ControlPlane) -> FastAPI:
             jobs.append(j)
         return {"jobs": jobs, "next_after": rows[-1].seq if rows else after}
 
-    @app.get("/v1/jobs/{job_id}", tags=["jobs"])
+    @app.get("/v1/jobs/{job_id}", tags=["jobs"], responses=error_responses(401, 403, 404, 503))
     def get_job(job_id: str, tenant: Tenant) -> dict[str, Any]:
         """One job, its attempts (devices, exit codes) and, while pending, why."""
         row = row_of(job_id, tenant)
@@ -215,7 +331,12 @@ def make_app(plane: ControlPlane) -> FastAPI:
             out["pending"] = plane.pending_reasons([job_id]).get(job_id)
         return out
 
-    @app.post("/v1/jobs/{job_id}/cancel", response_model=CancelResponse, tags=["jobs"])
+    @app.post(
+        "/v1/jobs/{job_id}/cancel",
+        response_model=CancelResponse,
+        tags=["jobs"],
+        responses=error_responses(401, 403, 404, 409, 503),
+    )
     def cancel(job_id: str, tenant: Tenant) -> CancelResponse:
         """Cancel: a pending job leaves its queue (``cancelled``); a running one is stopped
         (``stopping``, then ``cancelled`` once its processes are gone). 409 if it has ended."""
@@ -226,15 +347,22 @@ def make_app(plane: ControlPlane) -> FastAPI:
         "/v1/jobs/{job_id}/logs",
         tags=["jobs"],
         response_class=Response,
-        responses={200: {"content": {"text/plain": {}}}},
+        responses={
+            200: {"content": {"text/plain": {}}},
+            **error_responses(401, 403, 404, 422, 503),
+        },
     )
     def logs(
         job_id: str,
         tenant: Tenant,
-        attempt: Annotated[int | None, Query(ge=1, description="default: the latest")] = None,
-        rank: Annotated[int, Query(ge=0)] = 0,
+        attempt: Annotated[
+            int | None, Query(ge=1, le=1_000_000, description="default: the latest")
+        ] = None,
+        rank: Annotated[int, Query(ge=0, le=65_535)] = 0,
         stream: Literal["out", "err"] = "out",
-        offset: Annotated[int, Query(ge=0, description="byte offset, for following")] = 0,
+        offset: Annotated[
+            int, Query(ge=0, le=MAX_SEQ, description="byte offset, for following")
+        ] = 0,
     ) -> Response:
         """A rank's stdout or stderr from ``offset`` (at most 1 MiB a call). Headers:
         X-Log-Offset (next offset), X-Log-Size, X-Log-Attempt, X-Job-Attempt, X-Job-State."""
@@ -260,7 +388,9 @@ def make_app(plane: ControlPlane) -> FastAPI:
         }
         return Response(data, media_type="text/plain; charset=utf-8", headers=headers)
 
-    @app.get("/v1/jobs/{job_id}/explain", tags=["jobs"])
+    @app.get(
+        "/v1/jobs/{job_id}/explain", tags=["jobs"], responses=error_responses(401, 403, 404, 503)
+    )
     def explain(job_id: str, tenant: Tenant) -> dict[str, Any]:
         """Why a job waits (or runs where it runs), with its partition's fair-share table."""
         row = row_of(job_id, tenant)
@@ -281,21 +411,21 @@ def make_app(plane: ControlPlane) -> FastAPI:
         return out
 
     # ------------------------------------------------------------------ cluster
-    @app.get("/v1/nodes", tags=["cluster"])
+    @app.get("/v1/nodes", tags=["cluster"], responses=error_responses(401, 503))
     def nodes(_tenant: Tenant) -> dict[str, Any]:
         """Every node and GPU: partition, state (free/used/down), jobs, MIG slots."""
         return {"nodes": plane.nodes()}
 
-    @app.get("/v1/partitions", tags=["cluster"])
+    @app.get("/v1/partitions", tags=["cluster"], responses=error_responses(401, 503))
     def partitions(_tenant: Tenant) -> dict[str, Any]:
         """The fences: capacity, used, lent and borrowed GPUs, pending/running jobs."""
         return {"partitions": plane.partitions()}
 
-    @app.get("/v1/events", tags=["cluster"])
+    @app.get("/v1/events", tags=["cluster"], responses=error_responses(401, 403, 404, 422, 503))
     def events(
         tenant: Tenant,
-        job: str | None = None,
-        after: Annotated[int, Query(ge=0)] = 0,
+        job: QueryText | None = None,
+        after: Annotated[int, Query(ge=0, le=MAX_SEQ)] = 0,
         limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
     ) -> dict[str, Any]:
         """The decision log (seq > after): one job's for anyone who may see it, all for admins."""
@@ -312,6 +442,12 @@ def make_app(plane: ControlPlane) -> FastAPI:
 
     @app.get("/healthz", tags=["ops"])
     def healthz() -> dict[str, Any]:
-        return {"ok": True, "version": __version__}
+        """Liveness, and whether the store takes writes (``store``: ``ok`` or the reason)."""
+        broken = plane.store.broken
+        return {
+            "ok": True,
+            "version": __version__,
+            "store": "ok" if broken is None else str(broken),
+        }
 
     return app
