@@ -249,7 +249,7 @@ class Reconciler:
         self._held += [it for it in items if isinstance(it, AttemptExit | Ack | NodeEvent)]
         try:
             if self._unsaved is not None:  # decided last time, the store refused it
-                self._save_and_act(self._unsaved, now)
+                self._act(self._save(self._unsaved, now))
             staged = self._inbox_tx(requests, now)
         except StoreUnavailable as exc:
             self._retry_at = now + RETRY_S
@@ -266,16 +266,19 @@ class Reconciler:
         failpoints.hit("reconciler.after-step")
         stops, self._boot_stops = [*self._boot_stops, *staged.stops], []
         unsaved = Unsaved(events, decisions, staged.submits, stops, poisoned)
+        act: Pending | None = None
         try:
-            self._save_and_act(unsaved, now)
+            act = self._save(unsaved, now)
         except StoreUnavailable as exc:
             # the submits themselves are durable (phase 1): their answer goes out; the rest of
             # the cycle waits for the store, then is persisted before anything else
             self._unsaved = unsaved
             self._retry_at = now + RETRY_S
             log.error("decisions of this cycle wait for the store (%s)", exc.reason)
-        for jid, fut in staged.submits:
+        for jid, fut in staged.submits:  # answered before spawning: spawns take milliseconds
             fut.set_result(self.submit_result(jid))
+        if act is not None:
+            self._act(act)
         self._answer(calls)
 
     def _answer(self, calls: list[Call]) -> None:
@@ -396,8 +399,8 @@ class Reconciler:
             log.exception("could not take job %s out of the scheduler", escape(jid))
             return self._partial()
 
-    def _save_and_act(self, u: Unsaved, now: float) -> None:
-        """Phase 3: persist the decisions, then act on them."""
+    def _save(self, u: Unsaved, now: float) -> Pending:
+        """Phase 3: persist the decisions; returns what to do about them (``_act``)."""
         act = Pending(stops=list(u.stops))
         with self.store.transaction() as tx:
             for jid, _fut in u.submits:  # the partition and queue the scheduler resolved
@@ -414,7 +417,7 @@ class Reconciler:
                 self._usage_saved = now
         self._unsaved = None
         failpoints.hit("reconciler.after-decisions-commit")
-        self._act(act)
+        return act
 
     def _timed(self, now: float) -> list[Event]:
         out: list[Event] = []

@@ -159,7 +159,20 @@ def kill_group_leftovers(adir: Path, rank: int, wait_s: float = LEFTOVER_WAIT_S)
             log.error("%s rank %d: processes of its group survive SIGKILL", adir, rank)
             break
         time.sleep(0.01)
+    record_lost(adir, rank, "killed at adoption: its launcher was gone")
     return left
+
+
+def record_lost(adir: Path, rank: int, why: str) -> None:
+    """An exit record with no code (the member's outcome is unknown) but the time its last
+    process was gone, so histories read from the attempt directory close its interval."""
+    if recorded_exit(adir, rank) is not None:
+        return
+    text = json.dumps({"code": None, "ended_unix": time.time(), "lost": why}) + "\n"
+    try:
+        atomic_write(exit_file(adir, rank), text, fsync=True)
+    except OSError as exc:
+        log.warning("%s rank %d: cannot record its end: %s", adir, rank, exc)
 
 
 def live_member_pids(adir: Path) -> list[int]:

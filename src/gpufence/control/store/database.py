@@ -27,6 +27,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import sqlite3
 import threading
 import time
@@ -145,6 +146,13 @@ def integrity_problem(conn: sqlite3.Connection, budget_s: float) -> str | None:
     finally:
         conn.set_progress_handler(None, 0)
     return None if rows == ["ok"] else "; ".join(rows[:5])
+
+
+def _read_only(path: Path) -> bool:
+    try:
+        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
 
 
 def request_hash(spec: dict[str, Any]) -> str:
@@ -335,6 +343,8 @@ class Store:
         return self._note(gone) if gone is not None else exc
 
     def _note(self, gone: StoreUnavailable) -> StoreUnavailable:
+        if gone.reason == "I/O error" and _read_only(self.path.parent):
+            gone = StoreUnavailable("read-only")  # SQLite reports EROFS as an I/O error
         if self._broken is None or self._broken.reason != gone.reason:
             log.error("%s", gone)
         self._broken = gone
@@ -442,6 +452,12 @@ class Tx:
         self._c.execute(
             "INSERT INTO idempotency(tenant, key, job_id, request, at) VALUES(?,?,?,?,?)",
             (tenant, key, job_id, request, at),
+        )
+
+    def set_spec(self, job_id: str, spec: dict[str, Any]) -> None:
+        """Replace a stored spec (recovery's repair of one an older version accepted)."""
+        self._c.execute(
+            "UPDATE jobs SET spec=? WHERE id=?", (json.dumps(spec, sort_keys=True), job_id)
         )
 
     def set_job(self, job_id: str, **fields: object) -> None:

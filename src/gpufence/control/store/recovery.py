@@ -116,7 +116,7 @@ def damaged_hint(data_dir: Path) -> str:
 
 def spec_of(row: st.JobRow) -> tuple[SubmitRequest | None, str]:
     """The stored spec as a request, repaired if an older version stored what is no longer
-    accepted; (None, why) if it cannot be."""
+    accepted (why = "repaired": write it back); (None, why) if it cannot be."""
     raw: dict[str, Any] = dict(row.spec)
     dropped: list[str] = []
     for _ in range(len(DROPPABLE) + 1):
@@ -133,6 +133,7 @@ def spec_of(row: st.JobRow) -> tuple[SubmitRequest | None, str]:
             continue
         if dropped:
             log.warning("job %s: dropped invalid field(s) %s of its stored spec", row.id, dropped)
+            return req, "repaired"
         return req, ""
     return None, "stored spec cannot be repaired"
 
@@ -181,8 +182,11 @@ def recover(rec: Reconciler) -> dict[str, int]:
         usage, at = saved
         events.append(UsageRestored(tuple(sorted(usage.items())), at))
     invalid: list[tuple[str, str, str]] = []  # (job, state it ends in, why)
+    repaired: list[tuple[str, SubmitRequest]] = []
     for row in rows:
         spec, why = spec_of(row)
+        if spec is not None and why == "repaired":
+            repaired.append((row.id, spec))
         att = attempts[row.id]
         if row.state == st.PENDING or att is None:
             if spec is None:
@@ -233,9 +237,11 @@ def recover(rec: Reconciler) -> dict[str, int]:
         )
         if stopping:
             stops.append((row.id, att.attempt))
-    if invalid:
+    if invalid or repaired:
         now = time.time()
         with rec.store.transaction() as tx:
+            for jid, spec in repaired:
+                tx.set_spec(jid, spec.stored())
             for jid, state, why in invalid:
                 msg = f"its stored spec is not valid any more: {why}"
                 tx.set_job(jid, state=state, reason="invalid", message=msg, ended_at=now)

@@ -63,6 +63,7 @@ from gpufence.control.executors.processes import (
     killpg,
     member_pgids,
     reap_now,
+    record_lost,
     recorded_exit,
     spawn_member,
 )
@@ -351,6 +352,7 @@ def stop_half_spawned(launch: Launch, members: list[MemberProcess]) -> None:
     reap_now(alive)
     for m in alive:
         kill_group_leftovers(launch.attempt_dir, m.rank)
+        record_lost(launch.attempt_dir, m.rank, "killed at adoption: gang only partly spawned")
         m.done, m.code = True, None  # killed by us, not ended: the attempt is lost
 
 
