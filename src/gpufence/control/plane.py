@@ -26,6 +26,7 @@ from gpufence.control.jobspec import SubmitRequest
 from gpufence.control.metrics import Telemetry
 from gpufence.control.reconciler import Reconciler
 from gpufence.control.store import database as st
+from gpufence.control.store.errors import unavailable
 from gpufence.control.store.recovery import damaged_hint, prepare_store, recover
 from gpufence.model.cluster import Cluster
 from gpufence.model.partition import SharingMode
@@ -57,6 +58,11 @@ def open_store(data_dir: Path, check_integrity: bool = True) -> st.Store:
         if "damaged" in str(exc):
             raise st.StoreError(f"{exc}\n  {damaged_hint(data_dir)}") from None
         raise
+    except OSError as exc:  # the data directory itself: read-only, full, no permission
+        gone = unavailable(exc)
+        if gone is None:
+            raise
+        raise gone from None
 
 
 class ControlPlane:

@@ -148,6 +148,13 @@ def integrity_problem(conn: sqlite3.Connection, budget_s: float) -> str | None:
     return None if rows == ["ok"] else "; ".join(rows[:5])
 
 
+def _refined(gone: StoreUnavailable, db: Path) -> StoreUnavailable:
+    """SQLite reports a read-only file system as an I/O error or "cannot open": say so."""
+    if gone.reason in ("I/O error", "cannot open the database file") and _read_only(db.parent):
+        return StoreUnavailable("read-only")
+    return gone
+
+
 def _read_only(path: Path) -> bool:
     try:
         return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
@@ -238,7 +245,7 @@ class Store:
             self._abort()
             gone = unavailable(exc)
             if gone is not None and gone.reason != "database damaged":
-                raise gone from None
+                raise _refined(gone, self.path) from None
             raise StoreError(f"the store {self.path} is damaged or not a store: {exc}") from None
         except BaseException:
             self._abort()
@@ -343,8 +350,7 @@ class Store:
         return self._note(gone) if gone is not None else exc
 
     def _note(self, gone: StoreUnavailable) -> StoreUnavailable:
-        if gone.reason == "I/O error" and _read_only(self.path.parent):
-            gone = StoreUnavailable("read-only")  # SQLite reports EROFS as an I/O error
+        gone = _refined(gone, self.path)
         if self._broken is None or self._broken.reason != gone.reason:
             log.error("%s", gone)
         self._broken = gone
