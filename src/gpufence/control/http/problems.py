@@ -141,6 +141,10 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     def _http(_req: Request, exc: StarletteHTTPException) -> ProblemResponse:
+        if exc.status_code == 400:  # FastAPI: a body that is not JSON (or not UTF-8)
+            msg = "the body is not valid JSON text (UTF-8)"
+            err = FieldError(field="body", message=msg, type="json_invalid")
+            return problem(422, f"body: {msg}", errors=[err])
         headers = dict(exc.headers) if exc.headers else None
         detail = exc.detail if isinstance(exc.detail, str) else json.dumps(_safe(exc.detail))
         return problem(exc.status_code, detail, headers=headers)
