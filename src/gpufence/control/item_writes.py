@@ -60,6 +60,8 @@ def write_submit(rec: Reconciler, tx: st.Tx, it: Submit, now: float, staged: Sta
                 return
             staged.replies.append((it.future, rec.submit_result(jid, tx.job(jid), replayed=True)))
             return
+    # a request these raise on is undone with its savepoint (see Reconciler._inbox_tx)
+    what = req.request().describe()
     jid = tx.add_job(
         tenant=it.tenant,
         spec=spec,
@@ -67,11 +69,11 @@ def write_submit(rec: Reconciler, tx: st.Tx, it: Submit, now: float, staged: Sta
         partition=req.partition,
         queue=req.queue,
         submitted_at=now,
+        gpus=f"{req.replicas}x {what}" if req.replicas != 1 else what,
     )
     if it.key is not None:
         tx.remember_key(it.tenant, it.key, jid, digest, now)
-    # a request these raise on is undone with its savepoint (see Reconciler._inbox_tx)
-    tx.log(now, jid, "submitted", "", f"by {it.tenant}: {req.request().describe()}")
+    tx.log(now, jid, "submitted", "", f"by {it.tenant}: {what}")
     staged.events.append(JobSubmitted(req.to_job(jid, now)))
     staged.submits.append((jid, it.future))
     cls = str(req.workload_class)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -127,13 +128,19 @@ class ControlPlane:
     ) -> SubmitResult:
         """Acknowledged once durable. With ``idempotency_key``, a repeat (the client's 201 was
         lost to a crash or a timeout) returns the job the first one created."""
+        return self.submit_future(req, tenant, idempotency_key).result(CALL_TIMEOUT_S)
+
+    def submit_future(
+        self, req: SubmitRequest, tenant: str, idempotency_key: str | None = None
+    ) -> Future[SubmitResult]:
+        """``submit`` without waiting: the checks, then the reconciler's future."""
         if req.tenant is not None and req.tenant != tenant:
             if tenant != ADMIN:
                 raise AccessError("only the admin may submit on behalf of another tenant")
             tenant = req.tenant
         self._check_queue(req, tenant)
         self._check_cwd(req)
-        return self.reconciler.submit(req, tenant, idempotency_key).result(CALL_TIMEOUT_S)
+        return self.reconciler.submit(req, tenant, idempotency_key)
 
     def _check_cwd(self, req: SubmitRequest) -> None:
         """Jobs run on this machine: a ``cwd`` that is not a directory here fails at submit,
@@ -171,6 +178,7 @@ class ControlPlane:
         only_tenant: str | None = None,
         limit: int = 1000,
         after_seq: int = 0,
+        parse_spec: bool = True,
     ) -> list[st.JobRow]:
         if tenant != ADMIN:
             if only_tenant not in (None, tenant):
@@ -183,6 +191,7 @@ class ControlPlane:
                 tenant=only_tenant,
                 limit=limit,
                 after_seq=after_seq,
+                parse_spec=parse_spec,
             )
 
     def attempts(self, job_id: str) -> list[st.AttemptRow]:

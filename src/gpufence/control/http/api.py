@@ -20,11 +20,13 @@ is a plain ``def``: FastAPI runs it in its thread pool and the event loop stays 
 """
 
 import dataclasses
+import json
 import re
 from typing import Annotated, Any, Literal
 
-from fastapi import Depends, FastAPI, Header, Query, Request, Response, status
+from fastapi import Depends, FastAPI, Query, Request, Response, status
 from fastapi.exceptions import HTTPException
+from fastapi.openapi.utils import get_openapi
 from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import AfterValidator, BaseModel, Field
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -33,16 +35,20 @@ from gpufence import __version__
 from gpufence.control.http.auth import tenant_dependency
 from gpufence.control.http.problems import (
     ERRORS_ALL,
+    PROBLEM_JSON,
     FieldError,
     SafeJSONResponse,
     error_responses,
     install,
     problem,
+    safe,
 )
+from gpufence.control.http.submission import IDEMPOTENCY_KEY, install_submit
 from gpufence.control.inbox import CancelError, IdempotencyConflict
-from gpufence.control.jobspec import MAX_NAME, SubmitRequest, from_stored
+from gpufence.control.jobspec import MAX_NAME, SubmitRequest
 from gpufence.control.plane import AccessError, ControlPlane, InvalidField
 from gpufence.control.store import database as st
+from gpufence.model.job import GpuRequest
 
 UNPROCESSABLE = 422  # starlette renamed the constant (..._CONTENT); the number is stable
 MAX_LOG_CHUNK = 1 << 20
@@ -69,50 +75,62 @@ class CancelResponse(BaseModel):
 
 
 def _gpus(spec: dict[str, Any]) -> str:
-    """'2x 4 GPUs', 'mig 1g.10gb', '500m GPU' ... for tables."""
+    """'2x 4 GPUs', 'mig 1g.10gb', '500m GPU' ... for tables (read from the stored spec as it
+    is, without validating it again: a list of 1,000 jobs must stay cheap)."""
     try:
-        req = from_stored(spec)
-    except ValueError:
+        if spec.get("mig") is not None:
+            what = GpuRequest.mig(str(spec["mig"])).describe()
+        elif spec.get("gpu_fraction") is not None:
+            mem = round(float(spec.get("gpu_mem_gib") or 0.0) * 1024)
+            what = GpuRequest.fraction(round(float(spec["gpu_fraction"]) * 1000), mem).describe()
+        else:
+            what = GpuRequest.whole(int(spec.get("gpus", 1))).describe()
+        replicas = int(spec.get("replicas", 1))
+    except (ValueError, TypeError, OverflowError):
         return "?"
-    what = req.request().describe()
-    return f"{req.replicas}x {what}" if req.replicas != 1 else what
+    return f"{replicas}x {what}" if replicas != 1 else what
 
 
 def job_json(row: st.JobRow) -> dict[str, Any]:
     out = row.public()
     out["seq"] = row.seq
-    out["gpus"] = _gpus(row.spec)
+    out["gpus"] = row.gpus if row.gpus is not None else _gpus(row.spec)
     out["name"] = row.spec.get("name")
     return out
+
+
+def job_page_json(row: st.JobRow, pending: dict[str, str] | None) -> bytes:
+    """One job of a list page as JSON, its stored spec text embedded as it is: a page of 1,000
+    jobs is rendered without parsing and re-encoding 1,000 specs (``job_json``'s shape)."""
+    text = row.spec_text
+    if not text.isascii() or "NaN" in text or "Infinity" in text:  # an older store's
+        out = job_json(dataclasses.replace(row, spec=json.loads(text)))
+        if pending is not None:
+            out["pending"] = pending
+        return bytes(SafeJSONResponse(out).body)
+    head = row.public()
+    del head["spec"]
+    head["seq"] = row.seq
+    if row.gpus is not None:
+        head["gpus"], head["name"] = row.gpus, row.name
+    else:  # a row from before those columns existed
+        spec = json.loads(text)
+        head["gpus"], head["name"] = _gpus(spec), spec.get("name")
+    if pending is not None:
+        head["pending"] = pending
+    try:
+        encoded = json.dumps(head, ensure_ascii=True, allow_nan=False, separators=(",", ":"))
+    except ValueError:
+        encoded = json.dumps(safe(head), ensure_ascii=True, separators=(",", ":"))
+    return f'{encoded[:-1]},"spec":{text}}}'.encode()
 
 
 def attempt_json(att: st.AttemptRow) -> dict[str, Any]:
     return dataclasses.asdict(att)
 
 
-def _reject_field(req: SubmitRequest, reason: str, message: str) -> list[str | int]:
-    """Best guess at the field a reject is about, for ``detail[0].loc``."""
-    if "queue" in message and req.queue:
-        return ["body", "queue"]
-    if "partition '" in message and req.partition:
-        return ["body", "partition"]
-    if "gpus per replica" in message:
-        return ["body", "gpus"]
-    if reason == "never-fits":
-        if req.mig is not None:
-            return ["body", "mig"]
-        if req.gpu_fraction is not None:
-            return ["body", "gpu_mem_gib" if "MiB" in message else "gpu_fraction"]
-        if "gang needs" in message:
-            return ["body", "replicas"]
-        return ["body", "gpus"]
-    return ["body"]
-
-
 MAX_SEQ = 2**63 - 1  # SQLite's INTEGER: a larger cursor is refused (422), not a 500
 _JOB_ID = re.compile(r"j[0-9]{1,19}")
-IDEMPOTENCY_KEY = "Idempotency-Key"
-_KEY = re.compile(r"[\x21-\x7e]{1,255}")
 
 
 def _query_text(value: str) -> str:
@@ -124,6 +142,9 @@ def _query_text(value: str) -> str:
 
 
 QueryText = Annotated[str, Field(max_length=MAX_NAME), AfterValidator(_query_text)]
+
+
+DRAIN_MAX_BYTES = 64 << 20
 
 
 class LimitBody:
@@ -174,11 +195,44 @@ class LimitBody:
         await self.app(scope, replay, send)
 
     async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
+        # read (and drop) what the client is still sending, up to a bound: answering while it
+        # writes would reset the connection and it would see a broken pipe, not the 413
+        drained = 0
+        while drained <= DRAIN_MAX_BYTES:
+            msg = await receive()
+            if msg["type"] != "http.request":
+                break
+            drained += len(msg.get("body", b""))
+            if not msg.get("more_body"):
+                break
         resp = problem(
             413,
             f"the request body is larger than {self.limit} bytes (control.max_request_bytes)",
         )
         await resp(scope, receive, send)
+
+
+def _openapi(app: FastAPI) -> dict[str, Any]:
+    """FastAPI's document plus what the lean submit route describes by hand (its body model),
+    with error responses as ``application/problem+json`` only."""
+    if app.openapi_schema:
+        return app.openapi_schema
+    doc = get_openapi(
+        title=app.title, version=app.version, description=app.description, routes=app.routes
+    )
+    schemas = doc.setdefault("components", {}).setdefault("schemas", {})
+    body = SubmitRequest.model_json_schema(ref_template="#/components/schemas/{model}")
+    for name, sub in body.pop("$defs", {}).items():
+        schemas.setdefault(name, sub)
+    schemas["SubmitRequest"] = body
+    for ops in doc.get("paths", {}).values():
+        for op in ops.values():
+            for resp in op.get("responses", {}).values():
+                content = resp.get("content", {})
+                if PROBLEM_JSON in content:
+                    content.pop("application/json", None)
+    app.openapi_schema = doc
+    return doc
 
 
 def make_app(plane: ControlPlane) -> FastAPI:
@@ -233,59 +287,9 @@ def make_app(plane: ControlPlane) -> FastAPI:
         return row
 
     # ------------------------------------------------------------------ jobs
-    @app.post(
-        "/v1/jobs",
-        status_code=status.HTTP_201_CREATED,
-        response_model=SubmitResponse,
-        tags=["jobs"],
-        responses={
-            200: {"model": SubmitResponse, "description": "the same Idempotency-Key again"},
-            **error_responses(*ERRORS_ALL),
-        },
-    )
-    def submit(
-        req: SubmitRequest,
-        tenant: Tenant,
-        response: Response,
-        idempotency_key: Annotated[
-            str | None,
-            Header(
-                alias=IDEMPOTENCY_KEY,
-                description="any 1-255 visible ASCII characters, unique per job (a UUID): a "
-                "repeat with the same key returns the job the first request created (200)",
-            ),
-        ] = None,
-    ) -> Any:
-        """Submit a job. A job that no partition can ever hold is rejected here, with why. With
-        an Idempotency-Key, retrying after a lost answer (timeout, crash) is safe."""
-        if idempotency_key is not None and not _KEY.fullmatch(idempotency_key):
-            field = f"header.{IDEMPOTENCY_KEY}"
-            err = FieldError(
-                field=field, message="must be 1-255 visible ASCII characters", type="pattern"
-            )
-            return problem(UNPROCESSABLE, f"{field}: {err.message}", errors=[err])
-        res = plane.submit(req, tenant, idempotency_key)
-        if res.state != st.REJECTED:
-            if res.replayed:
-                response.status_code = status.HTTP_200_OK
-            return SubmitResponse(
-                id=res.job_id, state=res.state, reason=res.reason, message=res.message
-            )
-        row = plane.job(res.job_id, tenant)
-        field = ".".join(str(p) for p in _reject_field(req, res.reason, res.message))
-        msg = res.message or res.reason
-        job = job_json(row) if row is not None else {"id": res.job_id, "state": res.state}
-        return problem(
-            UNPROCESSABLE,
-            msg,
-            slug="rejected",
-            title="Rejected by the scheduler",
-            errors=[FieldError(field=field, message=msg, type="rejected")],
-            reason=res.reason,
-            job=job,
-        )
+    install_submit(app, plane, job_json, SubmitResponse)
 
-    @app.get("/v1/jobs", tags=["jobs"], responses=error_responses(401, 403, 422, 503))
+    @app.get("/v1/jobs", tags=["jobs"], responses=error_responses(*ERRORS_ALL))
     def list_jobs(
         tenant: Tenant,
         state: Annotated[
@@ -300,7 +304,7 @@ def make_app(plane: ControlPlane) -> FastAPI:
         after: Annotated[
             int, Query(ge=0, le=MAX_SEQ, description="return jobs with seq > after")
         ] = 0,
-    ) -> dict[str, Any]:
+    ) -> Any:
         """Jobs in submission order; a tenant sees only its own. Pending jobs carry why."""
         states = tuple(state or ())
         rows = plane.jobs(
@@ -310,18 +314,15 @@ def make_app(plane: ControlPlane) -> FastAPI:
             only_tenant=tenant_filter,
             limit=limit,
             after_seq=after,
+            parse_spec=False,
         )
         pending_ids = [r.id for r in rows if r.state == st.PENDING]
         why = plane.pending_reasons(pending_ids) if pending_ids else {}
-        jobs = []
-        for r in rows:
-            j = job_json(r)
-            if r.id in why:
-                j["pending"] = why[r.id]
-            jobs.append(j)
-        return {"jobs": jobs, "next_after": rows[-1].seq if rows else after}
+        parts = [job_page_json(r, why.get(r.id)) for r in rows]
+        tail = f'],"next_after":{rows[-1].seq if rows else after}}}'.encode()
+        return Response(b'{"jobs":[' + b",".join(parts) + tail, media_type="application/json")
 
-    @app.get("/v1/jobs/{job_id}", tags=["jobs"], responses=error_responses(401, 403, 404, 503))
+    @app.get("/v1/jobs/{job_id}", tags=["jobs"], responses=error_responses(*ERRORS_ALL))
     def get_job(job_id: str, tenant: Tenant) -> dict[str, Any]:
         """One job, its attempts (devices, exit codes) and, while pending, why."""
         row = row_of(job_id, tenant)
@@ -335,7 +336,7 @@ def make_app(plane: ControlPlane) -> FastAPI:
         "/v1/jobs/{job_id}/cancel",
         response_model=CancelResponse,
         tags=["jobs"],
-        responses=error_responses(401, 403, 404, 409, 503),
+        responses=error_responses(*ERRORS_ALL),
     )
     def cancel(job_id: str, tenant: Tenant) -> CancelResponse:
         """Cancel: a pending job leaves its queue (``cancelled``); a running one is stopped
@@ -349,7 +350,7 @@ def make_app(plane: ControlPlane) -> FastAPI:
         response_class=Response,
         responses={
             200: {"content": {"text/plain": {}}},
-            **error_responses(401, 403, 404, 422, 503),
+            **error_responses(*ERRORS_ALL),
         },
     )
     def logs(
@@ -388,9 +389,7 @@ def make_app(plane: ControlPlane) -> FastAPI:
         }
         return Response(data, media_type="text/plain; charset=utf-8", headers=headers)
 
-    @app.get(
-        "/v1/jobs/{job_id}/explain", tags=["jobs"], responses=error_responses(401, 403, 404, 503)
-    )
+    @app.get("/v1/jobs/{job_id}/explain", tags=["jobs"], responses=error_responses(*ERRORS_ALL))
     def explain(job_id: str, tenant: Tenant) -> dict[str, Any]:
         """Why a job waits (or runs where it runs), with its partition's fair-share table."""
         row = row_of(job_id, tenant)
@@ -411,17 +410,17 @@ def make_app(plane: ControlPlane) -> FastAPI:
         return out
 
     # ------------------------------------------------------------------ cluster
-    @app.get("/v1/nodes", tags=["cluster"], responses=error_responses(401, 503))
+    @app.get("/v1/nodes", tags=["cluster"], responses=error_responses(*ERRORS_ALL))
     def nodes(_tenant: Tenant) -> dict[str, Any]:
         """Every node and GPU: partition, state (free/used/down), jobs, MIG slots."""
         return {"nodes": plane.nodes()}
 
-    @app.get("/v1/partitions", tags=["cluster"], responses=error_responses(401, 503))
+    @app.get("/v1/partitions", tags=["cluster"], responses=error_responses(*ERRORS_ALL))
     def partitions(_tenant: Tenant) -> dict[str, Any]:
         """The fences: capacity, used, lent and borrowed GPUs, pending/running jobs."""
         return {"partitions": plane.partitions()}
 
-    @app.get("/v1/events", tags=["cluster"], responses=error_responses(401, 403, 404, 422, 503))
+    @app.get("/v1/events", tags=["cluster"], responses=error_responses(*ERRORS_ALL))
     def events(
         tenant: Tenant,
         job: QueryText | None = None,
@@ -433,6 +432,8 @@ def make_app(plane: ControlPlane) -> FastAPI:
             row_of(job, tenant)
         rows = plane.events(tenant, job_id=job, after_seq=after, limit=limit)
         return {"events": rows, "next_after": rows[-1]["seq"] if rows else after}
+
+    app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
 
     # ------------------------------------------------------------------ open
     @app.get("/metrics", tags=["ops"], response_class=Response)

@@ -64,16 +64,16 @@ def problem_type(slug: str) -> str:
     return f"urn:gpufence:problem:{slug}"
 
 
-def _safe(value: Any) -> Any:
+def safe(value: Any) -> Any:
     """JSON-safe copy: no lone surrogates, no non-finite floats (written by older versions)."""
     if isinstance(value, str):
         return value.encode("utf-8", "backslashreplace").decode("utf-8")
     if isinstance(value, float) and not math.isfinite(value):
         return None
     if isinstance(value, dict):
-        return {_safe(k): _safe(v) for k, v in value.items()}
+        return {safe(k): safe(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [_safe(v) for v in value]
+        return [safe(v) for v in value]
     return value
 
 
@@ -85,7 +85,7 @@ class SafeJSONResponse(JSONResponse):
         try:
             return super().render(content)
         except (UnicodeEncodeError, ValueError):
-            return json.dumps(_safe(content), ensure_ascii=False, separators=(",", ":")).encode()
+            return json.dumps(safe(content), ensure_ascii=False, separators=(",", ":")).encode()
 
 
 class ProblemResponse(SafeJSONResponse):
@@ -146,7 +146,7 @@ def install(app: FastAPI) -> None:
             err = FieldError(field="body", message=msg, type="json_invalid")
             return problem(422, f"body: {msg}", errors=[err])
         headers = dict(exc.headers) if exc.headers else None
-        detail = exc.detail if isinstance(exc.detail, str) else json.dumps(_safe(exc.detail))
+        detail = exc.detail if isinstance(exc.detail, str) else json.dumps(safe(exc.detail))
         return problem(exc.status_code, detail, headers=headers)
 
     @app.exception_handler(RequestValidationError)
@@ -169,7 +169,7 @@ def install(app: FastAPI) -> None:
 _DESCRIPTIONS = {
     401: "missing or invalid bearer token",
     403: "another tenant's job or queue",
-    404: "no such job",
+    404: "no such job (or route)",
     409: "conflicts with the job's state (e.g. cancelling an ended job)",
     413: "request body larger than control.max_request_bytes (default 1 MiB)",
     422: "invalid request: `field` names the first offending field, `errors` all of them",
