@@ -44,6 +44,12 @@ def _state(p: ControlPlane, jid: str) -> str:
     return row.state
 
 
+def _attempt(p: ControlPlane, jid: str) -> int:
+    row = p.job(jid, ADMIN)
+    assert row is not None
+    return row.attempt
+
+
 def _ends(data: Path) -> dict[str, int]:
     """Per job, how many attempts printed an end line with code 0 (completed runs)."""
     out: dict[str, int] = {}
@@ -282,3 +288,36 @@ def test_the_same_idempotency_key_after_a_crash_returns_the_same_job(tmp_path: P
         assert [j["id"] for j in client(data).jobs()] == [first["id"]]
     finally:
         stop(server)
+
+
+def test_attempts_the_store_lost_are_settled_from_their_records(tmp_path: Path) -> None:
+    """A power cut (or a disk repaired by fsck) can take the store's last, non-durable writes:
+    a Bind, an exit. The job is ``pending`` again while its attempt directory shows the run.
+    A completed run must not run again; one still running is stopped and replaced."""
+    data = tmp_path / "data"
+    p = _plane(data)
+    p.start()
+    try:
+        done = p.submit(_req("sleep", "0.2", gpus=1), ADMIN).job_id
+        running = p.submit(_req("sleep", "60", gpus=1), ADMIN).job_id
+        until(lambda: _state(p, done) == st.DONE, 20, "done")
+        until(lambda: _state(p, running) == st.RUNNING, 20, "running")
+    finally:
+        p.close()
+    with sqlite3.connect(data / st.DB_NAME) as conn:  # what a lost tail of the WAL leaves
+        for jid in (done, running):
+            conn.execute("UPDATE jobs SET state='pending', started_at=NULL WHERE id=?", (jid,))
+            conn.execute("DELETE FROM attempts WHERE job_id=?", (jid,))
+    command = int(record(data, running, 1, 0, "started")["pid"])  # type: ignore[call-overload]
+    assert alive(command)
+    p2 = _plane(data)
+    p2.start()
+    try:
+        assert not alive(command), "the untracked attempt still runs"
+        assert _state(p2, done) == st.DONE
+        until(lambda: _attempt(p2, running) == 2, 10, "attempt 2 of the lost one")
+        time.sleep(0.5)
+        assert not (data / "jobs" / done / "attempt-2").exists(), "a completed job ran again"
+    finally:
+        p2.close(kill_jobs=True)
+    assert _ends(data).get(done) == 1

@@ -175,6 +175,21 @@ def record_lost(adir: Path, rank: int, why: str) -> None:
         log.warning("%s rank %d: cannot record its end: %s", adir, rank, exc)
 
 
+def settle_untracked_attempt(adir: Path, ranks: int) -> tuple[int | None, ...]:
+    """An attempt directory the store has no record of (it lost its last writes: a power cut,
+    a failed disk repaired by fsck): stop whatever of it still runs, kill its groups' leftovers,
+    and return each rank's recorded code (None: unknown). Nothing of it runs afterwards."""
+    for rank in range(ranks):
+        pid, fd = attach(adir, rank)
+        if fd is not None:
+            killpg(pid, signal.SIGKILL)
+            _wait_readable(fd, LEFTOVER_WAIT_S)
+            waitid(fd)
+            os.close(fd)
+        kill_group_leftovers(adir, rank)
+    return tuple(recorded_exit(adir, rank) for rank in range(ranks))
+
+
 def live_member_pids(adir: Path) -> list[int]:
     """Pids of this attempt directory's members that still run: live launchers, or the
     leftovers of one that died (both hold the attempt's GPUs)."""

@@ -36,7 +36,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from gpufence.control.executors.interface import Launch, Member
-from gpufence.control.executors.processes import live_member_pids
+from gpufence.control.executors.processes import live_member_pids, settle_untracked_attempt
 from gpufence.control.gpus.devices import assignment_from_json
 from gpufence.control.inbox import Live
 from gpufence.control.jobspec import SubmitRequest, describe_errors
@@ -138,6 +138,53 @@ def spec_of(row: st.JobRow) -> tuple[SubmitRequest | None, str]:
     return None, "stored spec cannot be repaired"
 
 
+def _past_untracked_attempts(
+    data_dir: Path, row: st.JobRow, spec: SubmitRequest
+) -> tuple[int, str]:
+    """A pending job whose attempt directory shows it was started: the store lost the Bind
+    (its last writes, to a power cut or a failed disk). The attempt is stopped if it still
+    runs and settled from its records: ``(attempt, "done")`` if every rank completed, else
+    ``(next attempt, "lost")``; ``(attempt, "")`` when nothing was started."""
+    attempt = row.attempt
+    outcome = ""
+    while True:
+        adir = data_dir / "jobs" / row.id / f"attempt-{attempt}"
+        if not any(adir.glob("rank-*.pid")):
+            return attempt, outcome
+        codes = settle_untracked_attempt(adir, spec.replicas)
+        log.warning(
+            "job %s attempt %d ran although the store lost its record (codes %s)",
+            row.id,
+            attempt,
+            list(codes),
+        )
+        if codes and all(c == 0 for c in codes):
+            return attempt, st.DONE
+        attempt, outcome = attempt + 1, "lost"
+
+
+def _record_untracked(
+    tx: st.Tx, jid: str, attempt: int, outcome: str, ranks: int, now: float
+) -> None:
+    if outcome == st.DONE:
+        msg = f"attempt {attempt} completed; the store had lost its record"
+        tx.add_attempt(
+            job_id=jid,
+            attempt=attempt,
+            pool="",
+            lent_from=None,
+            assignments=[],
+            devices=[],
+            started_at=now,
+        )
+        tx.set_attempt(jid, attempt, state="exited", ended_at=now, exit_codes=[0] * ranks)
+        tx.set_job(jid, state=st.DONE, attempt=attempt, exit_code=0, ended_at=now, message=msg)
+    else:
+        msg = f"an attempt the store had lost ended without completing; attempt {attempt} next"
+        tx.set_job(jid, attempt=attempt, message=msg)
+    tx.log(now, jid, "recovered", "recovery", msg)
+
+
 def _launch(row: st.JobRow, att: st.AttemptRow, data_dir: Path, nodes: list[str]) -> Launch:
     spec = row.spec
     command = spec.get("command")
@@ -183,6 +230,7 @@ def recover(rec: Reconciler) -> dict[str, int]:
         events.append(UsageRestored(tuple(sorted(usage.items())), at))
     invalid: list[tuple[str, str, str]] = []  # (job, state it ends in, why)
     repaired: list[tuple[str, SubmitRequest]] = []
+    untracked: list[tuple[str, int, str, int]] = []  # (job, attempt now, how it ended, ranks)
     for row in rows:
         spec, why = spec_of(row)
         if spec is not None and why == "repaired":
@@ -192,6 +240,11 @@ def recover(rec: Reconciler) -> dict[str, int]:
             if spec is None:
                 invalid.append((row.id, st.REJECTED, why))
                 continue
+            attempt, outcome = _past_untracked_attempts(rec.data_dir, row, spec)
+            if outcome:
+                untracked.append((row.id, attempt, outcome, spec.replicas))
+                if outcome == st.DONE:
+                    continue
             events.append(JobSubmitted(spec.to_job(row.id, row.submitted_at)))
             counts["pending"] += 1
             continue
@@ -237,11 +290,13 @@ def recover(rec: Reconciler) -> dict[str, int]:
         )
         if stopping:
             stops.append((row.id, att.attempt))
-    if invalid or repaired:
+    if invalid or repaired or untracked:
         now = time.time()
         with rec.store.transaction() as tx:
             for jid, spec in repaired:
                 tx.set_spec(jid, spec.stored())
+            for jid, attempt, outcome, ranks in untracked:
+                _record_untracked(tx, jid, attempt, outcome, ranks, now)
             for jid, state, why in invalid:
                 msg = f"its stored spec is not valid any more: {why}"
                 tx.set_job(jid, state=state, reason="invalid", message=msg, ended_at=now)
