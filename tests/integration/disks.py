@@ -18,7 +18,10 @@ import pytest
 
 
 def _run(*cmd: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(cmd, capture_output=True, text=True, check=False)
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, check=False)
+    except FileNotFoundError:  # the tool is not installed: callers skip with the reason
+        return subprocess.CompletedProcess(cmd, 127, "", f"{cmd[0]}: not installed")
 
 
 class SmallDisk:

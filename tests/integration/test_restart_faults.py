@@ -12,6 +12,8 @@ import signal
 import sqlite3
 import sys
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -67,30 +69,40 @@ def test_poisoned_stored_jobs_cost_no_running_job_at_restart(tmp_path: Path) -> 
     surrogate). At the next start their events came first and the rest were lost: a running
     8-GPU job was not restored and a new job ran on GPU 0 beside it."""
     data = tmp_path / "data"
+    _plane(data).close()
+
+    def insert(conn: sqlite3.Connection, seq: int, spec: str, state: str) -> str:
+        conn.execute(
+            "INSERT INTO jobs(seq, id, tenant, spec, workload_class, state, submitted_at)"
+            " VALUES(?, ?, 'admin', ?, 'training', ?, 1.0)",
+            (seq, f"j{seq}", spec, state),
+        )
+        return f"j{seq}"
+
+    with sqlite3.connect(data / st.DB_NAME) as conn:  # the jobs that follow get j101, j102...
+        insert(conn, 100, '{"command": ["true"]}', "done")
     p = _plane(data)
     p.start()
     try:
         big = p.submit(_req("sleep", "60", gpus=8), ADMIN).job_id
         until(lambda: _state(p, big) == st.RUNNING, 20, "8-GPU job running")
-        with p.store.transaction() as tx:
-            common = {"tenant": "admin", "workload_class": "training", "partition": "", "queue": ""}
-            inf = tx.add_job(
-                spec={"command": ["true"], "est_runtime_s": float("inf")},
-                submitted_at=1.0,
-                **common,
-            )
-            bad = tx.add_job(spec={"command": ["\ud800"]}, submitted_at=1.0, **common)
     finally:
         p.close()  # a clean stop: the 8-GPU job keeps running
+    # submitted before it, as an older version stored them (they passed its validation, then
+    # made it answer 500): at the restart their events come first
+    with sqlite3.connect(data / st.DB_NAME) as conn:
+        inf = insert(conn, 5, '{"command": ["true"], "est_runtime_s": Infinity}', "pending")
+        bad = insert(conn, 6, '{"command": ["\\ud800"]}', "pending")
     p2 = _plane(data)
     p2.start()
     try:
-        until(lambda: _state(p2, bad) == st.REJECTED, 10, "unrepairable job rejected")
-        assert "command" in (p2.job(bad, ADMIN) or st.JobRow).message  # type: ignore[union-attr]
-        assert _state(p2, big) == st.RUNNING and big in p2.reconciler.live
         small = p2.submit(_req("sleep", "0.1", gpus=1), ADMIN).job_id
         time.sleep(1.0)
         assert _state(p2, small) == st.PENDING, "ran on a GPU the restored job holds"
+        assert _state(p2, big) == st.RUNNING and big in p2.reconciler.live
+        until(lambda: _state(p2, bad) == st.REJECTED, 10, "unrepairable job rejected")
+        row = p2.job(bad, ADMIN)
+        assert row is not None and "command" in row.message and row.reason == "invalid"
         assert _state(p2, inf) == st.PENDING  # repaired (estimate dropped), waits its turn
         p2.cancel(big, ADMIN)
         until(lambda: _state(p2, small) == st.DONE, 30, "the small job after the big one")
@@ -162,9 +174,15 @@ def test_a_store_deleted_under_a_running_plane_stops_its_writes(tmp_path: Path) 
         until(lambda: c.job(jid)["state"] == "running", 20, "running")
         for f in data.glob("gpufence.db*"):
             f.unlink()
-        with pytest.raises(ClientError) as err:
-            c.submit({"command": ["true"]}, retries_s=())
-        assert err.value.status == 503 and "deleted or replaced" in str(err.value)
+        req = urllib.request.Request(
+            f"{c.url}/v1/jobs",
+            data=b'{"command": ["true"]}',
+            headers={"Authorization": f"Bearer {c.token()}", "Content-Type": "application/json"},
+        )
+        with pytest.raises(urllib.error.HTTPError) as err:
+            urllib.request.urlopen(req, timeout=30)
+        assert err.value.code == 503
+        assert "deleted or replaced" in json.loads(err.value.read())["detail"]
         second = up(data, expect_running=False)
         assert second.wait(60) == 2
         assert "is missing, but jobs of this data directory still run" in last_log(data)

@@ -23,7 +23,6 @@ from api_helpers import Server, call, run_server, submit
 from disks import FailingDisk, SmallDisk, require_root, small_disk
 
 from gpufence.control.config import ADMIN, cluster_from_spec_dict, control_config
-from gpufence.control.executors.launcher import SPOOL_ENV
 from gpufence.control.gpus.discovery import fake_gpus, node_spec
 from gpufence.control.http.client import Client
 from gpufence.control.jobspec import SubmitRequest
@@ -32,6 +31,7 @@ from gpufence.control.store import database as st
 from gpufence.demo import joblogs
 from gpufence.testing.waiting import until
 
+SPOOL_ENV = "GPUFENCE_EXIT_SPOOL"  # = launcher.SPOOL_ENV, spelled out: the launcher is stdlib-only
 # no output at the end: a job printing to a full disk would fail on its own
 SHORT = {"command": ["sleep", "1.5"], "gpus": 1}
 LONG = {"command": ["sleep", "60"], "gpus": 1}
