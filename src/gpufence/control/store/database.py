@@ -33,7 +33,6 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +40,14 @@ from gpufence.control import failpoints
 from gpufence.control.store import migrations
 from gpufence.control.store.errors import StoreError, StoreUnavailable, unavailable
 from gpufence.control.store.ownership import FileLock, Owner
+from gpufence.control.store.rows import (
+    JOB_COLUMNS,
+    AttemptRow,
+    JobRow,
+    attempt_row,
+    job_row,
+    select_job,
+)
 
 log = logging.getLogger("gpufence.store")
 DB_NAME = "gpufence.db"
@@ -66,66 +73,7 @@ INTEGRITY_BUDGET_S = 30.0
 """At most this long for ``PRAGMA quick_check`` at start (a store of a few GB); then it goes on
 with a warning rather than keep the cluster down."""
 
-__all__ = ["StoreError", "StoreUnavailable"]
-
-
-@dataclass(frozen=True, slots=True)
-class JobRow:
-    seq: int
-    id: str
-    tenant: str
-    spec: dict[str, Any]
-    workload_class: str
-    partition: str
-    queue: str
-    state: str
-    reason: str
-    message: str
-    attempt: int
-    submitted_at: float
-    started_at: float | None
-    ended_at: float | None
-    exit_code: int | None
-    cancel_requested: bool
-    name: str | None = None
-    gpus: str | None = None
-    """What it asks for in words ('2x 4 GPUs'); None for rows from before it was stored."""
-    spec_text: str = ""
-    """The spec as stored (JSON text): list pages embed it without parsing it."""
-
-    def public(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "tenant": self.tenant,
-            "state": self.state,
-            "reason": self.reason,
-            "message": self.message,
-            "class": self.workload_class,
-            "partition": self.partition,
-            "queue": self.queue,
-            "attempt": self.attempt,
-            "submitted_at": self.submitted_at,
-            "started_at": self.started_at,
-            "ended_at": self.ended_at,
-            "exit_code": self.exit_code,
-            "spec": self.spec,
-        }
-
-
-@dataclass(frozen=True, slots=True)
-class AttemptRow:
-    job_id: str
-    attempt: int
-    state: str
-    pool: str
-    lent_from: str | None
-    assignments: list[dict[str, Any]]
-    devices: list[list[str]]
-    started_at: float
-    ended_at: float | None
-    exit_codes: list[int | None] | None
-    stop_reason: str | None
-    requeue: bool
+__all__ = ["AttemptRow", "JobRow", "StoreError", "StoreUnavailable"]
 
 
 def _connect(path: Path) -> sqlite3.Connection:
@@ -181,44 +129,6 @@ def _text_or_none(value: object) -> str | None:
 def request_hash(spec: dict[str, Any]) -> str:
     """What an Idempotency-Key is bound to: the stored spec, canonical JSON, sha256."""
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()
-
-
-JOB_COLUMNS = (
-    "seq, id, tenant, spec, workload_class, partition, queue, state, reason, message, attempt,"
-    " submitted_at, started_at, ended_at, exit_code, cancel_requested, name, gpus"
-)
-"""In ``JobRow``'s field order: rows are read by position (a page of 1,000 jobs is read in a
-few milliseconds rather than tens)."""
-
-
-def _job(r: sqlite3.Row, parse_spec: bool = True) -> JobRow:
-    return JobRow(
-        r[0], r[1], r[2], json.loads(r[3]) if parse_spec else {}, r[4], r[5], r[6], r[7], r[8],
-        r[9], r[10], r[11], r[12], r[13], r[14], bool(r[15]), r[16], r[17], r[3],
-    )  # fmt: skip
-
-
-def _select_job(conn: sqlite3.Connection, job_id: str) -> JobRow | None:
-    row = conn.execute(f"SELECT {JOB_COLUMNS} FROM jobs WHERE id=?", (job_id,)).fetchone()
-    return _job(row) if row else None
-
-
-def _attempt(row: sqlite3.Row) -> AttemptRow:
-    codes = row["exit_codes"]
-    return AttemptRow(
-        job_id=row["job_id"],
-        attempt=row["attempt"],
-        state=row["state"],
-        pool=row["pool"],
-        lent_from=row["lent_from"],
-        assignments=json.loads(row["assignments"]),
-        devices=json.loads(row["devices"]),
-        started_at=row["started_at"],
-        ended_at=row["ended_at"],
-        exit_codes=json.loads(codes) if codes is not None else None,
-        stop_reason=row["stop_reason"],
-        requeue=bool(row["requeue"]),
-    )
 
 
 class Store:
@@ -374,7 +284,7 @@ class Store:
     def job(self, job_id: str) -> JobRow | None:
         """Read through the writer's connection (the reconciler's own reads)."""
         with self._lock:
-            return _select_job(self._conn, job_id)
+            return select_job(self._conn, job_id)
 
     def max_seq(self) -> int:
         with self._lock:
@@ -411,7 +321,7 @@ class Tx:
         self._c.execute("RELEASE item")
 
     def job(self, job_id: str) -> JobRow:
-        row = _select_job(self._c, job_id)
+        row = select_job(self._c, job_id)
         if row is None:
             raise StoreError(f"job {job_id} is not in the store")
         return row
@@ -551,7 +461,7 @@ class Reader:
                 raise gone from exc
 
     def job(self, job_id: str) -> JobRow | None:
-        return _select_job(self._c, job_id)
+        return select_job(self._c, job_id)
 
     def jobs(
         self,
@@ -577,19 +487,19 @@ class Reader:
             where.append("tenant = ?")
             args.append(tenant)
         sql = f"SELECT {JOB_COLUMNS} FROM jobs WHERE {' AND '.join(where)} ORDER BY seq LIMIT ?"
-        return [_job(r, parse_spec) for r in self._c.execute(sql, (*args, limit))]
+        return [job_row(r, parse_spec) for r in self._c.execute(sql, (*args, limit))]
 
     def attempts(self, job_id: str) -> list[AttemptRow]:
         rows = self._c.execute(
             "SELECT * FROM attempts WHERE job_id=? ORDER BY attempt", (job_id,)
         ).fetchall()
-        return [_attempt(r) for r in rows]
+        return [attempt_row(r) for r in rows]
 
     def attempt(self, job_id: str, attempt: int) -> AttemptRow | None:
         row = self._c.execute(
             "SELECT * FROM attempts WHERE job_id=? AND attempt=?", (job_id, attempt)
         ).fetchone()
-        return _attempt(row) if row else None
+        return attempt_row(row) if row else None
 
     def events(
         self, *, job_id: str | None = None, after_seq: int = 0, limit: int = 1000
