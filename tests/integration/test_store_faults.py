@@ -222,6 +222,7 @@ def test_real_io_errors_answer_503_and_a_repaired_disk_settles_everything(
             until(lambda: _state(p2, jid) == st.DONE, 20, "done")
             time.sleep(0.5)
             assert not (data / "jobs" / jid / "attempt-2").exists(), "ran again"
+            assert spooled(spool) == 0, "a spooled record outlived its persisting"
         finally:
             p2.close(kill_jobs=True)
     finally:

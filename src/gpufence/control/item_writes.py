@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from gpufence.control.executors.interface import AttemptExit
+from gpufence.control.executors.processes import forget_spooled_exits
 from gpufence.control.inbox import (
     Ack,
     Cancel,
@@ -137,6 +138,8 @@ def write_exit(rec: Reconciler, tx: st.Tx, ev: AttemptExit, now: float, staged: 
         if rec.live.get(jid) is v:
             del rec.live[jid]
         rec.telemetry.released(v.launch)
+        # persisted now: a record the launcher had to spool is no longer needed
+        forget_spooled_exits(v.launch.attempt_dir, len(v.launch.members))
 
     staged.effects.append(forget)
     if live.orphan:

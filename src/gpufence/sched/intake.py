@@ -67,11 +67,12 @@ def invalid(job: Job) -> Refused | None:
         ("time_limit_s", job.time_limit_s, 0.0, MAX_SECONDS, True),
         ("submit_time", job.submit_time, -MAX_SECONDS, MAX_SECONDS, False),
         ("priority", job.priority, -MAX_COUNT, MAX_COUNT, False),
-        ("replicas", job.replicas, 1, MAX_COUNT, False),
+        # below their minimum, replicas / gpus / milli get their own messages further on
+        ("replicas", job.replicas, -MAX_COUNT, MAX_COUNT, False),
         ("cpu_milli", job.cpu_milli, 0, MAX_COUNT, False),
         ("mem_mib", job.mem_mib, 0, MAX_COUNT, False),
-        ("gpus", req.gpus, 0, MAX_COUNT, False),
-        ("milli", req.milli, 0, MILLI_PER_GPU, False),
+        ("gpus", req.gpus, -MAX_COUNT, MAX_COUNT, False),
+        ("milli", req.milli, -MAX_COUNT, MAX_COUNT, False),
         ("gpu_mem_mib", req.gpu_mem_mib, 0, MAX_COUNT, False),
     )
     for field, value, lo, hi, optional in checks:

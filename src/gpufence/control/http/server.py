@@ -17,7 +17,6 @@ import logging
 import os
 import signal
 import socket
-import sys
 import threading
 from collections.abc import Callable, Generator
 from pathlib import Path
@@ -41,7 +40,6 @@ log = logging.getLogger("gpufence.server")
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 7878
-SWITCH_INTERVAL_S = 0.0005
 
 
 class StartupError(ValueError):
@@ -218,10 +216,6 @@ def serve(
     On the way out the plane is closed; running jobs keep running unless ``kill_jobs``.
     """
     data_dir = plane.data_dir
-    # The reconciler releases the GIL on every SQLite call and fsync; with the default 5 ms
-    # switch interval it then waits behind the HTTP threads each time (a convoy: ~50 ms a
-    # cycle under load). A short interval keeps a cycle's wall time near its CPU time.
-    sys.setswitchinterval(SWITCH_INTERVAL_S)
     with contextlib.ExitStack() as stack:
         try:
             sock = stack.enter_context(_bind(host, port))
