@@ -114,8 +114,17 @@ def main() -> int:
 
 def run(client: Client, args: argparse.Namespace) -> int:
     blocker = client.submit({"command": ["sleep", "3600"], "gpus": 8})["id"]
-    while client.job(blocker)["state"] != "running":
-        time.sleep(0.05)
+    try:
+        while client.job(blocker)["state"] != "running":
+            time.sleep(0.05)
+        return measure(client, args)
+    finally:  # jobs outlive their server by design: leave nothing running behind
+        client.cancel(blocker)
+        while client.job(blocker)["state"] not in ("cancelled", "failed", "done"):
+            time.sleep(0.05)
+
+
+def measure(client: Client, args: argparse.Namespace) -> int:
     token = client.token()
     body = json.dumps({"command": ["true"], "gpus": 1, "cwd": "/"}).encode()
     latencies: list[list[float]] = [[] for _ in range(args.clients)]

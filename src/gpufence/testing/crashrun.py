@@ -22,6 +22,7 @@ preemption), all the ``gpufence.demo.programs`` so their logs carry start/end li
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import os
@@ -39,6 +40,7 @@ from typing import Any
 
 import yaml
 
+from gpufence.control.executors.processes import live_member_pids
 from gpufence.control.failpoints import POINTS
 from gpufence.control.gpus.discovery import fake_gpus, node_spec
 from gpufence.control.http.client import Client, ClientError
@@ -290,8 +292,17 @@ def run_once(root: Path, seed: int, crashes: int, scale: int = 1, timeout_s: flo
     finally:
         sub.stop_flag.set()
         server.stop()
+        _kill_leftovers(data)
     check(data, sub.acked, report)
     return report
+
+
+def _kill_leftovers(data: Path) -> None:
+    """Jobs outlive their server by design; a run that ran out of time must not leave any."""
+    for adir in data.glob("jobs/*/attempt-*"):
+        for pid in live_member_pids(adir):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGKILL)
 
 
 def _all_ended(data: Path, sub: Submitter) -> bool:

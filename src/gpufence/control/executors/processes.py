@@ -90,6 +90,29 @@ def forget_spooled_exits(adir: Path, ranks: int) -> None:
             log.debug("cannot remove the spooled exit record of %s rank %d: %s", adir, rank, exc)
 
 
+SPOOL_KEEP_S = 7 * 86400.0
+
+
+def prune_spool(max_age_s: float = SPOOL_KEEP_S) -> int:
+    """Drop spooled exit records older than ``max_age_s`` (their data directory went away
+    before its control plane could persist them); returns how many."""
+    spool = spool_file(Path("/"), 0).parent
+    try:
+        entries = list(spool.iterdir())
+    except OSError:
+        return 0
+    cutoff = time.time() - max_age_s
+    dropped = 0
+    for path in entries:
+        try:
+            if path.name.endswith(".exit") and path.stat().st_mtime < cutoff:
+                path.unlink()
+                dropped += 1
+        except OSError:
+            continue
+    return dropped
+
+
 # ---------------------------------------------------------------------- members whose launcher died
 LEFTOVER_WAIT_S = 10.0
 """How long adoption waits for the killed leftovers of a member to be gone."""

@@ -36,7 +36,11 @@ from typing import Any
 from pydantic import ValidationError
 
 from gpufence.control.executors.interface import Launch, Member
-from gpufence.control.executors.processes import live_member_pids, settle_untracked_attempt
+from gpufence.control.executors.processes import (
+    live_member_pids,
+    prune_spool,
+    settle_untracked_attempt,
+)
 from gpufence.control.gpus.devices import assignment_from_json
 from gpufence.control.inbox import Live
 from gpufence.control.jobspec import SubmitRequest, describe_errors
@@ -304,6 +308,7 @@ def recover(rec: Reconciler) -> dict[str, int]:
                 log.error("job %s: %s; it ends %s", jid, msg, state)
         counts["invalid"] = len(invalid)
     rec.boot(events, stops)  # applied by the first cycle, before anything else
+    prune_spool()
     log.info(
         "recovered from the store: %d pending, %d still running (adopted), %d ended while "
         "down, %d invalid",
