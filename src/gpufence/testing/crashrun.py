@@ -300,9 +300,10 @@ def run_once(root: Path, seed: int, crashes: int, scale: int = 1, timeout_s: flo
 def _kill_leftovers(data: Path) -> None:
     """Jobs outlive their server by design; a run that ran out of time must not leave any."""
     for adir in data.glob("jobs/*/attempt-*"):
-        for pid in live_member_pids(adir):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(pid, signal.SIGKILL)
+        for pid in live_member_pids(adir):  # a launcher (its group) or a dead one's leftover
+            for kill in (os.killpg, os.kill):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    kill(pid, signal.SIGKILL)
 
 
 def _all_ended(data: Path, sub: Submitter) -> bool:
