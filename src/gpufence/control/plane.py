@@ -15,6 +15,7 @@ from typing import Any
 from gpufence.control import views
 from gpufence.control.config import ADMIN, ControlConfig
 from gpufence.control.executors.interface import Executor
+from gpufence.control.executors.jobdirs import JOBS_DIR
 from gpufence.control.executors.local.local_executor import LocalExecutor
 from gpufence.control.gpus.activity import GpuUtilization
 from gpufence.control.gpus.devices import DeviceMap, check_machine
@@ -24,6 +25,7 @@ from gpufence.control.gpus.records import DiscoveryError
 from gpufence.control.inbox import SubmitResult
 from gpufence.control.jobspec import SubmitRequest
 from gpufence.control.metrics import Telemetry
+from gpufence.control.privatefs import dir_mode, ensure_dir
 from gpufence.control.reconciler import Reconciler
 from gpufence.control.store import database as st
 from gpufence.control.store.recovery import recover
@@ -62,6 +64,9 @@ class ControlPlane:
         self.config = config
         self.discovery = discovery
         self.data_dir = data_dir
+        mode = dir_mode(config.jobs_traversable)  # jobs of other users pass through to theirs
+        ensure_dir(data_dir, mode)
+        ensure_dir(data_dir / JOBS_DIR, mode)
         self.store = st.Store(data_dir)
         self.telemetry = Telemetry()
         self.executor: Executor = executor or LocalExecutor(notice_signal=config.notice_signal)
