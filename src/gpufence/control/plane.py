@@ -28,8 +28,9 @@ from gpufence.control.gpus.records import DiscoveryError
 from gpufence.control.inbox import SubmitResult
 from gpufence.control.jobspec import SubmitRequest
 from gpufence.control.metrics import Telemetry
-from gpufence.control.privatefs import dir_mode, ensure_dir
+from gpufence.control.privatefs import dir_mode, ensure_dir, tighten_existing
 from gpufence.control.reconciler import Reconciler
+from gpufence.control.runas import blocking_dir
 from gpufence.control.store import database as st
 from gpufence.control.store.recovery import recover
 from gpufence.control.tenantview import Owner, redact
@@ -68,9 +69,7 @@ class ControlPlane:
         self.config = config
         self.discovery = discovery
         self.data_dir = data_dir
-        mode = dir_mode(config.jobs_traversable)  # jobs of other users pass through to theirs
-        ensure_dir(data_dir, mode)
-        ensure_dir(data_dir / JOBS_DIR, mode)
+        _private_data_dir(config, data_dir)
         self.store = st.Store(data_dir)
         self.telemetry = Telemetry()
         self.executor: Executor = executor or LocalExecutor(notice_signal=config.notice_signal)
@@ -222,6 +221,26 @@ class ControlPlane:
 
     def metrics(self) -> bytes:
         return self.telemetry.render()
+
+
+def _private_data_dir(config: ControlConfig, data_dir: Path) -> None:
+    """The data dir as tenant isolation needs it (``privatefs.py``): 0700, or 0711 when jobs run
+    as other users, each of whom must be able to reach it; leftovers of an older gpufence that
+    others could read are made private first."""
+    tighten_existing(data_dir, data_dir / JOBS_DIR)  # before others may pass through
+    mode = dir_mode(config.jobs_traversable)  # jobs of other users pass through to theirs
+    ensure_dir(data_dir, mode)
+    ensure_dir(data_dir / JOBS_DIR, mode)
+    users = {**config.run_as, ADMIN: config.default_run_as}
+    for tenant, user in sorted((t, u) for t, u in users.items() if u is not None):
+        blocked = blocking_dir(data_dir, user)
+        if blocked is not None:
+            raise ValueError(
+                f"jobs of {tenant} run as {user.user!r} (run_as), who cannot pass through "
+                f"{blocked} (mode {blocked.stat().st_mode & 0o777:04o}) to reach the data "
+                f"dir {data_dir}; give --data a place every run_as user can reach, e.g. "
+                "/var/lib/gpufence"
+            )
 
 
 def _nvml_utilization() -> Callable[[int], float | None] | None:

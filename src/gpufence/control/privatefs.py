@@ -121,3 +121,26 @@ def touch_private(path: Path) -> None:
     """Create ``path`` empty with mode 0600 if it does not exist (e.g. before SQLite opens it)."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, PRIVATE_FILE)
     os.close(fd)
+
+
+def tighten_existing(data_dir: Path, jobs_dir: Path) -> int:
+    """Files directly in ``data_dir`` readable by others become 0600, and job directories with
+    group/other read or write bits 0700: a data dir of an older gpufence (umask 022) must not
+    expose its store or logs once the data dir lets other users pass (0711). Returns how many
+    were changed (each is logged)."""
+    changed = 0
+    candidates: list[tuple[Path, int]] = []
+    with contextlib.suppress(FileNotFoundError):
+        candidates += [(p, PRIVATE_FILE) for p in data_dir.iterdir()]
+    with contextlib.suppress(FileNotFoundError):
+        candidates += [(p, PRIVATE_DIR) for p in jobs_dir.iterdir()]
+    for p, mode in candidates:
+        st = p.lstat()
+        want_dir = mode == PRIVATE_DIR
+        if stat.S_ISLNK(st.st_mode) or stat.S_ISDIR(st.st_mode) != want_dir:
+            continue
+        if st.st_uid == os.geteuid() and st.st_mode & 0o066:
+            log.warning("%s had mode %04o; set to %04o", p, stat.S_IMODE(st.st_mode), mode)
+            os.chmod(p, mode, follow_symlinks=False)
+            changed += 1
+    return changed

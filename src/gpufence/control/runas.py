@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import os
 import pwd
+import stat
+from pathlib import Path
 
 from gpufence.control.executors.interface import RunAs
 
@@ -49,3 +51,25 @@ def home_of(run_as: RunAs) -> str:
         return pwd.getpwuid(run_as.uid).pw_dir or "/"
     except KeyError:
         return "/"
+
+
+def blocking_dir(path: Path, user: RunAs) -> Path | None:
+    """The first directory on the way to ``path`` (ancestors only) that ``user`` may not pass
+    through (no search permission by its mode; ACLs are not read), or None."""
+    groups = {user.gid, *user.groups}
+    for d in reversed(path.absolute().parents):
+        try:
+            st = d.stat()
+        except OSError:
+            return d
+        if user.uid == 0:
+            continue
+        if st.st_uid == user.uid:
+            bit = stat.S_IXUSR
+        elif st.st_gid in groups:
+            bit = stat.S_IXGRP
+        else:
+            bit = stat.S_IXOTH
+        if not st.st_mode & bit:
+            return d
+    return None
