@@ -287,23 +287,26 @@ def control_config(raw: object, data_dir: Path, source: str | None = None) -> Co
 def _warn_shared_users(
     schema: ControlSchema, users: Mapping[str, RunAs], default: RunAs | None
 ) -> None:
-    """Tenants that share a Unix user can read each other's job files: say so at start-up."""
+    """Tenants that share a Unix user can read each other's job files, and jobs without a
+    run_as user of a root server are root: say so at start-up."""
     by_user: dict[str, list[str]] = {}
-    for tenant in schema.auth.tenants:
+    for tenant in (*schema.auth.tenants, ADMIN):
         who = users.get(tenant, default)
-        by_user.setdefault(who.user if who else "(the server's user)", []).append(tenant)
+        by_user.setdefault(who.user if who else "", []).append(tenant)
     for user, tenants in by_user.items():
-        if len(tenants) > 1:
+        if user and len([t for t in tenants if t != ADMIN]) > 1:
             log.warning(
                 "tenants %s run as the same Unix user %s: their jobs can read each other's files; "
                 "give each its own control.tenants.<name>.run_as",
-                ", ".join(tenants),
+                ", ".join(t for t in tenants if t != ADMIN),
                 user,
             )
-    if default is None and os.geteuid() == 0 and not users:
+    as_server = by_user.get("", [])
+    if as_server and os.geteuid() == 0:
         log.warning(
-            "jobs run as root (no control.run_as): a job can read the store and every token; "
-            "set control.run_as (and control.tenants.<name>.run_as) to unprivileged users"
+            "jobs of %s run as root (no run_as): such a job can read the store and every token; "
+            "set control.run_as and control.tenants.<name>.run_as to unprivileged users",
+            ", ".join(as_server),
         )
 
 
