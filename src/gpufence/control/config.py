@@ -138,7 +138,7 @@ def _admin_digest(auth: AuthSchema, data_dir: Path, traversable: bool) -> bytes:
         if not hashed:
             log.warning(
                 "control.auth.admin_token is a clear-text secret in the config file; store its "
-                'hash instead: admin_token: "sha256:<hex>" (printf %%s TOKEN | sha256sum)'
+                'hash instead: admin_token: "sha256:<hex>" (printf %s TOKEN | sha256sum)'
             )
         return digest
     if auth.admin_token_env is not None:
