@@ -37,6 +37,7 @@ from gpufence.cli.render import (
     top_frame,
     when,
 )
+from gpufence.cli.units import format_duration, format_size, parse_duration, parse_size
 from gpufence.cli.up import up
 from gpufence.control.http.client import Client, ClientError, Rejected
 
@@ -107,6 +108,23 @@ def submit(
     est_runtime: Annotated[
         float | None, typer.Option("--est-runtime", help="estimated runtime (s), for backfill")
     ] = None,
+    cpus: Annotated[
+        float | None,
+        typer.Option("--cpus", help="CPU cores per replica (placed, and the job is held to them)"),
+    ] = None,
+    mem: Annotated[
+        str | None,
+        typer.Option(
+            "--mem", help="host memory per replica, e.g. 8G (over it the job is OOM-killed)"
+        ),
+    ] = None,
+    time_limit: Annotated[
+        str | None,
+        typer.Option(
+            "--time-limit",
+            help="stop each attempt after this long, e.g. 90 (s), 30m, 2h, 1d, 01:30:00",
+        ),
+    ] = None,
     env: Annotated[list[str] | None, typer.Option("--env", help="KEY=VALUE, repeatable")] = None,
     workload_class: Annotated[
         str | None,
@@ -126,6 +144,14 @@ def submit(
 ) -> None:
     """Submit a job; prints its id (a job that can never run is rejected: exit 1)."""
     body: dict[str, Any] = {"command": command, "cwd": cwd or os.getcwd()}
+    try:
+        mem_bytes = parse_size(mem) if mem is not None else None
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--mem") from None
+    try:
+        time_limit_s = parse_duration(time_limit) if time_limit is not None else None
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--time-limit") from None
     optional: dict[str, Any] = {
         "gpus": gpus,
         "mig": mig,
@@ -136,6 +162,9 @@ def submit(
         "queue": queue,
         "priority": priority,
         "est_runtime_s": est_runtime,
+        "cpus": cpus,
+        "mem_bytes": mem_bytes,
+        "time_limit_s": time_limit_s,
         "class": workload_class,
         "name": name,
         "max_attempts": max_attempts,
@@ -202,6 +231,7 @@ def status(
         ("class", j.get("class", "")),
         ("partition / queue", f"{j.get('partition') or '-'} / {j.get('queue') or '-'}"),
         ("request", j.get("gpus", "")),
+        ("limits", _limits(spec)),
         ("command", " ".join(spec.get("command", []))),
         ("submitted", when(j.get("submitted_at"))),
         ("started", when(j.get("started_at"))),
@@ -218,6 +248,18 @@ def status(
     attempts = j.get("attempts", [])
     if attempts:
         out.print(attempts_table(attempts))
+
+
+def _limits(spec: dict[str, Any]) -> str:
+    """'2 CPUs, 8G memory, time limit 2h' per replica, from the stored request."""
+    parts = []
+    if spec.get("cpus") is not None:
+        parts.append(f"{spec['cpus']:g} CPU{'s' if spec['cpus'] != 1 else ''}")
+    if spec.get("mem_bytes") is not None:
+        parts.append(f"{format_size(int(spec['mem_bytes']))} memory")
+    if spec.get("time_limit_s") is not None:
+        parts.append(f"time limit {format_duration(spec['time_limit_s'])}")
+    return ", ".join(parts) or "-"
 
 
 # ----------------------------------------------------------------------------------- explain
@@ -319,6 +361,9 @@ def nodes(url: UrlOpt = None, token: TokenOpt = None) -> None:
     with _errors():
         ns = _client(url, token).nodes()
     out_console().print(nodes_table(ns))
+    others = sum(int(n.get("other_tenants_gpus", 0)) for n in ns)
+    if others:  # a tenant's view: other tenants' jobs are counted, not named
+        out_console().print(f"{others} GPU{'s' if others != 1 else ''} held by other tenants")
 
 
 def top(

@@ -58,6 +58,7 @@ def up(
     import logging
 
     from gpufence.control.http.server import StartupError, build_plane, serve
+    from gpufence.control.privatefs import set_private_umask
     from gpufence.spec import SpecError, format_spec_error
 
     if not 0 <= port <= 65535:
@@ -67,6 +68,9 @@ def up(
         level=log_level.upper(),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    # before anything is created: the data dir, the store, the token, the jobs' files (the
+    # launcher and the jobs inherit it) are private from their first byte
+    set_private_umask()
     try:
         plane = build_plane(config, data_dir, fake_gpus, fake_gpu_type, executor, ray_address)
         serve(plane, host, port, log_level=log_level.lower())

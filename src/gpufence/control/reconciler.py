@@ -42,6 +42,7 @@ from gpufence.control.inbox import (
     SubmitResult,
 )
 from gpufence.control.jobspec import SubmitRequest, from_stored
+from gpufence.control.launches import launch_for
 from gpufence.control.metrics import Telemetry
 from gpufence.control.store import database as st
 from gpufence.model.decisions import (
@@ -336,7 +337,7 @@ class Reconciler:
         code = _exit_code(ev.codes)
         tx.set_attempt(jid, ev.attempt, state="exited", ended_at=now, exit_codes=list(ev.codes))
         msg = f"attempt {ev.attempt} exited with {list(ev.codes)}"
-        tx.log(now, jid, "exited", "", msg)
+        tx.log(now, jid, "exited", "oom" if ev.oom else "", msg)
         self.telemetry.released(live.launch)
         del self.live[jid]
         if live.orphan:
@@ -353,13 +354,9 @@ class Reconciler:
             if ev.succeeded:
                 tx.set_job(jid, state=st.DONE, ended_at=now, exit_code=code, reason="", message="")
             elif ev.codes:
+                reason, msg = _failure(ev, live, msg)
                 tx.set_job(
-                    jid,
-                    state=st.FAILED,
-                    ended_at=now,
-                    exit_code=code,
-                    reason="exit-code",
-                    message=msg,
+                    jid, state=st.FAILED, ended_at=now, exit_code=code, reason=reason, message=msg
                 )
             else:  # never started (launch or device error): keep the message that says why
                 tx.set_job(jid, state=st.FAILED, ended_at=now)
@@ -382,9 +379,13 @@ class Reconciler:
             tx.set_job(jid, state=st.FAILED, ended_at=now, reason="lost", message=why)
         elif live.stopping:
             tx.set_job(jid, state=st.FAILED, ended_at=now, exit_code=code)
+        elif ev.succeeded:
+            tx.set_job(jid, state=st.DONE, ended_at=now, exit_code=code)
         else:
-            state = st.DONE if ev.succeeded else st.FAILED
-            tx.set_job(jid, state=state, ended_at=now, exit_code=code)
+            reason, msg = _failure(ev, live, f"attempt {ev.attempt} exited with {list(ev.codes)}")
+            tx.set_job(
+                jid, state=st.FAILED, ended_at=now, exit_code=code, reason=reason, message=msg
+            )
 
     def _settle_stopped(self, tx: st.Tx, events: list[Event], now: float) -> None:
         """A stop without requeue ends the job in the core without a decision: persist how."""
@@ -462,16 +463,8 @@ class Reconciler:
             act.launches.append((d.job_id, empty))
             return
         attempt = row.attempt
-        launch = Launch(
-            job_id=d.job_id,
-            attempt=attempt,
-            command=tuple(spec.command),
-            # NVML (discovery) numbers GPUs in PCI bus order; make CUDA agree
-            env={"CUDA_DEVICE_ORDER": "PCI_BUS_ID", **spec.env},
-            members=tuple(members),
-            attempt_dir=self.data_dir / "jobs" / d.job_id / f"attempt-{attempt}",
-            checkpoint_dir=self.data_dir / "jobs" / d.job_id / "checkpoints",
-            cwd=Path(spec.cwd) if spec.cwd else None,
+        launch = launch_for(
+            self.config, self.data_dir, d.job_id, attempt, row.tenant, spec, members
         )
         tx.add_attempt(
             job_id=d.job_id,
@@ -544,6 +537,16 @@ def _exit_code(codes: tuple[int | None, ...]) -> int | None:
     known = [c for c in codes if c is not None]
     bad = [c for c in known if c != 0]
     return bad[0] if bad else (0 if known and len(known) == len(codes) else None)
+
+
+def _failure(ev: AttemptExit, live: Live, msg: str) -> tuple[str, str]:
+    """(reason, message) of an attempt that failed on its own: ``oom`` when the executor saw
+    the memory limit's OOM killer end a member, else ``exit-code``."""
+    if not ev.oom:
+        return "exit-code", msg
+    limit = live.launch.limits.mem_bytes
+    over = f" (over its memory limit of {limit / (1 << 20):g} MiB)" if limit else ""
+    return "oom", f"attempt {ev.attempt}: killed by the out-of-memory killer{over}; {msg}"
 
 
 def _where(d: Bind, members: list[Member]) -> str:

@@ -58,7 +58,9 @@ class Launch:
     command: tuple[str, ...]
     """argv of the user command; run without a shell."""
     env: Mapping[str, str]
-    """User environment added on top of the executor's own environment."""
+    """The job's own variables (its ``--env``, and the server variables ``job_env_inherit``
+    names), added on top of the allow-listed part of the executor's environment
+    (``memberenv.member_envs``; the rest of it never reaches a job)."""
     members: tuple[Member, ...]
     """Ranks must be exactly ``0 .. len(members) - 1``."""
     attempt_dir: Path

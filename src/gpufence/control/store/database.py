@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gpufence.control.privatefs import PRIVATE_DIR, touch_private
+
 DB_NAME = "gpufence.db"
 
 # Job states as the control plane reports them (the scheduler's, plus ``starting``: bound and
@@ -215,8 +217,11 @@ class Store:
     """The reconciler's writable handle; ``reader()`` gives API threads their own."""
 
     def __init__(self, data_dir: Path) -> None:
-        data_dir.mkdir(parents=True, exist_ok=True)
+        data_dir.mkdir(mode=PRIVATE_DIR, parents=True, exist_ok=True)
         self.path = data_dir / DB_NAME
+        # created 0600 before SQLite opens it: SQLite gives its -wal and -shm files the mode of
+        # the database file, so none of the store is ever readable by others
+        touch_private(self.path)
         self._conn = _connect(self.path)
         self._lock = threading.Lock()
         self._migrate()
