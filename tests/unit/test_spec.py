@@ -110,7 +110,8 @@ def test_single_node_example() -> None:
     c = load_cluster(EXAMPLES / "single-node-8gpu.yaml")
     assert len(c.nodes) == 1 and len(c.gpus) == 8
     (p,) = c.partitions.values()
-    assert p.admits == frozenset(WorkloadClass) and p.sharing is SharingMode.EXCLUSIVE
+    assert p.admits == frozenset(WorkloadClass) - {WorkloadClass.SERVING}
+    assert p.sharing is SharingMode.EXCLUSIVE
     assert len(c.partition_gpus[p.name]) == 8
 
 

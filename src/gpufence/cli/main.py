@@ -24,16 +24,23 @@ console = Console(width=None if sys.stdout.isatty() else 140)
 err_console = Console(stderr=True)
 
 
+StrictOpt = Annotated[
+    bool, typer.Option("--strict", help="advice warnings are errors (exit code 2)")
+]
+
+
 @app.command()
 def validate(
     cluster: Annotated[Path, typer.Argument(help="cluster YAML file")],
+    strict: StrictOpt = False,
 ) -> None:
-    """Check a cluster spec and print its partitions (fences)."""
+    """Check a cluster spec, print its partitions (fences) and the advice on them."""
+    from gpufence.cli.lint import lint_file
     from gpufence.control.config import control_schema
     from gpufence.spec import load_cluster_with_sections
 
-    c, extra, _lines = load_cluster_with_sections(cluster, ("control",))
-    control_schema(extra.get("control"), str(cluster))  # shape only: secrets resolve at `up`
+    c, extra, lines = load_cluster_with_sections(cluster, ("control",))
+    control = control_schema(extra.get("control"), str(cluster))  # secrets resolve at `up`
     table = Table(title=f"cluster {c.name}: {len(c.nodes)} nodes, {len(c.gpus)} GPUs")
     for col in ("partition", "GPUs", "nodes", "admits", "sharing", "lends", "preemption"):
         table.add_column(col)
@@ -49,7 +56,9 @@ def validate(
             str(part.preemption.mode),
         )
     console.print(table)
-    console.print(f"[green]ok[/green]: {cluster} is valid")
+    advice = lint_file(err_console, c, cluster, strict, lines, control.advice)
+    note = f" ({len(advice)} advice above)" if advice else ""
+    console.print(f"[green]ok[/green]: {cluster} is valid{note}")
 
 
 @app.command()
