@@ -37,7 +37,7 @@ def serving_peak(cluster: Cluster, h: History, partition: str) -> ServingPeak | 
     most, at = peak(spans)
     if most <= 0:
         return None
-    return ServingPeak(partition, most, f"history: wanted at once at {h.when(at)}")
+    return ServingPeak(partition, most, f"history: at {h.when(at)}")
 
 
 def largest_gangs(h: History) -> dict[str, JobSpan]:
@@ -114,7 +114,7 @@ def chronic_preemption(
     )
     evidence: dict[str, object] = {
         "summary": f"{len(stops)} preemptions on {len(hit)} of {seen} {periods}: the serving "
-        f"reserve {s} ({have} GPUs) is too small",
+        f"reserve (partition {s}, {have} GPUs) is too small",
         "partition": s,
         "preemptions": len(stops),
         "periods_with_preemptions": len(hit),

@@ -17,16 +17,29 @@ def failing(advice: Iterable[Advice]) -> list[Advice]:
 
 def text(a: Advice, source: str | None = None, as_error: bool = False) -> list[str]:
     """A few lines: the headline with rule, file:line and field path, then why, fix and diff."""
-    level = "error" if as_error else str(a.severity)
+    return json_text(a.to_json(), source, as_error)
+
+
+def json_text(a: Mapping[str, Any], source: str | None = None, as_error: bool = False) -> list[str]:
+    """``text`` for advice in its JSON form (what ``GET /v1/advice`` returns)."""
+    level = "error" if as_error else str(a.get("severity", ""))
+    line = a.get("line")
     where = ""
-    if source and a.line is not None:
-        where = f"{source}:{a.line}: "
-    elif a.line is not None:
-        where = f"line {a.line}: "
-    field = f"{a.where}: " if a.where else ""
-    out = [f"{level}: {where}{field}{a.summary} [{a.rule}]", f"  why: {a.why}", f"  fix: {a.fix}"]
-    if a.diff:
-        out += ["    " + line for line in a.diff.splitlines()]
+    if source and line is not None:
+        where = f"{source}:{line}: "
+    elif line is not None:
+        where = f"line {line}: "
+    field = f"{a['path']}: " if a.get("path") else ""
+    ev = a.get("evidence")
+    summary = ev.get("summary", "") if isinstance(ev, Mapping) else ""
+    out = [
+        f"{level}: {where}{field}{summary} [{a.get('rule', '')}]",
+        f"  why: {a.get('why', '')}",
+        f"  fix: {a.get('fix', '')}",
+    ]
+    diff = str(a.get("diff") or "")
+    if diff:
+        out += ["    " + d for d in diff.splitlines()]
     return out
 
 

@@ -13,7 +13,6 @@ from dataclasses import replace
 from pathlib import Path
 
 import typer
-import yaml
 from rich.console import Console
 
 from gpufence.advice.inputs import AdviceSettings, LintInputs
@@ -22,20 +21,9 @@ from gpufence.advice.present import count_line, failing, text_block
 from gpufence.advice.record import Advice
 from gpufence.model.cluster import Cluster
 from gpufence.spec.errors import Path as FieldPath
+from gpufence.spec.positions import queue_positions
 
 STRICT_EXIT = 2  # like any other spec error: bad input
-
-
-def queue_positions(path: Path) -> dict[str, int]:
-    """Queue name -> its index in the file's ``queues:`` list (the file already validated)."""
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError):
-        return {}
-    queues = data.get("queues") if isinstance(data, dict) else None
-    if not isinstance(queues, list):
-        return {}
-    return {str(q["name"]): i for i, q in enumerate(queues) if isinstance(q, dict) and "name" in q}
 
 
 def file_inputs(

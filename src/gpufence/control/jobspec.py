@@ -39,6 +39,13 @@ class SubmitRequest(BaseModel):
     priority: int = Field(default=0, ge=-1000, le=1000)
     checkpointable: bool = False
     est_runtime_s: float | None = Field(default=None, gt=0.0)
+    slo_p99_ms: float | None = Field(
+        default=None,
+        gt=0.0,
+        le=3_600_000.0,
+        allow_inf_nan=False,
+        description="the latency SLO a serving job serves (advice tells serving from batch by it)",
+    )
     env: dict[str, str] = Field(default_factory=dict)
     cwd: str | None = None
     max_attempts: int = Field(
