@@ -42,8 +42,14 @@ LIVE_RULES: dict[str, tuple[LiveRule, Scope]] = {
 
 
 def history_inputs(cluster: Cluster, h: History, base: LintInputs) -> LintInputs:
-    """``base`` plus the serving peaks and training gangs the history shows."""
-    peaks = tuple(p for s in serving_partitions(cluster) if (p := serving_peak(cluster, h, s)))
+    """``base`` plus the serving peaks and training gangs the history shows, where ``base``
+    (a scenario's sizing) gives none: what replicas an autoscaler asked for includes its
+    headroom, the sizing's Erlang-C peak does not."""
+    peaks = tuple(
+        p
+        for s in serving_partitions(cluster)
+        if base.peak(s) is None and (p := serving_peak(cluster, h, s))
+    )
     gangs = tuple(
         GangInput(part, int(j.gpus), f"history: job {j.id}")
         for part, j in largest_gangs(h).items()

@@ -33,6 +33,7 @@ class JobSpan:
     checkpointable: bool = False
     est_runtime_s: float | None = None
     slo_p99_ms: float | None = None
+    queue: str = ""
 
     def wanted_until(self, now: float) -> float:
         return self.ended if self.ended is not None else now

@@ -15,6 +15,7 @@ from gpufence.advice.fence_resize import Edit, carve, flow, lending_line, spec_d
 from gpufence.advice.history import AttemptSpan, History, JobSpan, peak, pending_spans
 from gpufence.advice.inputs import AdviceSettings, LintInputs
 from gpufence.advice.record import Advice, Scope, Severity, gpus, hours, job_list, pct
+from gpufence.advice.shape import quota_max
 from gpufence.model.cluster import Cluster
 from gpufence.model.job import WorkloadClass
 from gpufence.model.partition import SharingMode
@@ -67,7 +68,13 @@ def idle_interactive(
                 for m in h.marks
                 if m.kind == "notice-withdrawn" and m.reason == "active-again"
             )
-            long = [j for j in sessions if kept[j.id] >= 2]
+            # warned idle again and again, and idle for most of the time it held its GPUs: the
+            # policy's allowance is being renewed by touches, not by work
+            long = [
+                j
+                for j in sessions
+                if kept[j.id] >= 2 and kept[j.id] * pol.idle_after_s >= 0.5 * held[j.id]
+            ]
             if not long:
                 continue
             idle_gpu_h = sum(kept[j.id] * pol.idle_after_s * j.gpus for j in long) / 3600
@@ -201,29 +208,35 @@ def lending_loses_work(
 def _stranded_time(
     cluster: Cluster, h: History, p: str, waiting: list[tuple[JobSpan, list[tuple[float, float]]]]
 ) -> tuple[float, list[str], int, int]:
-    """Seconds during which some waiting gang of ``p`` could not be placed although enough of
-    its GPUs were free; the jobs stranded; the most free GPUs and the largest free block on one
-    node seen while stranded."""
+    """Seconds during which a waiting gang of ``p`` could not be placed although its queue's
+    quota allowed it and a node's worth more GPUs than it needs were free, scattered; the jobs
+    stranded; the most free GPUs and the largest free block on one node seen while stranded.
+
+    The slack of a node keeps out the ordinary wait of a gang whose nodes are draining."""
     mine = set(cluster.partition_gpus[p])
     node_of = {g: cluster.gpus[g].node for g in mine}
     free = {n: len(cluster.node_partition_gpus[(p, n)]) for n in cluster.partition_nodes[p]}
-    # (time, order, kind, GPUs, job): at equal times releases come first, then takes, then waits
-    events: list[tuple[float, int, str, tuple[int, ...], JobSpan | None]] = []
+    slack = cluster.max_gpus_per_node(p)
+    queue_of = {j.id: j.queue for j in h.jobs}
+    limit = {q: quota_max(cluster, q) for q in cluster.partition_queues[p]}
+    used: dict[str, float] = {}
+    # (time, order, kind, GPUs, job, attempt GPUs): releases first at equal times, then takes
+    events: list[tuple[float, int, str, tuple[int, ...], JobSpan | None, AttemptSpan | None]] = []
     for at in h.attempts:
         held = tuple(g for g in at.gpu_ids if g in mine)
         end = at.end if at.end is not None else h.now
-        if held and end > at.start:
-            events += [(at.start, 1, "take", held, None), (end, 0, "give", held, None)]
+        if end > at.start and (held or queue_of.get(at.job_id) in limit):
+            events += [(at.start, 1, "take", held, None, at), (end, 0, "give", held, None, at)]
     for waiter, spans in waiting:
         for a, b in spans:
-            events += [(a, 2, "wait", (), waiter), (b, 0, "done", (), waiter)]
+            events += [(a, 2, "wait", (), waiter, None), (b, 0, "done", (), waiter, None)]
     events.sort(key=lambda e: (e[0], e[1]))
-    shapes: Counter[tuple[int, int]] = Counter()
-    who: dict[tuple[int, int], dict[str, None]] = {}
+    shapes: Counter[tuple[str, int, int]] = Counter()  # (queue, replicas, GPUs per replica)
+    who: dict[tuple[str, int, int], dict[str, None]] = {}
     total, worst_free, worst_block = 0.0, 0, 0
     stranded_ids: dict[str, None] = {}
     prev = h.start
-    for t, _, kind, held, job in events:
+    for t, _, kind, held, job, att in events:
         t = min(max(t, h.start), h.now)
         if t > prev and shapes:
             hist = Counter(free.values())
@@ -231,7 +244,9 @@ def _stranded_time(
             bad = [
                 s
                 for s in shapes
-                if s[0] * s[1] <= free_total and sum(k // s[1] * c for k, c in hist.items()) < s[0]
+                if s[1] * s[2] + slack <= free_total
+                and sum(k // s[2] * c for k, c in hist.items()) < s[1]
+                and ((q := limit.get(s[0])) is None or used.get(s[0], 0.0) + s[1] * s[2] <= q)
             ]
             if bad:
                 total += t - prev
@@ -242,8 +257,11 @@ def _stranded_time(
         prev = max(prev, t)
         for g in held:
             free[node_of[g]] += -1 if kind == "take" else 1
+        if att is not None and queue_of.get(att.job_id) in limit:
+            owner = queue_of[att.job_id]
+            used[owner] = used.get(owner, 0.0) + att.gpus * (1 if kind == "take" else -1)
         if job is not None:
-            shape = (job.replicas, max(1, job.per_replica))
+            shape = (job.queue, job.replicas, max(1, job.per_replica))
             if kind == "wait":
                 shapes[shape] += 1
                 who.setdefault(shape, {})[job.id] = None

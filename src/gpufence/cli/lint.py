@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
@@ -22,6 +23,9 @@ from gpufence.advice.record import Advice
 from gpufence.model.cluster import Cluster
 from gpufence.spec.errors import Path as FieldPath
 from gpufence.spec.positions import queue_positions
+
+if TYPE_CHECKING:
+    from gpufence.sim.scenario import Scenario
 
 STRICT_EXIT = 2  # like any other spec error: bad input
 
@@ -65,3 +69,20 @@ def lint_file(
     advice = lint_cluster(cluster, file_inputs(path, lines, settings, base))
     report(console, advice, str(path), strict)
     return advice
+
+
+def size_advice(
+    console: Console, cluster: Cluster, path: Path, sc: Scenario, failure_margin: int
+) -> None:
+    """``gpufence size`` closes with the spec advice on the cluster as it is, given the
+    scenario's peak and the failure margin asked for."""
+    from gpufence.sim.advice_run import scenario_inputs
+
+    base = replace(scenario_inputs(sc, cluster), failure_margin_nodes=failure_margin)
+    inputs = replace(file_inputs(path, base=base), failure_margin_nodes=failure_margin)
+    found = lint_cluster(cluster, inputs)
+    if not found:
+        console.print("advice on the cluster as it is: none", markup=False)
+        return
+    console.print("advice on the cluster as it is:", markup=False)
+    console.print(text_block(found, str(path)), markup=False, highlight=False, soft_wrap=True)

@@ -102,12 +102,13 @@ def sim(
         str | None,
         typer.Option("--placement", help="fractional placement: best-fit, fgd, fence-pack, random"),
     ] = None,
+    strict: StrictOpt = False,
 ) -> None:
     """Replay a workload through the scheduler under one or more policies; write
-    OUT/metrics.json, OUT/report.html and OUT/events.csv."""
+    OUT/metrics.json, OUT/report.html and OUT/events.csv (each policy with its advice)."""
     from gpufence.cli.sim import run_sim
 
-    run_sim(console, cluster, workload, policy, out, seed, placement)
+    run_sim(console, cluster, workload, policy, out, seed, placement, strict)
 
 
 @app.command()
@@ -134,6 +135,9 @@ def size(
     )
     for line in ans.explanation:
         console.print("  " + line, markup=False, highlight=False, soft_wrap=True)
+    from gpufence.cli.lint import size_advice
+
+    size_advice(console, c, cluster, sc, failure_margin)
 
 
 register_control_verbs(app)  # up, submit, queue, status, explain, cancel, logs, nodes, top

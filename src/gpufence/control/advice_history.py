@@ -82,6 +82,7 @@ def _job(cluster: Cluster, row: st.JobRow, last: st.AttemptRow | None) -> JobSpa
         checkpointable=req.checkpointable,
         est_runtime_s=req.est_runtime_s,
         slo_p99_ms=req.slo_p99_ms,
+        queue=row.queue or req.queue,
     )
 
 
