@@ -83,6 +83,8 @@ def gang_exceeds_capacity(cluster: Cluster, inp: LintInputs) -> list[Advice]:
         lent = sum(cap for _, _, cap in lent_in(cluster, p))
         admissible, bound = admissible_gang(cluster, p)
         seen = inp.gang(p)
+        # gangs the workload really brings are a warning; ones the spec merely admits, a note
+        severity = Severity.WARNING if seen is not None else Severity.INFO
         if seen is not None and seen.gpus > own + lent:
             what = (
                 f"The workload brings gangs of up to {gpus(seen.gpus)} to {p} ({seen.source}), "
@@ -121,7 +123,7 @@ def gang_exceeds_capacity(cluster: Cluster, inp: LintInputs) -> list[Advice]:
         out.append(
             Advice(
                 rules.GANG_EXCEEDS_CAPACITY,
-                Severity.WARNING,
+                severity,
                 ("partitions", p),
                 why,
                 {

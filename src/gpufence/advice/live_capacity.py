@@ -167,20 +167,28 @@ def lending_loses_work(
             + seeds.quote(seeds.INCIDENT)
         )
         edits: dict[str, list[Edit]] = {}
+        cap_now = max((r.cap_gpus for r in part.lending), default=0)
         if idle_floor <= 0:
             fix = (
                 f"Stop lending from {lender}: its own work used up to {own_use:g} of its {cap} "
                 "GPUs, so nothing was reliably idle."
             )
             edits[lender] = [(lending_line(part.lending), None)]
-        else:
+        elif idle_floor < cap_now:
             fix = (
                 f"Lend only what {lender} reliably leaves idle: its own work used up to "
                 f"{own_use:g} of its {cap} GPUs, so cap_gpus {idle_floor}; and lend only to jobs "
-                "that checkpoint more often than a borrow lasts."
+                f"that checkpoint more often than a borrow lasts ({hours(lasted)})."
             )
             capped = [replace(r, cap_gpus=min(r.cap_gpus, idle_floor)) for r in part.lending]
             edits[lender] = [(lending_line(part.lending), lending_line(capped))]
+        else:
+            fix = (
+                f"The cap is not the problem ({lender} never used more than {own_use:g} of its "
+                f"{cap} GPUs): the borrowers lose their work because they do not checkpoint in "
+                f"time. Lend only to jobs that checkpoint more often than a borrow lasts "
+                f"({hours(lasted)}) and acknowledge the notice within the reclaim deadline."
+            )
         out.append(
             Advice(
                 rules.LENDING_LOSES_WORK,
