@@ -68,11 +68,12 @@ def serving_shares_partition(cluster: Cluster, inp: LintInputs) -> list[Advice]:
         if T in others:
             reasons.append(seeds.quote(seeds.SPLIT_FIRST))
         names = ", ".join(others)
+        who = {NB: "a notebook", B: "an eval run", T: "a training gang"}
+        holders = " or ".join(who[c] for c in others if c in who)
         why = (
             f"Partition {p} admits serving together with {names}: they queue for the same "
-            f"{gpus(len(cluster.partition_gpus[p]))}, so a notebook, an eval run or a training "
-            "gang holds capacity that serving needs at its peak, and nothing fences it off. "
-            + " ".join(reasons)
+            f"{gpus(len(cluster.partition_gpus[p]))}, so {holders} can hold capacity that "
+            "serving needs at its peak, and nothing fences it off. " + " ".join(reasons)
         )
         homes = {c: admitting(cluster, c, exclude=p) for c in others}
         moved = [f"{c} -> {', '.join(ps)}" for c, ps in homes.items() if ps]
