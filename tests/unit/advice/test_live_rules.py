@@ -189,14 +189,15 @@ def borrowers(acked: bool) -> History:
     return history(8 * H, jobs, atts)
 
 
-def scattered(packed: bool) -> History:
-    """Eight 1-GPU jobs for an hour (two on each node, or all on node 0), and a 2 x 8 gang
-    waiting through that hour."""
-    gids = list(range(8)) if packed else [n * 8 + k for n in range(4) for k in (0, 1)]
+def scattered(per_node: int, packed: bool = False) -> History:
+    """1-GPU jobs for an hour, ``per_node`` on each of the four nodes (or all on the first
+    nodes when ``packed``), and a 2 x 8 gang waiting through that hour."""
+    n = 4 * per_node
+    gids = list(range(n)) if packed else [k * 8 + i for k in range(4) for i in range(per_node)]
     jobs = [job(f"small{g}", "training", "training", 1, 0, H) for g in gids]
     atts = [run(f"small{g}", "training", (g,), 0, H) for g in gids]
     jobs.append(job("gang", "training", "training", 16, 0, 2 * H, replicas=2, per_replica=8))
-    atts.append(run("gang", "training", tuple(range(8, 24)), H, 2 * H))
+    atts.append(run("gang", "training", tuple(range(16, 32)), H, 2 * H))
     return history(2 * H, jobs, atts)
 
 
@@ -242,10 +243,15 @@ CASES = [
         _on(LENDING, lambda: borrowers(acked=False)),
         _on(LENDING, lambda: borrowers(acked=True)),
     ),
-    Case(
+    Case(  # 24 GPUs free, 6 on each node; packed: three whole nodes free
         catalog.FRAGMENTATION_STRANDING,
-        _on(FOUR_NODES, lambda: scattered(packed=False)),
-        _on(FOUR_NODES, lambda: scattered(packed=True)),
+        _on(FOUR_NODES, lambda: scattered(2)),
+        _on(FOUR_NODES, lambda: scattered(2, packed=True)),
+    ),
+    Case(  # 16 free, 4 on each node: just what the gang needs, its nodes are draining
+        catalog.FRAGMENTATION_STRANDING,
+        _on(FOUR_NODES, lambda: scattered(2)),
+        _on(FOUR_NODES, lambda: scattered(4)),
     ),
 ]
 
@@ -312,6 +318,6 @@ def test_lending_loss_names_the_ratio_and_the_fix() -> None:
 
 
 def test_fragmentation_names_free_gpus_and_the_largest_block() -> None:
-    (a,) = advise(cluster(FOUR_NODES), scattered(packed=False))
+    (a,) = advise(cluster(FOUR_NODES), scattered(2))
     assert a.evidence["most_free_gpus"] == 24 and a.evidence["largest_free_block"] == 6
     assert a.evidence["stranded_s"] == H and a.evidence["jobs"] == ["gang"]
