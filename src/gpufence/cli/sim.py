@@ -86,6 +86,7 @@ def run_sim(
         )
     if workload.suffix == ".csv":  # a trace: the openb pod list, replayed on its own times
         cluster = load_cluster(cluster_path)
+        lint_file(console, cluster, cluster_path, strict)
         from gpufence.sim.workloads.openb_replay import openb_replay
 
         replay = openb_replay(workload, cluster)
