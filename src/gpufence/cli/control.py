@@ -1,5 +1,5 @@
 """Control-plane verbs of the ``gpufence`` CLI: up, submit, queue, status, explain, cancel, logs,
-nodes, top. ``register(app)`` adds them to the main typer app.
+nodes, top, advise. ``register(app)`` adds them to the main typer app.
 
 ``up`` lives in ``cli_control_up``, the tables and the top view in ``cli_control_render``.
 
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import codecs
 import contextlib
+import json
 import os
 import time
 from collections.abc import Iterator
@@ -23,6 +24,7 @@ from rich.console import RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from gpufence.advice.present import json_text
 from gpufence.cli.render import (
     ACTIVE_STATES,
     TERMINAL_STATES,
@@ -125,6 +127,10 @@ def submit(
             help="stop each attempt after this long, e.g. 90 (s), 30m, 2h, 1d, 01:30:00",
         ),
     ] = None,
+    slo_p99_ms: Annotated[
+        float | None,
+        typer.Option("--slo-p99-ms", help="serving: the p99 latency (ms) it serves users at"),
+    ] = None,
     env: Annotated[list[str] | None, typer.Option("--env", help="KEY=VALUE, repeatable")] = None,
     workload_class: Annotated[
         str | None,
@@ -165,6 +171,7 @@ def submit(
         "cpus": cpus,
         "mem_bytes": mem_bytes,
         "time_limit_s": time_limit_s,
+        "slo_p99_ms": slo_p99_ms,
         "class": workload_class,
         "name": name,
         "max_attempts": max_attempts,
@@ -395,6 +402,41 @@ def top(
             pass
 
 
+# ------------------------------------------------------------------------------------ advise
+
+
+def advise(
+    as_json: Annotated[bool, typer.Option("--json", help="print the advice as JSON")] = False,
+    strict: Annotated[
+        bool, typer.Option("--strict", help="exit 2 when there is any warning (for CI / cron)")
+    ] = False,
+    url: UrlOpt = None,
+    token: TokenOpt = None,
+) -> None:
+    """Capacity advice from the control plane's own history: chronic preemption (and how big
+    the serving fence should be), batch work in the serving queue, idle notebooks, lending that
+    loses work, fragmentation; plus the spec rules with the numbers the history gives. A tenant
+    token gets the advice about its own jobs only."""
+    with _errors():
+        res = _client(url, token).advice()
+    items = res.get("advice", [])
+    if as_json:
+        typer.echo(json.dumps(res, indent=2))
+    elif not items:
+        err_console().print(f"no advice ({res.get('scope', '')}): no rule fired")
+    else:
+        out = out_console()
+        for a in items:
+            error = strict and a.get("severity") == "warning"
+            for line in json_text(a, res.get("spec"), as_error=error):
+                out.print(Text(line), soft_wrap=True)
+        n = sum(1 for a in items if a.get("severity") == "warning")
+        counts = f"{n} warning{'s' if n != 1 else ''}"
+        err_console().print(f"{len(items)} advice ({counts}) for the {res.get('scope')}")
+    if strict and any(a.get("severity") == "warning" for a in items):
+        raise typer.Exit(2)
+
+
 def register(app: typer.Typer) -> None:
     """Add the control-plane verbs to the ``gpufence`` app."""
     app.command()(up)
@@ -406,3 +448,4 @@ def register(app: typer.Typer) -> None:
     app.command()(logs)
     app.command()(nodes)
     app.command()(top)
+    app.command()(advise)

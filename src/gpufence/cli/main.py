@@ -24,16 +24,23 @@ console = Console(width=None if sys.stdout.isatty() else 140)
 err_console = Console(stderr=True)
 
 
+StrictOpt = Annotated[
+    bool, typer.Option("--strict", help="advice warnings are errors (exit code 2)")
+]
+
+
 @app.command()
 def validate(
     cluster: Annotated[Path, typer.Argument(help="cluster YAML file")],
+    strict: StrictOpt = False,
 ) -> None:
-    """Check a cluster spec and print its partitions (fences)."""
+    """Check a cluster spec, print its partitions (fences) and the advice on them."""
+    from gpufence.cli.lint import lint_file
     from gpufence.control.config import control_schema
     from gpufence.spec import load_cluster_with_sections
 
-    c, extra, _lines = load_cluster_with_sections(cluster, ("control",))
-    control_schema(extra.get("control"), str(cluster))  # shape only: secrets resolve at `up`
+    c, extra, lines = load_cluster_with_sections(cluster, ("control",))
+    control = control_schema(extra.get("control"), str(cluster))  # secrets resolve at `up`
     table = Table(title=f"cluster {c.name}: {len(c.nodes)} nodes, {len(c.gpus)} GPUs")
     for col in ("partition", "GPUs", "nodes", "admits", "sharing", "lends", "preemption"):
         table.add_column(col)
@@ -49,7 +56,9 @@ def validate(
             str(part.preemption.mode),
         )
     console.print(table)
-    console.print(f"[green]ok[/green]: {cluster} is valid")
+    advice = lint_file(err_console, c, cluster, strict, lines, control.advice)
+    note = f" ({len(advice)} advice above)" if advice else ""
+    console.print(f"[green]ok[/green]: {cluster} is valid{note}")
 
 
 @app.command()
@@ -93,12 +102,13 @@ def sim(
         str | None,
         typer.Option("--placement", help="fractional placement: best-fit, fgd, fence-pack, random"),
     ] = None,
+    strict: StrictOpt = False,
 ) -> None:
     """Replay a workload through the scheduler under one or more policies; write
-    OUT/metrics.json, OUT/report.html and OUT/events.csv."""
+    OUT/metrics.json, OUT/report.html and OUT/events.csv (each policy with its advice)."""
     from gpufence.cli.sim import run_sim
 
-    run_sim(console, cluster, workload, policy, out, seed, placement)
+    run_sim(console, cluster, workload, policy, out, seed, placement, strict)
 
 
 @app.command()
@@ -125,6 +135,9 @@ def size(
     )
     for line in ans.explanation:
         console.print("  " + line, markup=False, highlight=False, soft_wrap=True)
+    from gpufence.cli.lint import size_advice
+
+    size_advice(console, c, cluster, sc, failure_margin)
 
 
 register_control_verbs(app)  # up, submit, queue, status, explain, cancel, logs, nodes, top

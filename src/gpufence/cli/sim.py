@@ -11,8 +11,10 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from gpufence.cli.lint import lint_file
 from gpufence.model.cluster import Cluster
 from gpufence.sched.registry import SCORERS
+from gpufence.sim.advice_run import add_advice, scenario_inputs
 from gpufence.sim.experiment import PolicyRun, run_policy
 from gpufence.sim.generate import generate
 from gpufence.sim.policies import POLICIES, with_placement
@@ -74,6 +76,7 @@ def run_sim(
     out: Path,
     seed: int | None,
     placement: str | None = None,
+    strict: bool = False,
 ) -> dict[str, Any]:
     unknown = [p for p in policies if p not in POLICIES]
     if unknown:
@@ -83,6 +86,7 @@ def run_sim(
         )
     if workload.suffix == ".csv":  # a trace: the openb pod list, replayed on its own times
         cluster = load_cluster(cluster_path)
+        lint_file(console, cluster, cluster_path, strict)
         from gpufence.sim.workloads.openb_replay import openb_replay
 
         replay = openb_replay(workload, cluster)
@@ -96,6 +100,7 @@ def run_sim(
         console.print(f"openb replay: {len(work)} pods ({replay.skipped} CPU-only pods left out)")
     else:
         sc, cluster = load_inputs(cluster_path, workload, seed)
+        lint_file(console, cluster, cluster_path, strict, base=scenario_inputs(sc, cluster))
         work, events = generate(sc, cluster)
     if placement is not None:
         if placement not in SCORERS:
@@ -121,13 +126,14 @@ def run_sim(
 
             runs.append(run_policy(sc, cluster, name, work, events, progress=tick))
             bar.update(task, completed=sc.horizon_s)
-    metrics = {
+    metrics: dict[str, Any] = {
         "scenario": sc.name,
         "cluster": cluster.name,
         "seed": sc.seed,
         "horizon_s": sc.horizon_s,
         "policies": {r.policy: r.metrics for r in runs},
     }
+    add_advice(metrics, sc, runs)  # metrics["policies"][P]["advice"]: why each policy loses
     out.mkdir(parents=True, exist_ok=True)
     (out / "metrics.json").write_text(json.dumps(metrics, indent=2, sort_keys=True) + "\n")
     from gpufence.sim.report import render  # matplotlib is imported only when reporting
@@ -140,6 +146,10 @@ def run_sim(
             for t, d in r.result.log:
                 w.writerow([r.policy, f"{t:.3f}", decision_line(t, d).split(" ", 1)[1].strip()])
     console.print(summary_table(metrics))
+    for name, m in metrics["policies"].items():
+        for a in m.get("advice", []):
+            line = f"advice for {name}: {a['evidence'].get('summary', '')} [{a['rule']}]"
+            console.print(line, markup=False, highlight=False, soft_wrap=True)
     console.print(f"wrote {out / 'metrics.json'}, {out / 'report.html'}, {out / 'events.csv'}")
     return metrics
 

@@ -51,6 +51,10 @@ def up(
     host: Annotated[str, typer.Option("--host", help="address to listen on")] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", help="port (0 = any free one)")] = DEFAULT_PORT,
     log_level: Annotated[str, typer.Option("--log-level")] = "info",
+    strict: Annotated[
+        bool,
+        typer.Option("--strict", help="refuse to start when the spec gets advice warnings"),
+    ] = False,
 ) -> None:
     """Start the control plane: API server, reconciler and executor (local, or --executor ray)
     (Ctrl-C stops it; running jobs keep running and are adopted by the next `up` on the same
@@ -72,6 +76,8 @@ def up(
     # launcher and the jobs inherit it) are private from their first byte
     set_private_umask()
     try:
+        if config is not None:
+            _lint(config, strict)
         plane = build_plane(config, data_dir, fake_gpus, fake_gpu_type, executor, ray_address)
         serve(plane, host, port, log_level=log_level.lower())
     except SpecError as e:
@@ -80,3 +86,14 @@ def up(
     except (StartupError, ValueError, FileNotFoundError) as e:
         err_console().print(f"error: {e}", markup=False, soft_wrap=True)
         raise typer.Exit(2) from None
+
+
+def _lint(config: Path, strict: bool) -> None:
+    """The spec advice on the config file, as warnings on stderr (errors with --strict)."""
+    from gpufence.cli.lint import lint_file
+    from gpufence.control.config import control_schema
+    from gpufence.spec import load_cluster_with_sections
+
+    cluster, extra, lines = load_cluster_with_sections(config, ("control",))
+    control = control_schema(extra.get("control"), str(config))
+    lint_file(err_console(), cluster, config, strict, lines, control.advice)

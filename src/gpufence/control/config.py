@@ -17,6 +17,10 @@ control:
   stop_grace_s: 10          # SIGTERM -> SIGKILL
   notice_signal: SIGUSR1    # or SIGTERM: how a job hears about a preemption / reclaim notice
   activity_interval_s: 1    # how often idle detection samples running interactive jobs
+  advice:                   # `gpufence validate` / `up` / `advise` (gpufence.advice.inputs)
+    ignore: [quota-borrow-unbounded]   # rule ids not to report (say why in a comment)
+    chronic_preemption: {more_than: 2, of_last: 7, period_s: 86400}
+    failure_margin_nodes: 1
 ```
 
 Without a config file, the cluster is this machine as discovered (one exclusive partition) and
@@ -38,6 +42,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from gpufence.advice.inputs import AdviceSettings
 from gpufence.control.executors.interface import RunAs
 from gpufence.control.executors.memberenv import OWN_PREFIX, name_matches
 from gpufence.control.privatefs import dir_mode, ensure_dir
@@ -94,6 +99,7 @@ class ControlSchema(BaseModel):
     stop_grace_s: float = Field(default=10.0, ge=0.0, le=3600.0)
     notice_signal: Literal["SIGUSR1", "SIGUSR2", "SIGTERM"] = "SIGUSR1"
     activity_interval_s: float = Field(default=1.0, gt=0.0, le=600.0)
+    advice: AdviceSettings = Field(default_factory=AdviceSettings)
 
 
 @dataclass(frozen=True)
@@ -110,6 +116,7 @@ class ControlConfig:
     stop_grace_s: float = 10.0
     notice_signal: signal.Signals = signal.SIGUSR1
     activity_interval_s: float = 1.0
+    advice: AdviceSettings = field(default_factory=AdviceSettings)
 
     def tenant_of(self, token: str) -> str | None:
         """'admin' for the admin token, the tenant for a tenant token, else None."""
@@ -170,7 +177,10 @@ def control_schema(raw: object, source: str | None = None) -> ControlSchema:
         return ControlSchema.model_validate(raw if raw is not None else {})
     except ValidationError as exc:
         issues = [
-            SpecIssue(("control", *(str(p) for p in e["loc"])), e["msg"]) for e in exc.errors()
+            SpecIssue(
+                ("control", *(str(p) for p in e["loc"])), e["msg"].removeprefix("Value error, ")
+            )
+            for e in exc.errors()
         ]
         raise SpecError(issues, source) from None
 
@@ -281,6 +291,7 @@ def control_config(raw: object, data_dir: Path, source: str | None = None) -> Co
         stop_grace_s=schema.stop_grace_s,
         notice_signal=signal.Signals[schema.notice_signal],
         activity_interval_s=schema.activity_interval_s,
+        advice=schema.advice,
     )
 
 

@@ -64,6 +64,13 @@ class SubmitRequest(BaseModel):
         description="wall-clock limit of one attempt in seconds: stopped at it (notice first "
         "if checkpointable), reason 'time-limit'",
     )
+    slo_p99_ms: float | None = Field(
+        default=None,
+        gt=0.0,
+        le=3_600_000.0,
+        allow_inf_nan=False,
+        description="the latency SLO a serving job serves (advice tells serving from batch by it)",
+    )
     env: dict[str, str] = Field(default_factory=dict)
     cwd: str | None = None
     max_attempts: int = Field(

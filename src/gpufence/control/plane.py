@@ -11,11 +11,16 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from gpufence.advice.advise import advise
+from gpufence.advice.inputs import LintInputs
+from gpufence.advice.record import Advice
 from gpufence.control import views
+from gpufence.control.advice_history import read_history
 from gpufence.control.config import ADMIN, ControlConfig
 from gpufence.control.executors.interface import Executor
 from gpufence.control.executors.jobdirs import JOBS_DIR, open_job_file
@@ -89,6 +94,9 @@ class ControlPlane:
             self.reconciler.gpu_util = _nvml_utilization()
         self.telemetry.set_live(lambda: self.reconciler.call(views.gauges).result(CALL_TIMEOUT_S))
         self.recovered: dict[str, int] = {}
+        # where the spec came from, so advice can name file lines and queues[i] (build_plane)
+        self.advice_inputs = LintInputs()
+        self.advice_source: str | None = None
 
     def start(self) -> None:
         log.info("GPUs: %s", self.discovery.source)
@@ -221,6 +229,21 @@ class ControlPlane:
 
     def metrics(self) -> bytes:
         return self.telemetry.render()
+
+    def advice(self, tenant: str) -> list[Advice]:
+        """Advice from this plane's own history (``gpufence advise``): the admin gets the spec
+        rules with the history's numbers and every live rule; a tenant only the job-scoped
+        rules, over its own jobs."""
+        cfg = self.config.advice
+        now = max(time.time(), self.reconciler.clock.last)
+        with self.store.reader() as r:
+            history = read_history(r, self.cluster, now, cfg.window_s)
+        who = None if tenant == ADMIN else tenant
+        return advise(self.cluster, history, cfg, self.advice_inputs, tenant=who)
+
+    @staticmethod
+    def advice_scope(tenant: str) -> str:
+        return "cluster" if tenant == ADMIN else f"jobs of tenant {tenant}"
 
 
 def _private_data_dir(config: ControlConfig, data_dir: Path) -> None:

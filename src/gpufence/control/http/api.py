@@ -314,6 +314,18 @@ def make_app(plane: ControlPlane) -> FastAPI:
         rows = plane.events(tenant, job_id=job, after_seq=after, limit=limit)
         return {"events": rows, "next_after": rows[-1]["seq"] if rows else after}
 
+    @app.get("/v1/advice", tags=["cluster"])
+    def advice(tenant: Tenant) -> dict[str, Any]:
+        """Capacity advice from this control plane's own history (``gpufence advise``): for the
+        admin, the spec rules with the history's numbers and every live rule; for a tenant,
+        only advice about its own jobs (never another tenant's or the cluster's sizing)."""
+        items = plane.advice(tenant)  # see gpufence.advice: rule, severity, evidence, fix
+        return {
+            "advice": [a.to_json() for a in items],
+            "scope": plane.advice_scope(tenant),
+            "spec": plane.advice_source,  # the cluster file the paths and lines refer to
+        }
+
     # ------------------------------------------------------------------ open
     @app.get("/metrics", tags=["ops"], response_class=Response)
     def metrics() -> Response:

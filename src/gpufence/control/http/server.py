@@ -25,6 +25,7 @@ from typing import IO
 
 import uvicorn
 
+from gpufence.advice.inputs import LintInputs
 from gpufence.control.config import (
     SERVER_FILE,
     TOKEN_FILE,
@@ -37,6 +38,8 @@ from gpufence.control.gpus.nodespec import host_resources
 from gpufence.control.http.api import make_app
 from gpufence.control.plane import ControlPlane
 from gpufence.control.privatefs import PRIVATE_DIR, PRIVATE_FILE, write_private
+from gpufence.spec import load_cluster_with_sections
+from gpufence.spec.positions import queue_positions
 
 log = logging.getLogger("gpufence.server")
 
@@ -95,9 +98,14 @@ def build_plane(
         cluster = cluster_from_spec_dict(spec)
         cc = control_config(None, data_dir)
     try:
-        return ControlPlane(cluster, cc, discovery, data_dir)
+        plane = ControlPlane(cluster, cc, discovery, data_dir)
     except RuntimeError as exc:  # DeviceError: the spec does not describe this machine
         raise StartupError(str(exc)) from None
+    if config is not None:  # advice names the file's lines and queue positions
+        lines = load_cluster_with_sections(config, ("control",))[2]
+        plane.advice_inputs = LintInputs(queue_index=queue_positions(config), lines=lines)
+        plane.advice_source = str(config)
+    return plane
 
 
 def _bind(host: str, port: int) -> socket.socket:

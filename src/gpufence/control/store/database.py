@@ -443,6 +443,22 @@ class Reader:
         sql += " ORDER BY seq LIMIT ?"
         return [dict(r) for r in self._c.execute(sql, (*args, limit))]
 
+    # -- history for advice (gpufence advise): everything that overlaps [since, now]
+    def jobs_since(self, since: float) -> list[JobRow]:
+        """Jobs still open, or ended at or after ``since``, in submission order."""
+        sql = "SELECT * FROM jobs WHERE ended_at IS NULL OR ended_at >= ? ORDER BY seq"
+        return [_job(r) for r in self._c.execute(sql, (since,))]
+
+    def attempts_since(self, since: float) -> list[AttemptRow]:
+        sql = "SELECT * FROM attempts WHERE ended_at IS NULL OR ended_at >= ?"
+        return [_attempt(r) for r in self._c.execute(sql + " ORDER BY job_id, attempt", (since,))]
+
+    def events_since(self, since: float, kinds: Sequence[str]) -> list[dict[str, Any]]:
+        """Decision-log entries of these kinds at or after ``since``, in log order."""
+        marks = ",".join("?" * len(kinds))
+        sql = f"SELECT * FROM events WHERE t >= ? AND kind IN ({marks}) ORDER BY seq"
+        return [dict(r) for r in self._c.execute(sql, (since, *kinds))]
+
     def usage(self) -> tuple[dict[str, float], float] | None:
         """The last saved fair-share usage per queue and when it was saved; None if never."""
         rows = self._c.execute("SELECT queue, usage, at FROM fair_share").fetchall()
