@@ -1,8 +1,8 @@
 """The demo scenario: the 66-job case, then a fenced cluster through a serving surge.
 
-Until the control plane exists, ``gpufence demo`` plays these scenarios in the simulator (the
-same scheduler core the control plane will call), so a newcomer sees the fence at work in
-seconds. Workloads are generated here; the clusters are the shipped examples.
+``gpufence demo --simulated`` plays these acts in the simulator (the same scheduler core the
+control plane calls), so a newcomer sees the fence at work in seconds, without processes.
+Workloads are generated here; the clusters are the shipped examples.
 """
 
 from __future__ import annotations

@@ -4,11 +4,12 @@
 (``selectors`` over ``pidfd_open`` descriptors, which also work for processes that are not our
 children) for member exits, SIGKILL deadlines and notice acks. Exits are event-driven:
 ``on_exit`` fires within milliseconds of the last member's exit. Callbacks are called from the
-watcher thread, never while the lock is held. ``LocalExecutor`` (``local.py``) extends it with
-spawning and the executor API; methods named ``*_locked`` need the lock held.
+watcher thread, never while the lock is held. ``LocalExecutor``
+(``local/local_executor.py``) extends it with spawning and the executor API; methods named
+``*_locked`` need the lock held.
 
-Gang policy lives here: when a member exits non-zero (or unknown) while others still run, the
-others get SIGTERM and, ``gang_grace_s`` later, SIGKILL; whatever is left in an exited member's
+The gang rules (a member failing stops the rest, grace then SIGKILL) are ``gang.GangState``'s;
+this module applies them to local process groups: whatever is left in an exited member's
 process group is SIGKILLed at once.
 """
 
