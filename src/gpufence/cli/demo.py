@@ -5,11 +5,11 @@ from __future__ import annotations
 import math
 
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from gpufence.demo.simulated import SEED_JOB_S, Act, fenced_surge, sixty_six_jobs
 from gpufence.model.decisions import Bind, Notice, Reason, Reject, Requeue, Stop
+from gpufence.progress import progress_bar
 from gpufence.sim.runner import SimResult, Simulation
 from gpufence.sim.summary import (
     decision_line,
@@ -25,14 +25,7 @@ _SHOWN = (Notice, Stop, Requeue, Reject)
 def _run(console: Console, act: Act) -> SimResult:
     sim = Simulation(act.cluster, act.work)
     horizon = max(w.job.submit_time + w.duration_s for w in act.work) * 1.5
-    with Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        TextColumn("t={task.completed:,.0f}s"),
-        TimeElapsedColumn(),
-        console=console,
-        transient=True,
-    ) as bar:
+    with progress_bar(console, "t={task.completed:,.0f}s") as bar:
         task = bar.add_task(act.title, total=horizon)
         result = sim.run(progress=lambda t: bar.update(task, completed=min(t, horizon)))
     return result

@@ -8,10 +8,11 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+from rich.progress import TaskID
 from rich.table import Table
 
 from gpufence.model.cluster import Cluster
+from gpufence.progress import progress_bar
 from gpufence.sched.registry import SCORERS
 from gpufence.sim.experiment import PolicyRun, run_policy
 from gpufence.sim.generate import generate
@@ -106,13 +107,8 @@ def run_sim(
             )
         cluster = with_placement(cluster, placement)
     runs: list[PolicyRun] = []
-    with Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        TextColumn("{task.percentage:>3.0f}% of simulated time"),
-        TimeElapsedColumn(),
-        console=console,
-    ) as bar:
+    status = "{task.percentage:>3.0f}% of simulated time"
+    with progress_bar(console, status, transient=False) as bar:
         for name in policies:
             task = bar.add_task(name, total=sc.horizon_s)
 

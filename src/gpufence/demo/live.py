@@ -27,7 +27,6 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from gpufence.control.config import ADMIN, cluster_from_spec_dict, control_config
@@ -42,6 +41,7 @@ from gpufence.control.jobspec import SubmitRequest
 from gpufence.control.plane import ControlPlane
 from gpufence.control.store import database as st
 from gpufence.demo import joblogs
+from gpufence.progress import progress_bar
 
 JOB = ("python", "-m", "gpufence.demo.programs")
 SEED_JOBS = 66
@@ -86,14 +86,7 @@ def _wait(
     limit_s: float,
 ) -> dict[str, int]:
     end = time.monotonic() + limit_s
-    with Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        TextColumn("{task.fields[states]}"),
-        TimeElapsedColumn(),
-        console=console,
-        transient=True,
-    ) as bar:
+    with progress_bar(console, "{task.fields[states]}") as bar:
         task = bar.add_task(title, total=total, states="")
         while True:
             with plane.store.reader() as r:

@@ -31,7 +31,7 @@ from gpufence.control.executors.interface import (
     AttemptExit,
     ExitCallback,
     Launch,
-    notify,
+    report,
 )
 from gpufence.control.executors.processes import (
     DISOWNED,
@@ -140,10 +140,7 @@ class AttemptWatcher:
                     acks = [att.key for att in self._attempts.values() if self._acked_locked(att)]
                     exits = self._finalize_locked()
                     on_exit, on_ack = self._on_exit, self._on_ack
-                for job_id, attempt in acks:
-                    notify(on_ack, job_id, attempt)
-                for ev in exits:
-                    notify(on_exit, ev)
+                report(on_exit, on_ack, acks, exits)
         except Exception:
             log.exception("executor watcher failed; no further exits will be reported")
         finally:

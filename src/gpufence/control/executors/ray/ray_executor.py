@@ -48,7 +48,7 @@ from gpufence.control.executors.interface import (
     Launch,
     LaunchError,
     NodeCallback,
-    notify,
+    report,
 )
 from gpufence.control.executors.local.local_executor import check_launch
 from gpufence.control.executors.memberenv import member_envs
@@ -440,10 +440,7 @@ class RayExecutor(NodeHealth):
                 self._timers_locked(time.monotonic())
                 exits = self._finalize_locked()
                 on_exit, on_ack = self._on_exit, self._on_ack
-            for job_id, attempt in acks:
-                notify(on_ack, job_id, attempt)
-            for ev in exits:
-                notify(on_exit, ev)
+            report(on_exit, on_ack, acks, exits)
 
 
 # ---------------------------------------------------------------------- helpers
