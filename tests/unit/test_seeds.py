@@ -4,10 +4,10 @@ generator, fails here).
 
 Sources (grep ``random``/``Random``/``default_rng`` in ``src/``): scenario generation
 (``sim.generate``: training, notebooks, batch, failures), the fractional scorers (``random``
-draws per placement; ``best-fit``, ``fgd``, ``fence-pack`` break ties by a seeded node order) and
-the scheduler's seed reaching them, the Philly runtime bootstrap (``sample_runtimes``). The
-openb arrival sequence (``openb.arrivals``) is checked in ``test_openb_loader.py``, the random
-scorer's own draws in ``test_scoring.py``.
+draws per placement; ``best-fit``, ``fgd``, ``fence-pack`` break ties by a seeded node order),
+the scheduler's seed reaching them and the sim's seed reaching the scheduler, the Philly runtime
+bootstrap (``sample_runtimes``). The openb arrival sequence (``openb.arrivals``) is checked in
+``test_openb_loader.py``, the random scorer's own draws in ``test_scoring.py``.
 """
 
 from __future__ import annotations
@@ -24,8 +24,9 @@ from gpufence.model.events import JobSubmitted
 from gpufence.model.partition import SharingMode
 from gpufence.sched.registry import SCORERS
 from gpufence.sched.scheduler import Scheduler, SchedulerConfig
+from gpufence.sim.experiment import run_policy
 from gpufence.sim.generate import generate
-from gpufence.sim.scenario import Failures, Scenario, load_scenario
+from gpufence.sim.scenario import Batch, Failures, Scenario, load_scenario
 from gpufence.sim.workloads.philly import philly_runtimes, sample_runtimes
 from gpufence.spec import load_cluster
 from gpufence.testing.builders import ClusterBuilder, job
@@ -99,3 +100,27 @@ def test_the_scheduler_seed_reaches_the_placement_policy(policy: str) -> None:
 def test_philly_runtime_bootstrap_honours_the_seed() -> None:
     runtimes = philly_runtimes(FIX / "philly_runtime_sample.csv")
     honours_seed(lambda s: tuple(sample_runtimes(np.random.default_rng(s), 50, runtimes).tolist()))
+
+
+def test_the_sim_seed_reaches_the_placement_policy() -> None:
+    """``gpufence sim --seed N`` seeds the scheduler too: with ``--placement random`` the same
+    workload lands elsewhere under another seed."""
+    cluster = (
+        ClusterBuilder()
+        .nodes("n", 8, gpus=1, cpu_cores=8, mem_gib=64)
+        .partition("batch", groups=["n"], sharing=SharingMode.FRACTIONAL, placement="random")
+        .build()
+    )
+    base = Scenario(
+        name="frac",
+        horizon_s=3600.0,
+        batch=Batch(jobs_per_hour=30.0, gpu_fraction=0.25, partition="batch"),
+    )
+    work, events = generate(base, cluster)  # one workload for every seed
+
+    def draw(seed: int) -> Hashable:
+        sc = base.model_copy(update={"seed": seed})
+        run = run_policy(sc, cluster, "fenced", work, events)
+        return tuple((t, d.job_id, d.assignments) for t, d in run.result.log if isinstance(d, Bind))
+
+    honours_seed(draw)
