@@ -33,26 +33,19 @@ def shared(gpus: int) -> dict[str, Any]:
 
 
 def fenced() -> dict[str, Any]:
-    """8 GPUs: serving 0-1 (may preempt checkpointable training), training 2-5, interactive 6-7."""
-    spec = copy.deepcopy(shared(8))
+    """4 GPUs: a serving fence of one GPU that may preempt checkpointable training (grace 10 s,
+    budget 2 an hour), training on the other three."""
+    spec = copy.deepcopy(shared(4))
     group = spec["node_groups"][0]["name"]
+    incident = {"mode": "incident-only", "from": ["training"], "budget": 2, "window_s": 3600}
     spec["partitions"] = {
         "serving": {
-            "gpus": [f"{group}:0-1"],
+            "gpus": [f"{group}:0"],
             "admits": ["serving"],
-            "sharing": "exclusive",
             "backfill": False,
-            "preemption": {
-                "mode": "incident-only",
-                "from": ["training"],
-                "budget": 2,
-                "window_s": 3600,
-                "min_runtime_s": 0,
-                "grace_s": 10,
-            },
+            "preemption": {**incident, "min_runtime_s": 0, "grace_s": 10},
         },
-        "training": {"gpus": [f"{group}:2-5"], "admits": ["training"], "sharing": "exclusive"},
-        "interactive": {"gpus": [f"{group}:6-7"], "admits": ["interactive"]},
+        "training": {"gpus": [f"{group}:1-3"], "admits": ["training"]},
     }
     spec.pop("queues", None)
     return spec
@@ -83,9 +76,8 @@ def test_a_bind_is_committed_before_the_executor_starts_it(tmp_path: Path) -> No
 
 def test_notice_and_stop_are_committed_before_they_are_sent(tmp_path: Path) -> None:
     rig = ReconcilerRig.make(tmp_path, fenced())
-    for _ in range(2):
-        rig.submit(**SERVE)
-    train = rig.submit(command=["train"], gpus=4, checkpointable=True).job_id
+    rig.submit(**SERVE)
+    train = rig.submit(command=["train"], gpus=3, checkpointable=True).job_id
     at_notice: list[tuple[str, str, list[str]]] = []
     at_stop: list[tuple[str, str | None, bool | None, list[str]]] = []
 
@@ -99,7 +91,7 @@ def test_notice_and_stop_are_committed_before_they_are_sent(tmp_path: Path) -> N
         at_stop.append((row.state, att.stop_reason, att.requeue, rig.event_kinds(call.job_id)))
 
     rig.ex.on_notice, rig.ex.on_stop = notice, stop
-    surge = rig.submit(**SERVE)  # the serving fence is full: its 3rd replica needs the gang
+    surge = rig.submit(**SERVE)  # the serving fence is full: its 2nd replica needs the gang
     assert surge.state == st.PENDING and surge.reason == "waiting-for-preemption"
     assert [(n.job_id, n.reason, n.deadline_unix) for n in rig.ex.notices] == [
         (train, "incident-preemption", rig.now + 10)
@@ -130,9 +122,8 @@ def test_notice_and_stop_are_committed_before_they_are_sent(tmp_path: Path) -> N
 
 def test_a_notice_without_ack_becomes_a_stop_at_its_deadline(tmp_path: Path) -> None:
     rig = ReconcilerRig.make(tmp_path, fenced())
-    for _ in range(2):
-        rig.submit(**SERVE)
-    train = rig.submit(command=["train"], gpus=4, checkpointable=True).job_id
+    rig.submit(**SERVE)
+    train = rig.submit(command=["train"], gpus=3, checkpointable=True).job_id
     rig.submit(**SERVE)
     assert rig.ex.calls[-1] == f"notice {train}/1"
     rig.advance(9.0)
