@@ -20,7 +20,8 @@ from typer.testing import CliRunner
 
 import gpufence.sim.report
 from gpufence.cli.main import app, main
-from gpufence.sim.workloads.trace_formats import FORMATS, TraceFormatError, detect
+from gpufence.sim.workloads.trace_formats import FORMATS, TraceFormatError, detect, load_trace
+from gpufence.spec import load_cluster
 
 ROOT = Path(__file__).resolve().parents[2]
 FIX = ROOT / "tests" / "fixtures"
@@ -72,7 +73,8 @@ def test_a_trace_replays_the_same_named_or_detected(tmp_path: Path, fmt: str) ->
             assert svc["peak_replicas_wanted"] >= 1
 
 
-def test_a_gzipped_trace_is_detected_too(tmp_path: Path) -> None:
+def test_a_gzipped_trace_is_detected_and_read_too(tmp_path: Path) -> None:
+    cluster = load_cluster(CLUSTER)
     for fmt, (trace, _) in TRACES.items():
         gz = tmp_path / f"{trace.name}.gz"
         gz.write_bytes(gzip.compress(trace.read_bytes()))
@@ -80,6 +82,8 @@ def test_a_gzipped_trace_is_detected_too(tmp_path: Path) -> None:
             jobs = FIX / "pai_job_table_sample.csv"
             (tmp_path / f"{jobs.name}.gz").write_bytes(gzip.compress(jobs.read_bytes()))
         assert detect(gz) == fmt, gz
+        plain, packed = load_trace(trace, fmt, cluster), load_trace(gz, fmt, cluster)
+        assert (packed.horizon_s, packed.work) == (plain.horizon_s, plain.work), fmt
 
 
 def test_pai_from_either_table_and_a_missing_job_table(tmp_path: Path) -> None:
