@@ -1,7 +1,7 @@
 """Control-plane verbs of the ``gpufence`` CLI: up, submit, queue, status, explain, cancel, logs,
 nodes, top, advise. ``register(app)`` adds them to the main typer app.
 
-``up`` lives in ``cli_control_up``, the tables and the top view in ``cli_control_render``.
+``up`` lives in ``cli/up.py``, the tables and the top view in ``cli/render.py``.
 
 Every verb but ``up`` talks HTTP through ``gpufence.control.http.client`` and takes ``--url`` and
 ``--token`` (else ``$GPUFENCE_URL`` / ``$GPUFENCE_TOKEN``, else what ``gpufence up`` wrote to

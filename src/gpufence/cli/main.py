@@ -91,7 +91,9 @@ def demo(
 @app.command()
 def sim(
     cluster: Annotated[Path, typer.Argument(help="cluster YAML file")],
-    workload: Annotated[Path, typer.Argument(help="scenario YAML, or an openb pod-list CSV")],
+    workload: Annotated[
+        Path, typer.Argument(help="scenario YAML, or a public trace file (see --format)")
+    ],
     policy: Annotated[
         list[str],
         typer.Option("--policy", "-p", help="policy to run; repeat to compare"),
@@ -103,12 +105,29 @@ def sim(
         typer.Option("--placement", help="fractional placement: best-fit, fgd, fence-pack, random"),
     ] = None,
     strict: StrictOpt = False,
+    fmt: Annotated[
+        str | None,
+        typer.Option(
+            "--format",
+            help="the trace's format: philly, pai, tiresias, dlrm, openb, azure-llm, sd "
+            "(default: a scenario YAML by its .yaml/.yml name, else detected by columns)",
+        ),
+    ] = None,
+    slo_p99_ms: Annotated[
+        float | None,
+        typer.Option(
+            "--slo-p99-ms",
+            help="azure-llm / sd traces: the service's p99 SLO (default 10x mean service time)",
+        ),
+    ] = None,
 ) -> None:
     """Replay a workload through the scheduler under one or more policies; write
     OUT/metrics.json, OUT/report.html and OUT/events.csv (each policy with its advice)."""
     from gpufence.cli.sim import run_sim
 
-    run_sim(console, cluster, workload, policy, out, seed, placement, strict)
+    if slo_p99_ms is not None and slo_p99_ms <= 0:
+        raise typer.BadParameter("--slo-p99-ms must be > 0")
+    run_sim(console, cluster, workload, policy, out, seed, placement, strict, fmt, slo_p99_ms)
 
 
 @app.command()

@@ -154,3 +154,17 @@ def notify(fn: Callable[..., object], *args: object) -> None:
         fn(*args)
     except Exception:
         logging.getLogger("gpufence.executor").exception("executor callback %r failed", fn)
+
+
+def report(
+    on_exit: ExitCallback,
+    on_ack: AckCallback,
+    acks: list[tuple[str, int]],
+    exits: list[AttemptExit],
+) -> None:
+    """The tail of one watcher round, outside the lock: acks first (an ack and the exit of the
+    same attempt in one round reach the reconciler in that order), then exits."""
+    for job_id, attempt in acks:
+        notify(on_ack, job_id, attempt)
+    for ev in exits:
+        notify(on_exit, ev)
