@@ -129,7 +129,10 @@ def test_apply_layout_never_destroys_a_busy_instance() -> None:
     nvml.calls.clear()
     with pytest.raises(MigApplyError, match=r"3g.40gb@4 is in use by pid 777: not destroyed"):
         apply_layout(nvml, h, H100, [MigInstance("7g.80gb", 0)])
-    assert "nvmlGpuInstanceDestroy" not in nvml.calls and "nvmlComputeInstanceDestroy" not in nvml.calls
+    assert (
+        "nvmlGpuInstanceDestroy" not in nvml.calls
+        and "nvmlComputeInstanceDestroy" not in nvml.calls
+    )
     assert nvml.gpus[0].layout() == ["3g.40gb@0", "3g.40gb@4"]
 
 
@@ -259,9 +262,7 @@ def test_startup_keeps_a_live_attempts_instance_and_refuses_a_drifted_gpu() -> N
     ok = Claim(0, "3g.40gb", 4, "MIG-live", "j1", 1)
     assert mgr.startup([ok]) == [MigLayoutRead(0, ("3g.40gb@4",))]
     gone = Claim(0, "3g.40gb", 0, "MIG-gone", "j2", 1)
-    assert mgr.startup([ok, gone]) == [
-        MigLayoutRead(0, ("3g.40gb@4", "3g.40gb@0"), usable=False)
-    ]
+    assert mgr.startup([ok, gone]) == [MigLayoutRead(0, ("3g.40gb@4", "3g.40gb@0"), usable=False)]
     assert "job j2 attempt 1 runs on MIG 3g.40gb@0 (MIG-gone)" in mgr.board.gpu(0)["refused"]
 
 

@@ -29,7 +29,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpufence.control.executors.launcher import atomic_write, proc_start_time
+from gpufence.control.executors.launcher import atomic_write, proc_start_time, proc_stat_fields
 from gpufence.control.gpus.board import GpuBoard
 from gpufence.control.metrics import Telemetry
 
@@ -75,7 +75,13 @@ class _Daemon:
             return False
         if self.popen is not None:
             return self.popen.poll() is None
-        return proc_start_time(self.pid) == self.start_time
+        fields = proc_stat_fields(self.pid)  # a zombie has exited: not alive
+        return (
+            fields is not None
+            and len(fields) > 19
+            and fields[0] not in "ZX"
+            and (int(fields[19]) == self.start_time)
+        )
 
 
 class MpsDaemons:
@@ -150,6 +156,9 @@ class MpsDaemons:
             sub.mkdir(parents=True, exist_ok=True)
             # MPS clients (jobs, maybe of other users) connect through the pipe directory
             os.chmod(sub, 0o755)
+        for stale in d.pipe.iterdir():  # pipes and pid file of a daemon that is gone
+            with contextlib.suppress(OSError):
+                stale.unlink()
         env = {
             "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
             "CUDA_VISIBLE_DEVICES": d.gpu.uuid,
