@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fake_mps import install, log_lines, path_with
 
 from gpufence.cli.render import gpu_notes
 from gpufence.control.config import ADMIN, cluster_from_spec_dict, control_config
@@ -28,6 +27,7 @@ from gpufence.control.gpus.discovery import discover
 from gpufence.control.jobspec import SubmitRequest
 from gpufence.control.plane import ControlPlane
 from gpufence.control.store import database as st
+from gpufence.testing.fake_mps import install, log_lines, path_with
 from gpufence.testing.fake_nvml import FakeNvml, FakeProc, hgx_h100
 from gpufence.testing.waiting import until
 

@@ -12,11 +12,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from fake_mps import install, log_lines, path_with
 
 from gpufence.control.gpus.board import GpuBoard
 from gpufence.control.gpus.mps import MpsDaemons, MpsGpu
 from gpufence.control.metrics import Telemetry
+from gpufence.testing.fake_mps import install, log_lines, path_with
 from gpufence.testing.waiting import until
 
 GPUS = [MpsGpu(0, 0, "GPU-aaaa"), MpsGpu(1, 1, "GPU-bbbb")]

@@ -69,8 +69,8 @@ class ProcFacts:
 def proc_facts(pid: int) -> ProcFacts | None:
     """The process's identity from /proc, or None if it is gone (or not visible from here)."""
     fields = proc_stat_fields(pid)
-    if fields is None or len(fields) < 20:
-        return None
+    if fields is None or len(fields) < 20 or fields[0] in "ZX":
+        return None  # gone, or exited and not yet reaped (a zombie holds no GPU)
     base = Path(f"/proc/{pid}")
     try:
         raw = (base / "cmdline").read_bytes()

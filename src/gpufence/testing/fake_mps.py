@@ -1,4 +1,5 @@
-"""A stand-in ``nvidia-cuda-mps-control`` for tests: a real executable, put on PATH by a test.
+"""A stand-in ``nvidia-cuda-mps-control`` for tests and the no-GPU device check: a real
+executable, put on PATH by the caller.
 
 ``-f`` runs a "daemon" in the foreground: it notes ``start <pid> <CUDA_VISIBLE_DEVICES>`` in
 ``<pipe dir>/../fake-mps.log``, makes the named pipe ``<pipe dir>/control`` and serves commands
