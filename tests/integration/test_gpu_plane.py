@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from gpufence.cli.render import gpu_notes
+from gpufence.cli.render import gpu_notes, unenforced
 from gpufence.control.config import ADMIN, cluster_from_spec_dict, control_config
 from gpufence.control.gpus.discovery import discover
 from gpufence.control.jobspec import SubmitRequest
@@ -113,6 +113,7 @@ def test_fractional_shares_run_under_one_mps_daemon_per_gpu(
     p = plane(_spec("fractional", 2), nvml)
     (part,) = p.partitions()
     assert part["enforced"] is True and part["enforcement"].startswith("MPS:")
+    assert unenforced([part]) == []
     a = p.submit(_job(gpu_fraction=0.25, gpu_mem_gib=10), ADMIN).job_id
     b = p.submit(_job(gpu_fraction=0.5), ADMIN).job_id
     ea, eb = _shown(p, a), _shown(p, b)
@@ -143,6 +144,9 @@ def test_without_mps_a_fractional_partition_says_it_is_not_enforced(
     assert part["enforcement"].startswith("NOT enforced: MPS unavailable (nvidia-cuda-mps-control")
     gpu = p.nodes()[0]["gpus"][0]
     assert gpu["mps"].startswith("unavailable: nvidia-cuda-mps-control is not on PATH")
+    assert "MPS unavailable: nvidia-cuda-mps-control" in gpu_notes(gpu)
+    (line,) = unenforced(p.partitions())  # what `gpufence nodes` prints under the GPUs
+    assert line.startswith("partition p (fractional): NOT enforced: MPS unavailable")
     jid = p.submit(_job(gpu_fraction=0.5), ADMIN).job_id
     env = _shown(p, jid)
     assert env["CUDA_VISIBLE_DEVICES"] == "0" and "CUDA_MPS_PIPE_DIRECTORY" not in env

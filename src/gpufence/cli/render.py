@@ -225,6 +225,21 @@ def gpu_notes(g: dict[str, Any]) -> str:
     return "; ".join(parts)
 
 
+def _not_enforced(p: dict[str, Any]) -> bool:
+    """A partition whose sharing real GPUs do not enforce (fake GPUs enforce nothing anyway)."""
+    how = str(p.get("enforcement", ""))
+    return p.get("enforced") is False and not how.startswith("fake GPUs")
+
+
+def unenforced(parts: list[dict[str, Any]]) -> list[str]:
+    """One line per partition whose sharing is not enforced on the device, saying why."""
+    return [
+        f"partition {p['name']} ({p['sharing']}): {p['enforcement']}"
+        for p in parts
+        if _not_enforced(p)
+    ]
+
+
 def _partitions_table(parts: list[dict[str, Any]]) -> Table:
     table = Table(title="partitions (fences)")
     for col in (
@@ -247,7 +262,7 @@ def _partitions_table(parts: list[dict[str, Any]]) -> Table:
         table.add_row(
             p["name"],
             ",".join(p["admits"]),
-            p["sharing"],
+            p["sharing"] + (" (NOT enforced)" if _not_enforced(p) else ""),
             str(cap),
             f"{used:g}{pct}",
             str(p["lent_gpus"]),
