@@ -197,3 +197,33 @@ def test_a_foreign_process_is_an_incident(
     # a tenant sees that something is there, not whose
     tenant_view = p.nodes("someone")[0]["gpus"][gpu]["foreign"]
     assert tenant_view and set(tenant_view[0]) == {"action", "since"}
+
+
+def test_a_restart_takes_back_a_mig_job_on_the_instance_it_runs_on(tmp_path: Path) -> None:
+    """The spec's dynamic layout is empty; the GPU has the instance gpufence created for the
+    running job: start-up reads it (before recovery restores the job onto it), so the job is
+    adopted where it runs and nothing else is placed there."""
+    nvml = FakeNvml(hgx_h100(1, mig=1))
+    cfg = control_config({"gpu_sample_interval_s": 3600}, tmp_path)
+    data = tmp_path / "data"
+
+    def plane() -> ControlPlane:
+        p = ControlPlane(cluster_from_spec_dict(_spec("mig")), cfg, discover(nvml), data, nvml=nvml)
+        p.start()
+        return p
+
+    first = plane()
+    jid = first.submit(_job(30, mig="7g.80gb"), ADMIN).job_id
+    uuid = _shown(first, jid)["CUDA_VISIBLE_DEVICES"]
+    first.close(kill_jobs=False)  # the job keeps running
+    second = plane()
+    try:
+        assert second.recovered["adopted"] == 1
+        slot = second.nodes()[0]["gpus"][0]["mig"]
+        assert slot == [{"profile": "7g.80gb", "start": 0, "job": jid}]
+        assert "refused" not in second.nodes()[0]["gpus"][0]
+        assert [m.uuid for m in nvml.gpus[0].migs] == [uuid]  # not re-created
+        other = second.submit(_job(0, mig="7g.80gb"), ADMIN)
+        assert other.state == "pending"
+    finally:
+        second.close(kill_jobs=True)

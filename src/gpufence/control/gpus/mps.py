@@ -154,8 +154,11 @@ class MpsDaemons:
         assert self.binary is not None
         for sub in (d.pipe, d.logs):
             sub.mkdir(parents=True, exist_ok=True)
-            # MPS clients (jobs, maybe of other users) connect through the pipe directory
+            # MPS clients (jobs, maybe of other run_as users) connect through the pipe
+            # directory: they must pass through DATA/mps and DATA/mps/gpu-N to reach it
             os.chmod(sub, 0o755)
+        os.chmod(self.root, 0o711)
+        os.chmod(d.root, 0o711)
         for stale in d.pipe.iterdir():  # pipes and pid file of a daemon that is gone
             with contextlib.suppress(OSError):
                 stale.unlink()

@@ -156,6 +156,8 @@ class GpuRuntime:
         fake = self.discovery.fake or self.api is None
         for name, part in self.cluster.partitions.items():
             enforced, how = _enforcement(part.sharing, fake)
+            if fake and not self.discovery.fake:
+                how = "NVML unavailable: nothing is enforced or checked on the device"
             if part.sharing is SharingMode.FRACTIONAL and not fake:
                 gids = set(self.cluster.partition_gpus[name])
                 bad = [] if self.mps is None else [g for g in gids if self.mps.pipe_dir(g) is None]
