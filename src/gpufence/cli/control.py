@@ -37,6 +37,7 @@ from gpufence.cli.render import (
     queue_table,
     styled,
     top_frame,
+    unenforced,
     when,
 )
 from gpufence.cli.units import format_duration, format_size, parse_duration, parse_size
@@ -364,10 +365,15 @@ def logs(
 
 
 def nodes(url: UrlOpt = None, token: TokenOpt = None) -> None:
-    """The GPU map: every GPU with its partition, state, job(s) and MIG slots."""
+    """The GPU map: every GPU with its partition, state, job(s), MIG slots and notes (refused,
+    MPS, foreign processes); then each partition whose sharing is not enforced on the device."""
     with _errors():
-        ns = _client(url, token).nodes()
+        client = _client(url, token)
+        ns = client.nodes()
+        parts = client.partitions()
     out_console().print(nodes_table(ns))
+    for line in unenforced(parts):  # e.g. fractional shares without MPS
+        out_console().print(line, markup=False)
     others = sum(int(n.get("other_tenants_gpus", 0)) for n in ns)
     if others:  # a tenant's view: other tenants' jobs are counted, not named
         out_console().print(f"{others} GPU{'s' if others != 1 else ''} held by other tenants")

@@ -31,6 +31,7 @@ STATE_STYLE = {
     "free": "dim",
     "used": "green",
     "down": "red",
+    "refused": "red",
 }
 
 
@@ -180,7 +181,7 @@ def _jobs_cell(g: dict[str, Any]) -> str:
 
 def nodes_table(nodes: list[dict[str, Any]]) -> Table:
     table = Table(title="GPUs")
-    for col in ("node", "GPU", "type", "partition", "state", "jobs", "MIG slots"):
+    for col in ("node", "GPU", "type", "partition", "state", "jobs", "MIG slots", "notes"):
         table.add_column(col, overflow="fold")
     for n in nodes:
         node_name = n["name"] + (" (fake)" if n.get("fake") else "")
@@ -198,8 +199,45 @@ def nodes_table(nodes: list[dict[str, Any]]) -> Table:
                 Text(state + share, style=STATE_STYLE.get(state, "")),
                 _jobs_cell(g),
                 _mig_slots(g),
+                gpu_notes(g),
             )
     return table
+
+
+def gpu_notes(g: dict[str, Any]) -> str:
+    """What the GPU side says about a real GPU: refused, MIG errors, MPS, foreign processes."""
+    parts: list[str] = []
+    if g.get("refused"):
+        parts.append(f"REFUSED: {g['refused']}")
+    if g.get("mig_status"):
+        parts.append(str(g["mig_status"]))
+    if g.get("mig_error"):
+        parts.append(f"MIG re-partition failed {g.get('mig_failures', 1)}x: {g['mig_error']}")
+    if g.get("mps"):
+        restarts = g.get("mps_restarts")
+        parts.append(f"MPS {g['mps']}" + (f" ({restarts} restarts)" if restarts else ""))
+    for f in g.get("foreign", []):
+        who = f" {f['user']}: {f['command']}" if "user" in f else ""
+        pid = f" pid {f['pid']}" if "pid" in f else ""
+        parts.append(f"FOREIGN process{pid}{who} [{f['action']}]")
+    if "utilization" in g:
+        parts.append(f"util {float(g['utilization']):.0%}")
+    return "; ".join(parts)
+
+
+def _not_enforced(p: dict[str, Any]) -> bool:
+    """A partition whose sharing real GPUs do not enforce (fake GPUs enforce nothing anyway)."""
+    how = str(p.get("enforcement", ""))
+    return p.get("enforced") is False and not how.startswith("fake GPUs")
+
+
+def unenforced(parts: list[dict[str, Any]]) -> list[str]:
+    """One line per partition whose sharing is not enforced on the device, saying why."""
+    return [
+        f"partition {p['name']} ({p['sharing']}): {p['enforcement']}"
+        for p in parts
+        if _not_enforced(p)
+    ]
 
 
 def _partitions_table(parts: list[dict[str, Any]]) -> Table:
@@ -224,7 +262,7 @@ def _partitions_table(parts: list[dict[str, Any]]) -> Table:
         table.add_row(
             p["name"],
             ",".join(p["admits"]),
-            p["sharing"],
+            p["sharing"] + (" (NOT enforced)" if _not_enforced(p) else ""),
             str(cap),
             f"{used:g}{pct}",
             str(p["lent_gpus"]),

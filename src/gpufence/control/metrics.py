@@ -62,6 +62,44 @@ class _LiveGauges(Collector):
         yield gpus
         yield gang
         yield alloc
+        yield from _gpu_gauges(data)
+
+
+def _gpu_gauges(data: dict[str, Any]) -> Iterator[GaugeMetricFamily]:
+    """Per-GPU series from the GPU board (real GPUs): labelled by UUID to join DCGM's."""
+    foreign = GaugeMetricFamily(
+        "gpufence_foreign_gpu_processes",
+        "Processes on a GPU that belong to no job holding it, in the last sample",
+        labels=["gpu", "uuid"],
+    )
+    util = GaugeMetricFamily(
+        "gpufence_gpu_utilization",
+        "NVML GPU utilisation (0..1), last sample",
+        labels=["gpu", "uuid"],
+    )
+    refused = GaugeMetricFamily(
+        "gpufence_gpu_refused",
+        "1 where gpufence places no work on the GPU (e.g. its MIG mode does not match)",
+        labels=["gpu", "uuid"],
+    )
+    for g in data.get("gpu_notes", []):
+        labels = [str(g["index"]), str(g.get("uuid", ""))]
+        foreign.add_metric(labels, float(len(g.get("foreign", []))))
+        refused.add_metric(labels, 1.0 if g.get("refused") else 0.0)
+        if "utilization" in g:
+            util.add_metric(labels, float(g["utilization"]))
+    yield foreign
+    yield util
+    yield refused
+    enforced = GaugeMetricFamily(
+        "gpufence_partition_enforced",
+        "1 where the partition's sharing is enforced on the device (MPS for fractional)",
+        labels=["partition", "sharing"],
+    )
+    for p in data["partitions"]:
+        if "enforced" in p:
+            enforced.add_metric([p["name"], p["sharing"]], 1.0 if p["enforced"] else 0.0)
+    yield enforced
 
 
 class Telemetry:
@@ -94,6 +132,24 @@ class Telemetry:
             "gpufence_reclaims", "Capacity taken back (lent, idle)", ["reason"], registry=r
         )
         self.stops = Counter("gpufence_stops", "Stops by reason", ["reason"], registry=r)
+        self.mig_reconfigures = Counter(
+            "gpufence_mig_reconfigures",
+            "MIG re-partitions carried out on a GPU, by result (ok, failed)",
+            ["result"],
+            registry=r,
+        )
+        self.foreign_processes = Counter(
+            "gpufence_foreign_gpu_process_incidents",
+            "Processes seen on a GPU that belonged to no job holding it",
+            ["gpu"],
+            registry=r,
+        )
+        self.mps_restarts = Counter(
+            "gpufence_mps_daemon_restarts",
+            "MPS control daemons restarted after dying",
+            ["gpu"],
+            registry=r,
+        )
         self._released: dict[tuple[str, str], float] = {}  # (node, device) -> exit seen at
         self._exit_seen: dict[tuple[str, int], float] = {}
         # the most recent gaps, for the demo summary (bounded: a server runs for months)
@@ -138,6 +194,15 @@ class Telemetry:
                     gap = max(0.0, t - freed)
                     self.handoff.observe(gap)
                     self.handoffs.append(gap)
+
+    def mig_reconfigured(self, ok: bool) -> None:
+        self.mig_reconfigures.labels("ok" if ok else "failed").inc()
+
+    def foreign_process(self, gpu_index: int) -> None:
+        self.foreign_processes.labels(str(gpu_index)).inc()
+
+    def mps_restarted(self, gpu_index: int) -> None:
+        self.mps_restarts.labels(str(gpu_index)).inc()
 
     def stopped(self, reason: str, requeue: bool) -> None:
         self.stops.labels(reason).inc()

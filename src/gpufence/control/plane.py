@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -28,8 +27,8 @@ from gpufence.control.executors.local.local_executor import LocalExecutor
 from gpufence.control.gpus.activity import GpuUtilization
 from gpufence.control.gpus.devices import DeviceMap, check_machine
 from gpufence.control.gpus.discovery import Discovery
-from gpufence.control.gpus.nvml import NvmlError, PynvmlApi
-from gpufence.control.gpus.records import DiscoveryError
+from gpufence.control.gpus.nvml import GpuApi
+from gpufence.control.gpus.runtime import GpuRuntime, Holders, open_gpu_api
 from gpufence.control.inbox import SubmitResult
 from gpufence.control.jobspec import SubmitRequest
 from gpufence.control.metrics import Telemetry
@@ -40,7 +39,6 @@ from gpufence.control.store import database as st
 from gpufence.control.store.recovery import recover
 from gpufence.control.tenantview import Owner, redact
 from gpufence.model.cluster import Cluster
-from gpufence.model.partition import SharingMode
 from gpufence.sched.scheduler import Scheduler, SchedulerConfig
 
 log = logging.getLogger("gpufence.plane")
@@ -60,16 +58,11 @@ class ControlPlane:
         data_dir: Path,
         executor: Executor | None = None,
         validate: bool = True,
+        nvml: GpuApi | None = None,
     ) -> None:
+        """``nvml``: the NVML to manage real GPUs through (default: pynvml; tests give the fake
+        one, ``gpufence.testing.fake_nvml``); unused on fake GPUs."""
         check_machine(cluster, discovery)
-        if not discovery.fake and any(
-            p.sharing is SharingMode.MIG and p.mig is not None and p.mig.dynamic
-            for p in cluster.partitions.values()
-        ):
-            raise ValueError(
-                "partitions: dynamic MIG re-partitioning of real GPUs is not supported by the "
-                "local executor yet; give the MIG layout the GPUs already have (layout: [...])"
-            )
         self.cluster = cluster
         self.config = config
         self.discovery = discovery
@@ -81,17 +74,23 @@ class ControlPlane:
         # validation re-checks every invariant after each cycle: cheap at one machine's scale,
         # and a control plane should stop rather than double-book a GPU
         self.scheduler = Scheduler(cluster, SchedulerConfig(validate=validate))
+        devices = DeviceMap(cluster, discovery)
+        # MIG instances, MPS daemons and foreign processes on this machine's real GPUs
+        api = open_gpu_api(discovery, nvml)
+        self.gpus = GpuRuntime(cluster, config, discovery, data_dir, devices, self.telemetry, api)
         self.reconciler = Reconciler(
             self.scheduler,
             config,
             self.store,
             self.executor,
-            DeviceMap(cluster, discovery),
+            devices,
             data_dir,
             self.telemetry,
+            mig=self.gpus.mig,
         )
-        if not discovery.fake and isinstance(self.executor, LocalExecutor):
-            self.reconciler.gpu_util = _nvml_utilization()
+        self.reconciler.gpu_board = self.gpus.board
+        if api is not None and isinstance(self.executor, LocalExecutor):
+            self.reconciler.gpu_util = GpuUtilization(api).of
         self.telemetry.set_live(lambda: self.reconciler.call(views.gauges).result(CALL_TIMEOUT_S))
         self.recovered: dict[str, int] = {}
         # where the spec came from, so advice can name file lines and queues[i] (build_plane)
@@ -100,14 +99,27 @@ class ControlPlane:
 
     def start(self) -> None:
         log.info("GPUs: %s", self.discovery.source)
+        # what the GPUs really have (MIG), before recovery's restores and any placement
+        self.reconciler.boot(self.gpus.startup_events(self.store), [])
         self.recovered = recover(self.reconciler)
         self.reconciler.start(first_id=self.store.max_seq() + 1)
+        self.gpus.start_watch(self._holders)
+
+    def _holders(self) -> Holders:
+        """Every running attempt, read on the reconciler thread (for the GPU sampler)."""
+
+        def read(r: Reconciler) -> Holders:
+            return [(j, v.attempt, v.launch) for j, v in r.live.items() if not v.orphan]
+
+        return self.reconciler.call(read).result(CALL_TIMEOUT_S)
 
     def close(self, kill_jobs: bool = False) -> None:
         """Stop the reconciler; jobs keep running unless ``kill_jobs`` (they are adopted at the
         next start)."""
+        self.gpus.stop_watch()
         self.reconciler.shutdown()
         self.executor.close(kill=kill_jobs)
+        self.gpus.close(kill_jobs, [v.launch for v in self.reconciler.live.values()])
         self.store.close()
 
     # ------------------------------------------------------------------ writes
@@ -264,12 +276,3 @@ def _private_data_dir(config: ControlConfig, data_dir: Path) -> None:
                 f"dir {data_dir}; give --data a place every run_as user can reach, e.g. "
                 "/var/lib/gpufence"
             )
-
-
-def _nvml_utilization() -> Callable[[int], float | None] | None:
-    """NVML's per-GPU utilisation for idle detection; None (CPU figure only) if NVML fails."""
-    try:
-        return GpuUtilization(PynvmlApi()).of
-    except (DiscoveryError, NvmlError) as exc:
-        log.warning("idle detection uses CPU time only: NVML utilisation unavailable (%s)", exc)
-        return None

@@ -27,7 +27,9 @@ from typing import TypeVar
 from gpufence.control.config import ControlConfig
 from gpufence.control.executors.interface import AttemptExit, Executor, Launch, LaunchError, Member
 from gpufence.control.gpus.activity import job_activity
+from gpufence.control.gpus.board import GpuBoard
 from gpufence.control.gpus.devices import DeviceError, DeviceMap, assignment_json
+from gpufence.control.gpus.mig_manager import MigManager, store_line
 from gpufence.control.inbox import (
     Ack,
     Call,
@@ -64,7 +66,6 @@ from gpufence.model.events import (
     JobFinished,
     JobStopped,
     JobSubmitted,
-    MigReconfigured,
     NodeDown,
     NodeUp,
 )
@@ -87,6 +88,7 @@ class Reconciler:
         data_dir: Path,
         telemetry: Telemetry,
         clock: Clock | None = None,
+        mig: MigManager | None = None,
     ) -> None:
         self.scheduler = scheduler
         self.config = config
@@ -98,7 +100,11 @@ class Reconciler:
         self.clock = clock or Clock()
         self.live: dict[str, Live] = {}
         self._inbox: queue.SimpleQueue[Item] = queue.SimpleQueue()
-        self._mig_ready: dict[int, float] = {}
+        # carries out MigReconfigure (NVML on real GPUs, a timer on fake ones): mig_manager.py
+        self.mig = mig if mig is not None else MigManager(scheduler.cluster, devices)
+        self.mig.set_wake(lambda: self._inbox.put(Call(lambda _r: None, Future())))
+        # what the GPU side knows beyond the ledger (MIG, MPS, foreign processes): for views
+        self.gpu_board: GpuBoard | None = None
         self._next_activity = 0.0
         self._next_id = 1
         self._thread: threading.Thread | None = None
@@ -189,7 +195,8 @@ class Reconciler:
 
     def _timeout(self) -> float:
         now = self.clock()
-        times = [t for t in self._mig_ready.values()]
+        due = self.mig.next_due()
+        times = [] if due is None else [due]
         wake = self.scheduler.next_wakeup()
         if wake is not None:
             times.append(wake)
@@ -237,6 +244,10 @@ class Reconciler:
                 elif isinstance(it, Call):
                     calls.append(it)
             events += self._timed(now)
+            for ev in events:  # a GPU refused or a failed re-partition, in the decision log
+                line = store_line(ev)
+                if line is not None:
+                    tx.log(now, None, line[0], "", line[1])
         decisions = self.scheduler.step(events, now)
         with self.store.transaction() as tx:
             for jid, _fut in submits:  # the partition and queue the scheduler resolved
@@ -260,10 +271,7 @@ class Reconciler:
 
     def _timed(self, now: float) -> list[Event]:
         out: list[Event] = []
-        for gpu, t in list(self._mig_ready.items()):
-            if t <= now:
-                del self._mig_ready[gpu]
-                out.append(MigReconfigured(gpu))
+        out += self.mig.ready(now)
         if self._watch_activity() and now >= self._next_activity:
             self._next_activity = now + self.config.activity_interval_s
             sample = self.executor.activity()
@@ -440,8 +448,7 @@ class Reconciler:
             self.telemetry.rejected(str(d.reason))
         elif isinstance(d, MigReconfigure):
             tx.log(now, None, "mig-reconfigure", str(d.reason), f"GPU {d.gpu}: {d.layout}")
-            # fake GPUs re-partition instantly; the delay models nvidia-smi's
-            self._mig_ready[d.gpu] = now + d.ready_after_s
+            self.mig.reconfigure(d, now)
 
     def _bind(self, tx: st.Tx, d: Bind, now: float, act: Pending) -> None:
         row = tx.job(d.job_id)
@@ -451,7 +458,8 @@ class Reconciler:
         members = []
         try:
             for rank, a in enumerate(d.assignments):
-                members.append(Member(rank, nodes[a.node].name, self.devices.devices(a)))
+                devs = self.devices.devices(a)
+                members.append(Member(rank, nodes[a.node].name, devs, self.devices.share(a)))
         except DeviceError as exc:
             # cannot be run as placed (real MIG layout drifted): fail it loudly; the empty
             # launch reports an exit next cycle, which frees the GPUs in the core
