@@ -93,12 +93,20 @@ def sim(
         str | None,
         typer.Option("--placement", help="fractional placement: best-fit, fgd, fence-pack, random"),
     ] = None,
+    seeds: Annotated[
+        str | None,
+        typer.Option("--seeds", help="several seeds (1..5 or 1,3,7): mean and 95 % interval"),
+    ] = None,
+    link_timeline: Annotated[
+        bool, typer.Option("--link-timeline", help="also write OUT/links.csv (per-link series)")
+    ] = False,
 ) -> None:
     """Replay a workload through the scheduler under one or more policies; write
     OUT/metrics.json, OUT/report.html and OUT/events.csv."""
-    from gpufence.cli.sim import run_sim
+    from gpufence.cli.sim import parse_seeds, run_sim
 
-    run_sim(console, cluster, workload, policy, out, seed, placement)
+    seed_list = parse_seeds(seeds) if seeds is not None else None
+    run_sim(console, cluster, workload, policy, out, seed, placement, seed_list, link_timeline)
 
 
 @app.command()
