@@ -232,39 +232,26 @@ def _wait_class(m: dict[str, Any]) -> str:
 
 
 def summary_table(metrics: dict[str, Any]) -> Table:
+    """One row per policy: serving, waits (started and all, censored), jobs, incidents."""
     t = Table(title=f"{metrics['scenario']} on {metrics['cluster']} (seed {metrics['seed']})")
     any_m = next(iter(metrics["policies"].values()))
     wc = _wait_class(any_m)
     who = "train" if wc == "training" else "wait"
-    for col in (
-        "policy",
-        "SLO att.",
-        "p99 ms",
-        "worst win.",
-        f"{who} p50",
-        f"{who} p99",
-        f"{who} p99 all",
-        "pending",
-        "rejected",
-        "preempt",
-        "GPU-h lost",
-        "reclaim",
-        "alloc",
-        "done/sub",
-        "viol.",
-    ):
-        t.add_column(col, justify="right")
+    cols: tuple[str, ...] = ("policy", "SLO att.", "p99 ms", f"{who} p50", f"{who} p99")
+    cols += (f"{who} p99 all", "pending", "rejected", "preempt", "lost GPU-h", "reclaim")
+    cols += ("alloc", "done/sub")
+    for col in (*cols, "viol."):
+        t.add_column(col, justify="right", no_wrap=col in ("pending", "rejected", "done/sub"))
     for name, m in metrics["policies"].items():
         q = m["queue_delay_s"].get(wc, {"p50": 0.0, "p99": 0.0})
         qa = m["queue_delay_all_s"].get(wc, {"p99": 0.0, "censored": 0})
         sv = m["serving"]
         has = bool(sv.get("services"))
-        p99, worst = sv["p99_ms"], sv.get("worst_window_p99_ms")
+        p99 = sv["p99_ms"]
         t.add_row(
             name,
             f"{sv['slo_attainment']:.4f}" if has else "-",
             ("overload" if p99 is None else f"{p99:.0f}") if has else "-",
-            ("overload" if worst is None else f"{worst:.0f}") if has else "-",
             _dur(q["p50"]),
             _dur(q["p99"]),
             f"{_dur(qa['p99'])} ({qa.get('censored', 0)})",

@@ -100,8 +100,8 @@ class Contention:
     ) -> dict[str, float]:
         """After a step: ``bound`` jobs started, ``released`` ones left their GPUs; ``comm``
         holds the all-reduce of the bound gangs. Returns {running job: slowdown} for every job
-        whose slowdown may have changed (the bound ones always)."""
-        touched: set[str] = set(bound)
+        whose slowdown may have changed; a bound job left out runs at solo speed."""
+        touched: set[str] = set()  # bound jobs with neither neighbours nor traffic: solo
         ts_gpus: set[int] = set()
         for r in released:
             if r.time_sliced:
@@ -114,6 +114,7 @@ class Contention:
             for a in alloc.assignments:
                 if a.time_sliced:
                     ts_gpus.update(a.gpus)
+                    touched.add(jid)
             spec = comm.get(jid)
             if spec is not None and alloc.job.workload_class is not WorkloadClass.SERVING:
                 touched |= self.fabric.add(alloc, spec)
@@ -121,25 +122,48 @@ class Contention:
             touched.update(ledger.ts[g])
         return {j: self.factor(ledger, j) for j in touched if j in ledger.allocs}
 
-    def replica_exposure(self, ledger: Ledger, job_id: str, network_share: float) -> Exposure:
-        """Stretch of a serving replica's requests now: time-slice neighbours × uplink bursts."""
-        alloc = ledger.allocs.get(job_id)
-        if alloc is None:
+    def mean_replica_exposure(
+        self, ledger: Ledger, job_ids: Sequence[str], network_share: float
+    ) -> Exposure:
+        """How the requests of a pool of serving replicas are stretched now, averaged over the
+        replicas (requests spread evenly): time-slice neighbours × uplink bursts, the burst
+        part computed once per node. Called every autoscaler window: kept lean."""
+        if not job_ids:
             return Exposure(1.0, 0.0)
         fab = self.fabric
-        worst = Exposure(1.0, 0.0)
-        if fab.load:
+        load = fab.load
+        nodes = self.cluster.nodes
+        allocs = ledger.allocs
+        per_node: dict[int, Exposure] = {}
+        none = Exposure(1.0, 0.0)
+        mean_sum = 0.0
+        cv2_sum = 0.0
+        for jid in job_ids:
+            alloc = allocs.get(jid)
+            if alloc is None:
+                mean_sum += 1.0
+                continue
+            worst = none
+            sliced = False
             for a in alloc.assignments:
-                node = self.cluster.nodes[a.node]
-                u = max(
-                    fab.utilization(fab.node_link[a.node]),
-                    fab.utilization(fab.rack_link[node.rack]),
-                )
-                if u > 0:
-                    e = burst_exposure(u, network_share)
-                    if e.mean_factor > worst.mean_factor:
-                        worst = e
-        ts = self.timeslice_factor(ledger, job_id)
-        if ts == 1.0:
-            return worst
-        return Exposure(worst.mean_factor * ts, worst.extra_cv2)
+                sliced = sliced or a.time_sliced
+                if not load:
+                    continue
+                e = per_node.get(a.node)
+                if e is None:
+                    node_u = load.get(fab.node_link[a.node], 0.0)
+                    rack = fab.rack_link[nodes[a.node].rack]
+                    rack_u = load.get(rack, 0.0)
+                    if node_u <= 0 and rack_u <= 0:
+                        e = none
+                    else:
+                        u = max(fab.utilization(fab.node_link[a.node]), fab.utilization(rack))
+                        e = burst_exposure(u, network_share)
+                    per_node[a.node] = e
+                if e.mean_factor > worst.mean_factor:
+                    worst = e
+            ts = self.timeslice_factor(ledger, jid) if sliced else 1.0
+            mean_sum += worst.mean_factor * ts
+            cv2_sum += worst.extra_cv2
+        n = len(job_ids)
+        return Exposure(mean_sum / n, cv2_sum / n)

@@ -242,8 +242,12 @@ def render(
     sections = []
     for run in runs:
         m = metrics["policies"][run.policy]
-        imgs = [plot_joint(run), plot_queue_cdf(run), plot_partitions(run)]
-        body = "".join(f'<img src="{src}" alt="plot">' for src in imgs)
+        imgs = [
+            ("Joint view (one time axis)", plot_joint(run)),
+            ("Queue delay per class", plot_queue_cdf(run)),
+            ("GPUs per partition", plot_partitions(run)),
+        ]
+        body = "".join(f'<h3>{h}</h3><img src="{src}" alt="{h}">' for h, src in imgs)
         sections.append(
             f"<section><h2>{html.escape(run.policy)}</h2>"
             f"<p class=verdict>{html.escape(verdict(run.policy, m))}</p>{body}</section>"

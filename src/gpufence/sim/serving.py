@@ -131,12 +131,9 @@ class Fleet:
         s = self.svc
         ledger = sim.scheduler.ledger
         running = [j for j in self._alive if sim.jobs[j].state == "running"]
-        share = s.network_share
-        exp = [self.contention.replica_exposure(ledger, j, share) for j in running]
-        # requests spread evenly over replicas: average the mean stretch and the extra variance
-        inflation = sum(e.mean_factor for e in exp) / len(exp) if exp else 1.0
-        extra_cv2 = sum(e.extra_cv2 for e in exp) / len(exp) if exp else 0.0
-        cv = math.sqrt(s.service_cv**2 + extra_cv2)
+        exp = self.contention.mean_replica_exposure(ledger, running, s.network_share)
+        inflation = exp.mean_factor
+        cv = math.sqrt(s.service_cv**2 + exp.extra_cv2)
         mid = start + (now - start) / 2 if now > start else now
         if now > start:
             self.windows.append(

@@ -18,7 +18,12 @@ from gpufence.model.partition import SharingMode
 from gpufence.sim.fabric import Fabric
 from gpufence.sim.runner import Simulation
 from gpufence.state.ledger import Ledger
-from gpufence.telemetry.capacity import WHOLE, largest_placeable_gang, pool_fragmentation
+from gpufence.telemetry.capacity import (
+    WHOLE,
+    largest_placeable_gang,
+    pool_fragmentation,
+    whole_gpu_pool,
+)
 
 
 @dataclass(slots=True)
@@ -106,6 +111,13 @@ class Timeline:
         frag: dict[str, float] = {}
         gang: dict[str, int] = {}
         for p, part in c.partitions.items():
+            if part.sharing in (SharingMode.EXCLUSIVE, SharingMode.TIME_SLICE):
+                nodes = c.partition_nodes[p]
+                frag[p], gang[p] = whole_gpu_pool(
+                    [led.free_count[(p, n)] for n in nodes],
+                    [len(c.node_partition_gpus[(p, n)]) for n in nodes],
+                )
+                continue
             free = pool_free_milli(led, c, p)
             frag[p] = pool_fragmentation(free, str(part.sharing))
             gang[p] = largest_placeable_gang(free) if part.sharing is not SharingMode.MIG else 0

@@ -15,5 +15,6 @@ with these functions, so a number means the same thing wherever it is shown:
   interconnect   per-link-class utilisation summaries (p50/p95/max/mean over links and time)
   incidents      which stop reasons are preemptions, reclaims and losses; GPU-hours
 
-No I/O, no clocks, no randomness; no imports from sim/ or control/.
+No I/O, no clocks, no randomness; imports nothing but ``gpufence.model`` (never sim/, control/ or
+the scheduling core), so both front ends and the benchmarks can use it.
 """

@@ -100,9 +100,25 @@ def reference_workload(sharing: str) -> tuple[Demand, ...]:
 
 def pool_fragmentation(nodes: Sequence[Sequence[int]], sharing: str) -> float:
     """Fragmentation of a pool given each node's free milli per GPU (its capacity is
-    1000 × its GPUs)."""
+    1000 × its GPUs): ``fragmentation`` against ``reference_workload(sharing)``, with the sums
+    written out for the two one-request references (the simulator samples it often)."""
     cap = WHOLE * sum(len(n) for n in nodes)
-    return fragmentation([NodeFree(tuple(n)) for n in nodes], reference_workload(sharing), cap)
+    if cap <= 0:
+        return 0.0
+    if reference_workload(sharing) is WHOLE_GPU:  # the free milli of partly free GPUs
+        frag = sum(f for n in nodes for f in n if f < WHOLE)
+    else:  # a whole node: all free capacity of a node that is not entirely free
+        frag = sum(sum(n) for n in nodes if any(f < WHOLE for f in n))
+    return frag / cap
+
+
+def whole_gpu_pool(free_whole: Sequence[int], sizes: Sequence[int]) -> tuple[float, int]:
+    """(fragmentation, largest placeable gang) of an exclusive or time-sliced pool from each
+    node's count of whole free GPUs and its GPUs in the pool: the definitions above for rows
+    that hold only 0 and 1000 (the simulator samples 1,000-node pools often)."""
+    cap = WHOLE * sum(sizes)
+    frag = sum(k for k, n in zip(free_whole, sizes, strict=True) if k < n) * WHOLE
+    return (frag / cap if cap > 0 else 0.0), max(free_whole, default=0)
 
 
 def largest_placeable_gang(nodes: Iterable[Sequence[int]]) -> int:

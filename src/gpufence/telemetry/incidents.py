@@ -13,12 +13,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-PREEMPTION_REASONS = ("incident-preemption", "on-demand-preemption")
-RECLAIM_REASONS = ("lent-reclaim", "idle")
-FAILURE_REASONS = ("node-failure",)
+from gpufence.model.decisions import Reason
+
+PREEMPTION_REASONS = (str(Reason.INCIDENT_PREEMPTION), str(Reason.ON_DEMAND_PREEMPTION))
+RECLAIM_REASONS = (str(Reason.LENT_RECLAIM), str(Reason.IDLE))
+FAILURE_REASONS = (str(Reason.NODE_FAILURE),)
 
 
-NO_LOSS_REASONS = frozenset({"idle"})
+NO_LOSS_REASONS = frozenset({str(Reason.IDLE)})
 NO_LOSS_CLASSES = frozenset({"serving"})
 
 
