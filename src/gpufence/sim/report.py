@@ -247,9 +247,13 @@ def render(
             ("Queue delay per class", plot_queue_cdf(run)),
             ("GPUs per partition", plot_partitions(run)),
         ]
-        body = "".join(f'<h3>{h}</h3><img src="{src}" alt="{h}">' for h, src in imgs)
+        slug = "".join(ch if ch.isalnum() else "-" for ch in run.policy)
+        body = "".join(
+            f'<h3 id="{h.split()[0].lower()}-{slug}">{h}</h3><img src="{src}" alt="{h}">'
+            for h, src in imgs
+        )
         sections.append(
-            f"<section><h2>{html.escape(run.policy)}</h2>"
+            f'<section id="{slug}"><h2>{html.escape(run.policy)}</h2>'
             f"<p class=verdict>{html.escape(verdict(run.policy, m))}</p>{body}</section>"
         )
     seeds = metrics.get("seeds") or [metrics.get("seed")]
