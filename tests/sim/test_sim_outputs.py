@@ -58,7 +58,7 @@ def test_several_seeds_give_means_and_intervals(two_seeds: Path) -> None:
     per_seed = [m["by_seed"][s]["fenced"]["completed"] for s in ("1", "2")]
     assert m["intervals"]["fenced"]["completed"]["mean"] == pytest.approx(sum(per_seed) / 2)
     html = (two_seeds / "report.html").read_text()
-    assert "95 % interval" in html and "Joint view (one time axis)" in html
+    assert "95 % interval" in html and 'id="joint-fenced"' in html
 
 
 def test_the_link_timeline_lists_every_busy_link(two_seeds: Path) -> None:

@@ -121,6 +121,8 @@ class Fabric:
         for link in g.shared:
             self.on_link.setdefault(link, {})[g.job_id] = None
             self._load(link, g.bytes_per_iter / g.iter_s)
+        if not g.shared:  # NVLink only: nothing to share, nothing to re-solve
+            return {g.job_id}
         return self._solve({g.job_id} | self._neighbours(g)) | {g.job_id}
 
     def remove(self, job_id: str) -> set[str]:
@@ -137,7 +139,7 @@ class Fabric:
                 users.pop(job_id, None)
                 if not users:
                     del self.on_link[link]
-        return self._solve(self._neighbours(g))
+        return self._solve(self._neighbours(g)) if g.shared else set()
 
     def factor(self, job_id: str) -> float:
         g = self.gangs.get(job_id)

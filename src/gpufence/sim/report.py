@@ -242,20 +242,22 @@ def render(
     sections = []
     for run in runs:
         m = metrics["policies"][run.policy]
-        imgs = [
-            ("Joint view (one time axis)", plot_joint(run)),
-            ("Queue delay per class", plot_queue_cdf(run)),
-            ("GPUs per partition", plot_partitions(run)),
-        ]
         slug = "".join(ch if ch.isalnum() else "-" for ch in run.policy)
-        body = "".join(
-            f'<h3 id="{h.split()[0].lower()}-{slug}">{h}</h3><img src="{src}" alt="{h}">'
-            for h, src in imgs
+        name = html.escape(run.policy)
+        says = html.escape(verdict(run.policy, m))
+        # REPORT#joint-POLICY shows this block alone, full window (links, screenshots)
+        joint = (
+            f'<div class=joint id="joint-{slug}"><h3>{name}: joint view (one time axis)</h3>'
+            f'<p class=verdict>{says}</p><img src="{plot_joint(run)}" alt="joint view"></div>'
         )
-        sections.append(
-            f'<section id="{slug}"><h2>{html.escape(run.policy)}</h2>'
-            f"<p class=verdict>{html.escape(verdict(run.policy, m))}</p>{body}</section>"
+        rest = "".join(
+            f'<h3>{h}</h3><img src="{src}" alt="{h}">'
+            for h, src in (
+                ("Queue delay per class", plot_queue_cdf(run)),
+                ("GPUs per partition", plot_partitions(run)),
+            )
         )
+        sections.append(f'<section id="{slug}"><h2>{name}</h2>{joint}{rest}</section>')
     seeds = metrics.get("seeds") or [metrics.get("seed")]
     iv = _interval_table(intervals, seeds) if intervals else ""
     note = f"<p>Plots and the table below: seed {metrics.get('seed')}.</p>" if intervals else ""
@@ -265,6 +267,7 @@ def render(
 body{{font-family:sans-serif;max-width:1150px;margin:2em auto}}
 table{{border-collapse:collapse;margin:8px 0}}td,th{{border:1px solid #ccc;padding:4px 8px}}
 img{{display:block;margin:8px 0;max-width:100%}}.verdict{{background:#f4f4f4;padding:8px}}
+.joint:target{{position:fixed;inset:0;z-index:9;background:#fff;overflow:auto;padding:0 1.5em}}
 </style></head><body><h1>{html.escape(title)}</h1>{iv}{note}
 <table><tr>{head}</tr>{_summary_rows(runs, metrics)}</table>
 {"".join(sections)}</body></html>"""

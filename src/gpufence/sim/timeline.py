@@ -90,6 +90,7 @@ class Timeline:
     checkpoint_gb_per_gpu: float = 10.0
     samples: list[Sample] = field(default_factory=list)
     _seen_ckpt: int = 0
+    _pools: dict[str, tuple[int, float, int]] = field(default_factory=dict)  # version, frag, gang
 
     def first_wake(self) -> float | None:
         return 0.0
@@ -111,16 +112,22 @@ class Timeline:
         frag: dict[str, float] = {}
         gang: dict[str, int] = {}
         for p, part in c.partitions.items():
+            cached = self._pools.get(p)
+            if cached is not None and cached[0] == led.pool_version[p]:
+                frag[p], gang[p] = cached[1], cached[2]  # nothing changed on its nodes
+                continue
             if part.sharing in (SharingMode.EXCLUSIVE, SharingMode.TIME_SLICE):
                 nodes = c.partition_nodes[p]
                 frag[p], gang[p] = whole_gpu_pool(
                     [led.free_count[(p, n)] for n in nodes],
                     [len(c.node_partition_gpus[(p, n)]) for n in nodes],
                 )
-                continue
-            free = pool_free_milli(led, c, p)
-            frag[p] = pool_fragmentation(free, str(part.sharing))
-            gang[p] = largest_placeable_gang(free) if part.sharing is not SharingMode.MIG else 0
+            else:
+                free = pool_free_milli(led, c, p)
+                frag[p] = pool_fragmentation(free, str(part.sharing))
+                mig = part.sharing is SharingMode.MIG
+                gang[p] = largest_placeable_gang(free) if not mig else 0
+            self._pools[p] = (led.pool_version[p], frag[p], gang[p])
         classes = [str(w) for w in WorkloadClass]
         pending = dict.fromkeys(classes, 0)
         running = dict(pending)
