@@ -88,12 +88,14 @@ def main() -> int:
 
     prof = cProfile.Profile() if args.profile else None
     start = time.perf_counter()
+    cpu0 = time.process_time()
     if prof is not None:
         prof.enable()
     run = run_policy(sc, cluster, "fenced", work, events, check_invariants=False, progress=progress)
     if prof is not None:
         prof.disable()
     wall = time.perf_counter() - start
+    cpu = time.process_time() - cpu0
     steps = run.result.steps
     m = run.metrics
     print(
@@ -110,6 +112,7 @@ def main() -> int:
     )
     if prof is not None:
         pstats.Stats(prof, stream=sys.stderr).sort_stats("cumulative").print_stats(25)
+    print(f"cpu_s={cpu:.1f} (CPU time of this process: less sensitive to a shared machine)")
     print(f"events_per_s={run.result.events / wall:.0f} wall_s={wall:.1f} jobs={m['submitted']}")
     return 0 if wall < TARGET_S else 1
 

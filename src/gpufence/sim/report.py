@@ -219,13 +219,15 @@ def _interval_table(intervals: dict[str, dict[str, dict[str, Any]]], seeds: list
     body = []
     for fig in figures:
         cells = []
+        hours = "_s." in fig and not fig.endswith("censored")  # shown in hours, as sim's table
         for per in intervals.values():
             iv = per.get(fig)
-            cells.append(
-                "<td>-</td>"
-                if iv is None
-                else f"<td>{iv['mean']:.4g} [{iv['ci95_low']:.4g}, {iv['ci95_high']:.4g}]</td>"
-            )
+            if iv is None or iv["mean"] is None:
+                cells.append("<td>-</td>" if iv is None else "<td>overload</td>")
+                continue
+            k = 1 / 3600 if hours else 1.0
+            lo, m, hi = iv["ci95_low"] * k, iv["mean"] * k, iv["ci95_high"] * k
+            cells.append(f"<td>{m:.4g} [{lo:.4g}, {hi:.4g}]{' h' if hours else ''}</td>")
         body.append(f"<tr><td>{html.escape(fig)}</td>{''.join(cells)}</tr>")
     return (
         f"<h2>Headline figures over seeds {', '.join(map(str, seeds))}: mean [95 % interval]</h2>"
