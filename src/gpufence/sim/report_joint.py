@@ -68,6 +68,16 @@ def _serving_load(ax: Axes, run: PolicyRun) -> None:
         ax.plot(xs, [w.rate_rps for w in f.windows], lw=1, color="tab:gray", label="req/s")
         twin.plot(xs, [w.replicas for w in f.windows], lw=1, color="tab:blue", label="running")
         twin.plot(xs, [w.target for w in f.windows], lw=1, ls=":", color="tab:blue", label="wanted")
+        short = [i for i, w in enumerate(f.windows) if w.replicas < w.target]
+        if short:  # the GPUs the autoscaler asked for were not given
+            twin.scatter(
+                [xs[i] for i in short],
+                [f.windows[i].replicas for i in short],
+                s=8,
+                c="red",
+                zorder=3,
+                label=f"short of replicas ({len(short)} windows)",
+            )
     ax.set_ylabel("requests/s")
     twin.set_ylabel("replicas")
     lines = ax.get_legend_handles_labels()
