@@ -120,14 +120,35 @@ def sim(
             help="azure-llm / sd traces: the service's p99 SLO (default 10x mean service time)",
         ),
     ] = None,
+    seeds: Annotated[
+        str | None,
+        typer.Option("--seeds", help="several seeds (1..5 or 1,3,7): mean and 95 % interval"),
+    ] = None,
+    link_timeline: Annotated[
+        bool, typer.Option("--link-timeline", help="also write OUT/links.csv (per-link series)")
+    ] = False,
 ) -> None:
     """Replay a workload through the scheduler under one or more policies; write
     OUT/metrics.json, OUT/report.html and OUT/events.csv (each policy with its advice)."""
-    from gpufence.cli.sim import run_sim
+    from gpufence.cli.sim import parse_seeds, run_sim
 
     if slo_p99_ms is not None and slo_p99_ms <= 0:
         raise typer.BadParameter("--slo-p99-ms must be > 0")
-    run_sim(console, cluster, workload, policy, out, seed, placement, strict, fmt, slo_p99_ms)
+    seed_list = parse_seeds(seeds) if seeds is not None else None
+    run_sim(
+        console,
+        cluster,
+        workload,
+        policy,
+        out,
+        seed,
+        placement,
+        strict,
+        fmt,
+        slo_p99_ms,
+        seed_list,
+        link_timeline,
+    )
 
 
 @app.command()
@@ -139,15 +160,27 @@ def size(
         int, typer.Option("--failure-margin", help="node failures the fence must absorb")
     ] = 1,
     seed: Annotated[int | None, typer.Option("--seed", help="override the scenario seed")] = None,
+    seeds: Annotated[
+        str | None,
+        typer.Option("--seeds", help="validation seeds (1..5 or 1,3,7; default: 3 from the seed)"),
+    ] = None,
+    json_out: Annotated[
+        Path | None, typer.Option("--json", help="also write the answer as JSON to this file")
+    ] = None,
 ) -> None:
     """The smallest serving fence meeting the SLO at peak with K failures, and its cost."""
-    from gpufence.cli.sim import load_inputs
+    import json
+
+    from gpufence.cli.sim import load_inputs, parse_seeds
     from gpufence.sim.sizing import size_fence
 
     if slo_p99_ms <= 0 or failure_margin < 0:
         raise typer.BadParameter("--slo-p99-ms must be > 0 and --failure-margin >= 0")
+    seed_list = parse_seeds(seeds) if seeds is not None else None
     sc, c = load_inputs(cluster, workload, seed)
-    ans = size_fence(sc, c, slo_p99_ms, failure_margin)
+    ans = size_fence(sc, c, slo_p99_ms, failure_margin, seed_list)
+    if json_out is not None:
+        json_out.write_text(json.dumps(ans.as_dict(), indent=2, sort_keys=True) + "\n")
     console.print(
         f"[bold]serving fence: {ans.fence_nodes} nodes = {ans.fence_gpus} GPUs[/bold] "
         f"({ans.replicas_at_peak} replicas at peak + {ans.margin_replicas} GPUs of margin)"

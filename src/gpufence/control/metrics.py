@@ -4,6 +4,8 @@ Counters and histograms are updated by the reconciler as things happen. Gauges t
 live state (jobs pending/running, GPUs per partition, largest placeable gang) are read at scrape
 time from the reconciler thread (``views.gauges``), so they are never stale and cost nothing
 between scrapes. One registry per control plane: tests run several in one process.
+What each measure means (and which stop reasons are preemptions or reclaims) is defined once in
+``gpufence.telemetry``, shared with the simulator's metrics.json.
 """
 
 from __future__ import annotations
@@ -17,10 +19,11 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from gpufence.control.executors.interface import Launch
-from gpufence.model.decisions import Reason
+from gpufence.telemetry.capacity import allocation_ratio
+from gpufence.telemetry.delays import attempt_wait_s
+from gpufence.telemetry.incidents import PREEMPTION_REASONS, RECLAIM_REASONS
 
-PREEMPTION_REASONS = (str(Reason.INCIDENT_PREEMPTION), str(Reason.ON_DEMAND_PREEMPTION))
-RECLAIM_REASONS = (str(Reason.LENT_RECLAIM), str(Reason.IDLE))
+__all__ = ["PREEMPTION_REASONS", "RECLAIM_REASONS", "Telemetry"]
 _DELAY_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 3600, 4 * 3600, 24 * 3600)
 _HANDOFF_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5)
 
@@ -46,6 +49,7 @@ class _LiveGauges(Collector):
         )
         gang = GaugeMetricFamily(
             "gpufence_largest_placeable_gang_gpus",
+            # telemetry.capacity.largest_placeable_gang
             "Whole GPUs the largest single-node gang could get now (fragmentation)",
             labels=["partition"],
         )
@@ -58,7 +62,7 @@ class _LiveGauges(Collector):
                 gpus.add_metric([name, kind], float(p[f"{kind}_gpus"]))
             gang.add_metric([name], float(p["largest_gang"]))
             cap = p["capacity_gpus"]
-            alloc.add_metric([name], p["used_gpus"] / cap if cap else 0.0)
+            alloc.add_metric([name], allocation_ratio(p["used_gpus"], cap))
         yield gpus
         yield gang
         yield alloc
@@ -171,7 +175,7 @@ class Telemetry:
         self.rejected_total.labels(reason).inc()
 
     def bound(self, partition: str, cls: str, delay_s: float) -> None:
-        self.queue_delay.labels(partition, cls).observe(max(0.0, delay_s))
+        self.queue_delay.labels(partition, cls).observe(attempt_wait_s(0.0, delay_s))
 
     def exit_seen(self, job_id: str, attempt: int, t: float) -> None:
         """Called from the executor's thread the moment an attempt's exit is known."""
