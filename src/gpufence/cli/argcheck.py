@@ -94,14 +94,14 @@ def _trace_format(path: Path) -> str | None:
         return None
 
 
-def check_cluster_arg(verb: str, cluster: Path, workload: Path) -> None:
+def check_cluster_arg(verb: str, cluster: Path, workload: Path | None) -> None:
     """Exit 2 with one sentence when CLUSTER is positively not a cluster spec."""
     kind = kind_of(cluster)
     if kind.kind in ("cluster", "yaml", "missing"):
         return  # the loader says what is wrong with a mapping of neither kind, or a missing file
-    usage = f"gpufence {verb} CLUSTER.yaml WORKLOAD"
+    usage = f"gpufence {verb} CLUSTER.yaml" + (" WORKLOAD" if workload is not None else "")
     swapped = ""
-    if kind_of(workload).kind == "cluster":
+    if workload is not None and kind_of(workload).kind == "cluster":
         swapped = f"; the arguments look swapped: gpufence {verb} {workload} {cluster}"
     raise fail(
         f"CLUSTER '{cluster}' is {kind.detail}, not a cluster spec (a YAML file with node_groups "

@@ -77,8 +77,9 @@ def validate(
     from gpufence.control.config import control_schema
     from gpufence.spec import load_cluster_with_sections
 
-    if not cluster.is_file():
-        raise FileNotFoundError(f"cluster spec '{cluster}' not found")
+    from gpufence.cli.argcheck import check_cluster_arg
+
+    check_cluster_arg("validate", cluster, None)
     c, extra, lines = load_cluster_with_sections(cluster, ("control",))
     control = control_schema(extra.get("control"), str(cluster))  # secrets resolve at `up`
     table = Table(title=f"cluster {c.name}: {len(c.nodes)} nodes, {len(c.gpus)} GPUs")
