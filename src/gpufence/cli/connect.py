@@ -4,7 +4,8 @@ Every client verb takes ``--url``, ``--token``, ``--data`` and ``--context``. Ea
 first one found of:
 
 * data dir: ``--data``, ``$GPUFENCE_DATA``, the context's ``data``, else ``~/.gpufence`` (but not
-  for a context that names only a ``url``: that is a remote server);
+  for a context that names only a ``url``: that is a remote server). A data dir given by flag or
+  variable is a local server of its own: the context is then not used at all;
 * URL: ``--url``, ``$GPUFENCE_URL``, the data dir's ``server.json`` (written by a running
   ``gpufence up``), the context's ``url``, else ``http://127.0.0.1:7878``;
 * token: ``--token``, ``$GPUFENCE_TOKEN``, the context's ``token`` or ``token-file``, else the data
@@ -105,10 +106,9 @@ def resolve(
     """The URL, token and data dir for these flags (see the module docstring for the order)."""
     ctx = _context(context)
     data_dir: Path | None
-    if data is not None:
-        data_dir = data.expanduser()
-    elif os.environ.get("GPUFENCE_DATA"):
-        data_dir = Path(os.environ["GPUFENCE_DATA"]).expanduser()
+    if data is not None or os.environ.get("GPUFENCE_DATA"):
+        ctx = None  # a local server's own data dir: its server.json and token, no context
+        data_dir = (data or Path(os.environ["GPUFENCE_DATA"])).expanduser()
     elif ctx is not None and ctx.data:
         data_dir = Path(ctx.data).expanduser()
     elif ctx is not None and ctx.url:

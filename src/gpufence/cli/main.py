@@ -73,11 +73,10 @@ def validate(
     strict: StrictOpt = False,
 ) -> None:
     """Check a cluster spec, print its partitions (fences) and the advice on them."""
+    from gpufence.cli.argcheck import check_cluster_arg
     from gpufence.cli.speclint import lint_file
     from gpufence.control.config import control_schema
     from gpufence.spec import load_cluster_with_sections
-
-    from gpufence.cli.argcheck import check_cluster_arg
 
     check_cluster_arg("validate", cluster, None)
     c, extra, lines = load_cluster_with_sections(cluster, ("control",))

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rich import box
+from rich.cells import cell_len
 from rich.console import Console, RenderableType
 from rich.measure import Measurement
 from rich.table import Table
@@ -126,22 +127,53 @@ def build_table(
     for row in rows:
         table.add_row(*(row[i] for i in shown))
     if not wide:
-        _fit(table, [cols[i].flex for i in shown])
+        natural = [
+            max([cell_len(cols[i].name), *(_cell_width(row[i]) for row in rows)]) for i in shown
+        ]
+        widths = fit_widths(
+            natural,
+            [cols[i].max_width for i in shown],
+            [cols[i].flex for i in shown],
+            # SIMPLE_HEAD, no edge padding: an edge each side, a separator between columns, one
+            # space of padding each side of every column but the outer sides
+            out_console().width - (3 * len(shown) - 1),
+        )
+        for column, width in zip(table.columns, widths, strict=True):
+            column.width = width
     return table
 
 
-def _fit(table: Table, flex: list[bool]) -> None:
-    """A table wider than the terminal gives the flex columns what the others leave (expand +
-    ratio: rich shrinks every column alike otherwise, ids and states included)."""
-    console = out_console()
-    if not any(flex):
-        return
-    natural = Measurement.get(console, console.options, table).maximum
-    if natural < console.width:
-        return
-    table.expand = True
-    for column, is_flex in zip(table.columns, flex, strict=True):
-        column.ratio = 1 if is_flex else None
+def _cell_width(cell: Cell) -> int:
+    return cell.cell_len if isinstance(cell, Text) else cell_len(cell)
+
+
+MIN_WIDTH = 6  # a cut column keeps this much (or all of it, when shorter): "train…"
+
+
+def fit_widths(
+    natural: Sequence[int], caps: Sequence[int | None], flex: Sequence[bool], room: int
+) -> list[int]:
+    """Column widths for ``room`` characters: each column its natural width (at most its cap);
+    when that is too wide, the flex columns (free text) give way first, down to ``MIN_WIDTH``,
+    then the widest of the others, one character at a time, down to ``MIN_WIDTH``. Short
+    columns (ids, states, numbers) are never cut before the long ones."""
+    widths = [min(n, c) if c else n for n, c in zip(natural, caps, strict=True)]
+    floor = [min(w, MIN_WIDTH) for w in widths]
+    excess = sum(widths) - room
+    for i in sorted(range(len(widths)), key=lambda i: -widths[i]):
+        if excess <= 0:
+            break
+        if flex[i]:
+            cut = min(excess, widths[i] - floor[i])
+            widths[i] -= cut
+            excess -= cut
+    while excess > 0:
+        i = max(range(len(widths)), key=lambda i: widths[i] - floor[i])
+        if widths[i] <= floor[i]:
+            break  # nothing left to cut: the terminal is narrower than the minimum
+        widths[i] -= 1
+        excess -= 1
+    return widths
 
 
 def print_wide(renderable: RenderableType, wide: bool) -> None:

@@ -29,37 +29,51 @@ DEFAULT_PORT = 7878  # = server.DEFAULT_PORT (the server module imports fastapi:
 
 def up(
     config: Annotated[
-        Path | None, typer.Option("--config", help="cluster spec YAML (with a control: section)")
+        Path | None,
+        typer.Option(
+            "--config", metavar="FILE", help="cluster spec YAML (with a control: section)"
+        ),
     ] = None,
     data: Annotated[
         Path | None,
         typer.Option(
             "--data",
+            metavar="DIR",
             help="data directory (store, logs, token) [default: $GPUFENCE_DATA or ~/.gpufence]",
             show_default=False,
         ),
     ] = None,
     fake_gpus: Annotated[
         int | None,
-        typer.Option("--fake-gpus", help="run on N made-up GPUs (no NVIDIA GPU needed)"),
+        typer.Option(
+            "--fake-gpus", metavar="N", help="run on N made-up GPUs (no NVIDIA GPU needed)"
+        ),
     ] = None,
     fake_gpu_type: Annotated[
-        str, typer.Option("--fake-gpu-type", help="GPU type of the fake GPUs")
+        str, typer.Option("--fake-gpu-type", metavar="TYPE", help="GPU type of the fake GPUs")
     ] = "H100-80GB",
     executor: Annotated[
         str,
         typer.Option(
-            "--executor", help="where jobs run: local (this machine) or ray (a Ray cluster)"
+            "--executor",
+            metavar="NAME",
+            help="where jobs run: local (this machine) or ray (a Ray cluster)",
         ),
     ] = "local",
     ray_address: Annotated[
         str | None,
         typer.Option(
-            "--ray-address", help="Ray cluster to run on (--executor ray) [default: auto]"
+            "--ray-address",
+            metavar="ADDRESS",
+            help="Ray cluster to run on (--executor ray) [default: auto]",
         ),
     ] = None,
-    host: Annotated[str, typer.Option("--host", help="address to listen on")] = "127.0.0.1",
-    port: Annotated[int, typer.Option("--port", help="port (0 = any free one)")] = DEFAULT_PORT,
+    host: Annotated[
+        str, typer.Option("--host", metavar="ADDRESS", help="address to listen on")
+    ] = "127.0.0.1",
+    port: Annotated[
+        int, typer.Option("--port", metavar="PORT", help="port (0 = any free one)")
+    ] = DEFAULT_PORT,
     log_level: Annotated[
         str,
         typer.Option(
