@@ -59,7 +59,7 @@ COLS = (
     Col("name", max_width=20),
     Col("url", max_width=32),
     Col("data", flex=True),
-    Col("token"),
+    Col("token", flex=True),
 )
 
 
