@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from gpufence.cli.render import gpu_notes, unenforced
+from gpufence.cli.clustertables import gpu_notes, unenforced
 from gpufence.control.config import ADMIN, cluster_from_spec_dict, control_config
 from gpufence.control.gpus.discovery import discover
 from gpufence.control.jobspec import SubmitRequest

@@ -200,7 +200,8 @@ def test_an_oom_kill_ends_the_job_failed_with_reason_oom(
     assert "killed by the out-of-memory killer (over its memory limit of 64 MiB)" in job["message"]
     res = CliRunner().invoke(app, ["status", out["id"], "--url", url, "--token", ADMIN])
     assert res.exit_code == 0, res.output
-    assert "oom: attempt 1: killed by the out-of-memory killer" in " ".join(res.output.split())
+    flat = " ".join(res.output.split())
+    assert "failure oom: killed by the out-of-memory killer (over its memory limit of 64M)" in flat
     assert "64M memory" in res.output
 
 

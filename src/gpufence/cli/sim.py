@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.progress import TaskID
 from rich.table import Table
 
-from gpufence.cli.lint import lint_file
+from gpufence.cli.speclint import lint_file
 from gpufence.model.cluster import Cluster
 from gpufence.progress import progress_bar
 from gpufence.sched.registry import SCORERS
