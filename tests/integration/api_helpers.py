@@ -10,7 +10,6 @@ import json
 import os
 import sys
 import threading
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -21,6 +20,7 @@ from typing import Any
 from gpufence.control.config import SERVER_FILE
 from gpufence.control.http.server import build_plane, serve
 from gpufence.control.plane import ControlPlane
+from gpufence.testing.waiting import until_value
 
 ADMIN = "admin-token-0123456789"
 TOKEN_A = "tenant-a-token-0123"
@@ -121,26 +121,17 @@ def call(
 
 
 def wait_state(srv: Server, job_id: str, states: tuple[str, ...], timeout: float = 20.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
+    def read() -> Any:
         status, job, _ = call(srv, "GET", f"/v1/jobs/{job_id}")
         assert status == 200, job
-        if job["state"] in states:
-            return job
-        assert time.monotonic() < deadline, f"{job_id} stuck in {job['state']}: {job}"
-        time.sleep(0.05)
+        return job
+
+    return until_value(read, lambda job: job["state"] in states, timeout, f"{job_id} in {states}")
 
 
 def submit(srv: Server, body: dict[str, Any], token: str = ADMIN) -> tuple[int, Any]:
     status, out, _ = call(srv, "POST", "/v1/jobs", token, body)
     return status, out
-
-
-def wait_for(pred: Any, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not pred():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.05)
 
 
 def gone(pid: int) -> bool:

@@ -23,13 +23,13 @@ from api_helpers import (
     call,
     gone,
     submit,
-    wait_for,
     wait_state,
 )
 from prometheus_client import CONTENT_TYPE_LATEST
 from typer.testing import CliRunner
 
 from gpufence.cli.main import app
+from gpufence.testing.waiting import until
 
 # ------------------------------------------------------------------------------------- jobs
 
@@ -167,14 +167,13 @@ def test_cancel_pending_and_running_jobs(server: Server, tmp_path: Path) -> None
     assert status == 200 and out == {"id": waiting["id"], "state": "cancelled"}
     assert wait_state(server, waiting["id"], ("cancelled",))["attempts"] == []
 
-    wait_for(pidfile.exists)
-    wait_for(lambda: pidfile.read_text().strip() != "")
+    until(lambda: pidfile.exists() and pidfile.read_text().strip() != "", 10, "the job's pid")
     pid = int(pidfile.read_text())
     status, out, _ = call(server, "POST", f"/v1/jobs/{big['id']}/cancel")
     assert status == 200 and out["state"] in ("stopping", "cancelled")
     job = wait_state(server, big["id"], ("cancelled", "failed", "done"), timeout=15)
     assert job["state"] == "cancelled", job
-    wait_for(lambda: gone(pid), timeout=5)
+    until(lambda: gone(pid), 5, f"process {pid} to end")
     # cancelling an ended job is a conflict
     status, out, _ = call(server, "POST", f"/v1/jobs/{big['id']}/cancel")
     assert status == 409 and "ended" in out["detail"]

@@ -19,13 +19,12 @@ from executor_helpers import (
     make_launch,
     recorded,
     start_and_abandon,
-    wait_for,
 )
 
 from gpufence.control.executors import AttemptExit, LaunchError, Member
 from gpufence.control.executors.local.local_executor import LocalExecutor
 from gpufence.control.executors.processes import spawn_member
-from gpufence.testing.waiting import until
+from gpufence.testing.waiting import file_appears, until
 
 ENDS_WITH_5 = """
     import os, sys, time
@@ -150,7 +149,7 @@ def test_a_half_spawned_gang_is_stopped_and_reported_lost(tmp_path: Path, rec: R
     rank0 = spawn_member(
         sys.executable, launch.attempt_dir, 0, launch.command, dict(os.environ), None, set()
     )
-    wait_for(launch.attempt_dir / "rank-0.started")
+    file_appears(launch.attempt_dir / "rank-0.started")
     command = int(recorded(launch, 0, "started")["pid"])
     second = LocalExecutor()
     second.set_callbacks(rec.on_exit, rec.on_ack)

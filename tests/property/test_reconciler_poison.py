@@ -1,8 +1,9 @@
 """Issue 11, case 2 (property): random batches with poisoned items never lose a non-poisoned
 observation.
 
-A real reconciler on a real SQLite store drives the real scheduler; the executor is an in-memory
-stand-in that records launches and lets the test decide when attempts end. Each example starts
+A real reconciler on a real SQLite store drives the real scheduler (``ReconcilerRig``); the
+executor is the in-memory ``FakeExecutor``, on which the test decides when attempts end (a
+stopped attempt ends at once). Each example starts
 a few jobs, then hands the reconciler one shuffled batch mixing good observations (the exits of
 running jobs, node events) with poison: submits the scheduler cannot reason about (infinite or
 huge numbers that bypassed the API's validation), exits and acks for jobs or attempts that do
@@ -23,92 +24,45 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as hs
 
-from gpufence.control.config import ControlConfig
-from gpufence.control.executors.interface import (
-    AckCallback,
-    AttemptExit,
-    ExitCallback,
-    Launch,
-    NodeCallback,
-)
-from gpufence.control.gpus.devices import DeviceMap
-from gpufence.control.gpus.discovery import fake_gpus
+from gpufence.control.executors.interface import AttemptExit
 from gpufence.control.inbox import Ack, Call, Item, NodeEvent, Submit, SubmitResult
 from gpufence.control.jobspec import SubmitRequest
-from gpufence.control.metrics import Telemetry
 from gpufence.control.reconciler import Reconciler
 from gpufence.control.store import database as st
 from gpufence.model.decisions import Assignment
 from gpufence.model.events import JobRestored
 from gpufence.sched.jobs import TERMINAL
-from gpufence.sched.scheduler import Scheduler, SchedulerConfig
-from gpufence.testing.builders import ClusterBuilder, job
+from gpufence.testing.builders import job
+from gpufence.testing.fake_executor import FakeExecutor, StopCall
+from gpufence.testing.reconciler_rig import ReconcilerRig
+
+SPEC: dict[str, Any] = {
+    "name": "poison",
+    "node_groups": [{"name": "local", "count": 1, "gpus_per_node": 8, "gpu_type": "H100-80GB"}],
+    "partitions": {"p": {"nodes": ["local"], "admits": ["training"], "sharing": "exclusive"}},
+}
 
 
-class MemoryExecutor:
-    """Records launches; an attempt ends when the test says so (or at once when stopped)."""
-
-    def __init__(self) -> None:
-        self.running_now: dict[tuple[str, int], Launch] = {}
-        self.on_exit: ExitCallback | None = None
-        self.stopped: list[AttemptExit] = []
-
-    def set_callbacks(self, on_exit: ExitCallback, on_ack: AckCallback) -> None:
-        self.on_exit = on_exit
-
-    def set_node_callback(self, on_node: NodeCallback) -> None:
-        pass
-
-    def start(self, launch: Launch) -> None:
-        self.running_now[(launch.job_id, launch.attempt)] = launch
-
-    def notice(
-        self, job_id: str, attempt: int, reason: str, deadline: float, sig: bool = True
-    ) -> None:
-        pass
-
-    def stop(self, job_id: str, attempt: int, grace_s: float) -> None:
-        if self.running_now.pop((job_id, attempt), None) is not None:
-            self.stopped.append(AttemptExit(job_id, attempt, False, (-15,), True))
-
-    def adopt(self, launch: Launch) -> bool:
-        return False
-
-    def running(self) -> list[tuple[str, int]]:
-        return list(self.running_now)
-
-    def activity(self) -> dict[tuple[str, int], float]:
-        return {}
-
-    def close(self, kill: bool = False) -> None:
-        pass
+def make(tmp: Path) -> ReconcilerRig:
+    """One node of 8 fake GPUs, one partition; a stopped attempt ends at once (SIGTERM)."""
+    ex = FakeExecutor()
+    ex.on_stop = lambda call: _end_stopped(ex, call)
+    return ReconcilerRig.make(tmp, SPEC, executor=ex)
 
 
-def make(tmp: Path) -> tuple[Reconciler, MemoryExecutor]:
-    cluster = ClusterBuilder().nodes("local", 1, gpus=8).partition("p", ["local"]).build()
-    ex = MemoryExecutor()
-    rec = Reconciler(
-        Scheduler(cluster, SchedulerConfig(validate=True)),
-        ControlConfig(admin_token="x" * 16),
-        st.Store(tmp),
-        ex,
-        DeviceMap(cluster, fake_gpus(8)),
-        tmp,
-        Telemetry(),
-    )
-    return rec, ex
+def _end_stopped(ex: FakeExecutor, call: StopCall) -> None:
+    if ex.is_running(call.job_id, call.attempt):
+        ex.exit(call.job_id, call.attempt, (-15,))
 
 
-def drain(rec: Reconciler, ex: MemoryExecutor) -> None:
-    """Feed what the reconciler queued for itself (failed launches) and stopped attempts back."""
+def drain(rig: ReconcilerRig) -> None:
+    """Run the cycles that what the reconciler queued for itself (failed launches, the exits of
+    stopped attempts) needs."""
     for _ in range(5):
-        items: list[Item] = [*ex.stopped]
-        ex.stopped.clear()
-        while not rec._inbox.empty():
-            items.append(rec._inbox.get_nowait())
+        items = rig.items()
         if not items:
             return
-        rec.cycle(items)
+        rig.rec.cycle(items)
 
 
 def request(**fields: Any) -> SubmitRequest:
@@ -143,20 +97,18 @@ def test_poisoned_items_never_cost_a_good_observation(
 ) -> None:
     rnd = random.Random(seed)
     with tempfile.TemporaryDirectory(prefix="gpf-poison-") as tmp:
-        rec, ex = make(Path(tmp))
+        rig = make(Path(tmp))
+        rec, ex = rig.rec, rig.ex
         try:
             futs: list[Future[SubmitResult]] = [Future() for _ in range(n_jobs)]
             rec.cycle([Submit(request(gpus=rnd.choice((1, 2))), "t", f) for f in futs])
-            drain(rec, ex)
+            drain(rig)
             ids = [f.result(0).job_id for f in futs]
             running = [k for k in ex.running() if k[0] in ids]
             ending = running[: min(n_exit, len(running))]
-            good: list[Item] = [
-                AttemptExit(j, a, ok, (0 if ok else 3,), False)
-                for (j, a), ok in ((k, rnd.random() < 0.5) for k in ending)
-            ]
-            for k in ending:
-                ex.running_now.pop(k)
+            for (j, a), ok in ((k, rnd.random() < 0.5) for k in ending):
+                ex.exit(j, a, (0 if ok else 3,))  # the processes end; the reports wait
+            good = rig.items()
             bad: list[Item] = []
             for p in poison:
                 if p < 5:
@@ -182,7 +134,7 @@ def test_poisoned_items_never_cost_a_good_observation(
             batch = good + bad
             rnd.shuffle(batch)
             rec.cycle(batch)
-            drain(rec, ex)
+            drain(rig)
 
             with rec.store.reader() as r:
                 for it in good:
@@ -206,7 +158,7 @@ def test_poisoned_items_never_cost_a_good_observation(
             # a poisoned batch did not wedge anything: a new job still gets GPUs when free
             fut: Future[SubmitResult] = Future()
             rec.cycle([Submit(request(gpus=1), "t", fut)])
-            drain(rec, ex)
+            drain(rig)
             busy = sum(len(a.assignments[0].gpus) for a in rec.scheduler.ledger.allocs.values())
             assert fut.result(0).state in (st.PENDING, st.RUNNING)
             assert busy <= 8

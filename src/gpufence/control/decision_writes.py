@@ -14,6 +14,7 @@ from gpufence.control.executors.interface import Launch, Member
 from gpufence.control.gpus.devices import DeviceError, assignment_json
 from gpufence.control.inbox import Live, Pending
 from gpufence.control.jobspec import StoredSpecError, from_stored
+from gpufence.control.launches import job_dir, launch_for
 from gpufence.control.store import database as st
 from gpufence.model.decisions import (
     Bind,
@@ -72,8 +73,9 @@ def write_decision(rec: Reconciler, tx: st.Tx, d: Decision, now: float, act: Pen
         rec.telemetry.rejected(str(d.reason))
     elif isinstance(d, MigReconfigure):
         tx.log(now, None, "mig-reconfigure", str(d.reason), f"GPU {d.gpu}: {d.layout}")
-        # fake GPUs re-partition instantly; the delay models nvidia-smi's
-        rec.mig_ready[d.gpu] = now + d.ready_after_s
+        # only schedules the work (NVML on a worker thread, a timer on fake GPUs), and the same
+        # decision twice schedules it once: safe when a refused transaction is written again
+        rec.mig.reconfigure(d, now)
 
 
 def write_bind(rec: Reconciler, tx: st.Tx, d: Bind, now: float, act: Pending) -> None:
@@ -84,7 +86,8 @@ def write_bind(rec: Reconciler, tx: st.Tx, d: Bind, now: float, act: Pending) ->
     try:
         spec = from_stored(row.spec)
         for rank, a in enumerate(d.assignments):
-            members.append(Member(rank, nodes[a.node].name, rec.devices.devices(a)))
+            devs = rec.devices.devices(a)
+            members.append(Member(rank, nodes[a.node].name, devs, rec.devices.share(a)))
     except (DeviceError, StoredSpecError) as exc:
         # cannot be run as placed (real MIG layout drifted, a spec an older version stored):
         # fail it loudly; the empty launch reports an exit next cycle, which frees the GPUs
@@ -105,17 +108,7 @@ def write_bind(rec: Reconciler, tx: st.Tx, d: Bind, now: float, act: Pending) ->
         act.launches.append((d.job_id, empty))
         return
     attempt = row.attempt
-    launch = Launch(
-        job_id=d.job_id,
-        attempt=attempt,
-        command=tuple(spec.command),
-        # NVML (discovery) numbers GPUs in PCI bus order; make CUDA agree
-        env={"CUDA_DEVICE_ORDER": "PCI_BUS_ID", **spec.env},
-        members=tuple(members),
-        attempt_dir=rec.data_dir / "jobs" / d.job_id / f"attempt-{attempt}",
-        checkpoint_dir=rec.data_dir / "jobs" / d.job_id / "checkpoints",
-        cwd=Path(spec.cwd) if spec.cwd else None,
-    )
+    launch = launch_for(rec.config, rec.data_dir, d.job_id, attempt, row.tenant, spec, members)
     tx.add_attempt(
         job_id=d.job_id,
         attempt=attempt,
@@ -179,5 +172,5 @@ def _where(d: Bind, members: list[Member]) -> str:
 
 
 def failed_launch(job_id: str, attempt: int, data_dir: Path) -> Launch:
-    jdir = data_dir / "jobs" / job_id
+    jdir = job_dir(data_dir, job_id)
     return Launch(job_id, attempt, (), {}, (), jdir / f"attempt-{attempt}", jdir / "checkpoints")

@@ -131,7 +131,7 @@ def write_exit(rec: Reconciler, tx: st.Tx, ev: AttemptExit, now: float, staged: 
     code = exit_code(ev.codes)
     tx.set_attempt(jid, ev.attempt, state="exited", ended_at=now, exit_codes=list(ev.codes))
     msg = f"attempt {ev.attempt} exited with {list(ev.codes)}"
-    tx.log(now, jid, "exited", "", msg)
+    tx.log(now, jid, "exited", "oom" if ev.oom else "", msg)
     staged.exits += 1
 
     def forget(v: Live = live) -> None:
@@ -156,8 +156,9 @@ def write_exit(rec: Reconciler, tx: st.Tx, ev: AttemptExit, now: float, staged: 
         if ev.succeeded:
             tx.set_job(jid, state=st.DONE, ended_at=now, exit_code=code, reason="", message="")
         elif ev.codes:
+            reason, msg = failure(ev, live, msg)
             tx.set_job(
-                jid, state=st.FAILED, ended_at=now, exit_code=code, reason="exit-code", message=msg
+                jid, state=st.FAILED, ended_at=now, exit_code=code, reason=reason, message=msg
             )
         else:  # never started (launch or device error): keep the message that says why
             tx.set_job(jid, state=st.FAILED, ended_at=now)
@@ -183,12 +184,24 @@ def settle_orphan(
         tx.set_job(jid, state=st.FAILED, ended_at=now, reason="lost", message=why)
     elif live.stopping:
         tx.set_job(jid, state=st.FAILED, ended_at=now, exit_code=code)
+    elif ev.succeeded:
+        tx.set_job(jid, state=st.DONE, ended_at=now, exit_code=code)
     else:
-        state = st.DONE if ev.succeeded else st.FAILED
-        tx.set_job(jid, state=state, ended_at=now, exit_code=code)
+        reason, msg = failure(ev, live, f"attempt {ev.attempt} exited with {list(ev.codes)}")
+        tx.set_job(jid, state=st.FAILED, ended_at=now, exit_code=code, reason=reason, message=msg)
 
 
 def exit_code(codes: tuple[int | None, ...]) -> int | None:
     known = [c for c in codes if c is not None]
     bad = [c for c in known if c != 0]
     return bad[0] if bad else (0 if known and len(known) == len(codes) else None)
+
+
+def failure(ev: AttemptExit, live: Live, msg: str) -> tuple[str, str]:
+    """(reason, message) of an attempt that failed on its own: ``oom`` when the executor saw
+    the memory limit's OOM killer end a member, else ``exit-code``."""
+    if not ev.oom:
+        return "exit-code", msg
+    limit = live.launch.limits.mem_bytes
+    over = f" (over its memory limit of {limit / (1 << 20):g} MiB)" if limit else ""
+    return "oom", f"attempt {ev.attempt}: killed by the out-of-memory killer{over}; {msg}"

@@ -43,7 +43,9 @@ from gpufence.control.config import ControlConfig
 from gpufence.control.decision_writes import settle_stopped, write_decision, write_poisoned
 from gpufence.control.executors.interface import AttemptExit, Executor, LaunchError
 from gpufence.control.gpus.activity import job_activity
+from gpufence.control.gpus.board import GpuBoard
 from gpufence.control.gpus.devices import DeviceMap
+from gpufence.control.gpus.mig_manager import MigManager, store_line
 from gpufence.control.inbox import (
     Ack,
     Call,
@@ -65,14 +67,7 @@ from gpufence.control.metrics import Telemetry
 from gpufence.control.store import database as st
 from gpufence.control.store.errors import StoreUnavailable, unavailable
 from gpufence.model.decisions import Decision, Reason
-from gpufence.model.events import (
-    Activity,
-    Event,
-    JobCancelled,
-    JobRestored,
-    JobSubmitted,
-    MigReconfigured,
-)
+from gpufence.model.events import Activity, Event, JobCancelled, JobRestored, JobSubmitted
 from gpufence.sched.jobs import JobState
 from gpufence.sched.scheduler import Scheduler
 
@@ -100,6 +95,7 @@ class Reconciler:
         data_dir: Path,
         telemetry: Telemetry,
         clock: Clock | None = None,
+        mig: MigManager | None = None,
     ) -> None:
         self.scheduler = scheduler
         self.config = config
@@ -111,7 +107,11 @@ class Reconciler:
         self.clock = clock or Clock()
         self.live: dict[str, Live] = {}
         self._inbox: queue.SimpleQueue[Item] = queue.SimpleQueue()
-        self.mig_ready: dict[int, float] = {}
+        # carries out MigReconfigure (NVML on real GPUs, a timer on fake ones): mig_manager.py
+        self.mig = mig if mig is not None else MigManager(scheduler.cluster, devices)
+        self.mig.set_wake(lambda: self._inbox.put(Call(lambda _r: None, Future())))
+        # what the GPU side knows beyond the ledger (MIG, MPS, foreign processes): for views
+        self.gpu_board: GpuBoard | None = None
         self._next_activity = 0.0
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
@@ -218,7 +218,8 @@ class Reconciler:
 
     def _timeout(self) -> float:
         now = self.clock()
-        times = list(self.mig_ready.values())
+        due = self.mig.next_due()
+        times = [] if due is None else [due]
         wake = self.scheduler.next_wakeup()
         if wake is not None:
             times.append(wake)
@@ -407,6 +408,10 @@ class Reconciler:
                 core = self.scheduler.jobs().get(jid)
                 if core is not None and core.home:
                     tx.set_job(jid, partition=core.home, queue=core.queue)
+            for ev in u.events:  # a GPU refused or a failed re-partition, in the decision log
+                line = store_line(ev)
+                if line is not None:
+                    tx.log(now, None, line[0], "", line[1])
             for d in u.decisions:
                 write_decision(self, tx, d, now, act)
             settle_stopped(self, tx, u.events, now)
@@ -421,10 +426,7 @@ class Reconciler:
 
     def _timed(self, now: float) -> list[Event]:
         out: list[Event] = []
-        for gpu, t in list(self.mig_ready.items()):
-            if t <= now:
-                del self.mig_ready[gpu]
-                out.append(MigReconfigured(gpu))
+        out += self.mig.ready(now)
         if self._watch_activity() and now >= self._next_activity:
             self._next_activity = now + self.config.activity_interval_s
             sample = self.executor.activity()

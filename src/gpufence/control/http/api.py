@@ -48,6 +48,7 @@ from gpufence.control.inbox import CancelError, IdempotencyConflict
 from gpufence.control.jobspec import MAX_NAME, SubmitRequest
 from gpufence.control.plane import AccessError, ControlPlane, InvalidField
 from gpufence.control.store import database as st
+from gpufence.control.tenantview import others_summary
 from gpufence.model.job import GpuRequest
 
 UNPROCESSABLE = 422  # starlette renamed the constant (..._CONTENT); the number is stable
@@ -317,7 +318,7 @@ def make_app(plane: ControlPlane) -> FastAPI:
             parse_spec=False,
         )
         pending_ids = [r.id for r in rows if r.state == st.PENDING]
-        why = plane.pending_reasons(pending_ids) if pending_ids else {}
+        why = plane.pending_reasons(pending_ids, tenant) if pending_ids else {}
         parts = [job_page_json(r, why.get(r.id)) for r in rows]
         tail = f'],"next_after":{rows[-1].seq if rows else after}}}'.encode()
         return Response(b'{"jobs":[' + b",".join(parts) + tail, media_type="application/json")
@@ -329,7 +330,7 @@ def make_app(plane: ControlPlane) -> FastAPI:
         out = job_json(row)
         out["attempts"] = [attempt_json(a) for a in plane.attempts(job_id)]
         if row.state == st.PENDING:
-            out["pending"] = plane.pending_reasons([job_id]).get(job_id)
+            out["pending"] = plane.pending_reasons([job_id], tenant).get(job_id)
         return out
 
     @app.post(
@@ -369,17 +370,17 @@ def make_app(plane: ControlPlane) -> FastAPI:
         X-Log-Offset (next offset), X-Log-Size, X-Log-Attempt, X-Job-Attempt, X-Job-State."""
         row = row_of(job_id, tenant)
         n = attempt if attempt is not None else row.attempt
-        path = plane.log_path(job_id, n, rank, stream)
         data = b""
         size = 0
-        try:
-            with path.open("rb") as fh:
+        # None: not started yet, no such rank / attempt, or not a plain file (the job's own
+        # directory may hold links it planted; they are never followed)
+        fh = plane.open_log(job_id, n, rank, stream)
+        if fh is not None:
+            with fh:
                 size = fh.seek(0, 2)
                 if offset < size:
                     fh.seek(offset)
                     data = fh.read(MAX_LOG_CHUNK)
-        except FileNotFoundError:  # not started yet, or no such rank / attempt
-            pass
         headers = {
             LOG_OFFSET: str(offset + len(data)),
             LOG_SIZE: str(size),
@@ -400,7 +401,7 @@ def make_app(plane: ControlPlane) -> FastAPI:
             "attempt": row.attempt,
             "fair_share": [],
         }
-        live = plane.explain(job_id)
+        live = plane.explain(job_id, tenant)
         if live is not None:
             out.update(live)
             out["scheduler_state"] = live["state"]
@@ -411,9 +412,16 @@ def make_app(plane: ControlPlane) -> FastAPI:
 
     # ------------------------------------------------------------------ cluster
     @app.get("/v1/nodes", tags=["cluster"], responses=error_responses(*ERRORS_ALL))
-    def nodes(_tenant: Tenant) -> dict[str, Any]:
-        """Every node and GPU: partition, state (free/used/down), jobs, MIG slots."""
-        return {"nodes": plane.nodes()}
+    def nodes(tenant: Tenant) -> dict[str, Any]:
+        """Every node and GPU: partition, state (free/used/down), jobs, MIG slots. A tenant sees
+        only its own job ids; other tenants' jobs are counts (``other_tenants_jobs`` per GPU,
+        ``other_tenants_gpus`` per node, ``other_tenants`` in all)."""
+        ns = plane.nodes(tenant)
+        out: dict[str, Any] = {"nodes": ns}
+        others = others_summary(ns)
+        if others is not None:
+            out["other_tenants"] = others
+        return out
 
     @app.get("/v1/partitions", tags=["cluster"], responses=error_responses(*ERRORS_ALL))
     def partitions(_tenant: Tenant) -> dict[str, Any]:
@@ -433,7 +441,17 @@ def make_app(plane: ControlPlane) -> FastAPI:
         rows = plane.events(tenant, job_id=job, after_seq=after, limit=limit)
         return {"events": rows, "next_after": rows[-1]["seq"] if rows else after}
 
-    app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
+    @app.get("/v1/advice", tags=["cluster"], responses=error_responses(*ERRORS_ALL))
+    def advice(tenant: Tenant) -> dict[str, Any]:
+        """Capacity advice from this control plane's own history (``gpufence advise``): for the
+        admin, the spec rules with the history's numbers and every live rule; for a tenant,
+        only advice about its own jobs (never another tenant's or the cluster's sizing)."""
+        items = plane.advice(tenant)  # see gpufence.advice: rule, severity, evidence, fix
+        return {
+            "advice": [a.to_json() for a in items],
+            "scope": plane.advice_scope(tenant),
+            "spec": plane.advice_source,  # the cluster file the paths and lines refer to
+        }
 
     # ------------------------------------------------------------------ open
     @app.get("/metrics", tags=["ops"], response_class=Response)
@@ -451,4 +469,5 @@ def make_app(plane: ControlPlane) -> FastAPI:
             "store": "ok" if broken is None else str(broken),
         }
 
+    app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     return app

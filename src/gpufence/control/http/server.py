@@ -24,6 +24,7 @@ from types import FrameType
 
 import uvicorn
 
+from gpufence.advice.inputs import LintInputs
 from gpufence.control.config import (
     SERVER_FILE,
     TOKEN_FILE,
@@ -32,9 +33,13 @@ from gpufence.control.config import (
     load_config,
 )
 from gpufence.control.gpus.discovery import DiscoveryError, discover, fake_gpus, node_spec
+from gpufence.control.gpus.nodespec import host_resources
 from gpufence.control.http.api import make_app
 from gpufence.control.plane import ControlPlane
+from gpufence.control.privatefs import write_private
 from gpufence.control.store.errors import StoreError, StoreUnavailable
+from gpufence.spec import load_cluster_with_sections
+from gpufence.spec.positions import queue_positions
 
 log = logging.getLogger("gpufence.server")
 
@@ -86,7 +91,9 @@ def build_plane(
             raise StartupError(str(exc)) from None
         raise StartupError(f"no NVIDIA GPU/driver found: use --fake-gpus N\n  ({exc})") from None
     if config is not None:
-        cluster, cc = load_config(config, data_dir)
+        # the local executor runs everything here: a node group that leaves out cpu_cores or
+        # memory_gib gets this machine's, so --cpus / --mem are placed against real capacity
+        cluster, cc = load_config(config, data_dir, host_resources())
     else:
         try:
             spec = node_spec(discovery)
@@ -95,13 +102,18 @@ def build_plane(
         cluster = cluster_from_spec_dict(spec)
         cc = control_config(None, data_dir)
     try:
-        return ControlPlane(cluster, cc, discovery, data_dir, check_integrity=check_integrity)
+        plane = ControlPlane(cluster, cc, discovery, data_dir, check_integrity=check_integrity)
     except StoreError as exc:
         raise StartupError(_store_problem(exc, data_dir)) from None
     except StoreUnavailable as exc:
         raise StartupError(f"cannot open the store in {data_dir}: {exc.reason}") from None
     except RuntimeError as exc:  # DeviceError: the spec does not describe this machine
         raise StartupError(str(exc)) from None
+    if config is not None:  # advice names the file's lines and queue positions
+        lines = load_cluster_with_sections(config, ("control",))[2]
+        plane.advice_inputs = LintInputs(queue_index=queue_positions(config), lines=lines)
+        plane.advice_source = str(config)
+    return plane
 
 
 def _store_problem(exc: StoreError, data_dir: Path) -> str:
@@ -150,9 +162,7 @@ def read_server_file(data_dir: Path) -> dict[str, object] | None:
 
 def _write_server_file(data_dir: Path, url: str) -> Path:
     path = data_dir / SERVER_FILE
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"url": url, "pid": os.getpid()}) + "\n", encoding="utf-8")
-    tmp.replace(path)
+    write_private(path, json.dumps({"url": url, "pid": os.getpid()}) + "\n")
     return path
 
 

@@ -73,6 +73,8 @@ def _reject_field(req: SubmitRequest, reason: str, message: str) -> str:
         return "body.partition"
     if "gpus per replica" in message:
         return "body.gpus"
+    if "CPU/memory" in message:
+        return "body.cpus" if req.cpus is not None else "body.mem_bytes"
     if reason == "never-fits":
         if req.mig is not None:
             return "body.mig"

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from gpufence.control import failpoints
+from gpufence.control.privatefs import PRIVATE_DIR
 from gpufence.control.store import migrations
 from gpufence.control.store.errors import StoreError, StoreUnavailable, unavailable
 from gpufence.control.store.ownership import FileLock, Owner
@@ -148,9 +149,11 @@ class Store:
         id_floor: int = 0,
         integrity_budget_s: float = INTEGRITY_BUDGET_S,
     ) -> None:
-        data_dir.mkdir(parents=True, exist_ok=True)
+        data_dir.mkdir(mode=PRIVATE_DIR, parents=True, exist_ok=True)
         self.path = data_dir / DB_NAME
         existed = self.path.exists() and self.path.stat().st_size > 0
+        # FileLock creates the file 0600 before SQLite opens it: SQLite gives its -wal and -shm
+        # files the mode of the database file, so none of the store is ever readable by others
         self._file_lock = FileLock(self.path)
         self.owner = Owner.me()
         try:
@@ -511,6 +514,24 @@ class Reader:
             args.append(job_id)
         sql += " ORDER BY seq LIMIT ?"
         return [dict(r) for r in self._c.execute(sql, (*args, limit))]
+
+    # -- history for advice (gpufence advise): everything that overlaps [since, now]
+    def jobs_since(self, since: float) -> list[JobRow]:
+        """Jobs still open, or ended at or after ``since``, in submission order."""
+        # by position, as JOB_COLUMNS lists them (``SELECT *`` has the table's order)
+        sql = f"SELECT {JOB_COLUMNS} FROM jobs WHERE ended_at IS NULL OR ended_at >= ? ORDER BY seq"
+        return [job_row(r) for r in self._c.execute(sql, (since,))]
+
+    def attempts_since(self, since: float) -> list[AttemptRow]:
+        sql = "SELECT * FROM attempts WHERE ended_at IS NULL OR ended_at >= ?"
+        rows = self._c.execute(sql + " ORDER BY job_id, attempt", (since,))
+        return [attempt_row(r) for r in rows]
+
+    def events_since(self, since: float, kinds: Sequence[str]) -> list[dict[str, Any]]:
+        """Decision-log entries of these kinds at or after ``since``, in log order."""
+        marks = ",".join("?" * len(kinds))
+        sql = f"SELECT * FROM events WHERE t >= ? AND kind IN ({marks}) ORDER BY seq"
+        return [dict(r) for r in self._c.execute(sql, (since, *kinds))]
 
     def usage(self) -> tuple[dict[str, float], float] | None:
         """The last saved fair-share usage per queue and when it was saved; None if never."""

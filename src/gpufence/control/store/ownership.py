@@ -24,6 +24,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from gpufence.control.privatefs import PRIVATE_FILE
 from gpufence.control.store.errors import StoreError
 
 
@@ -94,11 +95,12 @@ class Owner:
 
 
 class FileLock:
-    """An exclusive ``flock`` on the database file (created empty, mode 0600, if missing)."""
+    """An exclusive ``flock`` on the database file (created empty, mode 0600, if missing; never
+    through a symbolic link)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        fd = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        fd = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, PRIVATE_FILE)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

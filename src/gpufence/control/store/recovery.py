@@ -36,6 +36,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from gpufence.control.executors.interface import Launch, Member
+from gpufence.control.executors.jobdirs import JOBS_DIR
 from gpufence.control.executors.processes import (
     live_member_pids,
     prune_spool,
@@ -44,6 +45,7 @@ from gpufence.control.executors.processes import (
 from gpufence.control.gpus.devices import assignment_from_json
 from gpufence.control.inbox import Live
 from gpufence.control.jobspec import SubmitRequest, describe_errors
+from gpufence.control.launches import job_dir, launch_for
 from gpufence.control.reconciler import Reconciler
 from gpufence.control.store import database as st
 from gpufence.control.store.errors import StoreError
@@ -59,7 +61,7 @@ def job_dirs(data_dir: Path) -> list[tuple[int, Path]]:
     """(number, path) of every ``DATA/jobs/j<N>`` directory."""
     out = []
     try:
-        entries = list((data_dir / "jobs").iterdir())
+        entries = list((data_dir / JOBS_DIR).iterdir())
     except OSError:
         return []
     for p in entries:
@@ -100,7 +102,7 @@ def prepare_store(data_dir: Path) -> int:
             "the logs in %s are kept",
             db,
             floor,
-            data_dir / "jobs",
+            data_dir / JOBS_DIR,
         )
     return floor
 
@@ -152,7 +154,7 @@ def _past_untracked_attempts(
     attempt = row.attempt
     outcome = ""
     while True:
-        adir = data_dir / "jobs" / row.id / f"attempt-{attempt}"
+        adir = job_dir(data_dir, row.id) / f"attempt-{attempt}"
         if not any(adir.glob("rank-*.pid")):
             return attempt, outcome
         codes = settle_untracked_attempt(adir, spec.replicas)
@@ -189,24 +191,35 @@ def _record_untracked(
     tx.log(now, jid, "recovered", "recovery", msg)
 
 
-def _launch(row: st.JobRow, att: st.AttemptRow, data_dir: Path, nodes: list[str]) -> Launch:
-    spec = row.spec
-    command = spec.get("command")
-    jdir = data_dir / "jobs" / row.id
+def _launch(
+    rec: Reconciler,
+    row: st.JobRow,
+    att: st.AttemptRow,
+    nodes: list[str],
+    spec: SubmitRequest | None,
+) -> Launch:
+    """The attempt's launch as a bind made it (``launch_for``); for a stored spec no longer
+    valid (``spec`` None), enough of it to find and stop its processes."""
     members = tuple(
         Member(rank, nodes[int(a["node"])], tuple(devs))
         for rank, (a, devs) in enumerate(zip(att.assignments, att.devices, strict=True))
     )
-    cwd = spec.get("cwd")
+    if spec is not None:
+        return launch_for(rec.config, rec.data_dir, row.id, att.attempt, row.tenant, spec, members)
+    raw = row.spec
+    command = raw.get("command")
+    cwd = raw.get("cwd")
+    jdir = job_dir(rec.data_dir, row.id)
     return Launch(
         job_id=row.id,
         attempt=att.attempt,
         command=tuple(str(c) for c in command) if isinstance(command, list) else ("?",),
-        env={str(k): str(v) for k, v in (spec.get("env") or {}).items()},
+        env={str(k): str(v) for k, v in (raw.get("env") or {}).items()},
         members=members,
         attempt_dir=jdir / f"attempt-{att.attempt}",
         checkpoint_dir=jdir / "checkpoints",
         cwd=Path(cwd) if isinstance(cwd, str) and cwd else None,
+        run_as=rec.config.run_as_for(row.tenant),
     )
 
 
@@ -252,7 +265,7 @@ def recover(rec: Reconciler) -> dict[str, int]:
             events.append(JobSubmitted(spec.to_job(row.id, row.submitted_at)))
             counts["pending"] += 1
             continue
-        launch = _launch(row, att, rec.data_dir, node_names)
+        launch = _launch(rec, row, att, node_names, spec)
         if spec is None:
             if rec.executor.adopt(launch):
                 _kill_now(rec, launch)

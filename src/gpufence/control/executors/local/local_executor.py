@@ -44,6 +44,7 @@ from gpufence.control.executors.interface import (
     LaunchError,
     NodeCallback,
 )
+from gpufence.control.executors.jobdirs import prepare_launch_dirs
 from gpufence.control.executors.launcher import (
     atomic_write,
     err_file,
@@ -246,11 +247,7 @@ class LocalExecutor(AttemptWatcher):
     # ------------------------------------------------------------------ spawning
     def _spawn(self, launch: Launch) -> list[MemberProcess]:
         adir = launch.attempt_dir.absolute()
-        try:
-            adir.mkdir(parents=True, exist_ok=True)
-            launch.checkpoint_dir.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise LaunchError(f"cannot create the attempt/checkpoint directory: {exc}") from exc
+        prepare_launch_dirs(launch)  # 0700, owned by the job's run_as user
         ranks = range(len(launch.members))
         for rank in ranks:
             pid, pidfd = attach(adir, rank)
