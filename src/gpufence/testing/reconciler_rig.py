@@ -108,7 +108,6 @@ class ReconcilerRig:
             mig=mig,
         )
         rec.gpu_board = mig.board
-        rec._next_id = store.max_seq() + 1  # what Reconciler.start does before its loop
         return cls(rec, ex, store, cluster, discovery, config, data_dir, time)
 
     # ------------------------------------------------------------------ driving
