@@ -14,6 +14,7 @@ from itertools import islice
 
 from gpufence.model.cluster import Cluster
 from gpufence.model.decisions import (
+    Cancel,
     Decision,
     NoticeWithdrawn,
     PendingReason,
@@ -29,6 +30,8 @@ from gpufence.model.events import (
     Event,
     JobCancelled,
     JobFinished,
+    JobHeld,
+    JobReleased,
     JobRestored,
     JobStopped,
     JobSubmitted,
@@ -36,6 +39,7 @@ from gpufence.model.events import (
     MigReconfigured,
     NodeDown,
     NodeUp,
+    OutcomeKnown,
     Tick,
     UsageRestored,
 )
@@ -43,6 +47,7 @@ from gpufence.model.job import WorkloadClass
 from gpufence.model.partition import PreemptionMode, SharingMode
 from gpufence.sched.context import Context, Counters
 from gpufence.sched.fairshare import FairShare, TenantShare
+from gpufence.sched.gates import Gates
 from gpufence.sched.intake import Refused, resolve
 from gpufence.sched.jobs import TERMINAL, JobRecord, JobState
 from gpufence.sched.migdyn import apply_layout_read
@@ -86,6 +91,7 @@ class Scheduler:
             engine=PlacementEngine(cluster, scorers),
         )
         self._started = False
+        self.gates = Gates()  # gates: held / dependency / array-cap jobs wait here (gates.py)
         # partitions whose lent capacity a partition's jobs may borrow
         self._lenders: dict[str, list[str]] = {
             p: [lp for lp, part in cluster.partitions.items() for r in part.lending if p in r.to]
@@ -121,6 +127,10 @@ class Scheduler:
             self._apply(ev)
         self._expire_notices()
         warn_idle(ctx)
+        while nevers := self.gates.advance(ctx):  # gates: unblocked jobs join their queues;
+            for never in nevers:  # a cancelled one may doom its own dependents: judge again
+                self._end(ctx.records[never.job_id], JobState.CANCELLED)
+                ctx.decisions.append(Cancel(never.job_id, Reason.DEPENDENCY, never.message))
         self._cycle()
         if self.config.validate:
             problems = check(ctx.ledger)
@@ -144,6 +154,9 @@ class Scheduler:
         rec = ctx.records.get(job_id)
         if rec is None or rec.state is not JobState.PENDING:
             return None
+        gated = self.gates.why(job_id)  # gates: held / dependency / array-limit
+        if gated is not None:
+            return gated
         return ctx.why(job_id) or PendingReason(Reason.QUEUED, "not yet considered")
 
     def fair_share(self, partition: str) -> list[TenantShare]:
@@ -173,6 +186,17 @@ class Scheduler:
             return
         if isinstance(ev, JobRestored):
             restore(ctx, ev)
+            if ev.job.id in ctx.records:  # gates: a running array task fills a slot of its cap
+                self.gates.restored(ctx.records[ev.job.id])
+            return
+        if isinstance(ev, JobHeld):  # gates
+            self.gates.hold(ctx, ev.job_id)
+            return
+        if isinstance(ev, JobReleased):  # gates
+            self.gates.release(ev.job_id)
+            return
+        if isinstance(ev, OutcomeKnown):  # gates
+            self.gates.outcome(ev.job_id, ev.succeeded)
             return
         if isinstance(ev, UsageRestored):
             ctx.fairshare.restore(dict(ev.usage), ev.at, ctx.now)
@@ -233,7 +257,8 @@ class Scheduler:
             return
         rec = JobRecord(job, got.home, got.queue)
         ctx.records[job.id] = rec
-        ctx.queues.add(rec)
+        if self.gates.admit(ctx, rec):  # gates: held / dependent / capped jobs wait outside
+            ctx.queues.add(rec)
         ctx.engine.observe(job, got.home)
 
     def _release(self, rec: JobRecord) -> None:
@@ -247,8 +272,10 @@ class Scheduler:
 
     def _end(self, rec: JobRecord, state: JobState) -> None:
         ctx = self.ctx
+        gated = self.gates.ended(rec)  # gates: dependents and the array cap see it end
         if rec.state is JobState.PENDING:
-            ctx.queues.remove(rec.job.id)
+            if not gated:
+                ctx.queues.remove(rec.job.id)
             ctx.pending_reason.pop(rec.job.id, None)
             ctx.nominations.pop(rec.job.id, None)
         else:
@@ -281,6 +308,7 @@ class Scheduler:
             ctx.decisions.append(Requeue(rec.job.id, reason, rec.attempt, "back in its queue"))
         else:
             rec.state = JobState.RECLAIMED if rec.stop_reason is Reason.IDLE else JobState.FAILED
+            self.gates.ended(rec)  # gates
 
     def _activity(self, rec: JobRecord, utilization: float) -> None:
         ctx = self.ctx
