@@ -33,6 +33,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gpufence import __version__
 from gpufence.control.http.auth import tenant_dependency
+from gpufence.control.http.job_actions import install_job_actions
 from gpufence.control.http.problems import (
     ERRORS_ALL,
     PROBLEM_JSON,
@@ -68,6 +69,7 @@ class SubmitResponse(BaseModel):
     state: str
     reason: str = ""
     message: str = ""
+    tasks: list[str] = Field(default_factory=list, description="an array: every task's id")
 
 
 class CancelResponse(BaseModel):
@@ -289,6 +291,7 @@ def make_app(plane: ControlPlane) -> FastAPI:
 
     # ------------------------------------------------------------------ jobs
     install_submit(app, plane, job_json, SubmitResponse)
+    install_job_actions(app, plane, Tenant)  # hold, release, names (job_actions.py)
 
     @app.get("/v1/jobs", tags=["jobs"], responses=error_responses(*ERRORS_ALL))
     def list_jobs(

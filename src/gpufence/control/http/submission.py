@@ -134,6 +134,7 @@ def install_submit(app: FastAPI, plane: ControlPlane, job_json: Any, response_mo
                 "state": res.state,
                 "reason": res.reason,
                 "message": res.message,
+                "tasks": list(res.tasks),
             }
             code = status.HTTP_200_OK if res.replayed else status.HTTP_201_CREATED
             return SafeJSONResponse(body, status_code=code)

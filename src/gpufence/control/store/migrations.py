@@ -88,6 +88,12 @@ MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE jobs ADD COLUMN name TEXT;
     ALTER TABLE jobs ADD COLUMN gpus TEXT;
     """,
+    # 6: hold / release (a pending job's hold is state, not spec: it changes after submit), and
+    # job names looked up per tenant (names stand in for ids; unique among jobs not ended)
+    """
+    ALTER TABLE jobs ADD COLUMN held INTEGER NOT NULL DEFAULT 0;
+    CREATE INDEX jobs_tenant_name ON jobs(tenant, name);
+    """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
