@@ -320,9 +320,12 @@ def with_directives(ctx: typer.Context, script: Path, params: dict[str, Any]) ->
             msg = f"{script}:{line}: {DIRECTIVE} {' '.join(args)}: {exc.format_message()}"
             raise fail(msg) from None
         for name, value in sub.params.items():
-            if sub.get_parameter_source(name) is not ParameterSource.COMMANDLINE:
+            if (
+                name == "command"
+                or sub.get_parameter_source(name) is not ParameterSource.COMMANDLINE
+            ):
                 continue
-            if name in NOT_IN_DIRECTIVES or name == "command":
+            if name in NOT_IN_DIRECTIVES:
                 raise fail(f"{script}:{line}: --{name.replace('_', '-')} is not for a directive")
             if ctx.get_parameter_source(name) is ParameterSource.COMMANDLINE:
                 continue  # the command line wins

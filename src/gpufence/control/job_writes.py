@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from gpufence.control.reconciler import Reconciler
 
 DEPENDENCY_FIELDS = ("after_ok", "after_any", "after_not_ok")
+_DONE = {"hold": "held", "release": "released"}
 
 
 def prepare(
@@ -143,7 +144,9 @@ def write_action(rec: Reconciler, tx: st.Tx, it: Action, now: float, staged: Sta
         staged.replies.append(
             (
                 it.future,
-                CancelError(f"job {it.job_id} is {row.state}: only pending jobs can be {it.kind}"),
+                CancelError(
+                    f"job {it.job_id} is {row.state}: only pending jobs can be {_DONE[it.kind]}"
+                ),
             )
         )
         return

@@ -291,7 +291,7 @@ def make_app(plane: ControlPlane) -> FastAPI:
 
     # ------------------------------------------------------------------ jobs
     install_submit(app, plane, job_json, SubmitResponse)
-    install_job_actions(app, plane, Tenant)  # hold, release, names (job_actions.py)
+    install_job_actions(app, plane)  # hold, release, names (job_actions.py)
 
     @app.get("/v1/jobs", tags=["jobs"], responses=error_responses(*ERRORS_ALL))
     def list_jobs(

@@ -7,15 +7,14 @@ Status codes: 200; 401 missing or bad token; 404 no such job or name; 409 a job 
 pending (hold) or not held (release); 503 the store or the reconciler is unavailable.
 """
 
-from __future__ import annotations
+from typing import Annotated
 
-from typing import Annotated, Any
-
-from fastapi import APIRouter, FastAPI, Path, status
+from fastapi import APIRouter, Depends, FastAPI, Path, status
 from fastapi.exceptions import HTTPException
 from pydantic import BaseModel, Field
 
 from gpufence.control import job_names
+from gpufence.control.http.auth import tenant_dependency
 from gpufence.control.http.problems import error_responses
 from gpufence.control.inbox import CancelError
 from gpufence.control.jobspec import MAX_NAME
@@ -25,6 +24,8 @@ from gpufence.control.store import database as st
 Ref = Annotated[
     str, Path(min_length=1, max_length=MAX_NAME, description="a job id (j12) or a job name")
 ]
+
+_DONE = {"hold": "held", "release": "released"}
 
 
 class ActionItem(BaseModel):
@@ -63,7 +64,10 @@ def lookup(plane: ControlPlane, tenant: str, ref: str) -> list[job_names.Named]:
         raise HTTPException(status.HTTP_404_NOT_FOUND, detail=str(exc)) from None
 
 
-def install_job_actions(app: FastAPI, plane: ControlPlane, tenant_dep: Any) -> None:
+def install_job_actions(app: FastAPI, plane: ControlPlane) -> None:
+    """Add the routes to ``app`` (FastAPI reads the annotations at definition: no
+    ``from __future__ import annotations`` in this module)."""
+    Tenant = Annotated[str, Depends(tenant_dependency(plane.config))]
     router = APIRouter(tags=["jobs"])
     codes = error_responses(401, 404, 409, 503)
 
@@ -71,7 +75,9 @@ def install_job_actions(app: FastAPI, plane: ControlPlane, tenant_dep: Any) -> N
         found = lookup(plane, tenant, ref)
         targets = [n for n in found if n.state == st.PENDING] if len(found) > 1 else found
         if not targets:
-            raise CancelError(f"no job of '{ref}' is pending: only pending jobs can be {kind}")
+            raise CancelError(
+                f"no job of '{ref}' is pending: only pending jobs can be {_DONE[kind]}"
+            )
         out: list[ActionItem] = []
         errors: list[str] = []
         for n in targets:
@@ -89,17 +95,17 @@ def install_job_actions(app: FastAPI, plane: ControlPlane, tenant_dep: Any) -> N
         return ActionResponse(jobs=out)
 
     @router.post("/v1/jobs/{ref}/hold", response_model=ActionResponse, responses=codes)
-    def hold(ref: Ref, tenant: tenant_dep) -> ActionResponse:
+    def hold(ref: Ref, tenant: Tenant) -> ActionResponse:
         """Hold a pending job: it stays pending (reason ``held``) until released."""
         return act(ref, tenant, "hold")
 
     @router.post("/v1/jobs/{ref}/release", response_model=ActionResponse, responses=codes)
-    def release(ref: Ref, tenant: tenant_dep) -> ActionResponse:
+    def release(ref: Ref, tenant: Tenant) -> ActionResponse:
         """Release a held job: it may run again when nothing else holds it back."""
         return act(ref, tenant, "release")
 
     @router.get("/v1/names/{ref}", response_model=NameResponse, responses=error_responses(401, 404))
-    def name(ref: Ref, tenant: tenant_dep) -> NameResponse:
+    def name(ref: Ref, tenant: Tenant) -> NameResponse:
         """The jobs a name (or an id) denotes: what the CLI resolves names with."""
         found = lookup(plane, tenant, ref)
         return NameResponse(
