@@ -111,13 +111,18 @@ def test_unknown_parent_and_known_outcome() -> None:
     d = step(
         s,
         0,
-        OutcomeKnown("old", True),
+        OutcomeKnown("old", "done"),
+        OutcomeKnown("bad", "failed"),
         *sub(
             job("x").gpus(1).after("after-ok", "ghost").build(),
             job("y").gpus(1).after("after-ok", "old").build(),
+            job("z").gpus(1).after("after-ok", "bad").build(),
         ),
     )
-    assert cancels(d) == [("x", "dependency can never be met: ghost is unknown")]
+    assert cancels(d) == [
+        ("x", "dependency can never be met: ghost is unknown"),
+        ("z", "dependency can never be met: bad failed"),
+    ]
     assert binds(d) == ["y"]
 
 

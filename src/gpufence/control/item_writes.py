@@ -140,7 +140,7 @@ def write_exit(rec: Reconciler, tx: st.Tx, ev: AttemptExit, now: float, staged: 
         settle_orphan(tx, live, jid, ev, now, staged)
         ended = tx.job(jid).state
         if ended in st.TERMINAL:  # the core never tracked it: its dependents need the outcome
-            staged.events.append(OutcomeKnown(jid, ended == st.DONE))
+            staged.events.append(OutcomeKnown(jid, ended))
         return
     if live.cancel:
         staged.events.append(JobCancelled(jid))

@@ -66,7 +66,7 @@ def prepare(
                     continue
                 ids.append(n.id)
                 if n.id not in core and n.state in st.TERMINAL:
-                    known.append(OutcomeKnown(n.id, n.state == st.DONE))
+                    known.append(OutcomeKnown(n.id, n.state))
         update[field] = ids
     return req.model_copy(update=update), known
 

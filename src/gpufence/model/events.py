@@ -80,10 +80,10 @@ class JobReleased:
 @dataclass(frozen=True, slots=True)
 class OutcomeKnown:
     """How a job the core does not track ended (before a front-end restart): what a dependency
-    on it needs to know. ``succeeded``: it ended ``done``."""
+    on it needs to know. ``state``: the state it ended in (``done`` is success)."""
 
     job_id: str
-    succeeded: bool
+    state: str
 
 
 @dataclass(frozen=True, slots=True)

@@ -50,7 +50,7 @@ class Gates:
     waiting: dict[str, JobRecord] = field(default_factory=dict)  # gated, in arrival order
     reasons: dict[str, PendingReason] = field(default_factory=dict)
     held: set[str] = field(default_factory=set)
-    outcomes: dict[str, bool] = field(default_factory=dict)  # jobs the core does not track
+    outcomes: dict[str, str] = field(default_factory=dict)  # end states of untracked jobs
     arrays: dict[str, dict[str, None]] = field(default_factory=dict)  # group -> live tasks
     dirty: bool = False  # something a verdict depends on changed since the last advance
 
@@ -105,8 +105,8 @@ class Gates:
             self.held.discard(job_id)
             self.dirty = True
 
-    def outcome(self, job_id: str, succeeded: bool) -> None:
-        self.outcomes[job_id] = succeeded
+    def outcome(self, job_id: str, state: str) -> None:
+        self.outcomes[job_id] = state
         self.dirty = True
 
     def why(self, job_id: str) -> PendingReason | None:
@@ -181,7 +181,7 @@ def _active(ctx: Context, members: dict[str, None]) -> int:
     return n
 
 
-def _outcome(ctx: Context, outcomes: dict[str, bool], job_id: str) -> tuple[str, bool] | None:
+def _outcome(ctx: Context, outcomes: dict[str, str], job_id: str) -> tuple[str, bool] | None:
     """(how it ended, whether it succeeded) of a parent, or None while it has not ended."""
     rec = ctx.records.get(job_id)
     if rec is not None:
@@ -189,6 +189,5 @@ def _outcome(ctx: Context, outcomes: dict[str, bool], job_id: str) -> tuple[str,
             return None
         return str(rec.state), rec.state is JobState.DONE
     if job_id in outcomes:
-        ok = outcomes[job_id]
-        return ("done" if ok else "ended without success"), ok
+        return outcomes[job_id], outcomes[job_id] == JobState.DONE
     return _UNKNOWN

@@ -196,7 +196,7 @@ class Scheduler:
             self.gates.release(ev.job_id)
             return
         if isinstance(ev, OutcomeKnown):  # gates
-            self.gates.outcome(ev.job_id, ev.succeeded)
+            self.gates.outcome(ev.job_id, ev.state)
             return
         if isinstance(ev, UsageRestored):
             ctx.fairshare.restore(dict(ev.usage), ev.at, ctx.now)

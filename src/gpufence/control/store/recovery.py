@@ -241,7 +241,7 @@ def ended_parents(rec: Reconciler, parents: set[str], live: set[str]) -> list[Ev
         for pid in sorted(parents - live):
             row = r.job(pid)
             if row is not None and row.state in st.TERMINAL:
-                out.append(OutcomeKnown(pid, row.state == st.DONE))
+                out.append(OutcomeKnown(pid, row.state))
     return out
 
 
@@ -275,7 +275,7 @@ def recover(rec: Reconciler) -> dict[str, int]:
             if outcome:
                 untracked.append((row.id, attempt, outcome, spec.replicas))
                 if outcome == st.DONE:
-                    events.append(OutcomeKnown(row.id, True))  # for its dependents
+                    events.append(OutcomeKnown(row.id, st.DONE))  # for its dependents
                     continue
             events.append(JobSubmitted(spec.to_job(row.id, row.submitted_at, held=row.held)))
             parents.update(p for _kind, p in spec.dependencies())
