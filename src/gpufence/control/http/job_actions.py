@@ -4,7 +4,8 @@
 or releases every task of it that is pending); ``GET /v1/names/{name}`` says which jobs a name
 denotes. A tenant reaches only its own jobs (another tenant's name is simply unknown: 404).
 Status codes: 200; 401 missing or bad token; 404 no such job or name; 409 a job that is not
-pending (hold) or not held (release); 503 the store or the reconciler is unavailable.
+pending (hold) or not held (release); 422 a reference that is too long or not text; 503 the
+store or the reconciler is unavailable.
 """
 
 from typing import Annotated
@@ -15,7 +16,7 @@ from pydantic import BaseModel, Field
 
 from gpufence.control import job_names
 from gpufence.control.http.auth import tenant_dependency
-from gpufence.control.http.problems import error_responses
+from gpufence.control.http.problems import ERRORS_ALL, error_responses
 from gpufence.control.inbox import CancelError
 from gpufence.control.jobspec import MAX_NAME
 from gpufence.control.plane import CALL_TIMEOUT_S, ControlPlane
@@ -69,7 +70,7 @@ def install_job_actions(app: FastAPI, plane: ControlPlane) -> None:
     ``from __future__ import annotations`` in this module)."""
     Tenant = Annotated[str, Depends(tenant_dependency(plane.config))]
     router = APIRouter(tags=["jobs"])
-    codes = error_responses(401, 404, 409, 503)
+    codes = error_responses(*ERRORS_ALL)
 
     def act(ref: str, tenant: str, kind: str) -> ActionResponse:
         found = lookup(plane, tenant, ref)
@@ -104,7 +105,7 @@ def install_job_actions(app: FastAPI, plane: ControlPlane) -> None:
         """Release a held job: it may run again when nothing else holds it back."""
         return act(ref, tenant, "release")
 
-    @router.get("/v1/names/{ref}", response_model=NameResponse, responses=error_responses(401, 404))
+    @router.get("/v1/names/{ref}", response_model=NameResponse, responses=codes)
     def name(ref: Ref, tenant: Tenant) -> NameResponse:
         """The jobs a name (or an id) denotes: what the CLI resolves names with."""
         found = lookup(plane, tenant, ref)

@@ -129,13 +129,14 @@ def install_submit(app: FastAPI, plane: ControlPlane, job_json: Any, response_mo
         except TimeoutError:
             raise TimeoutError("no answer from the reconciler") from None
         if res.state != st.REJECTED:
-            body = {
+            body: dict[str, Any] = {
                 "id": res.job_id,
                 "state": res.state,
                 "reason": res.reason,
                 "message": res.message,
-                "tasks": list(res.tasks),
             }
+            if res.tasks:  # an array
+                body["tasks"] = list(res.tasks)
             code = status.HTTP_200_OK if res.replayed else status.HTTP_201_CREATED
             return SafeJSONResponse(body, status_code=code)
         row = await run_in_threadpool(plane.job, res.job_id, tenant)
