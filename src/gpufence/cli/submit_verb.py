@@ -68,7 +68,7 @@ def submit(
             "-f",
             metavar="JOBS.yaml",
             help="submit the jobs of a job file (apiVersion: gpufence/v1, kind: Job; several "
-            "documents allowed; see README 'Job files')",
+            "documents allowed; README 'Job files, scripts, arrays and dependencies')",
             show_default=False,
         ),
     ] = None,
@@ -167,7 +167,12 @@ def submit(
         ),
     ] = None,
     name: Annotated[
-        str | None, typer.Option("--name", metavar="NAME", help="a name shown beside its id")
+        str | None,
+        typer.Option(
+            "--name",
+            metavar="NAME",
+            help="a name for it, usable wherever its id is (unique among your jobs not ended)",
+        ),
     ] = None,
     max_attempts: Annotated[
         int | None,
