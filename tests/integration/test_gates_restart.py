@@ -59,11 +59,18 @@ def test_gates_survive_a_restart(tmp_path: Path) -> None:
         first, *rest = array.tasks
         until(lambda: _row(p, first).state == st.RUNNING, 30, f"{first} running")
         assert _why(p, held)["reason"] == "held"
+        # held after submit / released after a submit on hold: the hold is state, not spec
+        late = p.submit(_req("true", after_ok=[first]), ADMIN).job_id
+        freed = p.submit(_req("true", hold=True, after_ok=[first]), ADMIN).job_id
+        p.reconciler.action(late, "hold").result(10)
+        p.reconciler.action(freed, "release").result(10)
+        assert _why(p, late)["reason"] == "held" and _why(p, freed)["reason"] == "dependency"
     finally:
         p.close()  # the array's first task keeps running: adopted by the next start
     p = start()
     try:
         assert _row(p, held).held and _why(p, held)["reason"] == "held"
+        assert _why(p, late)["reason"] == "held" and _why(p, freed)["reason"] == "dependency"
         assert _why(p, rest[0])["reason"] == "array-limit"  # the adopted task holds the slot
         p.reconciler.action(held, "release").result(10)
         p.reconciler.action(doomed, "release").result(10)
