@@ -411,3 +411,19 @@ def test_hold_api_errors_are_problems(server: Server) -> None:
     with pytest.raises(ClientError) as err:
         server.client.hold("nobody-here")
     assert "no job named 'nobody-here'" in str(err.value)
+
+
+def test_an_array_submit_replayed_answers_every_task(server: Server) -> None:
+    body = {"command": ["true"], "array": "0-2", "cwd": "/tmp"}
+    first = server.client.submit(body, idempotency_key="jobs-replay-array-1")
+    again = server.client.submit(body, idempotency_key="jobs-replay-array-1")
+    assert len(first["tasks"]) == 3 and first["tasks"][0] == first["id"]
+    assert again["id"] == first["id"] and again["tasks"] == first["tasks"]
+
+
+def test_unknown_dependency_is_a_problem_naming_the_field(server: Server) -> None:
+    with pytest.raises(ClientError) as err:
+        server.client.submit({"command": ["true"], "after_not_ok": ["ghost"], "cwd": "/tmp"})
+    assert err.value.status == 422, str(err.value)
+    assert [e["field"] for e in err.value.detail["errors"]] == ["body.after_not_ok"]
+    assert "no job named 'ghost' among the jobs of admin" in err.value.detail["detail"]

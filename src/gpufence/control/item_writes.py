@@ -9,6 +9,7 @@ the reconciler is exactly as it was.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from gpufence.control.executors.interface import AttemptExit
@@ -23,7 +24,7 @@ from gpufence.control.inbox import (
     Staged,
     Submit,
 )
-from gpufence.control.job_writes import insert_job, prepare, write_array
+from gpufence.control.job_writes import array_tasks, insert_job, prepare, write_array
 from gpufence.control.jobspec import escape
 from gpufence.control.store import database as st
 from gpufence.model.events import (
@@ -61,7 +62,8 @@ def write_submit(rec: Reconciler, tx: st.Tx, it: Submit, now: float, staged: Sta
                     )
                 )
                 return
-            staged.replies.append((it.future, rec.submit_result(jid, tx.job(jid), replayed=True)))
+            res = rec.submit_result(jid, tx.job(jid), replayed=True)
+            staged.replies.append((it.future, replace(res, tasks=array_tasks(tx, jid))))
             return
     # a request these raise on is undone with its savepoint (see Reconciler._inbox_tx)
     req, known = prepare(rec, tx, it.tenant, req)  # names, after_* -> ids (job_writes.py)

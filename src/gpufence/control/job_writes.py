@@ -58,9 +58,7 @@ def prepare(
             try:
                 found = job_names.resolve(tx.execute, tenant, ref)
             except job_names.UnknownJob as exc:
-                raise InvalidField(
-                    ("body", field), f"{exc} of tenant {tenant} to depend on ({ref!r})"
-                ) from None
+                raise InvalidField(("body", field), f"{exc} among the jobs of {tenant}") from None
             for n in found:
                 if n.id in ids:
                     continue
@@ -135,6 +133,16 @@ def insert_job(
     cls = str(req.workload_class)
     staged.effects.append(lambda: rec.telemetry.submitted(cls))
     return jid
+
+
+def array_tasks(tx: st.Tx, first: str) -> tuple[str, ...]:
+    """Every task of the array ``first`` names, in order (none when it is no array): what a
+    replayed submit (the same Idempotency-Key) answers with."""
+    rows = tx.execute(
+        "SELECT id FROM jobs WHERE json_extract(spec, '$.array_task.job') = ? ORDER BY seq",
+        (first,),
+    ).fetchall()
+    return tuple(str(r[0]) for r in rows)
 
 
 def write_action(rec: Reconciler, tx: st.Tx, it: Action, now: float, staged: Staged) -> None:
