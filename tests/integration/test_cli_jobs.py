@@ -386,6 +386,11 @@ def test_names_unique_among_jobs_not_ended(cli: Cli, server: Server) -> None:
     r = cli("submit", "--name", "j42", "--", "true")
     assert r.exit_code == 2 and "looks like a job id" in r.output, r.output
     assert json.loads(ok(cli("status", "unique-name", "-o", "json")))["id"] == jid
+    assert (
+        json.loads(ok(cli("explain", "unique-name", "-o", "json")))["pending"]["reason"] == "held"
+    )
+    r = cli("logs", "unique-name")
+    assert r.exit_code == 0 and f"{jid} has not started yet" in r.output, r.output
     ok(cli("cancel", "unique-name"))
     again = submit(cli, "--hold", "--name", "unique-name", "--", "true")  # reusable once ended
     assert again != jid
@@ -401,6 +406,13 @@ def test_cancel_several_and_by_filter(cli: Cli, server: Server) -> None:
     out = ok(cli("cancel", a, "multi-b"))
     assert out.split("\n")[:2] == [f"{a}: cancelled", f"{b}: cancelled"]
     assert ok(cli("cancel", "--name", "multi-c", "--state", "pending")).strip() == f"{c}: cancelled"
+    d = submit(cli, "--hold", "--name", "multi-d", "--", "true")
+    r = cli("cancel", "--partition", "serving", "--name", "multi-d")  # d waits in training
+    assert r.exit_code == 1 and "no job matches" in r.output, r.output
+    assert (
+        ok(cli("cancel", "--partition", "training", "--name", "multi-d")).strip()
+        == f"{d}: cancelled"
+    )
     r = cli("cancel")
     assert r.exit_code == 2 and "--all" in r.output, r.output
     r = cli("cancel", "--state", "done")
