@@ -188,3 +188,11 @@ def test_uncapped_array_and_restored_tasks() -> None:
     )
     assert binds(d) == []  # the restored task holds the only slot
     assert binds(step(s, 1, JobFinished("r0"))) == ["r1"]
+
+
+def test_a_held_dependent_is_cancelled_when_its_dependency_fails() -> None:
+    s = make(cluster())
+    step(s, 0, *sub(one("p"), job("h").gpus(1).held().after("after-ok", "p").build()))
+    assert s.why_pending("h") == PendingReason(Reason.HELD, "held; release it to let it run")
+    d = step(s, 1, JobFinished("p", False))
+    assert cancels(d) == [("h", "dependency can never be met: p failed")]

@@ -123,12 +123,12 @@ class Gates:
         active = {g: _active(ctx, m) for g, m in self.arrays.items()}
         never: list[Never] = []
         for jid, rec in list(self.waiting.items()):
+            blocked = self._dependencies(ctx, rec)
+            if isinstance(blocked, Never):  # held or not: it can never run
+                never.append(blocked)
+                continue
             if jid in self.held:
                 self.reasons[jid] = _held()
-                continue
-            blocked = self._dependencies(ctx, rec)
-            if isinstance(blocked, Never):
-                never.append(blocked)
                 continue
             if blocked is not None:
                 self.reasons[jid] = blocked
