@@ -48,6 +48,8 @@ def prepare(
                 "per tenant among jobs that have not ended: pick another name, or cancel "
                 f"{holder.id} first",
             )
+    if not (req.after_ok or req.after_any or req.after_not_ok):
+        return req, []  # the common case stays as cheap as it was (the submit hot path)
     known: list[Event] = []
     update: dict[str, list[str]] = {}
     core = rec.scheduler.jobs()
