@@ -2,7 +2,8 @@
 
 The simulator and the control plane both turn what they observe into events and apply the
 decisions they get back. Nothing here reads a clock, does I/O or draws unseeded randomness.
-A cycle runs: apply events -> expire notices -> warn idle sessions -> place each partition (with
+A cycle runs: apply events -> expire notices -> warn idle sessions -> gates (held, dependency and
+array-cap jobs join their queues or are cancelled: ``gates.py``) -> place each partition (with
 reservations and backfill) -> lend idle capacity -> reclaim lent capacity / protect serving.
 """
 
