@@ -115,6 +115,8 @@ class Reconciler:
         self._boot: list[Event] = []
         self._usage_saved = -math.inf  # when fair-share usage was last saved
         self._boot_stops: list[tuple[str, int]] = []
+        # run on this thread after every cycle, on its settled ledger (dcgm job-mapping files)
+        self.after_cycle: list[Callable[[Reconciler], None]] = []
         executor.set_callbacks(self._on_exit, self._on_ack)
         executor.set_node_callback(self._on_node)
 
@@ -218,6 +220,7 @@ class Reconciler:
 
     # ------------------------------------------------------------------ one cycle
     def cycle(self, items: list[Item]) -> None:
+        began = time.perf_counter()
         now = self.clock()
         self.cycles += 1
         events, self._boot = self._boot, []
@@ -263,6 +266,9 @@ class Reconciler:
         self._act(act, now)
         for jid, fut in submits:
             fut.set_result(self._submit_result(jid))
+        self.telemetry.cycle_done(time.perf_counter() - began)  # the read queries below: not
+        for hook in self.after_cycle:
+            hook(self)
         for c in calls:
             try:
                 c.future.set_result(c.fn(self))
@@ -495,7 +501,7 @@ class Reconciler:
         tx.log(now, d.job_id, "bind", str(d.reason), _where(d, members))
         self.live[d.job_id] = Live(attempt, launch, row.tenant, rec.home, row.workload_class, spec)
         act.launches.append((d.job_id, launch))
-        self.telemetry.bound(rec.home, row.workload_class, now - row.submitted_at)
+        self.telemetry.bound(rec.home, row.workload_class, rec.queue, now - row.submitted_at)
 
     # ------------------------------------------------------------------ side effects
     def _act(self, act: Pending, now: float) -> None:

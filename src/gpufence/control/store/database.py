@@ -8,14 +8,19 @@ read while the reconciler writes.
 
 Schema changes are numbered migrations applied in order at open; ``meta.schema_version`` says
 which ran. A store newer than this code is refused rather than misread.
+
+Every change of a job's state is handed, once its transaction has committed, to the store's
+``observers`` (``StateChange``): telemetry counts outcomes and time in state from them without
+the reconciler reporting each transition itself.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +29,7 @@ from typing import Any
 from gpufence.control.privatefs import PRIVATE_DIR, touch_private
 
 DB_NAME = "gpufence.db"
+log = logging.getLogger("gpufence.store")
 
 # Job states as the control plane reports them (the scheduler's, plus ``starting``: bound and
 # persisted, processes being spawned).
@@ -102,6 +108,24 @@ SCHEMA_VERSION = len(_MIGRATIONS)
 
 class StoreError(RuntimeError):
     pass
+
+
+@dataclass(frozen=True, slots=True)
+class StateChange:
+    """A job went from ``old`` (None: it was just added) to ``new``, with its labels as of the
+    change."""
+
+    job_id: str
+    old: str | None
+    new: str
+    partition: str
+    workload_class: str
+    queue: str
+    submitted_at: float
+    started_at: float | None
+
+
+Observer = Callable[[list[StateChange]], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,6 +248,7 @@ class Store:
         touch_private(self.path)
         self._conn = _connect(self.path)
         self._lock = threading.Lock()
+        self.observers: list[Observer] = []
         self._migrate()
 
     # ------------------------------------------------------------------ schema
@@ -254,12 +279,18 @@ class Store:
         """One atomic write; everything in it lands or nothing does."""
         with self._lock:
             self._conn.execute("BEGIN IMMEDIATE")
+            tx = Tx(self._conn)
             try:
-                yield Tx(self._conn)
+                yield tx
             except BaseException:
                 self._conn.execute("ROLLBACK")
                 raise
             self._conn.execute("COMMIT")
+        for observe in self.observers if tx.changes else ():
+            try:
+                observe(tx.changes)
+            except Exception:  # telemetry must never fail a committed transition
+                log.exception("a store observer failed")
 
     def job(self, job_id: str) -> JobRow | None:
         """Read through the writer's connection (the reconciler's own reads)."""
@@ -283,6 +314,7 @@ class Tx:
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         self._c = conn
+        self.changes: list[StateChange] = []
 
     def execute(self, sql: str, args: Sequence[object] = ()) -> sqlite3.Cursor:
         return self._c.execute(sql, args)
@@ -332,12 +364,39 @@ class Tx:
                 submitted_at,
             ),
         )
+        self.changes.append(
+            StateChange(job_id, None, PENDING, partition, workload_class, queue, submitted_at, None)
+        )
 
     def set_job(self, job_id: str, **fields: object) -> None:
         if not fields:
             return
+        if "state" in fields:
+            self._note_change(job_id, fields)
         cols = ", ".join(f"{k}=?" for k in fields)
         self._c.execute(f"UPDATE jobs SET {cols} WHERE id=?", (*fields.values(), job_id))
+
+    def _note_change(self, job_id: str, fields: dict[str, object]) -> None:
+        row = self._c.execute(
+            "SELECT state, partition, workload_class, queue, submitted_at, started_at"
+            " FROM jobs WHERE id=?",
+            (job_id,),
+        ).fetchone()
+        if row is None or row["state"] == fields["state"]:
+            return
+        started = fields.get("started_at", row["started_at"])
+        self.changes.append(
+            StateChange(
+                job_id,
+                row["state"],
+                str(fields["state"]),
+                str(fields.get("partition", row["partition"])),
+                row["workload_class"],
+                str(fields.get("queue", row["queue"])),
+                float(row["submitted_at"]),
+                float(started) if isinstance(started, int | float) else None,
+            )
+        )
 
     def add_attempt(
         self,
