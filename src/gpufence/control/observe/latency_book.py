@@ -74,6 +74,7 @@ class LatencyBook:
         self.retention_s = retention_s
         self.clock = clock
         self._deps: dict[DeploymentKey, _Deployment] = {}
+        self._fresh: dict[DeploymentKey, float] = {}  # requests added since take_fresh()
         self._lock = threading.Lock()
 
     # ------------------------------------------------------------------ writing
@@ -105,6 +106,7 @@ class LatencyBook:
                 if c:
                     step[i] = step.get(i, 0.0) + c
             dep.requests_total += sum(counts)
+            self._fresh[key] = self._fresh.get(key, 0.0) + sum(counts)
             if slo_s is not None:
                 dep.slow_total += hist.over((bounds, counts), slo_s)
             if len(dep.steps) > 1 and next(reversed(dep.steps)) < next(iter(dep.steps)):
@@ -121,6 +123,12 @@ class LatencyBook:
                 del self._deps[key]
 
     # ------------------------------------------------------------------ reading
+    def take_fresh(self) -> dict[DeploymentKey, float]:
+        """Requests added per deployment since the last call (a series point's requests)."""
+        with self._lock:
+            out, self._fresh = self._fresh, {}
+        return out
+
     def _hist(self, dep: _Deployment, first: int, last: int) -> hist.Histogram:
         assert dep.bounds is not None
         counts = [0.0] * (len(dep.bounds) + 1)

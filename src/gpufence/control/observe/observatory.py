@@ -106,17 +106,16 @@ class Observatory:
 
     # ------------------------------------------------------------------ one point
     def point(self, state: ServingState, now: float) -> Point:
-        step = self.settings.series_step_s
         summaries = {s.key: s for s in self.book.summaries(now)}
+        fresh = self.book.take_fresh()
         serving: dict[DeploymentKey, ServingPoint] = {}
         for key in sorted(set(state.deployments) | set(summaries)):
             dep = state.deployments.get(key)
             summ = summaries.get(key)
-            h = self.book.span(key, now - step, now)
             slo_s = dep.slo_s if dep is not None else (summ.slo_s if summ else None)
             serving[key] = ServingPoint(
                 partition=dep.partition if dep is not None else (summ.partition if summ else ""),
-                requests=hist.requests(h) if h is not None else 0.0,
+                requests=fresh.get(key, 0.0),
                 replicas=dep.replicas if dep is not None else 0,
                 wanted=dep.wanted if dep is not None else 0,
                 p99_ms=None if summ is None or summ.p99_s is None else summ.p99_s * 1000.0,
