@@ -147,3 +147,16 @@ def test_observability_verb_lists_and_copies_the_files(tmp_path: Path) -> None:
     assert res.exit_code != 0 and "--force" in res.output
     res = runner.invoke(app, ["observability", "path", "grafana-dashboard"])
     assert res.output.strip() == str(DASHBOARD)
+
+
+def test_the_readme_metric_table_is_the_measures_table() -> None:
+    """README's table under "Observation" lists every measure with its labels and meaning, in
+    the order of ``telemetry.measures`` (on failure, the message is the table to paste)."""
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    want = "\n".join(
+        f"| `{m.name}` | {', '.join(m.labels) or '-'} | {m.help} |" for m in MEASURES.values()
+    )
+    head = "| metric | labels | meaning |\n|---|---|---|\n"
+    assert head in readme
+    got = readme.split(head, 1)[1].split("\n\n", 1)[0]
+    assert got == want, "README.md's metric table should be:\n" + want

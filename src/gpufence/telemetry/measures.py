@@ -3,7 +3,7 @@ and the key of the same measure in the simulator's ``metrics.json`` where it has
 
 ``control/metrics.py`` and ``control/observe/prom_collectors.py`` build their metric families
 from this table (a name, label or help text is never spelled twice), the README's metric table
-is checked against it (``tests/unit/control/test_prometheus.py``), and the shipped Grafana
+is checked against it (``tests/unit/test_observability_assets.py``), and the shipped Grafana
 dashboard and alert rules (``gpufence/observability``) use only names defined here.
 
 Conventions (Kueue, dcgm-exporter, the Slurm exporter): base units (seconds, bytes, ratios

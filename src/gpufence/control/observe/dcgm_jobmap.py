@@ -7,6 +7,13 @@ one per line (empty when it is free) — the format dcgm-exporter reads with
 A MIG instance's job is listed in its parent GPU's file: dcgm-exporter names MIG files
 ``<gpu>.<GPU instance id>`` and gpufence does not track NVML's GPU instance ids.
 
+The format, as dcgm-exporter documents it (README of github.com/NVIDIA/dcgm-exporter, "Include
+HPC Job Information in Metric Labels"; the ``dcgm-exporter`` command reference on
+docs.nvidia.com): the file name is the GPU's id, or ``<GPU id>.<MIG id>`` for a MIG instance
+("0", "1", "2.0"); the content is one job id per line; the directory is given with
+``--hpc-job-mapping-dir`` / ``DCGM_HPC_JOB_MAPPING_DIR``. dcgm-exporter then adds the job id to
+that GPU's series as its ``hpc_job`` label.
+
 Updated after every reconciler cycle (on its thread, from the ledger); a file is rewritten only
 when its jobs changed, atomically (a temporary file renamed over it), so dcgm-exporter never
 reads half a file.
