@@ -207,26 +207,6 @@ def test_a_quiet_plane_exports_every_family_with_zeros_for_quiet_queues(server: 
         assert f"# TYPE {MEASURES[name].base}" in text, name
 
 
-def test_promtool_check_metrics_on_a_real_scrape(server: Server) -> None:
-    promtool = shutil.which("promtool")
-    if promtool is None:
-        pytest.skip("promtool not installed (Debian: apt-get install prometheus); .ci/run has it")
-    jid = submit(server, {"command": SLEEP, "class": "training", "queue": "research"})
-    state(server, jid, ("running",))
-    res = subprocess.run(
-        [promtool, "check", "metrics"],
-        input=scrape(server),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    call(server, "POST", f"/v1/jobs/{jid}/cancel")
-    assert res.returncode == 0 and not res.stdout.strip() and not res.stderr.strip(), (
-        res.stdout + res.stderr
-    )
-
-
 def test_a_running_job_maps_to_its_gpus_in_metrics_and_dcgm_files(server: Server) -> None:
     jid = submit(
         server, {"command": SLEEP, "class": "training", "gpus": 2, "queue": "product"}, TOKEN_B
@@ -411,3 +391,49 @@ def test_gpu_and_link_counters_from_nvml_and_the_loopback_nic(server: Server) ->
     if os.major(dev) != 0:
         assert value(text, "gpufence_node_storage_busy_ratio") is not None
     g.util = g.mem_used_mib = g.pcie_tx_kbs = 0
+
+
+def test_promtool_check_metrics_on_a_real_scrape(server: Server) -> None:
+    """Last, on a scrape where every kind of series has samples (promtool lints only families
+    with samples): a running training job, a serving deployment with pushed latencies, the
+    GPU and NIC counters of the tests before."""
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.skip("promtool not installed (Debian: apt-get install prometheus); .ci/run has it")
+    train = submit(server, {"command": SLEEP, "class": "training", "queue": "research"})
+    serving = submit(
+        server, {"command": SLEEP, "class": "serving", "name": "lint", "slo_p99_ms": 9}
+    )
+    state(server, train, ("running",))
+    state(server, serving, ("running",))
+    push = {"latencies_ms": [3.0, 5.0, 12.0]}
+    assert call(server, "POST", f"/v1/jobs/{serving}/latency", ADMIN, push)[0] == 202
+    text = until_value(
+        lambda: scrape(server),
+        lambda t: value(t, "gpufence_serving_replicas", deployment="lint") == 1.0,
+        10,
+        "the serving deployment on /metrics",
+    )
+    s = samples(text)
+    for name in (
+        "gpufence_gpu_allocated",
+        "gpufence_serving_requests_total",
+        "gpufence_serving_p99_seconds",
+        "gpufence_gpu_nvlink_bytes_per_second",
+        "gpufence_node_network_bytes_per_second",
+        "gpufence_job_state_seconds_bucket",
+    ):
+        assert s.get(name), f"{name} has no sample to lint"
+    res = subprocess.run(
+        [promtool, "check", "metrics"],
+        input=text,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    for jid in (train, serving):
+        call(server, "POST", f"/v1/jobs/{jid}/cancel")
+    assert res.returncode == 0 and not res.stdout.strip() and not res.stderr.strip(), (
+        res.stdout + res.stderr
+    )
