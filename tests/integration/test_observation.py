@@ -26,7 +26,9 @@ from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from typer.testing import CliRunner
 
+from gpufence.cli.main import app
 from gpufence.control.config import SERVER_FILE, cluster_from_spec_dict, control_config
 from gpufence.control.gpus.discovery import fake_gpus
 from gpufence.control.http.server import serve
@@ -284,16 +286,22 @@ def test_outcomes_and_time_in_state_move(server: Server) -> None:
 def test_serving_latency_scraped_from_a_real_replica_gives_p99_and_attainment(
     server: Server,
 ) -> None:
+    """Submitted with the CLI (``gpufence submit --metrics-url ... --slo-p99-ms ...``)."""
     port = _free_port()
     cmd = [sys.executable, "-m", "gpufence.demo.programs", "serve", "--port", str(port)]
-    body = {
-        "command": [*cmd, "--rps", "50", "--work-ms", "2"],
-        "class": "serving",
-        "name": "chat",
-        "slo_p99_ms": 250,
-        "metrics_url": f"http://127.0.0.1:{port}/metrics",
-    }
-    jid = submit(server, body, TOKEN_A)
+    url = f"http://127.0.0.1:{port}/metrics"
+    env = {"GPUFENCE_URL": server.url, "GPUFENCE_TOKEN": TOKEN_A, "GPUFENCE_DATA": None}
+    runner = CliRunner()
+    flags = ["--class", "serving", "--name", "chat", "--slo-p99-ms", "250"]
+    res = runner.invoke(
+        app,
+        ["submit", *flags, "--metrics-url", url, "--", *cmd, "--rps", "50", "--work-ms", "2"],
+        env=env,
+    )
+    assert res.exit_code == 0, res.output
+    jid = res.stdout.strip().splitlines()[0]
+    bad = runner.invoke(app, ["submit", "--metrics-url", url, "--", *SLEEP], env=env)
+    assert bad.exit_code != 0 and "metrics_url" in bad.output  # a training job has no latency
     state(server, jid, ("running",))
     lab = {"deployment": "chat", "tenant": "team-a", "partition": "serving"}
     text = until_value(
