@@ -81,6 +81,7 @@ def test_mig_gpus_give_memory_per_instance_and_no_utilisation() -> None:
     assert by_uuid["MIG-aaaa"].memory_used_bytes == 512 << 20
     assert by_uuid["MIG-aaaa"].memory_total_bytes == 40192 << 20
     assert by_uuid["MIG-bbbb"].memory_used_bytes == 0
+    assert (by_uuid["MIG-aaaa"].gi_id, by_uuid["MIG-bbbb"].gi_id) == (1, 5)  # GPU_I_ID
     board = s.board_fields()
     assert {m["uuid"] for m in board["mig_memory"]} == {"MIG-aaaa", "MIG-bbbb"}  # type: ignore[union-attr]
     assert counters.sample()[0].migs == ()  # not in MIG mode: no instances
