@@ -286,7 +286,8 @@ def test_outcomes_and_time_in_state_move(server: Server) -> None:
 def test_serving_latency_scraped_from_a_real_replica_gives_p99_and_attainment(
     server: Server,
 ) -> None:
-    """Submitted with the CLI (``gpufence submit --metrics-url ... --slo-p99-ms ...``)."""
+    """Submitted with the CLI (``gpufence submit --metrics-port P --slo-p99-ms ...``: the
+    replica's own node, here 127.0.0.1; the demo's replicas give --metrics-url)."""
     port = _free_port()
     cmd = [sys.executable, "-m", "gpufence.demo.programs", "serve", "--port", str(port)]
     url = f"http://127.0.0.1:{port}/metrics"
@@ -295,7 +296,18 @@ def test_serving_latency_scraped_from_a_real_replica_gives_p99_and_attainment(
     flags = ["--class", "serving", "--name", "chat", "--slo-p99-ms", "250"]
     res = runner.invoke(
         app,
-        ["submit", *flags, "--metrics-url", url, "--", *cmd, "--rps", "50", "--work-ms", "2"],
+        [
+            "submit",
+            *flags,
+            "--metrics-port",
+            str(port),
+            "--",
+            *cmd,
+            "--rps",
+            "50",
+            "--work-ms",
+            "2",
+        ],
         env=env,
     )
     assert res.exit_code == 0, res.output
