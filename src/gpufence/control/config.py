@@ -20,6 +20,7 @@ control:
   max_request_bytes: 1048576  # larger HTTP request bodies get 413
   gpu_sample_interval_s: 5  # real GPUs: how often NVML's process lists are checked (and MPS)
   foreign_gpu_processes: report   # or kill: a process on a GPU that no job holding it owns
+  telemetry: {series_step_s: 5, latency_window_s: 300}   # control/observe/observe_config.py
   advice:                   # `gpufence validate` / `up` / `advise` (gpufence.advice.inputs)
     ignore: [quota-borrow-unbounded]   # rule ids not to report (say why in a comment)
     chronic_preemption: {more_than: 2, of_last: 7, period_s: 86400}
@@ -48,6 +49,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from gpufence.advice.inputs import AdviceSettings
 from gpufence.control.executors.interface import RunAs
 from gpufence.control.executors.memberenv import OWN_PREFIX, name_matches
+from gpufence.control.observe.observe_config import TelemetrySettings
 from gpufence.control.privatefs import dir_mode, ensure_dir
 from gpufence.control.runas import RunAsError, resolve_user
 from gpufence.control.tokens import TokenError, TokenTable, admin_token_from_file, configured_digest
@@ -105,6 +107,7 @@ class ControlSchema(BaseModel):
     max_request_bytes: int = Field(default=1 << 20, ge=1024, le=1 << 30)
     gpu_sample_interval_s: float = Field(default=5.0, gt=0.0, le=3600.0)
     foreign_gpu_processes: Literal["report", "kill"] = "report"
+    telemetry: TelemetrySettings = Field(default_factory=TelemetrySettings)
     advice: AdviceSettings = Field(default_factory=AdviceSettings)
 
 
@@ -127,6 +130,7 @@ class ControlConfig:
     """Real GPUs: how often the processes on each GPU are checked, and MPS daemons watched."""
     foreign_gpu_processes: Literal["report", "kill"] = "report"
     """A process on a GPU that belongs to no job holding it: reported, or also killed."""
+    telemetry: TelemetrySettings = field(default_factory=TelemetrySettings)
     advice: AdviceSettings = field(default_factory=AdviceSettings)
 
     def tenant_of(self, token: str) -> str | None:
@@ -305,6 +309,7 @@ def control_config(raw: object, data_dir: Path, source: str | None = None) -> Co
         max_request_bytes=schema.max_request_bytes,
         gpu_sample_interval_s=schema.gpu_sample_interval_s,
         foreign_gpu_processes=schema.foreign_gpu_processes,
+        telemetry=schema.telemetry,
         advice=schema.advice,
     )
 

@@ -130,7 +130,7 @@ def write_bind(rec: Reconciler, tx: st.Tx, d: Bind, now: float, act: Pending) ->
     tx.log(now, d.job_id, "bind", str(d.reason), _where(d, members))
     rec.live[d.job_id] = Live(attempt, launch, row.tenant, core.home, row.workload_class, spec)
     act.launches.append((d.job_id, launch))
-    rec.telemetry.bound(core.home, row.workload_class, now - row.submitted_at)
+    rec.telemetry.bound(core.home, row.workload_class, core.queue, now - row.submitted_at)
 
 
 def settle_stopped(rec: Reconciler, tx: st.Tx, events: list[Event], now: float) -> None:

@@ -44,6 +44,7 @@ from gpufence.control.http.problems import (
     safe,
 )
 from gpufence.control.http.submission import IDEMPOTENCY_KEY, install_submit
+from gpufence.control.http.telemetry_routes import telemetry_router
 from gpufence.control.inbox import CancelError, IdempotencyConflict
 from gpufence.control.jobspec import MAX_NAME, SubmitRequest
 from gpufence.control.plane import AccessError, ControlPlane, InvalidField
@@ -250,6 +251,7 @@ def make_app(plane: ControlPlane) -> FastAPI:
     app.state.plane = plane
     app.add_middleware(LimitBody, limit=plane.config.max_request_bytes)
     install(app)
+    app.include_router(telemetry_router(plane))  # /v1/series, /v1/jobs/{id}/latency
     Tenant = Annotated[str, Depends(tenant_dependency(plane.config))]
 
     @app.exception_handler(AccessError)

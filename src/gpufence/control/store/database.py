@@ -17,6 +17,10 @@ in its inbox in one transaction (group commit): one fsync per batch, not per job
 
 Job ids come from the store's own sequence (``jobs.seq``, AUTOINCREMENT), advanced in the same
 transaction as the insert: a rolled-back submit consumes nothing, and an id is never reused.
+Every change of a job's state is handed, once its transaction has committed, to the store's
+``observers`` (``StateChange``): telemetry counts outcomes and time in state from them without
+the reconciler reporting each transition itself.
+
 Open = lock (``ownership.py``), integrity check (``PRAGMA quick_check``, bounded in time),
 migrations (``migrations.py``), owner row. Errors of the medium (disk full, read-only, I/O) are
 ``StoreUnavailable`` with the reason (``errors.py``).
@@ -45,6 +49,8 @@ from gpufence.control.store.rows import (
     JOB_COLUMNS,
     AttemptRow,
     JobRow,
+    Observer,
+    StateChange,
     attempt_row,
     job_row,
     select_job,
@@ -74,7 +80,7 @@ INTEGRITY_BUDGET_S = 30.0
 """At most this long for ``PRAGMA quick_check`` at start (a store of a few GB); then it goes on
 with a warning rather than keep the cluster down."""
 
-__all__ = ["AttemptRow", "JobRow", "StoreError", "StoreUnavailable"]
+__all__ = ["AttemptRow", "JobRow", "Observer", "StateChange", "StoreError", "StoreUnavailable"]
 
 
 def _connect(path: Path) -> sqlite3.Connection:
@@ -174,6 +180,7 @@ class Store:
             self._abort()
             raise
         self._lock = threading.Lock()
+        self.observers: list[Observer] = []
         self._durable = True  # the connection's synchronous setting (FULL)
         self._broken: StoreUnavailable | None = None
 
@@ -245,8 +252,9 @@ class Store:
             except StoreUnavailable:
                 self._rollback()
                 raise
+            tx = Tx(c)
             try:
-                yield Tx(c)
+                yield tx
                 failpoints.hit("store.before-commit")
                 c.execute("COMMIT")
             except sqlite3.Error as exc:
@@ -260,6 +268,11 @@ class Store:
                 raise
             self._broken = None
         failpoints.hit("store.after-commit")
+        for observe in self.observers if tx.changes else ():
+            try:
+                observe(tx.changes)
+            except Exception:  # telemetry must never fail a committed transition
+                log.exception("a store observer failed")
 
     def _rollback(self) -> None:
         if self._conn.in_transaction:
@@ -307,6 +320,7 @@ class Tx:
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         self._c = conn
+        self.changes: list[StateChange] = []  # for the observers, once committed
 
     def execute(self, sql: str, args: Sequence[object] = ()) -> sqlite3.Cursor:
         return self._c.execute(sql, args)
@@ -315,9 +329,11 @@ class Tx:
     def savepoint(self) -> Iterator[None]:
         """A part of the transaction that can fail alone (one inbox item)."""
         self._c.execute("SAVEPOINT item")
+        noted = len(self.changes)
         try:
             yield
         except BaseException:
+            del self.changes[noted:]  # what was rolled back never happened
             self._c.execute("ROLLBACK TO item")
             self._c.execute("RELEASE item")
             raise
@@ -372,6 +388,9 @@ class Tx:
                 gpus,
             ),
         )
+        self.changes.append(
+            StateChange(jid, None, PENDING, partition, workload_class, queue, submitted_at, None)
+        )
         return jid
 
     def idempotent(self, tenant: str, key: str) -> tuple[str, str] | None:
@@ -398,8 +417,32 @@ class Tx:
     def set_job(self, job_id: str, **fields: object) -> None:
         if not fields:
             return
+        if "state" in fields:
+            self._note_change(job_id, fields)
         cols = ", ".join(f"{k}=?" for k in fields)
         self._c.execute(f"UPDATE jobs SET {cols} WHERE id=?", (*fields.values(), job_id))
+
+    def _note_change(self, job_id: str, fields: dict[str, object]) -> None:
+        row = self._c.execute(
+            "SELECT state, partition, workload_class, queue, submitted_at, started_at"
+            " FROM jobs WHERE id=?",
+            (job_id,),
+        ).fetchone()
+        if row is None or row["state"] == fields["state"]:
+            return
+        started = fields.get("started_at", row["started_at"])
+        self.changes.append(
+            StateChange(
+                job_id,
+                row["state"],
+                str(fields["state"]),
+                str(fields.get("partition", row["partition"])),
+                row["workload_class"],
+                str(fields.get("queue", row["queue"])),
+                float(row["submitted_at"]),
+                float(started) if isinstance(started, int | float) else None,
+            )
+        )
 
     def add_attempt(
         self,
