@@ -34,7 +34,7 @@ def test_a_version_5_store_is_upgraded_with_its_history_filled(tmp_path: Path) -
     assert s.schema_version() == st.SCHEMA_VERSION == 6
     with s.reader() as r:
         rows = _by_id(r.history(now=10_000.0))
-        plan = r._c.execute(  # noqa: SLF001 - the index the migration added is used
+        plan = r._c.execute(  # the index the migration added is used
             "EXPLAIN QUERY PLAN SELECT id FROM jobs WHERE ended_at >= 5 ORDER BY ended_at"
         ).fetchall()
     s.close()
