@@ -9,7 +9,6 @@ No ``from __future__ import annotations``: FastAPI resolves the routes' local ``
 aliases at definition time.
 """
 
-
 import time
 from typing import Annotated, Any, Literal
 
