@@ -106,7 +106,9 @@ def test_history_shows_each_job_as_it_ran(
         assert 1.0 <= job["elapsed_s"] < 30
     assert job["gpu_hours"] == pytest.approx(job["elapsed_s"] * gpus / 3600, rel=1e-6)
     assert job["submitted_at"] <= job["started_at"] <= job["ended_at"]
-    assert job["queue_delay_s"] == pytest.approx(job["started_at"] - job["submitted_at"])
+    # times are JSON numbers of 15 significant digits (SQLite's): 10 us at today's epoch
+    delay = job["started_at"] - job["submitted_at"]
+    assert job["queue_delay_s"] == pytest.approx(delay, abs=1e-4)
 
 
 def test_history_filters_and_formats(ran: tuple[Server, dict[str, str]]) -> None:

@@ -100,9 +100,10 @@ def test_totals_follow_every_attempt_and_a_running_job_counts_so_far(tmp_path: P
     with s.reader() as r:
         rows = _by_id(r.history(now=400.0))
     s.close()
-    assert rows[done]["elapsed_s"] == 100.0 and rows[done]["gpu_hours"] == 200.0 / 3600
+    for jid in (done, running):
+        assert rows[jid]["elapsed_s"] == pytest.approx(100.0)
+        assert rows[jid]["gpu_hours"] == pytest.approx(200.0 / 3600)
     assert (rows[done]["attempts"], rows[done]["preemptions"]) == (2, 1)
-    assert rows[running]["elapsed_s"] == 100.0 and rows[running]["gpu_hours"] == 200.0 / 3600
 
 
 def test_writing_the_same_attempt_end_twice_counts_it_once(tmp_path: Path) -> None:
@@ -113,7 +114,7 @@ def test_writing_the_same_attempt_end_twice_counts_it_once(tmp_path: Path) -> No
     with s.reader() as r:
         (row,) = r.history(now=400.0)
     s.close()
-    assert row["elapsed_s"] == 40.0
+    assert row["elapsed_s"] == pytest.approx(40.0)
 
 
 # window, expected GPU-seconds of the job that ran 110-150 and 200-260 on 2 GPUs
@@ -141,3 +142,29 @@ def test_usage_clips_attempts_to_the_window(
         assert [(g["key"], g["jobs"]) for g in groups] == [("a", 1)]
     first_bind_in_window = since <= 110.0 < until
     assert total["queue_delay_p50_s"] == (10.0 if first_bind_in_window else None)
+
+
+# a job requeued once (110-150, pending since) and one running since 300, at now = 1000
+OPEN_WINDOWS = [
+    ((0.0, 2000.0), 2 * 40 + 2 * 700),
+    ((500.0, 2000.0), 2 * 500),
+    ((120.0, 400.0), 2 * 30 + 2 * 100),
+]
+
+
+@pytest.mark.parametrize(("window", "gpu_s"), OPEN_WINDOWS)
+def test_usage_counts_open_jobs_up_to_now(
+    tmp_path: Path, window: tuple[float, float], gpu_s: float
+) -> None:
+    s = st.Store(tmp_path)
+    requeued = _job_with_attempts(s, [(110.0, 150.0, "lent-reclaim")])
+    _job_with_attempts(s, [(300.0, None, None)])
+    with s.transaction() as tx:
+        tx.set_job(requeued, state=st.PENDING, ended_at=None, attempt=2)
+    with s.reader() as r:
+        groups, total = r.accounting_usage(by="class", now=1000.0, since=window[0], until=window[1])
+        (pending,) = [j for j in r.history(now=1000.0) if j["id"] == requeued]
+    s.close()
+    assert total["gpu_hours"] == pytest.approx(gpu_s / 3600)
+    assert [g["key"] for g in groups] == ["training"]
+    assert (pending["preemptions"], pending["elapsed_s"]) == (1, pytest.approx(40.0))

@@ -20,6 +20,7 @@ to the window, so GPU-hours in a window are exact, not the totals of the jobs th
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from collections.abc import Sequence
 from typing import Any, Literal
@@ -54,14 +55,22 @@ def account(conn: sqlite3.Connection, job_id: str) -> None:
     conn.execute(_TOTALS, (job_id,))
 
 
-_HISTORY_COLUMNS = (
-    "seq, id, name, tenant, partition, workload_class, queue, state, reason, exit_code,"
-    " submitted_at, first_started_at, started_at, ended_at, run_s, gpu_s, held_gpus,"
-    " attempts_run, preemptions, gpus"
+_LIVE = (
+    "(CASE WHEN state IN ('starting', 'running', 'stopping') AND started_at IS NOT NULL"
+    " THEN MAX(0.0, :now - started_at) ELSE 0.0 END)"
 )
+"""The attempt running now, so far (``started_at``: the current attempt's start)."""
+_HISTORY_JSON = f"""json_object(
+    'seq', seq, 'id', id, 'name', name, 'tenant', tenant, 'partition', partition,
+    'class', workload_class, 'queue', queue, 'state', state, 'reason', reason,
+    'exit_code', exit_code, 'submitted_at', submitted_at, 'started_at', first_started_at,
+    'ended_at', ended_at, 'queue_delay_s', first_started_at - submitted_at,
+    'elapsed_s', run_s + {_LIVE}, 'gpus', held_gpus, 'request', gpus,
+    'gpu_hours', (gpu_s + {_LIVE} * COALESCE(held_gpus, 0.0)) / 3600.0,
+    'attempts', attempts_run, 'preemptions', preemptions)"""
 
 
-def history(
+def history_json(
     conn: sqlite3.Connection,
     *,
     now: float,
@@ -72,60 +81,44 @@ def history(
     states: Sequence[str] = (),
     after_seq: int = 0,
     limit: int = 1000,
-) -> list[dict[str, Any]]:
+) -> tuple[list[str], int | None]:
     """Jobs whose life (submitted -> ended, or now) overlaps ``[since, until)``, in submission
-    order after ``after_seq``: one JSON-ready dict per job (``HistoryJob`` in the API)."""
-    where = ["seq > ?"]
-    args: list[object] = [after_seq]
+    order after ``after_seq``: each job as JSON text made by SQLite (``HistoryJob`` in the API;
+    a page of 10,000 jobs is never built as Python objects), and the last one's ``seq``."""
+    where = ["seq > :after"]
+    args: dict[str, object] = {"after": after_seq, "now": now, "limit": limit}
     if until is not None:
-        where.append("submitted_at < ?")
-        args.append(until)
+        where.append("submitted_at < :until")
+        args["until"] = until
     if since is not None:
-        where.append("(ended_at IS NULL OR ended_at >= ?)")
-        args.append(since)
+        where.append("(ended_at IS NULL OR ended_at >= :since)")
+        args["since"] = since
     if tenant is not None:
-        where.append("tenant = ?")
-        args.append(tenant)
+        where.append("tenant = :tenant")
+        args["tenant"] = tenant
     if partition is not None:
-        where.append("partition = ?")
-        args.append(partition)
+        where.append("partition = :partition")
+        args["partition"] = partition
     if states:
-        where.append(f"state IN ({','.join('?' * len(states))})")
-        args += list(states)
-    sql = f"SELECT {_HISTORY_COLUMNS} FROM jobs WHERE {' AND '.join(where)} ORDER BY seq LIMIT ?"
-    return [_history_row(r, now) for r in conn.execute(sql, (*args, limit))]
+        marks = ", ".join(f":s{i}" for i in range(len(states)))
+        where.append(f"state IN ({marks})")
+        args.update({f"s{i}": v for i, v in enumerate(states)})
+    sql = (
+        f"SELECT seq, {_HISTORY_JSON} FROM jobs WHERE {' AND '.join(where)}"
+        " ORDER BY seq LIMIT :limit"
+    )
+    rows = conn.execute(sql, args).fetchall()
+    return [r[1] for r in rows], (rows[-1][0] if rows else None)
 
 
-def _history_row(r: Sequence[Any], now: float) -> dict[str, Any]:
-    (seq, jid, name, tenant, partition, wclass, queue, state, reason, exit_code, submitted,
-     first, current, ended, run_s, gpu_s, held, attempts, preemptions, request) = r  # fmt: skip
-    run, gpu = float(run_s), float(gpu_s)
-    if state in _ACTIVE and current is not None:  # the attempt running now, so far
-        live = max(0.0, now - float(current))
-        run += live
-        gpu += live * float(held or 0.0)
-    return {
-        "seq": seq,
-        "id": jid,
-        "name": name,
-        "tenant": tenant,
-        "partition": partition,
-        "class": wclass,
-        "queue": queue,
-        "state": state,
-        "reason": reason,
-        "exit_code": exit_code,
-        "submitted_at": submitted,
-        "started_at": first,
-        "ended_at": ended,
-        "queue_delay_s": (float(first) - float(submitted)) if first is not None else None,
-        "elapsed_s": run,
-        "gpus": held,
-        "request": request,
-        "gpu_hours": gpu / 3600.0,
-        "attempts": attempts,
-        "preemptions": preemptions,
-    }
+def history(conn: sqlite3.Connection, **query: Any) -> list[dict[str, Any]]:
+    """``history_json`` parsed: one dict per job."""
+    texts, _ = history_json(conn, **query)
+    return [json.loads(t) for t in texts]
+
+
+_TERMINAL = "('done', 'failed', 'cancelled', 'reclaimed', 'rejected')"
+_OPEN = "('pending', 'starting', 'running', 'stopping')"
 
 
 def usage(
@@ -140,33 +133,49 @@ def usage(
     """Per value of ``by`` over ``[since, until)`` (``until`` default ``now``), and in all:
     GPU-hours held in the window (each attempt clipped to it; a running one counts up to
     ``now``), the jobs that held GPUs in it, and the queue delay (submit -> first bind) of the
-    ``started`` jobs first bound in it (p50, p95; null when none was)."""
+    ``started`` jobs first bound in it (p50, p95; null when none was).
+
+    A job that ended and first started inside the window counts its recorded ``gpu_s`` (no
+    attempt is read); only the others that overlap it (still open, or across one of its ends)
+    have their attempts clipped. Every read is a range of the ``jobs_accounting`` index."""
     end = now if until is None else min(until, now)
     col = _GROUP_COLUMN[by]
     params: dict[str, object] = {"now": now, "end": end, "since": since, "tenant": tenant}
-    only = "" if tenant is None else " AND j.tenant = :tenant"
-    held_sql = f"""
-        SELECT j.{col}, SUM(MAX(0.0, MIN(COALESCE(a.ended_at, j.ended_at, :now), :end)
-                                   - MAX(a.started_at, :since)) * a.gpus),
-               COUNT(DISTINCT a.job_id)
-        FROM attempts a JOIN jobs j ON j.id = a.job_id
-        WHERE a.started_at < :end AND (a.ended_at IS NULL OR a.ended_at > :since){only}
-        GROUP BY j.{col}
-    """
-    delay_sql = f"""
-        SELECT j.{col}, j.first_started_at - j.submitted_at FROM jobs j
-        WHERE j.first_started_at >= :since AND j.first_started_at < :end{only}
-    """
+    only = "" if tenant is None else " AND tenant = :tenant"
+    started_in = "first_started_at >= :since AND first_started_at < :end"
     delays: dict[str, list[float]] = {}
-    for key, d in conn.execute(delay_sql, params):
+    sql = f"SELECT {col}, first_started_at - submitted_at FROM jobs WHERE {started_in}{only}"
+    for key, d in conn.execute(sql, params):
         delays.setdefault(str(key), []).append(float(d))
+    inside = f"""
+        SELECT {col}, SUM(gpu_s), COUNT(*) FROM jobs
+        WHERE {started_in} AND ended_at <= :end AND state IN {_TERMINAL}{only}
+        GROUP BY {col}"""
+    edges = f"""
+        WITH edge(id) AS (
+            SELECT id FROM jobs
+            WHERE state IN {_OPEN} AND first_started_at < :end{only}
+            UNION ALL SELECT id FROM jobs
+            WHERE first_started_at < :since AND ended_at > :since
+                AND state IN {_TERMINAL}{only}
+            UNION ALL SELECT id FROM jobs
+            WHERE {started_in} AND ended_at > :end AND state IN {_TERMINAL}{only}
+        )
+        SELECT j.{col}, SUM(MAX(0.0,
+                   MIN(COALESCE(a.ended_at,
+                                CASE WHEN j.state IN {_OPEN} THEN :now ELSE a.started_at END),
+                       :end) - MAX(a.started_at, :since)) * a.gpus),
+               COUNT(DISTINCT a.job_id)
+        FROM edge JOIN jobs j ON j.id = edge.id JOIN attempts a ON a.job_id = edge.id
+        WHERE a.started_at < :end AND (a.ended_at IS NULL OR a.ended_at > :since)
+        GROUP BY j.{col}"""
     held: dict[str, tuple[float, int]] = {}
-    for key, gpu_s, jobs in conn.execute(held_sql, params):
-        held[str(key)] = (float(gpu_s or 0.0), int(jobs))
-    groups = [
-        _group(key, *held.get(key, (0.0, 0)), delays.get(key, []))
-        for key in sorted(held.keys() | delays.keys())
-    ]
+    for sql in (inside, edges):
+        for key, gpu_s, jobs in conn.execute(sql, params):
+            had, n = held.get(str(key), (0.0, 0))
+            held[str(key)] = (had + float(gpu_s or 0.0), n + int(jobs))
+    keys = sorted(held.keys() | delays.keys())
+    groups = [_group(k, *held.get(k, (0.0, 0)), delays.get(k, [])) for k in keys]
     every = [d for ds in delays.values() for d in ds]
     total = _group("", sum(g for g, _ in held.values()), sum(n for _, n in held.values()), every)
     del total["key"]

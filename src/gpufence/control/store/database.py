@@ -502,6 +502,10 @@ class Reader:
         """``accounting.history`` (``gpufence history``) through this reader."""
         return accounting.history(self._c, **query)
 
+    def history_json(self, **query: Any) -> tuple[list[str], int | None]:
+        """``accounting.history_json``: the page as JSON texts, and the last ``seq``."""
+        return accounting.history_json(self._c, **query)
+
     def accounting_usage(self, **query: Any) -> tuple[list[dict[str, Any]], dict[str, Any]]:
         """``accounting.usage`` (``gpufence usage``) through this reader."""
         return accounting.usage(self._c, **query)

@@ -129,8 +129,8 @@ MIGRATIONS: tuple[str, ...] = (
     );
     UPDATE jobs SET {_TOTALS_V6} WHERE id IN (SELECT job_id FROM attempts);
     CREATE INDEX jobs_ended ON jobs(ended_at);
-    CREATE INDEX jobs_first_started ON jobs(first_started_at);
-    CREATE INDEX attempts_ended ON attempts(ended_at);
+    CREATE INDEX jobs_accounting ON jobs(first_started_at, ended_at, state, gpu_s,
+        submitted_at, tenant, partition, workload_class)
     """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
