@@ -3,12 +3,14 @@ history and usage reads, and migration 6 upgrading a real store written by schem
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from gpufence.control.store import accounting
 from gpufence.control.store import database as st
 
 FIXTURE = Path(__file__).parents[2] / "fixtures" / "store_v5.db"
@@ -168,3 +170,19 @@ def test_usage_counts_open_jobs_up_to_now(
     assert total["gpu_hours"] == pytest.approx(gpu_s / 3600)
     assert [g["key"] for g in groups] == ["training"]
     assert (pending["preemptions"], pending["elapsed_s"]) == (1, pytest.approx(40.0))
+
+
+def test_an_ended_jobs_kept_row_is_the_row_computed_for_it(tmp_path: Path) -> None:
+    """The trigger's JSON (ended jobs) and the read-time JSON (open jobs) have one shape."""
+    s = st.Store(tmp_path)
+    jid = _job_with_attempts(s, [(110.0, 150.0, "incident-preemption"), (200.0, 260.0, None)])
+    with s.transaction() as tx:
+        tx.set_job(jid, exit_code=0)
+    with s.reader() as r:
+        kept, made = r._c.execute(
+            f"SELECT history, {accounting._HISTORY_JSON} FROM jobs WHERE id = :id",
+            {"id": jid, "now": 1000.0},
+        ).fetchone()
+    s.close()
+    assert kept is not None and json.loads(kept) == json.loads(made)
+    assert json.loads(kept)["gpu_hours"] == pytest.approx(200 / 3600)

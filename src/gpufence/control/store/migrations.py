@@ -28,6 +28,18 @@ _TOTALS_V6 = """
     )
 """
 
+# An ended job's ``gpufence history`` row as JSON, kept by a trigger at every write of the job
+# once it has ended (it changes no more): a history page of ended jobs reads text, nothing is
+# computed or encoded per job. accounting.HISTORY_JSON computes the same for open jobs.
+_ENDED_V6 = "('done', 'failed', 'cancelled', 'reclaimed', 'rejected')"
+_HISTORY_V6 = """json_object(
+    'seq', seq, 'id', id, 'name', name, 'tenant', tenant, 'partition', partition,
+    'class', workload_class, 'queue', queue, 'state', state, 'reason', reason,
+    'exit_code', exit_code, 'submitted_at', submitted_at, 'started_at', first_started_at,
+    'ended_at', ended_at, 'queue_delay_s', first_started_at - submitted_at,
+    'elapsed_s', run_s, 'gpus', held_gpus, 'request', gpus, 'gpu_hours', gpu_s / 3600.0,
+    'attempts', attempts_run, 'preemptions', preemptions)"""
+
 MIGRATIONS: tuple[str, ...] = (
     # 1: jobs, attempts, decision/event log
     """
@@ -128,7 +140,13 @@ MIGRATIONS: tuple[str, ...] = (
         FROM json_each(attempts.assignments) AS a
     );
     UPDATE jobs SET {_TOTALS_V6} WHERE id IN (SELECT job_id FROM attempts);
-    CREATE INDEX jobs_ended ON jobs(ended_at);
+    ALTER TABLE jobs ADD COLUMN history TEXT;
+    CREATE TRIGGER jobs_history AFTER UPDATE ON jobs WHEN NEW.state IN {_ENDED_V6}
+    BEGIN
+        UPDATE jobs SET history = {_HISTORY_V6} WHERE seq = NEW.seq;
+    END;
+    UPDATE jobs SET state = state WHERE state IN {_ENDED_V6};
+    CREATE INDEX jobs_ended ON jobs(ended_at, first_started_at, state);
     CREATE INDEX jobs_accounting ON jobs(first_started_at, ended_at, state, gpu_s,
         submitted_at, tenant, partition, workload_class)
     """,
@@ -137,7 +155,19 @@ SCHEMA_VERSION = len(MIGRATIONS)
 
 
 def statements(script: str) -> list[str]:
-    return [s for s in script.split(";") if s.strip()]
+    """The script's statements (a trigger's ``BEGIN ... END`` body, with its own semicolons,
+    stays one statement)."""
+    out: list[str] = []
+    buf = ""
+    for part in script.split(";"):
+        buf += part + ";"
+        if sqlite3.complete_statement(buf):
+            if buf.strip(" \n;"):
+                out.append(buf)
+            buf = ""
+    if buf.strip(" \n;"):
+        out.append(buf)
+    return out
 
 
 def schema_version(conn: sqlite3.Connection) -> int:
