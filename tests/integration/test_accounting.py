@@ -77,7 +77,7 @@ def ran(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, dict
 
 def _cli(srv: Server, token: str, *args: str) -> Any:
     env = {"GPUFENCE_URL": srv.url, "GPUFENCE_TOKEN": token, "GPUFENCE_DATA": None}
-    return CliRunner().invoke(app, list(args), env=env)
+    return CliRunner().invoke(app, list(args), env={**env, "COLUMNS": "80"})
 
 
 def _history(srv: Server, token: str, *args: str) -> dict[str, dict[str, Any]]:
@@ -112,7 +112,7 @@ def test_history_shows_each_job_as_it_ran(
 
 
 def test_history_filters_and_formats(ran: tuple[Server, dict[str, str]]) -> None:
-    srv, _ = ran
+    srv, ids = ran
     assert set(_history(srv, ADMIN, "--state", "failed")) == {"a-fail"}
     assert set(_history(srv, ADMIN, "--partition", "share")) == {"b-half"}
     assert set(_history(srv, ADMIN, "--tenant", "team-a")) == {"a-two", "a-fail"}
@@ -124,6 +124,8 @@ def test_history_filters_and_formats(ran: tuple[Server, dict[str, str]]) -> None
     assert {j["name"] for j in yaml.safe_load(r.stdout)["jobs"]} == {j[0] for j in JOBS}
     table = _cli(srv, ADMIN, "history", "--limit", "2")
     assert table.exit_code == 0 and "GPU-h" in table.stdout
+    assert max(len(line) for line in table.stdout.splitlines()) <= 80
+    assert all(ids[n] in table.stdout for n in ("a-two", "a-fail"))  # the first two, whole
     assert f"{len(JOBS) - 2} more" in table.stderr
     for bad in (["--since", "yesterday"], ["--partition", "nope"], ["-o", "csv"]):
         assert _cli(srv, ADMIN, "history", *bad).exit_code == 2, bad

@@ -86,17 +86,17 @@ def _delay(x: float | None) -> str:
 
 HISTORY_COLS = (
     Col("id", max_width=10),
-    Col("name", max_width=12),
-    Col("tenant", max_width=10),
-    Col("partition", max_width=10),
+    Col("name", max_width=14, flex=True),
+    Col("tenant", max_width=10, flex=True),
+    Col("partition", wide_only=True),
     Col("class", wide_only=True),
     Col("queue", wide_only=True),
     Col("state", max_width=9),
     Col("exit", justify="right"),
     Col("submitted", wide_only=True),
     Col("started", wide_only=True),
-    Col("ended", max_width=19),
-    Col("wait", justify="right"),
+    Col("ended"),
+    Col("wait", wide_only=True, justify="right"),
     Col("elapsed", justify="right"),
     Col("GPUs", justify="right"),
     Col("GPU-h", justify="right"),
@@ -105,6 +105,12 @@ HISTORY_COLS = (
     Col("request", wide_only=True),
     Col("reason", wide_only=True),
 )
+"""At 80 columns: id, name, tenant, state, exit, ended, elapsed, GPUs, GPU-hours; -o wide adds
+the rest (partition, class, queue, submitted, started, queue delay, attempts, preemptions)."""
+
+
+def _short(t: float | None) -> str:
+    return time.strftime("%m-%d %H:%M", time.localtime(t)) if t else "-"
 
 
 def history_table(jobs: list[dict[str, Any]], wide: bool) -> Table:
@@ -123,7 +129,7 @@ def history_table(jobs: list[dict[str, Any]], wide: bool) -> Table:
                 "-" if code is None else str(code),
                 when(j.get("submitted_at")),
                 when(j.get("started_at")),
-                when(j.get("ended_at")),
+                when(j.get("ended_at")) if wide else _short(j.get("ended_at")),
                 _delay(j.get("queue_delay_s")),
                 format_duration(round(float(j.get("elapsed_s") or 0.0))),
                 _num(j.get("gpus")),
