@@ -27,7 +27,9 @@ from gpufence.model.decisions import (
     Stop,
 )
 from gpufence.model.events import Event, JobStopped
+from gpufence.model.job import MILLI_PER_GPU
 from gpufence.sched.jobs import JobState
+from gpufence.state.ledger import charge_milli
 
 if TYPE_CHECKING:
     from gpufence.control.reconciler import Reconciler
@@ -117,6 +119,8 @@ def write_bind(rec: Reconciler, tx: st.Tx, d: Bind, now: float, act: Pending) ->
         assignments=[assignment_json(a) for a in d.assignments],
         devices=[list(m.devices) for m in members],
         started_at=now,
+        # what its quota is charged: the GPU-equivalents history and usage count
+        gpus=charge_milli(core.job, rec.scheduler.cluster, d.partition) / MILLI_PER_GPU,
     )
     tx.set_job(
         d.job_id,

@@ -42,7 +42,7 @@ from typing import Any
 
 from gpufence.control import failpoints
 from gpufence.control.privatefs import PRIVATE_DIR
-from gpufence.control.store import migrations
+from gpufence.control.store import accounting, migrations
 from gpufence.control.store.errors import StoreError, StoreUnavailable, unavailable
 from gpufence.control.store.ownership import FileLock, Owner
 from gpufence.control.store.rows import (
@@ -454,10 +454,12 @@ class Tx:
         assignments: list[dict[str, Any]],
         devices: list[list[str]],
         started_at: float,
+        gpus: float = 0.0,
     ) -> None:
+        """``gpus``: the GPU-equivalents it holds (accounting.py says how they count)."""
         self._c.execute(
             "INSERT OR REPLACE INTO attempts(job_id, attempt, state, pool, lent_from,"
-            " assignments, devices, started_at) VALUES(?,?,?,?,?,?,?,?)",
+            " assignments, devices, started_at, gpus) VALUES(?,?,?,?,?,?,?,?,?)",
             (
                 job_id,
                 attempt,
@@ -467,8 +469,10 @@ class Tx:
                 json.dumps(assignments),
                 json.dumps(devices),
                 started_at,
+                gpus,
             ),
         )
+        accounting.account(self._c, job_id)
 
     def set_attempt(self, job_id: str, attempt: int, **fields: object) -> None:
         if "exit_codes" in fields:
@@ -478,6 +482,8 @@ class Tx:
             f"UPDATE attempts SET {cols} WHERE job_id=? AND attempt=?",
             (*fields.values(), job_id, attempt),
         )
+        if "ended_at" in fields or "stop_reason" in fields or "started_at" in fields:
+            accounting.account(self._c, job_id)
 
     def log(self, t: float, job_id: str | None, kind: str, reason: str, message: str) -> None:
         self._c.execute(
@@ -534,6 +540,18 @@ class Reader:
             args.append(tenant)
         sql = f"SELECT {JOB_COLUMNS} FROM jobs WHERE {' AND '.join(where)} ORDER BY seq LIMIT ?"
         return [job_row(r, parse_spec) for r in self._c.execute(sql, (*args, limit))]
+
+    def history(self, **query: Any) -> list[dict[str, Any]]:
+        """``accounting.history`` (``gpufence history``) through this reader."""
+        return accounting.history(self._c, **query)
+
+    def history_json(self, **query: Any) -> tuple[list[str], int | None]:
+        """``accounting.history_json``: the page as JSON texts, and the last ``seq``."""
+        return accounting.history_json(self._c, **query)
+
+    def accounting_usage(self, **query: Any) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        """``accounting.usage`` (``gpufence usage``) through this reader."""
+        return accounting.usage(self._c, **query)
 
     def attempts(self, job_id: str) -> list[AttemptRow]:
         rows = self._c.execute(
