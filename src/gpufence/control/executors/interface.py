@@ -23,6 +23,9 @@ class Member:
     """Node name; informational for the local executor, used for ``LOCAL_RANK``."""
     devices: tuple[str, ...]
     """``CUDA_VISIBLE_DEVICES`` entries (GPU indices or MIG UUIDs); ``()`` means CPU-only."""
+    device_nodes: tuple[str, ...] = ()
+    """Device nodes of those GPUs (``/dev/nvidiaN``, MIG capability devices): with containment
+    the member may open these and none of the node's other GPU device nodes."""
 
 
 @dataclass(frozen=True, slots=True)

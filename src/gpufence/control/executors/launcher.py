@@ -3,7 +3,7 @@
 Usage::
 
     python -m gpufence.control.executors.launcher ATTEMPT_DIR --rank R [--catch N]...
-        [--fence-parent PID] -- ARGV...
+        [--fence-parent PID] [--cgroup DIR]... [--uid U --gid G [--groups G1,G2]] -- ARGV...
 
 (``LocalExecutor`` runs this file by path with ``python -I -S``: it imports only the standard
 library, so it needs neither ``gpufence`` on the path nor ``site``, and starts ~20 ms sooner.)
@@ -17,7 +17,11 @@ session). It
 2. writes ``rank-R.pid`` (JSON: ``pid``, ``start_time`` = field 22 of ``/proc/<pid>/stat``, the
    guard against pid reuse) atomically;
 3. runs the user command as its child in the same process group, stdout/stderr appended to
-   ``rank-R.out`` / ``rank-R.err``;
+   ``rank-R.out`` / ``rank-R.err``. Between fork and exec the child joins every ``--cgroup``
+   directory (the member's cgroup, one per v1 hierarchy or one v2 directory: no process of the
+   job ever runs outside it), then switches to ``--gid`` / ``--groups`` / ``--uid`` (after
+   joining: moving into a cgroup needs the launcher's privileges). The launcher itself stays
+   outside the cgroup, so killing the cgroup never loses the exit record;
 4. waits, writes ``rank-R.exit`` (JSON: ``code``, ``ended_unix``; negative code = killed by that
    signal) atomically and exits with the code (128 + signal for a signal death).
 
@@ -27,10 +31,11 @@ the member lost and will run the job again elsewhere), the launcher stops the gr
 (SIGTERM, 5 s, then SIGKILL), so a requeued job never runs twice. The local executor does not
 use it: there the jobs must survive a control-plane restart and be adopted.
 
-A command that cannot be executed gets code 127 (not found) or 126 (not executable) and a
-message in ``rank-R.err``. The executor starts the launcher with the caught signals *blocked*;
-the launcher forwards any that arrived before the user command existed, then unblocks them, so
-a stop or notice sent right after start is not lost.
+A command that cannot be executed gets code 127 (not found) or 126 (not executable), one that
+cannot be contained (cgroup or user switch refused) code 125, and a message in ``rank-R.err``.
+The executor starts the launcher with the caught signals *blocked*; the launcher forwards any
+that arrived before the user command existed, then unblocks them, so a stop or notice sent right
+after start is not lost.
 """
 
 from __future__ import annotations
@@ -49,6 +54,7 @@ ALWAYS_CAUGHT = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)
 
 EXIT_NOT_FOUND = 127
 EXIT_NOT_EXECUTABLE = 126
+EXIT_NOT_CONTAINED = 125
 
 
 def pid_file(attempt_dir: Path, rank: int) -> Path:
@@ -114,7 +120,8 @@ def proc_start_time(pid: int) -> int | None:
 def _usage(msg: str) -> int:
     print(f"gpufence launcher: {msg}", file=sys.stderr)
     print(
-        "usage: launcher ATTEMPT_DIR --rank R [--catch SIGNUM]... -- ARGV...",
+        "usage: launcher ATTEMPT_DIR --rank R [--catch SIGNUM]... [--fence-parent PID] "
+        "[--cgroup DIR]... [--uid U --gid G [--groups G,...]] -- ARGV...",
         file=sys.stderr,
     )
     return 2
@@ -127,7 +134,46 @@ class _SpawnError(Exception):
         self.message = message
 
 
-def _spawn(command: list[str], out_fd: int, err_fd: int, caught: set[signal.Signals]) -> int:
+class _Confine:
+    """Where the user command runs: cgroup directories to join, then the identity to take."""
+
+    def __init__(self) -> None:
+        self.cgroups: list[str] = []
+        self.uid: int | None = None
+        self.gid: int | None = None
+        self.groups: list[int] = []
+
+    def enter(self) -> None:
+        """In the forked child, before exec: join every cgroup, then drop to the job's user."""
+        me = str(os.getpid())
+        for d in self.cgroups:
+            try:
+                fd = os.open(os.path.join(d, "cgroup.procs"), os.O_WRONLY)
+                try:
+                    os.write(fd, me.encode())
+                finally:
+                    os.close(fd)
+            except OSError as exc:
+                raise _SpawnError(EXIT_NOT_CONTAINED, f"cannot join cgroup {d}: {exc}") from exc
+        try:
+            if self.gid is not None:
+                os.setgroups(self.groups)
+                os.setgid(self.gid)
+            if self.uid is not None:
+                os.setuid(self.uid)
+        except OSError as exc:
+            raise _SpawnError(
+                EXIT_NOT_CONTAINED, f"cannot switch to uid {self.uid} gid {self.gid}: {exc}"
+            ) from exc
+
+
+def _spawn(
+    command: list[str],
+    env: dict[str, str],
+    out_fd: int,
+    err_fd: int,
+    confine: _Confine,
+) -> int:
     """fork + exec the user command with clean signal state; raise ``_SpawnError`` on failure.
 
     Not ``posix_spawn``: glibc leaves its internal real-time signals ignored in the child, and an
@@ -141,6 +187,7 @@ def _spawn(command: list[str], out_fd: int, err_fd: int, caught: set[signal.Sign
             os.close(r)
             os.dup2(out_fd, 1)
             os.dup2(err_fd, 2)
+            confine.enter()
             # every disposition back to default: an ignored one (SIGHUP under nohup, SIGPIPE
             # from Python) would survive exec and change how the job reacts to signals
             for sig in signal.valid_signals():
@@ -148,11 +195,14 @@ def _spawn(command: list[str], out_fd: int, err_fd: int, caught: set[signal.Sign
                     with contextlib.suppress(OSError, ValueError):
                         signal.signal(sig, signal.SIG_DFL)
             signal.pthread_sigmask(signal.SIG_SETMASK, ())
-            os.execvp(command[0], command)
+            os.execvpe(command[0], command, env)
         except BaseException as exc:
-            not_found = isinstance(exc, FileNotFoundError)
-            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else repr(exc)
-            os.write(w, f"{'n' if not_found else 'x'}{why}".encode(errors="replace"))
+            if isinstance(exc, _SpawnError):
+                kind, why = "c", exc.message
+            else:
+                kind = "n" if isinstance(exc, FileNotFoundError) else "x"
+                why = exc.strerror if isinstance(exc, OSError) and exc.strerror else repr(exc)
+            os.write(w, f"{kind}{why}".encode(errors="replace"))
         finally:
             os._exit(EXIT_NOT_FOUND)
     os.close(w)
@@ -162,6 +212,8 @@ def _spawn(command: list[str], out_fd: int, err_fd: int, caught: set[signal.Sign
         return pid
     os.waitpid(pid, 0)
     text = report.decode(errors="replace")
+    if text[0] == "c":
+        raise _SpawnError(EXIT_NOT_CONTAINED, text[1:])
     if text[0] == "n":
         raise _SpawnError(EXIT_NOT_FOUND, f"command not found: {command[0]!r}: {text[1:]}")
     raise _SpawnError(EXIT_NOT_EXECUTABLE, f"cannot execute {command[0]!r}: {text[1:]}")
@@ -202,8 +254,11 @@ def _noop(_signum: int, _frame: object) -> None:
     """Survive the signal; the user command in the same group receives it too."""
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, env: dict[str, str] | None = None) -> int:
+    """Run one member (see the module docstring); ``env`` is the user command's environment
+    (default: the launcher's own, as when run by path; the fork server passes the job's)."""
     args = list(sys.argv[1:] if argv is None else argv)
+    job_env = dict(os.environ if env is None else env)
     if "--" not in args:
         return _usage("missing '--' before the command")
     split = args.index("--")
@@ -216,6 +271,7 @@ def main(argv: list[str] | None = None) -> int:
     rank: int | None = None
     caught = set(ALWAYS_CAUGHT)
     fence_parent: int | None = None
+    confine = _Confine()
     while opts:
         opt = opts.pop(0)
         if not opts:
@@ -228,6 +284,14 @@ def main(argv: list[str] | None = None) -> int:
                 caught.add(signal.Signals(int(value)))
             elif opt == "--fence-parent":
                 fence_parent = int(value) or None
+            elif opt == "--cgroup":
+                confine.cgroups.append(value)
+            elif opt == "--uid":
+                confine.uid = int(value)
+            elif opt == "--gid":
+                confine.gid = int(value)
+            elif opt == "--groups":
+                confine.groups = [int(g) for g in value.split(",") if g]
             else:
                 return _usage(f"unknown option {opt}")
         except ValueError:
@@ -249,11 +313,11 @@ def main(argv: list[str] | None = None) -> int:
     atomic_write(pid_file(attempt_dir, rank), pid_record(me, proc_start_time(me) or 0))
 
     flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
-    out_fd = os.open(out_file(attempt_dir, rank), flags, 0o644)
-    err_fd = os.open(err_file(attempt_dir, rank), flags, 0o644)
+    out_fd = os.open(out_file(attempt_dir, rank), flags, 0o600)
+    err_fd = os.open(err_file(attempt_dir, rank), flags, 0o600)
     code: int
     try:
-        child = _spawn(command, out_fd, err_fd, caught)
+        child = _spawn(command, job_env, out_fd, err_fd, confine)
     except _SpawnError as exc:
         code = exc.code
         os.write(err_fd, f"gpufence launcher: {exc.message}\n".encode())
@@ -263,7 +327,7 @@ def main(argv: list[str] | None = None) -> int:
         started = {
             "pid": child,
             "exec_unix": time.time(),
-            "devices": os.environ.get("CUDA_VISIBLE_DEVICES", ""),
+            "devices": job_env.get("CUDA_VISIBLE_DEVICES", ""),
             "fence_parent": fence_parent,
         }
         atomic_write(attempt_dir / f"rank-{rank}.started", json.dumps(started) + "\n")

@@ -1,7 +1,9 @@
 """The processes of a running gang member: /proc reads, process groups, pid/exit records.
 
-A member is one launcher (``launcher.py``) started in a new session, so its whole process tree is
-one process group (pgid == launcher pid). The launcher records ``rank-R.pid`` / ``rank-R.exit``
+A member is one launcher (``launcher.py``) started in a new session, so its process tree is one
+process group (pgid == launcher pid), and, with containment, the job's processes are in the
+member's cgroup (``MemberProcess.cgroup``), which also holds those that left the process group
+(``setsid``, daemons). The launcher records ``rank-R.pid`` / ``rank-R.exit``
 in the attempt directory; ``attach`` re-finds a recorded member that still runs (guarding against
 pid reuse with the recorded start time) and ``recorded_exit`` reads how one ended. Processes are
 waited for and reaped through pidfds, which also work for processes that are not our children.
@@ -21,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gpufence.control.containment.cgroup import MemberCgroup
 from gpufence.control.executors import launcher as _launcher
 from gpufence.control.executors.launcher import (
     atomic_write,
@@ -55,9 +58,26 @@ class MemberProcess:
     """Launcher pid == the member's process-group id."""
     pidfd: int | None
     popen: subprocess.Popen[bytes] | None
-    """Set for members this executor started (our children); None for adopted ones."""
+    """Set for members this executor started with ``Popen`` (our children); else None."""
     done: bool = False
+    """The launcher (and so the job's main process) has exited; ``code`` is known."""
     code: int | None = None
+    cgroup: MemberCgroup | None = None
+    """The member's cgroup (containment on); None: its process group is all there is."""
+    drained: bool = False
+    """Its cgroup was seen empty after ``done``: only then are its GPUs free."""
+    strays: int = 0
+    """Processes still in the cgroup after the main process ended, killed by the executor."""
+    oom: bool = False
+    forked: int = 0
+    """Generation of the fork server that forked the launcher (0: not forked by it)."""
+    drain_since: float = 0.0
+    rekill_at: float = 0.0
+
+    @property
+    def over(self) -> bool:
+        """Ended and, with a cgroup, emptied: the member holds nothing any more."""
+        return self.done and (self.cgroup is None or self.drained)
 
 
 def read_json(path: Path) -> dict[str, Any] | None:
@@ -190,6 +210,23 @@ class SpawnError(RuntimeError):
     """A member's launcher could not be started (the message says why)."""
 
 
+def launcher_argv(
+    adir: Path,
+    rank: int,
+    command: Iterable[str],
+    caught: set[signal.Signals],
+    confine: Iterable[str] = (),
+    fence_parent: bool = False,
+) -> list[str]:
+    """The launcher's arguments (after the interpreter and script): see ``launcher.py``."""
+    argv = [str(adir), "--rank", str(rank)]
+    for sig in sorted(caught):
+        argv += ["--catch", str(int(sig))]
+    if fence_parent:  # the member dies with its starter (Ray agents; see launcher.py)
+        argv += ["--fence-parent", str(os.getpid())]
+    return [*argv, *confine, "--", *command]
+
+
 def spawn_member(
     python: str,
     adir: Path,
@@ -199,18 +236,16 @@ def spawn_member(
     cwd: str | Path | None,
     caught: set[signal.Signals],
     fence_parent: bool = False,
+    confine: Iterable[str] = (),
 ) -> MemberProcess:
     """Start one gang member: the launcher (``python -I -S``: no site, ~20 ms sooner) in its own
-    session, told to survive ``caught`` (which it forwards to the command's group). It inherits
-    this thread's mask, so it starts with those signals blocked and unblocks them once its
-    handlers are in place: a stop sent right after the spawn is never lost. Its pid record is
-    written here too, so a crash before the launcher writes it still leaves one."""
-    argv = [python, "-I", "-S", str(LAUNCHER), str(adir), "--rank", str(rank)]
-    for sig in sorted(caught):
-        argv += ["--catch", str(int(sig))]
-    if fence_parent:  # the member dies with its starter (Ray agents; see launcher.py)
-        argv += ["--fence-parent", str(os.getpid())]
-    argv += ["--", *command]
+    session, told to survive ``caught`` (which it forwards to the command's group) and confined
+    by ``confine`` (``containment.members.launcher_args``). It inherits this thread's mask, so
+    it starts with those signals blocked and unblocks them once its handlers are in place: a
+    stop sent right after the spawn is never lost. Its pid record is written here too, so a
+    crash before the launcher writes it still leaves one."""
+    args = launcher_argv(adir, rank, command, caught, confine, fence_parent)
+    argv = [python, "-I", "-S", str(LAUNCHER), *args]
     old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, caught)
     try:
         with open(err_file(adir, rank), "ab") as err:

@@ -1,9 +1,14 @@
 """Local executor: runs job attempts as real processes on this machine.
 
-Every gang member is one launcher (``launcher.py``) started in a new session, so the member's
-whole process tree is one process group that signals address as a unit. The launcher records
-``rank-R.pid`` / ``rank-R.exit`` in the attempt directory; those records let a restarted control
-plane re-attach to attempts that kept running (``adopt``) or learn how they ended.
+Every gang member is one launcher (``launcher.py``) in a new session, forked by the executor's
+fork server (``containment/forkserver.py``: ~1 ms instead of a fresh interpreter), so the
+member's process tree is one process group that signals address as a unit. With containment
+(``containment=``, what ``gpufence up`` passes unless ``--no-containment``) the job's processes
+are also in the member's own cgroup, created here before the spawn and joined by the launcher's
+child before it execs the job: signals and kills go to the cgroup, and the member is over (its
+GPUs free) only when the cgroup is empty. The launcher records ``rank-R.pid`` / ``rank-R.exit``
+in the attempt directory; those records let a restarted control plane re-attach to attempts that
+kept running (``adopt``, which re-opens their cgroups by name) or learn how they ended.
 
 One watcher thread (``watcher.AttemptWatcher``, which ``LocalExecutor`` extends) waits for
 member exits, SIGKILL deadlines and notice acks; exits are event-driven: ``on_exit`` fires within
@@ -19,13 +24,17 @@ Policy worth knowing:
 
 * a gang is all-or-nothing: when a member exits non-zero (or unknown) while others still run, the
   others get SIGTERM and, ``gang_grace_s`` later, SIGKILL;
-* when a member's main process (its launcher) has exited, whatever is left in its process group
-  (stray background children) is SIGKILLed at once, so nothing outlives the attempt on a GPU;
-* ``stop`` and ``notice`` signal process groups, never single processes.
+* when a member's main process (its launcher) has exited, whatever is left in its cgroup (or,
+  without containment, its process group) is SIGKILLed at once and counted as strays, so
+  nothing outlives the attempt on a GPU;
+* ``stop`` and ``notice`` signal cgroups (or process groups), never single processes;
+* a job with ``run_as`` gets its attempt and checkpoint directories (0700) and its logs (0600)
+  owned by that user, and runs as it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -36,11 +45,16 @@ import threading
 import time
 from pathlib import Path
 
+from gpufence.control.containment.cgroup import ContainmentError, MemberCgroup
+from gpufence.control.containment.forkserver import ForkServer, ForkServerError
+from gpufence.control.containment.jobdirs import make_job_dirs, own_file
+from gpufence.control.containment.members import Containment, launcher_args
 from gpufence.control.executors.interface import (
     AckCallback,
     ExitCallback,
     Launch,
     LaunchError,
+    Member,
     NodeCallback,
 )
 from gpufence.control.executors.launcher import (
@@ -53,17 +67,19 @@ from gpufence.control.executors.launcher import (
 from gpufence.control.executors.memberenv import member_envs
 from gpufence.control.executors.processes import (
     MemberProcess,
-    SpawnError,
     attach,
-    group_cpu,
     group_cpu_by_pgid,
     killpg,
-    member_pgids,
+    launcher_argv,
     reap_now,
     recorded_exit,
-    spawn_member,
 )
-from gpufence.control.executors.watcher import Attempt, AttemptWatcher, Key
+from gpufence.control.executors.watcher import (
+    Attempt,
+    AttemptWatcher,
+    Key,
+    empty_and_remove,
+)
 
 log = logging.getLogger("gpufence.executor")
 
@@ -80,12 +96,16 @@ class LocalExecutor(AttemptWatcher):
         python: str = sys.executable,
         *,
         gang_grace_s: float = GANG_GRACE_S,
+        containment: Containment | None = None,
     ) -> None:
         self.notice_signal = signal.Signals(notice_signal)
         self.python = python
+        self.containment = containment
+        """None: members run unconfined (no cgroups): ``gpufence up --no-containment``."""
         # blocked while the launcher starts; it unblocks them once it can survive them
         self._caught = {signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, self.notice_signal}
         self._starting: set[Key] = set()
+        self._forks = ForkServer(python)
         super().__init__(gang_grace_s)  # starts the watcher thread
 
     # ------------------------------------------------------------------ public API
@@ -121,9 +141,7 @@ class LocalExecutor(AttemptWatcher):
                 self._watch_locked(att)
                 self._wake_locked()
         if closed:  # closed while we were spawning: leave no strays behind
-            for m in members:
-                killpg(m.pid, signal.SIGKILL)
-            reap_now(members)
+            self._abandon(members)
             raise LaunchError("the executor was closed while the attempt was starting")
         log.info(
             "started job %s attempt %d: %d member(s), pids %s",
@@ -148,7 +166,7 @@ class LocalExecutor(AttemptWatcher):
                 log.error("job %s attempt %d: cannot write notice file: %s", job_id, attempt, exc)
             if signal_job:
                 for m in att.live():
-                    killpg(m.pid, self.notice_signal)
+                    self._signal_locked(m, self.notice_signal)
             if not att.acked:
                 att.ack_wanted = True
             self._wake_locked()
@@ -163,7 +181,7 @@ class LocalExecutor(AttemptWatcher):
             first = att.request_stop(time.monotonic() + max(0.0, grace_s))
             if first:
                 for m in att.live():
-                    killpg(m.pid, signal.SIGTERM)
+                    self._signal_locked(m, signal.SIGTERM)
             self._wake_locked()
         if first:
             log.info("stopping job %s attempt %d (grace %.1fs)", job_id, attempt, grace_s)
@@ -179,6 +197,8 @@ class LocalExecutor(AttemptWatcher):
         for rank in sorted(m.rank for m in launch.members):
             pid, pidfd = attach(launch.attempt_dir, rank)
             m = MemberProcess(rank, pid, pidfd, None)
+            if self.containment is not None:
+                m.cgroup = self.containment.open(launch, rank)
             if pidfd is None:
                 m.done = True
                 m.code = recorded_exit(launch.attempt_dir, rank)
@@ -186,7 +206,7 @@ class LocalExecutor(AttemptWatcher):
         att = Attempt(launch, members=members)
         alive = att.live()
         att.wall_base = time.monotonic()
-        att.cpu_base = group_cpu(member_pgids(members))
+        att.cpu_base = _cpu_seconds(members)
         with self._lock:
             if self._closing:
                 for m in members:
@@ -195,6 +215,9 @@ class LocalExecutor(AttemptWatcher):
                 raise RuntimeError("the executor is closed")
             self._attempts[key] = att
             self._watch_locked(att)
+            for m in members:  # launcher gone: what is left of the member goes too
+                if m.done and m.cgroup is not None:
+                    self._drain_start_locked(att, m, time.monotonic())
             self._dirty.add(key)  # all gone: the watcher reports the exit at once
             failed = [m for m in members if m.done and m.code != 0]
             if failed and alive:
@@ -215,16 +238,15 @@ class LocalExecutor(AttemptWatcher):
 
     def activity(self) -> dict[tuple[str, int], float]:
         with self._lock:
-            groups = {key: member_pgids(att.members) for key, att in self._attempts.items()}
-        per_group = group_cpu_by_pgid({pgid for pgids in groups.values() for pgid in pgids})
+            groups = {key: list(att.members) for key, att in self._attempts.items()}
+        cpus = {key: _cpu_seconds(members) for key, members in groups.items()}
         now = time.monotonic()
         out: dict[tuple[str, int], float] = {}
         with self._lock:
-            for key, pgids in groups.items():
+            for key, cpu in cpus.items():
                 att = self._attempts.get(key)
                 if att is None:
                     continue
-                cpu = sum(per_group.get(pgid, 0.0) for pgid in pgids)
                 dt = now - att.wall_base
                 n = max(1, len(att.members))
                 util = (cpu - att.cpu_base) / dt / n if dt > 0 else 0.0
@@ -241,17 +263,22 @@ class LocalExecutor(AttemptWatcher):
             if kill:
                 for att in self._attempts.values():
                     for m in att.live():
+                        self._kill_locked(m)
                         killpg(m.pid, signal.SIGKILL)
             self._wake_locked()
         if threading.current_thread() is not self._thread:
             self._thread.join()
+        self._forks.close()  # its launchers run on (kill=False) and are adopted next time
+        if self.containment is not None:
+            self.containment.release()
 
     # ------------------------------------------------------------------ spawning
     def _spawn(self, launch: Launch) -> list[MemberProcess]:
         adir = launch.attempt_dir.absolute()
+        run_as = launch.run_as
         try:
-            adir.mkdir(parents=True, exist_ok=True)
-            launch.checkpoint_dir.mkdir(parents=True, exist_ok=True)
+            data = adir.parents[2] if len(adir.parents) > 2 else None  # DATA/jobs/JOB/attempt-N
+            make_job_dirs((adir, launch.checkpoint_dir.absolute()), run_as, up_to=data)
         except OSError as exc:
             raise LaunchError(f"cannot create the attempt/checkpoint directory: {exc}") from exc
         ranks = range(len(launch.members))
@@ -268,32 +295,73 @@ class LocalExecutor(AttemptWatcher):
             for rank in ranks:
                 pid_file(adir, rank).unlink(missing_ok=True)
                 exit_file(adir, rank).unlink(missing_ok=True)
-                out_file(adir, rank).write_bytes(b"")
-                err_file(adir, rank).write_bytes(b"")
+                own_file(out_file(adir, rank), run_as)
+                own_file(err_file(adir, rank), run_as)
         except OSError as exc:
             raise LaunchError(f"cannot prepare {adir}: {exc}") from exc
 
         envs = member_envs(launch, "127.0.0.1", _free_port(), inherit=os.environ)
         started: list[MemberProcess] = []
+        cgroups: list[MemberCgroup] = []
         try:
             for member in sorted(launch.members, key=lambda m: m.rank):
-                started.append(self._spawn_member(launch, adir, member.rank, envs[member.rank]))
+                cg = self._cgroup(launch, member)
+                if cg is not None:
+                    cgroups.append(cg)
+                started.append(self._spawn_member(launch, adir, member.rank, envs[member.rank], cg))
         except BaseException:
-            for m in started:
-                killpg(m.pid, signal.SIGKILL)
-            reap_now(started)
+            self._abandon(started, cgroups)
             raise
         return started
 
-    def _spawn_member(
-        self, launch: Launch, adir: Path, rank: int, env: dict[str, str]
-    ) -> MemberProcess:
+    def _cgroup(self, launch: Launch, member: Member) -> MemberCgroup | None:
+        if self.containment is None:
+            return None
         try:
-            return spawn_member(
-                self.python, adir, rank, launch.command, env, launch.cwd, self._caught
+            return self.containment.create(launch, member)
+        except ContainmentError as exc:
+            raise LaunchError(f"job {launch.job_id} rank {member.rank}: {exc}") from exc
+
+    def _spawn_member(
+        self, launch: Launch, adir: Path, rank: int, env: dict[str, str], cg: MemberCgroup | None
+    ) -> MemberProcess:
+        argv = launcher_argv(
+            adir, rank, launch.command, self._caught, launcher_args(cg, launch.run_as)
+        )
+        cwd = str(launch.cwd) if launch.cwd is not None else None
+        try:
+            pid, generation = self._forks.spawn(
+                argv, env, cwd, err_file(adir, rank), pid_file(adir, rank)
             )
-        except SpawnError as exc:
-            raise LaunchError(f"job {launch.job_id}: {exc}") from exc
+        except ForkServerError as exc:
+            raise LaunchError(f"job {launch.job_id}: cannot start rank {rank}: {exc}") from exc
+        m = MemberProcess(rank, pid, None, None, cgroup=cg, forked=generation)
+        try:
+            m.pidfd = os.pidfd_open(pid)
+        except OSError as exc:
+            self._abandon([m])
+            raise LaunchError(f"job {launch.job_id}: pidfd_open failed for rank {rank}") from exc
+        return m
+
+    def _reap_launcher(self, m: MemberProcess) -> int | None:
+        return self._forks.reap(m.pid, m.forked) if m.forked else None
+
+    def _abandon(
+        self, members: list[MemberProcess], cgroups: list[MemberCgroup] | None = None
+    ) -> None:
+        """Kill members that must not run after all (a failed or interrupted start)."""
+        groups = list(cgroups) if cgroups is not None else []
+        groups += [m.cgroup for m in members if m.cgroup is not None and m.cgroup not in groups]
+        for cg in groups:
+            with contextlib.suppress(ContainmentError):
+                cg.kill()
+        for m in members:
+            killpg(m.pid, signal.SIGKILL)
+        reap_now(members)
+        for m in members:
+            if m.forked:
+                self._forks.reap(m.pid, m.forked)
+        empty_and_remove(groups)
 
 
 # ---------------------------------------------------------------------- helpers
@@ -310,6 +378,16 @@ def check_launch(launch: Launch) -> None:
         raise LaunchError(f"{where}: empty command")
     if launch.cwd is not None and not launch.cwd.is_dir():
         raise LaunchError(f"{where}: working directory {launch.cwd} does not exist")
+
+
+def _cpu_seconds(members: list[MemberProcess]) -> float:
+    """CPU seconds of members: their cgroups', else their process groups' (live processes)."""
+    per_group = group_cpu_by_pgid({m.pid for m in members if m.cgroup is None and m.pid > 1})
+    total = sum(per_group.values())
+    for m in members:
+        if m.cgroup is not None:
+            total += m.cgroup.cpu_seconds()
+    return total
 
 
 def _free_port() -> int:

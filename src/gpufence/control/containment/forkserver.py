@@ -1,0 +1,250 @@
+"""A pre-started launcher: a small process that forks one launcher per gang member.
+
+Starting a member used to cost a fresh ``python -I -S launcher.py`` (~20-25 ms of interpreter
+start-up, most of a GPU hand-off). The fork server is that interpreter, started once by the
+executor with the launcher already imported; for each member it ``fork``s (~1 ms), and the child
+becomes the launcher: a new session, stdin/stdout on ``/dev/null``, stderr on ``rank-R.err``,
+then ``launcher.main`` with the member's argv and environment (whose child joins the member's
+cgroup, switches user and execs the job).
+
+Protocol (one ``socketpair``, length-prefixed JSON, one request at a time):
+
+* ``{"op": "spawn", "argv", "env", "cwd", "err", "pid_file"}`` -> ``{"pid"}`` or ``{"error"}``;
+  the server writes the launcher's pid record before answering, so a crash right after the
+  spawn still leaves one;
+* ``{"op": "reap", "pid"}`` -> ``{"code"}``: the launcher's exit code (None: still running or
+  not ours). The server never reaps on its own, so an exited launcher stays a zombie until the
+  executor has dealt with it (its pid, and so its process-group id, cannot be reused meanwhile).
+
+Restarts: the launchers are independent processes in their own sessions. When the executor
+goes (``gpufence up`` stopped or killed), the server sees EOF and exits; its launchers, running
+or not yet reaped, are re-parented to init, which reaps them, and the jobs run on. The next
+control plane starts a new server and adopts the jobs from their records, as it always did: no
+exit code depends on the server that forked the launcher (the launcher writes ``rank-R.exit``).
+
+This module runs in the server process with the standard library and the launcher only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+from gpufence.control.executors import launcher
+
+_HEADER = struct.Struct(">I")
+_BLOCKED = {signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2, signal.SIGHUP}
+"""Blocked in the server, so a forked launcher starts with them blocked (it forwards them)."""
+_BOOT = (
+    "import sys; sys.path.insert(0, sys.argv[1]); "
+    "from gpufence.control.containment.forkserver import serve; serve(int(sys.argv[2]))"
+)
+_SRC = str(Path(launcher.__file__).resolve().parents[3])  # the directory holding gpufence/
+
+
+class ForkServerError(RuntimeError):
+    """The fork server could not start or answer."""
+
+
+def _send(sock: socket.socket, msg: dict[str, Any]) -> None:
+    data = json.dumps(msg).encode()
+    sock.sendall(_HEADER.pack(len(data)) + data)
+
+
+def _recv_exact(sock: socket.socket, n: int) -> bytes | None:
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = sock.recv(n - len(buf))
+        if not chunk:
+            return None
+        buf += chunk
+    return bytes(buf)
+
+
+def _recv(sock: socket.socket) -> dict[str, Any] | None:
+    head = _recv_exact(sock, _HEADER.size)
+    if head is None:
+        return None
+    body = _recv_exact(sock, _HEADER.unpack(head)[0])
+    if body is None:
+        return None
+    msg = json.loads(body)
+    return msg if isinstance(msg, dict) else None
+
+
+# ---------------------------------------------------------------------- server side
+def serve(fd: int) -> None:
+    """The server loop (in its own process): until the executor's end of ``fd`` closes."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, _BLOCKED)
+    sock = socket.socket(fileno=fd)
+    _send(sock, {"ready": os.getpid()})
+    while True:
+        msg = _recv(sock)
+        if msg is None:
+            return
+        if msg.get("op") == "spawn":
+            reply = _spawn(sock, msg)
+        elif msg.get("op") == "reap":
+            reply = {"code": _reap(int(msg["pid"]))}
+        else:
+            reply = {"error": f"unknown request {msg.get('op')!r}"}
+        _send(sock, reply)
+
+
+def _spawn(sock: socket.socket, msg: dict[str, Any]) -> dict[str, Any]:
+    cwd = msg.get("cwd")
+    if cwd is not None and not os.path.isdir(cwd):
+        return {"error": f"working directory {cwd} does not exist"}
+    try:
+        err = os.open(msg["err"], os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    except OSError as exc:
+        return {"error": f"cannot open {msg['err']}: {exc.strerror}"}
+    try:
+        pid = os.fork()
+    except OSError as exc:
+        os.close(err)
+        return {"error": f"fork failed: {exc.strerror}"}
+    if pid == 0:  # pragma: no cover - the launcher; ends in os._exit
+        code = launcher.EXIT_NOT_EXECUTABLE
+        try:
+            sock.detach()
+            os.setsid()
+            null = os.open(os.devnull, os.O_RDWR)
+            os.dup2(null, 0)
+            os.dup2(null, 1)
+            os.dup2(err, 2)
+            if cwd is not None:
+                os.chdir(cwd)
+            code = launcher.main([str(a) for a in msg["argv"]], dict(msg["env"]))
+        except BaseException as exc:
+            with contextlib.suppress(OSError):
+                os.write(2, f"gpufence launcher: {exc!r}\n".encode())
+        finally:
+            os._exit(code & 0xFF)
+    os.close(err)
+    start = launcher.proc_start_time(pid)
+    if start is not None and msg.get("pid_file"):
+        with contextlib.suppress(OSError):
+            launcher.atomic_write(Path(msg["pid_file"]), launcher.pid_record(pid, start))
+    return {"pid": pid}
+
+
+def _reap(pid: int) -> int | None:
+    try:
+        got, status = os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        return None
+    return os.waitstatus_to_exitcode(status) if got == pid else None
+
+
+# ---------------------------------------------------------------------- executor side
+class ForkServer:
+    """The executor's handle on its fork server; thread-safe (one request at a time)."""
+
+    def __init__(self, python: str = sys.executable) -> None:
+        self._python = python
+        self._lock = threading.Lock()
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._sock: socket.socket | None = None
+        self.generation = 0
+        """Bumped at each (re)start: launchers of an earlier server are no longer its children."""
+        with self._lock:
+            self._start_locked()
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+    def _start_locked(self) -> None:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            self._proc = subprocess.Popen(
+                [self._python, "-I", "-S", "-c", _BOOT, _SRC, str(theirs.fileno())],
+                pass_fds=(theirs.fileno(),),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                env={"PATH": os.environ.get("PATH", os.defpath)},
+                start_new_session=True,  # Ctrl-C on `gpufence up` does not reach it
+            )
+        except OSError as exc:
+            ours.close()
+            raise ForkServerError(f"cannot start the fork server: {exc}") from exc
+        finally:
+            theirs.close()
+        self._sock = ours
+        hello = _recv(ours)
+        if hello is None or "ready" not in hello:
+            self._stop_locked()
+            raise ForkServerError("the fork server exited at start-up (see the server log)")
+        self.generation += 1
+
+    def _stop_locked(self) -> None:
+        if self._sock is not None:
+            self._sock.close()  # EOF: the server exits; its launchers run on
+            self._sock = None
+        if self._proc is not None:
+            try:
+                self._proc.wait(5.0)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+            self._proc = None
+
+    def _call_locked(self, msg: dict[str, Any]) -> dict[str, Any]:
+        if self._sock is None:
+            raise ForkServerError("the fork server is closed")
+        try:
+            _send(self._sock, msg)
+            reply = _recv(self._sock)
+        except OSError as exc:
+            raise ForkServerError(f"the fork server did not answer: {exc}") from exc
+        if reply is None:
+            raise ForkServerError("the fork server exited")
+        return reply
+
+    def spawn(
+        self, argv: list[str], env: dict[str, str], cwd: str | None, err: Path, pid_file: Path
+    ) -> tuple[int, int]:
+        """Fork a launcher; ``(pid, generation)``. A dead server is restarted once."""
+        msg = {
+            "op": "spawn",
+            "argv": argv,
+            "env": env,
+            "cwd": cwd,
+            "err": str(err),
+            "pid_file": str(pid_file),
+        }
+        with self._lock:
+            try:
+                reply = self._call_locked(msg)
+            except ForkServerError:
+                self._stop_locked()
+                self._start_locked()
+                reply = self._call_locked(msg)
+            if "error" in reply:
+                raise ForkServerError(str(reply["error"]))
+            return int(reply["pid"]), self.generation
+
+    def reap(self, pid: int, generation: int) -> int | None:
+        """Reap an exited launcher this server forked; its exit code (None: unknown)."""
+        with self._lock:
+            if generation != self.generation or self._sock is None:
+                return None
+            try:
+                code = self._call_locked({"op": "reap", "pid": pid}).get("code")
+            except ForkServerError:
+                return None
+            return code if isinstance(code, int) else None
+
+    def close(self) -> None:
+        with self._lock:
+            self._stop_locked()

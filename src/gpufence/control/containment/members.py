@@ -1,0 +1,94 @@
+"""``Containment``: what an executor holds to put each gang member in its own cgroup.
+
+It names a member's cgroup from its launch (``JOB.aATTEMPT.rRANK.HASH``, the hash of the attempt
+directory: unique per data directory, and the same after a restart, so adoption finds it again
+without trusting anything the job could have written), creates it with the member's limits (the
+default ``pids_max`` where the job gave none) and device rules (every GPU device node of this
+machine except the member's own, ``Member.device_nodes``), and re-opens it on adoption. The
+launcher's child joins it before exec (``launcher_args``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Sequence
+from dataclasses import replace
+
+from gpufence.control.containment.cgroup import CgroupDriver, MemberCgroup
+from gpufence.control.containment.detect import detect
+from gpufence.control.containment.devicerules import denied, missing
+from gpufence.control.containment.settings import ContainmentSettings
+from gpufence.control.executors.interface import Launch, Limits, Member, RunAs
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
+
+
+def cgroup_name(launch: Launch, rank: int) -> str:
+    digest = hashlib.sha256(str(launch.attempt_dir.absolute()).encode()).hexdigest()[:12]
+    job = _UNSAFE.sub("_", launch.job_id)[:48]
+    return f"{job}.a{launch.attempt}.r{rank}.{digest}"
+
+
+def launcher_args(cgroup: MemberCgroup | None, run_as: RunAs | None) -> list[str]:
+    """The launcher options that confine the job: its cgroup directories, then its user."""
+    out: list[str] = []
+    for d in cgroup.join_dirs if cgroup is not None else ():
+        out += ["--cgroup", d]
+    if run_as is not None:
+        out += ["--uid", str(run_as.uid), "--gid", str(run_as.gid)]
+        out += ["--groups", ",".join(str(g) for g in run_as.groups)]
+    return out
+
+
+class Containment:
+    """The cgroups of this machine's members (see the module docstring)."""
+
+    def __init__(
+        self,
+        driver: CgroupDriver,
+        settings: ContainmentSettings | None = None,
+        gpu_nodes: Sequence[str] = (),
+    ) -> None:
+        self.driver = driver
+        self.settings = settings or ContainmentSettings()
+        self.gpu_nodes = tuple(gpu_nodes)
+        """Every GPU device node of this machine (whole GPUs and MIG capabilities)."""
+
+    @classmethod
+    def detect(
+        cls, settings: ContainmentSettings | None = None, gpu_nodes: Sequence[str] = ()
+    ) -> Containment:
+        """The containment this machine offers; ``ContainmentError`` (with the fix) if none."""
+        s = settings or ContainmentSettings()
+        return cls(detect(s), s, gpu_nodes)
+
+    def describe(self) -> str:
+        text = self.driver.describe()
+        if self.driver.device_isolation != "off":
+            gone = missing(self.gpu_nodes)
+            if not self.gpu_nodes:
+                text += " (no GPU device nodes known: nothing to isolate)"
+            elif gone:
+                text += f" (not device nodes, so not isolated: {', '.join(gone)})"
+            else:
+                text += f" over {len(self.gpu_nodes)} GPU device node(s)"
+        if self.settings.pids_max is not None:
+            text += f"; pids.max {self.settings.pids_max} per member unless the job sets one"
+        return text
+
+    def limits(self, launch: Launch) -> Limits:
+        lim = launch.limits
+        if lim.pids is None and self.settings.pids_max is not None:
+            lim = replace(lim, pids=self.settings.pids_max)
+        return lim
+
+    def create(self, launch: Launch, member: Member) -> MemberCgroup:
+        deny = denied(self.gpu_nodes, member.device_nodes) if self.gpu_nodes else ()
+        return self.driver.create(cgroup_name(launch, member.rank), self.limits(launch), deny)
+
+    def open(self, launch: Launch, rank: int) -> MemberCgroup | None:
+        return self.driver.open(cgroup_name(launch, rank))
+
+    def release(self) -> None:
+        self.driver.release()

@@ -1,0 +1,71 @@
+"""The ``control.containment`` section of the config file.
+
+```yaml
+control:
+  containment:
+    mode: auto                 # auto | v2 | v1: which cgroup interface (auto: v2 if it has
+                               #   the cpu, memory and pids controllers, else v1)
+    cgroup_parent: /gpufence   # member cgroups live under it, in every hierarchy
+    pids_max: 16384            # per member when the job gives no limit; null: none
+    fake_gpu_devices: /dev/gpufence-fake{index}   # --fake-gpus: device node of fake GPU N
+```
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+DEFAULT_PARENT = "/gpufence"
+DEFAULT_PIDS_MAX = 16384
+_PARENT_RE = re.compile(r"^(/[A-Za-z0-9_.-]+)+$")
+
+
+@dataclass(frozen=True, slots=True)
+class ContainmentSettings:
+    mode: str = "auto"
+    cgroup_parent: str = DEFAULT_PARENT
+    pids_max: int | None = DEFAULT_PIDS_MAX
+    fake_gpu_devices: str | None = None
+
+    def fake_device(self, index: int) -> str | None:
+        return self.fake_gpu_devices.format(index=index) if self.fake_gpu_devices else None
+
+
+class ContainmentSchema(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    mode: Literal["auto", "v2", "v1"] = "auto"
+    cgroup_parent: str = DEFAULT_PARENT
+    pids_max: int | None = Field(default=DEFAULT_PIDS_MAX, ge=16)
+    fake_gpu_devices: str | None = None
+
+    @field_validator("cgroup_parent")
+    @classmethod
+    def _parent(cls, v: str) -> str:
+        if not _PARENT_RE.match(v) or any(p in (".", "..") for p in v.split("/")):
+            raise ValueError(
+                "must be an absolute cgroup path of plain names, e.g. /gpufence or /system/jobs"
+            )
+        return v
+
+    @field_validator("fake_gpu_devices")
+    @classmethod
+    def _template(cls, v: str | None) -> str | None:
+        if v is not None and (not v.startswith("/") or "{index}" not in v):
+            raise ValueError(
+                "must be an absolute path with {index}, e.g. /dev/gpufence-fake{index}"
+            )
+        if v is not None:
+            try:
+                v.format(index=0)
+            except (KeyError, IndexError, ValueError) as exc:
+                raise ValueError(f"only {{index}} may be substituted ({exc})") from None
+        return v
+
+    def settings(self) -> ContainmentSettings:
+        return ContainmentSettings(
+            self.mode, self.cgroup_parent, self.pids_max, self.fake_gpu_devices
+        )
