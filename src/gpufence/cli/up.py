@@ -51,6 +51,14 @@ def up(
     host: Annotated[str, typer.Option("--host", help="address to listen on")] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", help="port (0 = any free one)")] = DEFAULT_PORT,
     log_level: Annotated[str, typer.Option("--log-level")] = "info",
+    no_containment: Annotated[
+        bool,
+        typer.Option(
+            "--no-containment",
+            help="run jobs without cgroups (no limits, no device isolation, strays survive); "
+            "only where this machine offers no cgroup containment",
+        ),
+    ] = False,
 ) -> None:
     """Start the control plane: API server, reconciler and executor (local, or --executor ray)
     (Ctrl-C stops it; running jobs keep running and are adopted by the next `up` on the same
@@ -68,7 +76,9 @@ def up(
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     try:
-        plane = build_plane(config, data_dir, fake_gpus, fake_gpu_type, executor, ray_address)
+        plane = build_plane(
+            config, data_dir, fake_gpus, fake_gpu_type, executor, ray_address, no_containment
+        )
         serve(plane, host, port, log_level=log_level.lower())
     except SpecError as e:
         err_console().print(format_spec_error(e), markup=False, soft_wrap=True)

@@ -10,6 +10,7 @@ control:
   stop_grace_s: 10          # SIGTERM -> SIGKILL
   notice_signal: SIGUSR1    # or SIGTERM: how a job hears about a preemption / reclaim notice
   activity_interval_s: 1    # how often idle detection samples running interactive jobs
+  containment: {...}        # cgroup mode, parent, pids_max: see containment/settings.py
 ```
 
 Without a config file, the cluster is this machine as discovered (one exclusive partition) and
@@ -27,6 +28,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from gpufence.control.containment.settings import ContainmentSchema, ContainmentSettings
 from gpufence.model.cluster import Cluster
 from gpufence.spec import load_cluster_with_sections
 from gpufence.spec.build import cluster_from_dict
@@ -64,6 +66,7 @@ class ControlSchema(BaseModel):
     stop_grace_s: float = Field(default=10.0, ge=0.0, le=3600.0)
     notice_signal: Literal["SIGUSR1", "SIGUSR2", "SIGTERM"] = "SIGUSR1"
     activity_interval_s: float = Field(default=1.0, gt=0.0, le=600.0)
+    containment: ContainmentSchema = Field(default_factory=ContainmentSchema)
 
 
 @dataclass(frozen=True)
@@ -74,6 +77,7 @@ class ControlConfig:
     stop_grace_s: float = 10.0
     notice_signal: signal.Signals = signal.SIGUSR1
     activity_interval_s: float = 1.0
+    containment: ContainmentSettings = field(default_factory=ContainmentSettings)
 
     def tenant_of(self, token: str) -> str | None:
         """'admin' for the admin token, the tenant for a tenant token, else None."""
@@ -151,6 +155,7 @@ def control_config(raw: object, data_dir: Path, source: str | None = None) -> Co
         stop_grace_s=schema.stop_grace_s,
         notice_signal=signal.Signals[schema.notice_signal],
         activity_interval_s=schema.activity_interval_s,
+        containment=schema.containment.settings(),
     )
 
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from gpufence.control import views
 from gpufence.control.config import ADMIN, ControlConfig
+from gpufence.control.containment.members import Containment
 from gpufence.control.executors.interface import Executor
 from gpufence.control.executors.local.local_executor import LocalExecutor
 from gpufence.control.gpus.activity import GpuUtilization
@@ -48,7 +49,10 @@ class ControlPlane:
         data_dir: Path,
         executor: Executor | None = None,
         validate: bool = True,
+        containment: Containment | None = None,
     ) -> None:
+        """``containment``: the cgroups of the local executor's members (``gpufence up`` detects
+        it; None runs jobs unconfined). Ignored when ``executor`` is given."""
         check_machine(cluster, discovery)
         if not discovery.fake and any(
             p.sharing is SharingMode.MIG and p.mig is not None and p.mig.dynamic
@@ -64,7 +68,10 @@ class ControlPlane:
         self.data_dir = data_dir
         self.store = st.Store(data_dir)
         self.telemetry = Telemetry()
-        self.executor: Executor = executor or LocalExecutor(notice_signal=config.notice_signal)
+        self.containment = containment if executor is None else None
+        self.executor: Executor = executor or LocalExecutor(
+            notice_signal=config.notice_signal, containment=containment
+        )
         # validation re-checks every invariant after each cycle: cheap at one machine's scale,
         # and a control plane should stop rather than double-book a GPU
         self.scheduler = Scheduler(cluster, SchedulerConfig(validate=validate))
@@ -84,6 +91,8 @@ class ControlPlane:
 
     def start(self) -> None:
         log.info("GPUs: %s", self.discovery.source)
+        if self.containment is not None:
+            log.info("containment: %s", self.containment.describe())
         self.recovered = recover(self.reconciler)
         self.reconciler.start(first_id=self.store.max_seq() + 1)
 

@@ -337,6 +337,11 @@ class Reconciler:
         tx.set_attempt(jid, ev.attempt, state="exited", ended_at=now, exit_codes=list(ev.codes))
         msg = f"attempt {ev.attempt} exited with {list(ev.codes)}"
         tx.log(now, jid, "exited", "", msg)
+        strays = _strays_note(ev)
+        if strays:
+            tx.log(now, jid, "strays-killed", "", strays)
+        if ev.oom:
+            tx.log(now, jid, "oom-killed", "oom", "the out-of-memory killer killed a process")
         self.telemetry.released(live.launch)
         del self.live[jid]
         if live.orphan:
@@ -351,7 +356,19 @@ class Reconciler:
         else:
             events.append(JobFinished(jid, ev.succeeded))
             if ev.succeeded:
-                tx.set_job(jid, state=st.DONE, ended_at=now, exit_code=code, reason="", message="")
+                tx.set_job(
+                    jid, state=st.DONE, ended_at=now, exit_code=code, reason="", message=strays
+                )
+            elif ev.oom:
+                why = f"killed by the out-of-memory killer at its memory limit; {msg}"
+                tx.set_job(
+                    jid,
+                    state=st.FAILED,
+                    ended_at=now,
+                    exit_code=code,
+                    reason="oom",
+                    message="; ".join(x for x in (why, strays) if x),
+                )
             elif ev.codes:
                 tx.set_job(
                     jid,
@@ -359,7 +376,7 @@ class Reconciler:
                     ended_at=now,
                     exit_code=code,
                     reason="exit-code",
-                    message=msg,
+                    message="; ".join(x for x in (msg, strays) if x),
                 )
             else:  # never started (launch or device error): keep the message that says why
                 tx.set_job(jid, state=st.FAILED, ended_at=now)
@@ -382,6 +399,11 @@ class Reconciler:
             tx.set_job(jid, state=st.FAILED, ended_at=now, reason="lost", message=why)
         elif live.stopping:
             tx.set_job(jid, state=st.FAILED, ended_at=now, exit_code=code)
+        elif ev.oom and not ev.succeeded:
+            why = "killed by the out-of-memory killer at its memory limit"
+            tx.set_job(
+                jid, state=st.FAILED, ended_at=now, exit_code=code, reason="oom", message=why
+            )
         else:
             state = st.DONE if ev.succeeded else st.FAILED
             tx.set_job(jid, state=state, ended_at=now, exit_code=code)
@@ -450,7 +472,14 @@ class Reconciler:
         members = []
         try:
             for rank, a in enumerate(d.assignments):
-                members.append(Member(rank, nodes[a.node].name, self.devices.devices(a)))
+                members.append(
+                    Member(
+                        rank,
+                        nodes[a.node].name,
+                        self.devices.devices(a),
+                        device_nodes=self.devices.nodes(a),
+                    )
+                )
         except DeviceError as exc:
             # cannot be run as placed (real MIG layout drifted): fail it loudly; the empty
             # launch reports an exit next cycle, which frees the GPUs in the core
@@ -544,6 +573,11 @@ def _exit_code(codes: tuple[int | None, ...]) -> int | None:
     known = [c for c in codes if c is not None]
     bad = [c for c in known if c != 0]
     return bad[0] if bad else (0 if known and len(known) == len(codes) else None)
+
+
+def _strays_note(ev: AttemptExit) -> str:
+    """What status and events say of processes a job left behind (killed by the executor)."""
+    return f"stray processes killed: {ev.strays_killed}" if ev.strays_killed else ""
 
 
 def _where(d: Bind, members: list[Member]) -> str:

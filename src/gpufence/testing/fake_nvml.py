@@ -56,6 +56,7 @@ class FakeMig:
     size: int  # memory slices
     slices: int  # compute slices of the GPU instance
     mem_mb: int
+    ci_id: int = 0
 
 
 @dataclass
@@ -167,6 +168,13 @@ class FakeNvml:
 
     def nvmlDeviceGetGpuInstanceId(self, mig_handle: object) -> int:
         return self._mig(mig_handle).gi_id
+
+    def nvmlDeviceGetComputeInstanceId(self, mig_handle: object) -> int:
+        return self._mig(mig_handle).ci_id
+
+    def nvmlDeviceGetMinorNumber(self, handle: object) -> int:
+        assert isinstance(handle, Handle)
+        return handle.gpu
 
     def nvmlDeviceGetGpuInstanceById(self, handle: object, gi_id: int) -> GiHandle:
         if not self.gi_permission:

@@ -28,6 +28,12 @@ class DeviceMap:
         self._mig = {
             (g.index, m.profile, m.start): m.uuid for g in discovery.gpus for m in g.mig_devices
         }
+        self._mig_nodes = {
+            (g.index, m.profile, m.start): m.device_nodes
+            for g in discovery.gpus
+            for m in g.mig_devices
+        }
+        self._gpu_nodes = {g.index: g.device_nodes for g in discovery.gpus}
 
     def devices(self, a: Assignment) -> tuple[str, ...]:
         cluster = self.cluster
@@ -50,6 +56,17 @@ class DeviceMap:
                 )
             out.append(uuid)
         return tuple(out)
+
+    def nodes(self, a: Assignment) -> tuple[str, ...]:
+        """The device nodes a job may open for ``a`` (containment denies the node's others):
+        each GPU's ``/dev/nvidiaN``, plus a MIG instance's capability devices."""
+        out: list[str] = []
+        for gid in a.gpus:
+            index = self.cluster.gpus[gid].index
+            out += self._gpu_nodes.get(index, ())
+            if a.mig_profile is not None:
+                out += self._mig_nodes.get((index, a.mig_profile, a.mig_start or 0), ())
+        return tuple(dict.fromkeys(out))
 
 
 def assignment_json(a: Assignment) -> dict[str, Any]:

@@ -41,6 +41,7 @@ from typing import Any
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from gpufence.control.containment.settings import ContainmentSettings
 from gpufence.control.executors.interface import (
     AckCallback,
     AttemptExit,
@@ -96,6 +97,7 @@ class RayExecutor(NodeHealth):
         lost_hold_s: float = LOST_HOLD_S,
         health_poll_s: float = 0.5,
         owns_ray: bool = False,
+        containment: ContainmentSettings | None = None,
     ) -> None:
         if not ray.is_initialized():
             raise RuntimeError("RayExecutor needs ray.init() first")
@@ -104,6 +106,8 @@ class RayExecutor(NodeHealth):
         self.lost_hold_s = lost_hold_s
         self.health_poll_s = health_poll_s
         self._owns_ray = owns_ray
+        self.containment = containment
+        """None: members run unconfined; else each node's agent contains them (its own mode)."""
         self._lock = threading.Lock()
         self._nodes = dict(nodes)
         self._up = dict.fromkeys(self._nodes, True)
