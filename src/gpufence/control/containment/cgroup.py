@@ -80,6 +80,20 @@ class CgroupDriver(Protocol):
         """The member cgroup ``name`` if it exists (adoption after a restart)."""
         ...
 
+    renames: bool
+    """``claim`` works: a cgroup can be renamed with processes inside (v1)."""
+
+    def claim(
+        self, spare: MemberCgroup, name: str, limits: Limits, deny: Sequence[DeviceRule]
+    ) -> MemberCgroup:
+        """Rename the spare cgroup ``spare`` (its processes stay in it) to ``name`` and give it
+        these limits and device rules."""
+        ...
+
+    def names(self) -> list[str]:
+        """Names of the cgroups under the parent."""
+        ...
+
     def describe(self) -> str:
         """One line for the log: mode, controllers, where, device isolation."""
         ...

@@ -159,6 +159,40 @@ class V1Driver:
             raise
         return member
 
+    renames = True
+    """A member cgroup can be renamed with its processes inside (``claim``)."""
+
+    def claim(
+        self, spare: object, name: str, limits: Limits, deny: Sequence[DeviceRule]
+    ) -> V1Member:
+        """Rename a spare (pre-joined) cgroup to ``name`` in every hierarchy, then write the
+        member's limits and device rules (no process moves: see ``prestart.py``)."""
+        assert isinstance(spare, V1Member)
+        new = self._dirs(name)
+        done: list[tuple[Path, Path]] = []
+        try:
+            for ctrl, old in spare._dirs.items():
+                os.rename(old, new[ctrl])
+                done.append((old, new[ctrl]))
+        except OSError as exc:
+            for old, moved in reversed(done):
+                with contextlib.suppress(OSError):
+                    os.rename(moved, old)
+            raise ContainmentError(f"cannot rename cgroup {spare.name} to {name}: {exc}") from exc
+        member = V1Member(name, new)
+        self._limit(new, limits)
+        if "devices" in new:
+            for rule in deny:
+                write(new["devices"] / "devices.deny", rule.v1())
+        return member
+
+    def names(self) -> list[str]:
+        """Names of the cgroups under the parent (from the freezer hierarchy)."""
+        try:
+            return [d.name for d in self._roots["freezer"].iterdir() if d.is_dir()]
+        except OSError:
+            return []
+
     def _limit(self, dirs: dict[str, Path], limits: Limits) -> None:
         quota = cpu_quota_us(limits)
         write(dirs["cpu"] / "cpu.cfs_period_us", str(CPU_PERIOD_US))

@@ -167,6 +167,20 @@ class V2Driver:
             raise
         return member
 
+    renames = False
+    """cgroup v2 refuses to rename a cgroup: no pre-started members (see ``prestart.py``)."""
+
+    def claim(
+        self, spare: object, name: str, limits: Limits, deny: Sequence[DeviceRule]
+    ) -> V2Member:
+        raise ContainmentError("cgroup v2 cannot rename a cgroup")
+
+    def names(self) -> list[str]:
+        try:
+            return [d.name for d in self._parent.iterdir() if d.is_dir()]
+        except OSError:
+            return []
+
     def _limit(self, path: Path, limits: Limits) -> None:
         if "cpu" in self.controllers:
             quota = cpu_quota_us(limits)

@@ -14,7 +14,11 @@ Protocol (one ``socketpair``, length-prefixed JSON, one request at a time):
   spawn still leaves one;
 * ``{"op": "reap", "pid"}`` -> ``{"code"}``: the launcher's exit code (None: still running or
   not ours). The server never reaps on its own, so an exited launcher stays a zombie until the
-  executor has dealt with it (its pid, and so its process-group id, cannot be reused meanwhile).
+  executor has dealt with it (its pid, and so its process-group id, cannot be reused meanwhile);
+* ``{"op": "arm", "join"}`` -> ``{"pid", "start"}`` plus a descriptor: a pre-started member
+  (``prestart.py``) whose job child joins the cgroup directories ``join`` now; the executor
+  starts a job in it later by writing to that descriptor (``ForkServer.activate``), without a
+  round trip through the server.
 
 Restarts: the launchers are independent processes in their own sessions. When the executor
 goes (``gpufence up`` stopped or killed), the server sees EOF and exits; its launchers, running
@@ -36,9 +40,11 @@ import struct
 import subprocess
 import sys
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gpufence.control.containment import prestart
 from gpufence.control.executors import launcher
 
 _HEADER = struct.Struct(">I")
@@ -91,13 +97,38 @@ def serve(fd: int) -> None:
         msg = _recv(sock)
         if msg is None:
             return
-        if msg.get("op") == "spawn":
+        op = msg.get("op")
+        if op == "spawn":
             reply = _spawn(sock, msg)
-        elif msg.get("op") == "reap":
+        elif op == "reap":
             reply = {"code": _reap(int(msg["pid"]))}
+        elif op == "arm":
+            _arm(sock, [str(d) for d in msg["join"]])
+            continue  # answered with the descriptor
         else:
-            reply = {"error": f"unknown request {msg.get('op')!r}"}
+            reply = {"error": f"unknown request {op!r}"}
         _send(sock, reply)
+
+
+def _arm(sock: socket.socket, join_dirs: list[str]) -> None:
+    r, w = os.pipe()
+    try:
+        pid = os.fork()
+    except OSError as exc:
+        os.close(r)
+        os.close(w)
+        _send(sock, {"error": f"fork failed: {exc.strerror}"})
+        return
+    if pid == 0:  # pragma: no cover - the pre-started launcher
+        os.close(w)
+        os.close(sock.detach())
+        prestart.run_launcher(r, join_dirs)
+    os.close(r)
+    try:
+        data = json.dumps({"pid": pid, "start": launcher.proc_start_time(pid)}).encode()
+        socket.send_fds(sock, [_HEADER.pack(len(data)) + data], [w])
+    finally:
+        os.close(w)
 
 
 def _spawn(sock: socket.socket, msg: dict[str, Any]) -> dict[str, Any]:
@@ -116,7 +147,7 @@ def _spawn(sock: socket.socket, msg: dict[str, Any]) -> dict[str, Any]:
     if pid == 0:  # pragma: no cover - the launcher; ends in os._exit
         code = launcher.EXIT_NOT_EXECUTABLE
         try:
-            sock.detach()
+            os.close(sock.detach())
             os.setsid()
             null = os.open(os.devnull, os.O_RDWR)
             os.dup2(null, 0)
@@ -147,6 +178,18 @@ def _reap(pid: int) -> int | None:
 
 
 # ---------------------------------------------------------------------- executor side
+@dataclass(eq=False)
+class Spare:
+    """A pre-started member (``arm``), ready to be given a job (``activate``)."""
+
+    pid: int
+    """Its launcher."""
+    start_time: int
+    fd: int
+    """Write end of its activation pipe (closing it unused makes it exit)."""
+    generation: int
+
+
 class ForkServer:
     """The executor's handle on its fork server; thread-safe (one request at a time)."""
 
@@ -233,6 +276,55 @@ class ForkServer:
             if "error" in reply:
                 raise ForkServerError(str(reply["error"]))
             return int(reply["pid"]), self.generation
+
+    def arm(self, join_dirs: tuple[str, ...]) -> Spare:
+        """A pre-started member whose job child joins ``join_dirs`` (in the background)."""
+        with self._lock:
+            if self._sock is None:
+                raise ForkServerError("the fork server is closed")
+            try:
+                _send(self._sock, {"op": "arm", "join": list(join_dirs)})
+                head, fds, _f, _a = socket.recv_fds(self._sock, _HEADER.size, 1)
+                body = _recv_exact(self._sock, _HEADER.unpack(head)[0]) if head else None
+            except (OSError, struct.error) as exc:
+                raise ForkServerError(f"the fork server did not answer: {exc}") from exc
+            reply = json.loads(body) if body else None
+            if not isinstance(reply, dict) or "pid" not in reply or len(fds) != 1:
+                for fd in fds:
+                    os.close(fd)
+                why = reply.get("error") if isinstance(reply, dict) else "no answer"
+                raise ForkServerError(f"cannot pre-start a member: {why}")
+            return Spare(int(reply["pid"]), int(reply["start"] or 0), fds[0], self.generation)
+
+    @staticmethod
+    def activate(
+        spare: Spare,
+        argv: list[str],
+        env: dict[str, str],
+        cwd: str | None,
+        err: Path,
+        pid_file: Path,
+    ) -> int:
+        """Start a job in a pre-started member (its pid record first); the launcher's pid."""
+        if spare.start_time:
+            with contextlib.suppress(OSError):
+                launcher.atomic_write(pid_file, launcher.pid_record(spare.pid, spare.start_time))
+        msg = {"argv": argv, "env": env, "cwd": cwd, "err": str(err)}
+        try:
+            with os.fdopen(spare.fd, "wb", closefd=True) as fh:
+                fh.write(prestart.frame(msg))
+        except OSError as exc:
+            raise ForkServerError(f"the pre-started member is gone: {exc}") from exc
+        finally:
+            spare.fd = -1
+        return spare.pid
+
+    @staticmethod
+    def discard(spare: Spare) -> None:
+        """Let a pre-started member go unused: it kills its child and exits."""
+        if spare.fd >= 0:
+            os.close(spare.fd)
+            spare.fd = -1
 
     def reap(self, pid: int, generation: int) -> int | None:
         """Reap an exited launcher this server forked; its exit code (None: unknown)."""

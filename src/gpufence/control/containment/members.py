@@ -10,18 +10,23 @@ launcher's child joins it before exec (``launcher_args``).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import os
 import re
+import time
 from collections.abc import Sequence
 from dataclasses import replace
 
-from gpufence.control.containment.cgroup import CgroupDriver, MemberCgroup
+from gpufence.control.containment.cgroup import CgroupDriver, ContainmentError, MemberCgroup
 from gpufence.control.containment.detect import detect
 from gpufence.control.containment.devicerules import denied, missing
 from gpufence.control.containment.settings import ContainmentSettings
 from gpufence.control.executors.interface import Launch, Limits, Member, RunAs
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
+SPARE_PREFIX = "spare-"
+"""Spare cgroups: ``spare-PID-N`` (PID: the control plane that made it)."""
 
 
 def cgroup_name(launch: Launch, rank: int) -> str:
@@ -54,6 +59,7 @@ class Containment:
         self.settings = settings or ContainmentSettings()
         self.gpu_nodes = tuple(gpu_nodes)
         """Every GPU device node of this machine (whole GPUs and MIG capabilities)."""
+        self._spares = 0
 
     @classmethod
     def detect(
@@ -89,6 +95,38 @@ class Containment:
 
     def open(self, launch: Launch, rank: int) -> MemberCgroup | None:
         return self.driver.open(cgroup_name(launch, rank))
+
+    # ------------------------------------------------------------------ spares
+    def spare(self) -> MemberCgroup:
+        """A new spare cgroup for a pre-started member (``prestart.py``), named for this
+        process, so that only a later control plane clears it once this one is gone."""
+        self._spares += 1
+        return self.driver.create(f"{SPARE_PREFIX}{os.getpid()}-{self._spares}", Limits(), ())
+
+    def claim(self, spare: MemberCgroup, launch: Launch, member: Member) -> MemberCgroup:
+        deny = denied(self.gpu_nodes, member.device_nodes) if self.gpu_nodes else ()
+        name = cgroup_name(launch, member.rank)
+        return self.driver.claim(spare, name, self.limits(launch), deny)
+
+    def sweep(self) -> int:
+        """Kill and remove spare cgroups left by control planes that are gone (a ``kill -9``);
+        how many."""
+        n = 0
+        for name in self.driver.names():
+            owner = name[len(SPARE_PREFIX) :].split("-")[0] if name.startswith(SPARE_PREFIX) else ""
+            if not owner.isdigit() or os.path.exists(f"/proc/{owner}"):
+                continue
+            cg = self.driver.open(name)
+            if cg is None:
+                continue
+            with contextlib.suppress(ContainmentError):
+                cg.kill()
+            for _ in range(100):
+                if cg.empty():
+                    break
+                time.sleep(0.005)
+            n += cg.remove()
+        return n
 
     def release(self) -> None:
         self.driver.release()

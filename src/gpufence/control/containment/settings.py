@@ -8,6 +8,7 @@ control:
     cgroup_parent: /gpufence   # member cgroups live under it, in every hierarchy
     pids_max: 16384            # per member when the job gives no limit; null: none
     fake_gpu_devices: /dev/gpufence-fake{index}   # --fake-gpus: device node of fake GPU N
+    prestarted: 8              # members kept forked and in a spare cgroup (v1), 0: none
 ```
 """
 
@@ -21,6 +22,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 DEFAULT_PARENT = "/gpufence"
 DEFAULT_PIDS_MAX = 16384
+DEFAULT_PRESTARTED = 8
+"""Enough for a whole 8-GPU machine's worth of jobs starting at once."""
 _PARENT_RE = re.compile(r"^(/[A-Za-z0-9_.-]+)+$")
 
 
@@ -30,6 +33,7 @@ class ContainmentSettings:
     cgroup_parent: str = DEFAULT_PARENT
     pids_max: int | None = DEFAULT_PIDS_MAX
     fake_gpu_devices: str | None = None
+    prestarted: int = DEFAULT_PRESTARTED
 
     def fake_device(self, index: int) -> str | None:
         return self.fake_gpu_devices.format(index=index) if self.fake_gpu_devices else None
@@ -41,6 +45,7 @@ class ContainmentSchema(BaseModel):
     cgroup_parent: str = DEFAULT_PARENT
     pids_max: int | None = Field(default=DEFAULT_PIDS_MAX, ge=16)
     fake_gpu_devices: str | None = None
+    prestarted: int = Field(default=DEFAULT_PRESTARTED, ge=0, le=64)
 
     @field_validator("cgroup_parent")
     @classmethod
@@ -67,5 +72,5 @@ class ContainmentSchema(BaseModel):
 
     def settings(self) -> ContainmentSettings:
         return ContainmentSettings(
-            self.mode, self.cgroup_parent, self.pids_max, self.fake_gpu_devices
+            self.mode, self.cgroup_parent, self.pids_max, self.fake_gpu_devices, self.prestarted
         )

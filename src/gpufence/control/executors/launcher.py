@@ -47,6 +47,7 @@ import select
 import signal
 import sys
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 ALWAYS_CAUGHT = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)
@@ -127,14 +128,14 @@ def _usage(msg: str) -> int:
     return 2
 
 
-class _SpawnError(Exception):
+class SpawnFailure(Exception):
     def __init__(self, code: int, message: str) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
 
 
-class _Confine:
+class Confine:
     """Where the user command runs: cgroup directories to join, then the identity to take."""
 
     def __init__(self) -> None:
@@ -154,7 +155,7 @@ class _Confine:
                 finally:
                     os.close(fd)
             except OSError as exc:
-                raise _SpawnError(EXIT_NOT_CONTAINED, f"cannot join cgroup {d}: {exc}") from exc
+                raise SpawnFailure(EXIT_NOT_CONTAINED, f"cannot join cgroup {d}: {exc}") from exc
         try:
             if self.gid is not None:
                 os.setgroups(self.groups)
@@ -162,7 +163,7 @@ class _Confine:
             if self.uid is not None:
                 os.setuid(self.uid)
         except OSError as exc:
-            raise _SpawnError(
+            raise SpawnFailure(
                 EXIT_NOT_CONTAINED, f"cannot switch to uid {self.uid} gid {self.gid}: {exc}"
             ) from exc
 
@@ -172,9 +173,9 @@ def _spawn(
     env: dict[str, str],
     out_fd: int,
     err_fd: int,
-    confine: _Confine,
+    confine: Confine,
 ) -> int:
-    """fork + exec the user command with clean signal state; raise ``_SpawnError`` on failure.
+    """fork + exec the user command with clean signal state; raise ``SpawnFailure`` on failure.
 
     Not ``posix_spawn``: glibc leaves its internal real-time signals ignored in the child, and an
     ignored disposition survives ``exec``. The launcher is single-threaded, so ``fork`` is safe.
@@ -183,40 +184,52 @@ def _spawn(
     r, w = os.pipe()  # close-on-exec: EOF tells the parent that exec succeeded
     pid = os.fork()
     if pid == 0:  # pragma: no cover - child side, ends in exec or _exit
-        try:
-            os.close(r)
-            os.dup2(out_fd, 1)
-            os.dup2(err_fd, 2)
-            confine.enter()
-            # every disposition back to default: an ignored one (SIGHUP under nohup, SIGPIPE
-            # from Python) would survive exec and change how the job reacts to signals
-            for sig in signal.valid_signals():
-                if sig not in (signal.SIGKILL, signal.SIGSTOP):
-                    with contextlib.suppress(OSError, ValueError):
-                        signal.signal(sig, signal.SIG_DFL)
-            signal.pthread_sigmask(signal.SIG_SETMASK, ())
-            os.execvpe(command[0], command, env)
-        except BaseException as exc:
-            if isinstance(exc, _SpawnError):
-                kind, why = "c", exc.message
-            else:
-                kind = "n" if isinstance(exc, FileNotFoundError) else "x"
-                why = exc.strerror if isinstance(exc, OSError) and exc.strerror else repr(exc)
-            os.write(w, f"{kind}{why}".encode(errors="replace"))
-        finally:
-            os._exit(EXIT_NOT_FOUND)
+        os.close(r)
+        exec_child(command, env, out_fd, err_fd, confine, w)
     os.close(w)
-    with os.fdopen(r, "rb") as fh:
-        report = fh.read()
-    if not report:
+    return await_exec(pid, r, command)
+
+
+def exec_child(
+    command: list[str], env: dict[str, str], out_fd: int, err_fd: int, confine: Confine, report: int
+) -> None:  # pragma: no cover - runs in the child, ends in exec or _exit
+    """The child's side: logs on 1/2, into the cgroup and the job's identity, default signal
+    dispositions, exec. A failure is written to ``report`` (a close-on-exec pipe)."""
+    try:
+        os.dup2(out_fd, 1)
+        os.dup2(err_fd, 2)
+        confine.enter()
+        # every disposition back to default: an ignored one (SIGHUP under nohup, SIGPIPE
+        # from Python) would survive exec and change how the job reacts to signals
+        for sig in signal.valid_signals():
+            if sig not in (signal.SIGKILL, signal.SIGSTOP):
+                with contextlib.suppress(OSError, ValueError):
+                    signal.signal(sig, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_SETMASK, ())
+        os.execvpe(command[0], command, env)
+    except BaseException as exc:
+        if isinstance(exc, SpawnFailure):
+            kind, why = "c", exc.message
+        else:
+            kind = "n" if isinstance(exc, FileNotFoundError) else "x"
+            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else repr(exc)
+        os.write(report, f"{kind}{why}".encode(errors="replace"))
+    finally:
+        os._exit(EXIT_NOT_FOUND)
+
+
+def await_exec(pid: int, report: int, command: list[str]) -> int:
+    """The parent's side: ``pid`` once it has exec'd (EOF on ``report``), else SpawnFailure."""
+    with os.fdopen(report, "rb") as fh:
+        text = fh.read().decode(errors="replace")
+    if not text:
         return pid
     os.waitpid(pid, 0)
-    text = report.decode(errors="replace")
     if text[0] == "c":
-        raise _SpawnError(EXIT_NOT_CONTAINED, text[1:])
+        raise SpawnFailure(EXIT_NOT_CONTAINED, text[1:])
     if text[0] == "n":
-        raise _SpawnError(EXIT_NOT_FOUND, f"command not found: {command[0]!r}: {text[1:]}")
-    raise _SpawnError(EXIT_NOT_EXECUTABLE, f"cannot execute {command[0]!r}: {text[1:]}")
+        raise SpawnFailure(EXIT_NOT_FOUND, f"command not found: {command[0]!r}: {text[1:]}")
+    raise SpawnFailure(EXIT_NOT_EXECUTABLE, f"cannot execute {command[0]!r}: {text[1:]}")
 
 
 FENCE_GRACE_S = 5.0
@@ -254,9 +267,29 @@ def _noop(_signum: int, _frame: object) -> None:
     """Survive the signal; the user command in the same group receives it too."""
 
 
-def main(argv: list[str] | None = None, env: dict[str, str] | None = None) -> int:
+Spawner = Callable[[list[str], dict[str, str], int, int, Confine], int]
+"""Starts the user command: ``(command, env, out_fd, err_fd, confine) -> pid``; raises
+``SpawnFailure``. ``_spawn`` forks now; the fork server's pre-started members use a child that
+was forked (and put in its cgroup) ahead of time."""
+
+
+def _close_fds(keep: Sequence[int]) -> None:
+    low = 3
+    for fd in sorted(k for k in keep if k >= 3):
+        os.closerange(low, fd)
+        low = fd + 1
+    os.closerange(low, os.sysconf("SC_OPEN_MAX"))
+
+
+def main(
+    argv: list[str] | None = None,
+    env: dict[str, str] | None = None,
+    spawn: Spawner | None = None,
+    keep_fds: Sequence[int] = (),
+) -> int:
     """Run one member (see the module docstring); ``env`` is the user command's environment
-    (default: the launcher's own, as when run by path; the fork server passes the job's)."""
+    (default: the launcher's own, as when run by path; the fork server passes the job's);
+    ``spawn`` starts it (default: fork now), using descriptors ``keep_fds``."""
     args = list(sys.argv[1:] if argv is None else argv)
     job_env = dict(os.environ if env is None else env)
     if "--" not in args:
@@ -271,7 +304,7 @@ def main(argv: list[str] | None = None, env: dict[str, str] | None = None) -> in
     rank: int | None = None
     caught = set(ALWAYS_CAUGHT)
     fence_parent: int | None = None
-    confine = _Confine()
+    confine = Confine()
     while opts:
         opt = opts.pop(0)
         if not opts:
@@ -307,7 +340,7 @@ def main(argv: list[str] | None = None, env: dict[str, str] | None = None) -> in
         signal.signal(sig, _noop)
 
     # descriptors the control plane leaked to us (not close-on-exec) must not reach the command
-    os.closerange(3, os.sysconf("SC_OPEN_MAX"))
+    _close_fds(keep_fds)
 
     me = os.getpid()
     atomic_write(pid_file(attempt_dir, rank), pid_record(me, proc_start_time(me) or 0))
@@ -317,8 +350,8 @@ def main(argv: list[str] | None = None, env: dict[str, str] | None = None) -> in
     err_fd = os.open(err_file(attempt_dir, rank), flags, 0o600)
     code: int
     try:
-        child = _spawn(command, job_env, out_fd, err_fd, confine)
-    except _SpawnError as exc:
+        child = (spawn or _spawn)(command, job_env, out_fd, err_fd, confine)
+    except SpawnFailure as exc:
         code = exc.code
         os.write(err_fd, f"gpufence launcher: {exc.message}\n".encode())
     else:

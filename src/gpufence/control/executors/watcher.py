@@ -58,7 +58,7 @@ Key = tuple[str, int]
 
 ACK_POLL_S = 0.02
 """How often the watcher looks for the ack file of a noticed attempt."""
-DRAIN_POLL_S = 0.005
+DRAIN_POLL_S = 0.002
 """How often a member whose strays were killed is checked for an empty cgroup."""
 REKILL_S = 0.5
 """A cgroup still not empty this long after a kill is killed again."""
@@ -98,6 +98,7 @@ class AttemptWatcher:
         self._attempts: dict[Key, Attempt] = {}
         self._to_watch: list[tuple[int, Key, int]] = []  # (pidfd, attempt, member index)
         self._dirty: set[Key] = set()
+        self._reap_later: list[MemberProcess] = []
         self._closing = False
         self._kill_on_close = False
         self._on_exit: ExitCallback = _ignore_exit
@@ -240,7 +241,12 @@ class AttemptWatcher:
                     notify(on_ack, job_id, attempt)
                 for ev in exits:
                     notify(on_exit, ev)
-                _remove(emptied)  # after the report: removing is not part of the hand-off
+                # after the report: neither is part of the hand-off
+                _remove(emptied)
+                with self._lock:
+                    reap, self._reap_later = self._reap_later, []
+                for m in reap:
+                    self._reap_launcher(m)
         except Exception:
             log.exception("executor watcher failed; no further exits will be reported")
         finally:
@@ -271,9 +277,12 @@ class AttemptWatcher:
             status = waitid(m.pidfd)
             os.close(m.pidfd)
             m.pidfd = None
-        if status is None:
-            status = self._reap_launcher(m)
         recorded = recorded_exit(att.launch.attempt_dir, m.rank)
+        if status is None and m.forked:
+            if recorded is None:
+                status = self._reap_launcher(m)
+            else:  # reaped once the exit is reported: a round trip off the hand-off
+                self._reap_later.append(m)
         settle(m, recorded if recorded is not None else status)
         if m.cgroup is not None:
             self._drain_start_locked(att, m, time.monotonic())

@@ -49,6 +49,7 @@ from gpufence.control.containment.cgroup import ContainmentError, MemberCgroup
 from gpufence.control.containment.forkserver import ForkServer, ForkServerError
 from gpufence.control.containment.jobdirs import make_job_dirs, own_file
 from gpufence.control.containment.members import Containment, launcher_args
+from gpufence.control.containment.spares import SparePool
 from gpufence.control.executors.interface import (
     AckCallback,
     ExitCallback,
@@ -106,6 +107,11 @@ class LocalExecutor(AttemptWatcher):
         self._caught = {signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, self.notice_signal}
         self._starting: set[Key] = set()
         self._forks = ForkServer(python)
+        self._spares: SparePool | None = None
+        if containment is not None:
+            containment.sweep()  # spare cgroups of a control plane killed earlier
+            if containment.driver.renames and containment.settings.prestarted > 0:
+                self._spares = SparePool(containment, self._forks, containment.settings.prestarted)
         super().__init__(gang_grace_s)  # starts the watcher thread
 
     # ------------------------------------------------------------------ public API
@@ -268,6 +274,8 @@ class LocalExecutor(AttemptWatcher):
             self._wake_locked()
         if threading.current_thread() is not self._thread:
             self._thread.join()
+        if self._spares is not None:
+            self._spares.close()
         self._forks.close()  # its launchers run on (kill=False) and are adopted next time
         if self.containment is not None:
             self.containment.release()
@@ -302,15 +310,11 @@ class LocalExecutor(AttemptWatcher):
 
         envs = member_envs(launch, "127.0.0.1", _free_port(), inherit=os.environ)
         started: list[MemberProcess] = []
-        cgroups: list[MemberCgroup] = []
         try:
             for member in sorted(launch.members, key=lambda m: m.rank):
-                cg = self._cgroup(launch, member)
-                if cg is not None:
-                    cgroups.append(cg)
-                started.append(self._spawn_member(launch, adir, member.rank, envs[member.rank], cg))
+                started.append(self._spawn_member(launch, adir, member, envs[member.rank]))
         except BaseException:
-            self._abandon(started, cgroups)
+            self._abandon(started)
             raise
         return started
 
@@ -323,17 +327,40 @@ class LocalExecutor(AttemptWatcher):
             raise LaunchError(f"job {launch.job_id} rank {member.rank}: {exc}") from exc
 
     def _spawn_member(
-        self, launch: Launch, adir: Path, rank: int, env: dict[str, str], cg: MemberCgroup | None
+        self, launch: Launch, adir: Path, member: Member, env: dict[str, str]
     ) -> MemberProcess:
-        argv = launcher_argv(
-            adir, rank, launch.command, self._caught, launcher_args(cg, launch.run_as)
-        )
+        """One member: in a pre-started one when the pool has one ready, else a new launcher
+        (forked by the fork server) whose child joins a new cgroup. The member's cgroup is
+        removed again if the spawn fails."""
+        rank, run_as = member.rank, launch.run_as
         cwd = str(launch.cwd) if launch.cwd is not None else None
+        err, pidf = err_file(adir, rank), pid_file(adir, rank)
+        ready = self._spares.take() if self._spares is not None else None
+        if ready is not None:
+            assert self.containment is not None and self._spares is not None
+            try:
+                cg: MemberCgroup | None = self.containment.claim(ready[0], launch, member)
+            except ContainmentError as exc:
+                log.warning(
+                    "job %s rank %d: pre-started member unusable: %s", launch.job_id, rank, exc
+                )
+                self._spares.drop(*ready)
+                ready = None
+        if ready is None:
+            cg = self._cgroup(launch, member)
+        confine = launcher_args(cg if ready is None else None, run_as)  # a spare has joined
+        argv = launcher_argv(adir, rank, launch.command, self._caught, confine)
         try:
-            pid, generation = self._forks.spawn(
-                argv, env, cwd, err_file(adir, rank), pid_file(adir, rank)
-            )
+            if ready is not None:
+                pid, generation = (
+                    ForkServer.activate(ready[1], argv, env, cwd, err, pidf),
+                    ready[1].generation,
+                )
+            else:
+                pid, generation = self._forks.spawn(argv, env, cwd, err, pidf)
         except ForkServerError as exc:
+            if cg is not None:
+                empty_and_remove([cg])
             raise LaunchError(f"job {launch.job_id}: cannot start rank {rank}: {exc}") from exc
         m = MemberProcess(rank, pid, None, None, cgroup=cg, forked=generation)
         try:
@@ -346,12 +373,9 @@ class LocalExecutor(AttemptWatcher):
     def _reap_launcher(self, m: MemberProcess) -> int | None:
         return self._forks.reap(m.pid, m.forked) if m.forked else None
 
-    def _abandon(
-        self, members: list[MemberProcess], cgroups: list[MemberCgroup] | None = None
-    ) -> None:
+    def _abandon(self, members: list[MemberProcess]) -> None:
         """Kill members that must not run after all (a failed or interrupted start)."""
-        groups = list(cgroups) if cgroups is not None else []
-        groups += [m.cgroup for m in members if m.cgroup is not None and m.cgroup not in groups]
+        groups = [m.cgroup for m in members if m.cgroup is not None]
         for cg in groups:
             with contextlib.suppress(ContainmentError):
                 cg.kill()
