@@ -3,9 +3,9 @@
 Starting a member used to cost a fresh ``python -I -S launcher.py`` (~20-25 ms of interpreter
 start-up, most of a GPU hand-off). The fork server is that interpreter, started once by the
 executor with the launcher already imported; for each member it ``fork``s (~1 ms), and the child
-becomes the launcher: a new session, stdin/stdout on ``/dev/null``, stderr on ``rank-R.err``,
-then ``launcher.main`` with the member's argv and environment (whose child joins the member's
-cgroup, switches user and execs the job).
+becomes the launcher: its own process group, stdin/stdout on ``/dev/null``, stderr on
+``rank-R.err``, then ``launcher.main`` with the member's argv and environment (whose child joins
+the member's cgroup, switches user and execs the job).
 
 Protocol (one ``socketpair``, length-prefixed JSON, one request at a time):
 
@@ -124,6 +124,7 @@ def _arm(sock: socket.socket, join_dirs: list[str]) -> None:
         os.close(sock.detach())
         prestart.run_launcher(r, join_dirs)
     os.close(r)
+    _own_group(pid)
     try:
         data = json.dumps({"pid": pid, "start": launcher.proc_start_time(pid)}).encode()
         socket.send_fds(sock, [_HEADER.pack(len(data)) + data], [w])
@@ -148,7 +149,7 @@ def _spawn(sock: socket.socket, msg: dict[str, Any]) -> dict[str, Any]:
         code = launcher.EXIT_NOT_EXECUTABLE
         try:
             os.close(sock.detach())
-            os.setsid()
+            os.setpgid(0, 0)  # (the parent does it too: whoever is first)
             null = os.open(os.devnull, os.O_RDWR)
             os.dup2(null, 0)
             os.dup2(null, 1)
@@ -162,11 +163,20 @@ def _spawn(sock: socket.socket, msg: dict[str, Any]) -> dict[str, Any]:
         finally:
             os._exit(code & 0xFF)
     os.close(err)
+    _own_group(pid)
     start = launcher.proc_start_time(pid)
     if start is not None and msg.get("pid_file"):
         with contextlib.suppress(OSError):
             launcher.atomic_write(Path(msg["pid_file"]), launcher.pid_record(pid, start))
     return {"pid": pid}
+
+
+def _own_group(pid: int) -> None:
+    """Make the new launcher the leader of its own process group before the executor hears of
+    it: a stop sent right after the spawn must find the group (the child does the same, so the
+    order does not matter; the server's session has no terminal, so no new session is needed)."""
+    with contextlib.suppress(OSError):
+        os.setpgid(pid, pid)
 
 
 def _reap(pid: int) -> int | None:

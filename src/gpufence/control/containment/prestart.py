@@ -3,8 +3,8 @@ before the job exists.
 
 Moving a process into a cgroup costs one RCU grace period (the kernel's global
 ``cgroup_threadgroup_rwsem``: 5-20 ms, most of a GPU hand-off), however little else it does. So
-the fork server keeps a few members ready: a launcher ``L`` (its own session, outside the
-cgroups) whose child ``C`` has already joined a spare cgroup and waits. To start a job the
+the fork server keeps a few members ready: a launcher ``L`` (its own process group, outside
+the cgroups) whose child ``C`` has already joined a spare cgroup and waits. To start a job the
 executor renames the spare cgroup to the member's name (cgroup v1 allows a rename with the
 processes inside; the limits and device rules are written then), and sends ``L`` the member's
 launcher arguments and environment; ``L`` runs ``launcher.main`` with a spawner that hands ``C``
@@ -60,7 +60,7 @@ def run_launcher(activation: int, join_dirs: list[str]) -> NoReturn:  # pragma: 
     """``L``: fork ``C`` into the spare cgroup, wait to be activated, then be the launcher."""
     code = launcher.EXIT_NOT_EXECUTABLE
     try:
-        os.setsid()
+        os.setpgid(0, 0)  # (the fork server does it too)
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         report_r, report_w = os.pipe()
         child = os.fork()

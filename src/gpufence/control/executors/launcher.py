@@ -5,11 +5,13 @@ Usage::
     python -m gpufence.control.executors.launcher ATTEMPT_DIR --rank R [--catch N]...
         [--fence-parent PID] [--cgroup DIR]... [--uid U --gid G [--groups G1,G2]] -- ARGV...
 
-(``LocalExecutor`` runs this file by path with ``python -I -S``: it imports only the standard
-library, so it needs neither ``gpufence`` on the path nor ``site``, and starts ~20 ms sooner.)
+(The Ray node agent runs this file by path with ``python -I -S``: it imports only the standard
+library, so it needs neither ``gpufence`` on the path nor ``site``, and starts ~20 ms sooner. The
+local executor's fork server (``containment/forkserver.py``) has it imported already and calls
+``main`` in a forked child: no interpreter start-up at all.)
 
 The launcher is the leader of the member's process group (the executor starts it in a new
-session). It
+session, or the fork server in a new process group). It
 
 1. ignores SIGTERM, SIGINT, SIGUSR1 and every ``--catch`` signal itself (no-op handlers, which
    ``exec`` resets to the default for the user command), so a signal sent to the group reaches

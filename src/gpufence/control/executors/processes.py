@@ -1,12 +1,12 @@
 """The processes of a running gang member: /proc reads, process groups, pid/exit records.
 
-A member is one launcher (``launcher.py``) started in a new session, so its process tree is one
-process group (pgid == launcher pid), and, with containment, the job's processes are in the
-member's cgroup (``MemberProcess.cgroup``), which also holds those that left the process group
-(``setsid``, daemons). The launcher records ``rank-R.pid`` / ``rank-R.exit``
-in the attempt directory; ``attach`` re-finds a recorded member that still runs (guarding against
-pid reuse with the recorded start time) and ``recorded_exit`` reads how one ended. Processes are
-waited for and reaped through pidfds, which also work for processes that are not our children.
+A member is one launcher (``launcher.py``) started as the leader of a new process group, so its
+process tree is one process group (pgid == launcher pid), and, with containment, the job's
+processes are in the member's cgroup (``MemberProcess.cgroup``), which also holds those that left
+the process group (``setsid``, daemons). The launcher records ``rank-R.pid`` / ``rank-R.exit`` in
+the attempt directory; ``attach`` re-finds a recorded member that still runs (guarding against pid
+reuse with the recorded start time) and ``recorded_exit`` reads how one ended. Processes are waited
+for and reaped through pidfds, which also work for processes that are not our children.
 """
 
 from __future__ import annotations

@@ -1,14 +1,14 @@
 """Local executor: runs job attempts as real processes on this machine.
 
-Every gang member is one launcher (``launcher.py``) in a new session, forked by the executor's
-fork server (``containment/forkserver.py``: ~1 ms instead of a fresh interpreter), so the
-member's process tree is one process group that signals address as a unit. With containment
-(``containment=``, what ``gpufence up`` passes unless ``--no-containment``) the job's processes
-are also in the member's own cgroup, created here before the spawn and joined by the launcher's
-child before it execs the job: signals and kills go to the cgroup, and the member is over (its
-GPUs free) only when the cgroup is empty. The launcher records ``rank-R.pid`` / ``rank-R.exit``
-in the attempt directory; those records let a restarted control plane re-attach to attempts that
-kept running (``adopt``, which re-opens their cgroups by name) or learn how they ended.
+Every gang member is one launcher (``launcher.py``) leading its own process group, forked by the
+executor's fork server (``containment/forkserver.py``: ~1 ms instead of a fresh interpreter), so
+the member's process tree is one process group that signals address as a unit. With containment
+(``containment=``, what ``gpufence up`` passes unless ``--no-containment``) the job's processes are
+also in the member's own cgroup, created here before the spawn and joined by the launcher's child
+before it execs the job: signals and kills go to the cgroup, and the member is over (its GPUs free)
+only when the cgroup is empty. The launcher records ``rank-R.pid`` / ``rank-R.exit`` in the attempt
+directory; those records let a restarted control plane re-attach to attempts that kept running
+(``adopt``, which re-opens their cgroups by name) or learn how they ended.
 
 One watcher thread (``watcher.AttemptWatcher``, which ``LocalExecutor`` extends) waits for
 member exits, SIGKILL deadlines and notice acks; exits are event-driven: ``on_exit`` fires within
