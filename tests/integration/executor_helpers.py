@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 from gpufence.control.executors import AttemptExit, Launch, Member
+from gpufence.control.executors.interface import Limits, RunAs
 from gpufence.control.executors.local.local_executor import LocalExecutor
 
 PY = sys.executable
@@ -43,6 +44,8 @@ def make_launch(
     members: tuple[Member, ...] = (Member(0, "node-a", ("0",)),),
     env: dict[str, str] | None = None,
     cwd: Path | None = None,
+    limits: Limits | None = None,
+    run_as: RunAs | None = None,
 ) -> Launch:
     if command is None:
         assert script is not None
@@ -57,6 +60,8 @@ def make_launch(
         attempt_dir=jdir / f"attempt-{attempt}",
         checkpoint_dir=jdir / "checkpoints",
         cwd=cwd,
+        limits=limits or Limits(),
+        run_as=run_as,
     )
 
 

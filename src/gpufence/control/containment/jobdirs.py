@@ -17,6 +17,7 @@ from pathlib import Path
 from gpufence.control.executors.interface import RunAs
 
 TRAVERSE = stat.S_IXGRP | stat.S_IXOTH
+LISTING = stat.S_IRGRP | stat.S_IWGRP | stat.S_IROTH | stat.S_IWOTH
 
 
 def make_job_dirs(dirs: Iterable[Path], run_as: RunAs | None, up_to: Path | None) -> None:
@@ -43,8 +44,9 @@ def own_file(path: Path, run_as: RunAs | None) -> None:
 
 
 def _traversable(d: Path, up_to: Path | None) -> None:
-    """The traverse bits on ``d`` and its ancestors up to ``up_to`` (only ``d`` when ``up_to``
-    is not one of them: nothing outside the data directory is changed)."""
+    """The traverse bits on ``d`` and its ancestors up to ``up_to``, and no read bits for others
+    below ``up_to`` (nobody lists the jobs); only ``d`` when ``up_to`` is not one of them:
+    nothing outside the data directory is changed."""
     d, top = d.absolute(), up_to.absolute() if up_to is not None else None
     chain = [d]
     if top is not None and top in d.parents:
@@ -52,5 +54,6 @@ def _traversable(d: Path, up_to: Path | None) -> None:
             chain.append(chain[-1].parent)
     for x in chain:
         mode = stat.S_IMODE(os.stat(x).st_mode)
-        if mode & TRAVERSE != TRAVERSE:
-            os.chmod(x, mode | TRAVERSE)
+        want = mode | TRAVERSE if x == top else (mode | TRAVERSE) & ~LISTING
+        if want != mode:
+            os.chmod(x, want)

@@ -1,0 +1,123 @@
+"""Real cgroups, device nodes and users for the containment tests (this machine must be root).
+
+Every cgroup parent, device node and user is named for this test process plus a random suffix
+(another helper may run the same tests at the same time) and removed afterwards. Where the
+machine lacks what a test needs (not root, no v1 hierarchy, a v2 tree without the controller),
+the test is skipped with the reason.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pwd
+import secrets
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from gpufence.control.containment import mounts
+from gpufence.control.containment.cgroup import CgroupDriver, ContainmentError
+from gpufence.control.containment.cgroupv1 import V1Driver
+from gpufence.control.containment.cgroupv2 import V2Driver
+from gpufence.control.containment.members import Containment
+from gpufence.control.containment.settings import ContainmentSettings
+from gpufence.control.executors.interface import RunAs
+from gpufence.control.executors.local.local_executor import LocalExecutor
+
+MODES = ("v1", "v2")
+
+
+def need_root() -> None:
+    if os.geteuid() != 0:
+        pytest.skip("containment tests need root (cgroups, mknod, useradd)")
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{os.getpid()}-{secrets.token_hex(3)}"
+
+
+def make_driver(mode: str, parent: str, controllers: tuple[str, ...] = ()) -> CgroupDriver:
+    """The ``mode`` driver under ``parent``; skips the test with the reason if this machine
+    cannot give it (with ``controllers``: v2 must offer them)."""
+    need_root()
+    m = mounts.current()
+    try:
+        if mode == "v1":
+            return V1Driver.probe(m.v1, parent)
+        if m.v2 is None:
+            pytest.skip("no cgroup v2 hierarchy mounted on this machine")
+        return V2Driver.probe(m.v2, parent, required=controllers)
+    except ContainmentError as exc:
+        pytest.skip(f"{mode} unavailable here: {exc}")
+
+
+def clear(driver: CgroupDriver) -> None:
+    """Kill and remove everything left under the driver's parent, then the parent."""
+    for name in driver.names():
+        cg = driver.open(name)
+        if cg is None:
+            continue
+        with contextlib.suppress(ContainmentError):
+            cg.kill()
+        deadline = time.monotonic() + 2
+        while not cg.empty() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        cg.remove()
+    driver.release()
+
+
+@contextlib.contextmanager
+def executor(
+    driver: CgroupDriver | None,
+    gpu_nodes: tuple[str, ...] = (),
+    prestarted: int = 0,
+    pids_max: int | None = None,
+    **kw: object,
+) -> Iterator[LocalExecutor]:
+    settings = ContainmentSettings(pids_max=pids_max, prestarted=prestarted)
+    contain = Containment(driver, settings, gpu_nodes) if driver is not None else None
+    ex = LocalExecutor(containment=contain, **kw)  # type: ignore[arg-type]
+    try:
+        yield ex
+    finally:
+        ex.close(kill=True)
+
+
+def mknod(path: Path, major: int, minor: int) -> Path:
+    """A character device node, the way a GPU's /dev/nvidiaN appears."""
+    need_root()
+    os.mknod(path, 0o666 | 0o020000, os.makedev(major, minor))
+    os.chmod(path, 0o666)
+    return path
+
+
+@contextlib.contextmanager
+def unix_user() -> Iterator[RunAs]:
+    """A throw-away Unix user (``useradd``), removed afterwards."""
+    need_root()
+    name = f"gf{secrets.token_hex(4)}"
+    try:
+        subprocess.run(
+            ["useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", name],
+            check=True,
+            capture_output=True,
+        )
+    except (OSError, subprocess.CalledProcessError) as exc:
+        pytest.skip(f"useradd is not available here: {exc}")
+    try:
+        pw = pwd.getpwnam(name)
+        yield RunAs(name, pw.pw_uid, pw.pw_gid, (pw.pw_gid,))
+    finally:
+        subprocess.run(["userdel", name], check=False, capture_output=True)
+
+
+def alive(pid: int) -> bool:
+    try:
+        data = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return False
+    return data[data.rfind(b")") + 2 :].split()[0] not in (b"Z", b"X")
