@@ -159,3 +159,18 @@ def test_mig_capability_nodes_come_from_procfs(tmp_path: Path) -> None:
         "/dev/nvidia-caps/nvidia-cap22",
     )
     assert mig_nodes(3, 9, 0, caps=tmp_path) == ()
+
+
+def test_discovery_names_each_gpus_device_node_by_its_minor_number() -> None:
+    from gpufence.control.gpus.devices import DeviceMap
+    from gpufence.control.gpus.discovery import discover, node_spec
+    from gpufence.model.decisions import Assignment
+    from gpufence.spec.build import cluster_from_dict
+    from gpufence.testing.fake_nvml import FakeNvml, hgx_h100
+
+    d = discover(FakeNvml(hgx_h100(4)))
+    assert [g.device_nodes for g in d.gpus] == [(f"/dev/nvidia{i}",) for i in range(4)]
+    cluster = cluster_from_dict(node_spec(d))
+    gpus = tuple(sorted(cluster.nodes[0].gpu_ids))
+    nodes = DeviceMap(cluster, d).nodes(Assignment(node=0, gpus=gpus[1:3]))
+    assert nodes == ("/dev/nvidia1", "/dev/nvidia2")
