@@ -265,6 +265,27 @@ def _wait_or_fence(child: int, parent: int) -> bool:
         os.close(fd)
 
 
+def _kill_cgroup(dirs: list[str], limit_s: float = FENCE_GRACE_S) -> None:
+    """SIGKILL everything in the member's cgroup (what left our process group too) until it is
+    empty or ``limit_s`` passed."""
+    if not dirs:
+        return
+    procs = os.path.join(dirs[0], "cgroup.procs")
+    end = time.monotonic() + limit_s
+    while time.monotonic() < end:
+        try:
+            with open(procs, encoding="ascii") as fh:
+                pids = [int(x) for x in fh.read().split()]
+        except (OSError, ValueError):
+            return
+        if not pids:
+            return
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.005)
+
+
 def _noop(_signum: int, _frame: object) -> None:
     """Survive the signal; the user command in the same group receives it too."""
 
@@ -381,6 +402,7 @@ def main(
         os.close(err_fd)
     atomic_write(exit_file(attempt_dir, rank), exit_record(code, time.time()))
     if fenced:  # nobody is left to clean up after us: the rest of the group goes too (and we)
+        _kill_cgroup(confine.cgroups)
         os.killpg(0, signal.SIGKILL)
     return code if code >= 0 else 128 - code
 

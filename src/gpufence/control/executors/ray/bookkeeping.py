@@ -21,6 +21,8 @@ class RayMember:
     agent: Any
     done: bool = False
     code: int | None = None
+    oom: bool = False
+    strays: int = 0
 
 
 @dataclass(eq=False, slots=True)
