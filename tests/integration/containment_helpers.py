@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from gpufence.control.containment import mounts
-from gpufence.control.containment.cgroup import CgroupDriver, ContainmentError
+from gpufence.control.containment.cgroup import CgroupDriver, ContainmentError, read_pids
 from gpufence.control.containment.cgroupv1 import V1Driver
 from gpufence.control.containment.cgroupv2 import V2Driver
 from gpufence.control.containment.members import Containment
@@ -121,3 +121,28 @@ def alive(pid: int) -> bool:
     except OSError:
         return False
     return data[data.rfind(b")") + 2 :].split()[0] not in (b"Z", b"X")
+
+
+def wait_spares(driver: CgroupDriver, n: int, limit_s: float = 10.0) -> None:
+    """Until ``n`` pre-started members wait in their spare cgroups (their child has joined the
+    last hierarchy, as the pool counts them ready)."""
+    deadline = time.monotonic() + limit_s
+    while True:
+        ready = 0
+        for name in driver.names():
+            cg = driver.open(name) if name.startswith("spare-") else None
+            if cg is not None and read_pids(Path(cg.join_dirs[-1]) / "cgroup.procs"):
+                ready += 1
+        if ready >= n:
+            time.sleep(0.05)  # the pool's own look (every 2 ms)
+            return
+        assert time.monotonic() < deadline, f"only {ready} of {n} pre-started members ready"
+        time.sleep(0.01)
+
+
+def wait_for_removal(driver: CgroupDriver, name: str, limit_s: float = 5.0) -> None:
+    """The member's cgroup is removed once empty (after its exit is reported)."""
+    deadline = time.monotonic() + limit_s
+    while driver.open(name) is not None:
+        assert time.monotonic() < deadline, f"cgroup {name} was never removed"
+        time.sleep(0.01)
