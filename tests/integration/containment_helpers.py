@@ -9,6 +9,7 @@ the test is skipped with the reason.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import pwd
 import secrets
@@ -146,3 +147,13 @@ def wait_for_removal(driver: CgroupDriver, name: str, limit_s: float = 5.0) -> N
     while driver.open(name) is not None:
         assert time.monotonic() < deadline, f"cgroup {name} was never removed"
         time.sleep(0.01)
+
+
+def uptime_ticks() -> int:
+    """Now, in the clock ticks since boot that ``/proc/PID/stat`` start times use."""
+    return int(float(Path("/proc/uptime").read_text().split()[0]) * os.sysconf("SC_CLK_TCK"))
+
+
+def launcher_born(attempt_dir: Path, rank: int = 0) -> int:
+    """When the member's launcher was forked (its pid record), in clock ticks since boot."""
+    return int(json.loads((attempt_dir / f"rank-{rank}.pid").read_text())["start_time"])

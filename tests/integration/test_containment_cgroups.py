@@ -9,8 +9,6 @@ are ``mknod`` character devices standing in for ``/dev/nvidiaN``.
 from __future__ import annotations
 
 import errno
-import json
-import os
 import signal
 import subprocess
 import sys
@@ -20,7 +18,16 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from containment_helpers import MODES, alive, executor, mknod, wait_for_removal, wait_spares
+from containment_helpers import (
+    MODES,
+    alive,
+    executor,
+    launcher_born,
+    mknod,
+    uptime_ticks,
+    wait_for_removal,
+    wait_spares,
+)
 from executor_helpers import Recorder, make_launch, wait_for
 
 from gpufence.control.containment.cgroup import CgroupDriver
@@ -65,12 +72,13 @@ def test_escaped_processes_are_killed_before_the_exit_is_reported(
         ex.set_callbacks(rec.on_exit, rec.on_ack)
         spares = prestarted if driver.renames else 0  # v2 cannot rename: no pre-started ones
         wait_spares(driver, spares)
-        before = _uptime_ticks()
+        before = uptime_ticks()
         ex.start(launch)
         _, ev = rec.exit(timeout=10)
         pids = [int(f.read_text()) for f in files]
-        born = int(json.loads((launch.attempt_dir / "rank-0.pid").read_text())["start_time"])
-        assert (born < before) == bool(spares)  # the launcher was pre-started (or not)
+        assert (launcher_born(launch.attempt_dir) < before) == bool(
+            spares
+        )  # the launcher was pre-started (or not)
         assert ev == AttemptExit("job-1", 1, True, (0,), False, strays_killed=3)
         assert rec.alive_at_exit == []  # none ran on when the GPUs were given back
         assert not any(alive(p) for p in pids)
@@ -232,10 +240,6 @@ def test_a_job_whose_cgroup_cannot_be_joined_never_runs(tmp_path: Path) -> None:
     assert not marker.exists()
     assert f"cannot join cgroup {gone}" in (adir / "rank-0.err").read_text()
     assert '"code": 125' in (adir / "rank-0.exit").read_text()
-
-
-def _uptime_ticks() -> int:
-    return int(float(Path("/proc/uptime").read_text().split()[0]) * os.sysconf("SC_CLK_TCK"))
 
 
 def _run(

@@ -17,7 +17,16 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from containment_helpers import clear, executor, make_driver, unique, unix_user
+from containment_helpers import (
+    clear,
+    executor,
+    launcher_born,
+    make_driver,
+    unique,
+    unix_user,
+    uptime_ticks,
+    wait_spares,
+)
 from executor_helpers import Recorder, make_launch
 
 from gpufence.control.containment.cgroup import CgroupDriver
@@ -58,9 +67,9 @@ def _python() -> str:
     pytest.skip("no world-executable python3 for the job's user")
 
 
-@pytest.mark.parametrize("contained", [False, True])
+@pytest.mark.parametrize(("contained", "prestarted"), [(False, 0), (True, 0), (True, 2)])
 def test_the_job_runs_as_its_user_and_owns_its_directories(
-    passable: Path, cgroup_parent: str, contained: bool
+    passable: Path, cgroup_parent: str, contained: bool, prestarted: int
 ) -> None:
     driver: CgroupDriver | None = make_driver("v1", cgroup_parent) if contained else None
     data = passable / "data"
@@ -74,8 +83,11 @@ def test_the_job_runs_as_its_user_and_owns_its_directories(
             data, command=(_python(), "-c", textwrap.dedent(WHO), str(secret)), run_as=user
         )
         try:
-            with executor(driver) as ex:
+            with executor(driver, prestarted=prestarted) as ex:
                 ex.set_callbacks(rec.on_exit, rec.on_ack)
+                if driver is not None:
+                    wait_spares(driver, prestarted)
+                before = uptime_ticks()
                 ex.start(launch)
                 ev = rec.exit(timeout=10)[1]
         finally:
@@ -83,6 +95,7 @@ def test_the_job_runs_as_its_user_and_owns_its_directories(
                 clear(driver)
         out = (launch.attempt_dir / "rank-0.out").read_text()
         assert ev.succeeded, out + (launch.attempt_dir / "rank-0.err").read_text()
+        assert (launcher_born(launch.attempt_dir) < before) == bool(prestarted)
         seen = json.loads(out)
         assert (seen["uid"], seen["euid"], seen["gid"]) == (user.uid, user.uid, user.gid)
         assert seen["groups"] == [user.gid]  # root's supplementary groups are gone

@@ -13,8 +13,10 @@ Protocol (one ``socketpair``, length-prefixed JSON, one request at a time):
   the server writes the launcher's pid record before answering, so a crash right after the
   spawn still leaves one;
 * ``{"op": "reap", "pid"}`` -> ``{"code"}``: the launcher's exit code (None: still running or
-  not ours). The server never reaps on its own, so an exited launcher stays a zombie until the
-  executor has dealt with it (its pid, and so its process-group id, cannot be reused meanwhile);
+  not ours); the executor asks only when the launcher left no exit record. The server reaps its
+  exited launchers itself, ``ZOMBIE_HOLD_S`` after they exit: until then the zombie keeps the
+  pid, and so the process-group id, from being reused while the executor kills what is left of
+  the group;
 * ``{"op": "arm", "join"}`` -> ``{"pid", "start"}`` plus a descriptor: a pre-started member
   (``prestart.py``) whose job child joins the cgroup directories ``join`` now; the executor
   starts a job in it later by writing to that descriptor (``ForkServer.activate``), without a
@@ -34,12 +36,14 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import select
 import signal
 import socket
 import struct
 import subprocess
 import sys
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -88,48 +92,105 @@ def _recv(sock: socket.socket) -> dict[str, Any] | None:
 
 
 # ---------------------------------------------------------------------- server side
+ZOMBIE_HOLD_S = 2.0
+_KEEP_CODES = 4096
+
+
+class _Children:
+    """The launchers this server forked: reaped ``ZOMBIE_HOLD_S`` after they exit, their exit
+    codes kept (the last ``_KEEP_CODES``) for the executor's ``reap``."""
+
+    def __init__(self) -> None:
+        self.exited_at: dict[int, float | None] = {}
+        self.codes: dict[int, int] = {}
+
+    def add(self, pid: int) -> None:
+        self.exited_at[pid] = None
+
+    def collect(self, now: float) -> None:
+        for pid, seen in list(self.exited_at.items()):
+            try:
+                res = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+            except ChildProcessError:
+                del self.exited_at[pid]
+                continue
+            if res is None:
+                continue
+            if seen is None:
+                self.exited_at[pid] = now
+            elif now - seen >= ZOMBIE_HOLD_S:
+                self.reap(pid)
+
+    def reap(self, pid: int) -> int | None:
+        if pid in self.codes:
+            return self.codes.pop(pid)
+        code = _reap(pid)
+        if code is not None:
+            self.exited_at.pop(pid, None)
+            self.codes[pid] = code
+            while len(self.codes) > _KEEP_CODES:
+                del self.codes[next(iter(self.codes))]
+        return code
+
+
 def serve(fd: int) -> None:
     """The server loop (in its own process): until the executor's end of ``fd`` closes."""
     signal.pthread_sigmask(signal.SIG_BLOCK, _BLOCKED)
     sock = socket.socket(fileno=fd)
     _send(sock, {"ready": os.getpid()})
+    children = _Children()
     while True:
+        if not select.select([sock], [], [], ZOMBIE_HOLD_S / 2)[0]:
+            children.collect(time.monotonic())
+            continue
         msg = _recv(sock)
         if msg is None:
             return
         op = msg.get("op")
         if op == "spawn":
             reply = _spawn(sock, msg)
+            if "pid" in reply:
+                children.add(int(reply["pid"]))
         elif op == "reap":
-            reply = {"code": _reap(int(msg["pid"]))}
+            code = children.reap(int(msg["pid"]))
+            reply = {"code": code}
         elif op == "arm":
-            _arm(sock, [str(d) for d in msg["join"]])
+            pid = _arm(sock, [str(d) for d in msg["join"]])
+            if pid is not None:
+                children.add(pid)
+            children.collect(time.monotonic())
             continue  # answered with the descriptor
         else:
             reply = {"error": f"unknown request {op!r}"}
         _send(sock, reply)
+        children.collect(time.monotonic())
 
 
-def _arm(sock: socket.socket, join_dirs: list[str]) -> None:
-    r, w = os.pipe()
+def _arm(sock: socket.socket, join_dirs: list[str]) -> int | None:
+    """Fork a pre-started member; the executor gets the write ends of its two pipes."""
+    (lr, lw), (cr, cw) = os.pipe(), os.pipe()
     try:
         pid = os.fork()
     except OSError as exc:
-        os.close(r)
-        os.close(w)
+        for fd in (lr, lw, cr, cw):
+            os.close(fd)
         _send(sock, {"error": f"fork failed: {exc.strerror}"})
-        return
+        return None
     if pid == 0:  # pragma: no cover - the pre-started launcher
-        os.close(w)
+        os.close(lw)
+        os.close(cw)
         os.close(sock.detach())
-        prestart.run_launcher(r, join_dirs)
-    os.close(r)
+        prestart.run_launcher(lr, cr, join_dirs)
+    os.close(lr)
+    os.close(cr)
     _own_group(pid)
     try:
         data = json.dumps({"pid": pid, "start": launcher.proc_start_time(pid)}).encode()
-        socket.send_fds(sock, [_HEADER.pack(len(data)) + data], [w])
+        socket.send_fds(sock, [_HEADER.pack(len(data)) + data], [lw, cw])
     finally:
-        os.close(w)
+        os.close(lw)
+        os.close(cw)
+    return pid
 
 
 def _spawn(sock: socket.socket, msg: dict[str, Any]) -> dict[str, Any]:
@@ -196,7 +257,9 @@ class Spare:
     """Its launcher."""
     start_time: int
     fd: int
-    """Write end of its activation pipe (closing it unused makes it exit)."""
+    """Write end of the launcher's activation pipe (closing it unused makes it exit)."""
+    child_fd: int
+    """Write end of the job child's command pipe."""
     generation: int
 
 
@@ -294,17 +357,18 @@ class ForkServer:
                 raise ForkServerError("the fork server is closed")
             try:
                 _send(self._sock, {"op": "arm", "join": list(join_dirs)})
-                head, fds, _f, _a = socket.recv_fds(self._sock, _HEADER.size, 1)
+                head, fds, _f, _a = socket.recv_fds(self._sock, _HEADER.size, 2)
                 body = _recv_exact(self._sock, _HEADER.unpack(head)[0]) if head else None
             except (OSError, struct.error) as exc:
                 raise ForkServerError(f"the fork server did not answer: {exc}") from exc
             reply = json.loads(body) if body else None
-            if not isinstance(reply, dict) or "pid" not in reply or len(fds) != 1:
+            if not isinstance(reply, dict) or "pid" not in reply or len(fds) != 2:
                 for fd in fds:
                     os.close(fd)
                 why = reply.get("error") if isinstance(reply, dict) else "no answer"
                 raise ForkServerError(f"cannot pre-start a member: {why}")
-            return Spare(int(reply["pid"]), int(reply["start"] or 0), fds[0], self.generation)
+            start = int(reply["start"] or 0)
+            return Spare(int(reply["pid"]), start, fds[0], fds[1], self.generation)
 
     @staticmethod
     def activate(
@@ -312,32 +376,43 @@ class ForkServer:
         argv: list[str],
         env: dict[str, str],
         cwd: str | None,
-        err: Path,
-        pid_file: Path,
+        logs: tuple[Path, Path],
+        child: dict[str, Any],
     ) -> int:
-        """Start a job in a pre-started member (its pid record first); the launcher's pid."""
-        if spare.start_time:
-            with contextlib.suppress(OSError):
-                launcher.atomic_write(pid_file, launcher.pid_record(spare.pid, spare.start_time))
-        msg = {"argv": argv, "env": env, "cwd": cwd, "err": str(err)}
-        try:
-            with os.fdopen(spare.fd, "wb", closefd=True) as fh:
-                fh.write(prestart.frame(msg))
+        """Start a job in a pre-started member: the launcher gets its arguments, the job child
+        its command and ``child`` (``command``, ``uid``, ``gid``, ``groups``), both at once.
+        The launcher's pid."""
+        out, err = logs
+        to_launcher = {"argv": argv, "env": env, "cwd": cwd, "err": str(err)}
+        to_child = {
+            **child,
+            "env": env,
+            "cwd": cwd or os.getcwd(),
+            "out": str(out),
+            "err": str(err),
+        }
+        try:  # the launcher first: a child told to run must have its launcher running
+            for fd, msg in ((spare.fd, to_launcher), (spare.child_fd, to_child)):
+                data = memoryview(prestart.frame(msg))
+                while data:
+                    data = data[os.write(fd, data) :]
         except OSError as exc:
             raise ForkServerError(f"the pre-started member is gone: {exc}") from exc
         finally:
-            spare.fd = -1
+            ForkServer.discard(spare)
         return spare.pid
 
     @staticmethod
     def discard(spare: Spare) -> None:
         """Let a pre-started member go unused: it kills its child and exits."""
-        if spare.fd >= 0:
-            os.close(spare.fd)
-            spare.fd = -1
+        for fd in (spare.fd, spare.child_fd):
+            if fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        spare.fd = spare.child_fd = -1
 
     def reap(self, pid: int, generation: int) -> int | None:
-        """Reap an exited launcher this server forked; its exit code (None: unknown)."""
+        """The exit code of an exited launcher this server forked (None: unknown)."""
         with self._lock:
             if generation != self.generation or self._sock is None:
                 return None

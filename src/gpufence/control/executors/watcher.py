@@ -98,7 +98,6 @@ class AttemptWatcher:
         self._attempts: dict[Key, Attempt] = {}
         self._to_watch: list[tuple[int, Key, int]] = []  # (pidfd, attempt, member index)
         self._dirty: set[Key] = set()
-        self._reap_later: list[MemberProcess] = []
         self._closing = False
         self._kill_on_close = False
         self._on_exit: ExitCallback = _ignore_exit
@@ -241,12 +240,7 @@ class AttemptWatcher:
                     notify(on_ack, job_id, attempt)
                 for ev in exits:
                     notify(on_exit, ev)
-                # after the report: neither is part of the hand-off
-                _remove(emptied)
-                with self._lock:
-                    reap, self._reap_later = self._reap_later, []
-                for m in reap:
-                    self._reap_launcher(m)
+                _remove(emptied)  # after the report: not part of the hand-off
         except Exception:
             log.exception("executor watcher failed; no further exits will be reported")
         finally:
@@ -278,11 +272,8 @@ class AttemptWatcher:
             os.close(m.pidfd)
             m.pidfd = None
         recorded = recorded_exit(att.launch.attempt_dir, m.rank)
-        if status is None and m.forked:
-            if recorded is None:
-                status = self._reap_launcher(m)
-            else:  # reaped once the exit is reported: a round trip off the hand-off
-                self._reap_later.append(m)
+        if status is None and recorded is None and m.forked:  # its server knows how it died
+            status = self._reap_launcher(m)
         settle(m, recorded if recorded is not None else status)
         if m.cgroup is not None:
             self._drain_start_locked(att, m, time.monotonic())

@@ -352,10 +352,15 @@ class LocalExecutor(AttemptWatcher):
         argv = launcher_argv(adir, rank, launch.command, self._caught, confine)
         try:
             if ready is not None:
-                pid, generation = (
-                    ForkServer.activate(ready[1], argv, env, cwd, err, pidf),
-                    ready[1].generation,
-                )
+                child = {
+                    "command": list(launch.command),
+                    "uid": run_as.uid if run_as is not None else None,
+                    "gid": run_as.gid if run_as is not None else None,
+                    "groups": list(run_as.groups) if run_as is not None else [],
+                }
+                logs = (out_file(adir, rank), err)
+                generation = ready[1].generation
+                pid = ForkServer.activate(ready[1], argv, env, cwd, logs, child)
             else:
                 pid, generation = self._forks.spawn(argv, env, cwd, err, pidf)
         except ForkServerError as exc:
