@@ -57,7 +57,8 @@ def make_driver(mode: str, parent: str, controllers: tuple[str, ...] = ()) -> Cg
 
 
 def clear(driver: CgroupDriver) -> None:
-    """Kill and remove everything left under the driver's parent, then the parent."""
+    """Kill and remove everything left under the driver's parent (in every hierarchy: a claim
+    interrupted on purpose leaves a spare's name outside the freezer one), then the parent."""
     for name in driver.names():
         cg = driver.open(name)
         if cg is None:
@@ -68,6 +69,7 @@ def clear(driver: CgroupDriver) -> None:
         while not cg.empty() and time.monotonic() < deadline:
             time.sleep(0.01)
         cg.remove()
+    driver.tidy("", lambda _name: True)
     driver.release()
 
 

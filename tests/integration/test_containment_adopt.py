@@ -17,9 +17,10 @@ import textwrap
 import time
 from pathlib import Path
 
-from containment_helpers import alive, executor
+from containment_helpers import alive, executor, wait_for_removal
 from executor_helpers import Recorder, make_launch, recorded, wait_for
 
+from gpufence.control.containment import mounts
 from gpufence.control.containment.cgroup import CgroupDriver
 from gpufence.control.containment.members import Containment, cgroup_name
 from gpufence.control.containment.settings import ContainmentSettings
@@ -69,7 +70,7 @@ def test_an_adopted_member_is_stopped_through_its_cgroup(
         _, ev = rec.exit(timeout=10)
         assert ev.stopped and ev.codes == (-signal.SIGKILL,)
         assert not alive(daemon)
-        assert driver.open(cgroup_name(launch, 0)) is None  # removed once empty
+        wait_for_removal(driver, cgroup_name(launch, 0))  # removed once empty
 
 
 def test_strays_of_a_job_that_ended_unwatched_are_killed_on_adoption(
@@ -158,3 +159,11 @@ def test_after_a_kill_9_the_jobs_run_on_and_are_adopted(
         assert second.adopt(launch) is True
         _, ev = rec.exit(timeout=10)
     assert ev.codes == (7,)
+    # nothing left in any hierarchy: the claim the kill interrupted was found and removed too
+    m = mounts.current()
+    roots = {c: m.v1[c] / cgroup_parent.strip("/") for c in ("cpu", "memory", "pids", "freezer")}
+    left = {
+        c: [d.name for d in r.iterdir() if d.is_dir()] if r.exists() else []
+        for c, r in roots.items()
+    }
+    assert left == {c: [] for c in left}

@@ -127,8 +127,9 @@ OPENS = """
 """
 
 
+@pytest.mark.parametrize("prestarted", [0, 2])
 def test_a_member_opens_only_its_own_gpus_device_nodes(
-    tmp_path: Path, driver: CgroupDriver
+    tmp_path: Path, driver: CgroupDriver, prestarted: int
 ) -> None:
     if driver.device_isolation == "off":
         pytest.skip(f"device isolation is off in this mode: {driver.describe()}")
@@ -140,8 +141,9 @@ def test_a_member_opens_only_its_own_gpus_device_nodes(
     cmd = (sys.executable, "-c", textwrap.dedent(OPENS), str(gpu0), str(gpu1), str(own))
     launch = make_launch(tmp_path, command=(*cmd, "/dev/null"), members=(member,))
     rec = Recorder()
-    with executor(driver, gpu_nodes=(str(gpu0), str(gpu1))) as ex:
+    with executor(driver, gpu_nodes=(str(gpu0), str(gpu1)), prestarted=prestarted) as ex:
         ex.set_callbacks(rec.on_exit, rec.on_ack)
+        wait_spares(driver, prestarted if driver.renames else 0)
         ex.start(launch)
         assert rec.exit(timeout=10)[1].succeeded
     seen = (launch.attempt_dir / "rank-0.out").read_text()
@@ -195,7 +197,10 @@ def test_a_cpu_limit_caps_busy_loops(
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_a_pids_limit_stops_a_fork_bomb(tmp_path: Path, cgroups: Cgroups, mode: str) -> None:
+@pytest.mark.parametrize("prestarted", [0, 2])
+def test_a_pids_limit_stops_a_fork_bomb(
+    tmp_path: Path, cgroups: Cgroups, mode: str, prestarted: int
+) -> None:
     d = cgroups(mode, ("pids",))
     script = """
         import subprocess
@@ -210,7 +215,7 @@ def test_a_pids_limit_stops_a_fork_bomb(tmp_path: Path, cgroups: Cgroups, mode: 
             p.kill()
     """
     launch = make_launch(tmp_path, script, limits=Limits(pids=16))
-    _run(d, launch, timeout=20)
+    _run(d, launch, timeout=20, prestarted=prestarted)
     started, refused = map(int, (launch.attempt_dir / "rank-0.out").read_text().split())
     assert started < 16 and refused > 0
 
@@ -243,10 +248,15 @@ def test_a_job_whose_cgroup_cannot_be_joined_never_runs(tmp_path: Path) -> None:
 
 
 def _run(
-    driver: CgroupDriver, launch: Launch, timeout: float = 10.0, pids_max: int | None = None
+    driver: CgroupDriver,
+    launch: Launch,
+    timeout: float = 10.0,
+    pids_max: int | None = None,
+    prestarted: int = 0,
 ) -> AttemptExit:
     rec = Recorder()
-    with executor(driver, pids_max=pids_max) as ex:
+    with executor(driver, pids_max=pids_max, prestarted=prestarted) as ex:
         ex.set_callbacks(rec.on_exit, rec.on_ack)
+        wait_spares(driver, prestarted if driver.renames else 0)
         ex.start(launch)
         return rec.exit(timeout=timeout)[1]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Protocol
 
@@ -88,6 +88,14 @@ class CgroupDriver(Protocol):
     ) -> MemberCgroup:
         """Rename the spare cgroup ``spare`` (its processes stay in it) to ``name`` and give it
         these limits and device rules."""
+        ...
+
+    def finish(self, member: MemberCgroup) -> None:
+        """What ``claim`` leaves for after the job was started (off the hand-off)."""
+        ...
+
+    def tidy(self, prefix: str, owner_gone: Callable[[str], bool]) -> None:
+        """Remove empty leftovers of claims interrupted by a crash (names ``prefix...``)."""
         ...
 
     def names(self) -> list[str]:

@@ -15,8 +15,9 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from gpufence.control.containment.cgroup import (
@@ -43,10 +44,38 @@ _CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
 class V1Member:
-    def __init__(self, name: str, dirs: dict[str, Path]) -> None:
+    def __init__(
+        self,
+        name: str,
+        dirs: dict[str, Path],
+        limits: Limits | None = None,
+        deny: Sequence[DeviceRule] = (),
+    ) -> None:
         self.name = name
         self._dirs = dirs
         self._procs = dirs["freezer"] / "cgroup.procs"
+        self.limits = limits
+        """What it was given (None: not known, e.g. re-opened after a restart)."""
+        self.deny = frozenset(deny)
+        self._pending: dict[str, Path] = {}
+        """Hierarchies still to rename (``V1Driver.claim``): done by ``finish``, which every
+        method that reads them calls first (another thread may be about to)."""
+        self._lock = threading.Lock()
+
+    def finish(self) -> None:
+        """Rename the hierarchies ``claim`` left (a failed rename leaves the spare's name
+        there: ``V1Driver.tidy`` removes it once empty)."""
+        with self._lock:
+            for ctrl, new in list(self._pending.items()):
+                with contextlib.suppress(OSError):
+                    os.rename(self._dirs[ctrl], new)
+                    self._dirs[ctrl] = new
+                del self._pending[ctrl]
+
+    def _dir(self, ctrl: str) -> Path | None:
+        if self._pending:
+            self.finish()
+        return self._dirs.get(ctrl)
 
     @property
     def join_dirs(self) -> tuple[str, ...]:
@@ -86,10 +115,11 @@ class V1Member:
         return not self.pids()
 
     def oom_kills(self) -> int:
-        return keyed(self._dirs["memory"] / "memory.oom_control", "oom_kill")
+        mem = self._dir("memory")
+        return keyed(mem / "memory.oom_control", "oom_kill") if mem is not None else 0
 
     def cpu_seconds(self) -> float:
-        acct = self._dirs.get("cpuacct")
+        acct = self._dir("cpuacct")
         text = read(acct / "cpuacct.usage") if acct is not None else None
         if text and text.strip().isdigit():
             return int(text) / 1e9
@@ -101,10 +131,23 @@ class V1Member:
         return ticks / _CLK_TCK
 
     def remove(self) -> bool:
+        if self._pending:
+            self.finish()
         ok = True
         for d in dict.fromkeys(self._dirs.values()):
             ok = remove_dir(d) and ok
         return ok
+
+
+def _cgroups_of(pid: int) -> dict[str, str]:
+    """Controller -> cgroup path of process ``pid`` (``/proc/PID/cgroup``)."""
+    out: dict[str, str] = {}
+    for line in (read(Path(f"/proc/{pid}/cgroup")) or "").splitlines():
+        parts = line.split(":", 2)
+        if len(parts) == 3:
+            for ctrl in parts[1].split(","):
+                out[ctrl] = parts[2]
+    return out
 
 
 class V1Driver:
@@ -113,6 +156,7 @@ class V1Driver:
     mode = "v1"
 
     def __init__(self, mounts: dict[str, Path], parent: str) -> None:
+        self._mounts = dict(mounts)
         self._parent = parent.strip("/")
         self._roots = {c: mounts[c] / self._parent for c in (*REQUIRED, *OPTIONAL) if c in mounts}
         self.device_isolation = "devices" if "devices" in self._roots else "off"
@@ -146,7 +190,7 @@ class V1Driver:
             for d in dirs.values():
                 if make_dir(d, parents=True):
                     made.append(d)
-            member = V1Member(name, dirs)
+            member = V1Member(name, dirs, limits, deny)
             if member.pids():
                 raise ContainmentError(f"cgroup {dirs['freezer']} already holds processes")
             self._limit(dirs, limits)
@@ -165,26 +209,45 @@ class V1Driver:
     def claim(
         self, spare: object, name: str, limits: Limits, deny: Sequence[DeviceRule]
     ) -> V1Member:
-        """Rename a spare (pre-joined) cgroup to ``name`` in every hierarchy, then write the
-        member's limits and device rules (no process moves: see ``prestart.py``)."""
+        """Make a spare (pre-joined) cgroup the member's, writing only what differs from what
+        the spare was given: the freezer directory (the member's identity: adoption and the
+        spare sweep go by it) is renamed to ``name`` now, the other hierarchies by ``finish``,
+        after the job was started (no process moves either way: see ``prestart.py``)."""
         assert isinstance(spare, V1Member)
         new = self._dirs(name)
-        done: list[tuple[Path, Path]] = []
         try:
-            for ctrl, old in spare._dirs.items():
-                os.rename(old, new[ctrl])
-                done.append((old, new[ctrl]))
+            os.rename(spare._dirs["freezer"], new["freezer"])
         except OSError as exc:
-            for old, moved in reversed(done):
-                with contextlib.suppress(OSError):
-                    os.rename(moved, old)
             raise ContainmentError(f"cannot rename cgroup {spare.name} to {name}: {exc}") from exc
-        member = V1Member(name, new)
-        self._limit(new, limits)
-        if "devices" in new:
-            for rule in deny:
-                write(new["devices"] / "devices.deny", rule.v1())
+        dirs = {**spare._dirs, "freezer": new["freezer"]}
+        member = V1Member(name, dirs, limits, deny)
+        member._pending = {c: d for c, d in new.items() if c != "freezer"}
+        if spare.limits is None or spare.limits != limits:
+            self._limit(dirs, limits)
+        if "devices" in dirs:
+            for rule in sorted(spare.deny - member.deny):
+                write(dirs["devices"] / "devices.allow", rule.v1())
+            for rule in sorted(member.deny - spare.deny):
+                write(dirs["devices"] / "devices.deny", rule.v1())
         return member
+
+    def finish(self, member: object) -> None:
+        """The renames ``claim`` left for after the start."""
+        assert isinstance(member, V1Member)
+        member.finish()
+
+    def tidy(self, prefix: str, owner_gone: Callable[[str], bool]) -> None:
+        """Remove the empty directories named ``prefix...`` of gone owners that a claim left in
+        the other hierarchies (their freezer directory was renamed; a crash came before
+        ``finish``)."""
+        for ctrl, root in self._roots.items():
+            if ctrl == "freezer":
+                continue
+            with contextlib.suppress(OSError):
+                for d in root.iterdir():
+                    claimed = not (self._roots["freezer"] / d.name).exists()
+                    if d.name.startswith(prefix) and owner_gone(d.name) and claimed:
+                        remove_dir(d)
 
     def names(self) -> list[str]:
         """Names of the cgroups under the parent (from the freezer hierarchy)."""
@@ -212,7 +275,15 @@ class V1Driver:
         dirs = self._dirs(name)
         if not dirs["freezer"].is_dir():
             return None
-        return V1Member(name, dirs)
+        member = V1Member(name, dirs)
+        missing = {c for c, d in dirs.items() if not d.is_dir()}
+        pids = member.pids() if missing else []
+        if pids:  # a claim a crash interrupted: the other hierarchies still have the spare's name
+            found = _cgroups_of(pids[0])
+            for ctrl in missing:
+                if ctrl in found:
+                    dirs[ctrl] = self._mounts[ctrl] / found[ctrl].lstrip("/")
+        return member
 
     def describe(self) -> str:
         ctrls = ", ".join(self._roots)

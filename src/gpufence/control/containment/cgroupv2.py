@@ -18,7 +18,7 @@ import contextlib
 import os
 import signal
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from gpufence.control.containment import bpfdev
@@ -174,6 +174,12 @@ class V2Driver:
         self, spare: object, name: str, limits: Limits, deny: Sequence[DeviceRule]
     ) -> V2Member:
         raise ContainmentError("cgroup v2 cannot rename a cgroup")
+
+    def finish(self, member: object) -> None:
+        """Nothing left to do after a start (no claims on v2)."""
+
+    def tidy(self, prefix: str, owner_gone: Callable[[str], bool]) -> None:
+        """No spares on v2: nothing to tidy."""
 
     def names(self) -> list[str]:
         try:

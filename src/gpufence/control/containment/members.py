@@ -35,6 +35,12 @@ def cgroup_name(launch: Launch, rank: int) -> str:
     return f"{job}.a{launch.attempt}.r{rank}.{digest}"
 
 
+def _owner_gone(name: str) -> bool:
+    """``spare-PID-N``: the control plane PID is no more."""
+    owner = name[len(SPARE_PREFIX) :].split("-")[0]
+    return owner.isdigit() and not os.path.exists(f"/proc/{owner}")
+
+
 def launcher_args(cgroup: MemberCgroup | None, run_as: RunAs | None) -> list[str]:
     """The launcher options that confine the job: its cgroup directories, then its user."""
     out: list[str] = []
@@ -83,8 +89,9 @@ class Containment:
             text += f"; pids.max {self.settings.pids_max} per member unless the job sets one"
         return text
 
-    def limits(self, launch: Launch) -> Limits:
-        lim = launch.limits
+    def limits(self, launch: Launch | None) -> Limits:
+        """The member's limits: its launch's, with the default ``pids_max`` where it has none."""
+        lim = launch.limits if launch is not None else Limits()
         if lim.pids is None and self.settings.pids_max is not None:
             lim = replace(lim, pids=self.settings.pids_max)
         return lim
@@ -99,22 +106,30 @@ class Containment:
     # ------------------------------------------------------------------ spares
     def spare(self) -> MemberCgroup:
         """A new spare cgroup for a pre-started member (``prestart.py``), named for this
-        process, so that only a later control plane clears it once this one is gone."""
+        process, so that only a later control plane clears it once this one is gone. It has the
+        default limits and every GPU denied already: a typical start writes only the allow
+        line for its own GPUs."""
         self._spares += 1
-        return self.driver.create(f"{SPARE_PREFIX}{os.getpid()}-{self._spares}", Limits(), ())
+        name = f"{SPARE_PREFIX}{os.getpid()}-{self._spares}"
+        deny = denied(self.gpu_nodes, ()) if self.gpu_nodes else ()
+        return self.driver.create(name, self.limits(None), deny)
 
     def claim(self, spare: MemberCgroup, launch: Launch, member: Member) -> MemberCgroup:
         deny = denied(self.gpu_nodes, member.device_nodes) if self.gpu_nodes else ()
         name = cgroup_name(launch, member.rank)
         return self.driver.claim(spare, name, self.limits(launch), deny)
 
+    def finish(self, cgroup: MemberCgroup) -> None:
+        """What a claim left for after the start (``CgroupDriver.finish``)."""
+        self.driver.finish(cgroup)
+
     def sweep(self) -> int:
         """Kill and remove spare cgroups left by control planes that are gone (a ``kill -9``);
         how many."""
         n = 0
+        self.driver.tidy(SPARE_PREFIX, _owner_gone)
         for name in self.driver.names():
-            owner = name[len(SPARE_PREFIX) :].split("-")[0] if name.startswith(SPARE_PREFIX) else ""
-            if not owner.isdigit() or os.path.exists(f"/proc/{owner}"):
+            if not name.startswith(SPARE_PREFIX) or not _owner_gone(name):
                 continue
             cg = self.driver.open(name)
             if cg is None:

@@ -46,6 +46,7 @@ class SparePool:
         self._ready: list[Ready] = []
         self._warming: list[Ready] = []
         self._gone: list[Spare] = []
+        self._finishing: list[MemberCgroup] = []
         self._closing = False
         self._last_take = 0.0
         self._wake = threading.Event()
@@ -64,6 +65,11 @@ class SparePool:
                 self._drop_locked(cg, spare)
         self._wake.set()
         return None
+
+    def finish_later(self, cg: MemberCgroup) -> None:
+        """Finish a claim (``CgroupDriver.finish``) once the burst of starts is over."""
+        with self._lock:
+            self._finishing.append(cg)
 
     def drop(self, cg: MemberCgroup, spare: Spare) -> None:
         """A taken member that could not be used."""
@@ -92,9 +98,13 @@ class SparePool:
                 need = self.target - len(self._ready) - len(self._warming)
                 quiet = QUIET_S - (time.monotonic() - self._last_take)
                 warming = bool(self._warming)
-            if need > 0 and quiet > 0:  # a burst of starts may be going on: not now
+            if quiet > 0 and (need > 0 or self._finishing):  # a burst may be going on
                 time.sleep(quiet)
                 continue
+            with self._lock:
+                finishing, self._finishing = self._finishing, []
+            for cg in finishing:
+                self.containment.finish(cg)
             failed = False
             for _ in range(need):  # all at once: their moves share one grace period
                 if not self._add():

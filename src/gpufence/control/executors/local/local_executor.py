@@ -373,6 +373,8 @@ class LocalExecutor(AttemptWatcher):
         except OSError as exc:
             self._abandon([m])
             raise LaunchError(f"job {launch.job_id}: pidfd_open failed for rank {rank}") from exc
+        if ready is not None and cg is not None and self._spares is not None:
+            self._spares.finish_later(cg)  # the job runs: the rest of the claim can wait
         return m
 
     def _reap_launcher(self, m: MemberProcess) -> int | None:
