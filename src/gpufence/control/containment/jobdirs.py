@@ -20,16 +20,25 @@ TRAVERSE = stat.S_IXGRP | stat.S_IXOTH
 LISTING = stat.S_IRGRP | stat.S_IWGRP | stat.S_IROTH | stat.S_IWOTH
 
 
-def make_job_dirs(dirs: Iterable[Path], run_as: RunAs | None, up_to: Path | None) -> None:
+def make_job_dirs(dirs: Iterable[Path], run_as: RunAs | None, up_to: Path | None) -> set[Path]:
     """Create ``dirs`` (0700, owned by ``run_as`` when given); with ``run_as``, give every
-    directory from their parents up to ``up_to`` (included) the traverse bits. OSError on
-    failure."""
+    directory from their parents up to ``up_to`` (included) the traverse bits. The ones made
+    now (the others were there already); OSError on failure."""
+    made: set[Path] = set()
     for d in dirs:
-        d.mkdir(parents=True, exist_ok=True)
+        try:
+            d.mkdir(mode=0o700)
+            made.add(d)
+        except FileNotFoundError:
+            d.mkdir(mode=0o700, parents=True, exist_ok=True)
+            made.add(d)
+        except FileExistsError:
+            pass
         if run_as is not None:
             os.chown(d, run_as.uid, run_as.gid)
             _traversable(d.parent, up_to)
         os.chmod(d, 0o700)
+    return made
 
 
 def own_file(path: Path, run_as: RunAs | None) -> None:

@@ -286,11 +286,12 @@ class LocalExecutor(AttemptWatcher):
         run_as = launch.run_as
         try:
             data = adir.parents[2] if len(adir.parents) > 2 else None  # DATA/jobs/JOB/attempt-N
-            make_job_dirs((adir, launch.checkpoint_dir.absolute()), run_as, up_to=data)
+            made = make_job_dirs((adir, launch.checkpoint_dir.absolute()), run_as, up_to=data)
         except OSError as exc:
             raise LaunchError(f"cannot create the attempt/checkpoint directory: {exc}") from exc
+        fresh = adir in made  # nothing of an earlier start to check or clear in it
         ranks = range(len(launch.members))
-        for rank in ranks:
+        for rank in () if fresh else ranks:
             pid, pidfd = attach(adir, rank)
             if pidfd is not None:
                 os.close(pidfd)
@@ -298,11 +299,12 @@ class LocalExecutor(AttemptWatcher):
                     f"{adir} already has a live rank {rank} (pid {pid}): adopt it, don't start it"
                 )
         try:
-            for name in ("notice", "ack"):
+            for name in () if fresh else ("notice", "ack"):
                 (adir / name).unlink(missing_ok=True)
             for rank in ranks:
-                pid_file(adir, rank).unlink(missing_ok=True)
-                exit_file(adir, rank).unlink(missing_ok=True)
+                if not fresh:
+                    pid_file(adir, rank).unlink(missing_ok=True)
+                    exit_file(adir, rank).unlink(missing_ok=True)
                 own_file(out_file(adir, rank), run_as)
                 own_file(err_file(adir, rank), run_as)
         except OSError as exc:
