@@ -24,6 +24,7 @@ hand-off p50 <= 20 ms and p99 <= 100 ms, >= 300 submissions/s, 0 oversubscribed)
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -36,6 +37,9 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from gpufence.control.containment.cgroup import ContainmentError
+from gpufence.control.containment.members import Containment, member_cgroup_name
+from gpufence.control.containment.settings import ContainmentSettings
 from gpufence.control.http.client import Client
 from gpufence.demo import joblogs
 
@@ -129,6 +133,7 @@ def main() -> int:
     finally:
         os.killpg(server.pid, signal.SIGTERM)
         server.wait(30)
+        _remove_cgroups(data)
     mode = _containment_mode(tmp / "server.log")
     p50 = joblogs.percentile(gaps, 50) * 1000
     p99 = joblogs.percentile(gaps, 99) * 1000
@@ -158,6 +163,31 @@ def main() -> int:
         shutil.rmtree(tmp, ignore_errors=True)
     ok = ratio <= 1.02 and p50 <= 20 and p99 <= 100 and rate >= 300 and over == 0
     return 0 if ok else 1
+
+
+def _remove_cgroups(data: Path) -> None:
+    """The server left its last jobs running (they would be adopted by the next `up` on this
+    data dir, which the benchmark deletes): kill them and remove their cgroups."""
+    try:
+        contain = Containment.detect(ContainmentSettings(prestarted=0))
+    except ContainmentError:
+        return  # --no-containment on a machine without it: nothing to remove
+    for adir in data.glob("jobs/*/attempt-*"):
+        attempt = int(adir.name.removeprefix("attempt-"))
+        for pid_record in adir.glob("rank-*.pid"):
+            rank = int(pid_record.stem.removeprefix("rank-"))
+            name = member_cgroup_name(adir.parent.name, attempt, adir, rank)
+            cg = contain.driver.open(name)
+            if cg is None:
+                continue
+            with contextlib.suppress(ContainmentError):
+                cg.kill()
+            for _ in range(200):
+                if cg.empty():
+                    break
+                time.sleep(0.01)
+            cg.remove()
+    contain.sweep()
 
 
 def _containment_mode(server_log: Path) -> str:

@@ -17,6 +17,7 @@ import re
 import time
 from collections.abc import Sequence
 from dataclasses import replace
+from pathlib import Path
 
 from gpufence.control.containment.cgroup import CgroupDriver, ContainmentError, MemberCgroup
 from gpufence.control.containment.detect import detect
@@ -30,9 +31,14 @@ SPARE_PREFIX = "spare-"
 
 
 def cgroup_name(launch: Launch, rank: int) -> str:
-    digest = hashlib.sha256(str(launch.attempt_dir.absolute()).encode()).hexdigest()[:12]
-    job = _UNSAFE.sub("_", launch.job_id)[:48]
-    return f"{job}.a{launch.attempt}.r{rank}.{digest}"
+    return member_cgroup_name(launch.job_id, launch.attempt, launch.attempt_dir, rank)
+
+
+def member_cgroup_name(job_id: str, attempt: int, attempt_dir: Path, rank: int) -> str:
+    """``JOB.aATTEMPT.rRANK.HASH``, HASH from the attempt directory's absolute path."""
+    digest = hashlib.sha256(str(attempt_dir.absolute()).encode()).hexdigest()[:12]
+    job = _UNSAFE.sub("_", job_id)[:48]
+    return f"{job}.a{attempt}.r{rank}.{digest}"
 
 
 def _owner_gone(name: str) -> bool:

@@ -151,6 +151,9 @@ class SparePool:
             self._ready.clear()
             self._warming.clear()
             gone, self._gone = self._gone, []
+            finishing, self._finishing = self._finishing, []
+        for cg in finishing:  # members that run on: the next control plane finds them by name
+            self.containment.finish(cg)
         for spare in gone:
             for _ in range(100):
                 if self.forks.reap(spare.pid, spare.generation) is not None:
