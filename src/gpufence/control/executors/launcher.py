@@ -30,7 +30,8 @@ session, or the fork server in a new process group). It
 With ``--fence-parent PID`` (the Ray node agent passes its own pid) the member does not outlive
 that process: if it dies (the node agent is gone, so the control plane has declared
 the member lost and will run the job again elsewhere), the launcher stops the group itself
-(SIGTERM, 5 s, then SIGKILL), so a requeued job never runs twice. The local executor does not
+(SIGTERM, 5 s, then SIGKILL, and SIGKILL to whatever else is in its ``--cgroup``), so a requeued
+job never runs twice. The local executor does not
 use it: there the jobs must survive a control-plane restart and be adopted.
 
 A command that cannot be executed gets code 127 (not found) or 126 (not executable), one that
