@@ -1,4 +1,6 @@
-"""Shared pytest setup: make ``from builders import ...`` work from any test directory."""
+"""Shared pytest setup: the test helpers beside the tests (``scenario_harness``, ``strategies``,
+``executor_helpers``) import by bare name from any test directory; the shipped test support is
+``gpufence.testing``."""
 
 from __future__ import annotations
 

@@ -11,9 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import pwd
 import secrets
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,6 +26,7 @@ from gpufence.control.containment.members import Containment
 from gpufence.control.containment.settings import ContainmentSettings
 from gpufence.control.executors.interface import RunAs
 from gpufence.control.executors.local.local_executor import LocalExecutor
+from unix_users import unix_users
 
 MODES = ("v1", "v2")
 
@@ -100,22 +99,11 @@ def mknod(path: Path, major: int, minor: int) -> Path:
 
 @contextlib.contextmanager
 def unix_user() -> Iterator[RunAs]:
-    """A throw-away Unix user (``useradd``), removed afterwards."""
+    """A throw-away Unix user (``tests/unix_users.py``: named for this process, removed after),
+    as the job's ``RunAs`` (its own group its only one)."""
     need_root()
-    name = f"gf{secrets.token_hex(4)}"
-    try:
-        subprocess.run(
-            ["useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", name],
-            check=True,
-            capture_output=True,
-        )
-    except (OSError, subprocess.CalledProcessError) as exc:
-        pytest.skip(f"useradd is not available here: {exc}")
-    try:
-        pw = pwd.getpwnam(name)
-        yield RunAs(name, pw.pw_uid, pw.pw_gid, (pw.pw_gid,))
-    finally:
-        subprocess.run(["userdel", name], check=False, capture_output=True)
+    with unix_users("job") as (user,):
+        yield RunAs(user.name, user.uid, user.gid, (user.gid,))
 
 
 def alive(pid: int) -> bool:

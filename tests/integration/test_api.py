@@ -10,7 +10,6 @@ import json
 import os
 import sys
 import threading
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -26,6 +25,7 @@ from gpufence.cli.main import app
 from gpufence.control.config import SERVER_FILE
 from gpufence.control.http.server import build_plane, serve
 from gpufence.control.plane import ControlPlane
+from gpufence.testing.waiting import until, until_value
 
 ADMIN = "admin-token-0123456789"
 TOKEN_A = "tenant-a-token-0123"
@@ -125,26 +125,17 @@ def call(
 
 
 def wait_state(srv: Server, job_id: str, states: tuple[str, ...], timeout: float = 20.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
+    def read() -> Any:
         status, job, _ = call(srv, "GET", f"/v1/jobs/{job_id}")
         assert status == 200, job
-        if job["state"] in states:
-            return job
-        assert time.monotonic() < deadline, f"{job_id} stuck in {job['state']}: {job}"
-        time.sleep(0.05)
+        return job
+
+    return until_value(read, lambda job: job["state"] in states, timeout, f"{job_id} in {states}")
 
 
 def submit(srv: Server, body: dict[str, Any], token: str = ADMIN) -> tuple[int, Any]:
     status, out, _ = call(srv, "POST", "/v1/jobs", token, body)
     return status, out
-
-
-def wait_for(pred: Any, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not pred():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.05)
 
 
 def gone(pid: int) -> bool:
@@ -289,14 +280,13 @@ def test_cancel_pending_and_running_jobs(server: Server, tmp_path: Path) -> None
     assert status == 200 and out == {"id": waiting["id"], "state": "cancelled"}
     assert wait_state(server, waiting["id"], ("cancelled",))["attempts"] == []
 
-    wait_for(pidfile.exists)
-    wait_for(lambda: pidfile.read_text().strip() != "")
+    until(lambda: pidfile.exists() and pidfile.read_text().strip() != "", 10, "the job's pid")
     pid = int(pidfile.read_text())
     status, out, _ = call(server, "POST", f"/v1/jobs/{big['id']}/cancel")
     assert status == 200 and out["state"] in ("stopping", "cancelled")
     job = wait_state(server, big["id"], ("cancelled", "failed", "done"), timeout=15)
     assert job["state"] == "cancelled", job
-    wait_for(lambda: gone(pid), timeout=5)
+    until(lambda: gone(pid), 5, f"process {pid} to end")
     # cancelling an ended job is a conflict
     status, out, _ = call(server, "POST", f"/v1/jobs/{big['id']}/cancel")
     assert status == 409 and "ended" in out["detail"]

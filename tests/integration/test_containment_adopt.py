@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from containment_helpers import alive, executor, wait_for_removal
-from executor_helpers import Recorder, make_launch, recorded, wait_for
+from executor_helpers import Recorder, make_launch, recorded
 
 from gpufence.control.containment import mounts
 from gpufence.control.containment.cgroup import CgroupDriver
@@ -26,6 +26,7 @@ from gpufence.control.containment.members import Containment, cgroup_name
 from gpufence.control.containment.settings import ContainmentSettings
 from gpufence.control.executors.interface import Launch
 from gpufence.control.executors.local.local_executor import LocalExecutor
+from gpufence.testing.waiting import file_appears
 
 DAEMON_THEN_WAIT = """
     import os, signal, subprocess, sys, time
@@ -52,7 +53,7 @@ def _abandon(driver: CgroupDriver, launch: Launch) -> int:
     settings = ContainmentSettings(pids_max=None, prestarted=0)
     first = LocalExecutor(containment=Containment(driver, settings))
     first.start(launch)
-    wait_for(launch.checkpoint_dir / "daemon", timeout=10)
+    file_appears(launch.checkpoint_dir / "daemon", 10)
     first.close(kill=False)
     return int((launch.checkpoint_dir / "daemon").read_text())
 
@@ -79,7 +80,7 @@ def test_strays_of_a_job_that_ended_unwatched_are_killed_on_adoption(
     launch = _launch(tmp_path, code=0)
     daemon = _abandon(driver, launch)
     (launch.checkpoint_dir / "go").touch()  # the job ends while no control plane runs
-    wait_for(launch.attempt_dir / "rank-0.exit", timeout=10)
+    file_appears(launch.attempt_dir / "rank-0.exit", 10)
     assert alive(daemon)  # nobody there to kill it
     rec = Recorder()
     with executor(driver) as second:
@@ -142,7 +143,7 @@ def test_after_a_kill_9_the_jobs_run_on_and_are_adopted(
         assert plane.stdout is not None
         forkserver = int(plane.stdout.readline())
         launch = make_launch(tmp_path, command=("sh", "-c", "sleep 1.5; exit 7"))
-        wait_for(launch.attempt_dir / "rank-0.started", timeout=10)
+        file_appears(launch.attempt_dir / "rank-0.started", 10)
     finally:
         plane.kill()  # kill -9 of the control plane
         plane.wait()

@@ -28,12 +28,13 @@ from containment_helpers import (
     wait_for_removal,
     wait_spares,
 )
-from executor_helpers import Recorder, make_launch, wait_for
+from executor_helpers import Recorder, make_launch
 
 from gpufence.control.containment.cgroup import CgroupDriver
 from gpufence.control.containment.members import cgroup_name
 from gpufence.control.executors.interface import AttemptExit, Launch, Limits, Member
 from gpufence.control.executors.processes import LAUNCHER
+from gpufence.testing.waiting import file_appears
 
 Cgroups = Callable[[str, tuple[str, ...]], CgroupDriver]
 
@@ -104,7 +105,7 @@ def test_stop_kills_processes_that_left_the_process_group(
     with executor(driver) as ex:
         ex.set_callbacks(rec.on_exit, rec.on_ack)
         ex.start(launch)
-        wait_for(launch.checkpoint_dir / "ready")
+        file_appears(launch.checkpoint_dir / "ready")
         daemon = int((launch.checkpoint_dir / "ready").read_text())
         t0 = time.monotonic()
         ex.stop("job-1", 1, grace_s=0.3)

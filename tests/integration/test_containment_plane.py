@@ -11,7 +11,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import errno
 import json
 import logging
@@ -28,8 +27,6 @@ from gpufence.control.config import ADMIN, cluster_from_spec_dict, control_confi
 from gpufence.control.containment.cgroup import CgroupDriver
 from gpufence.control.containment.members import Containment
 from gpufence.control.containment.settings import ContainmentSettings
-from gpufence.control.executors.interface import Launch, Limits
-from gpufence.control.executors.local.local_executor import LocalExecutor
 from gpufence.control.gpus.devnodes import all_nodes, with_fake_nodes
 from gpufence.control.gpus.discovery import Discovery, fake_gpus, node_spec
 from gpufence.control.http.server import StartupError, build_plane
@@ -40,29 +37,16 @@ from gpufence.testing.waiting import until
 Make = Callable[..., ControlPlane]
 
 
-class LimitedExecutor(LocalExecutor):
-    """Gives every job a memory limit (the API's --mem fields fill ``Launch.limits``)."""
-
-    def start(self, launch: Launch) -> None:
-        super().start(dataclasses.replace(launch, limits=Limits(mem_bytes=64 << 20)))
-
-
 @pytest.fixture
 def make(tmp_path: Path, v1: CgroupDriver) -> Iterator[Make]:
     made: list[ControlPlane] = []
 
-    def build(
-        gpus: int = 1, discovery: Discovery | None = None, limited: bool = False
-    ) -> ControlPlane:
+    def build(gpus: int = 1, discovery: Discovery | None = None) -> ControlPlane:
         d = discovery or fake_gpus(gpus)
         contain = Containment(v1, ContainmentSettings(), all_nodes(d))
         cfg = control_config({"stop_grace_s": 1}, tmp_path)
         spec = cluster_from_spec_dict(node_spec(d))
-        if limited:
-            ex = LimitedExecutor(containment=contain)
-            p = ControlPlane(spec, cfg, d, tmp_path / "data", executor=ex)
-        else:
-            p = ControlPlane(spec, cfg, d, tmp_path / "data", containment=contain)
+        p = ControlPlane(spec, cfg, d, tmp_path / "data", containment=contain)
         p.start()
         made.append(p)
         return p
@@ -111,12 +95,12 @@ def test_strays_are_reported_and_the_gpu_waits_for_them(make: Make, tmp_path: Pa
 
 
 def test_a_job_over_its_memory_limit_fails_with_reason_oom(make: Make) -> None:
-    p = make(gpus=1, limited=True)
-    jid = _submit(p, [sys.executable, "-c", "x = bytearray(512 << 20)"])
+    p = make(gpus=1)  # the submit's memory limit reaches the cgroup (launches.launch_for)
+    jid = _submit(p, [sys.executable, "-c", "x = bytearray(512 << 20)"], mem_bytes=64 << 20)
     row = _ended(p, jid)
     assert (row.state, row.reason) == ("failed", "oom")
     assert "out-of-memory" in row.message
-    assert any(e["kind"] == "oom-killed" for e in p.events(ADMIN, job_id=jid))
+    assert any(e["kind"] == "exited" and e["reason"] == "oom" for e in p.events(ADMIN, job_id=jid))
 
 
 OPEN_BOTH = """

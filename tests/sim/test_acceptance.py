@@ -16,6 +16,8 @@ from typer.testing import CliRunner
 
 from gpufence.cli.main import app
 
+pytestmark = pytest.mark.slow  # two simulated days on 256 GPUs, four policies (~70 s)
+
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 ACCOUNTED = {
     "done",

@@ -1,7 +1,7 @@
 """Control-plane verbs of the ``gpufence`` CLI: up, submit, queue, status, explain, cancel, logs,
-nodes, top. ``register(app)`` adds them to the main typer app.
+nodes, top, advise. ``register(app)`` adds them to the main typer app.
 
-``up`` lives in ``cli_control_up``, the tables and the top view in ``cli_control_render``.
+``up`` lives in ``cli/up.py``, the tables and the top view in ``cli/render.py``.
 
 Every verb but ``up`` talks HTTP through ``gpufence.control.http.client`` and takes ``--url`` and
 ``--token`` (else ``$GPUFENCE_URL`` / ``$GPUFENCE_TOKEN``, else what ``gpufence up`` wrote to
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import codecs
 import contextlib
+import json
 import os
 import time
 from collections.abc import Iterator
@@ -23,6 +24,7 @@ from rich.console import RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from gpufence.advice.present import json_text
 from gpufence.cli.render import (
     ACTIVE_STATES,
     TERMINAL_STATES,
@@ -37,6 +39,7 @@ from gpufence.cli.render import (
     top_frame,
     when,
 )
+from gpufence.cli.units import format_duration, format_size, parse_duration, parse_size
 from gpufence.cli.up import up
 from gpufence.control.http.client import Client, ClientError, Rejected
 
@@ -107,6 +110,27 @@ def submit(
     est_runtime: Annotated[
         float | None, typer.Option("--est-runtime", help="estimated runtime (s), for backfill")
     ] = None,
+    cpus: Annotated[
+        float | None,
+        typer.Option("--cpus", help="CPU cores per replica (placed, and the job is held to them)"),
+    ] = None,
+    mem: Annotated[
+        str | None,
+        typer.Option(
+            "--mem", help="host memory per replica, e.g. 8G (over it the job is OOM-killed)"
+        ),
+    ] = None,
+    time_limit: Annotated[
+        str | None,
+        typer.Option(
+            "--time-limit",
+            help="stop each attempt after this long, e.g. 90 (s), 30m, 2h, 1d, 01:30:00",
+        ),
+    ] = None,
+    slo_p99_ms: Annotated[
+        float | None,
+        typer.Option("--slo-p99-ms", help="serving: the p99 latency (ms) it serves users at"),
+    ] = None,
     env: Annotated[list[str] | None, typer.Option("--env", help="KEY=VALUE, repeatable")] = None,
     workload_class: Annotated[
         str | None,
@@ -126,6 +150,14 @@ def submit(
 ) -> None:
     """Submit a job; prints its id (a job that can never run is rejected: exit 1)."""
     body: dict[str, Any] = {"command": command, "cwd": cwd or os.getcwd()}
+    try:
+        mem_bytes = parse_size(mem) if mem is not None else None
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--mem") from None
+    try:
+        time_limit_s = parse_duration(time_limit) if time_limit is not None else None
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--time-limit") from None
     optional: dict[str, Any] = {
         "gpus": gpus,
         "mig": mig,
@@ -136,6 +168,10 @@ def submit(
         "queue": queue,
         "priority": priority,
         "est_runtime_s": est_runtime,
+        "cpus": cpus,
+        "mem_bytes": mem_bytes,
+        "time_limit_s": time_limit_s,
+        "slo_p99_ms": slo_p99_ms,
         "class": workload_class,
         "name": name,
         "max_attempts": max_attempts,
@@ -202,6 +238,7 @@ def status(
         ("class", j.get("class", "")),
         ("partition / queue", f"{j.get('partition') or '-'} / {j.get('queue') or '-'}"),
         ("request", j.get("gpus", "")),
+        ("limits", _limits(spec)),
         ("command", " ".join(spec.get("command", []))),
         ("submitted", when(j.get("submitted_at"))),
         ("started", when(j.get("started_at"))),
@@ -218,6 +255,18 @@ def status(
     attempts = j.get("attempts", [])
     if attempts:
         out.print(attempts_table(attempts))
+
+
+def _limits(spec: dict[str, Any]) -> str:
+    """'2 CPUs, 8G memory, time limit 2h' per replica, from the stored request."""
+    parts = []
+    if spec.get("cpus") is not None:
+        parts.append(f"{spec['cpus']:g} CPU{'s' if spec['cpus'] != 1 else ''}")
+    if spec.get("mem_bytes") is not None:
+        parts.append(f"{format_size(int(spec['mem_bytes']))} memory")
+    if spec.get("time_limit_s") is not None:
+        parts.append(f"time limit {format_duration(spec['time_limit_s'])}")
+    return ", ".join(parts) or "-"
 
 
 # ----------------------------------------------------------------------------------- explain
@@ -319,6 +368,9 @@ def nodes(url: UrlOpt = None, token: TokenOpt = None) -> None:
     with _errors():
         ns = _client(url, token).nodes()
     out_console().print(nodes_table(ns))
+    others = sum(int(n.get("other_tenants_gpus", 0)) for n in ns)
+    if others:  # a tenant's view: other tenants' jobs are counted, not named
+        out_console().print(f"{others} GPU{'s' if others != 1 else ''} held by other tenants")
 
 
 def top(
@@ -350,6 +402,41 @@ def top(
             pass
 
 
+# ------------------------------------------------------------------------------------ advise
+
+
+def advise(
+    as_json: Annotated[bool, typer.Option("--json", help="print the advice as JSON")] = False,
+    strict: Annotated[
+        bool, typer.Option("--strict", help="exit 2 when there is any warning (for CI / cron)")
+    ] = False,
+    url: UrlOpt = None,
+    token: TokenOpt = None,
+) -> None:
+    """Capacity advice from the control plane's own history: chronic preemption (and how big
+    the serving fence should be), batch work in the serving queue, idle notebooks, lending that
+    loses work, fragmentation; plus the spec rules with the numbers the history gives. A tenant
+    token gets the advice about its own jobs only."""
+    with _errors():
+        res = _client(url, token).advice()
+    items = res.get("advice", [])
+    if as_json:
+        typer.echo(json.dumps(res, indent=2))
+    elif not items:
+        err_console().print(f"no advice ({res.get('scope', '')}): no rule fired")
+    else:
+        out = out_console()
+        for a in items:
+            error = strict and a.get("severity") == "warning"
+            for line in json_text(a, res.get("spec"), as_error=error):
+                out.print(Text(line), soft_wrap=True)
+        n = sum(1 for a in items if a.get("severity") == "warning")
+        counts = f"{n} warning{'s' if n != 1 else ''}"
+        err_console().print(f"{len(items)} advice ({counts}) for the {res.get('scope')}")
+    if strict and any(a.get("severity") == "warning" for a in items):
+        raise typer.Exit(2)
+
+
 def register(app: typer.Typer) -> None:
     """Add the control-plane verbs to the ``gpufence`` app."""
     app.command()(up)
@@ -361,3 +448,4 @@ def register(app: typer.Typer) -> None:
     app.command()(logs)
     app.command()(nodes)
     app.command()(top)
+    app.command()(advise)

@@ -24,16 +24,23 @@ console = Console(width=None if sys.stdout.isatty() else 140)
 err_console = Console(stderr=True)
 
 
+StrictOpt = Annotated[
+    bool, typer.Option("--strict", help="advice warnings are errors (exit code 2)")
+]
+
+
 @app.command()
 def validate(
     cluster: Annotated[Path, typer.Argument(help="cluster YAML file")],
+    strict: StrictOpt = False,
 ) -> None:
-    """Check a cluster spec and print its partitions (fences)."""
+    """Check a cluster spec, print its partitions (fences) and the advice on them."""
+    from gpufence.cli.lint import lint_file
     from gpufence.control.config import control_schema
     from gpufence.spec import load_cluster_with_sections
 
-    c, extra, _lines = load_cluster_with_sections(cluster, ("control",))
-    control_schema(extra.get("control"), str(cluster))  # shape only: secrets resolve at `up`
+    c, extra, lines = load_cluster_with_sections(cluster, ("control",))
+    control = control_schema(extra.get("control"), str(cluster))  # secrets resolve at `up`
     table = Table(title=f"cluster {c.name}: {len(c.nodes)} nodes, {len(c.gpus)} GPUs")
     for col in ("partition", "GPUs", "nodes", "admits", "sharing", "lends", "preemption"):
         table.add_column(col)
@@ -49,7 +56,9 @@ def validate(
             str(part.preemption.mode),
         )
     console.print(table)
-    console.print(f"[green]ok[/green]: {cluster} is valid")
+    advice = lint_file(err_console, c, cluster, strict, lines, control.advice)
+    note = f" ({len(advice)} advice above)" if advice else ""
+    console.print(f"[green]ok[/green]: {cluster} is valid{note}")
 
 
 @app.command()
@@ -82,7 +91,9 @@ def demo(
 @app.command()
 def sim(
     cluster: Annotated[Path, typer.Argument(help="cluster YAML file")],
-    workload: Annotated[Path, typer.Argument(help="scenario YAML, or an openb pod-list CSV")],
+    workload: Annotated[
+        Path, typer.Argument(help="scenario YAML, or a public trace file (see --format)")
+    ],
     policy: Annotated[
         list[str],
         typer.Option("--policy", "-p", help="policy to run; repeat to compare"),
@@ -93,12 +104,30 @@ def sim(
         str | None,
         typer.Option("--placement", help="fractional placement: best-fit, fgd, fence-pack, random"),
     ] = None,
+    strict: StrictOpt = False,
+    fmt: Annotated[
+        str | None,
+        typer.Option(
+            "--format",
+            help="the trace's format: philly, pai, tiresias, dlrm, openb, azure-llm, sd "
+            "(default: a scenario YAML by its .yaml/.yml name, else detected by columns)",
+        ),
+    ] = None,
+    slo_p99_ms: Annotated[
+        float | None,
+        typer.Option(
+            "--slo-p99-ms",
+            help="azure-llm / sd traces: the service's p99 SLO (default 10x mean service time)",
+        ),
+    ] = None,
 ) -> None:
     """Replay a workload through the scheduler under one or more policies; write
-    OUT/metrics.json, OUT/report.html and OUT/events.csv."""
+    OUT/metrics.json, OUT/report.html and OUT/events.csv (each policy with its advice)."""
     from gpufence.cli.sim import run_sim
 
-    run_sim(console, cluster, workload, policy, out, seed, placement)
+    if slo_p99_ms is not None and slo_p99_ms <= 0:
+        raise typer.BadParameter("--slo-p99-ms must be > 0")
+    run_sim(console, cluster, workload, policy, out, seed, placement, strict, fmt, slo_p99_ms)
 
 
 @app.command()
@@ -125,6 +154,9 @@ def size(
     )
     for line in ans.explanation:
         console.print("  " + line, markup=False, highlight=False, soft_wrap=True)
+    from gpufence.cli.lint import size_advice
+
+    size_advice(console, c, cluster, sc, failure_margin)
 
 
 register_control_verbs(app)  # up, submit, queue, status, explain, cancel, logs, nodes, top

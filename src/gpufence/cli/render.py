@@ -163,7 +163,19 @@ def _mig_slots(g: dict[str, Any]) -> str:
     slots = g.get("mig")
     if not slots:
         return ""
-    return " ".join(f"{s['profile']}@{s['start']}:{s['job'] or '-'}" for s in slots)
+    return " ".join(
+        f"{s['profile']}@{s['start']}:{s['job'] or ('other' if s.get('other_tenant') else '-')}"
+        for s in slots
+    )
+
+
+def _jobs_cell(g: dict[str, Any]) -> str:
+    """The GPU's job ids; in a tenant's view other tenants' jobs are a count."""
+    cell = " ".join(g.get("jobs", []))
+    others = int(g.get("other_tenants_jobs", 0))
+    if others:
+        cell = (cell + " " if cell else "") + f"+{others} other tenant{'s' if others != 1 else ''}"
+    return cell or "-"
 
 
 def nodes_table(nodes: list[dict[str, Any]]) -> Table:
@@ -184,7 +196,7 @@ def nodes_table(nodes: list[dict[str, Any]]) -> Table:
                 g["type"],
                 g["partition"] or "-",
                 Text(state + share, style=STATE_STYLE.get(state, "")),
-                " ".join(g.get("jobs", [])) or "-",
+                _jobs_cell(g),
                 _mig_slots(g),
             )
     return table
@@ -232,7 +244,9 @@ def _gpu_map(nodes: list[dict[str, Any]]) -> Table:
     for n in nodes:
         cells = Text()
         for g in n["gpus"]:
-            jobs = g.get("jobs", [])
+            jobs = list(g.get("jobs", []))
+            if g.get("other_tenants_jobs"):
+                jobs.append("other")  # another tenant's job: counted, never named
             label = ",".join(jobs) if jobs else "."
             cells.append(f"[{g['index']}:{label}]", style=STATE_STYLE.get(g["state"], ""))
             cells.append(" ")

@@ -8,16 +8,19 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+from rich.progress import TaskID
 from rich.table import Table
 
+from gpufence.cli.lint import lint_file
 from gpufence.model.cluster import Cluster
+from gpufence.progress import progress_bar
 from gpufence.sched.registry import SCORERS
+from gpufence.sim.advice_run import add_advice, scenario_inputs
 from gpufence.sim.experiment import PolicyRun, run_policy
 from gpufence.sim.generate import generate
 from gpufence.sim.policies import POLICIES, with_placement
 from gpufence.sim.report_text import dur as _dur
-from gpufence.sim.runner import At
+from gpufence.sim.runner import At, WorkItem
 from gpufence.sim.scenario import Scenario, load_scenario
 from gpufence.sim.summary import decision_line
 from gpufence.spec import SpecError, load_cluster
@@ -66,6 +69,65 @@ def load_inputs(cluster_path: Path, workload: Path, seed: int | None) -> tuple[S
     return sc, cluster
 
 
+def trace_format(workload: Path, fmt: str | None) -> str | None:
+    """The trace format of ``workload``, or None for a scenario YAML (the default path: a
+    ``.yaml``/``.yml`` name, or any file no trace format recognises that is a YAML mapping)."""
+    from gpufence.sim.workloads.trace_formats import FORMATS, TraceFormatError, detect
+
+    if fmt is not None:
+        if fmt not in FORMATS:
+            raise SpecError(
+                [f"--format: unknown format '{fmt}' (known: {', '.join(FORMATS)})"],
+                kind="command line",
+            )
+        return fmt
+    if workload.suffix.lower() in (".yaml", ".yml"):
+        return None
+    if not workload.is_file():
+        raise FileNotFoundError(f"'{workload}' not found (a scenario YAML or a trace file)")
+    try:
+        return detect(workload)
+    except TraceFormatError:
+        if _yaml_mapping(workload):
+            return None
+        raise
+
+
+def _yaml_mapping(path: Path) -> bool:
+    import yaml
+
+    try:
+        return isinstance(yaml.safe_load(path.read_text()), dict)
+    except (yaml.YAMLError, UnicodeDecodeError):
+        return False
+
+
+def load_trace_inputs(
+    console: Console,
+    cluster_path: Path,
+    trace: Path,
+    fmt: str,
+    seed: int | None,
+    slo_p99_ms: float | None,
+) -> tuple[Scenario, Cluster, list[WorkItem]]:
+    """A trace replayed on its own times: the scenario that frames it, the cluster, the jobs."""
+    from gpufence.sim.workloads.trace_formats import load_trace
+
+    if not trace.is_file():
+        raise FileNotFoundError(f"trace file '{trace}' not found")
+    cluster = load_cluster(cluster_path)
+    tw = load_trace(trace, fmt, cluster, slo_p99_ms)
+    sc = Scenario(
+        name=trace.stem,
+        horizon_s=tw.horizon_s,
+        seed=seed or 0,
+        sample_every_s=max(300.0, tw.horizon_s / 500),
+        services=tw.services,
+    )
+    console.print(tw.note)
+    return sc, cluster, tw.work
+
+
 def run_sim(
     console: Console,
     cluster_path: Path,
@@ -74,6 +136,9 @@ def run_sim(
     out: Path,
     seed: int | None,
     placement: str | None = None,
+    strict: bool = False,
+    fmt: str | None = None,
+    slo_p99_ms: float | None = None,
 ) -> dict[str, Any]:
     unknown = [p for p in policies if p not in POLICIES]
     if unknown:
@@ -81,22 +146,17 @@ def run_sim(
             [f"--policy: unknown policy {', '.join(unknown)} (known: {', '.join(POLICIES)})"],
             kind="command line",
         )
-    if workload.suffix == ".csv":  # a trace: the openb pod list, replayed on its own times
-        cluster = load_cluster(cluster_path)
-        from gpufence.sim.workloads.openb_replay import openb_replay
-
-        replay = openb_replay(workload, cluster)
-        sc = Scenario(
-            name=workload.stem,
-            horizon_s=replay.horizon_s,
-            seed=seed or 0,
-            sample_every_s=max(300.0, replay.horizon_s / 500),
-        )
-        work, events = replay.work, list[At]()
-        console.print(f"openb replay: {len(work)} pods ({replay.skipped} CPU-only pods left out)")
-    else:
+    kind = trace_format(workload, fmt)
+    if kind is None:
         sc, cluster = load_inputs(cluster_path, workload, seed)
+        lint_file(console, cluster, cluster_path, strict, base=scenario_inputs(sc, cluster))
         work, events = generate(sc, cluster)
+    else:  # a public trace, replayed on its own times
+        sc, cluster, work = load_trace_inputs(
+            console, cluster_path, workload, kind, seed, slo_p99_ms
+        )
+        lint_file(console, cluster, cluster_path, strict)
+        events = list[At]()
     if placement is not None:
         if placement not in SCORERS:
             known = ", ".join(sorted(SCORERS))
@@ -106,13 +166,8 @@ def run_sim(
             )
         cluster = with_placement(cluster, placement)
     runs: list[PolicyRun] = []
-    with Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        TextColumn("{task.percentage:>3.0f}% of simulated time"),
-        TimeElapsedColumn(),
-        console=console,
-    ) as bar:
+    status = "{task.percentage:>3.0f}% of simulated time"
+    with progress_bar(console, status, transient=False) as bar:
         for name in policies:
             task = bar.add_task(name, total=sc.horizon_s)
 
@@ -121,13 +176,14 @@ def run_sim(
 
             runs.append(run_policy(sc, cluster, name, work, events, progress=tick))
             bar.update(task, completed=sc.horizon_s)
-    metrics = {
+    metrics: dict[str, Any] = {
         "scenario": sc.name,
         "cluster": cluster.name,
         "seed": sc.seed,
         "horizon_s": sc.horizon_s,
         "policies": {r.policy: r.metrics for r in runs},
     }
+    add_advice(metrics, sc, runs)  # metrics["policies"][P]["advice"]: why each policy loses
     out.mkdir(parents=True, exist_ok=True)
     (out / "metrics.json").write_text(json.dumps(metrics, indent=2, sort_keys=True) + "\n")
     from gpufence.sim.report import render  # matplotlib is imported only when reporting
@@ -140,6 +196,10 @@ def run_sim(
             for t, d in r.result.log:
                 w.writerow([r.policy, f"{t:.3f}", decision_line(t, d).split(" ", 1)[1].strip()])
     console.print(summary_table(metrics))
+    for name, m in metrics["policies"].items():
+        for a in m.get("advice", []):
+            line = f"advice for {name}: {a['evidence'].get('summary', '')} [{a['rule']}]"
+            console.print(line, markup=False, highlight=False, soft_wrap=True)
     console.print(f"wrote {out / 'metrics.json'}, {out / 'report.html'}, {out / 'events.csv'}")
     return metrics
 

@@ -51,6 +51,10 @@ def up(
     host: Annotated[str, typer.Option("--host", help="address to listen on")] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", help="port (0 = any free one)")] = DEFAULT_PORT,
     log_level: Annotated[str, typer.Option("--log-level")] = "info",
+    strict: Annotated[
+        bool,
+        typer.Option("--strict", help="refuse to start when the spec gets advice warnings"),
+    ] = False,
     no_containment: Annotated[
         bool,
         typer.Option(
@@ -66,6 +70,7 @@ def up(
     import logging
 
     from gpufence.control.http.server import StartupError, build_plane, serve
+    from gpufence.control.privatefs import set_private_umask
     from gpufence.spec import SpecError, format_spec_error
 
     if not 0 <= port <= 65535:
@@ -75,7 +80,12 @@ def up(
         level=log_level.upper(),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    # before anything is created: the data dir, the store, the token, the jobs' files (the
+    # launcher and the jobs inherit it) are private from their first byte
+    set_private_umask()
     try:
+        if config is not None:
+            _lint(config, strict)
         plane = build_plane(
             config, data_dir, fake_gpus, fake_gpu_type, executor, ray_address, no_containment
         )
@@ -86,3 +96,14 @@ def up(
     except (StartupError, ValueError, FileNotFoundError) as e:
         err_console().print(f"error: {e}", markup=False, soft_wrap=True)
         raise typer.Exit(2) from None
+
+
+def _lint(config: Path, strict: bool) -> None:
+    """The spec advice on the config file, as warnings on stderr (errors with --strict)."""
+    from gpufence.cli.lint import lint_file
+    from gpufence.control.config import control_schema
+    from gpufence.spec import load_cluster_with_sections
+
+    cluster, extra, lines = load_cluster_with_sections(config, ("control",))
+    control = control_schema(extra.get("control"), str(config))
+    lint_file(err_console(), cluster, config, strict, lines, control.advice)

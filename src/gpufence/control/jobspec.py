@@ -23,6 +23,10 @@ RESERVED_ENV = (
     "WORLD_SIZE",
     "LOCAL_RANK",
 )
+MIB = 1 << 20
+MAX_CPUS = 4096.0
+MAX_MEM_BYTES = 1 << 50  # 1 PiB
+MAX_TIME_LIMIT_S = 366 * 86400.0
 
 
 class SubmitRequest(BaseModel):
@@ -39,6 +43,34 @@ class SubmitRequest(BaseModel):
     priority: int = Field(default=0, ge=-1000, le=1000)
     checkpointable: bool = False
     est_runtime_s: float | None = Field(default=None, gt=0.0)
+    cpus: float | None = Field(
+        default=None,
+        ge=0.001,
+        le=MAX_CPUS,
+        description="CPU cores per replica (fractions allowed): placed on a node that has them "
+        "free, and the member is limited to them",
+    )
+    mem_bytes: int | None = Field(
+        default=None,
+        ge=MIB,
+        le=MAX_MEM_BYTES,
+        description="host memory per replica in bytes: placed on a node that has it free; a "
+        "member over it is OOM-killed (job failed, reason 'oom')",
+    )
+    time_limit_s: float | None = Field(
+        default=None,
+        gt=0.0,
+        le=MAX_TIME_LIMIT_S,
+        description="wall-clock limit of one attempt in seconds: stopped at it (notice first "
+        "if checkpointable), reason 'time-limit'",
+    )
+    slo_p99_ms: float | None = Field(
+        default=None,
+        gt=0.0,
+        le=3_600_000.0,
+        allow_inf_nan=False,
+        description="the latency SLO a serving job serves (advice tells serving from batch by it)",
+    )
     env: dict[str, str] = Field(default_factory=dict)
     cwd: str | None = None
     max_attempts: int = Field(
@@ -68,7 +100,27 @@ class SubmitRequest(BaseModel):
             raise ValueError("gpu_mem_gib goes with gpu_fraction (a share of one GPU)")
         if self.gpu_fraction is not None and round(self.gpu_fraction * 1000) < 1:
             raise ValueError("gpu_fraction must be at least 0.001")
+        if (
+            self.time_limit_s is not None
+            and self.est_runtime_s is not None
+            and self.est_runtime_s > self.time_limit_s
+        ):
+            raise ValueError(
+                f"est_runtime_s ({self.est_runtime_s:g}) is longer than time_limit_s "
+                f"({self.time_limit_s:g}): the job would be stopped before its expected end; "
+                "raise time_limit_s or lower est_runtime_s"
+            )
         return self
+
+    @property
+    def cpu_milli(self) -> int:
+        """Per replica, as the core counts CPU (0: not requested)."""
+        return round(self.cpus * 1000) if self.cpus is not None else 0
+
+    @property
+    def mem_mib(self) -> int:
+        """Per replica, as the core counts host memory (0: not requested; rounded up)."""
+        return -(-self.mem_bytes // MIB) if self.mem_bytes is not None else 0
 
     def request(self) -> GpuRequest:
         if self.mig is not None:
@@ -90,6 +142,9 @@ class SubmitRequest(BaseModel):
             checkpointable=self.checkpointable,
             est_runtime_s=self.est_runtime_s,
             submit_time=submitted_at,
+            cpu_milli=self.cpu_milli,
+            mem_mib=self.mem_mib,
+            time_limit_s=self.time_limit_s,
         )
 
     def stored(self) -> dict[str, Any]:

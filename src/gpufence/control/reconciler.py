@@ -42,6 +42,7 @@ from gpufence.control.inbox import (
     SubmitResult,
 )
 from gpufence.control.jobspec import SubmitRequest, from_stored
+from gpufence.control.launches import launch_for
 from gpufence.control.metrics import Telemetry
 from gpufence.control.store import database as st
 from gpufence.model.decisions import (
@@ -336,12 +337,10 @@ class Reconciler:
         code = _exit_code(ev.codes)
         tx.set_attempt(jid, ev.attempt, state="exited", ended_at=now, exit_codes=list(ev.codes))
         msg = f"attempt {ev.attempt} exited with {list(ev.codes)}"
-        tx.log(now, jid, "exited", "", msg)
+        tx.log(now, jid, "exited", "oom" if ev.oom else "", msg)
         strays = _strays_note(ev)
         if strays:
             tx.log(now, jid, "strays-killed", "", strays)
-        if ev.oom:
-            tx.log(now, jid, "oom-killed", "oom", "the out-of-memory killer killed a process")
         self.telemetry.released(live.launch)
         del self.live[jid]
         if live.orphan:
@@ -359,23 +358,14 @@ class Reconciler:
                 tx.set_job(
                     jid, state=st.DONE, ended_at=now, exit_code=code, reason="", message=strays
                 )
-            elif ev.oom:
-                why = f"killed by the out-of-memory killer at its memory limit; {msg}"
-                tx.set_job(
-                    jid,
-                    state=st.FAILED,
-                    ended_at=now,
-                    exit_code=code,
-                    reason="oom",
-                    message="; ".join(x for x in (why, strays) if x),
-                )
             elif ev.codes:
+                reason, msg = _failure(ev, live, msg)
                 tx.set_job(
                     jid,
                     state=st.FAILED,
                     ended_at=now,
                     exit_code=code,
-                    reason="exit-code",
+                    reason=reason,
                     message="; ".join(x for x in (msg, strays) if x),
                 )
             else:  # never started (launch or device error): keep the message that says why
@@ -399,14 +389,13 @@ class Reconciler:
             tx.set_job(jid, state=st.FAILED, ended_at=now, reason="lost", message=why)
         elif live.stopping:
             tx.set_job(jid, state=st.FAILED, ended_at=now, exit_code=code)
-        elif ev.oom and not ev.succeeded:
-            why = "killed by the out-of-memory killer at its memory limit"
-            tx.set_job(
-                jid, state=st.FAILED, ended_at=now, exit_code=code, reason="oom", message=why
-            )
+        elif ev.succeeded:
+            tx.set_job(jid, state=st.DONE, ended_at=now, exit_code=code)
         else:
-            state = st.DONE if ev.succeeded else st.FAILED
-            tx.set_job(jid, state=state, ended_at=now, exit_code=code)
+            reason, msg = _failure(ev, live, f"attempt {ev.attempt} exited with {list(ev.codes)}")
+            tx.set_job(
+                jid, state=st.FAILED, ended_at=now, exit_code=code, reason=reason, message=msg
+            )
 
     def _settle_stopped(self, tx: st.Tx, events: list[Event], now: float) -> None:
         """A stop without requeue ends the job in the core without a decision: persist how."""
@@ -491,16 +480,8 @@ class Reconciler:
             act.launches.append((d.job_id, empty))
             return
         attempt = row.attempt
-        launch = Launch(
-            job_id=d.job_id,
-            attempt=attempt,
-            command=tuple(spec.command),
-            # NVML (discovery) numbers GPUs in PCI bus order; make CUDA agree
-            env={"CUDA_DEVICE_ORDER": "PCI_BUS_ID", **spec.env},
-            members=tuple(members),
-            attempt_dir=self.data_dir / "jobs" / d.job_id / f"attempt-{attempt}",
-            checkpoint_dir=self.data_dir / "jobs" / d.job_id / "checkpoints",
-            cwd=Path(spec.cwd) if spec.cwd else None,
+        launch = launch_for(
+            self.config, self.data_dir, d.job_id, attempt, row.tenant, spec, members
         )
         tx.add_attempt(
             job_id=d.job_id,
@@ -578,6 +559,16 @@ def _exit_code(codes: tuple[int | None, ...]) -> int | None:
 def _strays_note(ev: AttemptExit) -> str:
     """What status and events say of processes a job left behind (killed by the executor)."""
     return f"stray processes killed: {ev.strays_killed}" if ev.strays_killed else ""
+
+
+def _failure(ev: AttemptExit, live: Live, msg: str) -> tuple[str, str]:
+    """(reason, message) of an attempt that failed on its own: ``oom`` when the executor saw
+    the memory limit's OOM killer end a member, else ``exit-code``."""
+    if not ev.oom:
+        return "exit-code", msg
+    limit = live.launch.limits.mem_bytes
+    over = f" (over its memory limit of {limit / (1 << 20):g} MiB)" if limit else ""
+    return "oom", f"attempt {ev.attempt}: killed by the out-of-memory killer{over}; {msg}"
 
 
 def _where(d: Bind, members: list[Member]) -> str:

@@ -1,7 +1,8 @@
 """Read models of the live scheduler state for the API, the CLI and /metrics.
 
 Each function takes the reconciler and runs on its thread (``Reconciler.call``), so it sees a
-consistent ledger between two cycles and never races a placement.
+consistent ledger between two cycles and never races a placement. Those with a ``viewer`` show a
+tenant only its own job ids (``tenantview.py``); the admin (the default) sees all.
 """
 
 from __future__ import annotations
@@ -9,6 +10,8 @@ from __future__ import annotations
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
+from gpufence.control.config import ADMIN
+from gpufence.control.tenantview import Owner, nodes_for, redact
 from gpufence.model.partition import SharingMode
 from gpufence.sched.jobs import JobState
 from gpufence.state.ledger import HOLD_PREFIX
@@ -50,10 +53,23 @@ def _gpu(r: Reconciler, gid: int) -> dict[str, Any]:
     return out
 
 
-def nodes(r: Reconciler) -> list[dict[str, Any]]:
+def job_owner(r: Reconciler) -> Owner:
+    """Job id -> its tenant: running jobs from memory, others from the store."""
+
+    def owner(job_id: str) -> str | None:
+        live = r.live.get(job_id)
+        if live is not None:
+            return live.tenant
+        row = r.store.job(job_id)
+        return row.tenant if row is not None else None
+
+    return owner
+
+
+def nodes(r: Reconciler, viewer: str = ADMIN) -> list[dict[str, Any]]:
     cluster = r.scheduler.cluster
     led = r.scheduler.ledger
-    return [
+    out = [
         {
             "name": n.name,
             "rack": n.rack,
@@ -64,6 +80,7 @@ def nodes(r: Reconciler) -> list[dict[str, Any]]:
         }
         for n in cluster.nodes
     ]
+    return nodes_for(out, viewer, job_owner(r))
 
 
 def largest_gang(r: Reconciler, partition: str) -> int:
@@ -114,7 +131,7 @@ def partitions(r: Reconciler) -> list[dict[str, Any]]:
     return out
 
 
-def explain(r: Reconciler, job_id: str) -> dict[str, Any] | None:
+def explain(r: Reconciler, job_id: str, viewer: str = ADMIN) -> dict[str, Any] | None:
     sched = r.scheduler
     rec = sched.jobs().get(job_id)
     if rec is None:
@@ -128,7 +145,10 @@ def explain(r: Reconciler, job_id: str) -> dict[str, Any] | None:
     }
     why = sched.why_pending(job_id)
     if why is not None:
-        out["pending"] = {"reason": str(why.reason), "message": why.message}
+        out["pending"] = {
+            "reason": str(why.reason),
+            "message": redact(why.message, viewer, job_owner(r)),
+        }
     if rec.notice is not None:
         out["notice"] = {"reason": str(rec.notice.reason), "deadline": rec.notice.deadline}
     if rec.home:
@@ -148,12 +168,15 @@ def explain(r: Reconciler, job_id: str) -> dict[str, Any] | None:
     return out
 
 
-def pending_reasons(r: Reconciler, job_ids: list[str]) -> dict[str, dict[str, str]]:
+def pending_reasons(
+    r: Reconciler, job_ids: list[str], viewer: str = ADMIN
+) -> dict[str, dict[str, str]]:
     out = {}
+    owner = job_owner(r)
     for jid in job_ids:
         why = r.scheduler.why_pending(jid)
         if why is not None:
-            out[jid] = {"reason": str(why.reason), "message": why.message}
+            out[jid] = {"reason": str(why.reason), "message": redact(why.message, viewer, owner)}
     return out
 
 

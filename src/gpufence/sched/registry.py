@@ -3,7 +3,8 @@
 Extension points and what implements them:
   queue order   -> sched.queues.PendingQueues.ordered + sched.fairshare.FairShare
   admission     -> sched.admission.quota_blocks (cohort quotas)
-  filter/place  -> sched.placement.{whole,mig,fractional,timeslice} via sched.engine
+  filter/place  -> sched.placement.{whole,mig_instances,fractional,timeslice} via
+                   sched.placement.dispatch
   score         -> SCORERS below (fractional partitions choose one by name)
   reserve       -> sched.backfill.reserve (head-of-line gang reservation)
   post-filter   -> sched.protect (lent reclaim, incident / on-demand preemption)

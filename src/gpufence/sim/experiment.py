@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from gpufence.model.cluster import Cluster
+from gpufence.sched.scheduler import SchedulerConfig
 from gpufence.sim.contention import Contention
 from gpufence.sim.generate import generate
 from gpufence.sim.latency import INF
@@ -89,6 +90,8 @@ def run_policy(
         check_invariants=check_invariants,
         controllers=[*fleets, timeline],
         slowdown=contention,
+        # the scenario's seed fixes the placement draws too (the random scorer, seeded tie order)
+        config=SchedulerConfig(seed=sc.seed),
     )
     result = sim.run(until=sc.horizon_s, progress=progress)
     metrics = policy_metrics(sc, pol.cluster, result, fleets, timeline)

@@ -20,6 +20,7 @@ matplotlib.use("Agg")  # headless: no display on servers or CI
 import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
+from gpufence.advice.present import html_section
 from gpufence.model.decisions import Notice, Reason
 from gpufence.sim.experiment import PolicyRun
 from gpufence.sim.latency import INF
@@ -190,6 +191,7 @@ def render(title: str, runs: list[PolicyRun], metrics: dict[str, Any]) -> str:
             plot_incidents(run),
         ]
         body = "".join(f'<img src="{src}" alt="plot">' for src in imgs)
+        body += html_section(m.get("advice", []), f"Advice for {run.policy}")  # gpufence.advice
         sections.append(
             f"<section><h2>{html.escape(run.policy)}</h2>"
             f"<p class=verdict>{html.escape(verdict(run.policy, m))}</p>{body}</section>"

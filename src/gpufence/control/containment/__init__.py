@@ -12,7 +12,10 @@ What this package does, one module each:
 * ``devicerules`` and ``bpfdev``: device isolation (a member opens only its own GPUs' device
   nodes): v1 ``devices.deny`` entries, or a v2 BPF device program;
 * ``members``: ``Containment``, what an executor holds: names and creates the cgroups of a
-  launch's members, re-opens them on adoption, and prepares the job's directories for its user;
+  launch's members, re-opens them on adoption (the job's directories are
+  ``executors/jobdirs.py``'s, the same with and without containment);
+* ``settings``: the ``control.containment`` section;
+* ``spares`` and ``prestart``: members forked ahead of time into spare cgroups (v1);
 * ``forkserver``: a pre-started process that forks launchers (``executors/launcher.py``), so a
   member starts in ~1 ms instead of a fresh interpreter's ~25 ms.
 

@@ -6,10 +6,14 @@ control:
     mode: auto                 # auto | v2 | v1: which cgroup interface (auto: v2 if it has
                                #   the cpu, memory and pids controllers, else v1)
     cgroup_parent: /gpufence   # member cgroups live under it, in every hierarchy
-    pids_max: 16384            # per member when the job gives no limit; null: none
     fake_gpu_devices: /dev/gpufence-fake{index}   # --fake-gpus: device node of fake GPU N
     prestarted: 8              # members kept forked and in a spare cgroup (v1), 0: none
 ```
+
+The default process limit of a member is not set here: it is ``control.job_pids_limit`` (one
+setting for every executor; ``launches.launch_for`` puts it in each ``Launch.limits``), which the
+config copies into ``ContainmentSettings.pids_max`` for the launches that carry none and for the
+pre-started spare cgroups, so a typical start writes no ``pids.max`` of its own.
 """
 
 from __future__ import annotations
@@ -21,7 +25,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 DEFAULT_PARENT = "/gpufence"
-DEFAULT_PIDS_MAX = 16384
+DEFAULT_PIDS_LIMIT = 16384
+"""Processes + threads per gang member unless ``control.job_pids_limit`` says otherwise."""
 DEFAULT_PRESTARTED = 8
 """Enough for a whole 8-GPU machine's worth of jobs starting at once."""
 _PARENT_RE = re.compile(r"^(/[A-Za-z0-9_.-]+)+$")
@@ -31,7 +36,8 @@ _PARENT_RE = re.compile(r"^(/[A-Za-z0-9_.-]+)+$")
 class ContainmentSettings:
     mode: str = "auto"
     cgroup_parent: str = DEFAULT_PARENT
-    pids_max: int | None = DEFAULT_PIDS_MAX
+    pids_max: int | None = DEFAULT_PIDS_LIMIT
+    """``control.job_pids_limit``: per member when its launch gives none; None: no limit."""
     fake_gpu_devices: str | None = None
     prestarted: int = DEFAULT_PRESTARTED
 
@@ -43,7 +49,6 @@ class ContainmentSchema(BaseModel):
     model_config = ConfigDict(extra="forbid")
     mode: Literal["auto", "v2", "v1"] = "auto"
     cgroup_parent: str = DEFAULT_PARENT
-    pids_max: int | None = Field(default=DEFAULT_PIDS_MAX, ge=16)
     fake_gpu_devices: str | None = None
     prestarted: int = Field(default=DEFAULT_PRESTARTED, ge=0, le=64)
 
@@ -70,7 +75,8 @@ class ContainmentSchema(BaseModel):
                 raise ValueError(f"only {{index}} may be substituted ({exc})") from None
         return v
 
-    def settings(self) -> ContainmentSettings:
+    def settings(self, pids_max: int | None = DEFAULT_PIDS_LIMIT) -> ContainmentSettings:
+        """The runtime settings; ``pids_max`` is ``control.job_pids_limit``."""
         return ContainmentSettings(
-            self.mode, self.cgroup_parent, self.pids_max, self.fake_gpu_devices, self.prestarted
+            self.mode, self.cgroup_parent, pids_max, self.fake_gpu_devices, self.prestarted
         )

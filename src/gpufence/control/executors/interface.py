@@ -61,7 +61,9 @@ class Launch:
     command: tuple[str, ...]
     """argv of the user command; run without a shell."""
     env: Mapping[str, str]
-    """User environment added on top of the executor's own environment."""
+    """The job's own variables (its ``--env``, and the server variables ``job_env_inherit``
+    names), added on top of the allow-listed part of the executor's environment
+    (``memberenv.member_envs``; the rest of it never reaches a job)."""
     members: tuple[Member, ...]
     """Ranks must be exactly ``0 .. len(members) - 1``."""
     attempt_dir: Path
@@ -155,3 +157,17 @@ def notify(fn: Callable[..., object], *args: object) -> None:
         fn(*args)
     except Exception:
         logging.getLogger("gpufence.executor").exception("executor callback %r failed", fn)
+
+
+def report(
+    on_exit: ExitCallback,
+    on_ack: AckCallback,
+    acks: list[tuple[str, int]],
+    exits: list[AttemptExit],
+) -> None:
+    """The tail of one watcher round, outside the lock: acks first (an ack and the exit of the
+    same attempt in one round reach the reconciler in that order), then exits."""
+    for job_id, attempt in acks:
+        notify(on_ack, job_id, attempt)
+    for ev in exits:
+        notify(on_exit, ev)

@@ -204,7 +204,7 @@ class PynvmlApi:
         return cast("PciInfo", self._call("nvmlDeviceGetNvLinkRemotePciInfo", handle, link))
 
     def nvmlDeviceGetUtilizationRates(self, handle: object) -> Any:
-        """Used by idle detection (``gpu_activity``): ``.gpu`` is a percentage."""
+        """Used by idle detection (``gpus.activity``): ``.gpu`` is a percentage."""
         return self._call("nvmlDeviceGetUtilizationRates", handle)
 
 

@@ -30,6 +30,7 @@ from gpufence.control.inbox import CancelError
 from gpufence.control.jobspec import SubmitRequest, from_stored
 from gpufence.control.plane import AccessError, ControlPlane
 from gpufence.control.store import database as st
+from gpufence.control.tenantview import others_summary
 
 UNPROCESSABLE = 422  # starlette renamed the constant (..._CONTENT); the number is stable
 MAX_LOG_CHUNK = 1 << 20
@@ -89,6 +90,8 @@ def _reject_field(req: SubmitRequest, reason: str, message: str) -> list[str | i
         return ["body", "partition"]
     if "gpus per replica" in message:
         return ["body", "gpus"]
+    if "CPU/memory" in message:
+        return ["body", "cpus" if req.cpus is not None else "mem_bytes"]
     if reason == "never-fits":
         if req.mig is not None:
             return ["body", "mig"]
@@ -196,7 +199,7 @@ def make_app(plane: ControlPlane) -> FastAPI:
             after_seq=after,
         )
         pending_ids = [r.id for r in rows if r.state == st.PENDING]
-        why = plane.pending_reasons(pending_ids) if pending_ids else {}
+        why = plane.pending_reasons(pending_ids, tenant) if pending_ids else {}
         jobs = []
         for r in rows:
             j = job_json(r)
@@ -212,7 +215,7 @@ def make_app(plane: ControlPlane) -> FastAPI:
         out = job_json(row)
         out["attempts"] = [attempt_json(a) for a in plane.attempts(job_id)]
         if row.state == st.PENDING:
-            out["pending"] = plane.pending_reasons([job_id]).get(job_id)
+            out["pending"] = plane.pending_reasons([job_id], tenant).get(job_id)
         return out
 
     @app.post("/v1/jobs/{job_id}/cancel", response_model=CancelResponse, tags=["jobs"])
@@ -240,17 +243,17 @@ def make_app(plane: ControlPlane) -> FastAPI:
         X-Log-Offset (next offset), X-Log-Size, X-Log-Attempt, X-Job-Attempt, X-Job-State."""
         row = row_of(job_id, tenant)
         n = attempt if attempt is not None else row.attempt
-        path = plane.log_path(job_id, n, rank, stream)
         data = b""
         size = 0
-        try:
-            with path.open("rb") as fh:
+        # None: not started yet, no such rank / attempt, or not a plain file (the job's own
+        # directory may hold links it planted; they are never followed)
+        fh = plane.open_log(job_id, n, rank, stream)
+        if fh is not None:
+            with fh:
                 size = fh.seek(0, 2)
                 if offset < size:
                     fh.seek(offset)
                     data = fh.read(MAX_LOG_CHUNK)
-        except FileNotFoundError:  # not started yet, or no such rank / attempt
-            pass
         headers = {
             LOG_OFFSET: str(offset + len(data)),
             LOG_SIZE: str(size),
@@ -271,7 +274,7 @@ def make_app(plane: ControlPlane) -> FastAPI:
             "attempt": row.attempt,
             "fair_share": [],
         }
-        live = plane.explain(job_id)
+        live = plane.explain(job_id, tenant)
         if live is not None:
             out.update(live)
             out["scheduler_state"] = live["state"]
@@ -282,9 +285,16 @@ def make_app(plane: ControlPlane) -> FastAPI:
 
     # ------------------------------------------------------------------ cluster
     @app.get("/v1/nodes", tags=["cluster"])
-    def nodes(_tenant: Tenant) -> dict[str, Any]:
-        """Every node and GPU: partition, state (free/used/down), jobs, MIG slots."""
-        return {"nodes": plane.nodes()}
+    def nodes(tenant: Tenant) -> dict[str, Any]:
+        """Every node and GPU: partition, state (free/used/down), jobs, MIG slots. A tenant sees
+        only its own job ids; other tenants' jobs are counts (``other_tenants_jobs`` per GPU,
+        ``other_tenants_gpus`` per node, ``other_tenants`` in all)."""
+        ns = plane.nodes(tenant)
+        out: dict[str, Any] = {"nodes": ns}
+        others = others_summary(ns)
+        if others is not None:
+            out["other_tenants"] = others
+        return out
 
     @app.get("/v1/partitions", tags=["cluster"])
     def partitions(_tenant: Tenant) -> dict[str, Any]:
@@ -303,6 +313,18 @@ def make_app(plane: ControlPlane) -> FastAPI:
             row_of(job, tenant)
         rows = plane.events(tenant, job_id=job, after_seq=after, limit=limit)
         return {"events": rows, "next_after": rows[-1]["seq"] if rows else after}
+
+    @app.get("/v1/advice", tags=["cluster"])
+    def advice(tenant: Tenant) -> dict[str, Any]:
+        """Capacity advice from this control plane's own history (``gpufence advise``): for the
+        admin, the spec rules with the history's numbers and every live rule; for a tenant,
+        only advice about its own jobs (never another tenant's or the cluster's sizing)."""
+        items = plane.advice(tenant)  # see gpufence.advice: rule, severity, evidence, fix
+        return {
+            "advice": [a.to_json() for a in items],
+            "scope": plane.advice_scope(tenant),
+            "spec": plane.advice_source,  # the cluster file the paths and lines refer to
+        }
 
     # ------------------------------------------------------------------ open
     @app.get("/metrics", tags=["ops"], response_class=Response)

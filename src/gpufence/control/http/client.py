@@ -240,6 +240,11 @@ class Client:
         out: list[dict[str, Any]] = self._json("GET", "/v1/events", query=query)["events"]
         return out
 
+    def advice(self) -> dict[str, Any]:
+        """``{"advice": [{rule, severity, path, why, evidence, fix, diff, scope}], "scope"}``."""
+        out: dict[str, Any] = self._json("GET", "/v1/advice")
+        return out
+
     def metrics(self) -> str:
         body, _ = self._open("GET", "/metrics", auth=False)
         return body.decode("utf-8")

@@ -25,6 +25,7 @@ from typing import IO
 
 import uvicorn
 
+from gpufence.advice.inputs import LintInputs
 from gpufence.control.config import (
     SERVER_FILE,
     TOKEN_FILE,
@@ -43,8 +44,12 @@ from gpufence.control.gpus.discovery import (
     fake_gpus,
     node_spec,
 )
+from gpufence.control.gpus.nodespec import host_resources
 from gpufence.control.http.api import make_app
 from gpufence.control.plane import ControlPlane
+from gpufence.control.privatefs import PRIVATE_DIR, PRIVATE_FILE, write_private
+from gpufence.spec import load_cluster_with_sections
+from gpufence.spec.positions import queue_positions
 
 log = logging.getLogger("gpufence.server")
 
@@ -95,7 +100,9 @@ def build_plane(
             raise StartupError(str(exc)) from None
         raise StartupError(f"no NVIDIA GPU/driver found: use --fake-gpus N\n  ({exc})") from None
     if config is not None:
-        cluster, cc = load_config(config, data_dir)
+        # the local executor runs everything here: a node group that leaves out cpu_cores or
+        # memory_gib gets this machine's, so --cpus / --mem are placed against real capacity
+        cluster, cc = load_config(config, data_dir, host_resources())
     else:
         try:
             spec = node_spec(discovery)
@@ -106,9 +113,14 @@ def build_plane(
     discovery = with_fake_nodes(discovery, cc.containment.fake_gpu_devices)
     containment = _containment(cc, discovery, no_containment)
     try:
-        return ControlPlane(cluster, cc, discovery, data_dir, containment=containment)
+        plane = ControlPlane(cluster, cc, discovery, data_dir, containment=containment)
     except RuntimeError as exc:  # DeviceError: the spec does not describe this machine
         raise StartupError(str(exc)) from None
+    if config is not None:  # advice names the file's lines and queue positions
+        lines = load_cluster_with_sections(config, ("control",))[2]
+        plane.advice_inputs = LintInputs(queue_index=queue_positions(config), lines=lines)
+        plane.advice_source = str(config)
+    return plane
 
 
 def _containment(cc: ControlConfig, discovery: Discovery, off: bool) -> Containment | None:
@@ -153,8 +165,9 @@ def _client_host(host: str) -> str:
 
 @contextlib.contextmanager
 def _data_lock(data_dir: Path) -> Iterator[IO[str]]:
-    data_dir.mkdir(parents=True, exist_ok=True)
-    fh = (data_dir / LOCK_FILE).open("a+", encoding="utf-8")
+    data_dir.mkdir(mode=PRIVATE_DIR, parents=True, exist_ok=True)
+    fd = os.open(data_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, PRIVATE_FILE)
+    fh = os.fdopen(fd, "a+", encoding="utf-8")
     try:
         try:
             fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -180,9 +193,7 @@ def read_server_file(data_dir: Path) -> dict[str, object] | None:
 
 def _write_server_file(data_dir: Path, url: str) -> Path:
     path = data_dir / SERVER_FILE
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"url": url, "pid": os.getpid()}) + "\n", encoding="utf-8")
-    tmp.replace(path)
+    write_private(path, json.dumps({"url": url, "pid": os.getpid()}) + "\n")
     return path
 
 

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gpufence.control.privatefs import PRIVATE_DIR, touch_private
+
 DB_NAME = "gpufence.db"
 
 # Job states as the control plane reports them (the scheduler's, plus ``starting``: bound and
@@ -215,8 +217,11 @@ class Store:
     """The reconciler's writable handle; ``reader()`` gives API threads their own."""
 
     def __init__(self, data_dir: Path) -> None:
-        data_dir.mkdir(parents=True, exist_ok=True)
+        data_dir.mkdir(mode=PRIVATE_DIR, parents=True, exist_ok=True)
         self.path = data_dir / DB_NAME
+        # created 0600 before SQLite opens it: SQLite gives its -wal and -shm files the mode of
+        # the database file, so none of the store is ever readable by others
+        touch_private(self.path)
         self._conn = _connect(self.path)
         self._lock = threading.Lock()
         self._migrate()
@@ -437,6 +442,22 @@ class Reader:
             args.append(job_id)
         sql += " ORDER BY seq LIMIT ?"
         return [dict(r) for r in self._c.execute(sql, (*args, limit))]
+
+    # -- history for advice (gpufence advise): everything that overlaps [since, now]
+    def jobs_since(self, since: float) -> list[JobRow]:
+        """Jobs still open, or ended at or after ``since``, in submission order."""
+        sql = "SELECT * FROM jobs WHERE ended_at IS NULL OR ended_at >= ? ORDER BY seq"
+        return [_job(r) for r in self._c.execute(sql, (since,))]
+
+    def attempts_since(self, since: float) -> list[AttemptRow]:
+        sql = "SELECT * FROM attempts WHERE ended_at IS NULL OR ended_at >= ?"
+        return [_attempt(r) for r in self._c.execute(sql + " ORDER BY job_id, attempt", (since,))]
+
+    def events_since(self, since: float, kinds: Sequence[str]) -> list[dict[str, Any]]:
+        """Decision-log entries of these kinds at or after ``since``, in log order."""
+        marks = ",".join("?" * len(kinds))
+        sql = f"SELECT * FROM events WHERE t >= ? AND kind IN ({marks}) ORDER BY seq"
+        return [dict(r) for r in self._c.execute(sql, (since, *kinds))]
 
     def usage(self) -> tuple[dict[str, float], float] | None:
         """The last saved fair-share usage per queue and when it was saved; None if never."""

@@ -18,12 +18,12 @@ Fair-share usage comes back as it was last saved (every 30 s and at a clean stop
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 
 from gpufence.control.executors.interface import Launch, Member
 from gpufence.control.gpus.devices import assignment_from_json
 from gpufence.control.inbox import Live
 from gpufence.control.jobspec import from_stored
+from gpufence.control.launches import launch_for
 from gpufence.control.reconciler import Reconciler
 from gpufence.control.store import database as st
 from gpufence.model.decisions import Reason
@@ -32,23 +32,13 @@ from gpufence.model.events import Event, JobRestored, JobSubmitted, UsageRestore
 log = logging.getLogger("gpufence.recovery")
 
 
-def _launch(row: st.JobRow, att: st.AttemptRow, data_dir: Path, nodes: list[str]) -> Launch:
-    spec = from_stored(row.spec)
-    jdir = data_dir / "jobs" / row.id
+def _launch(rec: Reconciler, row: st.JobRow, att: st.AttemptRow, nodes: list[str]) -> Launch:
     members = tuple(
         Member(rank, nodes[int(a["node"])], tuple(devs))
         for rank, (a, devs) in enumerate(zip(att.assignments, att.devices, strict=True))
     )
-    return Launch(
-        job_id=row.id,
-        attempt=att.attempt,
-        command=tuple(spec.command),
-        env=dict(spec.env),
-        members=members,
-        attempt_dir=jdir / f"attempt-{att.attempt}",
-        checkpoint_dir=jdir / "checkpoints",
-        cwd=Path(spec.cwd) if spec.cwd else None,
-    )
+    spec = from_stored(row.spec)
+    return launch_for(rec.config, rec.data_dir, row.id, att.attempt, row.tenant, spec, members)
 
 
 def recover(rec: Reconciler) -> dict[str, int]:
@@ -71,7 +61,7 @@ def recover(rec: Reconciler) -> dict[str, int]:
             events.append(JobSubmitted(spec.to_job(row.id, row.submitted_at)))
             counts["pending"] += 1
             continue
-        launch = _launch(row, att, rec.data_dir, node_names)
+        launch = _launch(rec, row, att, node_names)
         stopping = row.state == st.STOPPING
         live = Live(
             att.attempt,

@@ -47,7 +47,6 @@ from pathlib import Path
 
 from gpufence.control.containment.cgroup import ContainmentError, MemberCgroup
 from gpufence.control.containment.forkserver import ForkServer, ForkServerError
-from gpufence.control.containment.jobdirs import make_job_dirs, own_file
 from gpufence.control.containment.members import Containment, launcher_args
 from gpufence.control.containment.spares import SparePool
 from gpufence.control.executors.interface import (
@@ -58,10 +57,10 @@ from gpufence.control.executors.interface import (
     Member,
     NodeCallback,
 )
+from gpufence.control.executors.jobdirs import prepare_launch_dirs, reset_attempt
 from gpufence.control.executors.launcher import (
     atomic_write,
     err_file,
-    exit_file,
     out_file,
     pid_file,
 )
@@ -284,12 +283,8 @@ class LocalExecutor(AttemptWatcher):
     def _spawn(self, launch: Launch) -> list[MemberProcess]:
         adir = launch.attempt_dir.absolute()
         run_as = launch.run_as
-        try:
-            data = adir.parents[2] if len(adir.parents) > 2 else None  # DATA/jobs/JOB/attempt-N
-            made = make_job_dirs((adir, launch.checkpoint_dir.absolute()), run_as, up_to=data)
-        except OSError as exc:
-            raise LaunchError(f"cannot create the attempt/checkpoint directory: {exc}") from exc
-        fresh = adir in made  # nothing of an earlier start to check or clear in it
+        # 0700, the job's user's; a new attempt directory gets its logs before it is handed over
+        fresh = prepare_launch_dirs(launch)
         ranks = range(len(launch.members))
         for rank in () if fresh else ranks:
             pid, pidfd = attach(adir, rank)
@@ -298,17 +293,8 @@ class LocalExecutor(AttemptWatcher):
                 raise LaunchError(
                     f"{adir} already has a live rank {rank} (pid {pid}): adopt it, don't start it"
                 )
-        try:
-            for name in () if fresh else ("notice", "ack"):
-                (adir / name).unlink(missing_ok=True)
-            for rank in ranks:
-                if not fresh:
-                    pid_file(adir, rank).unlink(missing_ok=True)
-                    exit_file(adir, rank).unlink(missing_ok=True)
-                own_file(out_file(adir, rank), run_as)
-                own_file(err_file(adir, rank), run_as)
-        except OSError as exc:
-            raise LaunchError(f"cannot prepare {adir}: {exc}") from exc
+        if not fresh:  # nothing of it runs (checked above): clear it, new logs (links unfollowed)
+            reset_attempt(adir, run_as, ranks)
 
         envs = member_envs(launch, "127.0.0.1", _free_port(), inherit=os.environ)
         started: list[MemberProcess] = []

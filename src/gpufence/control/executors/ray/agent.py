@@ -37,17 +37,14 @@ from pathlib import Path
 from typing import Any
 
 from gpufence.control.containment.cgroup import ContainmentError, MemberCgroup
-from gpufence.control.containment.jobdirs import make_job_dirs, own_file
 from gpufence.control.containment.members import launcher_args
 from gpufence.control.containment.settings import ContainmentSettings
-from gpufence.control.executors.interface import Launch
+from gpufence.control.executors.interface import Launch, LaunchError
+from gpufence.control.executors.jobdirs import prepare_job_dirs, reset_attempt
 from gpufence.control.executors.launcher import (
     atomic_write,
-    err_file,
-    exit_file,
-    out_file,
-    pid_file,
 )
+from gpufence.control.executors.memberenv import inherited_env
 from gpufence.control.executors.processes import (
     MemberProcess,
     SpawnError,
@@ -133,27 +130,27 @@ class NodeAgent:
         run_as = launch.run_as if launch is not None else None
         if key in self._members and not self._members[key].done.is_set():
             raise RuntimeError(f"{adir} rank {rank} is already running on this node")
+        ckdir = launch.checkpoint_dir.absolute() if launch is not None else None
+        if ckdir is None and env.get("GPUFENCE_CHECKPOINT_DIR"):
+            ckdir = Path(env["GPUFENCE_CHECKPOINT_DIR"])
         try:
-            dirs = [adir]
-            if env.get("GPUFENCE_CHECKPOINT_DIR"):
-                dirs.append(Path(env["GPUFENCE_CHECKPOINT_DIR"]))
-            make_job_dirs(dirs, run_as, up_to=adir.parents[2] if len(adir.parents) > 2 else None)
+            # 0700, the job's user's; a new attempt directory gets its logs before it is handed
+            # over (another rank of the attempt on this node may have made it already)
+            fresh = prepare_job_dirs(adir, ckdir or adir.parent / "checkpoints", run_as, [rank])
+        except LaunchError as exc:
+            raise RuntimeError(f"on this node: {exc}") from exc
+        if not fresh:
             pid, pidfd = attach(adir, rank)
             if pidfd is not None:
                 os.close(pidfd)
                 raise RuntimeError(f"{adir} already has a live rank {rank} (pid {pid})")
-            if rank == 0:
-                for name in ("notice", "ack"):
-                    (adir / name).unlink(missing_ok=True)
-            pid_file(adir, rank).unlink(missing_ok=True)
-            exit_file(adir, rank).unlink(missing_ok=True)
-            own_file(out_file(adir, rank), run_as)
-            own_file(err_file(adir, rank), run_as)
-        except OSError as exc:
-            raise RuntimeError(f"cannot prepare {adir} on this node: {exc}") from exc
+            try:  # its old records and logs (links unfollowed); the notice and ack too
+                reset_attempt(adir, run_as, [rank])
+            except LaunchError as exc:
+                raise RuntimeError(f"on this node: {exc}") from exc
         if cwd is not None and not Path(cwd).is_dir():
             raise RuntimeError(f"working directory {cwd} does not exist on this node")
-        full_env = dict(os.environ)
+        full_env = inherited_env(os.environ)  # the allow-list only: no secret of this node's
         full_env.update(env)
         full_env["GPUFENCE_RAY_NODE_ID"] = await self._node_id()
         caught = {signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, *map(signal.Signals, catch)}

@@ -1,7 +1,7 @@
 """``gpufence up --executor ray``: the control plane on a Ray cluster.
 
 Connects to Ray (``--ray-address``, default ``auto``: the cluster ``ray start`` left on this
-machine, or ``RAY_ADDRESS``), describes its nodes (``ray_nodes``: each alive GPU node one node
+machine, or ``RAY_ADDRESS``), describes its nodes (``nodes``: each alive GPU node one node
 group; or the ``--config`` spec, its nodes matched to Ray nodes by ``gpufence_node``), and builds
 the ``ControlPlane`` with a ``RayExecutor``. Ray is an optional dependency, imported here only.
 """
