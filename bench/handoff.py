@@ -40,6 +40,7 @@ from pathlib import Path
 from gpufence.control.containment.cgroup import ContainmentError
 from gpufence.control.containment.members import Containment, member_cgroup_name
 from gpufence.control.containment.settings import ContainmentSettings
+from gpufence.control.executors.launcher import RECORDS_SUFFIX
 from gpufence.control.http.client import Client
 from gpufence.demo import joblogs
 
@@ -172,9 +173,10 @@ def _remove_cgroups(data: Path) -> None:
         contain = Containment.detect(ContainmentSettings(prestarted=0))
     except ContainmentError:
         return  # --no-containment on a machine without it: nothing to remove
-    for adir in data.glob("jobs/*/attempt-*"):
+    for records in data.glob(f"jobs/*/attempt-*{RECORDS_SUFFIX}"):
+        adir = records.with_name(records.name.removesuffix(RECORDS_SUFFIX))
         attempt = int(adir.name.removeprefix("attempt-"))
-        for pid_record in adir.glob("rank-*.pid"):
+        for pid_record in records.glob("rank-*.pid"):
             rank = int(pid_record.stem.removeprefix("rank-"))
             name = member_cgroup_name(adir.parent.name, attempt, adir, rank)
             cg = contain.driver.open(name)

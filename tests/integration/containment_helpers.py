@@ -25,6 +25,7 @@ from gpufence.control.containment.cgroupv2 import V2Driver
 from gpufence.control.containment.members import Containment
 from gpufence.control.containment.settings import ContainmentSettings
 from gpufence.control.executors.interface import RunAs
+from gpufence.control.executors.launcher import pid_file
 from gpufence.control.executors.local.local_executor import LocalExecutor
 from unix_users import unix_users
 
@@ -146,4 +147,4 @@ def uptime_ticks() -> int:
 
 def launcher_born(attempt_dir: Path, rank: int = 0) -> int:
     """When the member's launcher was forked (its pid record), in clock ticks since boot."""
-    return int(json.loads((attempt_dir / f"rank-{rank}.pid").read_text())["start_time"])
+    return int(json.loads(pid_file(attempt_dir, rank).read_text())["start_time"])

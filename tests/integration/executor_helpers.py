@@ -12,6 +12,7 @@ from pathlib import Path
 
 from gpufence.control.executors import AttemptExit, Launch, Member
 from gpufence.control.executors.interface import Limits, RunAs
+from gpufence.control.executors.launcher import records_dir
 from gpufence.control.executors.local.local_executor import LocalExecutor
 from gpufence.testing.waiting import file_appears
 
@@ -102,7 +103,9 @@ def group_gone(pgid: int, timeout: float = 1.0) -> bool:
 
 
 def recorded(launch: Launch, rank: int, kind: str) -> dict[str, float]:
-    data: dict[str, float] = json.loads((launch.attempt_dir / f"rank-{rank}.{kind}").read_text())
+    """The launcher's ``rank-R.<kind>`` record (pid, started, exit) of ``launch``."""
+    path = records_dir(launch.attempt_dir) / f"rank-{rank}.{kind}"
+    data: dict[str, float] = json.loads(path.read_text())
     return data
 
 

@@ -25,6 +25,7 @@ from gpufence.control.containment.cgroup import CgroupDriver
 from gpufence.control.containment.members import Containment, cgroup_name
 from gpufence.control.containment.settings import ContainmentSettings
 from gpufence.control.executors.interface import Launch
+from gpufence.control.executors.launcher import exit_file, started_file
 from gpufence.control.executors.local.local_executor import LocalExecutor
 from gpufence.testing.waiting import file_appears
 
@@ -80,7 +81,7 @@ def test_strays_of_a_job_that_ended_unwatched_are_killed_on_adoption(
     launch = _launch(tmp_path, code=0)
     daemon = _abandon(driver, launch)
     (launch.checkpoint_dir / "go").touch()  # the job ends while no control plane runs
-    file_appears(launch.attempt_dir / "rank-0.exit", 10)
+    file_appears(exit_file(launch.attempt_dir, 0), 10)
     assert alive(daemon)  # nobody there to kill it
     rec = Recorder()
     with executor(driver) as second:
@@ -97,7 +98,7 @@ def test_a_member_whose_launcher_died_is_killed_whole_on_adoption(
     launch = _launch(tmp_path)
     daemon = _abandon(driver, launch)
     launcher = int(recorded(launch, 0, "pid")["pid"])
-    job = json.loads((launch.attempt_dir / "rank-0.started").read_text())["pid"]
+    job = json.loads(started_file(launch.attempt_dir, 0).read_text())["pid"]
     os.kill(launcher, signal.SIGKILL)
     deadline = time.monotonic() + 5
     while alive(launcher) and time.monotonic() < deadline:
@@ -143,7 +144,7 @@ def test_after_a_kill_9_the_jobs_run_on_and_are_adopted(
         assert plane.stdout is not None
         forkserver = int(plane.stdout.readline())
         launch = make_launch(tmp_path, command=("sh", "-c", "sleep 1.5; exit 7"))
-        file_appears(launch.attempt_dir / "rank-0.started", 10)
+        file_appears(started_file(launch.attempt_dir, 0), 10)
     finally:
         plane.kill()  # kill -9 of the control plane
         plane.wait()

@@ -33,6 +33,7 @@ from executor_helpers import Recorder, make_launch
 from gpufence.control.containment.cgroup import CgroupDriver
 from gpufence.control.containment.members import cgroup_name
 from gpufence.control.executors.interface import AttemptExit, Launch, Limits, Member
+from gpufence.control.executors.launcher import exit_file
 from gpufence.control.executors.processes import LAUNCHER
 from gpufence.testing.waiting import file_appears
 
@@ -245,7 +246,7 @@ def test_a_job_whose_cgroup_cannot_be_joined_never_runs(tmp_path: Path) -> None:
     assert subprocess.run(cmd, timeout=30).returncode == 125
     assert not marker.exists()
     assert f"cannot join cgroup {gone}" in (adir / "rank-0.err").read_text()
-    assert '"code": 125' in (adir / "rank-0.exit").read_text()
+    assert '"code": 125' in exit_file(adir, 0).read_text()
 
 
 def _run(

@@ -21,6 +21,7 @@ from executor_helpers import (
 )
 
 from gpufence.control.executors import AttemptExit, LaunchError, Member
+from gpufence.control.executors.launcher import exit_file, pid_file, records_dir
 from gpufence.control.executors.local.local_executor import LocalExecutor
 
 ENDS_WITH_5 = """
@@ -51,7 +52,7 @@ def test_adopt_a_running_attempt_after_restart(tmp_path: Path, rec: Recorder) ->
 
 def test_adopted_attempt_can_be_stopped(tmp_path: Path, rec: Recorder) -> None:
     launch = make_launch(tmp_path, command=("sleep", "30"))
-    start_and_abandon(launch, launch.attempt_dir / "rank-0.pid")
+    start_and_abandon(launch, pid_file(launch.attempt_dir, 0))
     second = LocalExecutor()
     second.set_callbacks(rec.on_exit, rec.on_ack)
     try:
@@ -90,9 +91,10 @@ def test_adopt_guards_against_pid_reuse_and_missing_records(
     launch = make_launch(tmp_path, command=("true",), members=members)
     adir = launch.attempt_dir
     adir.mkdir(parents=True)
-    (adir / "rank-0.exit").write_text(json.dumps({"code": 0, "ended_unix": time.time()}))
+    records_dir(adir).mkdir()
+    exit_file(adir, 0).write_text(json.dumps({"code": 0, "ended_unix": time.time()}))
     # rank 1: no record at all; rank 2: its pid is now someone else (this test process)
-    (adir / "rank-2.pid").write_text(json.dumps({"pid": os.getpid(), "start_time": 1}))
+    pid_file(adir, 2).write_text(json.dumps({"pid": os.getpid(), "start_time": 1}))
     assert ex.adopt(launch) is False
     _, ev = rec.exit()
     assert ev == AttemptExit("job-1", 1, False, (0, None, None), False)
@@ -100,7 +102,7 @@ def test_adopt_guards_against_pid_reuse_and_missing_records(
 
 def test_start_refuses_an_attempt_dir_with_a_live_member(tmp_path: Path, rec: Recorder) -> None:
     launch = make_launch(tmp_path, command=("sleep", "30"))
-    start_and_abandon(launch, launch.attempt_dir / "rank-0.pid")
+    start_and_abandon(launch, pid_file(launch.attempt_dir, 0))
     second = LocalExecutor()
     try:
         with pytest.raises(LaunchError, match="adopt"):

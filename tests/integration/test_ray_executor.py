@@ -105,8 +105,8 @@ def make_plane(
 
 def _kill_leftovers(data: Path) -> None:
     """Members whose node was removed may outlive it on this one machine: end them by pid."""
-    for pf in data.glob("jobs/*/attempt-*/rank-*.pid"):
-        if exit_file(pf.parent, int(pf.stem.removeprefix("rank-"))).exists():
+    for pf in data.glob("jobs/*/attempt-*.records/rank-*.pid"):
+        if pf.with_suffix(".exit").exists():
             continue
         with contextlib.suppress(OSError, ValueError, KeyError):
             os.killpg(int(json.loads(pf.read_text())["pid"]), signal.SIGKILL)

@@ -9,7 +9,7 @@ the member's cgroup, switches user and execs the job).
 
 Protocol (one ``socketpair``, length-prefixed JSON, one request at a time):
 
-* ``{"op": "spawn", "argv", "env", "cwd", "err", "pid_file"}`` -> ``{"pid"}`` or ``{"error"}``;
+* ``{"op": "spawn", "argv", "env", "err", "pid_file"}`` -> ``{"pid"}`` or ``{"error"}``;
   the server writes the launcher's pid record before answering, so a crash right after the
   spawn still leaves one;
 * ``{"op": "reap", "pid"}`` -> ``{"code"}``: the launcher's exit code (None: still running or
@@ -194,13 +194,10 @@ def _arm(sock: socket.socket, join_dirs: list[str]) -> int | None:
 
 
 def _spawn(sock: socket.socket, msg: dict[str, Any]) -> dict[str, Any]:
-    cwd = msg.get("cwd")
-    if cwd is not None and not os.path.isdir(cwd):
-        return {"error": f"working directory {cwd} does not exist"}
     try:
-        err = os.open(msg["err"], os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        err = launcher.open_log(msg["err"])  # in the job's directory: no link followed
     except OSError as exc:
-        return {"error": f"cannot open {msg['err']}: {exc.strerror}"}
+        return {"error": f"cannot open {msg['err']}: {exc.strerror or exc}"}
     try:
         pid = os.fork()
     except OSError as exc:
@@ -215,8 +212,6 @@ def _spawn(sock: socket.socket, msg: dict[str, Any]) -> dict[str, Any]:
             os.dup2(null, 0)
             os.dup2(null, 1)
             os.dup2(err, 2)
-            if cwd is not None:
-                os.chdir(cwd)
             code = launcher.main([str(a) for a in msg["argv"]], dict(msg["env"]))
         except BaseException as exc:
             with contextlib.suppress(OSError):
@@ -289,6 +284,8 @@ class ForkServer:
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 env={"PATH": os.environ.get("PATH", os.defpath)},
+                # its launchers stay here; each job enters its own directory as its own user
+                cwd="/",
                 start_new_session=True,  # Ctrl-C on `gpufence up` does not reach it
             )
         except OSError as exc:
@@ -328,14 +325,14 @@ class ForkServer:
         return reply
 
     def spawn(
-        self, argv: list[str], env: dict[str, str], cwd: str | None, err: Path, pid_file: Path
+        self, argv: list[str], env: dict[str, str], err: Path, pid_file: Path
     ) -> tuple[int, int]:
-        """Fork a launcher; ``(pid, generation)``. A dead server is restarted once."""
+        """Fork a launcher (the job's working directory is its ``--cwd``); ``(pid,
+        generation)``. A dead server is restarted once."""
         msg = {
             "op": "spawn",
             "argv": argv,
             "env": env,
-            "cwd": cwd,
             "err": str(err),
             "pid_file": str(pid_file),
         }
@@ -375,22 +372,15 @@ class ForkServer:
         spare: Spare,
         argv: list[str],
         env: dict[str, str],
-        cwd: str | None,
         logs: tuple[Path, Path],
         child: dict[str, Any],
     ) -> int:
         """Start a job in a pre-started member: the launcher gets its arguments, the job child
-        its command and ``child`` (``command``, ``uid``, ``gid``, ``groups``), both at once.
-        The launcher's pid."""
+        its command and ``child`` (``command``, ``uid``, ``gid``, ``groups``, ``cwd``), both at
+        once. The launcher's pid."""
         out, err = logs
-        to_launcher = {"argv": argv, "env": env, "cwd": cwd, "err": str(err)}
-        to_child = {
-            **child,
-            "env": env,
-            "cwd": cwd or os.getcwd(),
-            "out": str(out),
-            "err": str(err),
-        }
+        to_launcher = {"argv": argv, "env": env, "err": str(err)}
+        to_child = {**child, "env": env, "out": str(out), "err": str(err)}
         try:  # the launcher first: a child told to run must have its launcher running
             for fd, msg in ((spare.fd, to_launcher), (spare.child_fd, to_child)):
                 data = memoryview(prestart.frame(msg))

@@ -47,14 +47,19 @@ def _owner_gone(name: str) -> bool:
     return owner.isdigit() and not os.path.exists(f"/proc/{owner}")
 
 
-def launcher_args(cgroup: MemberCgroup | None, run_as: RunAs | None) -> list[str]:
-    """The launcher options that confine the job: its cgroup directories, then its user."""
+def launcher_args(
+    cgroup: MemberCgroup | None, run_as: RunAs | None, cwd: Path | str | None = None
+) -> list[str]:
+    """The launcher options that confine the job: its cgroup directories, its user, then the
+    working directory it enters as that user."""
     out: list[str] = []
     for d in cgroup.join_dirs if cgroup is not None else ():
         out += ["--cgroup", d]
     if run_as is not None:
         out += ["--uid", str(run_as.uid), "--gid", str(run_as.gid)]
         out += ["--groups", ",".join(str(g) for g in run_as.groups)]
+    if cwd is not None:
+        out += ["--cwd", str(cwd)]
     return out
 
 

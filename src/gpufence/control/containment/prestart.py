@@ -9,8 +9,9 @@ executor renames the spare cgroup to the member's name (cgroup v1 allows a renam
 processes inside; the limits and device rules are written then) and writes to both at once:
 ``L`` gets the member's launcher arguments and runs ``launcher.main`` (pid record, logs, the exit
 record later) with a spawner that only waits for ``C``'s exec; ``C`` gets the command, its
-environment, working directory, log paths and user, opens its logs, switches user, restores
-default signal dispositions and execs, exactly as a freshly forked child would. Waking both
+environment, working directory, log paths and user, opens its logs (``launcher.open_log``),
+switches user, enters the working directory as that user, restores default signal dispositions
+and execs, exactly as a freshly forked child would. Waking both
 together keeps the hand-off to one process wake-up. If the executor goes away first, ``L`` and
 ``C`` see EOF on their pipes and exit (``L`` kills ``C`` to be sure).
 
@@ -79,10 +80,8 @@ def run_launcher(activation: int, command: int, join_dirs: list[str]) -> NoRetur
         null = os.open(os.devnull, os.O_RDWR)
         os.dup2(null, 0)
         os.dup2(null, 1)
-        err = os.open(msg["err"], os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        err = launcher.open_log(msg["err"])  # in the job's directory: no link followed
         os.dup2(err, 2)
-        if msg.get("cwd"):
-            os.chdir(msg["cwd"])
 
         def spawn(
             cmd: list[str], _env: dict[str, str], _out: int, _err: int, _c: launcher.Confine
@@ -121,13 +120,11 @@ def _run_child(command: int, report: int, join_dirs: list[str]) -> NoReturn:  # 
         if failed is not None:
             os.write(report, f"c{failed}".encode())
             os._exit(launcher.EXIT_NOT_CONTAINED)
-        flags = os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC
-        out, err = os.open(msg["out"], flags), os.open(msg["err"], flags)
-        if msg.get("cwd"):
-            os.chdir(msg["cwd"])
+        out, err = launcher.open_log(msg["out"]), launcher.open_log(msg["err"])
         confine = launcher.Confine()
         confine.uid, confine.gid = msg["uid"], msg["gid"]
         confine.groups = [int(g) for g in msg["groups"]]
+        confine.cwd = msg.get("cwd")  # entered as the job's user, after the switch
         launcher.exec_child(
             [str(a) for a in msg["command"]], dict(msg["env"]), out, err, confine, report
         )

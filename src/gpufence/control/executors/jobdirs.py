@@ -5,14 +5,20 @@ Layout (``DATA`` is the data dir; ``U`` the job's ``run_as`` user, else the serv
     DATA/                         server  0700, or 0711 when jobs run as other users (they must
     DATA/jobs/                    server  pass through to reach their own directories)
     DATA/jobs/<job>/              server  same mode: a job cannot rename, replace or add anything
-    DATA/jobs/<job>/attempt-N/        U   0700  rank-R.out / rank-R.err (U, 0600), notice, ack,
-                                                the launcher's rank-R.pid / .started / .exit
+    DATA/jobs/<job>/attempt-N/        U   0700  rank-R.out / rank-R.err (U, 0600), notice
+                                                (U, 0600, written by the executor), ack (the job's)
+    DATA/jobs/<job>/attempt-N.records/  server  0700  the launcher's rank-R.pid / .started / .exit
     DATA/jobs/<job>/checkpoints/      U   0700  shared by the job's attempts
 
 ``prepare_job_dirs`` (called by an executor on the node where the member runs, before the first
 member starts) creates them so. An existing directory must be a real directory (not a symlink)
 owned by the user it belongs to, or the launch is refused: a directory a job could swap for a
 link must never be written by the root server.
+
+The launcher's records say which process group a restarted control plane signals and kills,
+and how the job ended, so they live in a directory of the server's (``launcher.records_dir``):
+the job cannot forge them. (Attempts started before that have them in ``attempt-N`` itself:
+``processes.py`` trusts those only where no other user could have written them.)
 
 ``attempt-N`` belongs to the job, so the job can put symlinks or hard links in it. Whoever
 writes there as the server must not follow them: a fresh attempt directory gets its log files
@@ -36,7 +42,14 @@ from pathlib import Path
 from typing import BinaryIO
 
 from gpufence.control.executors.interface import Launch, LaunchError, RunAs
-from gpufence.control.executors.launcher import err_file, exit_file, out_file, pid_file
+from gpufence.control.executors.launcher import (
+    err_file,
+    exit_file,
+    out_file,
+    pid_file,
+    records_dir,
+    started_file,
+)
 from gpufence.control.privatefs import PRIVATE_DIR, PRIVATE_FILE, dir_mode, ensure_dir
 
 log = logging.getLogger("gpufence.jobdirs")
@@ -136,8 +149,9 @@ def prepare_job_dirs(
     attempt_dir: Path, checkpoint_dir: Path, run_as: RunAs | None, ranks: Iterable[int] = ()
 ) -> bool:
     """Create the job's directories (see the module docstring), with fresh empty logs of
-    ``ranks`` in a new attempt directory. True if the attempt directory is new (nothing of an
-    earlier start to check or clear; else see ``reset_attempt``). ``LaunchError`` if one exists
+    ``ranks`` in a new attempt directory. True if the attempt directory and its records
+    directory are new (nothing of an earlier start to check or clear; else see
+    ``reset_attempt``). ``LaunchError`` if one exists
     but is not what it must be, or cannot be created."""
     traverse = run_as is not None and run_as.uid != os.geteuid()
     job = attempt_dir.parent
@@ -148,12 +162,13 @@ def prepare_job_dirs(
             elif traverse:
                 _widen(d)
         _server_dir(job, traverse)
+        records = _server_dir(records_dir(attempt_dir), traverse=False)
         logs = [f(attempt_dir, r).name for r in ranks for f in (out_file, err_file)]
         fresh = _user_dir(attempt_dir, run_as, logs)
         _user_dir(checkpoint_dir, run_as)
     except OSError as exc:
         raise LaunchError(f"cannot create the job's directories under {job}: {exc}") from exc
-    return fresh
+    return fresh and records
 
 
 def reset_attempt(attempt_dir: Path, run_as: RunAs | None, ranks: Iterable[int]) -> None:
@@ -163,11 +178,13 @@ def reset_attempt(attempt_dir: Path, run_as: RunAs | None, ranks: Iterable[int])
     owner = owner_of(run_as)
     rank_list = list(ranks)
     try:
+        for rec in (
+            f(attempt_dir, r) for r in rank_list for f in (pid_file, exit_file, started_file)
+        ):
+            rec.unlink(missing_ok=True)  # in the server's own records directory
         fd = os.open(attempt_dir, _DIR_FLAGS)
         try:
-            stale = [NOTICE_FILE, ACK_FILE]
-            stale += [rec(attempt_dir, r).name for r in rank_list for rec in (pid_file, exit_file)]
-            for name in stale:
+            for name in (NOTICE_FILE, ACK_FILE):
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(name, dir_fd=fd)
             for name in (f(attempt_dir, r).name for r in rank_list for f in (out_file, err_file)):
@@ -186,6 +203,14 @@ def prepare_launch_dirs(launch: Launch) -> bool:
         launch.run_as,
         range(len(launch.members)),
     )
+
+
+def working_dir(launch: Launch) -> Path:
+    """Where the job starts: its ``cwd``, else its own attempt directory (always there, always
+    its user's; the server's working directory may be one the job's user cannot enter). Entered
+    as the job's user (``launcher.Confine``), so a ``cwd`` that user may not reach fails the start
+    rather than being entered with the server's rights."""
+    return launch.cwd if launch.cwd is not None else launch.attempt_dir.absolute()
 
 
 def open_job_file(data_dir: Path, job_id: str, attempt: int, name: str) -> BinaryIO | None:

@@ -3,7 +3,8 @@
 Usage::
 
     python -m gpufence.control.executors.launcher ATTEMPT_DIR --rank R [--catch N]...
-        [--fence-parent PID] [--cgroup DIR]... [--uid U --gid G [--groups G1,G2]] -- ARGV...
+        [--fence-parent PID] [--cgroup DIR]... [--uid U --gid G [--groups G1,G2]] [--cwd DIR]
+        -- ARGV...
 
 (The Ray node agent runs this file by path with ``python -I -S``: it imports only the standard
 library, so it needs neither ``gpufence`` on the path nor ``site``, and starts ~20 ms sooner. The
@@ -17,13 +18,18 @@ session, or the fork server in a new process group). It
    ``exec`` resets to the default for the user command), so a signal sent to the group reaches
    the user command while the launcher lives on to record the exit;
 2. writes ``rank-R.pid`` (JSON: ``pid``, ``start_time`` = field 22 of ``/proc/<pid>/stat``, the
-   guard against pid reuse) atomically;
+   guard against pid reuse) atomically. Its records (``.pid``, ``.started``, ``.exit``) go to
+   ``ATTEMPT_DIR.records`` (``records_dir``), the control plane's, not to the attempt directory,
+   which belongs to the job's user: a record the job could forge would name the process group
+   a restarted control plane signals and kills;
 3. runs the user command as its child in the same process group, stdout/stderr appended to
-   ``rank-R.out`` / ``rank-R.err``. Between fork and exec the child joins every ``--cgroup``
-   directory (the member's cgroup, one per v1 hierarchy or one v2 directory: no process of the
-   job ever runs outside it), then switches to ``--gid`` / ``--groups`` / ``--uid`` (after
-   joining: moving into a cgroup needs the launcher's privileges). The launcher itself stays
-   outside the cgroup, so killing the cgroup never loses the exit record;
+   ``rank-R.out`` / ``rank-R.err`` (opened by ``open_log``: no link the job planted is followed).
+   Between fork and exec the child joins every ``--cgroup`` directory (the member's cgroup, one
+   per v1 hierarchy or one v2 directory: no process of the job ever runs outside it), then
+   switches to ``--gid`` / ``--groups`` / ``--uid`` (after joining: moving into a cgroup needs
+   the launcher's privileges), then enters ``--cwd`` as that user. The launcher itself stays
+   outside the cgroup, keeps the control plane's identity, so killing the cgroup never loses
+   the exit record;
 4. waits, writes ``rank-R.exit`` (JSON: ``code``, ``ended_unix``; negative code = killed by that
    signal) atomically and exits with the code (128 + signal for a signal death).
 
@@ -35,7 +41,8 @@ job never runs twice. The local executor does not
 use it: there the jobs must survive a control-plane restart and be adopted.
 
 A command that cannot be executed gets code 127 (not found) or 126 (not executable), one that
-cannot be contained (cgroup or user switch refused) code 125, and a message in ``rank-R.err``.
+cannot be contained (cgroup, user switch or working directory refused, or a log that is not a
+plain file) code 125, and a message in ``rank-R.err``.
 The executor starts the launcher with the caught signals *blocked*; the launcher forwards any
 that arrived before the user command existed, then unblocks them, so a stop or notice sent right
 after start is not lost.
@@ -48,6 +55,7 @@ import json
 import os
 import select
 import signal
+import stat as _stat
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -61,12 +69,25 @@ EXIT_NOT_EXECUTABLE = 126
 EXIT_NOT_CONTAINED = 125
 
 
+RECORDS_SUFFIX = ".records"
+
+
+def records_dir(attempt_dir: Path) -> Path:
+    """``attempt-N.records``, beside the attempt directory: the launcher's records, in a
+    directory of the control plane's that the job (which owns ``attempt-N``) cannot write."""
+    return attempt_dir.with_name(attempt_dir.name + RECORDS_SUFFIX)
+
+
 def pid_file(attempt_dir: Path, rank: int) -> Path:
-    return attempt_dir / f"rank-{rank}.pid"
+    return records_dir(attempt_dir) / f"rank-{rank}.pid"
 
 
 def exit_file(attempt_dir: Path, rank: int) -> Path:
-    return attempt_dir / f"rank-{rank}.exit"
+    return records_dir(attempt_dir) / f"rank-{rank}.exit"
+
+
+def started_file(attempt_dir: Path, rank: int) -> Path:
+    return records_dir(attempt_dir) / f"rank-{rank}.started"
 
 
 def out_file(attempt_dir: Path, rank: int) -> Path:
@@ -77,17 +98,48 @@ def err_file(attempt_dir: Path, rank: int) -> Path:
     return attempt_dir / f"rank-{rank}.err"
 
 
-def atomic_write(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` so that readers see the old file or the whole new one."""
+_NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def atomic_write(path: Path, text: str, owner: tuple[int, int] | None = None) -> None:
+    """Write ``text`` to ``path`` so that readers see the old file or the whole new one: a new
+    file under a random name (``O_EXCL | O_NOFOLLOW``: never through a link planted in a job's
+    directory), given to ``owner`` (uid, gid) if set, then renamed over ``path``."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(6).hex()}.tmp")
     try:
-        with open(tmp, "w", encoding="utf-8") as fh:
+        fd = os.open(tmp, _NEW, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            if owner is not None:
+                os.fchown(fd, *owner)
             fh.write(text)
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+def open_log(path: Path | str) -> int:
+    """``path`` (a log in the job's directory, which the job may have changed meanwhile) opened
+    for appending as the control plane: never through a symlink (``O_NOFOLLOW``), created only if
+    missing (``O_EXCL``), and only a regular file with one link (not a FIFO, not a hard link to
+    a file elsewhere). OSError otherwise."""
+    flags = os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    try:
+        try:
+            fd = os.open(path, flags)
+        except FileNotFoundError:
+            fd = os.open(path, flags | os.O_CREAT | os.O_EXCL, 0o600)
+    except OSError as exc:  # ELOOP: a symlink; ENXIO: a FIFO nobody reads; EEXIST: a race
+        raise OSError(
+            exc.errno, f"{path} is not a plain file of its own ({exc.strerror})"
+        ) from None
+    st = os.fstat(fd)
+    if not _stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
+        os.close(fd)
+        raise OSError(f"{path} is not a plain file of its own (a link or a special file)")
+    os.set_blocking(fd, True)
+    return fd
 
 
 def _read_text(path: Path) -> str | None:
@@ -133,7 +185,7 @@ def _usage(msg: str) -> int:
     print(f"gpufence launcher: {msg}", file=sys.stderr)
     print(
         "usage: launcher ATTEMPT_DIR --rank R [--catch SIGNUM]... [--fence-parent PID] "
-        "[--cgroup DIR]... [--uid U --gid G [--groups G,...]] -- ARGV...",
+        "[--cgroup DIR]... [--uid U --gid G [--groups G,...]] [--cwd DIR] -- ARGV...",
         file=sys.stderr,
     )
     return 2
@@ -147,16 +199,20 @@ class SpawnFailure(Exception):
 
 
 class Confine:
-    """Where the user command runs: cgroup directories to join, then the identity to take."""
+    """Where the user command runs: cgroup directories to join, the identity to take, then the
+    working directory to enter (as that identity)."""
 
     def __init__(self) -> None:
         self.cgroups: list[str] = []
         self.uid: int | None = None
         self.gid: int | None = None
         self.groups: list[int] = []
+        self.cwd: str | None = None
 
     def enter(self) -> None:
-        """In the forked child, before exec: join every cgroup, then drop to the job's user."""
+        """In the forked child, before exec: join every cgroup, drop to the job's user, then
+        enter the working directory by its full path as that user, so a directory the user may
+        not reach (the server's own, one under a 0700 home) is refused, not entered as root."""
         me = str(os.getpid())
         for d in self.cgroups:
             try:
@@ -177,6 +233,15 @@ class Confine:
             raise SpawnFailure(
                 EXIT_NOT_CONTAINED, f"cannot switch to uid {self.uid} gid {self.gid}: {exc}"
             ) from exc
+        if self.cwd is not None:
+            try:
+                os.chdir(self.cwd)
+            except OSError as exc:
+                raise SpawnFailure(
+                    EXIT_NOT_CONTAINED,
+                    f"cannot enter the working directory {self.cwd} as uid {os.getuid()}: "
+                    f"{exc.strerror}",
+                ) from exc
 
 
 def _spawn(
@@ -357,6 +422,8 @@ def main(
                 confine.gid = int(value)
             elif opt == "--groups":
                 confine.groups = [int(g) for g in value.split(",") if g]
+            elif opt == "--cwd":
+                confine.cwd = value
             else:
                 return _usage(f"unknown option {opt}")
         except ValueError:
@@ -379,11 +446,20 @@ def main(
     # written already by whoever forked us (the fork server): replacing a file by rename costs
     # ext4 a data flush (auto_da_alloc, ~2 ms on a busy disk), right on the GPU hand-off
     if _read_text(pid_file(attempt_dir, rank)) != record:
+        with contextlib.suppress(FileExistsError):  # the executor makes it; by hand, we do
+            os.mkdir(records_dir(attempt_dir), 0o700)
         atomic_write(pid_file(attempt_dir, rank), record)
 
-    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
-    out_fd = os.open(out_file(attempt_dir, rank), flags, 0o600)
-    err_fd = os.open(err_file(attempt_dir, rank), flags, 0o600)
+    out_fd = -1
+    try:
+        out_fd = open_log(out_file(attempt_dir, rank))
+        err_fd = open_log(err_file(attempt_dir, rank))
+    except OSError as exc:  # the job's directory holds something we must not write through
+        if out_fd >= 0:
+            os.close(out_fd)
+        print(f"gpufence launcher: {exc}", file=sys.stderr)
+        atomic_write(exit_file(attempt_dir, rank), exit_record(EXIT_NOT_CONTAINED, time.time()))
+        return EXIT_NOT_CONTAINED
     code: int
     try:
         child = (spawn or _spawn)(command, job_env, out_fd, err_fd, confine)
@@ -399,7 +475,7 @@ def main(
             "devices": job_env.get("CUDA_VISIBLE_DEVICES", ""),
             "fence_parent": fence_parent,
         }
-        atomic_write(attempt_dir / f"rank-{rank}.started", json.dumps(started) + "\n")
+        atomic_write(started_file(attempt_dir, rank), json.dumps(started) + "\n")
         # anything sent to the group before the command existed reached only us: pass it on
         early = signal.sigpending() & caught
         for sig in sorted(early):

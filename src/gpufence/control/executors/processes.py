@@ -1,12 +1,13 @@
 """The processes of a running gang member: /proc reads, process groups, pid/exit records.
 
 A member is one launcher (``launcher.py``) started as the leader of a new process group, so its
-process tree is one process group (pgid == launcher pid), and, with containment, the job's
-processes are in the member's cgroup (``MemberProcess.cgroup``), which also holds those that left
-the process group (``setsid``, daemons). The launcher records ``rank-R.pid`` / ``rank-R.exit`` in
-the attempt directory; ``attach`` re-finds a recorded member that still runs (guarding against pid
-reuse with the recorded start time) and ``recorded_exit`` reads how one ended. Processes are waited
-for and reaped through pidfds, which also work for processes that are not our children.
+process tree is one process group (pgid == launcher pid), and, with containment, the job's processes
+are in the member's cgroup (``MemberProcess.cgroup``), which also holds those that left the process
+group (``setsid``, daemons). The launcher records ``rank-R.pid`` / ``rank-R.exit`` in the attempt's
+records directory (the control plane's; ``launcher.records_dir``); ``attach`` re-finds a recorded
+member that still runs (guarding against pid reuse with the recorded start time) and
+``recorded_exit`` reads how one ended. Processes are waited for and reaped through pidfds, which
+also work for processes that are not our children.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from gpufence.control.executors.launcher import (
     atomic_write,
     err_file,
     exit_file,
+    open_log,
     pid_file,
     pid_record,
     proc_start_time,
@@ -88,8 +90,37 @@ def read_json(path: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
+def _record(adir: Path, rank: int, path: Path) -> Path | None:
+    """Where to read the launcher record ``path`` of ``adir``: its records directory; for an
+    attempt started before records moved there (none, but ``rank-R.*`` in ``adir``), ``adir``
+    itself, trusted only if nobody but the server's user could write it (the job ran as that
+    user, so a forged record gains it nothing). None: an untrusted record (logged)."""
+    if path.parent.exists():
+        return path
+    legacy = adir / path.name
+    try:
+        st = os.lstat(adir)
+    except OSError:
+        return path
+    if not legacy.exists():
+        return path
+    if st.st_uid == os.geteuid() and not st.st_mode & 0o022:
+        return legacy
+    log.error(
+        "%s: the launcher record %s is in a directory of uid %d, which the job can write: not "
+        "trusted (it could name anyone's process); rank %d is taken as ended with no exit code, "
+        "its cgroup (if any) killed; without containment, check for its processes by hand",
+        adir,
+        legacy.name,
+        st.st_uid,
+        rank,
+    )
+    return None
+
+
 def recorded_exit(adir: Path, rank: int) -> int | None:
-    rec = read_json(exit_file(adir, rank))
+    where = _record(adir, rank, exit_file(adir, rank))
+    rec = read_json(where) if where is not None else None
     code = rec.get("code") if rec is not None else None
     return code if isinstance(code, int) and not isinstance(code, bool) else None
 
@@ -100,7 +131,8 @@ def attach(adir: Path, rank: int) -> tuple[int, int | None]:
     The recorded start time guards against pid reuse; a zombie counts as gone (it is reaped
     here when it is our own child).
     """
-    rec = read_json(pid_file(adir, rank))
+    where = _record(adir, rank, pid_file(adir, rank))
+    rec = read_json(where) if where is not None else None
     if rec is None:
         return 0, None
     pid, start_time = rec.get("pid"), rec.get("start_time")
@@ -233,32 +265,34 @@ def spawn_member(
     rank: int,
     command: Iterable[str],
     env: dict[str, str],
-    cwd: str | Path | None,
     caught: set[signal.Signals],
     fence_parent: bool = False,
     confine: Iterable[str] = (),
 ) -> MemberProcess:
     """Start one gang member: the launcher (``python -I -S``: no site, ~20 ms sooner) in its own
-    session, told to survive ``caught`` (which it forwards to the command's group) and confined
-    by ``confine`` (``containment.members.launcher_args``). It inherits this thread's mask, so
-    it starts with those signals blocked and unblocks them once its handlers are in place: a
-    stop sent right after the spawn is never lost. Its pid record is written here too, so a
-    crash before the launcher writes it still leaves one."""
+    session, told to survive ``caught`` (which it forwards to the command's group) and confined by
+    ``confine`` (``containment.members.launcher_args``: cgroup, user, working directory). It
+    inherits this thread's mask, so it starts with those signals blocked and unblocks them once its
+    handlers are in place: a stop sent right after the spawn is never lost. Its pid record is
+    written here too, so a crash before the launcher writes it still leaves one."""
     args = launcher_argv(adir, rank, command, caught, confine, fence_parent)
     argv = [python, "-I", "-S", str(LAUNCHER), *args]
     old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, caught)
     try:
-        with open(err_file(adir, rank), "ab") as err:
+        err = open_log(err_file(adir, rank))  # in the job's directory: no link followed
+        try:
             popen = subprocess.Popen(
                 argv,
                 env=env,
-                cwd=cwd,
+                cwd="/",  # the launcher's; the job enters its own (--cwd) as its own user
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=err,
                 start_new_session=True,
                 close_fds=True,
             )
+        finally:
+            os.close(err)
     except (OSError, ValueError) as exc:
         raise SpawnError(f"cannot start rank {rank}: {exc}") from exc
     finally:

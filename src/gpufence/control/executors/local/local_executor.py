@@ -6,9 +6,10 @@ the member's process tree is one process group that signals address as a unit. W
 (``containment=``, what ``gpufence up`` passes unless ``--no-containment``) the job's processes are
 also in the member's own cgroup, created here before the spawn and joined by the launcher's child
 before it execs the job: signals and kills go to the cgroup, and the member is over (its GPUs free)
-only when the cgroup is empty. The launcher records ``rank-R.pid`` / ``rank-R.exit`` in the attempt
-directory; those records let a restarted control plane re-attach to attempts that kept running
-(``adopt``, which re-opens their cgroups by name) or learn how they ended.
+only when the cgroup is empty. The launcher records ``rank-R.pid`` / ``rank-R.exit`` in the
+attempt's records directory (the control plane's, beside the job-owned attempt directory:
+``jobdirs.py``); those records let a restarted control plane re-attach to attempts that kept
+running (``adopt``, which re-opens their cgroups by name) or learn how they ended.
 
 One watcher thread (``watcher.AttemptWatcher``, which ``LocalExecutor`` extends) waits for
 member exits, SIGKILL deadlines and notice acks; exits are event-driven: ``on_exit`` fires within
@@ -28,8 +29,9 @@ Policy worth knowing:
   without containment, its process group) is SIGKILLed at once and counted as strays, so
   nothing outlives the attempt on a GPU;
 * ``stop`` and ``notice`` signal cgroups (or process groups), never single processes;
-* a job with ``run_as`` gets its attempt and checkpoint directories (0700) and its logs (0600)
-  owned by that user, and runs as it.
+* a job with ``run_as`` gets its attempt and checkpoint directories (0700), its logs and notice
+  (0600) owned by that user, and runs as it, in its ``cwd`` (entered as that user) or else its
+  attempt directory.
 """
 
 from __future__ import annotations
@@ -57,7 +59,13 @@ from gpufence.control.executors.interface import (
     Member,
     NodeCallback,
 )
-from gpufence.control.executors.jobdirs import prepare_launch_dirs, reset_attempt
+from gpufence.control.executors.jobdirs import (
+    NOTICE_FILE,
+    owner_of,
+    prepare_launch_dirs,
+    reset_attempt,
+    working_dir,
+)
 from gpufence.control.executors.launcher import (
     atomic_write,
     err_file,
@@ -165,8 +173,8 @@ class LocalExecutor(AttemptWatcher):
                 log.warning("notice for job %s attempt %d, which is not running", job_id, attempt)
                 return
             body = json.dumps({"reason": reason, "deadline_unix": deadline_unix})
-            try:
-                atomic_write(_notice_path(att.launch), body + "\n")
+            try:  # the job's user reads it; created without following links in its directory
+                atomic_write(_notice_path(att.launch), body + "\n", owner_of(att.launch.run_as))
             except OSError as exc:
                 log.error("job %s attempt %d: cannot write notice file: %s", job_id, attempt, exc)
             if signal_job:
@@ -321,7 +329,7 @@ class LocalExecutor(AttemptWatcher):
         (forked by the fork server) whose child joins a new cgroup. The member's cgroup is
         removed again if the spawn fails."""
         rank, run_as = member.rank, launch.run_as
-        cwd = str(launch.cwd) if launch.cwd is not None else None
+        cwd = working_dir(launch)
         err, pidf = err_file(adir, rank), pid_file(adir, rank)
         ready = self._spares.take() if self._spares is not None else None
         if ready is not None:
@@ -336,7 +344,8 @@ class LocalExecutor(AttemptWatcher):
                 ready = None
         if ready is None:
             cg = self._cgroup(launch, member)
-        confine = launcher_args(cg if ready is None else None, run_as)  # a spare has joined
+        # a spare has joined its cgroup already, and its child is told its user and cwd itself
+        confine = launcher_args(cg, run_as, cwd) if ready is None else []
         argv = launcher_argv(adir, rank, launch.command, self._caught, confine)
         try:
             if ready is not None:
@@ -345,12 +354,13 @@ class LocalExecutor(AttemptWatcher):
                     "uid": run_as.uid if run_as is not None else None,
                     "gid": run_as.gid if run_as is not None else None,
                     "groups": list(run_as.groups) if run_as is not None else [],
+                    "cwd": str(cwd),
                 }
                 logs = (out_file(adir, rank), err)
                 generation = ready[1].generation
-                pid = ForkServer.activate(ready[1], argv, env, cwd, logs, child)
+                pid = ForkServer.activate(ready[1], argv, env, logs, child)
             else:
-                pid, generation = self._forks.spawn(argv, env, cwd, err, pidf)
+                pid, generation = self._forks.spawn(argv, env, err, pidf)
         except ForkServerError as exc:
             if cg is not None:
                 empty_and_remove([cg])
@@ -417,4 +427,4 @@ def _free_port() -> int:
 
 
 def _notice_path(launch: Launch) -> Path:
-    return launch.attempt_dir / "notice"
+    return launch.attempt_dir / NOTICE_FILE

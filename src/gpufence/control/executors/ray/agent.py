@@ -7,14 +7,14 @@ neither chooses the node nor sets ``CUDA_VISIBLE_DEVICES``), as a named detached
 and the next control plane re-attaches to it.
 
 The agent does on its node what ``LocalExecutor`` does on one machine: each member is one
-``launcher.py`` in a new session (its whole process tree is one process group), the launcher
-records ``rank-R.pid`` / ``.started`` / ``.exit`` in the attempt directory, signals go to process
-groups, the ack file is looked for here. With containment (``nodecontain.py``) each member runs
-in its own cgroup on this node, with its limits, device rules and user: signals and kills go to
-the cgroup, and a member is over (``run`` returns) only once its cgroup is empty, the strays of
-its main process killed and counted. ``run()`` returns the member's exit code when it ends
-(the executor ``ray.wait``s on those refs); exits are seen through pidfds on the actor's event
-loop, so nothing polls.
+``launcher.py`` in a new session (its whole process tree is one process group), the launcher records
+``rank-R.pid`` / ``.started`` / ``.exit`` in the attempt's records directory, signals go to process
+groups, the ack file is looked for here. With containment (``nodecontain.py``) each member runs in
+its own cgroup on this node, with its limits, device rules and user: signals and kills go to the
+cgroup, and a member is over (``run`` returns) only once its cgroup is empty, the strays of its main
+process killed and counted. ``run()`` returns the member's exit code when it ends (the executor
+``ray.wait``s on those refs); exits are seen through pidfds on the actor's event loop, so nothing
+polls.
 
 One agent per node rather than one actor per member: a Ray actor is a Python worker process of
 its own (0.4 s to start on an idle 2-core machine, 1.6 s for four at once), which would sit in the
@@ -39,8 +39,14 @@ from typing import Any
 from gpufence.control.containment.cgroup import ContainmentError, MemberCgroup
 from gpufence.control.containment.members import launcher_args
 from gpufence.control.containment.settings import ContainmentSettings
-from gpufence.control.executors.interface import Launch, LaunchError
-from gpufence.control.executors.jobdirs import prepare_job_dirs, reset_attempt
+from gpufence.control.executors.interface import Launch, LaunchError, RunAs
+from gpufence.control.executors.jobdirs import (
+    ACK_FILE,
+    NOTICE_FILE,
+    owner_of,
+    prepare_job_dirs,
+    reset_attempt,
+)
 from gpufence.control.executors.launcher import (
     atomic_write,
 )
@@ -71,6 +77,8 @@ DRAIN_LIMIT_S = 10.0
 class _Member:
     proc: MemberProcess
     done: asyncio.Event = field(default_factory=asyncio.Event)
+    owner: tuple[int, int] | None = None
+    """(uid, gid) of the job's user, who must be able to read the notice file."""
 
     def outcome(self) -> dict[str, Any]:
         p = self.proc
@@ -150,6 +158,7 @@ class NodeAgent:
                 raise RuntimeError(f"on this node: {exc}") from exc
         if cwd is not None and not Path(cwd).is_dir():
             raise RuntimeError(f"working directory {cwd} does not exist on this node")
+        workdir = cwd if cwd is not None else str(adir)  # as jobdirs.working_dir
         full_env = inherited_env(os.environ)  # the allow-list only: no secret of this node's
         full_env.update(env)
         full_env["GPUFENCE_RAY_NODE_ID"] = await self._node_id()
@@ -164,17 +173,16 @@ class NodeAgent:
                 rank,
                 command,
                 full_env,
-                cwd,
                 caught,
                 fence_parent=True,
-                confine=launcher_args(cg, run_as),
+                confine=launcher_args(cg, run_as, workdir),
             )
         except SpawnError as exc:
             if cg is not None:
                 cg.remove()
             raise RuntimeError(str(exc)) from exc
         proc.cgroup = cg
-        self._watch(key, adir, proc)
+        self._watch(key, adir, proc, run_as)
         return proc.pid
 
     async def adopt(
@@ -203,7 +211,7 @@ class NodeAgent:
             return (False, recorded_exit(adir, rank))
         proc = MemberProcess(rank, pid, pidfd, None)
         proc.cgroup = cg
-        self._watch(key, adir, proc)
+        self._watch(key, adir, proc, launch.run_as if launch is not None else None)
         return (True, None)
 
     async def run(self, attempt_dir: str, rank: int) -> dict[str, Any]:
@@ -239,16 +247,19 @@ class NodeAgent:
     async def notice(
         self, attempt_dir: str, ranks: list[int], body: str, signum: int | None
     ) -> None:
-        """Write the notice file (on this node) and, with ``signum``, signal the members."""
+        """Write the notice file (on this node, the job's user's: it must read it; never through a
+        link in its directory) and, with ``signum``, signal the members."""
+        known = [self._members.get(member_key(attempt_dir, r)) for r in ranks]
+        owner = next((m.owner for m in known if m is not None), None)
         with contextlib.suppress(OSError):
-            atomic_write(Path(attempt_dir) / "notice", body)
+            atomic_write(Path(attempt_dir) / NOTICE_FILE, body, owner)
         if signum is not None:
             await self.signal(attempt_dir, ranks, signum)
 
     async def wait_ack(self, attempt_dir: str, ranks: list[int], limit_s: float) -> bool:
         """True once the attempt's ack file exists here; False when these members have all ended
         or ``limit_s`` passed first."""
-        path = Path(attempt_dir) / "ack"
+        path = Path(attempt_dir) / ACK_FILE
         end = time.monotonic() + limit_s
         while time.monotonic() < end:
             if path.exists():
@@ -286,8 +297,10 @@ class NodeAgent:
 
         return str(ray.get_runtime_context().get_node_id())
 
-    def _watch(self, key: str, adir: Path, proc: MemberProcess) -> None:
-        m = _Member(proc)
+    def _watch(
+        self, key: str, adir: Path, proc: MemberProcess, run_as: RunAs | None = None
+    ) -> None:
+        m = _Member(proc, owner=owner_of(run_as))
         self._members[key] = m
         assert proc.pidfd is not None
         loop = asyncio.get_running_loop()
