@@ -1,10 +1,12 @@
-"""Fixtures for the LocalExecutor and containment integration tests."""
+"""Fixtures for the integration tests: a LocalExecutor, cgroup drivers for the containment
+tests, and a real API server per module."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
 import pytest
+from api_helpers import Server, run_server
 from containment_helpers import MODES, clear, make_driver, unique
 from executor_helpers import Recorder
 
@@ -61,3 +63,9 @@ def cgroups(cgroup_parent: str) -> Iterator[Callable[[str, tuple[str, ...]], Cgr
     yield make
     for d in made:
         clear(d)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """``serve`` in a thread on 127.0.0.1 (see ``api_helpers``), shared by a module's tests."""
+    yield from run_server(tmp_path_factory.mktemp("api"))

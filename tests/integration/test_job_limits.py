@@ -166,11 +166,11 @@ def test_cpus_and_memory_are_placed_against_this_machines(built: tuple[str, Cont
     assert (node.cpu_milli, node.mem_mib) == (cores * 1000, mem_gib * 1024)
 
     status, out = call(url, "POST", "/v1/jobs", {"command": ["true"], "cpus": cores + 1})
-    assert status == 422 and out["detail"][0]["loc"] == ["body", "cpus"], out
-    assert out["detail"][0]["reason"] == "never-fits"
+    assert status == 422 and out["field"] == "body.cpus", out
+    assert out["type"] == "urn:gpufence:problem:rejected" and out["reason"] == "never-fits"
     big = (mem_gib + 1) << 30
     status, out = call(url, "POST", "/v1/jobs", {"command": ["true"], "mem_bytes": big})
-    assert status == 422 and out["detail"][0]["loc"] == ["body", "mem_bytes"], out
+    assert status == 422 and out["field"] == "body.mem_bytes", out
 
     status, first = call(url, "POST", "/v1/jobs", {"command": SLEEP, "cpus": cores})
     assert status == 201
@@ -200,7 +200,8 @@ def test_an_oom_kill_ends_the_job_failed_with_reason_oom(
     assert "killed by the out-of-memory killer (over its memory limit of 64 MiB)" in job["message"]
     res = CliRunner().invoke(app, ["status", out["id"], "--url", url, "--token", ADMIN])
     assert res.exit_code == 0, res.output
-    assert "oom: attempt 1: killed by the out-of-memory killer" in " ".join(res.output.split())
+    flat = " ".join(res.output.split())
+    assert "failure oom: killed by the out-of-memory killer (over its memory limit of 64M)" in flat
     assert "64M memory" in res.output
 
 

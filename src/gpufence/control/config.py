@@ -17,6 +17,9 @@ control:
   stop_grace_s: 10          # SIGTERM -> SIGKILL
   notice_signal: SIGUSR1    # or SIGTERM: how a job hears about a preemption / reclaim notice
   activity_interval_s: 1    # how often idle detection samples running interactive jobs
+  max_request_bytes: 1048576  # larger HTTP request bodies get 413
+  gpu_sample_interval_s: 5  # real GPUs: how often NVML's process lists are checked (and MPS)
+  foreign_gpu_processes: report   # or kill: a process on a GPU that no job holding it owns
   advice:                   # `gpufence validate` / `up` / `advise` (gpufence.advice.inputs)
     ignore: [quota-borrow-unbounded]   # rule ids not to report (say why in a comment)
     chronic_preemption: {more_than: 2, of_last: 7, period_s: 86400}
@@ -104,6 +107,9 @@ class ControlSchema(BaseModel):
     stop_grace_s: float = Field(default=10.0, ge=0.0, le=3600.0)
     notice_signal: Literal["SIGUSR1", "SIGUSR2", "SIGTERM"] = "SIGUSR1"
     activity_interval_s: float = Field(default=1.0, gt=0.0, le=600.0)
+    max_request_bytes: int = Field(default=1 << 20, ge=1024, le=1 << 30)
+    gpu_sample_interval_s: float = Field(default=5.0, gt=0.0, le=3600.0)
+    foreign_gpu_processes: Literal["report", "kill"] = "report"
     advice: AdviceSettings = Field(default_factory=AdviceSettings)
     containment: ContainmentSchema = Field(default_factory=ContainmentSchema)
 
@@ -122,6 +128,11 @@ class ControlConfig:
     stop_grace_s: float = 10.0
     notice_signal: signal.Signals = signal.SIGUSR1
     activity_interval_s: float = 1.0
+    max_request_bytes: int = 1 << 20
+    gpu_sample_interval_s: float = 5.0
+    """Real GPUs: how often the processes on each GPU are checked, and MPS daemons watched."""
+    foreign_gpu_processes: Literal["report", "kill"] = "report"
+    """A process on a GPU that belongs to no job holding it: reported, or also killed."""
     advice: AdviceSettings = field(default_factory=AdviceSettings)
     containment: ContainmentSettings = field(default_factory=ContainmentSettings)
     """How members are confined; its ``pids_max`` is ``job_pids_limit`` (one setting)."""
@@ -299,6 +310,9 @@ def control_config(raw: object, data_dir: Path, source: str | None = None) -> Co
         stop_grace_s=schema.stop_grace_s,
         notice_signal=signal.Signals[schema.notice_signal],
         activity_interval_s=schema.activity_interval_s,
+        max_request_bytes=schema.max_request_bytes,
+        gpu_sample_interval_s=schema.gpu_sample_interval_s,
+        foreign_gpu_processes=schema.foreign_gpu_processes,
         advice=schema.advice,
         containment=schema.containment.settings(pids_max=schema.job_pids_limit),
     )

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Callable
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -29,8 +29,8 @@ from gpufence.control.executors.local.local_executor import LocalExecutor
 from gpufence.control.gpus.activity import GpuUtilization
 from gpufence.control.gpus.devices import DeviceMap, check_machine
 from gpufence.control.gpus.discovery import Discovery
-from gpufence.control.gpus.nvml import NvmlError, PynvmlApi
-from gpufence.control.gpus.records import DiscoveryError
+from gpufence.control.gpus.nvml import GpuApi
+from gpufence.control.gpus.runtime import GpuRuntime, Holders, open_gpu_api
 from gpufence.control.inbox import SubmitResult
 from gpufence.control.jobspec import SubmitRequest
 from gpufence.control.metrics import Telemetry
@@ -38,10 +38,10 @@ from gpufence.control.privatefs import dir_mode, ensure_dir, tighten_existing
 from gpufence.control.reconciler import Reconciler
 from gpufence.control.runas import blocking_dir
 from gpufence.control.store import database as st
-from gpufence.control.store.recovery import recover
+from gpufence.control.store.errors import unavailable
+from gpufence.control.store.recovery import damaged_hint, prepare_store, recover
 from gpufence.control.tenantview import Owner, redact
 from gpufence.model.cluster import Cluster
-from gpufence.model.partition import SharingMode
 from gpufence.sched.scheduler import Scheduler, SchedulerConfig
 
 log = logging.getLogger("gpufence.plane")
@@ -50,6 +50,38 @@ CALL_TIMEOUT_S = 30.0
 
 class AccessError(PermissionError):
     """The caller's tenant may not do this (HTTP 403)."""
+
+
+class InvalidField(ValueError):
+    """A request field that passed validation but cannot work here (HTTP 422 naming it)."""
+
+    def __init__(self, loc: tuple[str, ...], message: str) -> None:
+        super().__init__(message)
+        self.loc = loc
+
+
+def open_store(
+    config: ControlConfig,
+    data_dir: Path,
+    check_integrity: bool = True,
+    containment: Containment | None = None,
+) -> st.Store:
+    """The store of ``data_dir`` (made private first: ``_private_data_dir``), refused with what
+    to do when it is missing while its jobs run, damaged, or in use by another control plane
+    (``StoreError``); a data directory the medium refuses is ``StoreUnavailable``."""
+    try:
+        _private_data_dir(config, data_dir)
+        floor = prepare_store(data_dir, containment)
+        return st.Store(data_dir, check_integrity=check_integrity, id_floor=floor)
+    except st.StoreError as exc:
+        if "damaged" in str(exc):
+            raise st.StoreError(f"{exc}\n  {damaged_hint(data_dir, containment)}") from None
+        raise
+    except OSError as exc:  # the data directory itself: read-only, full, no permission
+        gone = unavailable(exc)
+        if gone is None:
+            raise
+        raise gone from None
 
 
 class ControlPlane:
@@ -62,24 +94,21 @@ class ControlPlane:
         executor: Executor | None = None,
         validate: bool = True,
         containment: Containment | None = None,
+        check_integrity: bool = True,
+        nvml: GpuApi | None = None,
     ) -> None:
         """``containment``: the cgroups of the local executor's members (``gpufence up`` detects
-        it; None runs jobs unconfined). Ignored when ``executor`` is given."""
+        it; None runs jobs unconfined). Ignored when ``executor`` is given. ``nvml``: the NVML
+        to manage real GPUs through (default: pynvml; tests give the fake one,
+        ``gpufence.testing.fake_nvml``); unused on fake GPUs."""
         check_machine(cluster, discovery)
-        if not discovery.fake and any(
-            p.sharing is SharingMode.MIG and p.mig is not None and p.mig.dynamic
-            for p in cluster.partitions.values()
-        ):
-            raise ValueError(
-                "partitions: dynamic MIG re-partitioning of real GPUs is not supported by the "
-                "local executor yet; give the MIG layout the GPUs already have (layout: [...])"
-            )
         self.cluster = cluster
         self.config = config
         self.discovery = discovery
         self.data_dir = data_dir
-        _private_data_dir(config, data_dir)
-        self.store = st.Store(data_dir)
+        self.store = open_store(
+            config, data_dir, check_integrity, containment if executor is None else None
+        )
         self.telemetry = Telemetry()
         self.containment = containment if executor is None else None
         self.executor: Executor = executor or LocalExecutor(
@@ -88,17 +117,23 @@ class ControlPlane:
         # validation re-checks every invariant after each cycle: cheap at one machine's scale,
         # and a control plane should stop rather than double-book a GPU
         self.scheduler = Scheduler(cluster, SchedulerConfig(validate=validate))
+        devices = DeviceMap(cluster, discovery)
+        # MIG instances, MPS daemons and foreign processes on this machine's real GPUs
+        api = open_gpu_api(discovery, nvml)
+        self.gpus = GpuRuntime(cluster, config, discovery, data_dir, devices, self.telemetry, api)
         self.reconciler = Reconciler(
             self.scheduler,
             config,
             self.store,
             self.executor,
-            DeviceMap(cluster, discovery),
+            devices,
             data_dir,
             self.telemetry,
+            mig=self.gpus.mig,
         )
-        if not discovery.fake and isinstance(self.executor, LocalExecutor):
-            self.reconciler.gpu_util = _nvml_utilization()
+        self.reconciler.gpu_board = self.gpus.board
+        if api is not None and isinstance(self.executor, LocalExecutor):
+            self.reconciler.gpu_util = GpuUtilization(api).of
         self.telemetry.set_live(lambda: self.reconciler.call(views.gauges).result(CALL_TIMEOUT_S))
         self.recovered: dict[str, int] = {}
         # where the spec came from, so advice can name file lines and queues[i] (build_plane)
@@ -109,24 +144,55 @@ class ControlPlane:
         log.info("GPUs: %s", self.discovery.source)
         if self.containment is not None:
             log.info("containment: %s", self.containment.describe())
-        self.recovered = recover(self.reconciler)
-        self.reconciler.start(first_id=self.store.max_seq() + 1)
+        # what the GPUs really have (MIG), before recovery's restores and any placement
+        self.reconciler.boot(self.gpus.startup_events(self.store), [])
+        self.recovered = recover(self.reconciler, self.containment)
+        self.reconciler.start()
+        self.gpus.start_watch(self._holders)
+
+    def _holders(self) -> Holders:
+        """Every running attempt, read on the reconciler thread (for the GPU sampler)."""
+
+        def read(r: Reconciler) -> Holders:
+            return [(j, v.attempt, v.launch) for j, v in r.live.items() if not v.orphan]
+
+        return self.reconciler.call(read).result(CALL_TIMEOUT_S)
 
     def close(self, kill_jobs: bool = False) -> None:
         """Stop the reconciler; jobs keep running unless ``kill_jobs`` (they are adopted at the
         next start)."""
+        self.gpus.stop_watch()
         self.reconciler.shutdown()
         self.executor.close(kill=kill_jobs)
+        self.gpus.close(kill_jobs, [v.launch for v in self.reconciler.live.values()])
         self.store.close()
 
     # ------------------------------------------------------------------ writes
-    def submit(self, req: SubmitRequest, tenant: str) -> SubmitResult:
+    def submit(
+        self, req: SubmitRequest, tenant: str, idempotency_key: str | None = None
+    ) -> SubmitResult:
+        """Acknowledged once durable. With ``idempotency_key``, a repeat (the client's 201 was
+        lost to a crash or a timeout) returns the job the first one created."""
+        return self.submit_future(req, tenant, idempotency_key).result(CALL_TIMEOUT_S)
+
+    def submit_future(
+        self, req: SubmitRequest, tenant: str, idempotency_key: str | None = None
+    ) -> Future[SubmitResult]:
+        """``submit`` without waiting: the checks, then the reconciler's future."""
         if req.tenant is not None and req.tenant != tenant:
             if tenant != ADMIN:
                 raise AccessError("only the admin may submit on behalf of another tenant")
             tenant = req.tenant
         self._check_queue(req, tenant)
-        return self.reconciler.submit(req, tenant).result(CALL_TIMEOUT_S)
+        self._check_cwd(req)
+        return self.reconciler.submit(req, tenant, idempotency_key)
+
+    def _check_cwd(self, req: SubmitRequest) -> None:
+        """Jobs run on this machine: a ``cwd`` that is not a directory here fails at submit,
+        not at launch (Ray runs them elsewhere: checked there)."""
+        local = isinstance(self.executor, LocalExecutor)
+        if local and req.cwd is not None and not Path(req.cwd).is_dir():
+            raise InvalidField(("body", "cwd"), f"{req.cwd} is not a directory on this machine")
 
     def _check_queue(self, req: SubmitRequest, tenant: str) -> None:
         """Queues owned by a configured tenant take that tenant's jobs only (and the admin's)."""
@@ -175,6 +241,7 @@ class ControlPlane:
         only_tenant: str | None = None,
         limit: int = 1000,
         after_seq: int = 0,
+        parse_spec: bool = True,
     ) -> list[st.JobRow]:
         if tenant != ADMIN:
             if only_tenant not in (None, tenant):
@@ -187,6 +254,7 @@ class ControlPlane:
                 tenant=only_tenant,
                 limit=limit,
                 after_seq=after_seq,
+                parse_spec=parse_spec,
             )
         owner = self.owner()
         return [self._shown(row, tenant, owner) for row in rows]
@@ -273,12 +341,3 @@ def _private_data_dir(config: ControlConfig, data_dir: Path) -> None:
                 f"dir {data_dir}; give --data a place every run_as user can reach, e.g. "
                 "/var/lib/gpufence"
             )
-
-
-def _nvml_utilization() -> Callable[[int], float | None] | None:
-    """NVML's per-GPU utilisation for idle detection; None (CPU figure only) if NVML fails."""
-    try:
-        return GpuUtilization(PynvmlApi()).of
-    except (DiscoveryError, NvmlError) as exc:
-        log.warning("idle detection uses CPU time only: NVML utilisation unavailable (%s)", exc)
-        return None

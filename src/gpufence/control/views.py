@@ -50,6 +50,10 @@ def _gpu(r: Reconciler, gid: int) -> dict[str, Any]:
         if any(occ is not None for occ in mig.occupant):
             out["state"] = "used"
             out["jobs"] = [occ for occ in mig.occupant if occ is not None]
+    if r.gpu_board is not None:  # real GPUs: refused, MIG errors, MPS, foreign processes
+        out.update(r.gpu_board.gpu(gid))
+        if out.get("refused"):
+            out["state"] = "refused"
     return out
 
 
@@ -80,6 +84,14 @@ def nodes(r: Reconciler, viewer: str = ADMIN) -> list[dict[str, Any]]:
         }
         for n in cluster.nodes
     ]
+    if viewer != ADMIN:  # whose processes they are is for the admin to see
+        for n in out:
+            gpus: list[dict[str, Any]] = n["gpus"]  # type: ignore[assignment]
+            for g in gpus:
+                if "foreign" in g:
+                    g["foreign"] = [
+                        {"action": i["action"], "since": i["since"]} for i in g["foreign"]
+                    ]
     return nodes_for(out, viewer, job_owner(r))
 
 
@@ -128,6 +140,8 @@ def partitions(r: Reconciler) -> list[dict[str, Any]]:
                 "queues": list(cluster.partition_queues[name]),
             }
         )
+        if r.gpu_board is not None:  # whether its sharing is enforced on the device, and how
+            out[-1].update(r.gpu_board.partition(name))
     return out
 
 
@@ -188,4 +202,9 @@ def gauges(r: Reconciler) -> dict[str, Any]:
         if rec.state in (JobState.PENDING, JobState.RUNNING, JobState.STOPPING):
             state = "pending" if rec.state is JobState.PENDING else "running"
             jobs[(state, rec.home, str(rec.job.workload_class))] += 1
-    return {"jobs": dict(jobs), "partitions": partitions(r)}
+    notes = []
+    if r.gpu_board is not None:
+        gpus = sched.cluster.gpus
+        for gid, n in sorted(r.gpu_board.gpus().items()):
+            notes.append({**n, "index": gpus[gid].index})
+    return {"jobs": dict(jobs), "partitions": partitions(r), "gpu_notes": notes}

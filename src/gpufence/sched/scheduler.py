@@ -32,6 +32,7 @@ from gpufence.model.events import (
     JobRestored,
     JobStopped,
     JobSubmitted,
+    MigLayoutRead,
     MigReconfigured,
     NodeDown,
     NodeUp,
@@ -44,6 +45,7 @@ from gpufence.sched.context import Context, Counters
 from gpufence.sched.fairshare import FairShare, TenantShare
 from gpufence.sched.intake import Refused, resolve
 from gpufence.sched.jobs import TERMINAL, JobRecord, JobState
+from gpufence.sched.migdyn import apply_layout_read
 from gpufence.sched.passes import CAPACITY, lend_pass, place_partition
 from gpufence.sched.placement.dispatch import PlacementEngine
 from gpufence.sched.protect import MAX_BATCH, protect_partition
@@ -183,6 +185,9 @@ class Scheduler:
             if layout is not None:
                 ctx.ledger.set_mig_layout(ev.gpu, layout)
                 ctx.ledger.set_blocked(ev.gpu, False)
+            return
+        if isinstance(ev, MigLayoutRead):
+            apply_layout_read(ctx, ev)
             return
         rec = ctx.records.get(ev.job_id)
         if rec is None or rec.state in TERMINAL:

@@ -26,6 +26,8 @@ from typing import Any
 from gpufence.control.config import ADMIN, ControlConfig, cluster_from_spec_dict
 from gpufence.control.gpus.devices import DeviceMap
 from gpufence.control.gpus.discovery import Discovery, fake_gpus
+from gpufence.control.gpus.mig_manager import MigManager
+from gpufence.control.gpus.nvml import GpuApi
 from gpufence.control.inbox import Clock, Item, SubmitResult
 from gpufence.control.jobspec import SubmitRequest
 from gpufence.control.metrics import Telemetry
@@ -76,9 +78,12 @@ class ReconcilerRig:
         executor: FakeExecutor | None = None,
         stop_grace_s: float = 5.0,
         now: float = START_S,
+        nvml: GpuApi | None = None,
     ) -> ReconcilerRig:
         """A fresh (or, on an existing ``data_dir``, a restarted) rig for the cluster ``spec``;
-        ``discovery`` defaults to as many fake GPUs as the spec's first node group has."""
+        ``discovery`` defaults to as many fake GPUs as the spec's first node group has. With
+        ``nvml`` (e.g. a ``FakeNvml``) MIG re-partitions are carried out through it, inline in
+        the cycle that finds them due (``MigManager(threaded=False)``)."""
         cluster = cluster_from_spec_dict(spec)
         if discovery is None:
             discovery = fake_gpus(int(spec["node_groups"][0]["gpus_per_node"]))
@@ -88,17 +93,21 @@ class ReconcilerRig:
         ex = executor or FakeExecutor()
         store = st.Store(data_dir)
         time = ManualTime(now)
+        devices = DeviceMap(cluster, discovery)
+        telemetry = Telemetry()
+        mig = MigManager(cluster, devices, nvml, telemetry=telemetry, threaded=False)
         rec = Reconciler(
             Scheduler(cluster, SchedulerConfig(validate=True)),
             config,
             store,
             ex,
-            DeviceMap(cluster, discovery),
+            devices,
             data_dir,
-            Telemetry(),
+            telemetry,
             clock=Clock(source=time),
+            mig=mig,
         )
-        rec._next_id = store.max_seq() + 1  # what Reconciler.start does before its loop
+        rec.gpu_board = mig.board
         return cls(rec, ex, store, cluster, discovery, config, data_dir, time)
 
     # ------------------------------------------------------------------ driving

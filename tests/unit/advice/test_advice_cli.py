@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from gpufence.advice import catalog
 from gpufence.advice.lint import lint_cluster
-from gpufence.cli.lint import file_inputs
+from gpufence.cli.speclint import file_inputs
 from gpufence.sim.advice_run import scenario_inputs
 from gpufence.sim.scenario import load_scenario
 from gpufence.spec import SpecError, format_spec_error, load_cluster_with_sections

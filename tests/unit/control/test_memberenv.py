@@ -6,8 +6,13 @@ from __future__ import annotations
 import pwd
 from pathlib import Path
 
-from gpufence.control.executors.interface import Launch, Member, RunAs
-from gpufence.control.executors.memberenv import DEFAULT_ENV_INHERIT, inherited_env, member_envs
+from gpufence.control.executors.interface import GpuShare, Launch, Member, RunAs
+from gpufence.control.executors.memberenv import (
+    DEFAULT_ENV_INHERIT,
+    inherited_env,
+    member_envs,
+    mps_env,
+)
 
 SERVER_ENV = {
     "PATH": "/usr/bin:/bin",
@@ -80,3 +85,35 @@ def test_without_run_as_the_executor_identity_is_kept(tmp_path: Path) -> None:
     assert (env["HOME"], env["USER"]) == ("/root", "root")
     assert "LOGNAME" not in env
     assert member_envs(_launch(tmp_path), "h", 1)[0]["MY_VAR"] == "mine"
+
+
+def test_a_share_under_mps_gets_its_pipe_and_limits(tmp_path: Path) -> None:
+    share = GpuShare(milli=250, mem_mib=10240, mps_pipe_dir="/data/mps/gpu-3/pipe")
+    launch = Launch(
+        job_id="j2",
+        attempt=1,
+        command=("true",),
+        env={"CUDA_MPS_PIPE_DIRECTORY": "/tmp/escape", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "100"},
+        members=(Member(0, "n0", ("GPU-x",), share), Member(1, "n0", ("GPU-y",))),
+        attempt_dir=tmp_path / "a",
+        checkpoint_dir=tmp_path / "c",
+    )
+    envs = member_envs(launch, "127.0.0.1", 29500, inherit=SERVER_ENV)
+    mine = {k: v for k, v in envs[0].items() if k.startswith("CUDA_")}
+    assert mine == {
+        "CUDA_VISIBLE_DEVICES": "GPU-x",
+        "CUDA_MPS_PIPE_DIRECTORY": "/data/mps/gpu-3/pipe",  # the job's own --env does not win
+        "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "25",
+        "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "0=10240M",
+    }
+    assert envs[1]["CUDA_MPS_PIPE_DIRECTORY"] == "/tmp/escape"  # no share: its own business
+
+
+def test_mps_percentages_round_up_and_no_daemon_means_no_variables() -> None:
+    assert mps_env(GpuShare(1, 0, "/p"))["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "1"
+    assert mps_env(GpuShare(333, 0, "/p")) == {
+        "CUDA_MPS_PIPE_DIRECTORY": "/p",
+        "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "34",
+    }
+    assert mps_env(GpuShare(500, 4096, None)) == {}
+    assert mps_env(None) == {}

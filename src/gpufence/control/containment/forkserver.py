@@ -283,7 +283,8 @@ class ForkServer:
                 pass_fds=(theirs.fileno(),),
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
-                env={"PATH": os.environ.get("PATH", os.defpath)},
+                # its launchers read the spool and failpoint variables for themselves
+                env={"PATH": os.environ.get("PATH", os.defpath), **launcher.launcher_env()},
                 # its launchers stay here; each job enters its own directory as its own user
                 cwd="/",
                 start_new_session=True,  # Ctrl-C on `gpufence up` does not reach it

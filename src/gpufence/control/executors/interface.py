@@ -15,6 +15,18 @@ from typing import Protocol
 
 
 @dataclass(frozen=True, slots=True)
+class GpuShare:
+    """A fractional share of one GPU; enforced with MPS when ``mps_pipe_dir`` is set."""
+
+    milli: int
+    """Compute share in thousandths of the GPU (-> CUDA_MPS_ACTIVE_THREAD_PERCENTAGE)."""
+    mem_mib: int
+    """GPU memory the share may pin (-> CUDA_MPS_PINNED_DEVICE_MEM_LIMIT)."""
+    mps_pipe_dir: str | None = None
+    """The GPU's MPS control daemon pipe directory; None: MPS not running, not enforced."""
+
+
+@dataclass(frozen=True, slots=True)
 class Member:
     """One gang member (or one replica) of an attempt."""
 
@@ -23,6 +35,8 @@ class Member:
     """Node name; informational for the local executor, used for ``LOCAL_RANK``."""
     devices: tuple[str, ...]
     """``CUDA_VISIBLE_DEVICES`` entries (GPU indices or MIG UUIDs); ``()`` means CPU-only."""
+    share: GpuShare | None = None
+    """Set for a fractional share of a GPU (its MPS limits, ``memberenv.mps_env``)."""
     device_nodes: tuple[str, ...] = ()
     """Device nodes of those GPUs (``/dev/nvidiaN``, MIG capability devices): with containment
     the member may open these and none of the node's other GPU device nodes."""

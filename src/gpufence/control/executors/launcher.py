@@ -31,7 +31,19 @@ session, or the fork server in a new process group). It
    outside the cgroup, keeps the control plane's identity, so killing the cgroup never loses
    the exit record;
 4. waits, writes ``rank-R.exit`` (JSON: ``code``, ``ended_unix``; negative code = killed by that
-   signal) atomically and exits with the code (128 + signal for a signal death).
+   signal) and exits with the code (128 + signal for a signal death).
+
+The exit record must survive a full or failing data disk, or a completed job would run again
+after a restart (``write_exit_record``): the executor *reserves* it at spawn in the records
+directory (a placeholder of ``EXIT_RESERVED`` bytes, written while there is room), the launcher
+overwrites that in place (no new block is needed on a full disk) and fsyncs it; if that fails
+too (read-only, I/O error) it spools the record to ``$GPUFENCE_EXIT_SPOOL`` (default
+``/dev/shm/gpufence-exits``, a separate file system; used only while it is a 0700 directory of
+the control plane's uid, ``private_spool``, so no job can forge a record there either) and, if
+even that fails, keeps retrying while it lives: the launcher stays the member's process-group
+leader, so the member looks alive and nothing is run in its place. The launcher reads
+``$GPUFENCE_EXIT_SPOOL`` and ``$GPUFENCE_FAILPOINTS`` (``LAUNCHER_ENV``) for itself and never
+passes them on to the job.
 
 With ``--fence-parent PID`` (the Ray node agent passes its own pid) the member does not outlive
 that process: if it dies (the node agent is gone, so the control plane has declared
@@ -51,6 +63,7 @@ after start is not lost.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import select
@@ -101,10 +114,13 @@ def err_file(attempt_dir: Path, rank: int) -> Path:
 _NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
-def atomic_write(path: Path, text: str, owner: tuple[int, int] | None = None) -> None:
+def atomic_write(
+    path: Path, text: str, owner: tuple[int, int] | None = None, fsync: bool = False
+) -> None:
     """Write ``text`` to ``path`` so that readers see the old file or the whole new one: a new
     file under a random name (``O_EXCL | O_NOFOLLOW``: never through a link planted in a job's
-    directory), given to ``owner`` (uid, gid) if set, then renamed over ``path``."""
+    directory), given to ``owner`` (uid, gid) if set, flushed to the disk with ``fsync``, then
+    renamed over ``path``."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(6).hex()}.tmp")
     try:
         fd = os.open(tmp, _NEW, 0o600)
@@ -112,6 +128,9 @@ def atomic_write(path: Path, text: str, owner: tuple[int, int] | None = None) ->
             if owner is not None:
                 os.fchown(fd, *owner)
             fh.write(text)
+            if fsync:
+                fh.flush()
+                os.fsync(fh.fileno())
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
@@ -158,6 +177,99 @@ def pid_record(pid: int, start_time: int) -> str:
 def exit_record(code: int, ended_unix: float) -> str:
     """Content of ``rank-R.exit``."""
     return f'{{"code": {int(code)}, "ended_unix": {float(ended_unix)!r}}}\n'
+
+
+EXIT_RESERVED = 256
+"""Bytes reserved for ``rank-R.exit`` at spawn; the record is overwritten into them."""
+SPOOL_ENV = "GPUFENCE_EXIT_SPOOL"
+DEFAULT_SPOOL = "/dev/shm/gpufence-exits"
+
+
+def reserved_exit_record() -> str:
+    """The placeholder (``code`` null: "not exited yet") that reserves the record's blocks."""
+    return '{"code": null}'.ljust(EXIT_RESERVED - 1) + "\n"
+
+
+LAUNCHER_ENV = (SPOOL_ENV, "GPUFENCE_FAILPOINTS")
+"""The control plane's variables the launcher itself reads (never passed on to the job)."""
+
+
+def launcher_env() -> dict[str, str]:
+    """Those of ``LAUNCHER_ENV`` this process has: what a launcher it starts must see too."""
+    return {k: os.environ[k] for k in LAUNCHER_ENV if os.environ.get(k)}
+
+
+def spool_dir() -> Path:
+    return Path(os.environ.get(SPOOL_ENV) or DEFAULT_SPOOL)
+
+
+def spool_file(attempt_dir: Path, rank: int) -> Path:
+    """Where a record goes when the attempt directory takes no writes (outside the data disk)."""
+    key = hashlib.sha256(str(attempt_dir.absolute()).encode()).hexdigest()[:32]
+    return spool_dir() / f"{key}-rank-{rank}.exit"
+
+
+def private_spool(create: bool = False) -> Path | None:
+    """The spool directory if it is the control plane's own (made now with ``create``): a real
+    directory of this uid that no one else may write. ``/dev/shm`` is writable by everyone, so a
+    job could make the directory first and forge exit records in it: such a spool is neither
+    written nor read (None)."""
+    d = spool_dir()
+    if create:
+        with contextlib.suppress(OSError):
+            d.parent.mkdir(parents=True, exist_ok=True)
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(d, 0o700)
+    try:
+        st = os.lstat(d)
+    except OSError:
+        return None
+    if not _stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
+        return None
+    return d
+
+
+def _overwrite_reserved(path: Path, text: str) -> None:
+    data = text.encode()
+    fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        if os.fstat(fd).st_size != EXIT_RESERVED or len(data) > EXIT_RESERVED:
+            raise OSError(f"{path} is not a reserved exit record")
+        os.pwrite(fd, data.ljust(EXIT_RESERVED - 1) + b"\n", 0)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_exit_record(attempt_dir: Path, rank: int, code: int, ended_unix: float) -> str:
+    """Record how the member ended, whatever state the data disk is in; returns where.
+
+    In order: into the reserved record in place, as a new file (atomic), to the spool; if none
+    works, wait and try again (with backoff, up to 5 s apart) for as long as it takes."""
+    text = exit_record(code, ended_unix)
+    path = exit_file(attempt_dir, rank)
+    tries = 0
+    while True:
+        with contextlib.suppress(OSError):
+            _overwrite_reserved(path, text)
+            return "reserved"
+        with contextlib.suppress(OSError):
+            atomic_write(path, text, fsync=True)
+            return "file"
+        with contextlib.suppress(OSError):
+            if private_spool(create=True) is not None:
+                atomic_write(spool_file(attempt_dir, rank), text, fsync=True)
+                return "spool"
+        time.sleep(min(5.0, 0.05 * 2**tries))
+        tries += 1
+
+
+def _failpoint(name: str) -> None:
+    """``$GPUFENCE_FAILPOINTS`` for the launcher's own points (see control/failpoints.py;
+    only ``crash`` applies here: the launcher imports nothing of gpufence)."""
+    for item in os.environ.get("GPUFENCE_FAILPOINTS", "").split(","):
+        if item.strip().split("=")[0] == name:
+            os.kill(os.getpid(), signal.SIGKILL)
 
 
 def proc_stat_fields(pid: int) -> list[str] | None:
@@ -389,6 +501,8 @@ def main(
     ``spawn`` starts it (default: fork now), using descriptors ``keep_fds``."""
     args = list(sys.argv[1:] if argv is None else argv)
     job_env = dict(os.environ if env is None else env)
+    for name in LAUNCHER_ENV:  # ours (run by path, the job's env is ours), never the job's
+        job_env.pop(name, None)
     if "--" not in args:
         return _usage("missing '--' before the command")
     split = args.index("--")
@@ -444,11 +558,13 @@ def main(
     me = os.getpid()
     record = pid_record(me, proc_start_time(me) or 0)
     # written already by whoever forked us (the fork server): replacing a file by rename costs
-    # ext4 a data flush (auto_da_alloc, ~2 ms on a busy disk), right on the GPU hand-off
+    # ext4 a data flush (auto_da_alloc, ~2 ms on a busy disk), right on the GPU hand-off. On a
+    # full disk ours may fail, which is fine: the executor wrote one at the spawn
     if _read_text(pid_file(attempt_dir, rank)) != record:
-        with contextlib.suppress(FileExistsError):  # the executor makes it; by hand, we do
-            os.mkdir(records_dir(attempt_dir), 0o700)
-        atomic_write(pid_file(attempt_dir, rank), record)
+        with contextlib.suppress(OSError):
+            with contextlib.suppress(FileExistsError):  # the executor makes it; by hand, we do
+                os.mkdir(records_dir(attempt_dir), 0o700)
+            atomic_write(pid_file(attempt_dir, rank), record)
 
     out_fd = -1
     try:
@@ -458,14 +574,15 @@ def main(
         if out_fd >= 0:
             os.close(out_fd)
         print(f"gpufence launcher: {exc}", file=sys.stderr)
-        atomic_write(exit_file(attempt_dir, rank), exit_record(EXIT_NOT_CONTAINED, time.time()))
+        write_exit_record(attempt_dir, rank, EXIT_NOT_CONTAINED, time.time())
         return EXIT_NOT_CONTAINED
     code: int
     try:
         child = (spawn or _spawn)(command, job_env, out_fd, err_fd, confine)
     except SpawnFailure as exc:
         code = exc.code
-        os.write(err_fd, f"gpufence launcher: {exc.message}\n".encode())
+        with contextlib.suppress(OSError):  # a full disk must not cost the exit record
+            os.write(err_fd, f"gpufence launcher: {exc.message}\n".encode())
     else:
         # when the command exists (exec done): the GPU's hand-off ends here, whatever the
         # command then spends on its own start-up
@@ -475,7 +592,8 @@ def main(
             "devices": job_env.get("CUDA_VISIBLE_DEVICES", ""),
             "fence_parent": fence_parent,
         }
-        atomic_write(started_file(attempt_dir, rank), json.dumps(started) + "\n")
+        with contextlib.suppress(OSError):  # informational (hand-off timing): may be lost
+            atomic_write(started_file(attempt_dir, rank), json.dumps(started) + "\n")
         # anything sent to the group before the command existed reached only us: pass it on
         early = signal.sigpending() & caught
         for sig in sorted(early):
@@ -489,7 +607,8 @@ def main(
     finally:
         os.close(out_fd)
         os.close(err_fd)
-    atomic_write(exit_file(attempt_dir, rank), exit_record(code, time.time()))
+    write_exit_record(attempt_dir, rank, code, time.time())
+    _failpoint("launcher.after-exit-record")
     if fenced:  # nobody is left to clean up after us: the rest of the group goes too (and we)
         _kill_cgroup(confine.cgroups)
         os.killpg(0, signal.SIGKILL)

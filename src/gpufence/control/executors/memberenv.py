@@ -8,7 +8,9 @@ A job sees, in this order (later wins):
 2. with a ``run_as`` user: that user's HOME, USER and LOGNAME;
 3. ``Launch.env``: the job's own ``--env`` plus the server variables the admin added with
    ``control.job_env_inherit`` (the reconciler puts them there, see ``launches.py``);
-4. gpufence's own variables (GPU isolation, ranks, checkpoint and notice paths), which win.
+4. gpufence's own variables (GPU isolation, ranks, checkpoint and notice paths), which win;
+   a fractional share under MPS also gets its GPU's MPS pipe directory and its limits
+   (``mps_env``).
 
 No ``GPUFENCE_*`` variable is ever inherited: the only ones a job sees are those of step 4.
 Shared by the local and the Ray executors, so a job sees the same variables wherever it runs.
@@ -18,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from gpufence.control.executors.interface import Launch
+from gpufence.control.executors.interface import GpuShare, Launch
 from gpufence.control.runas import home_of
 
 DEFAULT_ENV_INHERIT = ("PATH", "HOME", "USER", "LANG", "LC_*", "TZ", "TERM")
@@ -44,6 +46,26 @@ def inherited_env(
     return {
         k: v for k, v in environ.items() if name_matches(k, pats) and not k.startswith(OWN_PREFIX)
     }
+
+
+def mps_env(share: GpuShare | None) -> dict[str, str]:
+    """MPS client variables of a fractional share (empty when its GPU runs no MPS daemon).
+
+    The share's compute is ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`` (its milli-GPU, rounded up to
+    a whole percent, so a share never gets 0); its memory is the pinned-memory limit of device 0,
+    the one GPU the client sees (CUDA_VISIBLE_DEVICES names it by UUID, as MPS wants when the
+    daemon itself sees only that GPU).
+    """
+    if share is None or share.mps_pipe_dir is None:
+        return {}
+    percent = max(1, min(100, -(-share.milli // 10)))
+    out = {
+        "CUDA_MPS_PIPE_DIRECTORY": share.mps_pipe_dir,
+        "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": str(percent),
+    }
+    if share.mem_mib > 0:
+        out["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = f"0={share.mem_mib}M"
+    return out
 
 
 def member_envs(
@@ -95,5 +117,6 @@ def member_envs(
             "LOCAL_RANK": str(local),
             "LOCAL_WORLD_SIZE": str(per_node[m.node]),
             "GPUFENCE_NODE": m.node,
+            **mps_env(m.share),
         }
     return out

@@ -30,11 +30,14 @@ from gpufence.control.executors.launcher import (
     atomic_write,
     err_file,
     exit_file,
+    launcher_env,
     open_log,
     pid_file,
     pid_record,
+    private_spool,
     proc_start_time,
     proc_stat_fields,
+    spool_file,
 )
 
 LAUNCHER = Path(_launcher.__file__).resolve()
@@ -118,11 +121,67 @@ def _record(adir: Path, rank: int, path: Path) -> Path | None:
     return None
 
 
-def recorded_exit(adir: Path, rank: int) -> int | None:
-    where = _record(adir, rank, exit_file(adir, rank))
-    rec = read_json(where) if where is not None else None
+def _code(rec: dict[str, Any] | None) -> int | None:
     code = rec.get("code") if rec is not None else None
     return code if isinstance(code, int) and not isinstance(code, bool) else None
+
+
+def recorded_exit(adir: Path, rank: int) -> int | None:
+    """The member's recorded exit code: from ``rank-R.exit`` in the records directory or, where
+    the launcher could not write there (full / read-only disk), from the spool (only a private
+    one: ``launcher.private_spool``); None if it has none."""
+    where = _record(adir, rank, exit_file(adir, rank))
+    code = _code(read_json(where)) if where is not None else None
+    if code is None and private_spool() is not None:
+        code = _code(read_json(spool_file(adir, rank)))
+    return code
+
+
+def recorded_pid(adir: Path, rank: int) -> tuple[int, int] | None:
+    """(pid, start time) of the member's launcher as recorded in ``rank-R.pid`` (trusted only
+    where the job could not have written it, see ``_record``); None if there is none."""
+    where = _record(adir, rank, pid_file(adir, rank))
+    rec = read_json(where) if where is not None else None
+    if rec is None:
+        return None
+    pid, start = rec.get("pid"), rec.get("start_time")
+    if not isinstance(pid, int) or isinstance(pid, bool) or not isinstance(start, int) or pid <= 1:
+        return None
+    return pid, start
+
+
+def forget_spooled_exits(adir: Path, ranks: int) -> None:
+    """The control plane has persisted this attempt's exit: spooled records may go."""
+    for rank in range(ranks):
+        try:
+            spool_file(adir, rank).unlink(missing_ok=True)
+        except OSError as exc:
+            log.debug("cannot remove the spooled exit record of %s rank %d: %s", adir, rank, exc)
+
+
+SPOOL_KEEP_S = 7 * 86400.0
+
+
+def prune_spool(max_age_s: float = SPOOL_KEEP_S) -> int:
+    """Drop spooled exit records older than ``max_age_s`` (their data directory went away
+    before its control plane could persist them); returns how many."""
+    spool = private_spool()
+    if spool is None:
+        return 0
+    try:
+        entries = list(spool.iterdir())
+    except OSError:
+        return 0
+    cutoff = time.time() - max_age_s
+    dropped = 0
+    for path in entries:
+        try:
+            if path.name.endswith(".exit") and path.stat().st_mtime < cutoff:
+                path.unlink()
+                dropped += 1
+        except OSError:
+            continue
+    return dropped
 
 
 def attach(adir: Path, rank: int) -> tuple[int, int | None]:
@@ -131,13 +190,10 @@ def attach(adir: Path, rank: int) -> tuple[int, int | None]:
     The recorded start time guards against pid reuse; a zombie counts as gone (it is reaped
     here when it is our own child).
     """
-    where = _record(adir, rank, pid_file(adir, rank))
-    rec = read_json(where) if where is not None else None
+    rec = recorded_pid(adir, rank)
     if rec is None:
         return 0, None
-    pid, start_time = rec.get("pid"), rec.get("start_time")
-    if not isinstance(pid, int) or not isinstance(start_time, int) or pid <= 0:
-        return 0, None
+    pid, start_time = rec
     try:
         fd = os.pidfd_open(pid)
     except OSError:
@@ -175,7 +231,7 @@ def settle(m: MemberProcess, code: int | None) -> None:
         m.popen.returncode = code if code is not None else -signal.SIGKILL
 
 
-def _wait_readable(fd: int, timeout: float) -> None:
+def wait_readable(fd: int, timeout: float) -> None:
     with selectors.DefaultSelector() as sel:
         sel.register(fd, selectors.EVENT_READ)
         sel.select(max(0.0, timeout))
@@ -227,7 +283,7 @@ def reap_now(members: Iterable[MemberProcess]) -> None:
     deadline = time.monotonic() + REAP_ON_CLOSE_S
     for m in members:
         if m.pidfd is not None:
-            _wait_readable(m.pidfd, deadline - time.monotonic())
+            wait_readable(m.pidfd, deadline - time.monotonic())
             settle(m, waitid(m.pidfd))
             os.close(m.pidfd)
             m.pidfd = None
@@ -283,7 +339,7 @@ def spawn_member(
         try:
             popen = subprocess.Popen(
                 argv,
-                env=env,
+                env={**env, **launcher_env()},  # the launcher's own; it keeps them from the job
                 cwd="/",  # the launcher's; the job enters its own (--cwd) as its own user
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,

@@ -47,6 +47,7 @@ import threading
 import time
 from pathlib import Path
 
+from gpufence.control import failpoints
 from gpufence.control.containment.cgroup import ContainmentError, MemberCgroup
 from gpufence.control.containment.forkserver import ForkServer, ForkServerError
 from gpufence.control.containment.members import Containment, launcher_args
@@ -63,7 +64,6 @@ from gpufence.control.executors.jobdirs import (
     NOTICE_FILE,
     owner_of,
     prepare_launch_dirs,
-    reset_attempt,
     working_dir,
 )
 from gpufence.control.executors.launcher import (
@@ -72,15 +72,14 @@ from gpufence.control.executors.launcher import (
     out_file,
     pid_file,
 )
+from gpufence.control.executors.local.adoption import adopt_members, ready_attempt
 from gpufence.control.executors.memberenv import member_envs
 from gpufence.control.executors.processes import (
     MemberProcess,
-    attach,
     group_cpu_by_pgid,
     killpg,
     launcher_argv,
     reap_now,
-    recorded_exit,
 )
 from gpufence.control.executors.watcher import (
     Attempt,
@@ -206,16 +205,7 @@ class LocalExecutor(AttemptWatcher):
                 raise RuntimeError("the executor is closed")
             if key in self._attempts or key in self._starting:
                 return True
-        members: list[MemberProcess] = []
-        for rank in sorted(m.rank for m in launch.members):
-            pid, pidfd = attach(launch.attempt_dir, rank)
-            m = MemberProcess(rank, pid, pidfd, None)
-            if self.containment is not None:
-                m.cgroup = self.containment.open(launch, rank)
-            if pidfd is None:
-                m.done = True
-                m.code = recorded_exit(launch.attempt_dir, rank)
-            members.append(m)
+        members = adopt_members(launch, self.containment)
         att = Attempt(launch, members=members)
         alive = att.live()
         att.wall_base = time.monotonic()
@@ -294,20 +284,15 @@ class LocalExecutor(AttemptWatcher):
         # 0700, the job's user's; a new attempt directory gets its logs before it is handed over
         fresh = prepare_launch_dirs(launch)
         ranks = range(len(launch.members))
-        for rank in () if fresh else ranks:
-            pid, pidfd = attach(adir, rank)
-            if pidfd is not None:
-                os.close(pidfd)
-                raise LaunchError(
-                    f"{adir} already has a live rank {rank} (pid {pid}): adopt it, don't start it"
-                )
-        if not fresh:  # nothing of it runs (checked above): clear it, new logs (links unfollowed)
-            reset_attempt(adir, run_as, ranks)
+        # refused if it ran before; exit records reserved while the disk has room
+        ready_attempt(adir, run_as, ranks, fresh)
 
         envs = member_envs(launch, "127.0.0.1", _free_port(), inherit=os.environ)
         started: list[MemberProcess] = []
         try:
             for member in sorted(launch.members, key=lambda m: m.rank):
+                if started:
+                    failpoints.hit("executor.between-spawns")
                 started.append(self._spawn_member(launch, adir, member, envs[member.rank]))
         except BaseException:
             self._abandon(started)

@@ -29,7 +29,11 @@ class RayStartError(ValueError):
 
 
 def ray_plane(
-    config: Path | None, data_dir: Path, address: str | None = None, contain: bool = True
+    config: Path | None,
+    data_dir: Path,
+    address: str | None = None,
+    check_integrity: bool = True,
+    contain: bool = True,
 ) -> ControlPlane:
     """``contain``: every node agent puts its members in cgroups (each detects its own node's
     cgroup mode; a node without containment refuses to start members)."""
@@ -69,7 +73,9 @@ def ray_plane(
             owns_ray=owns,
             containment=cc.containment if contain else None,
         )
-        return ControlPlane(cluster, cc, discovery, data_dir, executor=executor)
+        return ControlPlane(
+            cluster, cc, discovery, data_dir, executor=executor, check_integrity=check_integrity
+        )
     except RayNodesError as exc:
         if owns:
             ray.shutdown()
