@@ -108,10 +108,14 @@ def test_a_member_whose_launcher_died_is_killed_whole_on_adoption(
     with executor(driver) as second:
         second.set_callbacks(rec.on_exit, rec.on_ack)
         assert second.adopt(launch) is False
+        # killed whole (the setsid daemon too) and its cgroup removed before adopt returns,
+        # so before its exit is reported and the job requeued (issue 11, case 3)
+        assert not alive(job) and not alive(daemon)
+        assert driver.open(cgroup_name(launch, 0)) is None
         _, ev = rec.exit(timeout=10)
     assert ev.codes == (None,)  # no exit record: the control plane treats it as lost
     assert ev.strays_killed == 2  # the job and its daemon
-    assert not alive(job) and not alive(daemon)
+    assert json.loads(exit_file(launch.attempt_dir, 0).read_text())["code"] is None  # "lost"
 
 
 RUN_ONE = """

@@ -121,6 +121,8 @@ class ControlPlane:
         # MIG instances, MPS daemons and foreign processes on this machine's real GPUs
         api = open_gpu_api(discovery, nvml)
         self.gpus = GpuRuntime(cluster, config, discovery, data_dir, devices, self.telemetry, api)
+        if self.containment is not None:  # a process on a GPU is its member's by its cgroup
+            self.gpus.member_cgroup = self.containment.path_of
         self.reconciler = Reconciler(
             self.scheduler,
             config,

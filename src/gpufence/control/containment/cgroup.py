@@ -102,6 +102,11 @@ class CgroupDriver(Protocol):
         """Names of the cgroups under the parent."""
         ...
 
+    def path_of(self, name: str) -> str:
+        """The member cgroup ``name`` as ``/proc/PID/cgroup`` shows it (``/PARENT/NAME``, from
+        the hierarchy's root; the same in every v1 hierarchy)."""
+        ...
+
     def describe(self) -> str:
         """One line for the log: mode, controllers, where, device isolation."""
         ...

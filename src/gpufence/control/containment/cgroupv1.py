@@ -249,6 +249,9 @@ class V1Driver:
                     if d.name.startswith(prefix) and owner_gone(d.name) and claimed:
                         remove_dir(d)
 
+    def path_of(self, name: str) -> str:
+        return f"/{self._parent}/{name}"
+
     def names(self) -> list[str]:
         """Names of the cgroups under the parent (from the freezer hierarchy)."""
         try:

@@ -181,6 +181,9 @@ class V2Driver:
     def tidy(self, prefix: str, owner_gone: Callable[[str], bool]) -> None:
         """No spares on v2: nothing to tidy."""
 
+    def path_of(self, name: str) -> str:
+        return f"/{self._parent_rel}/{name}"
+
     def names(self) -> list[str]:
         try:
             return [d.name for d in self._parent.iterdir() if d.is_dir()]

@@ -114,6 +114,12 @@ class Containment:
     def open(self, launch: Launch, rank: int) -> MemberCgroup | None:
         return self.driver.open(cgroup_name(launch, rank))
 
+    def path_of(self, launch: Launch, rank: int) -> str:
+        """The member's cgroup as ``/proc/PID/cgroup`` names it: what attributes a process on a
+        GPU to its job (``gpus.runtime.GpuRuntime.member_cgroup``), whatever it did to leave
+        the member's session or process group."""
+        return self.driver.path_of(cgroup_name(launch, rank))
+
     # ------------------------------------------------------------------ spares
     def spare(self) -> MemberCgroup:
         """A new spare cgroup for a pre-started member (``prestart.py``), named for this
