@@ -101,14 +101,9 @@ def run_launcher(activation: int, command: int, join_dirs: list[str]) -> NoRetur
 def _run_child(command: int, report: int, join_dirs: list[str]) -> NoReturn:  # pragma: no cover
     """``C``: join the spare cgroup now (the slow part), then wait for the command."""
     failed = None
-    me = str(os.getpid()).encode()
     for d in join_dirs:
         try:
-            fd = os.open(os.path.join(d, "cgroup.procs"), os.O_WRONLY)
-            try:
-                os.write(fd, me)
-            finally:
-                os.close(fd)
+            launcher.join_cgroup(d)
         except OSError as exc:
             failed = f"cannot join cgroup {d}: {exc.strerror}"
             break

@@ -11,53 +11,42 @@ library, so it needs neither ``gpufence`` on the path nor ``site``, and starts ~
 local executor's fork server (``containment/forkserver.py``) has it imported already and calls
 ``main`` in a forked child: no interpreter start-up at all.)
 
-The launcher is the leader of the member's process group (the executor starts it in a new
-session, or the fork server in a new process group). It
+The launcher leads the member's process group (the executor starts it in a new session, the
+fork server in a new process group). It
 
-1. ignores SIGTERM, SIGINT, SIGUSR1 and every ``--catch`` signal itself (no-op handlers, which
-   ``exec`` resets to the default for the user command), so a signal sent to the group reaches
-   the user command while the launcher lives on to record the exit;
-2. writes ``rank-R.pid`` (JSON: ``pid``, ``start_time`` = field 22 of ``/proc/<pid>/stat``, the
-   guard against pid reuse) atomically. Its records (``.pid``, ``.started``, ``.exit``) go to
-   ``ATTEMPT_DIR.records`` (``records_dir``), the control plane's, not to the attempt directory,
-   which belongs to the job's user: a record the job could forge would name the process group
-   a restarted control plane signals and kills;
-3. runs the user command as its child in the same process group, stdout/stderr appended to
-   ``rank-R.out`` / ``rank-R.err`` (opened by ``open_log``: no link the job planted is followed).
-   Between fork and exec the child joins every ``--cgroup`` directory (the member's cgroup, one
-   per v1 hierarchy or one v2 directory: no process of the job ever runs outside it), then
-   switches to ``--gid`` / ``--groups`` / ``--uid`` (after joining: moving into a cgroup needs
-   the launcher's privileges), then enters ``--cwd`` as that user. The launcher itself stays
-   outside the cgroup, keeps the control plane's identity, so killing the cgroup never loses
-   the exit record;
-4. waits, writes ``rank-R.exit`` (JSON: ``code``, ``ended_unix``; negative code = killed by that
-   signal) and exits with the code (128 + signal for a signal death).
+1. ignores SIGTERM, SIGINT, SIGUSR1 and every ``--catch`` signal (no-op handlers, which ``exec``
+   resets for the user command): a signal to the group reaches the command, the launcher lives
+   on to record the exit. The executor starts it with those signals *blocked*; it forwards any
+   that came before the command existed, then unblocks them, so an early stop is not lost;
+2. writes ``rank-R.pid`` (``pid``, ``start_time`` = field 22 of ``/proc/<pid>/stat``, the guard
+   against pid reuse). Its records (``.pid``, ``.started``, ``.exit``) go to ``ATTEMPT_DIR.records``
+   (``records_dir``), the control plane's, not the job user's attempt directory: a record the
+   job could forge would name the process group a restarted control plane signals and kills;
+3. runs the command as its child, stdout/stderr appended to ``rank-R.out`` / ``rank-R.err``
+   (``open_log``: no link the job planted is followed). Between fork and exec the child joins
+   every ``--cgroup`` directory (no process of the job ever runs outside it), then switches to
+   ``--gid`` / ``--groups`` / ``--uid``, then enters ``--cwd`` as that user. The launcher stays
+   outside the cgroup with the control plane's identity: killing the cgroup never loses the
+   exit record;
+4. waits, writes ``rank-R.exit`` (``code``, ``ended_unix``; negative code = killed by that
+   signal) and exits with the code (128 + signal for a signal death). A command that cannot be
+   executed gets 127 (not found) or 126, one that cannot be contained (cgroup, user switch or
+   working directory refused, a log that is not a plain file) 125, and a line in ``rank-R.err``.
 
-The exit record must survive a full or failing data disk, or a completed job would run again
-after a restart (``write_exit_record``): the executor *reserves* it at spawn in the records
-directory (a placeholder of ``EXIT_RESERVED`` bytes, written while there is room), the launcher
-overwrites that in place (no new block is needed on a full disk) and fsyncs it; if that fails
-too (read-only, I/O error) it spools the record to ``$GPUFENCE_EXIT_SPOOL`` (default
-``/dev/shm/gpufence-exits``, a separate file system; used only while it is a 0700 directory of
-the control plane's uid, ``private_spool``, so no job can forge a record there either) and, if
-even that fails, keeps retrying while it lives: the launcher stays the member's process-group
-leader, so the member looks alive and nothing is run in its place. The launcher reads
-``$GPUFENCE_EXIT_SPOOL`` and ``$GPUFENCE_FAILPOINTS`` (``LAUNCHER_ENV``) for itself and never
-passes them on to the job.
+The exit record survives a full or failing data disk (``write_exit_record``), or a completed job
+would run again after a restart: the executor *reserves* it at spawn (``EXIT_RESERVED`` bytes,
+while there is room), the launcher overwrites that in place and fsyncs it; failing that
+(read-only, I/O error) it spools it to ``$GPUFENCE_EXIT_SPOOL`` (default
+``/dev/shm/gpufence-exits``, another file system; only while that is a 0700 directory of the
+control plane's uid, ``private_spool``, so no job can forge records there) and, failing that
+too, retries while it lives: the member looks alive, so nothing is run in its place.
+``$GPUFENCE_EXIT_SPOOL`` and ``$GPUFENCE_FAILPOINTS`` (``LAUNCHER_ENV``) are the launcher's own,
+never passed on to the job.
 
-With ``--fence-parent PID`` (the Ray node agent passes its own pid) the member does not outlive
-that process: if it dies (the node agent is gone, so the control plane has declared
-the member lost and will run the job again elsewhere), the launcher stops the group itself
-(SIGTERM, 5 s, then SIGKILL, and SIGKILL to whatever else is in its ``--cgroup``), so a requeued
-job never runs twice. The local executor does not
-use it: there the jobs must survive a control-plane restart and be adopted.
-
-A command that cannot be executed gets code 127 (not found) or 126 (not executable), one that
-cannot be contained (cgroup, user switch or working directory refused, or a log that is not a
-plain file) code 125, and a message in ``rank-R.err``.
-The executor starts the launcher with the caught signals *blocked*; the launcher forwards any
-that arrived before the user command existed, then unblocks them, so a stop or notice sent right
-after start is not lost.
+With ``--fence-parent PID`` (the Ray node agent's pid) the member does not outlive that process:
+if it dies (the control plane has declared the member lost and runs the job again elsewhere), the
+launcher stops the group itself (SIGTERM, 5 s, SIGKILL, and SIGKILL to whatever else is in its
+``--cgroup``). The local executor does not use it: its jobs outlive a restart and are adopted.
 """
 
 from __future__ import annotations
@@ -199,14 +188,10 @@ def launcher_env() -> dict[str, str]:
     return {k: os.environ[k] for k in LAUNCHER_ENV if os.environ.get(k)}
 
 
-def spool_dir() -> Path:
-    return Path(os.environ.get(SPOOL_ENV) or DEFAULT_SPOOL)
-
-
 def spool_file(attempt_dir: Path, rank: int) -> Path:
     """Where a record goes when the attempt directory takes no writes (outside the data disk)."""
     key = hashlib.sha256(str(attempt_dir.absolute()).encode()).hexdigest()[:32]
-    return spool_dir() / f"{key}-rank-{rank}.exit"
+    return Path(os.environ.get(SPOOL_ENV) or DEFAULT_SPOOL) / f"{key}-rank-{rank}.exit"
 
 
 def private_spool(create: bool = False) -> Path | None:
@@ -214,7 +199,7 @@ def private_spool(create: bool = False) -> Path | None:
     directory of this uid that no one else may write. ``/dev/shm`` is writable by everyone, so a
     job could make the directory first and forge exit records in it: such a spool is neither
     written nor read (None)."""
-    d = spool_dir()
+    d = spool_file(Path("/"), 0).parent
     if create:
         with contextlib.suppress(OSError):
             d.parent.mkdir(parents=True, exist_ok=True)
@@ -310,6 +295,15 @@ class SpawnFailure(Exception):
         self.message = message
 
 
+def join_cgroup(directory: str) -> None:
+    """Move this process into the cgroup ``directory`` (OSError if refused)."""
+    fd = os.open(os.path.join(directory, "cgroup.procs"), os.O_WRONLY)
+    try:
+        os.write(fd, str(os.getpid()).encode())
+    finally:
+        os.close(fd)
+
+
 class Confine:
     """Where the user command runs: cgroup directories to join, the identity to take, then the
     working directory to enter (as that identity)."""
@@ -325,14 +319,9 @@ class Confine:
         """In the forked child, before exec: join every cgroup, drop to the job's user, then
         enter the working directory by its full path as that user, so a directory the user may
         not reach (the server's own, one under a 0700 home) is refused, not entered as root."""
-        me = str(os.getpid())
         for d in self.cgroups:
             try:
-                fd = os.open(os.path.join(d, "cgroup.procs"), os.O_WRONLY)
-                try:
-                    os.write(fd, me.encode())
-                finally:
-                    os.close(fd)
+                join_cgroup(d)
             except OSError as exc:
                 raise SpawnFailure(EXIT_NOT_CONTAINED, f"cannot join cgroup {d}: {exc}") from exc
         try:
@@ -363,12 +352,9 @@ def _spawn(
     err_fd: int,
     confine: Confine,
 ) -> int:
-    """fork + exec the user command with clean signal state; raise ``SpawnFailure`` on failure.
-
-    Not ``posix_spawn``: glibc leaves its internal real-time signals ignored in the child, and an
-    ignored disposition survives ``exec``. The launcher is single-threaded, so ``fork`` is safe.
-    The caught signals stay blocked in the child until their dispositions are back to default.
-    """
+    """fork + exec the user command with clean signal state (``SpawnFailure`` on failure). Not
+    ``posix_spawn``: glibc leaves its real-time signals ignored in the child, which survives
+    ``exec``; the launcher is single-threaded, so ``fork`` is safe."""
     r, w = os.pipe()  # close-on-exec: EOF tells the parent that exec succeeded
     pid = os.fork()
     if pid == 0:  # pragma: no cover - child side, ends in exec or _exit
@@ -452,8 +438,7 @@ def _wait_or_fence(child: int, parent: int) -> bool:
 
 
 def _kill_cgroup(dirs: list[str], limit_s: float = FENCE_GRACE_S) -> None:
-    """SIGKILL everything in the member's cgroup (what left our process group too) until it is
-    empty or ``limit_s`` passed."""
+    """SIGKILL everything in the member's cgroup until it is empty or ``limit_s`` passed."""
     if not dirs:
         return
     procs = os.path.join(dirs[0], "cgroup.procs")
@@ -477,9 +462,8 @@ def _noop(_signum: int, _frame: object) -> None:
 
 
 Spawner = Callable[[list[str], dict[str, str], int, int, Confine], int]
-"""Starts the user command: ``(command, env, out_fd, err_fd, confine) -> pid``; raises
-``SpawnFailure``. ``_spawn`` forks now; the fork server's pre-started members use a child that
-was forked (and put in its cgroup) ahead of time."""
+"""``(command, env, out_fd, err_fd, confine) -> pid`` or ``SpawnFailure``: ``_spawn`` forks now, a
+pre-started member (``prestart.py``) uses a child forked (and put in its cgroup) ahead of time."""
 
 
 def _close_fds(keep: Sequence[int]) -> None:
