@@ -147,6 +147,54 @@ def test_a_launcher_killed_while_the_server_is_down_never_runs_twice(tmp_path: P
     assert first and second and first[0].end <= second[0].start, "attempts overlapped"
 
 
+ESCAPE_THEN_SLEEP = (
+    "import os, runpy, subprocess, sys\n"
+    "if os.environ['GPUFENCE_ATTEMPT'] == '1':\n"
+    "    d = subprocess.Popen(['sleep', '300'], start_new_session=True)\n"
+    "    ck = os.environ['GPUFENCE_CHECKPOINT_DIR']\n"
+    "    open(os.path.join(ck, 'escaped.tmp'), 'w').write(str(d.pid))\n"
+    "    os.replace(os.path.join(ck, 'escaped.tmp'), os.path.join(ck, 'escaped'))\n"
+    "s = '60' if os.environ['GPUFENCE_ATTEMPT'] == '1' else '0.5'\n"
+    "sys.argv = ['programs', 'sleep', s]\n"
+    "runpy.run_module('gpufence.demo.programs', run_name='__main__')\n"
+)
+
+
+def test_a_dead_launchers_setsid_escapee_is_killed_with_its_cgroup_before_the_requeue(
+    tmp_path: Path,
+) -> None:
+    """Case 3 with containment (issue 12): the job also left a process in a session of its
+    own, outside its process group. The restarted server kills the member's whole cgroup
+    before it serves (and so before the job is requeued), and removes the cgroup."""
+    data = tmp_path / "data"
+    data.mkdir()
+    server = up(data)
+    escaped = data / "jobs" / "j1" / "checkpoints" / "escaped"
+    try:
+        c = client(data)
+        jid = c.submit({"command": [sys.executable, "-c", ESCAPE_THEN_SLEEP], "gpus": 1})["id"]
+        until(
+            lambda: escaped.exists() and record_file(data, jid, 1, 0, "started").exists(), 20, "run"
+        )
+        if "containment: cgroup" not in last_log(data):
+            pytest.skip(f"gpufence up ran without containment here: {last_log(data)[-300:]}")
+        kill9(server)
+        launcher = int(record(data, jid, 1, 0, "pid")["pid"])  # type: ignore[call-overload]
+        escapee = int(escaped.read_text())
+        os.kill(launcher, signal.SIGKILL)
+        until(lambda: not alive(launcher), 5, "launcher gone")
+        assert alive(escapee)
+        server = up(data)
+        assert not alive(escapee), "the restart left the old attempt's setsid child running"
+        assert "stray" in last_log(data) or "still run in it" in last_log(data)
+        c = client(data)
+        until(lambda: c.job(jid)["state"] == "done", 30, "requeued job done")
+        assert c.job(jid)["attempt"] == 2
+    finally:
+        stop(server)
+    assert _ends(data) == {jid: 1}, "completed more than once"
+
+
 # ---------------------------------------------------------------------- case 4
 def test_one_control_plane_per_store_even_without_the_lock_file(tmp_path: Path) -> None:
     data = tmp_path / "data"

@@ -49,6 +49,8 @@ from gpufence.control.executors.jobdirs import (
 )
 from gpufence.control.executors.launcher import (
     atomic_write,
+    exit_file,
+    reserved_exit_record,
 )
 from gpufence.control.executors.memberenv import inherited_env
 from gpufence.control.executors.processes import (
@@ -156,6 +158,10 @@ class NodeAgent:
                 reset_attempt(adir, run_as, [rank])
             except LaunchError as exc:
                 raise RuntimeError(f"on this node: {exc}") from exc
+        try:  # reserved while the disk has room: a full one must not cost the exit record
+            atomic_write(exit_file(adir, rank), reserved_exit_record())
+        except OSError as exc:
+            raise RuntimeError(f"on this node: cannot prepare {adir}: {exc}") from exc
         if cwd is not None and not Path(cwd).is_dir():
             raise RuntimeError(f"working directory {cwd} does not exist on this node")
         workdir = cwd if cwd is not None else str(adir)  # as jobdirs.working_dir
