@@ -188,6 +188,7 @@ class Server:
         self.log = data.parent / f"server-{time.monotonic_ns()}.log"
         cmd = [sys.executable, "-m", "gpufence", "up", "--fake-gpus", "8", "--config"]
         cmd += [str(config), "--data", str(data), "--port", "0", "--log-level", "warning"]
+        cmd += ["--no-context"]  # a test run must not touch the user's client config
         with self.log.open("wb") as out:
             self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
 
@@ -279,6 +280,9 @@ def run_once(root: Path, seed: int, crashes: int, scale: int = 1, timeout_s: flo
             time.sleep(arg)
             fired = False
         else:
+            # the window opens once it serves (or died on the way): under load its start-up
+            # (imports, recovery) alone takes seconds
+            server.wait_serving(data)
             end = time.monotonic() + 6.0
             while server.alive() and time.monotonic() < end:
                 time.sleep(0.02)

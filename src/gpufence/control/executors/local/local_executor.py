@@ -71,6 +71,7 @@ from gpufence.control.executors.launcher import (
     err_file,
     out_file,
     pid_file,
+    pid_record,
 )
 from gpufence.control.executors.local.adoption import adopt_members, ready_attempt
 from gpufence.control.executors.memberenv import member_envs
@@ -342,8 +343,15 @@ class LocalExecutor(AttemptWatcher):
                     "cwd": str(cwd),
                 }
                 logs = (out_file(adir, rank), err)
-                generation = ready[1].generation
-                pid = ForkServer.activate(ready[1], argv, env, logs, child)
+                spare = ready[1]
+                generation = spare.generation
+                pid = ForkServer.activate(spare, argv, env, logs, child)
+                # the launcher writes it too, but maybe not before we return (a busy machine):
+                # a crash then must still leave one, or the restart would take the member for
+                # never spawned while its job runs (written after the activation: the job's
+                # start does not wait for it)
+                with contextlib.suppress(OSError):  # a full disk: the launcher tries too
+                    atomic_write(pidf, pid_record(spare.pid, spare.start_time))
             else:
                 pid, generation = self._forks.spawn(argv, env, err, pidf)
         except ForkServerError as exc:
