@@ -106,7 +106,7 @@ def make_plane(
 def _kill_leftovers(data: Path) -> None:
     """Members whose node was removed may outlive it on this one machine: end them by pid."""
     for pf in data.glob("jobs/*/attempt-*.records/rank-*.pid"):
-        if pf.with_suffix(".exit").exists():
+        if _exited(pf.with_suffix(".exit")):
             continue
         with contextlib.suppress(OSError, ValueError, KeyError):
             os.killpg(int(json.loads(pf.read_text())["pid"]), signal.SIGKILL)
@@ -143,7 +143,15 @@ def _alive(adir: Path, rank: int) -> bool:
         os.kill(pid, 0)
     except (OSError, ValueError, KeyError):
         return False
-    return not exit_file(adir, rank).exists()
+    return not _exited(exit_file(adir, rank))
+
+
+def _exited(record: Path) -> bool:
+    """The launcher wrote how the member ended (the record reserved at spawn says null)."""
+    try:
+        return json.loads(record.read_text()).get("code") is not None
+    except (OSError, ValueError):
+        return False
 
 
 def test_gang_runs_where_the_scheduler_placed_it(
