@@ -5,7 +5,6 @@ subprocess where it must be ``kill -9``-ed), real processes, real SQLite files.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
@@ -27,6 +26,7 @@ from gpufence.control.jobspec import SubmitRequest
 from gpufence.control.plane import ControlPlane
 from gpufence.control.store import database as st
 from gpufence.demo import joblogs
+from gpufence.testing.crashrun import kill_leftovers
 from gpufence.testing.waiting import until
 
 
@@ -236,10 +236,7 @@ def test_a_store_deleted_under_a_running_plane_stops_its_writes(tmp_path: Path) 
         assert "is missing, but jobs of this data directory still run" in last_log(data)
     finally:
         kill9(first)
-        for pidfile in data.glob("jobs/*/attempt-*.records/rank-*.pid"):
-            pid = json.loads(pidfile.read_text())["pid"]
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(pid, signal.SIGKILL)
+        kill_leftovers(data)  # its jobs, and their cgroups (no control plane is left to)
 
 
 # ---------------------------------------------------------------------- case 5

@@ -300,12 +300,12 @@ def run_once(root: Path, seed: int, crashes: int, scale: int = 1, timeout_s: flo
     finally:
         sub.stop_flag.set()
         server.stop()
-        _kill_leftovers(data)
+        kill_leftovers(data)
     check(data, sub.acked, report)
     return report
 
 
-def _kill_leftovers(data: Path) -> None:
+def kill_leftovers(data: Path) -> None:
     """Jobs outlive their server by design; a run that ran out of time must not leave any
     (nor their cgroups, when the server ran with containment)."""
     try:

@@ -376,11 +376,15 @@ def empty_and_remove(cgroups: list[MemberCgroup], limit_s: float = REAP_ON_CLOSE
 
 
 def _remove(cgroups: list[MemberCgroup]) -> None:
+    # v1 may refuse the rmdir for a moment after the last process left (EBUSY while the
+    # kernel finishes the exit): retried, off the hand-off, for up to ~0.1 s
     for cg in cgroups:
-        if not cg.remove():
-            time.sleep(0.001)
-            if not cg.remove():
+        for wait in (0.001, 0.004, 0.015, 0.08, 0.0):
+            if cg.remove():
+                break
+            if not wait:
                 log.warning("cannot remove the empty cgroup %s; it is left behind", cg.name)
+            time.sleep(wait)
 
 
 def _ack_path(launch: Launch) -> Path:
