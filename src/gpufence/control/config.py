@@ -25,6 +25,7 @@ control:
     ignore: [quota-borrow-unbounded]   # rule ids not to report (say why in a comment)
     chronic_preemption: {more_than: 2, of_last: 7, period_s: 86400}
     failure_margin_nodes: 1
+  containment: {...}        # cgroup mode, parent, fake GPU devices: containment/settings.py
 ```
 
 Without a config file, the cluster is this machine as discovered (one exclusive partition) and
@@ -47,6 +48,11 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from gpufence.advice.inputs import AdviceSettings
+from gpufence.control.containment.settings import (
+    DEFAULT_PIDS_LIMIT,
+    ContainmentSchema,
+    ContainmentSettings,
+)
 from gpufence.control.executors.interface import RunAs
 from gpufence.control.executors.memberenv import OWN_PREFIX, name_matches
 from gpufence.control.observe.observe_config import TelemetrySettings
@@ -62,7 +68,6 @@ log = logging.getLogger("gpufence.config")
 
 TOKEN_FILE = "admin.token"
 SERVER_FILE = "server.json"
-DEFAULT_PIDS_LIMIT = 16384
 _ENV_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*\*?$"
 
 
@@ -109,6 +114,7 @@ class ControlSchema(BaseModel):
     foreign_gpu_processes: Literal["report", "kill"] = "report"
     telemetry: TelemetrySettings = Field(default_factory=TelemetrySettings)
     advice: AdviceSettings = Field(default_factory=AdviceSettings)
+    containment: ContainmentSchema = Field(default_factory=ContainmentSchema)
 
 
 @dataclass(frozen=True)
@@ -132,6 +138,8 @@ class ControlConfig:
     """A process on a GPU that belongs to no job holding it: reported, or also killed."""
     telemetry: TelemetrySettings = field(default_factory=TelemetrySettings)
     advice: AdviceSettings = field(default_factory=AdviceSettings)
+    containment: ContainmentSettings = field(default_factory=ContainmentSettings)
+    """How members are confined; its ``pids_max`` is ``job_pids_limit`` (one setting)."""
 
     def tenant_of(self, token: str) -> str | None:
         """'admin' for the admin token, the tenant for a tenant token, else None."""
@@ -311,6 +319,7 @@ def control_config(raw: object, data_dir: Path, source: str | None = None) -> Co
         foreign_gpu_processes=schema.foreign_gpu_processes,
         telemetry=schema.telemetry,
         advice=schema.advice,
+        containment=schema.containment.settings(pids_max=schema.job_pids_limit),
     )
 
 

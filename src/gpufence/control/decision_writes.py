@@ -89,7 +89,15 @@ def write_bind(rec: Reconciler, tx: st.Tx, d: Bind, now: float, act: Pending) ->
         spec = from_stored(row.spec)
         for rank, a in enumerate(d.assignments):
             devs = rec.devices.devices(a)
-            members.append(Member(rank, nodes[a.node].name, devs, rec.devices.share(a)))
+            members.append(
+                Member(
+                    rank,
+                    nodes[a.node].name,
+                    devs,
+                    device_nodes=rec.devices.nodes(a),
+                    share=rec.devices.share(a),
+                )
+            )
     except (DeviceError, StoredSpecError) as exc:
         # cannot be run as placed (real MIG layout drifted, a spec an older version stored):
         # fail it loudly; the empty launch reports an exit next cycle, which frees the GPUs

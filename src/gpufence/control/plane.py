@@ -22,6 +22,7 @@ from gpufence.advice.record import Advice
 from gpufence.control import views
 from gpufence.control.advice_history import read_history
 from gpufence.control.config import ADMIN, ControlConfig
+from gpufence.control.containment.members import Containment
 from gpufence.control.executors.interface import Executor
 from gpufence.control.executors.jobdirs import JOBS_DIR, open_job_file
 from gpufence.control.executors.local.local_executor import LocalExecutor
@@ -65,17 +66,22 @@ class InvalidField(ValueError):
         self.loc = loc
 
 
-def open_store(config: ControlConfig, data_dir: Path, check_integrity: bool = True) -> st.Store:
+def open_store(
+    config: ControlConfig,
+    data_dir: Path,
+    check_integrity: bool = True,
+    containment: Containment | None = None,
+) -> st.Store:
     """The store of ``data_dir`` (made private first: ``_private_data_dir``), refused with what
     to do when it is missing while its jobs run, damaged, or in use by another control plane
     (``StoreError``); a data directory the medium refuses is ``StoreUnavailable``."""
     try:
         _private_data_dir(config, data_dir)
-        floor = prepare_store(data_dir)
+        floor = prepare_store(data_dir, containment)
         return st.Store(data_dir, check_integrity=check_integrity, id_floor=floor)
     except st.StoreError as exc:
         if "damaged" in str(exc):
-            raise st.StoreError(f"{exc}\n  {damaged_hint(data_dir)}") from None
+            raise st.StoreError(f"{exc}\n  {damaged_hint(data_dir, containment)}") from None
         raise
     except OSError as exc:  # the data directory itself: read-only, full, no permission
         gone = unavailable(exc)
@@ -97,20 +103,28 @@ class ControlPlane:
         data_dir: Path,
         executor: Executor | None = None,
         validate: bool = True,
+        containment: Containment | None = None,
         check_integrity: bool = True,
         nvml: GpuApi | None = None,
     ) -> None:
-        """``nvml``: the NVML to manage real GPUs through (default: pynvml; tests give the fake
-        one, ``gpufence.testing.fake_nvml``); on fake GPUs, only its counters are read (the
-        demo models the devices with one)."""
+        """``containment``: the cgroups of the local executor's members (``gpufence up`` detects
+        it; None runs jobs unconfined). Ignored when ``executor`` is given. ``nvml``: the NVML
+        to manage real GPUs through (default: pynvml; tests give the fake one,
+        ``gpufence.testing.fake_nvml``); on fake GPUs, only its counters are read (the demo
+        models the devices with one)."""
         check_machine(cluster, discovery)
         self.cluster = cluster
         self.config = config
         self.discovery = discovery
         self.data_dir = data_dir
-        self.store = open_store(config, data_dir, check_integrity)
+        self.store = open_store(
+            config, data_dir, check_integrity, containment if executor is None else None
+        )
         self.telemetry = Telemetry()
-        self.executor: Executor = executor or LocalExecutor(notice_signal=config.notice_signal)
+        self.containment = containment if executor is None else None
+        self.executor: Executor = executor or LocalExecutor(
+            notice_signal=config.notice_signal, containment=containment
+        )
         # validation re-checks every invariant after each cycle: cheap at one machine's scale,
         # and a control plane should stop rather than double-book a GPU
         self.scheduler = Scheduler(cluster, SchedulerConfig(validate=validate))
@@ -121,6 +135,8 @@ class ControlPlane:
         self.gpus = GpuRuntime(
             cluster, config, discovery, data_dir, devices, self.telemetry, api, counters=counters
         )
+        if self.containment is not None:  # a process on a GPU is its member's by its cgroup
+            self.gpus.member_cgroup = self.containment.path_of
         self.reconciler = Reconciler(
             self.scheduler,
             config,
@@ -159,9 +175,11 @@ class ControlPlane:
 
     def start(self) -> None:
         log.info("GPUs: %s", self.discovery.source)
+        if self.containment is not None:
+            log.info("containment: %s", self.containment.describe())
         # what the GPUs really have (MIG), before recovery's restores and any placement
         self.reconciler.boot(self.gpus.startup_events(self.store), [])
-        self.recovered = recover(self.reconciler)
+        self.recovered = recover(self.reconciler, self.containment)
         self.reconciler.start()
         self._started = True
         self.gpus.start_watch(self._holders)
