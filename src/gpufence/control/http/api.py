@@ -248,7 +248,6 @@ def make_app(plane: ControlPlane) -> FastAPI:
         default_response_class=SafeJSONResponse,
     )
     app.state.plane = plane
-    app.add_middleware(LimitBody, limit=plane.config.max_request_bytes)
     install(app)
     Tenant = Annotated[str, Depends(tenant_dependency(plane.config))]
 
@@ -289,6 +288,8 @@ def make_app(plane: ControlPlane) -> FastAPI:
 
     # ------------------------------------------------------------------ jobs
     install_submit(app, plane, job_json, SubmitResponse)
+    # added last, so outermost: the submit front (added by install_submit) sees bodies in limit
+    app.add_middleware(LimitBody, limit=plane.config.max_request_bytes)
 
     @app.get("/v1/jobs", tags=["jobs"], responses=error_responses(*ERRORS_ALL))
     def list_jobs(
