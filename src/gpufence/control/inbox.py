@@ -127,6 +127,23 @@ class Staged:
     stops: list[tuple[str, int]] = field(default_factory=list)
     exits: int = 0
 
+    def mark(self) -> tuple[int, ...]:
+        """Where each list ends now: ``rewind`` drops what was staged after it."""
+        return (
+            len(self.events),
+            len(self.submits),
+            len(self.replies),
+            len(self.effects),
+            len(self.stops),
+            self.exits,
+        )
+
+    def rewind(self, mark: tuple[int, ...]) -> None:
+        """Undo what was staged since ``mark`` (its writes were rolled back)."""
+        del self.events[mark[0] :], self.submits[mark[1] :], self.replies[mark[2] :]
+        del self.effects[mark[3] :], self.stops[mark[4] :]
+        self.exits = mark[5]
+
 
 @dataclass(slots=True)
 class Unsaved:

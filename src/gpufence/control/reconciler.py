@@ -300,19 +300,7 @@ class Reconciler:
         with self.store.transaction(durable=durable) as tx:
             for jid, attempt in marks:
                 self._mark_running(tx, jid, attempt)
-            for r in requests:
-                try:
-                    with tx.savepoint():
-                        if isinstance(r, Submit):
-                            write_submit(self, tx, r, now, staged)
-                        else:
-                            write_cancel(self, tx, r, now, staged)
-                except Exception as exc:
-                    if _medium_fault(exc):
-                        raise  # the whole transaction is lost: held and retried
-                    what = "submit" if isinstance(r, Submit) else f"cancel of job {r.job_id}"
-                    log.exception("%s could not be handled; refused", what)
-                    staged.replies.append((r.future, exc))
+            self._write_requests(tx, requests, now, staged)
             for ob in held:
                 try:
                     with tx.savepoint():
@@ -340,6 +328,41 @@ class Reconciler:
         if durable:
             failpoints.hit("reconciler.after-inbox-commit")
         return staged
+
+    def _write_requests(
+        self, tx: st.Tx, requests: list[Submit | Cancel], now: float, staged: Staged
+    ) -> None:
+        """Every request in one savepoint (the usual case: a batch of submits costs no more
+        statements than its inserts); if one raises, the batch is undone and written again one
+        request per savepoint, so that only the one that raised is refused."""
+        if not requests:
+            return
+        mark = staged.mark()
+        try:
+            with tx.savepoint():
+                for r in requests:
+                    self._write_request(tx, r, now, staged)
+            return
+        except Exception as exc:
+            if _medium_fault(exc):
+                raise  # the whole transaction is lost: held and retried
+            staged.rewind(mark)
+        for r in requests:
+            try:
+                with tx.savepoint():
+                    self._write_request(tx, r, now, staged)
+            except Exception as exc:
+                if _medium_fault(exc):
+                    raise
+                what = "submit" if isinstance(r, Submit) else f"cancel of job {r.job_id}"
+                log.exception("%s could not be handled; refused", what)
+                staged.replies.append((r.future, exc))
+
+    def _write_request(self, tx: st.Tx, r: Submit | Cancel, now: float, staged: Staged) -> None:
+        if isinstance(r, Submit):
+            write_submit(self, tx, r, now, staged)
+        else:
+            write_cancel(self, tx, r, now, staged)
 
     def _step(self, events: list[Event], now: float, poisoned: dict[str, str]) -> list[Decision]:
         """Phase 2: ``Scheduler.step``, which must not take the loop down with it."""
@@ -404,10 +427,9 @@ class Reconciler:
         """Phase 3: persist the decisions; returns what to do about them (``_act``)."""
         act = Pending(stops=list(u.stops))
         with self.store.transaction() as tx:
-            for jid, _fut in u.submits:  # the partition and queue the scheduler resolved
-                core = self.scheduler.jobs().get(jid)
-                if core is not None and core.home:
-                    tx.set_job(jid, partition=core.home, queue=core.queue)
+            jobs = self.scheduler.jobs()  # the partition and queue the scheduler resolved
+            homed = [(j, c) for j, _f in u.submits if (c := jobs.get(j)) is not None and c.home]
+            tx.set_homes([(j, c.home, c.queue) for j, c in homed])
             for ev in u.events:  # a GPU refused or a failed re-partition, in the decision log
                 line = store_line(ev)
                 if line is not None:
