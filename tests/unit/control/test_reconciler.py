@@ -289,3 +289,31 @@ def test_a_batch_of_submits_with_one_that_raises_keeps_the_others_in_order(
     again: Future[SubmitResult] = Future()
     rig.rec.cycle([Submit(good, "admin", again, "k-b")])  # the key was kept with its job
     assert again.result(0).job_id == "j2" and again.result(0).replayed
+
+
+def test_a_request_waits_for_the_ones_sent_right_after_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Group commit: the reconciler's wait takes a submit and then, within ``GATHER_S``, the
+    submits that follow it (one fsync for all); an observation alone does not wait."""
+    import threading
+    import time
+
+    from gpufence.control import reconciler as rmod
+    from gpufence.control.inbox import Ack, Submit
+    from gpufence.control.jobspec import SubmitRequest
+
+    monkeypatch.setattr(rmod, "GATHER_S", 2.0)  # generous: a loaded machine is slow to send
+    rig = ReconcilerRig.make(tmp_path, shared(4))
+    rec = rig.rec
+    req = SubmitRequest(command=["true"], gpus=1)
+    rec.submit(req, "admin")
+    later = threading.Timer(0.1, lambda: rec.submit(req, "admin"))
+    later.start()
+    items = rec._wait()
+    later.join()
+    assert [type(it) for it in items] == [Submit, Submit]
+    rec._inbox.put(Ack("j1", 1))
+    t0 = time.monotonic()
+    assert [type(it) for it in rec._wait()] == [Ack]
+    assert time.monotonic() - t0 < 1.0
