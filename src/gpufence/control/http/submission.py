@@ -127,7 +127,8 @@ async def submit_response(
         )
     fut = plane.submit_future(req, tenant, key)
     try:
-        res: SubmitResult = await asyncio.wait_for(asyncio.wrap_future(fut), CALL_TIMEOUT_S)
+        async with asyncio.timeout(CALL_TIMEOUT_S):  # one timer; wait_for also wraps a task
+            res: SubmitResult = await asyncio.wrap_future(fut)
     except TimeoutError:
         raise TimeoutError("no answer from the reconciler") from None
     if res.state != st.REJECTED:
