@@ -15,6 +15,9 @@ queue, then, over HTTP on 127.0.0.1 only:
 3. every acknowledged id is in the store (read back through the API): ``lost`` = those that
    are not.
 
+Also printed (stderr): the CPU per submit of the server and of the clients, the figure that
+does not follow the load of a shared machine.
+
 Targets: >= 1,000 submits/s, submit p99 <= 50 ms, list p99 <= 100 ms, lost = 0 (exit 1 if
 missed). Prints, last: ``submits_per_s=... submit_p99_ms=... list_p99_ms=... lost=0``. The
 figures depend on the machine: run it alone, and note the load (``uptime``) it ran under.
