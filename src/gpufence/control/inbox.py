@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,6 +29,20 @@ class SubmitResult:
     message: str = ""
     replayed: bool = False
     """The Idempotency-Key was seen before: this is the job it created then."""
+
+
+def reply(fut: Future[Any], value: object) -> None:
+    """Answer a waiting caller (an exception value is raised to it). A caller that gave up has
+    cancelled its future (an HTTP submit that timed out: asyncio cancels the future it wraps):
+    it gets nothing, and the cycle goes on; a late answer must never abort the cycle between
+    a commit and its side effects (a bind committed, its processes never spawned)."""
+    try:
+        if isinstance(value, BaseException):
+            fut.set_exception(value)
+        else:
+            fut.set_result(value)
+    except InvalidStateError:
+        pass
 
 
 class CancelError(ValueError):

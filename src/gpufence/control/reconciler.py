@@ -60,6 +60,7 @@ from gpufence.control.inbox import (
     Submit,
     SubmitResult,
     Unsaved,
+    reply,
 )
 from gpufence.control.item_writes import write_cancel, write_observation, write_submit
 from gpufence.control.jobspec import SubmitRequest, escape
@@ -292,7 +293,7 @@ class Reconciler:
             self._retry_at = now + RETRY_S
             log.error("decisions of this cycle wait for the store (%s)", exc.reason)
         for jid, fut in staged.submits:  # answered before spawning: spawns take milliseconds
-            fut.set_result(self.submit_result(jid))
+            reply(fut, self.submit_result(jid))
         if act is not None:
             self._act(act)
         self._answer(calls)
@@ -300,9 +301,10 @@ class Reconciler:
     def _answer(self, calls: list[Call]) -> None:
         for c in calls:
             try:
-                c.future.set_result(c.fn(self))
+                value = c.fn(self)
             except Exception as exc:  # the caller gets the error, the loop lives on
-                c.future.set_exception(exc)
+                value = exc
+            reply(c.future, value)
 
     def _inbox_tx(self, requests: list[Submit | Cancel], now: float) -> Staged:
         """Phase 1: persist every request and held observation in one transaction."""
@@ -334,10 +336,7 @@ class Reconciler:
         for effect in staged.effects:
             effect()
         for fut, value in staged.replies:
-            if isinstance(value, BaseException):
-                fut.set_exception(value)
-            else:
-                fut.set_result(value)
+            reply(fut, value)
         if staged.exits:
             failpoints.hit("reconciler.after-exit-commit")
         if durable:

@@ -127,7 +127,9 @@ async def submit_response(
         )
     fut = plane.submit_future(req, tenant, key)
     try:
-        async with asyncio.timeout(CALL_TIMEOUT_S):  # one timer; wait_for also wraps a task
+        # one timer (wait_for also wraps a task); on timeout the future is cancelled, which
+        # the reconciler takes as "the caller gave up" (inbox.reply): the submit still lands
+        async with asyncio.timeout(CALL_TIMEOUT_S):
             res: SubmitResult = await asyncio.wrap_future(fut)
     except TimeoutError:
         raise TimeoutError("no answer from the reconciler") from None
