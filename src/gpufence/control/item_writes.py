@@ -43,7 +43,8 @@ if TYPE_CHECKING:
 def write_submit(rec: Reconciler, tx: st.Tx, it: Submit, now: float, staged: Staged) -> None:
     req = it.req
     spec = req.stored()
-    digest = st.request_hash(spec) if it.key is not None else ""
+    text = st.spec_text(spec)
+    digest = st.request_hash(spec, text) if it.key is not None else ""
     if it.key is not None:
         seen = tx.idempotent(it.tenant, it.key)
         if seen is not None:
@@ -71,6 +72,7 @@ def write_submit(rec: Reconciler, tx: st.Tx, it: Submit, now: float, staged: Sta
         queue=req.queue,
         submitted_at=now,
         gpus=f"{req.replicas}x {what}" if req.replicas != 1 else what,
+        text=text,
     )
     if it.key is not None:
         tx.remember_key(it.tenant, it.key, jid, digest, now)

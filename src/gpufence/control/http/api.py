@@ -258,7 +258,6 @@ def make_app(plane: ControlPlane) -> FastAPI:
         redoc_url=None,
     )
     app.state.plane = plane
-    app.add_middleware(LimitBody, limit=plane.config.max_request_bytes)
     install(app)
     app.include_router(telemetry_router(plane))  # /v1/series, /v1/jobs/{id}/latency
     Tenant = Annotated[str, Depends(tenant_dependency(plane.config))]
@@ -300,6 +299,8 @@ def make_app(plane: ControlPlane) -> FastAPI:
 
     # ------------------------------------------------------------------ jobs
     install_submit(app, plane, job_json, SubmitResponse)
+    # added last, so outermost: the submit front (added by install_submit) sees bodies in limit
+    app.add_middleware(LimitBody, limit=plane.config.max_request_bytes)
 
     @app.get(
         "/v1/jobs",

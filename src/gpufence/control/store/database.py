@@ -133,9 +133,15 @@ def _text_or_none(value: object) -> str | None:
     return value
 
 
-def request_hash(spec: dict[str, Any]) -> str:
-    """What an Idempotency-Key is bound to: the stored spec, canonical JSON, sha256."""
-    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()
+def spec_text(spec: dict[str, Any]) -> str:
+    """A spec as the store keeps it: canonical JSON (sorted keys)."""
+    return json.dumps(spec, sort_keys=True)
+
+
+def request_hash(spec: dict[str, Any], text: str | None = None) -> str:
+    """What an Idempotency-Key is bound to: the stored spec, canonical JSON, sha256 (``text``:
+    that JSON, when the caller has it already)."""
+    return hashlib.sha256((text or spec_text(spec)).encode()).hexdigest()
 
 
 class Store:
@@ -162,6 +168,7 @@ class Store:
         # files the mode of the database file, so none of the store is ever readable by others
         self._file_lock = FileLock(self.path)
         self.owner = Owner.me()
+        self._owner_text = self.owner.to_json()
         try:
             self._conn = _connect(self.path)
             if existed and check_integrity:
@@ -203,7 +210,7 @@ class Store:
                 )
             c.execute(
                 "INSERT OR REPLACE INTO meta(key, value) VALUES('owner', ?)",
-                (self.owner.to_json(),),
+                (self._owner_text,),
             )
             if id_floor > self._last_seq():
                 c.execute("DELETE FROM sqlite_sequence WHERE name='jobs'")
@@ -225,6 +232,8 @@ class Store:
                 "restart the control plane"
             )
         row = self._conn.execute("SELECT value FROM meta WHERE key='owner'").fetchone()
+        if row is not None and row["value"] == self._owner_text:
+            return  # the row _claim wrote (the usual case: no JSON to parse each transaction)
         owner = Owner.from_json(row["value"]) if row else None
         if owner is None or not owner.same_process(self.owner):
             raise StoreUnavailable("another control plane took over this store")
@@ -321,6 +330,7 @@ class Tx:
     def __init__(self, conn: sqlite3.Connection) -> None:
         self._c = conn
         self.changes: list[StateChange] = []  # for the observers, once committed
+        self._seq: int | None = None  # the jobs sequence as this transaction advanced it
 
     def execute(self, sql: str, args: Sequence[object] = ()) -> sqlite3.Cursor:
         return self._c.execute(sql, args)
@@ -330,12 +340,14 @@ class Tx:
         """A part of the transaction that can fail alone (one inbox item)."""
         self._c.execute("SAVEPOINT item")
         noted = len(self.changes)
+        seq = self._seq
         try:
             yield
         except BaseException:
             del self.changes[noted:]  # what was rolled back never happened
             self._c.execute("ROLLBACK TO item")
             self._c.execute("RELEASE item")
+            self._seq = seq  # ids taken inside were rolled back with it
             raise
         self._c.execute("RELEASE item")
 
@@ -364,11 +376,16 @@ class Tx:
         submitted_at: float,
         job_id: str | None = None,
         gpus: str | None = None,
+        text: str | None = None,
     ) -> str:
         """Insert a pending job; its id is ``j<seq>`` from the store's sequence, taken in this
-        transaction (``job_id`` only for tests that need a given name)."""
-        row = self._c.execute("SELECT seq FROM sqlite_sequence WHERE name='jobs'").fetchone()
-        seq = (int(row[0]) if row else 0) + 1
+        transaction (read once per transaction: the insert advances it, nothing else writes
+        it meanwhile). ``job_id`` only for tests that need a given name; ``text``: the spec's
+        ``spec_text`` if the caller has it."""
+        if self._seq is None:
+            row = self._c.execute("SELECT seq FROM sqlite_sequence WHERE name='jobs'").fetchone()
+            self._seq = int(row[0]) if row else 0
+        seq = self._seq + 1
         jid = job_id or f"j{seq}"
         name = spec.get("name")
         self._c.execute(
@@ -378,7 +395,7 @@ class Tx:
                 seq,
                 jid,
                 tenant,
-                json.dumps(spec, sort_keys=True),
+                text if text is not None else spec_text(spec),
                 workload_class,
                 partition,
                 queue,
@@ -391,6 +408,7 @@ class Tx:
         self.changes.append(
             StateChange(jid, None, PENDING, partition, workload_class, queue, submitted_at, None)
         )
+        self._seq = seq
         return jid
 
     def idempotent(self, tenant: str, key: str) -> tuple[str, str] | None:
@@ -412,6 +430,13 @@ class Tx:
         self._c.execute(
             "UPDATE jobs SET spec=?, name=? WHERE id=?",
             (json.dumps(spec, sort_keys=True), _text_or_none(name), job_id),
+        )
+
+    def set_homes(self, homes: Sequence[tuple[str, str, str | None]]) -> None:
+        """(job id, partition, queue) of each job: where the scheduler put them (one statement
+        for a batch of submits)."""
+        self._c.executemany(
+            "UPDATE jobs SET partition=?, queue=? WHERE id=?", [(p, q, j) for j, p, q in homes]
         )
 
     def set_job(self, job_id: str, **fields: object) -> None:
