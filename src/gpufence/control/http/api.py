@@ -26,6 +26,7 @@ from pydantic import BaseModel
 
 from gpufence import __version__
 from gpufence.control.http.auth import tenant_dependency
+from gpufence.control.http.dashboard_routes import dashboard_router
 from gpufence.control.http.telemetry_routes import telemetry_router
 from gpufence.control.inbox import CancelError
 from gpufence.control.jobspec import SubmitRequest, from_stored
@@ -115,6 +116,7 @@ def make_app(plane: ControlPlane) -> FastAPI:
     )
     app.state.plane = plane
     app.include_router(telemetry_router(plane))  # /v1/series, /v1/jobs/{id}/latency
+    app.include_router(dashboard_router(plane))  # /, /ui/*, /v1/dashboard/*
     Tenant = Annotated[str, Depends(tenant_dependency(plane.config))]
 
     @app.exception_handler(AccessError)

@@ -45,6 +45,8 @@ REJECTED = "rejected"
 ACTIVE = (STARTING, RUNNING, STOPPING)
 TERMINAL = (DONE, FAILED, CANCELLED, RECLAIMED, REJECTED)
 STATES = (PENDING, *ACTIVE, *TERMINAL)
+PAGE_FILTERS = ("partition", "tenant", "queue", "workload_class")
+"""Columns ``Reader.page`` filters on (exact match)."""
 
 _MIGRATIONS: tuple[str, ...] = (
     # 1: jobs, attempts, decision/event log
@@ -478,6 +480,31 @@ class Reader:
             args.append(tenant)
         sql = f"SELECT * FROM jobs WHERE {' AND '.join(where)} ORDER BY seq LIMIT ?"
         return [_job(r) for r in self._c.execute(sql, (*args, limit))]
+
+    def page(
+        self,
+        *,
+        states: Sequence[str] = (),
+        filters: dict[str, str] | None = None,
+        limit: int = 100,
+        offset: int = 0,
+    ) -> tuple[int, list[JobRow]]:
+        """(how many jobs match, one page of them in submission order): the dashboard's queue.
+        ``filters``: exact matches on ``partition``, ``tenant``, ``queue``, ``workload_class``."""
+        where: list[str] = ["1"]
+        args: list[object] = []
+        if states:
+            where.append(f"state IN ({','.join('?' * len(states))})")
+            args += list(states)
+        for col, value in (filters or {}).items():
+            if col not in PAGE_FILTERS:
+                raise ValueError(f"no job filter {col!r} (valid: {', '.join(PAGE_FILTERS)})")
+            where.append(f"{col} = ?")
+            args.append(value)
+        cond = " AND ".join(where)
+        total = int(self._c.execute(f"SELECT COUNT(*) FROM jobs WHERE {cond}", args).fetchone()[0])
+        sql = f"SELECT * FROM jobs WHERE {cond} ORDER BY seq LIMIT ? OFFSET ?"
+        return total, [_job(r) for r in self._c.execute(sql, (*args, limit, offset))]
 
     def attempts(self, job_id: str) -> list[AttemptRow]:
         rows = self._c.execute(
