@@ -56,16 +56,20 @@ export function lineChart(opt) {
   }
   for (let i = 0; i <= 5; i++) {
     const t = since + ((until - since) * i) / 5;
-    svg.append(s("text", { x: x(t), y: height - 5, class: "tick x", text: fmtTime(t) }));
+    const anchor = i === 0 ? "start" : i === 5 ? "end" : "middle";
+    svg.append(s("text", { x: x(t), y: height - 5, class: "tick x", "text-anchor": anchor, text: fmtTime(t) }));
   }
   for (const r of opt.hlines ?? []) {
     svg.append(s("line", { x1: LEFT, x2: WIDTH - RIGHT, y1: y(r.y), y2: y(r.y), class: "hline",
       stroke: r.colour, "data-hline": r.label }, s("title", { text: r.label })));
   }
-  const tt = opt.t;
+  const tt = opt.t;  // bucket starts; a point is drawn at its bucket's middle
   const half = (opt.step ?? 0) / 2;
   for (const l of opt.lines) {
-    const pts = tt.map((t, i) => [x(t + half), l.values[i] === null || l.values[i] === undefined ? null : y(l.values[i])]);
+    const pts = tt.map((t, i) => {
+      const v = l.values[i];
+      return [x(t + half), v === null || v === undefined || t + half < since ? null : y(v)];
+    });
     const d = pathOf(pts, l.stepped);
     if (d) {
       svg.append(s("path", { d, class: `series${l.dash ? " dashed" : ""}`, stroke: l.colour,

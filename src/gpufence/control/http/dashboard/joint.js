@@ -39,7 +39,9 @@ function markTable(marks) {
 }
 
 export function jointCharts(d) {
-  const base = { t: d.t, since: d.since, until: d.until, step: d.step_s, marks: d.marks };
+  // the axis starts where the series do (a plane started 2 min ago has no 15 min of history)
+  const since = d.oldest !== null ? Math.min(Math.max(d.since, d.oldest), d.until - d.step_s) : d.since;
+  const base = { t: d.t, since, until: d.until, step: d.step_s, marks: d.marks };
   const serv = d.serving;
   const charts = [];
   const deployColour = (x) => colourOf("deployment", `${x.tenant}/${x.deployment}`);
