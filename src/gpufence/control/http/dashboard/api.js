@@ -16,6 +16,19 @@ export function setToken(value) {
 
 export function clearToken() {
   sessionStorage.removeItem(KEY);
+  sessionStorage.removeItem(WHO);
+}
+
+// who the token is (/v1/dashboard/whoami), kept beside it: a reload draws its page at once
+// and checks the token with the page's own calls (a 401 signs out)
+const WHO = "gpufence.who";
+
+export function cachedWho() {
+  try {
+    return JSON.parse(sessionStorage.getItem(WHO) ?? "null");
+  } catch (_) {
+    return null;
+  }
 }
 
 function headers() {
@@ -67,5 +80,7 @@ export async function signIn(value) {
   if (resp.status === 401) throw new AuthError("that token is not the admin's or a tenant's");
   if (!resp.ok) throw new Error(`${resp.status} ${resp.statusText}`);
   setToken(value);
-  return resp.json();
+  const who = await resp.json();
+  sessionStorage.setItem(WHO, JSON.stringify(who));
+  return who;
 }

@@ -1,7 +1,7 @@
 // The dashboard's shell: sign-in, the hash router (#/, #/gpus, #/queue, #/joint, #/jobs/ID)
 // and the live loop: the shown page refreshes every POLL_MS while the tab is visible.
 
-import { AuthError, clearToken, signIn, token, get } from "./api.js";
+import { AuthError, cachedWho, clearToken, signIn, token, get } from "./api.js";
 import { h } from "./dom.js";
 import { overviewPage } from "./fences.js";
 import { gpuPage } from "./gpumap.js";
@@ -138,8 +138,12 @@ async function start() {
     }
   });
   if (!token()) { showLogin(); return; }
+  const cached = cachedWho();
+  if (cached) { showShell(cached); return; }
   try {
-    showShell(await get("/v1/dashboard/whoami"));
+    const who = await get("/v1/dashboard/whoami");
+    sessionStorage.setItem("gpufence.who", JSON.stringify(who));
+    showShell(who);
   } catch (err) {
     clearToken();
     showLogin(err instanceof AuthError ? "signed out: " + err.message : err.message);
