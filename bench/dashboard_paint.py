@@ -5,10 +5,10 @@ Writes a cluster of 125 nodes x 8 fake H100s (``training``: 4 nodes, ``serving``
 queue: the queue holds ``--queued`` jobs) and ``--serving`` one-GPU serving jobs (they all run:
 real ``sleep`` processes), starts the control plane of ``gpufence up --config ... --fake-gpus 8``
 on it (its own process, 127.0.0.1, port 0; its jobs stopped when it stops), and opens each page
-of the dashboard in Debian's Chromium (Playwright, no browser download) signed in as the admin. It measures, per page, the time from
-navigation start to the page's first drawing *with its data* (the ``gpufence-first-paint``
-performance mark the dashboard sets after its first refresh) and the browser's
-first-contentful-paint; ``--repeat`` loads of each page, the median reported.
+of the dashboard in Debian's Chromium (Playwright, no browser download) signed in as the admin.
+It measures, per page, the time from navigation start to the page's first drawing *with its
+data* (the ``gpufence-first-paint`` performance mark the dashboard sets after its first
+refresh) and the browser's first-contentful-paint; ``--repeat`` loads of each page, the median reported.
 
 Prints, last: ``first_paint_ms=<slowest page's median> queued=N gpus=G`` and exits 1 when that
 is over 1000 ms (the target: first paint under 1 s).
