@@ -8,7 +8,8 @@ on it (its own process, 127.0.0.1, port 0; its jobs stopped when it stops), and 
 of the dashboard in Debian's Chromium (Playwright, no browser download) signed in as the admin.
 It measures, per page, the time from navigation start to the page's first drawing *with its
 data* (the ``gpufence-first-paint`` performance mark the dashboard sets after its first
-refresh) and the browser's first-contentful-paint; ``--repeat`` loads of each page, the median reported.
+refresh) and the browser's first-contentful-paint; ``--repeat`` loads of each page, the median
+reported.
 
 Prints, last: ``first_paint_ms=<slowest page's median> queued=N gpus=G`` and exits 1 when that
 is over 1000 ms (the target: first paint under 1 s).
@@ -177,6 +178,8 @@ def main() -> int:
             f"{name:<9} data drawn {f['data_ms']:6.0f} ms (max {f['data_max_ms']:.0f})  "
             f"first contentful paint {f['fcp_ms']:5.0f} ms"
         )
+    load = os.getloadavg()[0]
+    print(f"load average {load:.1f} on {os.cpu_count()} CPUs during the run (shared machine)")
     worst = max(f["data_ms"] for f in figures.values())
     print(f"first_paint_ms={worst:.0f} queued={queued} gpus={gpus}")
     return 0 if worst < TARGET_MS else 1

@@ -153,12 +153,13 @@ def dashboard_router(plane: ControlPlane) -> APIRouter:
     Tenant = Annotated[str, Depends(tenant_dependency(plane.config))]
     assets = load_assets()
 
+    # async: bytes already in memory, served on the event loop without a thread-pool hop
     @router.get("/", include_in_schema=False)
-    def index(request: Request) -> Response:
+    async def index(request: Request) -> Response:
         return _asset_response(request, assets["index.html"])
 
     @router.get("/ui/{name}", include_in_schema=False)
-    def asset(name: str, request: Request) -> Response:
+    async def asset(name: str, request: Request) -> Response:
         found = assets.get(name)
         if found is None:
             raise HTTPException(404, detail=f"no dashboard file {name!r}")

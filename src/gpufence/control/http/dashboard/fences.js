@@ -3,7 +3,7 @@
 
 import { get } from "./api.js";
 import { colourOf, empty, fmtNum, h, table } from "./dom.js";
-import { gpuMap } from "./gpumap.js";
+import { createGpuMap } from "./gpumap.js";
 
 function bar(p) {
   const cap = p.capacity_gpus || 1;
@@ -58,10 +58,10 @@ function totals(parts) {
 export function overviewPage(root) {
   const head = h("div");
   const fences = h("div");
-  const map = h("div");
-  root.append(h("h2", { text: "Fences" }), head, fences, h("h2", { text: "GPU map" }), map);
+  const map = createGpuMap();
+  root.append(h("h2", { text: "Fences" }), head, fences, h("h2", { text: "GPU map" }), map.el);
   let gpus = null;
-  const redraw = () => { if (gpus) map.replaceChildren(gpuMap(gpus)); };
+  const redraw = () => { if (gpus) map.update(gpus); };
   document.addEventListener("gpufence:redraw", redraw);
   return {
     async refresh() {
@@ -71,6 +71,6 @@ export function overviewPage(root) {
       gpus = g;
       redraw();
     },
-    dispose() { document.removeEventListener("gpufence:redraw", redraw); },
+    dispose() { map.dispose(); document.removeEventListener("gpufence:redraw", redraw); },
   };
 }

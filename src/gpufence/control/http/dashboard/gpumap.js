@@ -80,12 +80,17 @@ function gpuCell(node, gpu, data) {
   return cell;
 }
 
-export function gpuMap(data) {
-  if (!data.nodes.length) return empty("no nodes");
+// A map that keeps its cells: a refresh rebuilds only the GPUs whose data changed, and a first
+// drawing of a large cluster draws the first FIRST_NODES nodes (a screenful) at once and the
+// rest in CHUNK-node steps after it, so a 1,000-GPU map paints as fast as a small one.
+const FIRST_NODES = 24;
+const CHUNK = 40;
+
+function legendOf(data) {
   const keys = new Set();
   for (const n of data.nodes) for (const g of n.gpus) { const k = keyOf(g, data); if (k) keys.add(k); }
-  const legend = h("div", { class: "legend" },
-    h("span", { class: "legend-title", text: `colour by` }),
+  return h("div", { class: "legend" },
+    h("span", { class: "legend-title", text: "colour by" }),
     COLOUR_BY.map((c) => h("button", {
       type: "button", class: c === colourBy ? "chip on" : "chip", "data-colour": c, text: c,
       onclick: () => { colourBy = c; document.dispatchEvent(new CustomEvent("gpufence:redraw")); },
@@ -95,31 +100,92 @@ export function gpuMap(data) {
       sw.style.background = colourOf(colourBy, k);
       return h("span", { class: "legend-item" }, sw, k);
     }));
-  const nodes = h("div", { class: "nodes" }, data.nodes.map((n) => h("div", {
-    class: `node${n.up ? "" : " down"}`, "data-node": n.name,
-  },
-  h("div", { class: "node-head" }, h("b", { text: n.name }),
-    h("span", { class: "muted", text: `${n.gpu_type}${n.rack ? " · " + n.rack : ""}${n.up ? "" : " · DOWN"}` })),
-  h("div", { class: "gpus" }, n.gpus.map((g) => gpuCell(n, g, data))))));
-  const used = data.nodes.reduce((a, n) => a + n.gpus.filter((g) => g.state === "used").length, 0);
-  const total = data.nodes.reduce((a, n) => a + n.gpus.length, 0);
-  const note = data.other_tenants_gpus ? ` · ${data.other_tenants_gpus} held by other tenants` : "";
-  return h("div", { class: "gpumap" },
-    h("p", { class: "muted", text: `${data.nodes.length} nodes · ${total} GPUs · ${used} in use${note}` }),
-    legend, nodes);
+}
+
+function nodeHead(n) {
+  return h("div", { class: "node-head" }, h("b", { text: n.name }),
+    h("span", { class: "muted", text: `${n.gpu_type}${n.rack ? " · " + n.rack : ""}${n.up ? "" : " · DOWN"}` }));
+}
+
+export function createGpuMap() {
+  const summary = h("p", { class: "muted" });
+  const legend = h("div");
+  const nodes = h("div", { class: "nodes" });
+  const el = h("div", { class: "gpumap" }, summary, legend, nodes);
+  const cells = new Map();  // "node/index" -> [signature, element]
+  const boxes = new Map();  // node name -> [signature, element, gpus container]
+  let pending = null;
+
+  function drawNode(n, data) {
+    const headSig = `${n.name}|${n.up}|${n.gpu_type}|${n.rack}`;
+    let box = boxes.get(n.name);
+    if (!box || box[0] !== headSig) {
+      const gpus = h("div", { class: "gpus" });
+      const node = h("div", { class: `node${n.up ? "" : " down"}`, "data-node": n.name }, nodeHead(n), gpus);
+      box = [headSig, node, gpus];
+      if (boxes.has(n.name)) boxes.get(n.name)[1].replaceWith(node);
+      boxes.set(n.name, box);
+      for (const g of n.gpus) cells.delete(`${n.name}/${g.index}`);
+    }
+    const list = [];
+    for (const g of n.gpus) {
+      const key = `${n.name}/${g.index}`;
+      const jobs = g.jobs.map((j) => data.jobs[j] ?? null);
+      const sig = JSON.stringify([colourBy, g, jobs, data.util[key] ?? null]);
+      let cell = cells.get(key);
+      if (!cell || cell[0] !== sig) {
+        cell = [sig, gpuCell(n, g, data)];
+        cells.set(key, cell);
+      }
+      list.push(cell[1]);
+    }
+    const gpus = box[2];
+    if (gpus.children.length !== list.length || list.some((c, i) => gpus.children[i] !== c)) {
+      gpus.replaceChildren(...list);
+    }
+    return box[1];
+  }
+
+  function update(data) {
+    if (pending !== null) { clearTimeout(pending); pending = null; }
+    const used = data.nodes.reduce((a, n) => a + n.gpus.filter((g) => g.state === "used").length, 0);
+    const total = data.nodes.reduce((a, n) => a + n.gpus.length, 0);
+    const note = data.other_tenants_gpus ? ` · ${data.other_tenants_gpus} held by other tenants` : "";
+    summary.textContent = `${data.nodes.length} nodes · ${total} GPUs · ${used} in use${note}`;
+    legend.replaceChildren(legendOf(data));
+    if (!data.nodes.length) { nodes.replaceChildren(empty("no nodes")); return; }
+    const names = new Set(data.nodes.map((n) => n.name));
+    for (const name of [...boxes.keys()]) if (!names.has(name)) { boxes.get(name)[1].remove(); boxes.delete(name); }
+    const step = (from, count) => {
+      const upto = Math.min(data.nodes.length, from + count);
+      const els = [];
+      for (let i = from; i < upto; i++) els.push(drawNode(data.nodes[i], data));
+      els.forEach((node, k) => {
+        const at = nodes.children[from + k];
+        if (at !== node) nodes.insertBefore(node, at ?? null);
+      });
+      if (upto < data.nodes.length) pending = setTimeout(() => step(upto, CHUNK), 0);
+      else {
+        pending = null;
+        while (nodes.children.length > data.nodes.length) nodes.lastChild.remove();
+      }
+    };
+    step(0, FIRST_NODES);
+  }
+  return { el, update, dispose() { if (pending !== null) clearTimeout(pending); } };
 }
 
 export function gpuPage(root) {
-  const body = h("div");
-  root.append(h("h2", { text: "GPU map" }), body);
+  const map = createGpuMap();
+  root.append(h("h2", { text: "GPU map" }), map.el);
   let last = null;
-  const redraw = () => { if (last) body.replaceChildren(gpuMap(last)); };
+  const redraw = () => { if (last) map.update(last); };
   document.addEventListener("gpufence:redraw", redraw);
   return {
     async refresh() {
       last = await get("/v1/dashboard/gpus");
       redraw();
     },
-    dispose() { document.removeEventListener("gpufence:redraw", redraw); },
+    dispose() { map.dispose(); document.removeEventListener("gpufence:redraw", redraw); },
   };
 }
