@@ -55,6 +55,9 @@ function gpuCell(node, gpu, data) {
   const key = keyOf(gpu, data);
   const u = data.util[`${node.name}/${gpu.index}`];
   const shared = gpu.milli_used > 0 && gpu.milli_used < 1000 && !gpu.mig;
+  // a job from another fence on this GPU: lent capacity, or taken in an incident
+  const away = [...new Set(gpu.jobs.map((j) => data.jobs[j]?.partition)
+    .filter((p) => p && p !== gpu.partition))];
   const cell = h("div", {
     class: `gpu state-${gpu.state}`,
     "data-node": node.name,
@@ -65,7 +68,8 @@ function gpuCell(node, gpu, data) {
   },
   h("div", { class: "gpu-head" },
     h("span", { class: "gpu-idx", text: `GPU ${gpu.index}` }),
-    shared ? h("span", { class: "share", text: `${(gpu.milli_used / 10).toFixed(0)} %` }) : null),
+    shared ? h("span", { class: "share", text: `${(gpu.milli_used / 10).toFixed(0)} %` }) : null,
+    away.length ? h("span", { class: "away", title: `held by a job of partition ${away.join(", ")} (lent, or taken in an incident)`, text: `⇠ ${away.join(", ")}` }) : null),
   gpu.mig ? migCell(gpu, data) : h("div", { class: "gpu-jobs" },
     gpu.jobs.map((j) => jobLabel(j, data)),
     gpu.other_tenants_jobs ? h("span", { class: "other", text: `${gpu.other_tenants_jobs} other tenant` }) : null),

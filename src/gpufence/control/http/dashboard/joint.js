@@ -90,7 +90,8 @@ export function jointPage(root) {
       const now = Date.now() / 1000;
       const d = await get("/v1/series", { since: now - range });
       const other = d.other_tenants ? ` · other tenants: ${d.other_tenants.serving_deployments} deployments, ${d.other_tenants.marks} marks not shown` : "";
-      info.textContent = `${fmtTime(d.since)} – ${fmtTime(d.until)} · step ${fmtNum(d.step_s)} s · ${d.serving.length} serving deployments${other}${d.marks_truncated ? " · marks truncated" : ""}`;
+      const from = d.oldest !== null ? Math.max(d.since, d.oldest) : d.since;
+      info.textContent = `${fmtTime(from)} – ${fmtTime(d.until)} · step ${fmtNum(d.step_s)} s · ${d.serving.length} serving deployments${other}${d.marks_truncated ? " · marks truncated" : ""}`;
       charts.replaceChildren(...jointCharts(d), markSummary(d.marks));
       marks.replaceChildren(markTable(d.marks));
     },
