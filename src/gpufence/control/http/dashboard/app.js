@@ -93,7 +93,9 @@ async function tick(seq, first) {
     } catch (err) {
       if (err instanceof AuthError) { clearToken(); showLogin("signed out: " + err.message); return; }
       if (seq === app.seq) setLive(false, err.message);
-      console.warn("gpufence dashboard:", err.message);
+      // the server's refusals are the page's business (shown as "stale"); anything else is a bug
+      if (err.status) console.warn("gpufence dashboard:", err.message);
+      else console.error("gpufence dashboard:", err);
     } finally {
       page.busy = false;
     }
