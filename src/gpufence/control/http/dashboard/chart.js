@@ -44,6 +44,7 @@ export function lineChart(opt) {
     for (const l of opt.lines) for (const v of l.values) if (v !== null && v > top) top = v;
     for (const r of opt.hlines ?? []) if (r.y > top) top = r.y;
     top = niceMax(top * 1.1);
+    if (opt.integer) top = Math.max(2, Math.ceil(top / 2) * 2);  // whole ticks: 0, top/2, top
   }
   const y = (v) => TOP + plotH - (Math.min(v, top) / top) * plotH;
   const svg = s("svg", { class: "chart", viewBox: `0 0 ${WIDTH} ${height}`, "data-chart": opt.id,
@@ -52,7 +53,7 @@ export function lineChart(opt) {
   for (const f of [0, 0.5, 1]) {
     const yy = TOP + plotH - f * plotH;
     svg.append(s("line", { x1: LEFT, x2: WIDTH - RIGHT, y1: yy, y2: yy, class: "grid-line" }));
-    svg.append(s("text", { x: LEFT - 6, y: yy + 4, class: "tick y", text: fmtNum(f * top, top < 10 ? 1 : 0) }));
+    svg.append(s("text", { x: LEFT - 6, y: yy + 4, class: "tick y", text: fmtNum(f * top, top < 10 && !opt.integer ? 1 : 0) }));
   }
   for (let i = 0; i <= 5; i++) {
     const t = since + ((until - since) * i) / 5;

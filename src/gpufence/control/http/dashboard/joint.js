@@ -47,7 +47,7 @@ export function jointCharts(d) {
   const deployColour = (x) => colourOf("deployment", `${x.tenant}/${x.deployment}`);
   charts.push(lineChart({ ...base, id: "request-rate", title: "Serving request rate", unit: "req/s",
     lines: serv.map((x) => ({ label: x.deployment, values: x.request_rate, colour: deployColour(x) })) }));
-  charts.push(lineChart({ ...base, id: "replicas", title: "Serving replicas", unit: "holding GPUs — / wanted - -",
+  charts.push(lineChart({ ...base, id: "replicas", title: "Serving replicas", integer: true, unit: "holding GPUs — / wanted - -",
     lines: serv.flatMap((x) => [
       { label: `${x.deployment} holding`, values: x.replicas, colour: deployColour(x), stepped: true },
       { label: `${x.deployment} wanted`, values: x.replicas_wanted, colour: deployColour(x), stepped: true, dash: true },
@@ -91,7 +91,7 @@ export function jointPage(root) {
       const d = await get("/v1/series", { since: now - range });
       const other = d.other_tenants ? ` · other tenants: ${d.other_tenants.serving_deployments} deployments, ${d.other_tenants.marks} marks not shown` : "";
       const from = d.oldest !== null ? Math.max(d.since, d.oldest) : d.since;
-      info.textContent = `${fmtTime(from)} – ${fmtTime(d.until)} · step ${fmtNum(d.step_s)} s · ${d.serving.length} serving deployments${other}${d.marks_truncated ? " · marks truncated" : ""}`;
+      info.textContent = `${fmtTime(from)} – ${fmtTime(d.until)} · step ${fmtNum(d.step_s)} s · ${d.serving.length} serving deployment${d.serving.length === 1 ? "" : "s"}${other}${d.marks_truncated ? " · marks truncated" : ""}`;
       charts.replaceChildren(...jointCharts(d), markSummary(d.marks));
       marks.replaceChildren(markTable(d.marks));
     },
