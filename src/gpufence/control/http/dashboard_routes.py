@@ -186,7 +186,7 @@ def dashboard_router(plane: ControlPlane) -> APIRouter:
         queue_name: Annotated[str | None, Query(alias="queue")] = None,
         tenant_filter: Annotated[str | None, Query(alias="tenant")] = None,
         workload_class: Annotated[str | None, Query(alias="class")] = None,
-        offset: Annotated[int, Query(ge=0)] = 0,
+        offset: Annotated[int, Query(ge=0, le=10**9)] = 0,
         limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 100,
     ) -> Response:
         """One page of jobs (submission order) and how many match; a tenant's own only."""

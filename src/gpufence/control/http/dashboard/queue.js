@@ -80,8 +80,11 @@ export function queuePage(root, { who }) {
       state: STATES[filters.state], partition: filters.partition, queue: filters.queue,
       tenant: filters.tenant, class: filters.class, offset: filters.offset, limit: PAGE_SIZE,
     };
-    const [page, shares] = await Promise.all([get("/v1/dashboard/queue", q),
-      get("/v1/dashboard/fairshare")]);
+    // the fair-share tables are drawn when they come: the job list does not wait for them
+    get("/v1/dashboard/fairshare").then((x) => {
+      fs.replaceChildren(fairShare(x.partitions, filters.partition));
+    }, (e) => console.warn("gpufence dashboard:", e.message));
+    const page = await get("/v1/dashboard/queue", q);
     if (page.total && filters.offset >= page.total) {
       filters.offset = Math.floor((page.total - 1) / PAGE_SIZE) * PAGE_SIZE;
     }
@@ -98,12 +101,12 @@ export function queuePage(root, { who }) {
     list.replaceChildren(page.jobs.length
       ? table(headers, jobRows(page.jobs, now, who), { class: "grid jobs" })
       : empty(`no ${filters.state} jobs`));
-    fs.replaceChildren(fairShare(shares.partitions, filters.partition));
+    return undefined;  // not the fair-share promise: the list alone is the paint
   }
   return {
-    refresh() {
+    async refresh() {
       refreshNow = () => refresh().catch((e) => console.warn("gpufence dashboard:", e.message));
-      return refresh();
+      await refresh();  // resolves once the list is drawn; the fair share follows on its own
     },
   };
 }
