@@ -231,6 +231,10 @@ def test_a_tenant_sees_only_its_own_jobs(server: Server, browser: Any, shots: Pa
     assert tab.page.locator(f".gpu[data-jobs~='{theirs}']").count() == 0
     assert "other tenant" in tab.text()  # the GPU is shown as held, not whose
     assert tab.errors == [] and admin.errors == []
+    tab.go(f"#/jobs/{theirs}", "job")  # another tenant's job page: refused, and said so
+    assert "belongs to another tenant" in tab.page.inner_text("#page-error")
+    assert "nlp-job" not in tab.text()
+    assert tab.errors and all("status of 403" in e for e in tab.errors)  # the refusals only
 
 
 def test_a_preemption_appears_as_a_mark_in_the_joint_view(

@@ -1,9 +1,10 @@
 """The HTTP API of the control plane (FastAPI): ``make_app(plane)``.
 
 Every ``/v1`` route needs ``Authorization: Bearer <token>``: a tenant sees and cancels only its
-own jobs (403 otherwise), the admin token sees everything. ``/metrics`` (Prometheus) and
-``/healthz`` are open, as scrapers and load balancers expect: put the server behind a proxy if
-queue sizes per partition must stay private.
+own jobs (403 otherwise), the admin token sees everything. The web dashboard's page and assets
+(``/``, ``/ui/*``: no data, the page asks for a token) are open, and so are ``/metrics``
+(Prometheus) and ``/healthz``, as scrapers and load balancers expect: put the server behind a
+proxy if queue sizes per partition must stay private.
 
 Status codes: 201 job accepted (pending or already starting); 422 invalid body (FastAPI's
 field-level ``detail``) *or* a job the cluster can never hold: the scheduler rejects it at submit,

@@ -21,6 +21,7 @@ A tenant sees only its own jobs everywhere (``/v1/nodes``' rules for the map); t
 import dataclasses
 import hashlib
 import json
+import logging
 import math
 import time
 from importlib import resources
@@ -34,9 +35,11 @@ from gpufence.control.config import ADMIN
 from gpufence.control.http.auth import tenant_dependency
 from gpufence.control.jobspec import from_stored
 from gpufence.control.observe.series_view import SeriesQueryError
-from gpufence.control.plane import CALL_TIMEOUT_S, AccessError, ControlPlane
+from gpufence.control.plane import CALL_TIMEOUT_S, ControlPlane
 from gpufence.control.store import database as st
 from gpufence.control.tenantview import redact
+
+log = logging.getLogger("gpufence.dashboard")
 
 ASSETS = "dashboard"
 """Package directory (next to this module) holding the page, its scripts and styles."""
@@ -73,6 +76,9 @@ def load_assets() -> dict[str, Asset]:
     no path from a request ever reaches the file system)."""
     out: dict[str, Asset] = {}
     root = resources.files("gpufence.control.http").joinpath(ASSETS)
+    if not root.is_dir():  # a broken install: the API still serves, `/` says what is missing
+        log.error("the dashboard's files are missing from this install (%s)", root)
+        return out
     for entry in root.iterdir():
         suffix = "." + entry.name.rsplit(".", 1)[-1] if "." in entry.name else ""
         if entry.is_file() and suffix in CONTENT_TYPES:
@@ -156,7 +162,13 @@ def dashboard_router(plane: ControlPlane) -> APIRouter:
     # async: bytes already in memory, served on the event loop without a thread-pool hop
     @router.get("/", include_in_schema=False)
     async def index(request: Request) -> Response:
-        return _asset_response(request, assets["index.html"])
+        page = assets.get("index.html")
+        if page is None:
+            raise HTTPException(
+                503,
+                detail="the dashboard's files are missing from this install; reinstall gpufence",
+            )
+        return _asset_response(request, page)
 
     @router.get("/ui/{name}", include_in_schema=False)
     async def asset(name: str, request: Request) -> Response:
@@ -260,10 +272,7 @@ def dashboard_router(plane: ControlPlane) -> APIRouter:
         ``jobs`` (id -> tenant, name, class, partition, state of each job shown) and ``util``
         (``"node/index"`` -> latest utilisation 0..1 and memory used)."""
         nodes = plane.nodes(tenant)
-        try:
-            active = plane.jobs(tenant, states=st.ACTIVE, limit=10_000)
-        except AccessError as exc:  # not reached: plane.jobs scopes a tenant to itself
-            raise HTTPException(403, detail=str(exc)) from None
+        active = plane.jobs(tenant, states=st.ACTIVE, limit=10_000)  # a tenant: its own
         info = {
             row.id: {
                 "tenant": row.tenant,

@@ -92,6 +92,12 @@ async function tick(seq, first) {
       }
     } catch (err) {
       if (err instanceof AuthError) { clearToken(); showLogin("signed out: " + err.message); return; }
+      if ((err.status === 403 || err.status === 404) && seq === app.seq) {
+        // another tenant's job, or none such: say so instead of a blank page, and stop asking
+        $("page").replaceChildren(h("p", { class: "error", id: "page-error", text: err.message }));
+        document.body.dataset.painted = document.body.dataset.page;
+        return;
+      }
       if (seq === app.seq) setLive(false, err.message);
       // the server's refusals are the page's business (shown as "stale"); anything else is a bug
       if (err.status) console.warn("gpufence dashboard:", err.message);

@@ -41,7 +41,7 @@ function migCell(gpu, data) {
       class: `slice${used ? " used" : ""}${slot.other_tenant ? " other" : ""}`,
       "data-profile": slot.profile,
       title: `${slot.profile} @${slot.start}${slot.job ? " · " + slot.job : ""}`,
-    }, h("span", { class: "profile", text: slot.profile }),
+    }, h("span", { class: "profile", text: slot.profile.split(".")[0] }),  // "3g"; all in title
     slot.job ? jobLink(slot.job) : slot.other_tenant ? h("span", { text: "other" }) : null);
     el.style.flexGrow = String(migSlots(slot.profile));
     if (owner && colourBy !== "partition") {
