@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import urllib.request
 from collections.abc import Iterator
@@ -16,7 +17,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import BaseModel
 from tenant_server import JOB_PY, Server, gpufence_up
+
+from gpufence.control.http import schemas
 
 pytestmark = pytest.mark.skipif(not Path(JOB_PY).exists(), reason=f"needs {JOB_PY}")
 
@@ -99,7 +103,8 @@ def test_a_bad_filter_is_a_422_naming_it(
 ) -> None:
     status, body, _ = server.call("GET", f"/v1/dashboard/queue?{query}")
     assert status == 422
-    assert body["detail"][0]["loc"] == ["query", field] and words in body["detail"][0]["msg"]
+    assert body["type"] == "urn:gpufence:problem:invalid", body  # an RFC 7807 problem
+    assert body["field"] == f"query.{field}" and words in body["detail"], body
 
 
 def test_gpu_map_labels_jobs_and_hides_other_tenants(server: Server, jobs: dict[str, Any]) -> None:
@@ -128,6 +133,27 @@ def test_fair_share_and_whoami(server: Server, jobs: dict[str, Any]) -> None:
     who = ok(server, "/v1/dashboard/whoami", "vision")
     assert who["tenant"] == "vision" and who["admin"] is False and "tenants" not in who
     assert who["partitions"] == ["serving", "training"]
+
+
+@pytest.mark.parametrize(
+    ("path", "tenant", "model"),
+    [
+        ("/v1/dashboard/queue", "admin", schemas.QueuePage),
+        ("/v1/dashboard/queue?state=running", "nlp", schemas.QueuePage),
+        ("/v1/dashboard/gpus", "admin", schemas.GpuMap),
+        ("/v1/dashboard/gpus", "vision", schemas.GpuMap),
+        ("/v1/dashboard/fairshare", "vision", schemas.FairShareTables),
+        ("/v1/dashboard/whoami", "admin", schemas.Whoami),
+    ],
+)
+def test_answers_round_trip_through_their_documented_models(
+    server: Server, jobs: dict[str, Any], path: str, tenant: str, model: type[BaseModel]
+) -> None:
+    """With pending jobs (their reasons) and a tenant's view (other tenants' GPUs): the
+    OpenAPI document's model lacks no field the route sends."""
+    body = ok(server, path, tenant)
+    parsed = model.model_validate(body).model_dump(mode="json", by_alias=True, exclude_unset=True)
+    assert json.dumps(parsed, sort_keys=True) == json.dumps(body, sort_keys=True)
 
 
 def test_assets_unknown_names_404_and_unchanged_ones_revalidate(server: Server) -> None:

@@ -13,7 +13,7 @@ from typing import Annotated, Any
 
 import typer
 
-from gpufence.cli import cluster_verbs, job_verbs
+from gpufence.cli import accounting_verbs, cluster_verbs, job_verbs
 from gpufence.cli.connect import (
     ContextOpt,
     DataOpt,
@@ -254,4 +254,6 @@ def register(app: typer.Typer) -> None:
     app.command()(cluster_verbs.events)
     app.command()(cluster_verbs.top)
     app.command()(cluster_verbs.advise)
+    app.command()(accounting_verbs.history)
+    app.command()(accounting_verbs.usage)
     app.add_typer(context_app, name="context")

@@ -13,6 +13,7 @@ and writes a context for it to the client config (``clientconfig.py``), made cur
 
 from __future__ import annotations
 
+import logging
 import re
 import shlex
 import threading
@@ -25,6 +26,18 @@ from gpufence.cli.render import err_console
 from gpufence.control.http.client import default_data_dir
 
 DEFAULT_PORT = 7878  # = server.DEFAULT_PORT (the server module imports fastapi: kept lazy)
+
+
+def escape_control_characters(record: logging.LogRecord) -> bool:
+    """A logging filter: the formatted message with control characters escaped (a newline in
+    a job's cwd or name must not start a forged line of the server log); tracebacks keep
+    their lines."""
+    from gpufence.control.jobspec import escape
+
+    msg = record.getMessage()
+    if not (msg.isprintable() and msg.isascii()):
+        record.msg, record.args = escape(msg), None
+    return True
 
 
 def up(
@@ -80,9 +93,24 @@ def up(
             "--log-level", metavar="LEVEL", help="debug, info, warning or error (server log)"
         ),
     ] = "info",
+    skip_integrity_check: Annotated[
+        bool,
+        typer.Option(
+            "--skip-integrity-check",
+            help="start without PRAGMA quick_check of the store (a damaged store is refused)",
+        ),
+    ] = False,
     strict: Annotated[
         bool,
         typer.Option("--strict", help="refuse to start when the spec gets advice warnings"),
+    ] = False,
+    no_containment: Annotated[
+        bool,
+        typer.Option(
+            "--no-containment",
+            help="run jobs without cgroups (no limits, no device isolation, strays survive); "
+            "only where this machine offers no cgroup containment",
+        ),
     ] = False,
     context: Annotated[
         str | None,
@@ -101,8 +129,6 @@ def up(
     """Start the control plane: API server, reconciler and executor (local, or --executor ray)
     (Ctrl-C stops it; running jobs keep running and are adopted by the next `up` on the same
     --data)."""
-    import logging
-
     from gpufence.cli.extras import require
 
     require("server", "gpufence up")
@@ -122,10 +148,21 @@ def up(
     # before anything is created: the data dir, the store, the token, the jobs' files (the
     # launcher and the jobs inherit it) are private from their first byte
     set_private_umask()
+    for handler in logging.getLogger().handlers:  # user text must not forge log lines
+        handler.addFilter(escape_control_characters)
     try:
         if config is not None:
             _lint(config, strict)
-        plane = build_plane(config, data_dir, fake_gpus, fake_gpu_type, executor, ray_address)
+        plane = build_plane(
+            config,
+            data_dir,
+            fake_gpus,
+            fake_gpu_type,
+            executor,
+            ray_address,
+            check_integrity=not skip_integrity_check,
+            no_containment=no_containment,
+        )
         ready = threading.Event()
         name = None if no_context else (context or default_context_name(data_dir))
         threading.Thread(

@@ -17,6 +17,7 @@ control:
   stop_grace_s: 10          # SIGTERM -> SIGKILL
   notice_signal: SIGUSR1    # or SIGTERM: how a job hears about a preemption / reclaim notice
   activity_interval_s: 1    # how often idle detection samples running interactive jobs
+  max_request_bytes: 1048576  # larger HTTP request bodies get 413
   gpu_sample_interval_s: 5  # real GPUs: how often NVML's process lists are checked (and MPS)
   foreign_gpu_processes: report   # or kill: a process on a GPU that no job holding it owns
   telemetry: {series_step_s: 5, latency_window_s: 300}   # control/observe/observe_config.py
@@ -24,6 +25,7 @@ control:
     ignore: [quota-borrow-unbounded]   # rule ids not to report (say why in a comment)
     chronic_preemption: {more_than: 2, of_last: 7, period_s: 86400}
     failure_margin_nodes: 1
+  containment: {...}        # cgroup mode, parent, fake GPU devices: containment/settings.py
 ```
 
 Without a config file, the cluster is this machine as discovered (one exclusive partition) and
@@ -46,6 +48,11 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from gpufence.advice.inputs import AdviceSettings
+from gpufence.control.containment.settings import (
+    DEFAULT_PIDS_LIMIT,
+    ContainmentSchema,
+    ContainmentSettings,
+)
 from gpufence.control.executors.interface import RunAs
 from gpufence.control.executors.memberenv import OWN_PREFIX, name_matches
 from gpufence.control.observe.observe_config import TelemetrySettings
@@ -61,7 +68,6 @@ log = logging.getLogger("gpufence.config")
 
 TOKEN_FILE = "admin.token"
 SERVER_FILE = "server.json"
-DEFAULT_PIDS_LIMIT = 16384
 _ENV_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*\*?$"
 
 
@@ -103,10 +109,12 @@ class ControlSchema(BaseModel):
     stop_grace_s: float = Field(default=10.0, ge=0.0, le=3600.0)
     notice_signal: Literal["SIGUSR1", "SIGUSR2", "SIGTERM"] = "SIGUSR1"
     activity_interval_s: float = Field(default=1.0, gt=0.0, le=600.0)
+    max_request_bytes: int = Field(default=1 << 20, ge=1024, le=1 << 30)
     gpu_sample_interval_s: float = Field(default=5.0, gt=0.0, le=3600.0)
     foreign_gpu_processes: Literal["report", "kill"] = "report"
     telemetry: TelemetrySettings = Field(default_factory=TelemetrySettings)
     advice: AdviceSettings = Field(default_factory=AdviceSettings)
+    containment: ContainmentSchema = Field(default_factory=ContainmentSchema)
 
 
 @dataclass(frozen=True)
@@ -123,12 +131,15 @@ class ControlConfig:
     stop_grace_s: float = 10.0
     notice_signal: signal.Signals = signal.SIGUSR1
     activity_interval_s: float = 1.0
+    max_request_bytes: int = 1 << 20
     gpu_sample_interval_s: float = 5.0
     """Real GPUs: how often the processes on each GPU are checked, and MPS daemons watched."""
     foreign_gpu_processes: Literal["report", "kill"] = "report"
     """A process on a GPU that belongs to no job holding it: reported, or also killed."""
     telemetry: TelemetrySettings = field(default_factory=TelemetrySettings)
     advice: AdviceSettings = field(default_factory=AdviceSettings)
+    containment: ContainmentSettings = field(default_factory=ContainmentSettings)
+    """How members are confined; its ``pids_max`` is ``job_pids_limit`` (one setting)."""
 
     def tenant_of(self, token: str) -> str | None:
         """'admin' for the admin token, the tenant for a tenant token, else None."""
@@ -303,10 +314,12 @@ def control_config(raw: object, data_dir: Path, source: str | None = None) -> Co
         stop_grace_s=schema.stop_grace_s,
         notice_signal=signal.Signals[schema.notice_signal],
         activity_interval_s=schema.activity_interval_s,
+        max_request_bytes=schema.max_request_bytes,
         gpu_sample_interval_s=schema.gpu_sample_interval_s,
         foreign_gpu_processes=schema.foreign_gpu_processes,
         telemetry=schema.telemetry,
         advice=schema.advice,
+        containment=schema.containment.settings(pids_max=schema.job_pids_limit),
     )
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -21,6 +22,7 @@ from gpufence.advice.record import Advice
 from gpufence.control import views
 from gpufence.control.advice_history import read_history
 from gpufence.control.config import ADMIN, ControlConfig
+from gpufence.control.containment.members import Containment
 from gpufence.control.executors.interface import Executor
 from gpufence.control.executors.jobdirs import JOBS_DIR, open_job_file
 from gpufence.control.executors.local.local_executor import LocalExecutor
@@ -42,7 +44,8 @@ from gpufence.control.privatefs import dir_mode, ensure_dir, tighten_existing
 from gpufence.control.reconciler import Reconciler
 from gpufence.control.runas import blocking_dir
 from gpufence.control.store import database as st
-from gpufence.control.store.recovery import recover
+from gpufence.control.store.errors import unavailable
+from gpufence.control.store.recovery import damaged_hint, prepare_store, recover
 from gpufence.control.tenantview import Owner, redact
 from gpufence.model.cluster import Cluster
 from gpufence.sched.scheduler import Scheduler, SchedulerConfig
@@ -53,6 +56,38 @@ CALL_TIMEOUT_S = 30.0
 
 class AccessError(PermissionError):
     """The caller's tenant may not do this (HTTP 403)."""
+
+
+class InvalidField(ValueError):
+    """A request field that passed validation but cannot work here (HTTP 422 naming it)."""
+
+    def __init__(self, loc: tuple[str, ...], message: str) -> None:
+        super().__init__(message)
+        self.loc = loc
+
+
+def open_store(
+    config: ControlConfig,
+    data_dir: Path,
+    check_integrity: bool = True,
+    containment: Containment | None = None,
+) -> st.Store:
+    """The store of ``data_dir`` (made private first: ``_private_data_dir``), refused with what
+    to do when it is missing while its jobs run, damaged, or in use by another control plane
+    (``StoreError``); a data directory the medium refuses is ``StoreUnavailable``."""
+    try:
+        _private_data_dir(config, data_dir)
+        floor = prepare_store(data_dir, containment)
+        return st.Store(data_dir, check_integrity=check_integrity, id_floor=floor)
+    except st.StoreError as exc:
+        if "damaged" in str(exc):
+            raise st.StoreError(f"{exc}\n  {damaged_hint(data_dir, containment)}") from None
+        raise
+    except OSError as exc:  # the data directory itself: read-only, full, no permission
+        gone = unavailable(exc)
+        if gone is None:
+            raise
+        raise gone from None
 
 
 class NotServingError(ValueError):
@@ -68,20 +103,28 @@ class ControlPlane:
         data_dir: Path,
         executor: Executor | None = None,
         validate: bool = True,
+        containment: Containment | None = None,
+        check_integrity: bool = True,
         nvml: GpuApi | None = None,
     ) -> None:
-        """``nvml``: the NVML to manage real GPUs through (default: pynvml; tests give the fake
-        one, ``gpufence.testing.fake_nvml``); on fake GPUs, only its counters are read (the
-        demo models the devices with one)."""
+        """``containment``: the cgroups of the local executor's members (``gpufence up`` detects
+        it; None runs jobs unconfined). Ignored when ``executor`` is given. ``nvml``: the NVML
+        to manage real GPUs through (default: pynvml; tests give the fake one,
+        ``gpufence.testing.fake_nvml``); on fake GPUs, only its counters are read (the demo
+        models the devices with one)."""
         check_machine(cluster, discovery)
         self.cluster = cluster
         self.config = config
         self.discovery = discovery
         self.data_dir = data_dir
-        _private_data_dir(config, data_dir)
-        self.store = st.Store(data_dir)
+        self.store = open_store(
+            config, data_dir, check_integrity, containment if executor is None else None
+        )
         self.telemetry = Telemetry()
-        self.executor: Executor = executor or LocalExecutor(notice_signal=config.notice_signal)
+        self.containment = containment if executor is None else None
+        self.executor: Executor = executor or LocalExecutor(
+            notice_signal=config.notice_signal, containment=containment
+        )
         # validation re-checks every invariant after each cycle: cheap at one machine's scale,
         # and a control plane should stop rather than double-book a GPU
         self.scheduler = Scheduler(cluster, SchedulerConfig(validate=validate))
@@ -92,6 +135,8 @@ class ControlPlane:
         self.gpus = GpuRuntime(
             cluster, config, discovery, data_dir, devices, self.telemetry, api, counters=counters
         )
+        if self.containment is not None:  # a process on a GPU is its member's by its cgroup
+            self.gpus.member_cgroup = self.containment.path_of
         self.reconciler = Reconciler(
             self.scheduler,
             config,
@@ -130,10 +175,12 @@ class ControlPlane:
 
     def start(self) -> None:
         log.info("GPUs: %s", self.discovery.source)
+        if self.containment is not None:
+            log.info("containment: %s", self.containment.describe())
         # what the GPUs really have (MIG), before recovery's restores and any placement
         self.reconciler.boot(self.gpus.startup_events(self.store), [])
-        self.recovered = recover(self.reconciler)
-        self.reconciler.start(first_id=self.store.max_seq() + 1)
+        self.recovered = recover(self.reconciler, self.containment)
+        self.reconciler.start()
         self._started = True
         self.gpus.start_watch(self._holders)
         self.observatory.start(self.serving_state)
@@ -169,13 +216,31 @@ class ControlPlane:
         self.store.close()
 
     # ------------------------------------------------------------------ writes
-    def submit(self, req: SubmitRequest, tenant: str) -> SubmitResult:
+    def submit(
+        self, req: SubmitRequest, tenant: str, idempotency_key: str | None = None
+    ) -> SubmitResult:
+        """Acknowledged once durable. With ``idempotency_key``, a repeat (the client's 201 was
+        lost to a crash or a timeout) returns the job the first one created."""
+        return self.submit_future(req, tenant, idempotency_key).result(CALL_TIMEOUT_S)
+
+    def submit_future(
+        self, req: SubmitRequest, tenant: str, idempotency_key: str | None = None
+    ) -> Future[SubmitResult]:
+        """``submit`` without waiting: the checks, then the reconciler's future."""
         if req.tenant is not None and req.tenant != tenant:
             if tenant != ADMIN:
                 raise AccessError("only the admin may submit on behalf of another tenant")
             tenant = req.tenant
         self._check_queue(req, tenant)
-        return self.reconciler.submit(req, tenant).result(CALL_TIMEOUT_S)
+        self._check_cwd(req)
+        return self.reconciler.submit(req, tenant, idempotency_key)
+
+    def _check_cwd(self, req: SubmitRequest) -> None:
+        """Jobs run on this machine: a ``cwd`` that is not a directory here fails at submit,
+        not at launch (Ray runs them elsewhere: checked there)."""
+        local = isinstance(self.executor, LocalExecutor)
+        if local and req.cwd is not None and not Path(req.cwd).is_dir():
+            raise InvalidField(("body", "cwd"), f"{req.cwd} is not a directory on this machine")
 
     def _check_queue(self, req: SubmitRequest, tenant: str) -> None:
         """Queues owned by a configured tenant take that tenant's jobs only (and the admin's)."""
@@ -224,6 +289,7 @@ class ControlPlane:
         only_tenant: str | None = None,
         limit: int = 1000,
         after_seq: int = 0,
+        parse_spec: bool = True,
     ) -> list[st.JobRow]:
         if tenant != ADMIN:
             if only_tenant not in (None, tenant):
@@ -236,6 +302,7 @@ class ControlPlane:
                 tenant=only_tenant,
                 limit=limit,
                 after_seq=after_seq,
+                parse_spec=parse_spec,
             )
         owner = self.owner()
         return [self._shown(row, tenant, owner) for row in rows]

@@ -1,10 +1,14 @@
 """Submission checks: resolve a job's partition and queue, reject what can never run.
 
 A job that no partition can ever hold is rejected at once with the reason, never left pending.
+A job the core could not even reason about (a non-finite or out-of-range number: front ends
+validate, but a store written by an older version, a trace or a bug may still hand one over) is
+rejected as ``invalid`` naming the field, so one poisoned job never raises out of ``step``.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from gpufence.model import mig as migmod
@@ -32,7 +36,56 @@ def _known(names: object) -> str:
     return ", ".join(sorted(str(n) for n in names))  # type: ignore[attr-defined]
 
 
+MAX_SECONDS = 1e12
+"""Upper bound of any duration or time the core accepts (~31,700 years: far beyond real
+values, far below where float arithmetic on them loses whole seconds)."""
+MAX_COUNT = 1 << 31
+"""Upper bound of counts and sizes (GPUs, replicas, milli-CPUs, MiB, priority)."""
+
+
+def _bad_number(field: str, value: object, lo: float, hi: float, optional: bool) -> str | None:
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return f"{field} must be a number (got {value!r})"
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"{field} must be finite (got {value!r})"
+    if not lo <= value <= hi:
+        return f"{field} must be between {_num(lo)} and {_num(hi)} (got {value!r})"
+    return None
+
+
+def _num(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() and abs(x) < 1e15 else f"{x:g}"
+
+
+def invalid(job: Job) -> Refused | None:
+    """A field of ``job`` the core cannot compute with, named, or None."""
+    req = job.request
+    checks: tuple[tuple[str, object, float, float, bool], ...] = (
+        ("est_runtime_s", job.est_runtime_s, 0.0, MAX_SECONDS, True),
+        ("time_limit_s", job.time_limit_s, 0.0, MAX_SECONDS, True),
+        ("submit_time", job.submit_time, -MAX_SECONDS, MAX_SECONDS, False),
+        ("priority", job.priority, -MAX_COUNT, MAX_COUNT, False),
+        # below their minimum, replicas / gpus / milli get their own messages further on
+        ("replicas", job.replicas, -MAX_COUNT, MAX_COUNT, False),
+        ("cpu_milli", job.cpu_milli, 0, MAX_COUNT, False),
+        ("mem_mib", job.mem_mib, 0, MAX_COUNT, False),
+        ("gpus", req.gpus, -MAX_COUNT, MAX_COUNT, False),
+        ("milli", req.milli, -MAX_COUNT, MAX_COUNT, False),
+        ("gpu_mem_mib", req.gpu_mem_mib, 0, MAX_COUNT, False),
+    )
+    for field, value, lo, hi, optional in checks:
+        problem = _bad_number(field, value, lo, hi, optional)
+        if problem is not None:
+            return Refused(Reason.INVALID, problem)
+    return None
+
+
 def resolve(cluster: Cluster, job: Job) -> Accepted | Refused:
+    bad = invalid(job)
+    if bad is not None:
+        return bad
     home, queue, err = _home_and_queue(cluster, job)
     if err is not None:
         return err

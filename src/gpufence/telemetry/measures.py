@@ -3,7 +3,7 @@ and the key of the same measure in the simulator's ``metrics.json`` where it has
 
 ``control/metrics.py`` and ``control/observe/prom_collectors.py`` build their metric families
 from this table (a name, label or help text is never spelled twice), the README's metric table
-is checked against it (``tests/unit/control/test_prometheus.py``), and the shipped Grafana
+is checked against it (``tests/unit/test_observability_assets.py``), and the shipped Grafana
 dashboard and alert rules (``gpufence/observability``) use only names defined here.
 
 Conventions (Kueue, dcgm-exporter, the Slurm exporter): base units (seconds, bytes, ratios
@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-Kind = Literal["gauge", "counter", "histogram", "info"]
+Kind = Literal["gauge", "counter", "histogram"]
 
 GPU = ("node", "gpu", "uuid")
 MIG = ("node", "gpu", "uuid", "mig")
@@ -48,7 +48,7 @@ _ALL = (
         "gpufence_build_info",
         "gauge",
         ("version", "python"),
-        "1, labelled with the gpufence version",
+        "Always 1; its labels say which gpufence and Python serve the API",
     ),
     Measure("gpufence_node_up", "gauge", ("node",), "1 while the node is up, 0 while it is down"),
     # -- jobs and queues (Kueue's ClusterQueue metrics)
@@ -165,7 +165,7 @@ _ALL = (
         "gpufence_partition_allocation_ratio",
         "gauge",
         ("partition",),
-        "used / capacity",
+        "GPU-equivalents used / capacity",
         "gpu.allocation_ratio",
     ),
     Measure(

@@ -335,6 +335,10 @@ class FakeNvml:
     def nvmlDeviceGetComputeInstanceId(self, mig_handle: object) -> int:
         return self._mig(mig_handle).ci_id
 
+    def nvmlDeviceGetMinorNumber(self, handle: object) -> int:
+        assert isinstance(handle, Handle)
+        return handle.gpu
+
     def nvmlDeviceGetGpuInstanceById(self, handle: object, gi_id: int) -> GiHandle:
         if not self.gi_permission:
             raise err(NVML_ERROR_NO_PERMISSION)

@@ -111,7 +111,6 @@ class ReconcilerRig:
         telemetry.clock = rec.clock  # outcomes and time in state, as ControlPlane wires them
         store.observers.append(telemetry.state_changes)
         telemetry.prime(cluster)
-        rec._next_id = store.max_seq() + 1  # what Reconciler.start does before its loop
         return cls(rec, ex, store, cluster, discovery, config, data_dir, time)
 
     # ------------------------------------------------------------------ driving

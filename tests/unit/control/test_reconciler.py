@@ -228,7 +228,7 @@ def test_recovery_adopts_what_runs_settles_what_ended_and_requeues_what_was_lost
 
     # kill -9 of the control plane; the processes of `alive` and `stopping` survive it
     new, counts = rig.restart(spec, adopt={(alive, 1): True, (ended, 1): (0,), (stopping, 1): True})
-    assert counts == {"pending": 1, "adopted": 2, "ended-while-down": 2}
+    assert counts == {"pending": 1, "adopted": 2, "ended-while-down": 2, "invalid": 0}
     assert new.ex.calls == [
         f"adopt {alive}/1",
         f"adopt {ended}/1",

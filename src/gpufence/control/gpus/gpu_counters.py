@@ -3,7 +3,8 @@ NVLink throughput per GPU, memory per MIG instance.
 
 * utilisation: ``nvmlDeviceGetUtilizationRates().gpu`` (share of the last sample period a
   kernel ran; NVML gives none for a GPU in MIG mode);
-* memory used / total: ``nvmlDeviceGetMemoryInfo`` of the GPU, and of each MIG device;
+* memory used / total: ``nvmlDeviceGetMemoryInfo`` of the GPU, and of each MIG device (with
+  its GPU instance id, ``nvmlDeviceGetGpuInstanceId``: dcgm-exporter's job-mapping file names);
 * PCIe: ``nvmlDeviceGetPcieThroughput`` (tx and rx, KB/s over NVML's own 20 ms sample), over
   the link's per-direction bandwidth (``nvmlDeviceGetMaxPcieLinkGeneration`` x width, read
   once: the *current* generation drops while the GPU idles);
@@ -69,6 +70,7 @@ class MigSample:
     uuid: str
     memory_used_bytes: int
     memory_total_bytes: int
+    gi_id: int | None = None  # its GPU instance's id (dcgm-exporter's GPU_I_ID)
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +107,7 @@ class GpuSample:
                     "uuid": m.uuid,
                     "used_bytes": m.memory_used_bytes,
                     "total_bytes": m.memory_total_bytes,
+                    "gi_id": m.gi_id,
                 }
                 for m in self.migs
             ]
@@ -209,5 +212,7 @@ class GpuCounters:
             mem = maybe(api.nvmlDeviceGetMemoryInfo, mig)
             if mem is not None:
                 uuid = as_text(api.nvmlDeviceGetUUID(mig))
-                out.append(MigSample(uuid, int(mem.used), int(mem.total)))
+                gi = maybe(api.nvmlDeviceGetGpuInstanceId, mig)
+                gi_id = None if gi is None else int(gi)
+                out.append(MigSample(uuid, int(mem.used), int(mem.total), gi_id))
         return tuple(out)

@@ -97,7 +97,8 @@ class GpuRuntime:
         )
         self.foreign = ForeignCheck(self.board, telemetry, config.foreign_gpu_processes)
         self.member_cgroup: MemberCgroup = lambda _launch, _rank: None
-        """Hook for containment: the member's cgroup path, matched before its session."""
+        """The member's cgroup path (as /proc/PID/cgroup shows it), matched before its session;
+        the control plane sets it to ``Containment.path_of`` when containment is on."""
         # this machine is node 0 of the cluster (devices.check_machine)
         self.local = [g for g in cluster.gpus if g.node == 0]
         uuid = {g.index: g.uuid for g in discovery.gpus}

@@ -15,6 +15,11 @@ routes it needs beyond the API's own.
   shown job's tenant, name and class, and each GPU's latest utilisation from the series.
 
 A tenant sees only its own jobs everywhere (``/v1/nodes``' rules for the map); the admin all.
+The ``/v1/dashboard`` routes are part of the typed API contract: their answers are documented
+as ``schemas.Whoami``, ``QueuePage``, ``FairShareTables`` and ``GpuMap`` (built here as plain
+JSON for speed; ``tests/integration/test_api_contract.py`` checks they round-trip), and their
+errors are RFC 7807 problems (``problems.py``). The page and its assets are not API: they stay
+out of the OpenAPI document.
 """
 
 # no ``from __future__ import annotations``: FastAPI reads the route signatures' types at runtime
@@ -28,14 +33,18 @@ from importlib import resources
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response
+from pydantic import AfterValidator, BaseModel
 
 from gpufence import __version__
 from gpufence.control import dashboard_views
 from gpufence.control.config import ADMIN
+from gpufence.control.http import schemas
+from gpufence.control.http.accounting_routes import query_text
 from gpufence.control.http.auth import tenant_dependency
+from gpufence.control.http.problems import error_responses
 from gpufence.control.jobspec import from_stored
 from gpufence.control.observe.series_view import SeriesQueryError
-from gpufence.control.plane import CALL_TIMEOUT_S, ControlPlane
+from gpufence.control.plane import CALL_TIMEOUT_S, AccessError, ControlPlane, InvalidField
 from gpufence.control.store import database as st
 from gpufence.control.tenantview import redact
 
@@ -62,6 +71,14 @@ SECURITY_HEADERS = {
 }
 MAX_PAGE = 500
 CLASSES = ("training", "serving", "interactive", "batch")
+Clean = AfterValidator(query_text)  # filters go to SQLite: valid UTF-8, no control characters
+Filter = Annotated[str | None, Query(max_length=128), Clean]
+ERRORS = (401, 503)  # a bad token; the store or the reconciler not answering
+
+
+def documented(model: type[BaseModel], *errors: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI ``responses`` of a route that builds its JSON itself: 200 is ``model``."""
+    return {200: {"model": model, "description": "OK"}} | error_responses(*errors)
 
 
 class Asset:
@@ -177,7 +194,12 @@ def dashboard_router(plane: ControlPlane) -> APIRouter:
             raise HTTPException(404, detail=f"no dashboard file {name!r}")
         return _asset_response(request, found)
 
-    @router.get("/v1/dashboard/whoami", tags=["dashboard"])
+    @router.get(
+        "/v1/dashboard/whoami",
+        tags=["dashboard"],
+        responses=documented(schemas.Whoami, *ERRORS),
+        response_model=None,
+    )
     def whoami(tenant: Tenant) -> dict[str, Any]:
         """Who this token is: the dashboard's sign-in check. The admin also gets the tenant
         names (the queue page's filter)."""
@@ -188,16 +210,28 @@ def dashboard_router(plane: ControlPlane) -> APIRouter:
         out["queues"] = sorted({q.name for q in plane.cluster.queues.values()})
         return out
 
-    @router.get("/v1/dashboard/queue", tags=["dashboard"])
+    @router.get(
+        "/v1/dashboard/queue",
+        tags=["dashboard"],
+        responses=documented(schemas.QueuePage, 401, 403, 422, 503),
+        response_model=None,
+    )
     def queue(
         tenant: Tenant,
         state: Annotated[
-            list[str] | None, Query(description="repeatable (default: pending)")
+            list[str] | None,
+            Query(description=f"repeatable, one of {', '.join(st.STATES)} (default: pending)"),
         ] = None,
-        partition: str | None = None,
-        queue_name: Annotated[str | None, Query(alias="queue")] = None,
-        tenant_filter: Annotated[str | None, Query(alias="tenant")] = None,
-        workload_class: Annotated[str | None, Query(alias="class")] = None,
+        partition: Filter = None,
+        queue_name: Annotated[str | None, Query(alias="queue", max_length=128), Clean] = None,
+        tenant_filter: Annotated[
+            str | None, Query(alias="tenant", max_length=128, description="admin only"), Clean
+        ] = None,
+        workload_class: Annotated[
+            str | None,
+            Query(alias="class", max_length=128, description=f"one of {', '.join(CLASSES)}"),
+            Clean,
+        ] = None,
         offset: Annotated[int, Query(ge=0, le=10**9)] = 0,
         limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 100,
     ) -> Response:
@@ -205,30 +239,16 @@ def dashboard_router(plane: ControlPlane) -> APIRouter:
         states = tuple(state or (st.PENDING,))
         bad = [s for s in states if s not in st.STATES]
         if bad:
-            raise HTTPException(
-                422,
-                detail=[
-                    {
-                        "loc": ["query", "state"],
-                        "msg": f"unknown state {bad[0]!r} (valid: {', '.join(st.STATES)})",
-                        "type": "enum",
-                    }
-                ],
-            )
+            valid = ", ".join(st.STATES)
+            raise InvalidField(("query", "state"), f"unknown state {bad[0]!r} (valid: {valid})")
         if workload_class is not None and workload_class not in CLASSES:
-            raise HTTPException(
-                422,
-                detail=[
-                    {
-                        "loc": ["query", "class"],
-                        "msg": f"unknown class {workload_class!r} (valid: {', '.join(CLASSES)})",
-                        "type": "enum",
-                    }
-                ],
+            raise InvalidField(
+                ("query", "class"),
+                f"unknown class {workload_class!r} (valid: {', '.join(CLASSES)})",
             )
         if tenant != ADMIN:
             if tenant_filter not in (None, "", tenant):
-                raise HTTPException(403, detail="a tenant lists only its own jobs")
+                raise AccessError("a tenant lists only its own jobs")
             tenant_filter = tenant
         filters = {
             k: v
@@ -259,14 +279,24 @@ def dashboard_router(plane: ControlPlane) -> APIRouter:
             jobs.append(j)
         return fast_json({"total": total, "offset": offset, "limit": limit, "jobs": jobs})
 
-    @router.get("/v1/dashboard/fairshare", tags=["dashboard"])
+    @router.get(
+        "/v1/dashboard/fairshare",
+        tags=["dashboard"],
+        responses=documented(schemas.FairShareTables, *ERRORS),
+        response_model=None,
+    )
     def fairshare(_tenant: Tenant) -> dict[str, Any]:
         """Every partition's fair-share table: queue, tenant, weight, GPUs held, decayed usage,
         share and rank (1 = served next), as ``explain`` shows a job's partition."""
         tables = plane.reconciler.call(dashboard_views.fair_share_tables).result(CALL_TIMEOUT_S)
         return {"partitions": tables}
 
-    @router.get("/v1/dashboard/gpus", tags=["dashboard"])
+    @router.get(
+        "/v1/dashboard/gpus",
+        tags=["dashboard"],
+        responses=documented(schemas.GpuMap, *ERRORS),
+        response_model=None,
+    )
     def gpus(tenant: Tenant) -> Response:
         """The GPU map: ``/v1/nodes`` (a tenant: its own job ids, counts of the others'),
         ``jobs`` (id -> tenant, name, class, partition, state of each job shown) and ``util``

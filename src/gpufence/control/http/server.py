@@ -1,8 +1,9 @@
 """``gpufence up``: build the control plane and serve its HTTP API with uvicorn.
 
-``serve`` runs in the calling thread. It takes an exclusive lock on the data directory (two
-control planes on one store would run every job twice), binds the socket itself (port 0 picks a
-free one), starts the plane (recovery, then the reconciler), and once uvicorn listens writes
+``build_plane`` opens the store, which locks the database file itself (two control planes on one
+store would run every job twice; see ``store/ownership.py``) and checks its integrity.
+``serve`` runs in the calling thread. It binds the socket itself (port 0 picks a free one),
+starts the plane (recovery, then the reconciler), and once uvicorn listens writes
 ``DATA/server.json`` = ``{"url", "pid"}`` for the CLI. SIGINT / SIGTERM stop it gracefully:
 the API closes, the reconciler stops, ``server.json`` is removed, and running jobs keep running:
 the next ``gpufence up`` on the same data directory adopts them.
@@ -11,17 +12,15 @@ the next ``gpufence up`` on the same data directory adopts them.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import logging
 import os
 import signal
 import socket
 import threading
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Generator
 from pathlib import Path
 from types import FrameType
-from typing import IO
 
 import uvicorn
 
@@ -29,15 +28,26 @@ from gpufence.advice.inputs import LintInputs
 from gpufence.control.config import (
     SERVER_FILE,
     TOKEN_FILE,
+    ControlConfig,
     cluster_from_spec_dict,
     control_config,
     load_config,
 )
-from gpufence.control.gpus.discovery import DiscoveryError, discover, fake_gpus, node_spec
+from gpufence.control.containment.cgroup import ContainmentError
+from gpufence.control.containment.members import Containment
+from gpufence.control.gpus.devnodes import all_nodes, with_fake_nodes
+from gpufence.control.gpus.discovery import (
+    Discovery,
+    DiscoveryError,
+    discover,
+    fake_gpus,
+    node_spec,
+)
 from gpufence.control.gpus.nodespec import host_resources
 from gpufence.control.http.api import make_app
 from gpufence.control.plane import ControlPlane
-from gpufence.control.privatefs import PRIVATE_DIR, PRIVATE_FILE, write_private
+from gpufence.control.privatefs import write_private
+from gpufence.control.store.errors import StoreError, StoreUnavailable
 from gpufence.spec import load_cluster_with_sections
 from gpufence.spec.positions import queue_positions
 
@@ -45,7 +55,6 @@ log = logging.getLogger("gpufence.server")
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 7878
-LOCK_FILE = "server.lock"
 
 
 class StartupError(ValueError):
@@ -59,12 +68,18 @@ def build_plane(
     fake_gpu_type: str = "H100-80GB",
     executor: str = "local",
     ray_address: str | None = None,
+    check_integrity: bool = True,
+    no_containment: bool = False,
 ) -> ControlPlane:
     """The control plane for ``gpufence up`` (not started: ``serve`` starts it).
 
     GPUs: ``fake_gpus_n`` made-up ones, else this machine's (NVML). Cluster: the ``--config``
     spec (with its ``control:`` section), else this machine as one node, one partition.
     ``executor="ray"``: the nodes of the Ray cluster at ``ray_address`` (see ``ray_plane``).
+    Containment (every member in its own cgroup) is detected here; a machine without it is
+    refused (StartupError saying how to fix it) unless ``no_containment``, which is logged loudly.
+    ``check_integrity=False`` (``--skip-integrity-check``) opens a store without
+    ``PRAGMA quick_check``.
     """
     if executor == "ray":
         if fake_gpus_n:
@@ -75,9 +90,13 @@ def build_plane(
         from gpufence.control.executors.ray.ray_plane import RayStartError, ray_plane
 
         try:
-            return ray_plane(config, data_dir, ray_address)
+            return ray_plane(
+                config, data_dir, ray_address, check_integrity, contain=not no_containment
+            )
         except RayStartError as exc:
             raise StartupError(str(exc)) from None
+        except StoreError as exc:
+            raise StartupError(_store_problem(exc, data_dir)) from None
     if executor != "local":
         raise StartupError(f"--executor must be local or ray, not {executor!r}")
     try:
@@ -97,8 +116,26 @@ def build_plane(
             raise StartupError(str(exc)) from None
         cluster = cluster_from_spec_dict(spec)
         cc = control_config(None, data_dir)
+    discovery = with_fake_nodes(discovery, cc.containment.fake_gpu_devices)
+    containment = _containment(cc, discovery, no_containment)
     try:
-        plane = ControlPlane(cluster, cc, discovery, data_dir)
+        try:
+            plane = ControlPlane(
+                cluster,
+                cc,
+                discovery,
+                data_dir,
+                containment=containment,
+                check_integrity=check_integrity,
+            )
+        except BaseException:
+            if containment is not None:  # its parent cgroup, made by detect
+                containment.release()
+            raise
+    except StoreError as exc:
+        raise StartupError(_store_problem(exc, data_dir)) from None
+    except StoreUnavailable as exc:
+        raise StartupError(f"cannot open the store in {data_dir}: {exc.reason}") from None
     except RuntimeError as exc:  # DeviceError: the spec does not describe this machine
         raise StartupError(str(exc)) from None
     if config is not None:  # advice names the file's lines and queue positions
@@ -108,10 +145,40 @@ def build_plane(
     return plane
 
 
+def _containment(cc: ControlConfig, discovery: Discovery, off: bool) -> Containment | None:
+    if off:
+        log.warning(NO_CONTAINMENT_WARNING)
+        return None
+    try:
+        return Containment.detect(cc.containment, all_nodes(discovery))
+    except ContainmentError as exc:
+        raise StartupError(str(exc)) from None
+
+
+NO_CONTAINMENT_WARNING = (
+    "CONTAINMENT IS OFF (--no-containment): jobs run in no cgroup, with no CPU, memory or pids "
+    "limit and no device isolation (a job can open every GPU), and processes a job leaves "
+    "behind keep running (and keep using its GPUs) after it ends"
+)
+
+
+def _store_problem(exc: StoreError, data_dir: Path) -> str:
+    text = str(exc)
+    if "another gpufence control plane" in text:
+        other = read_server_file(data_dir)
+        if other:
+            text += f" (it serves {other.get('url')}, pid {other.get('pid')})"
+    return text
+
+
 def _bind(host: str, port: int) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # proto given explicitly: asyncio sets TCP_NODELAY on accepted sockets only when their
+    # proto says TCP; without it every response waited ~40 ms for the client's delayed ACK
+    # (uvicorn writes the head and the body of a response separately: Nagle held the body)
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     try:
         sock.bind((host, port))
     except OSError as exc:
@@ -129,26 +196,6 @@ def _client_host(host: str) -> str:
     if host == "::":
         return "[::1]"
     return f"[{host}]" if ":" in host else host
-
-
-@contextlib.contextmanager
-def _data_lock(data_dir: Path) -> Iterator[IO[str]]:
-    data_dir.mkdir(mode=PRIVATE_DIR, parents=True, exist_ok=True)
-    fd = os.open(data_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, PRIVATE_FILE)
-    fh = os.fdopen(fd, "a+", encoding="utf-8")
-    try:
-        try:
-            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            other = read_server_file(data_dir)
-            where = f" ({other.get('url')}, pid {other.get('pid')})" if other else ""
-            raise StartupError(
-                f"another gpufence control plane uses {data_dir}{where}; stop it or pick "
-                "another --data"
-            ) from None
-        yield fh
-    finally:
-        fh.close()  # releases the lock
 
 
 def read_server_file(data_dir: Path) -> dict[str, object] | None:
@@ -227,7 +274,6 @@ def serve(
     data_dir = plane.data_dir
     with contextlib.ExitStack() as stack:
         try:
-            stack.enter_context(_data_lock(data_dir))
             sock = stack.enter_context(_bind(host, port))
         except BaseException:
             plane.close(kill_jobs=False)  # never started: nothing of it runs yet

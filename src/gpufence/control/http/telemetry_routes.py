@@ -8,9 +8,10 @@
 * ``POST /v1/jobs/{id}/latency`` — a serving replica reports latencies it measured itself
   (``{"latencies_ms": [...]}``, at most 10,000 a call), with its tenant's token.
 
-Errors are ``HTTPException``s whose ``detail`` says what to change (the API's error handler
-renders them): 422 a parameter or body field, 403 another tenant's job, 404 no such job, 409 a
-job that is not a running serving job, 503 the control plane did not answer in time.
+Errors are rendered by the API's problem handlers as RFC 7807 problems (documented per route
+with ``error_responses``): 422 a parameter or body field (``InvalidField``), 403 another
+tenant's job, 404 no such job, 409 a job that is not a running serving job, 503 the control
+plane did not answer in time.
 """
 
 # no ``from __future__ import annotations``: FastAPI reads the route signatures' types at runtime
@@ -21,10 +22,11 @@ from fastapi import APIRouter, Depends, HTTPException, Query, status
 from pydantic import BaseModel, Field, field_validator
 
 from gpufence.control.http.auth import tenant_dependency
+from gpufence.control.http.problems import ERRORS_ALL, error_responses
 from gpufence.control.observe.observatory import MAX_PUSH
 from gpufence.control.observe.series_model import SeriesResponse
 from gpufence.control.observe.series_view import SeriesQueryError
-from gpufence.control.plane import AccessError, ControlPlane, NotServingError
+from gpufence.control.plane import AccessError, ControlPlane, InvalidField, NotServingError
 
 MAX_LATENCY_MS = 3_600_000.0
 
@@ -54,15 +56,11 @@ class LatencyAccepted(BaseModel):
     accepted: int
 
 
-def _unprocessable(loc: list[str], msg: str) -> HTTPException:
-    return HTTPException(422, detail=[{"loc": loc, "msg": msg, "type": "value_error"}])
-
-
 def telemetry_router(plane: ControlPlane) -> APIRouter:
     router = APIRouter(tags=["observation"])
     Tenant = Annotated[str, Depends(tenant_dependency(plane.config))]
 
-    @router.get("/v1/series", response_model=SeriesResponse)
+    @router.get("/v1/series", response_model=SeriesResponse, responses=error_responses(*ERRORS_ALL))
     def series(
         tenant: Tenant,
         since: Annotated[
@@ -86,7 +84,7 @@ def telemetry_router(plane: ControlPlane) -> APIRouter:
         try:
             return plane.series(tenant, since, until, step)
         except SeriesQueryError as exc:
-            raise _unprocessable(["query", exc.field], str(exc)) from None
+            raise InvalidField(("query", exc.field), str(exc)) from None
         except TimeoutError:
             raise HTTPException(
                 503, detail="the control plane did not answer in time; try again"
@@ -96,7 +94,7 @@ def telemetry_router(plane: ControlPlane) -> APIRouter:
         "/v1/jobs/{job_id}/latency",
         status_code=status.HTTP_202_ACCEPTED,
         response_model=LatencyAccepted,
-        responses={409: {"description": "not a serving job, or not running"}},
+        responses=error_responses(*ERRORS_ALL),  # 409: not a serving job, or not running
     )
     def push_latency(job_id: str, body: LatencyPush, tenant: Tenant) -> LatencyAccepted:
         """A serving replica reports latencies it measured (its deployment's p99 and SLO
