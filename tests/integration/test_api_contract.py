@@ -101,6 +101,10 @@ STATUSES = [
     ("get", "/v1/nodes", {"401", "503"}),
     ("get", "/v1/history", {"401", "403", "422", "503"}),
     ("get", "/v1/usage", {"401", "403", "422", "503"}),
+    ("get", "/v1/dashboard/whoami", {"401", "503"}),
+    ("get", "/v1/dashboard/queue", {"401", "403", "422", "503"}),
+    ("get", "/v1/dashboard/fairshare", {"401", "503"}),
+    ("get", "/v1/dashboard/gpus", {"401", "503"}),
 ]
 
 
@@ -143,6 +147,13 @@ def test_every_route_answers_in_its_model(server: Server) -> None:
         (ADMIN, "/v1/history", schemas.HistoryPage),
         (ADMIN, "/v1/usage?by=partition", schemas.UsageReport),
         (ADMIN, "/healthz", schemas.Health),
+        (ADMIN, "/v1/dashboard/whoami", schemas.Whoami),
+        (TOKEN_A, "/v1/dashboard/whoami", schemas.Whoami),
+        (ADMIN, "/v1/dashboard/queue?state=done", schemas.QueuePage),
+        (TOKEN_A, "/v1/dashboard/queue?state=done", schemas.QueuePage),
+        (ADMIN, "/v1/dashboard/fairshare", schemas.FairShareTables),
+        (ADMIN, "/v1/dashboard/gpus", schemas.GpuMap),
+        (TOKEN_A, "/v1/dashboard/gpus", schemas.GpuMap),
     ]
     for token, path, model in routes:
         status, body, _ = call(server, "GET", path, token)
@@ -151,6 +162,19 @@ def test_every_route_answers_in_its_model(server: Server) -> None:
 
 
 REF = re.compile(r"""(?:src|href)=["']([^"']+)["']|url:\s*['"]([^'"]+)['"]""")
+
+
+@pytest.mark.parametrize("path", ["/", "/ui/app.js", "/ui/nothing.js"])
+def test_the_dashboard_page_and_assets_are_not_api(server: Server, path: str) -> None:
+    """Served without a token, left out of the document; an unknown asset is a Problem."""
+    _, doc, _ = call(server, "GET", "/openapi.json", token=None)
+    assert not any(p == "/" or p.startswith("/ui/") for p in doc["paths"])
+    status, body, headers = call(server, "GET", path, token=None)
+    if path == "/ui/nothing.js":
+        assert status == 404 and headers["content-type"] == PROBLEM, body
+        assert body["type"] == "urn:gpufence:problem:not-found", body
+    else:
+        assert status == 200, body
 
 
 @pytest.mark.parametrize("page", ["/docs", "/redoc"])

@@ -115,10 +115,22 @@ def demo(
         bool,
         typer.Option("--simulated", help="the same story in the simulator (virtual clock)"),
     ] = False,
+    keep: Annotated[
+        bool,
+        typer.Option(
+            "--keep",
+            help="keep act 2's control plane and its web dashboard up after the demo, until Ctrl-C",
+        ),
+    ] = False,
 ) -> None:
     """The main job: the control plane on this machine's GPUs (8 fake ones if there are none)
     runs the seed's 66-job case and a fenced machine through a serving surge, with real
-    processes, then prints what happened."""
+    processes, then prints what happened and the URL of the web dashboard that showed act 2."""
+    if simulated and keep:
+        raise typer.BadParameter(
+            "--keep keeps the live demo's control plane up; --simulated runs none",
+            param_hint="--keep",
+        )
     if simulated:
         require("sim", "gpufence demo --simulated")
         from gpufence.cli.demo import run_demo as run_simulated
@@ -135,6 +147,7 @@ def demo(
             fake=fake_gpus,
             verbose=not quiet,
             fake_nvml=lambda n: FakeNvml(hgx_h100(n)),
+            keep=keep,
         )
     if not ok:
         raise typer.Exit(code=1)

@@ -19,6 +19,7 @@ Time is compressed (seconds instead of hours) so the whole demo runs in well und
 from __future__ import annotations
 
 import copy
+import functools
 import math
 import socket
 import tempfile
@@ -47,6 +48,7 @@ from gpufence.demo import joblogs
 from gpufence.demo.gpu_model import FakeDevices, FakeGpuModel
 from gpufence.demo.joint_summary import joint_rows
 from gpufence.demo.story import SEED_CASE, SERVING_SURGE, STORY
+from gpufence.demo.webview import Dashboard
 from gpufence.progress import progress_bar
 
 JOB = ("python", "-m", "gpufence.demo.programs")
@@ -90,6 +92,9 @@ class ActResult:
     rows: list[tuple[str, str]] = field(default_factory=list)
     ok: bool = True
     log: list[str] = field(default_factory=list)
+    dashboard: Dashboard | None = None
+    close: Callable[[], None] | None = None
+    """With --keep: what stops the act's control plane and its dashboard (None: stopped)."""
 
 
 def _wait(
@@ -244,11 +249,20 @@ def fenced_spec(d: Discovery) -> dict[str, Any]:
 
 
 def fenced(
-    console: Console, d: Discovery, data: Path, fake_nvml: FakeNvmlFactory | None = None
+    console: Console,
+    d: Discovery,
+    data: Path,
+    fake_nvml: FakeNvmlFactory | None = None,
+    keep: bool = False,
 ) -> ActResult:
     plane, model = _plane(fenced_spec(d), d, data, activity_s=0.5, fake_nvml=fake_nvml)
     res = ActResult()
     began = time.time()
+    web = res.dashboard = Dashboard(plane).start()
+    console.print(
+        f"[bold]dashboard[/bold], live while this act runs: {web.url} ({web.sign_in_hint()})",
+        soft_wrap=True,
+    )
     try:
         base = [plane.submit(_serve(), ADMIN) for _ in range(2)]
         train = plane.submit(
@@ -304,7 +318,10 @@ def fenced(
     finally:
         if model is not None:
             model.stop()
-        plane.close(kill_jobs=True)
+        if keep:
+            res.close = functools.partial(_close, web, plane)
+        else:
+            _close(web, plane)
     interesting = ("notice", "checkpoint-ack", "stop", "requeue", "reject", "cancel")
     for e in events:
         if e["kind"] in interesting or (
@@ -345,6 +362,11 @@ def fenced(
     return res
 
 
+def _close(web: Dashboard, plane: ControlPlane) -> None:
+    web.stop()
+    plane.close(kill_jobs=True)
+
+
 def _settled(plane: ControlPlane, ids: list[str]) -> bool:
     with plane.store.reader() as r:
         return all((row := r.job(j)) is not None and row.state in st.TERMINAL for j in ids)
@@ -360,14 +382,19 @@ def run_demo(
     fake: int | None = None,
     verbose: bool = True,
     fake_nvml: FakeNvmlFactory | None = None,
+    keep: bool = False,
 ) -> bool:
     """``fake_nvml``: on fake GPUs, the NVML whose counters the demo models (else none are
-    shown for the GPUs)."""
+    shown for the GPUs). ``keep``: act 2's control plane and its dashboard stay up after the
+    demo until Ctrl-C."""
     d = pick_gpus(fake, console)
     console.print(f"[bold]gpufence demo[/bold] - control plane on {d.source}")
     ok = True
+    Act = Callable[[Console, Discovery, Path, FakeNvmlFactory | None], ActResult]
+    acts: tuple[Act, Act] = (sixty_six, functools.partial(fenced, keep=keep))
+    kept: list[ActResult] = []
     with tempfile.TemporaryDirectory(prefix="gpufence-demo-") as tmp:
-        for story, act in zip(STORY, (sixty_six, fenced), strict=True):
+        for story, act in zip(STORY, acts, strict=True):
             if verbose:
                 console.print(f"[bold]{story.heading}[/bold]: {story.shows}")
             t0 = time.monotonic()
@@ -384,4 +411,33 @@ def run_demo(
             table.add_row("verdict", "[green]ok[/green]" if res.ok else "[red]FAILED[/red]")
             console.print(table)
             ok &= res.ok
+            if res.dashboard is not None:
+                kept.append(res)
+        for res in kept:
+            _last_word(console, res)
     return ok
+
+
+def _last_word(console: Console, res: ActResult) -> None:
+    """The dashboard's URL, last; with --keep, serve it until Ctrl-C."""
+    web = res.dashboard
+    assert web is not None
+    if res.close is None:
+        console.print(
+            f"dashboard: {web.url} was live during act 2; `gpufence demo --keep` keeps it up "
+            "after the demo",
+            soft_wrap=True,
+        )
+        return
+    console.print(
+        f"[bold]dashboard[/bold]: {web.url} ({web.sign_in_hint()}); act 2's control plane stays "
+        "up: Ctrl-C to stop",
+        soft_wrap=True,
+    )
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        console.print("stopping the demo's control plane")
+    finally:
+        res.close()

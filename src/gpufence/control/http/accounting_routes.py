@@ -27,7 +27,7 @@ MAX_TIME = 1e12  # seconds since the epoch: far past any real date, and finite
 ERRORS = (401, 403, 422, 503)
 
 
-def _text(value: str | None) -> str | None:
+def query_text(value: str | None) -> str | None:
     """Query strings go to SQLite: valid UTF-8, no control characters (else 422, not 500)."""
     if value is not None:
         value.encode("utf-8")  # a lone surrogate raises UnicodeEncodeError, a ValueError
@@ -36,7 +36,7 @@ def _text(value: str | None) -> str | None:
     return value
 
 
-Text = Annotated[str | None, Query(max_length=128), AfterValidator(_text)]
+Text = Annotated[str | None, Query(max_length=128), AfterValidator(query_text)]
 Seconds = Annotated[float, Query(ge=0, le=MAX_TIME, description="seconds since the epoch")]
 
 
@@ -61,7 +61,7 @@ def accounting_router(plane: ControlPlane) -> APIRouter:
     TenantFilter = Annotated[
         str | None,
         Query(alias="tenant", max_length=128, description="admin: one tenant's jobs only"),
-        AfterValidator(_text),
+        AfterValidator(query_text),
     ]
 
     @router.get("/v1/history", response_model=HistoryPage, responses=error_responses(*ERRORS))

@@ -1,9 +1,10 @@
 """The HTTP API of the control plane (FastAPI): ``make_app(plane)``.
 
 Every ``/v1`` route needs ``Authorization: Bearer <token>``: a tenant sees and cancels only its
-own jobs (403 otherwise), the admin token sees everything. ``/metrics`` (Prometheus) and
-``/healthz`` are open, as scrapers and load balancers expect: put the server behind a proxy if
-queue sizes per partition must stay private.
+own jobs (403 otherwise), the admin token sees everything. The web dashboard's page and assets
+(``/``, ``/ui/*``: no data, the page asks for a token) are open, and so are ``/metrics``
+(Prometheus) and ``/healthz``, as scrapers and load balancers expect: put the server behind a
+proxy if queue sizes per partition must stay private.
 
 Status codes: 201 job accepted (pending or already starting); 200 the same ``Idempotency-Key``
 again (the job the first request created); 422 invalid body or query (``field`` names it) *or*
@@ -35,6 +36,7 @@ from gpufence import __version__
 from gpufence.control.http import schemas as out
 from gpufence.control.http.accounting_routes import accounting_router
 from gpufence.control.http.auth import tenant_dependency
+from gpufence.control.http.dashboard_routes import dashboard_router
 from gpufence.control.http.docs import install_docs
 from gpufence.control.http.problems import (
     PROBLEM_JSON,
@@ -260,6 +262,7 @@ def make_app(plane: ControlPlane) -> FastAPI:
     app.state.plane = plane
     install(app)
     app.include_router(telemetry_router(plane))  # /v1/series, /v1/jobs/{id}/latency
+    app.include_router(dashboard_router(plane))  # /, /ui/*, /v1/dashboard/*
     Tenant = Annotated[str, Depends(tenant_dependency(plane.config))]
 
     @app.exception_handler(AccessError)

@@ -294,3 +294,73 @@ class UsageReport(_Out):
     until: float
     groups: list[UsageGroup]
     total: UsageTotals
+
+
+# ---------------------------------------------------------------------------- dashboard
+
+
+class Whoami(_Out):
+    """``GET /v1/dashboard/whoami``: the web dashboard's sign-in check."""
+
+    tenant: str = Field(description="the token's tenant ('admin' for the admin token)")
+    admin: bool
+    version: str
+    tenants: list[str] | None = Field(default=None, description="admin only: every tenant")
+    partitions: list[str]
+    queues: list[str]
+
+
+class QueueJob(_Out):
+    """A job as the dashboard's queue page lists it (no spec: the job page fetches it)."""
+
+    id: str
+    seq: int
+    name: str | None
+    tenant: str
+    state: str
+    workload_class: str = Field(alias="class")
+    partition: str
+    queue: str
+    gpus: str = Field(description="what it asks for in words, e.g. '2x 4 GPUs'")
+    attempt: int
+    reason: str
+    message: str
+    submitted_at: float
+    started_at: float | None
+    ended_at: float | None
+    pending: PendingWhy | None = Field(default=None, description="why it waits (pending only)")
+
+
+class QueuePage(_Out):
+    total: int = Field(description="how many jobs match the filters")
+    offset: int
+    limit: int
+    jobs: list[QueueJob]
+
+
+class FairShareTables(_Out):
+    partitions: dict[str, list[FairShareRow]] = Field(description="partition -> its table")
+
+
+class MapJob(_Out):
+    """What the GPU map labels a shown job with."""
+
+    tenant: str
+    name: str | None
+    workload_class: str = Field(alias="class")
+    partition: str
+    state: str
+
+
+class GpuSample(_Out):
+    utilization: float | None = Field(description="latest sampled utilisation, 0..1")
+    memory_used_bytes: float | None
+
+
+class GpuMap(_Out):
+    """``GET /v1/dashboard/gpus``: ``/v1/nodes`` plus the map's labels and colours."""
+
+    nodes: list[NodeOut]
+    jobs: dict[str, MapJob] = Field(description="job id -> its labels (a tenant: its own)")
+    util: dict[str, GpuSample] = Field(description="'node/index' -> latest sample (real GPUs)")
+    other_tenants_gpus: int | None = Field(default=None, description="tenant view")
