@@ -15,6 +15,9 @@ queue, then, over HTTP on 127.0.0.1 only:
 3. every acknowledged id is in the store (read back through the API): ``lost`` = those that
    are not.
 
+Also printed (stderr): the CPU per submit of the server and of the clients, the figure that
+does not follow the load of a shared machine.
+
 Targets: >= 1,000 submits/s, submit p99 <= 50 ms, list p99 <= 100 ms, lost = 0 (exit 1 if
 missed). Prints, last: ``submits_per_s=... submit_p99_ms=... list_p99_ms=... lost=0``. The
 figures depend on the machine: run it alone, and note the load (``uptime``) it ran under.
@@ -103,7 +106,7 @@ def main() -> int:
         data.mkdir()
         proc, client = _up(data)
         try:
-            return run(client, args)
+            return run(client, args, proc.pid)
         finally:
             proc.send_signal(signal.SIGTERM)
             try:
@@ -112,19 +115,28 @@ def main() -> int:
                 proc.kill()
 
 
-def run(client: Client, args: argparse.Namespace) -> int:
+def cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) the process ``pid`` used so far (Linux: /proc)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def run(client: Client, args: argparse.Namespace, server_pid: int) -> int:
     blocker = client.submit({"command": ["sleep", "3600"], "gpus": 8})["id"]
     try:
         while client.job(blocker)["state"] != "running":
             time.sleep(0.05)
-        return measure(client, args)
+        return measure(client, args, server_pid)
     finally:  # jobs outlive their server by design: leave nothing running behind
         client.cancel(blocker)
         while client.job(blocker)["state"] not in ("cancelled", "failed", "done"):
             time.sleep(0.05)
 
 
-def measure(client: Client, args: argparse.Namespace) -> int:
+def measure(client: Client, args: argparse.Namespace, server_pid: int) -> int:
     token = client.token()
     body = json.dumps({"command": ["true"], "gpus": 1, "cwd": "/"}).encode()
     latencies: list[list[float]] = [[] for _ in range(args.clients)]
@@ -151,16 +163,26 @@ def measure(client: Client, args: argparse.Namespace) -> int:
     for t in threads:
         t.start()
     start.wait()
-    t0 = time.perf_counter()
+    t0, server0, client0 = time.perf_counter(), cpu_s(server_pid), time.process_time()
     for t in threads:
         t.join()
     wall = time.perf_counter() - t0
+    server_cpu, client_cpu = cpu_s(server_pid) - server0, time.process_time() - client0
     ids = [j for a in acked for j in a]
     submit_lat = [x for lat in latencies for x in lat]
     rate = len(ids) / wall
     print(
         f"submitted {len(ids)} in {wall:.2f} s from {args.clients} clients; "
         f"p50 {percentile(submit_lat, 50) * 1000:.1f} ms, errors {len(errors)}",
+        file=sys.stderr,
+    )
+    # on a shared machine the rate follows the CPU left over: the CPU each submit costs is the
+    # figure that does not (the rate this machine could reach = its cores / the sum of both)
+    n = max(1, len(ids))
+    print(
+        f"CPU per submit: server {server_cpu / n * 1000:.2f} ms, "
+        f"client {client_cpu / n * 1000:.2f} ms; load {os.getloadavg()[0]:.1f} "
+        f"on {os.cpu_count()} cores",
         file=sys.stderr,
     )
     for e in errors[:5]:

@@ -119,6 +119,35 @@ def test_invalid_bodies_are_422_with_field_names(server: Server) -> None:
     assert status == 422
 
 
+def test_a_submit_the_reconciler_does_not_answer_in_time_is_503_and_safe_to_retry(
+    server: Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The submit route's own front maps the timeout to the app's 503 (``busy``,
+    ``Retry-After``); the request still lands, the retry with its key gets that job, and the
+    job runs (the cancelled future of the caller that gave up costs the reconciler nothing)."""
+    import threading
+
+    from gpufence.control.http import submission
+
+    monkeypatch.setattr(submission, "CALL_TIMEOUT_S", 0.3)
+    release = threading.Event()
+    server.plane.reconciler.call(lambda _r: release.wait(10))  # the reconciler is busy
+    body = {"command": ["true"], "gpus": 1}
+    key = {"Idempotency-Key": "busy-then-retried"}
+    try:
+        status, out, headers = call(server, "POST", "/v1/jobs", ADMIN, body, headers=key)
+    finally:
+        release.set()
+    assert status == 503 and out["type"] == "urn:gpufence:problem:busy", out
+    assert headers["Retry-After"] == "1"
+    monkeypatch.setattr(submission, "CALL_TIMEOUT_S", 30.0)
+    status, out, _ = call(server, "POST", "/v1/jobs", ADMIN, body, headers=key)
+    assert status == 200 and out["id"].startswith("j"), out  # the job the first one created
+    # the answer the timed-out caller no longer waited for did not abort the reconciler's
+    # cycle between committing the bind and spawning it: the job runs to its end
+    wait_state(server, out["id"], ("done",))
+
+
 def test_jobs_no_partition_can_hold_are_rejected_at_submit(server: Server) -> None:
     for body, field, words in (
         ({"command": ["true"], "gpus": 9}, "gpus", "9 GPUs"),
@@ -187,8 +216,8 @@ def test_metrics_are_prometheus_text(server: Server) -> None:
     assert status == 200
     assert headers["content-type"] == CONTENT_TYPE_LATEST
     assert "gpufence_queue_delay_seconds" in text
-    assert "gpufence_jobs" in text
-    assert 'gpufence_partition_gpus{kind="capacity",partition="shared"} 8.0' in text
+    assert 'gpufence_queue_pending_jobs{class="batch",partition="shared",queue="shared"}' in text
+    assert 'gpufence_partition_capacity_gpus{partition="shared"} 8.0' in text
 
 
 def test_nodes_and_partitions_shapes(server: Server) -> None:

@@ -18,6 +18,7 @@ import shutil
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -100,6 +101,8 @@ def test_wheel_metadata(wheel: Path, tmp_path: Path) -> None:
     assert "License-Expression: Apache-2.0" in text
     assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
     assert "gpufence/examples/mixed-64.yaml" in names
+    for asset in ("index.html", "app.js", "joint.js", "base.css"):  # the web dashboard's
+        assert f"gpufence/control/http/dashboard/{asset}" in names
     assert "Provides-Extra: server" in text and "Provides-Extra: sim" in text
     requires = [line for line in text.splitlines() if line.startswith("Requires-Dist:")]
     base = [r for r in requires if "extra ==" not in r]
@@ -137,6 +140,9 @@ def test_full_install_runs_outside_the_repository(full: Path, tmp_path: Path) ->
         line = up.stdout.readline()
         assert re.match(r"export GPUFENCE_URL=http://127\.0\.0\.1:\d+ GPUFENCE_DATA=", line), line
         until((tmp_path / "xdg" / "gpufence" / "config.yaml").exists, 10, "the context")
+        url = line.split()[1].split("=", 1)[1]
+        with urllib.request.urlopen(url + "/", timeout=10) as resp:  # the packaged dashboard
+            assert b'src="/ui/app.js"' in resp.read()
         jid = _run([gf, "submit", "--", "python3", "-c", "print(6 * 7)"], env, tmp_path).strip()
 
         def state() -> str:

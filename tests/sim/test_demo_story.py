@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from typer.testing import CliRunner
 
@@ -31,4 +33,14 @@ def test_the_simulated_demo_tells_the_story() -> None:
 
 @pytest.mark.slow  # 66 real jobs, then the serving surge with real processes (~1 min)
 def test_the_live_demo_tells_the_same_story() -> None:
-    _assert_story(_told(["--fake-gpus", "8"]))
+    told = _told(["--fake-gpus", "8"])
+    _assert_story(told)
+    # ... and ends with the web dashboard that showed act 2 (tests/integration/test_demo_keep.py)
+    last = r"dashboard: http://127\.0\.0\.1:\d+/ was live during act 2; `gpufence demo --keep`"
+    assert re.search(last + r" keeps it up after the demo$", told), told[-400:]
+
+
+def test_keep_is_for_the_live_demo() -> None:
+    result = CliRunner().invoke(app, ["demo", "--simulated", "--keep"])
+    assert result.exit_code == 2
+    assert "--keep" in result.output and "--simulated runs none" in " ".join(result.output.split())

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import typer
 
-from gpufence.cli import cluster_verbs, job_verbs
+from gpufence.cli import accounting_verbs, cluster_verbs, job_verbs
 from gpufence.cli.context_verbs import context_app
 from gpufence.cli.logs_verb import logs
 from gpufence.cli.submit_verb import submit
@@ -35,4 +35,6 @@ def register(app: typer.Typer) -> None:
     app.command()(cluster_verbs.events)
     app.command()(cluster_verbs.top)
     app.command()(cluster_verbs.advise)
+    app.command()(accounting_verbs.history)
+    app.command()(accounting_verbs.usage)
     app.add_typer(context_app, name="context")

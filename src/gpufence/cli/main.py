@@ -20,6 +20,7 @@ from gpufence.cli.control import register as register_control_verbs
 from gpufence.cli.examples_verb import examples_app
 from gpufence.cli.extras import install_hint, require
 from gpufence.cli.helpstyle import use_metavars
+from gpufence.cli.observability_verb import observability_app
 from gpufence.spec import SpecError, format_spec_error
 
 use_metavars()  # help without type tags: `--gpus N`, not `--gpus <int>`
@@ -114,10 +115,22 @@ def demo(
         bool,
         typer.Option("--simulated", help="the same story in the simulator (virtual clock)"),
     ] = False,
+    keep: Annotated[
+        bool,
+        typer.Option(
+            "--keep",
+            help="keep act 2's control plane and its web dashboard up after the demo, until Ctrl-C",
+        ),
+    ] = False,
 ) -> None:
     """The main job: the control plane on this machine's GPUs (8 fake ones if there are none)
     runs the seed's 66-job case and a fenced machine through a serving surge, with real
-    processes, then prints what happened."""
+    processes, then prints what happened and the URL of the web dashboard that showed act 2."""
+    if simulated and keep:
+        raise typer.BadParameter(
+            "--keep keeps the live demo's control plane up; --simulated runs none",
+            param_hint="--keep",
+        )
     if simulated:
         require("sim", "gpufence demo --simulated")
         from gpufence.cli.demo import run_demo as run_simulated
@@ -126,8 +139,16 @@ def demo(
     else:
         require("server", "gpufence demo")
         from gpufence.demo.live import run_demo
+        from gpufence.testing.fake_nvml import FakeNvml, hgx_h100
 
-        ok = run_demo(console, fake=fake_gpus, verbose=not quiet)
+        # on fake GPUs, a fake NVML whose counters the demo models: the sampler's path runs
+        ok = run_demo(
+            console,
+            fake=fake_gpus,
+            verbose=not quiet,
+            fake_nvml=lambda n: FakeNvml(hgx_h100(n)),
+            keep=keep,
+        )
     if not ok:
         raise typer.Exit(code=1)
 
@@ -276,6 +297,7 @@ def size(
 
 register_control_verbs(app)  # up, submit, queue, status, ..., context
 app.add_typer(examples_app, name="examples")
+app.add_typer(observability_app, name="observability")
 
 
 def main() -> None:

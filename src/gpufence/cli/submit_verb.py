@@ -154,6 +154,31 @@ def submit(
             "--slo-p99-ms", metavar="MS", help="serving: the p99 latency (ms) it serves users at"
         ),
     ] = None,
+    metrics_url: Annotated[
+        str | None,
+        typer.Option(
+            "--metrics-url",
+            metavar="URL",
+            help="serving: the replica's Prometheus endpoint; gpufence reads its latency "
+            "histogram (*_request_duration_seconds) from it",
+        ),
+    ] = None,
+    metrics_port: Annotated[
+        int | None,
+        typer.Option(
+            "--metrics-port",
+            metavar="PORT",
+            help="serving: as --metrics-url, http://<its node>:PORT/metrics",
+        ),
+    ] = None,
+    latency_metric: Annotated[
+        str | None,
+        typer.Option(
+            "--latency-metric",
+            metavar="NAME",
+            help="serving: the histogram to read [default: any *_request_duration_seconds]",
+        ),
+    ] = None,
     env: Annotated[
         list[str] | None,
         typer.Option("--env", metavar="KEY=VALUE", help="an environment variable (repeatable)"),
@@ -288,6 +313,9 @@ def build_body(params: dict[str, Any]) -> dict[str, Any]:
         "mem_bytes": mem_bytes,
         "time_limit_s": time_limit_s,
         "slo_p99_ms": p["slo_p99_ms"],
+        "metrics_url": p["metrics_url"],
+        "metrics_port": p["metrics_port"],
+        "latency_metric": p["latency_metric"],
         "class": p["workload_class"],
         "name": p["name"],
         "max_attempts": p["max_attempts"],

@@ -104,6 +104,14 @@ def up(
         bool,
         typer.Option("--strict", help="refuse to start when the spec gets advice warnings"),
     ] = False,
+    no_containment: Annotated[
+        bool,
+        typer.Option(
+            "--no-containment",
+            help="run jobs without cgroups (no limits, no device isolation, strays survive); "
+            "only where this machine offers no cgroup containment",
+        ),
+    ] = False,
     context: Annotated[
         str | None,
         typer.Option(
@@ -153,6 +161,7 @@ def up(
             executor,
             ray_address,
             check_integrity=not skip_integrity_check,
+            no_containment=no_containment,
         )
         ready = threading.Event()
         name = None if no_context else (context or default_context_name(data_dir))
@@ -184,6 +193,7 @@ def announce(ready: threading.Event, data_dir: Path, context: str | None) -> Non
     """Once the server listens: print the export line, write the client context."""
     from gpufence.cli.clientconfig import ConfigError, config_path, remember_server
     from gpufence.cli.connect import server_url
+    from gpufence.control.config import TOKEN_FILE
 
     ready.wait()
     url = server_url(data_dir)
@@ -191,6 +201,9 @@ def announce(ready: threading.Event, data_dir: Path, context: str | None) -> Non
         return
     data = data_dir.expanduser().resolve()
     typer.echo(export_line(url, data))
+    token = data / TOKEN_FILE
+    how = f"the admin token in {token} or a tenant's" if token.exists() else "your token"
+    err_console().print(f"web dashboard: {url}/ (sign in with {how})", markup=False, soft_wrap=True)
     if context is None:
         return
     try:

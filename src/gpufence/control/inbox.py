@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,6 +31,20 @@ class SubmitResult:
     """The Idempotency-Key was seen before: this is the job it created then."""
     tasks: tuple[str, ...] = ()
     """An array: the id of every task, in index order (``job_id`` is the first)."""
+
+
+def reply(fut: Future[Any], value: object) -> None:
+    """Answer a waiting caller (an exception value is raised to it). A caller that gave up has
+    cancelled its future (an HTTP submit that timed out: asyncio cancels the future it wraps):
+    it gets nothing, and the cycle goes on; a late answer must never abort the cycle between
+    a commit and its side effects (a bind committed, its processes never spawned)."""
+    try:
+        if isinstance(value, BaseException):
+            fut.set_exception(value)
+        else:
+            fut.set_result(value)
+    except InvalidStateError:
+        pass
 
 
 class CancelError(ValueError):
@@ -145,6 +159,23 @@ class Staged:
     """In-memory changes that must follow the commit (never precede it)."""
     stops: list[tuple[str, int]] = field(default_factory=list)
     exits: int = 0
+
+    def mark(self) -> tuple[int, ...]:
+        """Where each list ends now: ``rewind`` drops what was staged after it."""
+        return (
+            len(self.events),
+            len(self.submits),
+            len(self.replies),
+            len(self.effects),
+            len(self.stops),
+            self.exits,
+        )
+
+    def rewind(self, mark: tuple[int, ...]) -> None:
+        """Undo what was staged since ``mark`` (its writes were rolled back)."""
+        del self.events[mark[0] :], self.submits[mark[1] :], self.replies[mark[2] :]
+        del self.effects[mark[3] :], self.stops[mark[4] :]
+        self.exits = mark[5]
 
 
 @dataclass(slots=True)

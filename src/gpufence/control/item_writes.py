@@ -46,7 +46,8 @@ if TYPE_CHECKING:
 def write_submit(rec: Reconciler, tx: st.Tx, it: Submit, now: float, staged: Staged) -> None:
     req = it.req
     spec = req.stored()
-    digest = st.request_hash(spec) if it.key is not None else ""
+    text = st.spec_text(spec)
+    digest = st.request_hash(spec, text) if it.key is not None else ""
     if it.key is not None:
         seen = tx.idempotent(it.tenant, it.key)
         if seen is not None:
@@ -66,12 +67,14 @@ def write_submit(rec: Reconciler, tx: st.Tx, it: Submit, now: float, staged: Sta
             staged.replies.append((it.future, replace(res, tasks=array_tasks(tx, jid))))
             return
     # a request these raise on is undone with its savepoint (see Reconciler._inbox_tx)
-    req, known = prepare(rec, tx, it.tenant, req)  # names, after_* -> ids (job_writes.py)
+    ready, known = prepare(rec, tx, it.tenant, req)  # names, after_* -> ids (job_writes.py)
     staged.events += known
-    if req.array is not None:
-        jid = write_array(rec, tx, it, req, now, staged)
-    else:
-        jid = insert_job(rec, tx, it.tenant, req, now, staged)
+    if ready.array is not None:
+        jid = write_array(rec, tx, it, ready, now, staged)
+    else:  # the spec's text is reusable unless prepare rewrote the request
+        jid = insert_job(
+            rec, tx, it.tenant, ready, now, staged, text=text if ready is req else None
+        )
         staged.submits.append((jid, it.future))
     if it.key is not None:
         tx.remember_key(it.tenant, it.key, jid, digest, now)
@@ -128,6 +131,9 @@ def write_exit(rec: Reconciler, tx: st.Tx, ev: AttemptExit, now: float, staged: 
     tx.set_attempt(jid, ev.attempt, state="exited", ended_at=now, exit_codes=list(ev.codes))
     msg = f"attempt {ev.attempt} exited with {list(ev.codes)}"
     tx.log(now, jid, "exited", "oom" if ev.oom else "", msg)
+    strays = strays_note(ev)
+    if strays:
+        tx.log(now, jid, "strays-killed", "", strays)
     staged.exits += 1
 
     def forget(v: Live = live) -> None:
@@ -153,11 +159,16 @@ def write_exit(rec: Reconciler, tx: st.Tx, ev: AttemptExit, now: float, staged: 
     else:
         staged.events.append(JobFinished(jid, ev.succeeded))
         if ev.succeeded:
-            tx.set_job(jid, state=st.DONE, ended_at=now, exit_code=code, reason="", message="")
+            tx.set_job(jid, state=st.DONE, ended_at=now, exit_code=code, reason="", message=strays)
         elif ev.codes:
             reason, msg = failure(ev, live, msg)
             tx.set_job(
-                jid, state=st.FAILED, ended_at=now, exit_code=code, reason=reason, message=msg
+                jid,
+                state=st.FAILED,
+                ended_at=now,
+                exit_code=code,
+                reason=reason,
+                message="; ".join(x for x in (msg, strays) if x),
             )
         else:  # never started (launch or device error): keep the message that says why
             tx.set_job(jid, state=st.FAILED, ended_at=now)
@@ -194,6 +205,11 @@ def exit_code(codes: tuple[int | None, ...]) -> int | None:
     known = [c for c in codes if c is not None]
     bad = [c for c in known if c != 0]
     return bad[0] if bad else (0 if known and len(known) == len(codes) else None)
+
+
+def strays_note(ev: AttemptExit) -> str:
+    """What status and events say of processes a job left behind (killed by the executor)."""
+    return f"stray processes killed: {ev.strays_killed}" if ev.strays_killed else ""
 
 
 def failure(ev: AttemptExit, live: Live, msg: str) -> tuple[str, str]:

@@ -10,13 +10,22 @@ pending job; ``write_cancel_decision`` persists a dependent the core cancelled.
 
 from __future__ import annotations
 
+import json
 from concurrent.futures import Future
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from gpufence.control import job_names
 from gpufence.control.arrays import parse_array
-from gpufence.control.inbox import Action, CancelError, InvalidField, Staged, Submit, SubmitResult
+from gpufence.control.inbox import (
+    Action,
+    CancelError,
+    InvalidField,
+    Staged,
+    Submit,
+    SubmitResult,
+    reply,
+)
 from gpufence.control.jobspec import ArrayTask, SubmitRequest
 from gpufence.control.store import database as st
 from gpufence.model.decisions import Cancel
@@ -97,11 +106,8 @@ def write_array(
     tasks = tuple(ids)
 
     def answer(f: Future[SubmitResult]) -> None:
-        exc = f.exception()
-        if exc is not None:
-            user.set_exception(exc)
-        else:
-            user.set_result(replace(f.result(), tasks=tasks))
+        exc = f.exception()  # through reply: a caller that gave up has cancelled its future
+        reply(user, exc if exc is not None else replace(f.result(), tasks=tasks))
 
     first_answer.add_done_callback(answer)
     return ids[0]
@@ -115,8 +121,10 @@ def insert_job(
     now: float,
     staged: Staged,
     defer_event: bool = False,
+    text: str | None = None,
 ) -> str:
-    """One new pending job in the store, and (unless ``defer_event``) its ``JobSubmitted``."""
+    """One new pending job in the store, and (unless ``defer_event``) its ``JobSubmitted``;
+    ``text``: the spec's ``spec_text`` if the caller has it."""
     what = req.request().describe()
     jid = tx.add_job(
         tenant=tenant,
@@ -126,6 +134,7 @@ def insert_job(
         queue=req.queue,
         submitted_at=now,
         gpus=f"{req.replicas}x {what}" if req.replicas != 1 else what,
+        text=text,
     )
     if req.hold:
         tx.set_job(jid, held=1)
@@ -139,12 +148,21 @@ def insert_job(
 
 def array_tasks(tx: st.Tx, first: str) -> tuple[str, ...]:
     """Every task of the array ``first`` names, in order (none when it is no array): what a
-    replayed submit (the same Idempotency-Key) answers with."""
+    replayed submit (the same Idempotency-Key) answers with. The tasks were inserted one after
+    the other in one transaction, so they are the rows from ``first`` on; their specs are read
+    here, not by SQLite's JSON functions (a spec an older version stored with ``Infinity`` is
+    malformed JSON to SQLite, which reports that as a damaged database)."""
+    row = tx.job(first)
+    task, array = row.spec.get("array_task"), row.spec.get("array")
+    if not isinstance(task, dict) or task.get("job") != first or not isinstance(array, str):
+        return ()
+    count = len(parse_array(array)[0])
     rows = tx.execute(
-        "SELECT id FROM jobs WHERE json_extract(spec, '$.array_task.job') = ? ORDER BY seq",
-        (first,),
+        "SELECT id, spec FROM jobs WHERE seq >= ? ORDER BY seq LIMIT ?", (row.seq, count)
     ).fetchall()
-    return tuple(str(r[0]) for r in rows)
+    return tuple(
+        str(jid) for jid, spec in rows if json.loads(spec).get("array_task", {}).get("job") == first
+    )
 
 
 def write_action(rec: Reconciler, tx: st.Tx, it: Action, now: float, staged: Staged) -> None:

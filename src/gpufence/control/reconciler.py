@@ -62,6 +62,7 @@ from gpufence.control.inbox import (
     Submit,
     SubmitResult,
     Unsaved,
+    reply,
 )
 from gpufence.control.item_writes import write_cancel, write_observation, write_submit
 from gpufence.control.job_writes import write_action
@@ -77,6 +78,8 @@ from gpufence.sched.scheduler import Scheduler
 log = logging.getLogger("gpufence.reconciler")
 USAGE_SAVE_S = 30.0  # fair-share usage is saved this often (and at a clean stop)
 RETRY_S = 1.0  # while the store refuses writes, held observations are retried this often
+GATHER_S = 0.002  # how long a request waits for others to share its commit (see _wait)
+GATHER_MAX = 256  # a batch this large commits at once
 T = TypeVar("T")
 
 
@@ -129,6 +132,8 @@ class Reconciler:
         self._running_unsaved: list[tuple[str, int]] = []  # spawned, 'running' not persisted
         self._retry_at: float | None = None
         self.poisoned: dict[str, str] = {}  # every job set aside so far, and why
+        # run on this thread after every cycle, on its settled ledger (dcgm job-mapping files)
+        self.after_cycle: list[Callable[[Reconciler], None]] = []
         executor.set_callbacks(self._on_exit, self._on_ack)
         executor.set_node_callback(self._on_node)
 
@@ -244,14 +249,28 @@ class Reconciler:
         except queue.Empty:
             return []
         items: list[Item] = [first]
+        # group commit: a request waits up to GATHER_S for the ones its neighbours are about
+        # to send, so that one fsync and one scheduling step serve them all (taking only what
+        # is queued right now gave batches of 2-3 from 8 clients: the HTTP thread was still
+        # parsing the others)
+        until = time.monotonic() + GATHER_S if isinstance(first, Submit | Cancel) else 0.0
         while True:
             try:
                 items.append(self._inbox.get_nowait())
+                continue
+            except queue.Empty:
+                pass
+            left = until - time.monotonic()
+            if left <= 0 or len(items) >= GATHER_MAX:
+                return items
+            try:
+                items.append(self._inbox.get(timeout=left))
             except queue.Empty:
                 return items
 
     # ------------------------------------------------------------------ one cycle
     def cycle(self, items: Sequence[Item]) -> None:
+        began = time.perf_counter()
         now = self.clock()
         self.cycles += 1
         calls = [it for it in items if isinstance(it, Call)]
@@ -286,17 +305,21 @@ class Reconciler:
             self._retry_at = now + RETRY_S
             log.error("decisions of this cycle wait for the store (%s)", exc.reason)
         for jid, fut in staged.submits:  # answered before spawning: spawns take milliseconds
-            fut.set_result(self.submit_result(jid))
+            reply(fut, self.submit_result(jid))
         if act is not None:
             self._act(act)
+        self.telemetry.cycle_done(time.perf_counter() - began)  # the read queries below: not
+        for hook in self.after_cycle:
+            hook(self)
         self._answer(calls)
 
     def _answer(self, calls: list[Call]) -> None:
         for c in calls:
             try:
-                c.future.set_result(c.fn(self))
+                value = c.fn(self)
             except Exception as exc:  # the caller gets the error, the loop lives on
-                c.future.set_exception(exc)
+                value = exc
+            reply(c.future, value)
 
     def _inbox_tx(self, requests: list[Submit | Cancel | Action], now: float) -> Staged:
         """Phase 1: persist every request and held observation in one transaction."""
@@ -309,23 +332,7 @@ class Reconciler:
         with self.store.transaction(durable=durable) as tx:
             for jid, attempt in marks:
                 self._mark_running(tx, jid, attempt)
-            for r in requests:
-                try:
-                    with tx.savepoint():
-                        if isinstance(r, Submit):
-                            write_submit(self, tx, r, now, staged)
-                        elif isinstance(r, Action):
-                            write_action(self, tx, r, now, staged)
-                        else:
-                            write_cancel(self, tx, r, now, staged)
-                except Exception as exc:
-                    if _medium_fault(exc):
-                        raise  # the whole transaction is lost: held and retried
-                    if not isinstance(exc, InvalidField):  # a 422 for the client, not a bug
-                        kind = type(r).__name__.lower()
-                        what = "submit" if isinstance(r, Submit) else f"{kind} of job {r.job_id}"
-                        log.exception("%s could not be handled; refused", what)
-                    staged.replies.append((r.future, exc))
+            self._write_requests(tx, requests, now, staged)
             for ob in held:
                 try:
                     with tx.savepoint():
@@ -344,15 +351,53 @@ class Reconciler:
         for effect in staged.effects:
             effect()
         for fut, value in staged.replies:
-            if isinstance(value, BaseException):
-                fut.set_exception(value)
-            else:
-                fut.set_result(value)
+            reply(fut, value)
         if staged.exits:
             failpoints.hit("reconciler.after-exit-commit")
         if durable:
             failpoints.hit("reconciler.after-inbox-commit")
         return staged
+
+    def _write_requests(
+        self, tx: st.Tx, requests: list[Submit | Cancel | Action], now: float, staged: Staged
+    ) -> None:
+        """Every request in one savepoint (the usual case: a batch of submits costs no more
+        statements than its inserts); if one raises, the batch is undone and written again one
+        request per savepoint, so that only the one that raised is refused."""
+        if not requests:
+            return
+        mark = staged.mark()
+        try:
+            with tx.savepoint():
+                for r in requests:
+                    self._write_request(tx, r, now, staged)
+            return
+        except Exception as exc:
+            if _medium_fault(exc):
+                raise  # the whole transaction is lost: held and retried
+            staged.rewind(mark)
+        for r in requests:
+            try:
+                with tx.savepoint():
+                    self._write_request(tx, r, now, staged)
+            except Exception as exc:
+                if _medium_fault(exc):
+                    raise
+                if not isinstance(exc, InvalidField):  # a 422 for the client, not a bug
+                    kind = type(r).__name__.lower()
+                    what = "submit" if isinstance(r, Submit) else f"{kind} of job {r.job_id}"
+                    log.exception("%s could not be handled; refused", what)
+                staged.replies.append((r.future, exc))
+
+    def _write_request(
+        self, tx: st.Tx, r: Submit | Cancel | Action, now: float, staged: Staged
+    ) -> None:
+        if isinstance(r, Submit):
+            write_submit(self, tx, r, now, staged)
+        elif isinstance(r, Action):
+            write_action(self, tx, r, now, staged)
+        else:
+            write_cancel(self, tx, r, now, staged)
 
     def _step(self, events: list[Event], now: float, poisoned: dict[str, str]) -> list[Decision]:
         """Phase 2: ``Scheduler.step``, which must not take the loop down with it."""
@@ -417,10 +462,9 @@ class Reconciler:
         """Phase 3: persist the decisions; returns what to do about them (``_act``)."""
         act = Pending(stops=list(u.stops))
         with self.store.transaction() as tx:
-            for jid, _fut in u.submits:  # the partition and queue the scheduler resolved
-                core = self.scheduler.jobs().get(jid)
-                if core is not None and core.home:
-                    tx.set_job(jid, partition=core.home, queue=core.queue)
+            jobs = self.scheduler.jobs()  # the partition and queue the scheduler resolved
+            homed = [(j, c) for j, _f in u.submits if (c := jobs.get(j)) is not None and c.home]
+            tx.set_homes([(j, c.home, c.queue) for j, c in homed])
             for ev in u.events:  # a GPU refused or a failed re-partition, in the decision log
                 line = store_line(ev)
                 if line is not None:

@@ -258,3 +258,62 @@ def test_recovery_adopts_what_runs_settles_what_ended_and_requeues_what_was_lost
     new.ex.exit(lost, 1, (0,), strict=False)  # a late report of the lost attempt: ignored
     new.cycle()
     assert (new.job(lost).state, new.job(lost).attempt) == (st.RUNNING, 2)
+
+
+# ---------------------------------------------------------------------- group commit
+def test_a_batch_of_submits_with_one_that_raises_keeps_the_others_in_order(
+    tmp_path: Path,
+) -> None:
+    """The inbox writes a batch of requests in one savepoint; one that raises undoes the batch,
+    which is written again request by request: the others land, with consecutive ids (the
+    sequence cached by the transaction follows the rollback), and the bad one alone is refused."""
+    from concurrent.futures import Future
+
+    from gpufence.control.inbox import Submit, SubmitResult
+    from gpufence.control.jobspec import SubmitRequest
+
+    rig = ReconcilerRig.make(tmp_path, shared(4))
+    good = SubmitRequest(command=["true"], gpus=1)
+    # bypassed validation (a bug, an older store): OverflowError while it is written
+    bad = SubmitRequest.model_construct(command=["true"], gpu_fraction=0.5, gpu_mem_gib=1e308)
+    futs: list[Future[SubmitResult]] = [Future() for _ in range(3)]
+    keys = ["k-a", "k-bad", "k-b"]
+    reqs = [good, bad, good]
+    rig.rec.cycle([Submit(r, "admin", f, k) for r, f, k in zip(reqs, futs, keys, strict=True)])
+    assert [futs[0].result(0).job_id, futs[2].result(0).job_id] == ["j1", "j2"]
+    with pytest.raises(OverflowError):
+        futs[1].result(0)
+    with rig.rec.store.reader() as r:
+        assert [j.id for j in r.jobs()] == ["j1", "j2"]
+        assert [e["job_id"] for e in r.events() if e["kind"] == "submitted"] == ["j1", "j2"]
+    again: Future[SubmitResult] = Future()
+    rig.rec.cycle([Submit(good, "admin", again, "k-b")])  # the key was kept with its job
+    assert again.result(0).job_id == "j2" and again.result(0).replayed
+
+
+def test_a_request_waits_for_the_ones_sent_right_after_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Group commit: the reconciler's wait takes a submit and then, within ``GATHER_S``, the
+    submits that follow it (one fsync for all); an observation alone does not wait."""
+    import threading
+    import time
+
+    from gpufence.control import reconciler as rmod
+    from gpufence.control.inbox import Ack, Submit
+    from gpufence.control.jobspec import SubmitRequest
+
+    monkeypatch.setattr(rmod, "GATHER_S", 2.0)  # generous: a loaded machine is slow to send
+    rig = ReconcilerRig.make(tmp_path, shared(4))
+    rec = rig.rec
+    req = SubmitRequest(command=["true"], gpus=1)
+    rec.submit(req, "admin")
+    later = threading.Timer(0.1, lambda: rec.submit(req, "admin"))
+    later.start()
+    items = rec._wait()
+    later.join()
+    assert [type(it) for it in items] == [Submit, Submit]
+    rec._inbox.put(Ack("j1", 1))
+    t0 = time.monotonic()
+    assert [type(it) for it in rec._wait()] == [Ack]
+    assert time.monotonic() - t0 < 1.0

@@ -4,8 +4,8 @@
 or releases every task of it that is pending); ``GET /v1/names/{name}`` says which jobs a name
 denotes. A tenant reaches only its own jobs (another tenant's name is simply unknown: 404).
 Status codes: 200; 401 missing or bad token; 404 no such job or name; 409 a job that is not
-pending (hold) or not held (release); 422 a reference that is too long or not text; 503 the
-store or the reconciler is unavailable.
+pending (hold) or not held (release); 413 a body over the limit; 422 a reference that is too
+long or not text; 503 the store or the reconciler is unavailable.
 """
 
 from typing import Annotated
@@ -16,7 +16,7 @@ from pydantic import BaseModel, Field
 
 from gpufence.control import job_names
 from gpufence.control.http.auth import tenant_dependency
-from gpufence.control.http.problems import ERRORS_ALL, error_responses
+from gpufence.control.http.problems import error_responses
 from gpufence.control.inbox import CancelError
 from gpufence.control.jobspec import MAX_NAME
 from gpufence.control.plane import CALL_TIMEOUT_S, ControlPlane
@@ -70,7 +70,8 @@ def install_job_actions(app: FastAPI, plane: ControlPlane) -> None:
     ``from __future__ import annotations`` in this module)."""
     Tenant = Annotated[str, Depends(tenant_dependency(plane.config))]
     router = APIRouter(tags=["jobs"])
-    codes = error_responses(*ERRORS_ALL)
+    # every status each can give (413: a POST body over the limit, as for any POST)
+    posted = error_responses(401, 404, 409, 413, 422, 503)
 
     def act(ref: str, tenant: str, kind: str) -> ActionResponse:
         found = lookup(plane, tenant, ref)
@@ -95,17 +96,21 @@ def install_job_actions(app: FastAPI, plane: ControlPlane) -> None:
             raise CancelError("; ".join(errors))
         return ActionResponse(jobs=out)
 
-    @router.post("/v1/jobs/{ref}/hold", response_model=ActionResponse, responses=codes)
+    @router.post("/v1/jobs/{ref}/hold", response_model=ActionResponse, responses=posted)
     def hold(ref: Ref, tenant: Tenant) -> ActionResponse:
         """Hold a pending job: it stays pending (reason ``held``) until released."""
         return act(ref, tenant, "hold")
 
-    @router.post("/v1/jobs/{ref}/release", response_model=ActionResponse, responses=codes)
+    @router.post("/v1/jobs/{ref}/release", response_model=ActionResponse, responses=posted)
     def release(ref: Ref, tenant: Tenant) -> ActionResponse:
         """Release a held job: it may run again when nothing else holds it back."""
         return act(ref, tenant, "release")
 
-    @router.get("/v1/names/{ref}", response_model=NameResponse, responses=codes)
+    @router.get(
+        "/v1/names/{ref}",
+        response_model=NameResponse,
+        responses=error_responses(401, 404, 422, 503),
+    )
     def name(ref: Ref, tenant: Tenant) -> NameResponse:
         """The jobs a name (or an id) denotes: what the CLI resolves names with."""
         found = lookup(plane, tenant, ref)

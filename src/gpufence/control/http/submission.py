@@ -1,28 +1,33 @@
 """``POST /v1/jobs``: the one route on the hot path, kept lean.
 
-It reads its headers and body itself instead of through FastAPI's dependency injection, which
-costs more per request than everything else a submit does (on a small machine: the difference
-between hundreds and a thousand submits a second). The behaviour is the API's: bearer auth
-(401), the body validated as ``SubmitRequest`` (422 naming the field), ``Idempotency-Key``, 403
-for another tenant's queue, 503 when the store refuses the write, and the OpenAPI document
-describes all of it (``SUBMIT_DOC``). The answer is awaited on the event loop (the reconciler's
-future), not in a worker thread.
+It is served by ``SubmitFront``, an ASGI layer in front of FastAPI's routing that reads the
+scope's headers and body itself: FastAPI's routing, dependency injection and exception
+middleware cost more per request than everything else a submit does (on a small machine: the
+difference between hundreds and a thousand submits a second). The FastAPI route stays
+registered: it is what the OpenAPI document describes (``SUBMIT_DOC``) and it answers any
+request the front passes on (e.g. another root path); both call the same ``submit_response``.
+The behaviour is the API's: bearer auth (401), the body validated as ``SubmitRequest`` (422
+naming the field), ``Idempotency-Key``, 403 for another tenant's queue, 503 when the store
+refuses the write; an exception becomes the response the app's exception handlers make of it.
+The answer is awaited on the event loop (the reconciler's future), not in a worker thread.
 """
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import re
+from collections.abc import Callable
 from typing import Any
 
 from fastapi import FastAPI, Request, Response, status
 from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gpufence.control.http.auth import tenant_of_header
 from gpufence.control.http.problems import (
-    ERRORS_ALL,
     FieldError,
     SafeJSONResponse,
     error_responses,
@@ -86,15 +91,158 @@ def _reject_field(req: SubmitRequest, reason: str, message: str) -> str:
     return "body"
 
 
-def install_submit(app: FastAPI, plane: ControlPlane, job_json: Any, response_model: Any) -> None:
+JobJson = Callable[[st.JobRow], dict[str, Any]]
+SUBMIT_PATH = "/v1/jobs"
+_JSON = [(b"content-type", b"application/json")]
+
+
+async def submit_response(
+    plane: ControlPlane,
+    job_json: JobJson,
+    authorization: str | None,
+    key: str | None,
+    raw: bytes,
+) -> Response | tuple[int, bytes]:
+    """The answer to one submit: (status, JSON body) when accepted, else a problem response.
+    Raises what the app's exception handlers answer (401, 403, 422 of a field, 503)."""
+    tenant = tenant_of_header(plane.config, authorization)
+    if key is not None and not _KEY.fullmatch(key):
+        return _invalid(
+            f"header.{IDEMPOTENCY_KEY}", "must be 1-255 visible ASCII characters", "pattern"
+        )
+    try:
+        obj = json.loads(raw)
+    except ValueError:  # also a body that is not UTF-8
+        return _invalid("body", "the body is not valid JSON text (UTF-8)", "json_invalid")
+    try:
+        req = SubmitRequest.model_validate(obj)
+    except ValidationError as exc:
+        errors = field_errors(
+            [{**e, "loc": ("body", *e["loc"])} for e in exc.errors(include_url=False)]
+        )
+        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+        return problem(
+            UNPROCESSABLE, f"{errors[0].field}: {errors[0].message}{more}", errors=errors
+        )
+    fut = plane.submit_future(req, tenant, key)
+    try:
+        # one timer (wait_for also wraps a task); on timeout the future is cancelled, which
+        # the reconciler takes as "the caller gave up" (inbox.reply): the submit still lands
+        async with asyncio.timeout(CALL_TIMEOUT_S):
+            res: SubmitResult = await asyncio.wrap_future(fut)
+    except TimeoutError:
+        raise TimeoutError("no answer from the reconciler") from None
+    if res.state != st.REJECTED:
+        body: dict[str, Any] = {
+            "id": res.job_id,
+            "state": res.state,
+            "reason": res.reason,
+            "message": res.message,
+        }
+        if res.tasks:  # an array: every task's id
+            body["tasks"] = list(res.tasks)
+        code = status.HTTP_200_OK if res.replayed else status.HTTP_201_CREATED
+        try:
+            return code, json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+        except UnicodeEncodeError:  # a message with a lone surrogate: escaped, never a 500
+            return SafeJSONResponse(body, status_code=code)
+    row = await run_in_threadpool(plane.job, res.job_id, tenant)
+    msg = res.message or res.reason
+    job = job_json(row) if row is not None else {"id": res.job_id, "state": res.state}
+    field = _reject_field(req, res.reason, res.message)
+    return problem(
+        UNPROCESSABLE,
+        msg,
+        slug="rejected",
+        title="Rejected by the scheduler",
+        errors=[FieldError(field=field, message=msg, type="rejected")],
+        reason=res.reason,
+        job=job,
+    )
+
+
+def _as_response(answer: Response | tuple[int, bytes]) -> Response:
+    if isinstance(answer, Response):
+        return answer
+    code, body = answer
+    return Response(body, status_code=code, media_type="application/json")
+
+
+class SubmitFront:
+    """ASGI middleware: ``POST /v1/jobs`` answered here, everything else passed on.
+
+    It sits inside ``LimitBody`` (which has read the body and refused one too large) and
+    inside Starlette's ``ServerErrorMiddleware`` (an unexpected exception is still the 500
+    problem, logged); the exceptions a submit raises on purpose are answered by the handler the
+    app registered for their class, as FastAPI's exception middleware would have."""
+
+    def __init__(self, app: ASGIApp, plane: ControlPlane, job_json: JobJson, api: FastAPI) -> None:
+        self.app = app
+        self.plane = plane
+        self.job_json = job_json
+        self.api = api
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST" or scope["path"] != SUBMIT_PATH:
+            await self.app(scope, receive, send)
+            return
+        authorization = key = None
+        for name, value in scope["headers"]:
+            if name == b"authorization":
+                authorization = value.decode("latin-1")
+            elif name == b"idempotency-key":
+                key = value.decode("latin-1")
+        chunks = []
+        while True:
+            msg = await receive()
+            if msg["type"] != "http.request":
+                return  # the client went away: nothing was submitted
+            chunks.append(msg.get("body", b""))
+            if not msg.get("more_body"):
+                break
+        try:
+            answer = await submit_response(
+                self.plane, self.job_json, authorization, key, b"".join(chunks)
+            )
+        except Exception as exc:
+            answer = await self._handled(scope, exc)
+        if isinstance(answer, Response):
+            await answer(scope, receive, send)
+            return
+        code, body = answer
+        headers = [*_JSON, (b"content-length", str(len(body)).encode())]
+        await send({"type": "http.response.start", "status": code, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+    async def _handled(self, scope: Scope, exc: Exception) -> Response:
+        """The response of the app's handler for ``exc``'s class; re-raised if it has none
+        but the catch-all (``ServerErrorMiddleware`` answers 500 and logs it)."""
+        for cls in type(exc).__mro__:
+            if cls is Exception:
+                break
+            handler = self.api.exception_handlers.get(cls)
+            if handler is not None:
+                out = handler(Request(scope), exc)
+                if inspect.isawaitable(out):
+                    out = await out
+                assert isinstance(out, Response)
+                return out
+        raise exc
+
+
+def install_submit(
+    app: FastAPI, plane: ControlPlane, job_json: JobJson, response_model: Any
+) -> None:
+    """The FastAPI route (OpenAPI, fallback) and ``SubmitFront`` in front of the routing."""
+
     @app.post(
-        "/v1/jobs",
+        SUBMIT_PATH,
         status_code=status.HTTP_201_CREATED,
         response_model=response_model,
         tags=["jobs"],
         responses={
             200: {"model": response_model, "description": "the same Idempotency-Key again"},
-            **error_responses(*ERRORS_ALL),
+            **error_responses(401, 403, 413, 422, 503),
         },
         openapi_extra=SUBMIT_DOC,
     )
@@ -102,53 +250,13 @@ def install_submit(app: FastAPI, plane: ControlPlane, job_json: Any, response_mo
         """Submit a job (body: ``SubmitRequest``). A job that no partition can ever hold is
         rejected here, with why. With an Idempotency-Key, retrying after a lost answer
         (timeout, crash) is safe."""
-        tenant = tenant_of_header(plane.config, request.headers.get("authorization"))
-        key = request.headers.get(IDEMPOTENCY_KEY)
-        if key is not None and not _KEY.fullmatch(key):
-            return _invalid(
-                f"header.{IDEMPOTENCY_KEY}", "must be 1-255 visible ASCII characters", "pattern"
-            )
-        raw = await request.body()
-        try:
-            obj = json.loads(raw)
-        except ValueError:  # also a body that is not UTF-8
-            return _invalid("body", "the body is not valid JSON text (UTF-8)", "json_invalid")
-        try:
-            req = SubmitRequest.model_validate(obj)
-        except ValidationError as exc:
-            errors = field_errors(
-                [{**e, "loc": ("body", *e["loc"])} for e in exc.errors(include_url=False)]
-            )
-            more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-            return problem(
-                UNPROCESSABLE, f"{errors[0].field}: {errors[0].message}{more}", errors=errors
-            )
-        fut = plane.submit_future(req, tenant, key)
-        try:
-            res: SubmitResult = await asyncio.wait_for(asyncio.wrap_future(fut), CALL_TIMEOUT_S)
-        except TimeoutError:
-            raise TimeoutError("no answer from the reconciler") from None
-        if res.state != st.REJECTED:
-            body: dict[str, Any] = {
-                "id": res.job_id,
-                "state": res.state,
-                "reason": res.reason,
-                "message": res.message,
-            }
-            if res.tasks:  # an array
-                body["tasks"] = list(res.tasks)
-            code = status.HTTP_200_OK if res.replayed else status.HTTP_201_CREATED
-            return SafeJSONResponse(body, status_code=code)
-        row = await run_in_threadpool(plane.job, res.job_id, tenant)
-        msg = res.message or res.reason
-        job = job_json(row) if row is not None else {"id": res.job_id, "state": res.state}
-        field = _reject_field(req, res.reason, res.message)
-        return problem(
-            UNPROCESSABLE,
-            msg,
-            slug="rejected",
-            title="Rejected by the scheduler",
-            errors=[FieldError(field=field, message=msg, type="rejected")],
-            reason=res.reason,
-            job=job,
+        answer = await submit_response(
+            plane,
+            job_json,
+            request.headers.get("authorization"),
+            request.headers.get(IDEMPOTENCY_KEY),
+            await request.body(),
         )
+        return _as_response(answer)
+
+    app.add_middleware(SubmitFront, plane=plane, job_json=job_json, api=app)

@@ -3,8 +3,8 @@
 The reconciler is the only writer. It persists every transition *before* acting on it (a Bind is
 written as ``starting`` before any process is spawned, a Stop as ``stopping`` before the signal),
 so a ``kill -9`` at any moment leaves a store from which a restart can tell, for every job,
-whether its processes may exist. API handlers read through their own connections; WAL lets them
-read while the reconciler writes.
+whether its processes may exist. API handlers read through their own connections
+(``reads.Reader``); WAL lets them read while the reconciler writes.
 
 Durability: a transaction that acknowledges something to a client (``durable=True``: a submit's
 201, a cancel) commits with ``synchronous=FULL``: the WAL is fsynced before the reply, so the
@@ -17,6 +17,10 @@ in its inbox in one transaction (group commit): one fsync per batch, not per job
 
 Job ids come from the store's own sequence (``jobs.seq``, AUTOINCREMENT), advanced in the same
 transaction as the insert: a rolled-back submit consumes nothing, and an id is never reused.
+Every change of a job's state is handed, once its transaction has committed, to the store's
+``observers`` (``StateChange``): telemetry counts outcomes and time in state from them without
+the reconciler reporting each transition itself.
+
 Open = lock (``ownership.py``), integrity check (``PRAGMA quick_check``, bounded in time),
 migrations (``migrations.py``), owner row. Errors of the medium (disk full, read-only, I/O) are
 ``StoreUnavailable`` with the reason (``errors.py``).
@@ -38,15 +42,15 @@ from typing import Any
 
 from gpufence.control import failpoints
 from gpufence.control.privatefs import PRIVATE_DIR
-from gpufence.control.store import migrations
+from gpufence.control.store import accounting, migrations
 from gpufence.control.store.errors import StoreError, StoreUnavailable, unavailable
 from gpufence.control.store.ownership import FileLock, Owner
+from gpufence.control.store.reads import Reader
 from gpufence.control.store.rows import (
-    JOB_COLUMNS,
     AttemptRow,
     JobRow,
-    attempt_row,
-    job_row,
+    Observer,
+    StateChange,
     select_job,
 )
 
@@ -74,7 +78,15 @@ INTEGRITY_BUDGET_S = 30.0
 """At most this long for ``PRAGMA quick_check`` at start (a store of a few GB); then it goes on
 with a warning rather than keep the cluster down."""
 
-__all__ = ["AttemptRow", "JobRow", "StoreError", "StoreUnavailable"]
+__all__ = [
+    "AttemptRow",
+    "JobRow",
+    "Observer",
+    "Reader",
+    "StateChange",
+    "StoreError",
+    "StoreUnavailable",
+]
 
 
 def _connect(path: Path) -> sqlite3.Connection:
@@ -127,9 +139,15 @@ def _text_or_none(value: object) -> str | None:
     return value
 
 
-def request_hash(spec: dict[str, Any]) -> str:
-    """What an Idempotency-Key is bound to: the stored spec, canonical JSON, sha256."""
-    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()
+def spec_text(spec: dict[str, Any]) -> str:
+    """A spec as the store keeps it: canonical JSON (sorted keys)."""
+    return json.dumps(spec, sort_keys=True)
+
+
+def request_hash(spec: dict[str, Any], text: str | None = None) -> str:
+    """What an Idempotency-Key is bound to: the stored spec, canonical JSON, sha256 (``text``:
+    that JSON, when the caller has it already)."""
+    return hashlib.sha256((text or spec_text(spec)).encode()).hexdigest()
 
 
 class Store:
@@ -156,6 +174,7 @@ class Store:
         # files the mode of the database file, so none of the store is ever readable by others
         self._file_lock = FileLock(self.path)
         self.owner = Owner.me()
+        self._owner_text = self.owner.to_json()
         try:
             self._conn = _connect(self.path)
             if existed and check_integrity:
@@ -174,6 +193,7 @@ class Store:
             self._abort()
             raise
         self._lock = threading.Lock()
+        self.observers: list[Observer] = []
         self._durable = True  # the connection's synchronous setting (FULL)
         self._broken: StoreUnavailable | None = None
 
@@ -196,7 +216,7 @@ class Store:
                 )
             c.execute(
                 "INSERT OR REPLACE INTO meta(key, value) VALUES('owner', ?)",
-                (self.owner.to_json(),),
+                (self._owner_text,),
             )
             if id_floor > self._last_seq():
                 c.execute("DELETE FROM sqlite_sequence WHERE name='jobs'")
@@ -218,6 +238,8 @@ class Store:
                 "restart the control plane"
             )
         row = self._conn.execute("SELECT value FROM meta WHERE key='owner'").fetchone()
+        if row is not None and row["value"] == self._owner_text:
+            return  # the row _claim wrote (the usual case: no JSON to parse each transaction)
         owner = Owner.from_json(row["value"]) if row else None
         if owner is None or not owner.same_process(self.owner):
             raise StoreUnavailable("another control plane took over this store")
@@ -245,8 +267,9 @@ class Store:
             except StoreUnavailable:
                 self._rollback()
                 raise
+            tx = Tx(c)
             try:
-                yield Tx(c)
+                yield tx
                 failpoints.hit("store.before-commit")
                 c.execute("COMMIT")
             except sqlite3.Error as exc:
@@ -260,6 +283,11 @@ class Store:
                 raise
             self._broken = None
         failpoints.hit("store.after-commit")
+        for observe in self.observers if tx.changes else ():
+            try:
+                observe(tx.changes)
+            except Exception:  # telemetry must never fail a committed transition
+                log.exception("a store observer failed")
 
     def _rollback(self) -> None:
         if self._conn.in_transaction:
@@ -307,6 +335,8 @@ class Tx:
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         self._c = conn
+        self.changes: list[StateChange] = []  # for the observers, once committed
+        self._seq: int | None = None  # the jobs sequence as this transaction advanced it
 
     def execute(self, sql: str, args: Sequence[object] = ()) -> sqlite3.Cursor:
         return self._c.execute(sql, args)
@@ -315,11 +345,15 @@ class Tx:
     def savepoint(self) -> Iterator[None]:
         """A part of the transaction that can fail alone (one inbox item)."""
         self._c.execute("SAVEPOINT item")
+        noted = len(self.changes)
+        seq = self._seq
         try:
             yield
         except BaseException:
+            del self.changes[noted:]  # what was rolled back never happened
             self._c.execute("ROLLBACK TO item")
             self._c.execute("RELEASE item")
+            self._seq = seq  # ids taken inside were rolled back with it
             raise
         self._c.execute("RELEASE item")
 
@@ -348,11 +382,16 @@ class Tx:
         submitted_at: float,
         job_id: str | None = None,
         gpus: str | None = None,
+        text: str | None = None,
     ) -> str:
         """Insert a pending job; its id is ``j<seq>`` from the store's sequence, taken in this
-        transaction (``job_id`` only for tests that need a given name)."""
-        row = self._c.execute("SELECT seq FROM sqlite_sequence WHERE name='jobs'").fetchone()
-        seq = (int(row[0]) if row else 0) + 1
+        transaction (read once per transaction: the insert advances it, nothing else writes
+        it meanwhile). ``job_id`` only for tests that need a given name; ``text``: the spec's
+        ``spec_text`` if the caller has it."""
+        if self._seq is None:
+            row = self._c.execute("SELECT seq FROM sqlite_sequence WHERE name='jobs'").fetchone()
+            self._seq = int(row[0]) if row else 0
+        seq = self._seq + 1
         jid = job_id or f"j{seq}"
         name = spec.get("name")
         self._c.execute(
@@ -362,7 +401,7 @@ class Tx:
                 seq,
                 jid,
                 tenant,
-                json.dumps(spec, sort_keys=True),
+                text if text is not None else spec_text(spec),
                 workload_class,
                 partition,
                 queue,
@@ -372,6 +411,10 @@ class Tx:
                 gpus,
             ),
         )
+        self.changes.append(
+            StateChange(jid, None, PENDING, partition, workload_class, queue, submitted_at, None)
+        )
+        self._seq = seq
         return jid
 
     def idempotent(self, tenant: str, key: str) -> tuple[str, str] | None:
@@ -395,11 +438,42 @@ class Tx:
             (json.dumps(spec, sort_keys=True), _text_or_none(name), job_id),
         )
 
+    def set_homes(self, homes: Sequence[tuple[str, str, str | None]]) -> None:
+        """(job id, partition, queue) of each job: where the scheduler put them (one statement
+        for a batch of submits)."""
+        self._c.executemany(
+            "UPDATE jobs SET partition=?, queue=? WHERE id=?", [(p, q, j) for j, p, q in homes]
+        )
+
     def set_job(self, job_id: str, **fields: object) -> None:
         if not fields:
             return
+        if "state" in fields:
+            self._note_change(job_id, fields)
         cols = ", ".join(f"{k}=?" for k in fields)
         self._c.execute(f"UPDATE jobs SET {cols} WHERE id=?", (*fields.values(), job_id))
+
+    def _note_change(self, job_id: str, fields: dict[str, object]) -> None:
+        row = self._c.execute(
+            "SELECT state, partition, workload_class, queue, submitted_at, started_at"
+            " FROM jobs WHERE id=?",
+            (job_id,),
+        ).fetchone()
+        if row is None or row["state"] == fields["state"]:
+            return
+        started = fields.get("started_at", row["started_at"])
+        self.changes.append(
+            StateChange(
+                job_id,
+                row["state"],
+                str(fields["state"]),
+                str(fields.get("partition", row["partition"])),
+                row["workload_class"],
+                str(fields.get("queue", row["queue"])),
+                float(row["submitted_at"]),
+                float(started) if isinstance(started, int | float) else None,
+            )
+        )
 
     def add_attempt(
         self,
@@ -411,10 +485,12 @@ class Tx:
         assignments: list[dict[str, Any]],
         devices: list[list[str]],
         started_at: float,
+        gpus: float = 0.0,
     ) -> None:
+        """``gpus``: the GPU-equivalents it holds (accounting.py says how they count)."""
         self._c.execute(
             "INSERT OR REPLACE INTO attempts(job_id, attempt, state, pool, lent_from,"
-            " assignments, devices, started_at) VALUES(?,?,?,?,?,?,?,?)",
+            " assignments, devices, started_at, gpus) VALUES(?,?,?,?,?,?,?,?,?)",
             (
                 job_id,
                 attempt,
@@ -424,8 +500,10 @@ class Tx:
                 json.dumps(assignments),
                 json.dumps(devices),
                 started_at,
+                gpus,
             ),
         )
+        accounting.account(self._c, job_id)
 
     def set_attempt(self, job_id: str, attempt: int, **fields: object) -> None:
         if "exit_codes" in fields:
@@ -435,115 +513,11 @@ class Tx:
             f"UPDATE attempts SET {cols} WHERE job_id=? AND attempt=?",
             (*fields.values(), job_id, attempt),
         )
+        if "ended_at" in fields or "stop_reason" in fields or "started_at" in fields:
+            accounting.account(self._c, job_id)
 
     def log(self, t: float, job_id: str | None, kind: str, reason: str, message: str) -> None:
         self._c.execute(
             "INSERT INTO events(t, job_id, kind, reason, message) VALUES(?,?,?,?,?)",
             (t, job_id, kind, reason, message),
         )
-
-
-class Reader:
-    """Read-only queries; one per thread (API handlers open their own)."""
-
-    def __init__(self, path: Path) -> None:
-        try:
-            self._c = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30.0)
-        except sqlite3.Error as exc:
-            raise unavailable(exc) or exc from None
-        self._c.row_factory = sqlite3.Row
-
-    def __enter__(self) -> Reader:
-        return self
-
-    def __exit__(self, kind: object, exc: BaseException | None, _tb: object) -> None:
-        self._c.close()
-        if isinstance(exc, sqlite3.Error):
-            gone = unavailable(exc)
-            if gone is not None:  # a fault of the medium: 503 with the reason, not a 500
-                raise gone from exc
-
-    def job(self, job_id: str) -> JobRow | None:
-        return select_job(self._c, job_id)
-
-    def execute(self, sql: str, args: Sequence[object] = ()) -> sqlite3.Cursor:
-        """A read-only query of its own (``job_names.py``)."""
-        return self._c.execute(sql, args)
-
-    def jobs(
-        self,
-        *,
-        states: Sequence[str] = (),
-        partition: str | None = None,
-        tenant: str | None = None,
-        limit: int = 1000,
-        after_seq: int = 0,
-        parse_spec: bool = True,
-    ) -> list[JobRow]:
-        """A page in submission order; ``parse_spec=False`` leaves ``spec`` empty (its text is
-        in ``spec_text``)."""
-        where: list[str] = ["seq > ?"]
-        args: list[object] = [after_seq]
-        if states:
-            where.append(f"state IN ({','.join('?' * len(states))})")
-            args += list(states)
-        if partition:
-            where.append("partition = ?")
-            args.append(partition)
-        if tenant:
-            where.append("tenant = ?")
-            args.append(tenant)
-        sql = f"SELECT {JOB_COLUMNS} FROM jobs WHERE {' AND '.join(where)} ORDER BY seq LIMIT ?"
-        return [job_row(r, parse_spec) for r in self._c.execute(sql, (*args, limit))]
-
-    def attempts(self, job_id: str) -> list[AttemptRow]:
-        rows = self._c.execute(
-            "SELECT * FROM attempts WHERE job_id=? ORDER BY attempt", (job_id,)
-        ).fetchall()
-        return [attempt_row(r) for r in rows]
-
-    def attempt(self, job_id: str, attempt: int) -> AttemptRow | None:
-        row = self._c.execute(
-            "SELECT * FROM attempts WHERE job_id=? AND attempt=?", (job_id, attempt)
-        ).fetchone()
-        return attempt_row(row) if row else None
-
-    def events(
-        self, *, job_id: str | None = None, after_seq: int = 0, limit: int = 1000
-    ) -> list[dict[str, Any]]:
-        sql = "SELECT * FROM events WHERE seq > ?"
-        args: list[object] = [after_seq]
-        if job_id is not None:
-            sql += " AND job_id = ?"
-            args.append(job_id)
-        sql += " ORDER BY seq LIMIT ?"
-        return [dict(r) for r in self._c.execute(sql, (*args, limit))]
-
-    # -- history for advice (gpufence advise): everything that overlaps [since, now]
-    def jobs_since(self, since: float) -> list[JobRow]:
-        """Jobs still open, or ended at or after ``since``, in submission order."""
-        # by position, as JOB_COLUMNS lists them (``SELECT *`` has the table's order)
-        sql = f"SELECT {JOB_COLUMNS} FROM jobs WHERE ended_at IS NULL OR ended_at >= ? ORDER BY seq"
-        return [job_row(r) for r in self._c.execute(sql, (since,))]
-
-    def attempts_since(self, since: float) -> list[AttemptRow]:
-        sql = "SELECT * FROM attempts WHERE ended_at IS NULL OR ended_at >= ?"
-        rows = self._c.execute(sql + " ORDER BY job_id, attempt", (since,))
-        return [attempt_row(r) for r in rows]
-
-    def events_since(self, since: float, kinds: Sequence[str]) -> list[dict[str, Any]]:
-        """Decision-log entries of these kinds at or after ``since``, in log order."""
-        marks = ",".join("?" * len(kinds))
-        sql = f"SELECT * FROM events WHERE t >= ? AND kind IN ({marks}) ORDER BY seq"
-        return [dict(r) for r in self._c.execute(sql, (since, *kinds))]
-
-    def usage(self) -> tuple[dict[str, float], float] | None:
-        """The last saved fair-share usage per queue and when it was saved; None if never."""
-        rows = self._c.execute("SELECT queue, usage, at FROM fair_share").fetchall()
-        if not rows:
-            return None
-        return {r["queue"]: float(r["usage"]) for r in rows}, max(float(r["at"]) for r in rows)
-
-    def counts(self) -> dict[str, int]:
-        rows = self._c.execute("SELECT state, COUNT(*) AS n FROM jobs GROUP BY state")
-        return {r["state"]: r["n"] for r in rows}
