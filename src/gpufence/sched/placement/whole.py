@@ -49,11 +49,9 @@ def _assign_from(
     return out
 
 
-def place_whole(ledger: Ledger, job: Job, pool: str, max_gpus: int | None = None) -> PlaceResult:
+def place_whole(ledger: Ledger, job: Job, pool: str) -> PlaceResult:
     per = job.request.gpus
     need = job.total_gpus
-    if max_gpus is not None and need > max_gpus:
-        return NotPlaced(Reason.NO_FIT, f"needs {need} GPUs, only {max_gpus} may be lent")
     free_total = ledger.pool_free[pool]
     if free_total < need:
         return NotPlaced(
