@@ -15,19 +15,22 @@ from rich.table import Table
 from rich.text import Text
 
 from gpufence.control.http.client import Client
+from gpufence.model import lifecycle
+from gpufence.model.lifecycle import JobState
 
-ACTIVE_STATES = ("pending", "starting", "running", "stopping")
-TERMINAL_STATES = ("done", "failed", "cancelled", "reclaimed", "rejected")
-STATE_STYLE = {
-    "pending": "yellow",
-    "starting": "cyan",
-    "running": "green",
-    "stopping": "magenta",
-    "done": "dim green",
-    "failed": "red",
-    "cancelled": "dim",
-    "reclaimed": "magenta",
-    "rejected": "red",
+# the states of the core's one job lifecycle table (model/lifecycle.py)
+ACTIVE_STATES = lifecycle.LIVE_STATES
+TERMINAL_STATES = lifecycle.TERMINAL_STATES
+STATE_STYLE: dict[str, str] = {
+    JobState.PENDING: "yellow",
+    JobState.STARTING: "cyan",
+    JobState.RUNNING: "green",
+    JobState.STOPPING: "magenta",
+    JobState.DONE: "dim green",
+    JobState.FAILED: "red",
+    JobState.CANCELLED: "dim",
+    JobState.RECLAIMED: "magenta",
+    JobState.REJECTED: "red",
     "free": "dim",
     "used": "green",
     "down": "red",
@@ -61,11 +64,21 @@ def when(t: float | None) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t)) if t else "-"
 
 
+# states whose stored reason says something (why it waits, failed, is stopping or was reclaimed)
+_SHOWS_REASON = (
+    JobState.PENDING,
+    JobState.FAILED,
+    JobState.REJECTED,
+    JobState.STOPPING,
+    JobState.RECLAIMED,
+)
+
+
 def job_reason(job: dict[str, Any]) -> str:
     pending = job.get("pending")
     if isinstance(pending, dict):
         return f"{pending.get('reason', '')}: {pending.get('message', '')}".strip(": ")
-    if job.get("state") in ("pending", "failed", "rejected", "stopping", "reclaimed"):
+    if job.get("state") in _SHOWS_REASON:
         reason, msg = job.get("reason") or "", job.get("message") or ""
         return f"{reason}: {msg}".strip(": ")
     return ""
@@ -77,7 +90,8 @@ def queue_table(jobs: list[dict[str, Any]], title: str | None = None) -> Table:
     for col in ("id", "tenant", "class", "partition", "state", "GPUs", "age", "name", "reason"):
         table.add_column(col, overflow="fold")
     for j in jobs:
-        start = j.get("started_at") if j.get("state") in ("running", "stopping") else None
+        running = j.get("state") in (JobState.RUNNING, JobState.STOPPING)
+        start = j.get("started_at") if running else None
         table.add_row(
             j["id"],
             j.get("tenant", ""),
@@ -244,7 +258,7 @@ def top_frame(client: Client, head: int) -> Group:
     parts = client.partitions()
     ns = client.nodes()
     jobs = client.jobs(ACTIVE_STATES, limit=max(head, 1) * 4)
-    order = {"running": 0, "stopping": 1, "starting": 2, "pending": 3}
+    order = {JobState.RUNNING: 0, JobState.STOPPING: 1, JobState.STARTING: 2, JobState.PENDING: 3}
     jobs.sort(key=lambda j: (order.get(j["state"], 9), j.get("seq", 0)))
     shown = jobs[:head]
     title = f"queue head ({len(shown)} of {len(jobs)} active)"

@@ -394,8 +394,8 @@ class Reconciler:
             rec = self.scheduler.jobs().get(ev.job_id)
             if rec is None or rec.state is JobState.PENDING:
                 continue
-            state = st.RECLAIMED if rec.state is JobState.RECLAIMED else st.FAILED
-            tx.set_job(ev.job_id, state=state, ended_at=now)
+            # reclaimed or failed, as the core's lifecycle table says a stop ends (after_stop)
+            tx.set_job(ev.job_id, state=rec.state, ended_at=now)
 
     # ------------------------------------------------------------------ decisions
     def _decided(self, tx: st.Tx, d: Decision, now: float, act: Pending) -> None:

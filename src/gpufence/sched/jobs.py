@@ -3,26 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import StrEnum
 
 from gpufence.model.decisions import Reason
 from gpufence.model.job import Job
+from gpufence.model.lifecycle import TERMINAL, JobState
 
-
-class JobState(StrEnum):
-    PENDING = "pending"
-    RUNNING = "running"
-    STOPPING = "stopping"  # told to stop; GPUs held until the front end confirms
-    DONE = "done"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
-    RECLAIMED = "reclaimed"  # idle interactive session whose GPUs were taken back
-    REJECTED = "rejected"
-
-
-TERMINAL = frozenset(
-    {JobState.DONE, JobState.FAILED, JobState.CANCELLED, JobState.RECLAIMED, JobState.REJECTED}
-)
+__all__ = ["TERMINAL", "JobRecord", "JobState", "Notice"]  # the states live in model/lifecycle
 
 
 @dataclass(slots=True)

@@ -39,6 +39,7 @@ from gpufence.model.events import (
     UsageRestored,
 )
 from gpufence.model.job import WorkloadClass
+from gpufence.model.lifecycle import after_stop
 from gpufence.model.partition import PreemptionMode, SharingMode
 from gpufence.sched.context import Context, Counters
 from gpufence.sched.fairshare import FairShare, TenantShare
@@ -275,7 +276,7 @@ class Scheduler:
             reason = rec.stop_reason or Reason.QUEUED
             ctx.decisions.append(Requeue(rec.job.id, reason, rec.attempt, "back in its queue"))
         else:
-            rec.state = JobState.RECLAIMED if rec.stop_reason is Reason.IDLE else JobState.FAILED
+            rec.state = after_stop(rec.stop_reason or Reason.QUEUED, requeue=False)
 
     def _activity(self, rec: JobRecord, utilization: float) -> None:
         ctx = self.ctx

@@ -36,6 +36,7 @@ from gpufence.model.events import (
     Tick,
 )
 from gpufence.model.job import Job
+from gpufence.model.lifecycle import TERMINAL, JobState, after_stop
 from gpufence.sched.scheduler import Scheduler, SchedulerConfig
 from gpufence.sim.event_queue import EventQueue
 from gpufence.state.invariants import check
@@ -66,7 +67,7 @@ class JobTrace:
     submitted: float
     first_start: float | None = None
     end: float | None = None
-    state: str = "pending"
+    state: JobState = JobState.PENDING
     attempt: int = 0
     started: float | None = None
     done_s: float = 0.0  # work kept (checkpointed) across attempts, in solo seconds
@@ -169,9 +170,9 @@ class Simulation:
     def cancel(self, job_id: str, now: float) -> JobCancelled | None:
         """For controllers: the front end cancels a job (stopping it if it runs)."""
         tr = self.jobs.get(job_id)
-        if tr is None or tr.state in ("done", "failed", "rejected", "cancelled", "reclaimed"):
+        if tr is None or tr.state in TERMINAL:
             return None
-        tr.state, tr.end, tr.started = "cancelled", now, None
+        tr.state, tr.end, tr.started = JobState.CANCELLED, now, None
         tr.attempt += 1  # invalidates the pending finish of the running attempt
         self._close(job_id, now)
         return JobCancelled(job_id)
@@ -262,7 +263,7 @@ class Simulation:
         if tr.attempt != attempt or tr.started is None:
             return None  # the attempt this was meant for is over
         if kind == "finish":
-            tr.state, tr.end, tr.started = "done", now, None
+            tr.state, tr.end, tr.started = JobState.DONE, now, None
             self._close(jid, now)
             return JobFinished(jid)
         if kind == "ack":
@@ -301,7 +302,7 @@ class Simulation:
             tr = self.jobs[d.job_id]
             tr.attempt += 1
             tr.attempts += 1
-            tr.state = "running"
+            tr.state = JobState.RUNNING
             tr.started = now
             if tr.first_start is None:
                 tr.first_start = now
@@ -320,9 +321,8 @@ class Simulation:
                 ran = (now - tr.started) * tr.speed
                 every = tr.item.checkpoint_every_s
                 tr.done_s += (ran // every) * every if every else 0.0
-            tr.state = (
-                "stopping" if d.requeue else ("reclaimed" if d.reason is Reason.IDLE else "failed")
-            )
+            # the stop is confirmed at once here: a stop that ends the job ends it now
+            tr.state = JobState.STOPPING if d.requeue else after_stop(d.reason, requeue=False)
             if not d.requeue:
                 tr.end = now
             self.q.push(now, ("stopped", (d.job_id, tr.attempt)))
@@ -332,8 +332,8 @@ class Simulation:
                 self.q.push(now + tr.item.ack_after_s, ("ack", (d.job_id, tr.attempt)))
         elif isinstance(d, Reject):
             tr = self.jobs[d.job_id]
-            tr.state, tr.end = "rejected", now
+            tr.state, tr.end = JobState.REJECTED, now
         elif isinstance(d, Requeue):
-            self.jobs[d.job_id].state = "pending"
+            self.jobs[d.job_id].state = JobState.PENDING
         elif isinstance(d, MigReconfigure):
             self.q.push(now + d.ready_after_s, ("mig", d.gpu))

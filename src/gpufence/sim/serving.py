@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from gpufence.model.events import Event
 from gpufence.model.job import GpuRequest, Job, WorkloadClass
+from gpufence.model.lifecycle import JobState
 from gpufence.sim.contention import Contention
 from gpufence.sim.latency import INF, p99_response_s
 from gpufence.sim.runner import Simulation, WorkItem
@@ -76,15 +77,16 @@ class Fleet:
         self._score(now, sim)
         events: list[Event] = []
         target = self.desired(now)
-        self._alive = {j: None for j in self._alive if sim.jobs[j].state in ("pending", "running")}
+        live = (JobState.PENDING, JobState.RUNNING)
+        self._alive = {j: None for j in self._alive if sim.jobs[j].state in live}
         alive = list(self._alive)
         if target > len(alive):
             for _ in range(target - len(alive)):
                 events.append(sim.submit(self._replica(now), now))
         elif target < len(alive):
             # scale in: pending replicas first, then the newest running ones
-            pending = [j for j in alive if sim.jobs[j].state == "pending"]
-            running = [j for j in reversed(alive) if sim.jobs[j].state == "running"]
+            pending = [j for j in alive if sim.jobs[j].state is JobState.PENDING]
+            running = [j for j in reversed(alive) if sim.jobs[j].state is JobState.RUNNING]
             for jid in (pending + running)[: len(alive) - target]:
                 ev = sim.cancel(jid, now)
                 self._alive.pop(jid, None)
@@ -116,7 +118,7 @@ class Fleet:
         start = self._last
         s = self.svc
         ledger = sim.scheduler.ledger
-        running = [j for j in self._alive if sim.jobs[j].state == "running"]
+        running = [j for j in self._alive if sim.jobs[j].state is JobState.RUNNING]
         fab = self.contention.fabric
         rack_util = fab.rack_utilization(ledger) if running else {}
         node_load = fab.node_load_gbps(ledger) if running else {}

@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from gpufence.model.lifecycle import JobState
 from gpufence.sim.runner import SimResult
 
 
@@ -35,15 +36,15 @@ def summarize(result: SimResult, total_gpus: int) -> dict[str, Any]:
             d = tr.first_start - tr.submitted
             delays.setdefault(cls, []).append(d)
             delays["all"].append(d)
-        if tr.state == "done" and tr.end is not None:
+        if tr.state is JobState.DONE and tr.end is not None:
             j = tr.end - tr.submitted
             jcts.setdefault(cls, []).append(j)
             jcts["all"].append(j)
     span = max(result.end_time, 1e-9)
     return {
         "submitted": len(result.jobs),
-        "completed": states.get("done", 0),
-        "rejected": states.get("rejected", 0),
+        "completed": states.get(JobState.DONE, 0),
+        "rejected": states.get(JobState.REJECTED, 0),
         "states": dict(sorted(states.items())),
         "queue_delay_s": {k: _pcts(v) for k, v in sorted(delays.items())},
         "jct_s": {k: _pcts(v) for k, v in sorted(jcts.items())},
