@@ -69,7 +69,7 @@ class Timeline:
             frag[p] = (free - whole_nodes) / max(len(c.partition_gpus[p]), 1)
         pending = dict.fromkeys((str(w) for w in WorkloadClass), 0)
         running = dict(pending)
-        for rec in sim.scheduler.ctx.queues.records.values():
+        for rec in sim.scheduler.state.core.queues.records.values():
             pending[str(rec.job.workload_class)] += 1
         for alloc in led.allocs.values():
             running[str(alloc.job.workload_class)] += 1

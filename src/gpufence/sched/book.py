@@ -1,0 +1,105 @@
+"""The job book: every job the scheduler knows, its lifecycle moves, and the indexes over the
+running ones that the phases look up (noticed jobs, reclaimable sessions, checkpointable starts
+in donor pools, time limits), with the counters the front ends report.
+
+Every state change of a job goes through ``move``, which holds it to the lifecycle table
+(``model/lifecycle.py``): an illegal transition is a bug in the core and raises.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, deque
+from dataclasses import dataclass, field
+
+from gpufence.model.cluster import Cluster
+from gpufence.model.decisions import Notice, Reason, Stop
+from gpufence.model.lifecycle import TRANSITIONS, JobState
+from gpufence.sched.context import Core, Nomination
+from gpufence.sched.jobs import JobRecord
+from gpufence.sched.jobs import Notice as NoticeState
+
+
+class IllegalTransition(AssertionError):
+    """The core tried to move a job along a transition the lifecycle table does not have."""
+
+
+@dataclass
+class Counters:
+    binds: int = 0
+    rejects: int = 0
+    preemptions: Counter[str] = field(default_factory=Counter)
+    reclaims: Counter[str] = field(default_factory=Counter)
+    gpu_seconds_lost: float = 0.0
+    requeues: int = 0
+
+
+class JobBook:
+    def __init__(self, cluster: Cluster) -> None:
+        self.records: dict[str, JobRecord] = {}
+        self.counters = Counters()
+        self.noticed: dict[str, None] = {}  # running jobs with a notice
+        self.interactive: dict[str, None] = {}  # running, reclaim-eligible
+        self.idle_heap: list[tuple[float, str]] = []  # (idle deadline, job), see sched/reclaim
+        # per donor pool: (start, job) of checkpointable binds in start order, so protection
+        # finds the next victim to age past its minimum runtime without scanning every job
+        self.starts: dict[str, deque[tuple[float, str]]] = {}
+        # donor pool -> the longest minimum runtime of the policies drawing on it
+        self.donor_min_runtime: dict[str, float] = {}
+        for part in cluster.partitions.values():
+            for pool in part.preemption.from_partitions:
+                prev = self.donor_min_runtime.get(pool, 0.0)
+                self.donor_min_runtime[pool] = max(prev, part.preemption.min_runtime_s)
+
+    @staticmethod
+    def move(rec: JobRecord, new: JobState) -> None:
+        if new not in TRANSITIONS[rec.state]:
+            raise IllegalTransition(f"job {rec.job.id}: {rec.state} -> {new}")
+        rec.state = new
+
+    def note_start(self, pool: str, job_id: str, now: float) -> None:
+        """Remember a checkpointable bind in a donor pool (see ``starts``); entries past every
+        policy's minimum runtime are dropped here too, so the deque stays short."""
+        longest = self.donor_min_runtime.get(pool)
+        if longest is None:
+            return
+        starts = self.starts.setdefault(pool, deque())
+        while starts and starts[0][0] + longest <= now:
+            starts.popleft()
+        starts.append((now, job_id))
+
+    def waiting_on(self, nom: Nomination) -> bool:
+        """Some victim of ``nom`` still holds its GPUs (noticed, or told to stop). A victim that
+        was requeued, ended, or started again elsewhere is no longer waited for."""
+        return any(
+            v in self.noticed or self.records[v].state is JobState.STOPPING for v in nom.victims
+        )
+
+    def notice(
+        self, rec: JobRecord, reason: Reason, deadline: float, counted: bool, why: str
+    ) -> Notice:
+        """Ask a running job to wrap up (checkpoint, or be warned) before ``deadline``."""
+        rec.notice = NoticeState(reason, deadline, counted)
+        self.noticed[rec.job.id] = None
+        return Notice(rec.job.id, reason, deadline, why)
+
+    def withdraw(self, rec: JobRecord) -> None:
+        rec.notice = None
+        self.noticed.pop(rec.job.id, None)
+
+    def stop(self, rec: JobRecord, reason: Reason, requeue: bool, message: str, now: float) -> Stop:
+        if rec.notice is not None and rec.notice.counted:
+            self.counters.gpu_seconds_lost += rec.work_at_risk(now) * rec.job.total_gpus
+        self.withdraw(rec)
+        self.move(rec, JobState.STOPPING)
+        rec.stop_reason = reason
+        rec.requeue_on_stop = requeue
+        return Stop(rec.job.id, reason, requeue, message)
+
+    def release(self, core: Core, rec: JobRecord) -> None:
+        """The job holds nothing any more: its GPUs go back and its running indexes forget it."""
+        jid = rec.job.id
+        if jid in core.ledger.allocs:
+            core.ledger.release(jid)
+        self.noticed.pop(jid, None)
+        self.interactive.pop(jid, None)
+        rec.notice = None
