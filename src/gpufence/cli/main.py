@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from gpufence.cli.control import register as register_control_verbs
+from gpufence.sched import registry
 from gpufence.spec import SpecError, format_spec_error
 
 app = typer.Typer(
@@ -91,7 +92,10 @@ def sim(
     seed: Annotated[int | None, typer.Option("--seed", help="override the scenario seed")] = None,
     placement: Annotated[
         str | None,
-        typer.Option("--placement", help="fractional placement: best-fit, fgd, fence-pack, random"),
+        typer.Option(
+            "--placement",
+            help="fractional placement: " + ", ".join(registry.names("placement policy")),
+        ),
     ] = None,
 ) -> None:
     """Replay a workload through the scheduler under one or more policies; write

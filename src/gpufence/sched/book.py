@@ -100,6 +100,8 @@ class JobBook:
         jid = rec.job.id
         if jid in core.ledger.allocs:
             core.ledger.release(jid)
+            if rec.started_at is not None:
+                rec.service_gpu_s += (core.now - rec.started_at) * rec.job.total_gpus
         self.noticed.pop(jid, None)
         self.interactive.pop(jid, None)
         rec.notice = None

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from gpufence.model.cluster import Cluster
+from gpufence.sched.admission import Admission
 from gpufence.sched.fairshare import FairShare
 from gpufence.sched.placement.dispatch import PlacementEngine
 from gpufence.sched.queues import PendingQueues
@@ -28,6 +29,7 @@ class Core:
     queues: PendingQueues
     fairshare: FairShare
     engine: PlacementEngine
+    admission: tuple[Admission, ...] = ()  # rules every job passes before it is placed
     now: float = 0.0
 
     def share(self, queue: str) -> float:

@@ -31,6 +31,7 @@ class JobRecord:
     notice: Notice | None = None
     stop_reason: Reason | None = None
     requeue_on_stop: bool = False
+    service_gpu_s: float = 0.0  # GPU-seconds held in earlier attempts (attained service)
 
     def expected_end(self, now: float) -> float:
         """When the running job should end by its estimate; overrunning jobs end 'now'."""

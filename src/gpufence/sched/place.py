@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from gpufence.model.cluster import Cluster
 from gpufence.model.decisions import Bind, Decision, Reason
 from gpufence.model.partition import SharingMode
-from gpufence.sched.admission import quota_blocks
+from gpufence.sched.admission import Admission, quota_blocks
 from gpufence.sched.backfill import INF, reservable, reserve
 from gpufence.sched.book import JobBook
 from gpufence.sched.context import Claims, Core, Reservation
@@ -108,6 +108,15 @@ def place_partitions(
     shapes = core.queues.shapes
     failed = {p: place_partition(st, p) for p in order if shapes[p] and memo.dirty(st, p)}
     return failed, st.out
+
+
+def first_refusal(core: Core, rec: JobRecord, charge: int) -> tuple[Admission, str] | None:
+    """The first admission rule that refuses ``rec`` now, and why (None: admitted)."""
+    for rule in core.admission:
+        why = rule.refuses(core.cluster, core.ledger, rec, charge)
+        if why is not None:
+            return rule, why
+    return None
 
 
 def bind(
@@ -264,10 +273,15 @@ def place_partition(st: Placing, p: str) -> list[JobRecord]:
             and job.est_runtime_s is not None
             and core.now + job.est_runtime_s <= res.start
         )
-        blocked = quota_blocks(cluster, led, rec.queue, charge_milli(job, cluster, p))
-        if blocked is not None:
-            reasons.set_shape(sk, Reason.QUOTA, blocked)
-            walk.drop()
+        refused = first_refusal(core, rec, charge_milli(job, cluster, p))
+        if refused is not None:
+            rule, why = refused
+            if rule.per_shape:
+                reasons.set_shape(sk, rule.reason, why)
+                walk.drop()
+            else:
+                reasons.set_job(job.id, rule.reason, why)
+                walk.skip()
             continue
         is_gang = res is not None and job.id == res.job_id
         if is_gang:

@@ -1,4 +1,5 @@
-"""Pending jobs per queue and shape, walked in scheduling order (priority, then fair share).
+"""Pending jobs per queue and shape, walked in scheduling order: the partition's queue order
+(``sched/ordering.py``: by default priority), then fair share, then submit time.
 
 Jobs of one queue with the same priority, request shape and estimate bucket fit (or fail to fit)
 in exactly the same places, so a cycle walks *shape heads*: the first job of each shape. A shape
@@ -20,8 +21,9 @@ from collections.abc import Callable, Iterator
 
 from gpufence.model.cluster import Cluster
 from gpufence.sched.jobs import JobRecord
+from gpufence.sched.ordering import PriorityFairShare, QueueOrder
 
-_Key = tuple[int, float, int, str]  # (-priority, submit time, arrival seq, job id)
+_Key = tuple[int, float, int, str]  # (rank by the queue order, submit time, arrival seq, job id)
 ShapeKey = int  # interned (queue, priority, request shape, estimate bucket)
 
 
@@ -31,8 +33,10 @@ def estimate_bucket(est: float | None) -> int | None:
 
 
 class PendingQueues:
-    def __init__(self, cluster: Cluster) -> None:
+    def __init__(self, cluster: Cluster, orders: dict[str, QueueOrder] | None = None) -> None:
         self._cluster = cluster
+        # per home partition (default: priority, then fair share)
+        self._orders = orders or dict.fromkeys(cluster.partitions, PriorityFairShare())
         self._keys: dict[str, _Key] = {}
         self._shape_of: dict[str, int] = {}
         self._ids: dict[tuple[object, ...], int] = {}  # interned shape keys
@@ -70,7 +74,7 @@ class PendingQueues:
 
     def add(self, rec: JobRecord) -> None:
         self._seq += 1
-        key = (-rec.job.priority, rec.job.submit_time, self._seq, rec.job.id)
+        key = (self._orders[rec.home].rank(rec), rec.job.submit_time, self._seq, rec.job.id)
         sid = self._intern(rec)
         request = rec.job.shape()
         rid = self._request_ids.setdefault(request, len(self._request_ids))

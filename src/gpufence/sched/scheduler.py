@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from gpufence.model.cluster import Cluster
 from gpufence.model.decisions import Decision, PendingReason, Reason
 from gpufence.model.events import Event
-from gpufence.model.partition import SharingMode
 from gpufence.sched.book import Counters, JobBook
 from gpufence.sched.context import Claims, Core
 from gpufence.sched.cycle import SchedulerState, run_cycle
@@ -27,7 +26,7 @@ from gpufence.sched.protect import ProtectionState
 from gpufence.sched.queues import PendingQueues
 from gpufence.sched.reasons import PendingReasons
 from gpufence.sched.reclaim import idle_deadline
-from gpufence.sched.registry import make_scorer
+from gpufence.sched.registry import admission_rules, make_placer, make_queue_order
 from gpufence.state.invariants import check
 from gpufence.state.ledger import Ledger
 
@@ -48,17 +47,17 @@ class SchedulerConfig:
 class Scheduler:
     def __init__(self, cluster: Cluster, config: SchedulerConfig | None = None) -> None:
         self.config = config or SchedulerConfig()
-        scorers = {
-            p: make_scorer(part.placement, self.config.seed)
-            for p, part in cluster.partitions.items()
-            if part.sharing is SharingMode.FRACTIONAL
-        }
+        parts = cluster.partitions
+        seed = self.config.seed
         core = Core(
             cluster=cluster,
             ledger=Ledger(cluster),
-            queues=PendingQueues(cluster),
+            queues=PendingQueues(
+                cluster, {p: make_queue_order(part.queue_order) for p, part in parts.items()}
+            ),
             fairshare=FairShare(cluster, self.config.fair_share_half_life_s),
-            engine=PlacementEngine(cluster, scorers),
+            engine=PlacementEngine({p: make_placer(part, seed) for p, part in parts.items()}),
+            admission=admission_rules(),
         )
         self.state = SchedulerState(
             core=core,

@@ -333,3 +333,16 @@ def _why(idx: PoolIndex, job: Job) -> Reason:
     if free >= want * job.replicas and cpu >= job.cpu_milli * job.replicas:
         return Reason.FRAGMENTED
     return Reason.NO_FIT
+
+
+class FractionalPlacer:
+    """Fractional partitions: milli-GPU shares, whole GPUs and CPU-only replicas, placed where
+    the partition's scorer (``placement: best-fit | fgd | ...``) says."""
+
+    offers = frozenset({RequestKind.WHOLE, RequestKind.FRACTION})
+
+    def __init__(self, scorer: Scorer) -> None:
+        self.scorer = scorer
+
+    def place(self, ledger: Ledger, job: Job, pool: str) -> PlaceResult:
+        return place_fractional(ledger, job, pool, self.scorer)

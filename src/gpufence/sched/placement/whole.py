@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from gpufence.model.decisions import Assignment, Reason
-from gpufence.model.job import Job
+from gpufence.model.job import Job, RequestKind
 from gpufence.sched.placement.fit import (
     NotPlaced,
     Placed,
@@ -141,3 +141,12 @@ def spread(
             if left == 0:
                 return tuple(out)
     raise AssertionError("rack capacity was counted but not found")  # pragma: no cover
+
+
+class WholeGpuPlacer:
+    """Exclusive partitions: whole GPUs, one job per GPU."""
+
+    offers = frozenset({RequestKind.WHOLE})
+
+    def place(self, ledger: Ledger, job: Job, pool: str) -> PlaceResult:
+        return place_whole(ledger, job, pool)
