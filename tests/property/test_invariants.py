@@ -219,7 +219,7 @@ def check_books(sched: Scheduler, fe: FrontEnd) -> None:
     holding = {j for j, r in recs.items() if r.state in (JobState.RUNNING, JobState.STOPPING)}
     terminal = {j for j, r in recs.items() if r.state in TERMINAL}
     assert len(pending) + len(holding) + len(terminal) == len(recs)
-    assert set(sched.state.core.queues.records) == pending
+    assert {j.job_id for j in sched.query.pending()} == pending
     assert set(sched.ledger.allocs) == holding
     for j, r in recs.items():
         fs = fe.state[j]

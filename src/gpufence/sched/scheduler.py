@@ -23,6 +23,7 @@ from gpufence.sched.migdyn import MigWork
 from gpufence.sched.place import PlaceMemo
 from gpufence.sched.placement.dispatch import PlacementEngine
 from gpufence.sched.protect import ProtectionState
+from gpufence.sched.query import SchedulerQuery
 from gpufence.sched.queues import PendingQueues
 from gpufence.sched.reasons import PendingReasons
 from gpufence.sched.reclaim import idle_deadline
@@ -68,6 +69,7 @@ class Scheduler:
             protection=ProtectionState(),
             memo=PlaceMemo(cluster),
         )
+        self.query = SchedulerQuery(self.state)  # read-only answers for front ends
         self._started = False
 
     # ------------------------------------------------------------------ public API

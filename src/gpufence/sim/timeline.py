@@ -47,39 +47,36 @@ class Timeline:
         return [], (nxt if nxt <= self.horizon_s else None)
 
     def sample(self, now: float, sim: Simulation) -> Sample:
-        led = sim.scheduler.ledger
-        c = led.cluster
-        allocated = {p: v / 1000.0 for p, v in led.pool_used.items()}
+        query = sim.scheduler.query
+        c = sim.scheduler.cluster
+        pools = {p: query.pool(p) for p in c.partitions}
+        allocated = {p: use.used_milli / 1000.0 for p, use in pools.items()}
         busy = dict(allocated)
-        for jid, alloc in led.allocs.items():
-            if alloc.job.workload_class is WorkloadClass.INTERACTIVE:
-                act = _current_activity(sim, jid, now)
-                busy[alloc.pool] -= alloc.charge_milli / 1000.0 * (1.0 - act)
+        pending = dict.fromkeys((str(w) for w in WorkloadClass), 0)
+        running = dict(pending)
+        for h in query.holdings():
+            running[str(h.workload_class)] += 1
+            if h.workload_class is WorkloadClass.INTERACTIVE:
+                act = _current_activity(sim, h.job_id, now)
+                busy[h.pool] -= h.charge_milli / 1000.0 * (1.0 - act)
         frag: dict[str, float] = {}
         for p, part in c.partitions.items():
             if part.sharing is SharingMode.MIG:
                 frag[p] = 0.0
                 continue
-            free = led.pool_free[p]
-            whole_nodes = sum(
-                len(c.node_partition_gpus[(p, n)])
-                for n in c.partition_nodes[p]
-                if led.free_count[(p, n)] == len(c.node_partition_gpus[(p, n)])
+            use = pools[p]
+            frag[p] = (use.free_whole_gpus - use.free_on_idle_nodes) / max(
+                len(c.partition_gpus[p]), 1
             )
-            frag[p] = (free - whole_nodes) / max(len(c.partition_gpus[p]), 1)
-        pending = dict.fromkeys((str(w) for w in WorkloadClass), 0)
-        running = dict(pending)
-        for rec in sim.scheduler.state.core.queues.records.values():
-            pending[str(rec.job.workload_class)] += 1
-        for alloc in led.allocs.values():
-            running[str(alloc.job.workload_class)] += 1
+        for job in query.pending():
+            pending[str(job.workload_class)] += 1
         # checkpoint writes since the last sample load the shared storage: each write moves
         # checkpoint_gb_per_gpu x GPUs of the job (sharded model + optimizer state) [I]
         new = sim.checkpoints[self._seen_ckpt :]
         self._seen_ckpt = len(sim.checkpoints)
         gbits = sum(g for _, g in new) * self.checkpoint_gb_per_gpu * 8.0
         storage = min(1.0, gbits / (self.every_s * self.storage_gbps)) if new else 0.0
-        util = self.fabric.rack_utilization(led)
+        util = self.fabric.rack_utilization(sim.scheduler.ledger)  # the fabric model's input
         return Sample(now, allocated, busy, frag, util, pending, running, storage)
 
 
