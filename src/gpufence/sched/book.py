@@ -38,6 +38,7 @@ class JobBook:
         self.records: dict[str, JobRecord] = {}
         self.counters = Counters()
         self.noticed: dict[str, None] = {}  # running jobs with a notice
+        self.stopping: dict[str, None] = {}  # told to stop, GPUs not yet released
         self.interactive: dict[str, None] = {}  # running, reclaim-eligible
         self.idle_heap: list[tuple[float, str]] = []  # (idle deadline, job), see sched/reclaim
         # per donor pool: (start, job) of checkpointable binds in start order, so protection
@@ -70,9 +71,19 @@ class JobBook:
     def waiting_on(self, nom: Nomination) -> bool:
         """Some victim of ``nom`` still holds its GPUs (noticed, or told to stop). A victim that
         was requeued, ended, or started again elsewhere is no longer waited for."""
-        return any(
-            v in self.noticed or self.records[v].state is JobState.STOPPING for v in nom.victims
-        )
+        return any(v in self.noticed or v in self.stopping for v in nom.victims)
+
+    def waiting_for(self, victims: dict[str, None]) -> str:
+        """A pending reason for a job that waits for ``victims``: who, and by when."""
+        left = [v for v in victims if v in self.noticed or v in self.stopping]
+        deadlines = [n.deadline for v in left if (n := self.records[v].notice) is not None]
+        when = f" (notice deadline t={max(deadlines):g})" if deadlines else ""
+        told = " (stopping)" if left and not deadlines else ""
+        return f"waiting for {', '.join(left) or 'nothing'} to stop{when}{told}"
+
+    def on_the_way_back(self) -> list[str]:
+        """Running jobs whose GPUs will come back: noticed, or told to stop."""
+        return [*self.noticed, *(j for j in self.stopping if j not in self.noticed)]
 
     def notice(
         self, rec: JobRecord, reason: Reason, deadline: float, counted: bool, why: str
@@ -91,6 +102,7 @@ class JobBook:
             self.counters.gpu_seconds_lost += rec.work_at_risk(now) * rec.job.total_gpus
         self.withdraw(rec)
         self.move(rec, JobState.STOPPING)
+        self.stopping[rec.job.id] = None
         rec.stop_reason = reason
         rec.requeue_on_stop = requeue
         return Stop(rec.job.id, reason, requeue, message)
@@ -103,5 +115,6 @@ class JobBook:
             if rec.started_at is not None:
                 rec.service_gpu_s += (core.now - rec.started_at) * rec.job.total_gpus
         self.noticed.pop(jid, None)
+        self.stopping.pop(jid, None)
         self.interactive.pop(jid, None)
         rec.notice = None

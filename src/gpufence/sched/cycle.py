@@ -22,13 +22,7 @@ from gpufence.sched.context import Claims, Core
 from gpufence.sched.expiry import expire_notices
 from gpufence.sched.lend import lend
 from gpufence.sched.migdyn import MigWork
-from gpufence.sched.place import (
-    PlaceMemo,
-    Placing,
-    hold_for_nominations,
-    place_partitions,
-    release_holds,
-)
+from gpufence.sched.place import PlaceMemo, Placing, place_partitions, release_holds
 from gpufence.sched.protect import Protecting, ProtectionState, protect
 from gpufence.sched.reasons import PendingReasons
 from gpufence.sched.reclaim import warn_idle
@@ -56,11 +50,11 @@ def run_cycle(s: SchedulerState, events: Iterable[Event], now: float) -> list[De
     # 3. warn idle
     out += warn_idle(core.cluster, s.book, now)
     s.reasons.cycle += 1
-    # 4. place per partition; the GPUs victims freed stay held for their nominated jobs
-    #    through placement and lending
-    held = hold_for_nominations(core.ledger, s.book, s.claims) if s.claims.nominations else []
-    failed, placed = place_partitions(Placing(core, s.book, s.claims, s.reasons, s.mig), s.memo)
-    out += placed
+    # 4. place per partition (the GPUs victims are freeing stay held for the jobs they are
+    #    freed for through placement and lending)
+    placing = Placing(core, s.book, s.claims, s.reasons, s.mig)
+    failed, held = place_partitions(placing, s.memo)
+    out += placing.out
     # 5. lend
     out += lend(Placing(core, s.book, s.claims, s.reasons, s.mig), failed)
     release_holds(core.ledger, held)

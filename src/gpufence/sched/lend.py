@@ -6,16 +6,15 @@ from __future__ import annotations
 
 from gpufence.model.decisions import Decision, Reason
 from gpufence.model.partition import SharingMode
-from gpufence.sched.jobs import JobRecord
 from gpufence.sched.place import Placing, bind
 from gpufence.sched.placement.fit import Placed
 
 
-def lend(st: Placing, failed: dict[str, list[JobRecord]]) -> list[Decision]:
+def lend(st: Placing, failed: dict[str, bool]) -> list[Decision]:
     led = st.core.ledger
-    starved = {p for p, recs in failed.items() if recs}
-    for p, recs in failed.items():
-        if not recs:
+    starved = {p for p, short in failed.items() if short}
+    for p, short in failed.items():  # (in the walk's partition order, not the set's)
+        if not short:
             continue
         rules = [
             (lp, rule)

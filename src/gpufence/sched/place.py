@@ -18,7 +18,7 @@ from gpufence.model.partition import SharingMode
 from gpufence.sched.admission import Admission, quota_blocks
 from gpufence.sched.backfill import INF, reservable, reserve
 from gpufence.sched.book import JobBook
-from gpufence.sched.context import Claims, Core, Reservation
+from gpufence.sched.context import Claims, Core, Nomination, Reservation
 from gpufence.sched.jobs import JobRecord, JobState
 from gpufence.sched.migdyn import MigWork, repartition_for
 from gpufence.sched.placement.fit import NotPlaced, Placed
@@ -72,23 +72,36 @@ class PlaceMemo:
         return True
 
 
-def hold_for_nominations(led: Ledger, book: JobBook, claims: Claims) -> list[int]:
-    """While a job waits for its victims to stop, the whole GPUs free in the pools it will
-    run in are held for it, so that nothing else (a requeued victim, a borrower) takes what
-    the preemption or reclaim freed. The holds last for this cycle's placement (and lending)
-    only: the caller gives them back with ``release_holds``."""
+def hold_for_nominations(st: Placing) -> list[int]:
+    """While a job waits for its victims to stop, the free GPUs it will run on once they have
+    stopped are held for it, so that nothing else (a requeued victim, a borrower, a job of
+    the queue) takes what the preemption or reclaim is freeing. The holds last for this
+    cycle's placement and lending only: the caller gives them back with ``release_holds``."""
+    led = st.core.ledger
     held: list[int] = []
-    for jid, nom in claims.nominations.items():
-        if not book.waiting_on(nom):
+    for jid, nom in st.claims.nominations.items():
+        if not st.book.waiting_on(nom):
             continue
-        for pool in nom.pools:
-            buckets = led.buckets[pool]
-            nodes = [n for k in range(1, len(buckets)) for n in buckets[k]]
-            for node in nodes:
-                for g in led.free_gpus(pool, node):
-                    led.hold(g, jid)
-                    held.append(g)
+        for g in _planned(st, st.book.records[jid], nom):
+            if led.is_free(g):
+                led.hold(g, jid)
+                held.append(g)
     return held
+
+
+def _planned(st: Placing, rec: JobRecord, nom: Nomination) -> list[int]:
+    """The GPUs ``rec`` would get once its victims have stopped (what-if, in a fork)."""
+    core = st.core
+    led = core.ledger
+    with led.fork():
+        for v in nom.victims:
+            if v in led.allocs:
+                led.release(v)
+        for pool in nom.pools:
+            r = core.engine.place(led, rec.job, pool)
+            if isinstance(r, Placed):
+                return [g for a in r.assignments for g in a.gpus]
+    return []
 
 
 def release_holds(led: Ledger, held: list[int]) -> None:
@@ -96,18 +109,23 @@ def release_holds(led: Ledger, held: list[int]) -> None:
         led.unhold(g)
 
 
-def place_partitions(
-    st: Placing, memo: PlaceMemo
-) -> tuple[dict[str, list[JobRecord]], list[Decision]]:
+def place_partitions(st: Placing, memo: PlaceMemo) -> tuple[dict[str, bool], list[int]]:
     """Every partition with pending work that could fit now, those with a job waiting for an
-    incident preemption first. Returns, per partition placed, the jobs that failed for
-    capacity (what lending and protection then look at), and the decisions."""
+    incident preemption first: the nominated jobs whose victims have stopped bind first (on
+    what the victims freed), then the GPUs that waiting nominated jobs will run on are held
+    for them, then each partition's queue is walked. Returns, per partition walked, whether a
+    job failed for capacity (what lending and protection then look at), and the holds."""
     core = st.core
     first = [st.book.records[j].home for j, n in st.claims.nominations.items() if n.incident]
     order = list(dict.fromkeys([*first, *core.cluster.partitions]))
+    held: list[int] = []
+    if st.claims.nominations:
+        for p in order:
+            place_nominated(st, p)
+        held = hold_for_nominations(st)
     shapes = core.queues.shapes
     failed = {p: place_partition(st, p) for p in order if shapes[p] and memo.dirty(st, p)}
-    return failed, st.out
+    return failed, held
 
 
 def first_refusal(core: Core, rec: JobRecord, charge: int) -> tuple[Admission, str] | None:
@@ -211,7 +229,7 @@ def place_nominated(st: Placing, p: str) -> None:
         if rec.home != p or rec.state is not JobState.PENDING:
             continue
         if st.book.waiting_on(nom):
-            st.reasons.set_job(jid, Reason.WAITING_PREEMPTION, "waiting for noticed jobs to stop")
+            st.reasons.set_job(jid, Reason.WAITING_PREEMPTION, st.book.waiting_for(nom.victims))
             continue
         charge = charge_milli(rec.job, st.core.cluster, p)
         admitted = quota_blocks(st.core.cluster, led, rec.queue, charge) is None
@@ -222,14 +240,13 @@ def place_nominated(st: Placing, p: str) -> None:
             del st.claims.nominations[jid]  # the capacity went elsewhere: protection looks again
 
 
-def place_partition(st: Placing, p: str) -> list[JobRecord]:
-    """Place what fits of partition ``p``'s queue. Returns the jobs that failed for capacity."""
+def place_partition(st: Placing, p: str) -> bool:
+    """Place what fits of partition ``p``'s queue. True when some job waits for capacity."""
     core, claims, reasons = st.core, st.claims, st.reasons
     led, queues, cluster = core.ledger, core.queues, core.cluster
-    place_nominated(st, p)
     res = _valid(st, p)
     held = _hold(st, res)
-    capacity_failed: list[JobRecord] = []
+    starved = False
 
     skips: dict[ShapeKey, int] = {}
     whole_only = cluster.partitions[p].sharing is SharingMode.EXCLUSIVE
@@ -242,6 +259,7 @@ def place_partition(st: Placing, p: str) -> list[JobRecord]:
             msg = f"partition {p} has no free GPU"
             reasons.set_partition(p, Reason.NO_FIT, msg)
             walk.drop()
+            starved = True  # every job left waits for capacity (protection must hear it)
             break
         if (
             whole_only
@@ -299,7 +317,7 @@ def place_partition(st: Placing, p: str) -> list[JobRecord]:
             held = _hold(st, res)
             if r.reason in CAPACITY:  # the gang keeps its reservation; it is not behind itself
                 _holds_reservation(st, rec, sk, r, res)
-                capacity_failed.append(rec)
+                starved = True
                 walk.drop()
                 continue
         if held and res is not None and r.reason in CAPACITY:
@@ -328,7 +346,7 @@ def place_partition(st: Placing, p: str) -> list[JobRecord]:
             if res is not None:
                 claims.reservations[p] = res
                 _holds_reservation(st, rec, sk, r, res)
-                capacity_failed.append(rec)
+                starved = True
                 walk.drop()
                 continue
         mig = cluster.partitions[p].sharing is SharingMode.MIG
@@ -340,9 +358,9 @@ def place_partition(st: Placing, p: str) -> list[JobRecord]:
         reasons.forget(job.id)
         walk.drop()
         if r.reason in CAPACITY:
-            capacity_failed.append(rec)
+            starved = True
     _unhold(st, held)
-    return capacity_failed
+    return starved
 
 
 MAX_BACKFILL_SKIPS = 64  # jobs of one shape tried per cycle for backfill past the first

@@ -67,7 +67,7 @@ class Protecting:
     out: list[Decision] = field(default_factory=list)
 
 
-def protect(st: Protecting, failed: dict[str, list[JobRecord]]) -> list[Decision]:
+def protect(st: Protecting, failed: dict[str, bool]) -> list[Decision]:
     """Every partition that lent capacity out or may preempt, and has work waiting, when it is
     due (see the module docstring)."""
     core, book = st.core, st.book
@@ -124,7 +124,7 @@ def protect_partition(st: Protecting, p: str, waiting: list[JobRecord]) -> None:
     counted = 0
     budget_hit: list[JobRecord] = []
     # victims already noticed or chosen in this batch -> the pool their GPUs come back to
-    inflight = {v: led.allocs[v].pool for v in book.noticed if v in led.allocs}
+    inflight = {v: led.allocs[v].pool for v in book.on_the_way_back() if v in led.allocs}
     lent_out = led.lent[p] > 0
     budget_left = (pol.budget - len(times)) if not on_demand else 1 << 30
     # candidate victims, in preference order, computed once per batch (they only shrink)
@@ -140,6 +140,8 @@ def protect_partition(st: Protecting, p: str, waiting: list[JobRecord]) -> None:
         for v in inflight:  # capacity already on its way back counts as free
             if touches(led, led.allocs[v], pools):  # (idle sessions elsewhere need no undo)
                 led.release(v)
+        # ... except what the jobs already waiting for it will take: they go first
+        _place_nominated(st, pools)
         for rec in waiting[:MAX_BATCH]:
             if rec.job.id in claims.nominations or rec.state is not JobState.PENDING:
                 continue
@@ -159,12 +161,16 @@ def protect_partition(st: Protecting, p: str, waiting: list[JobRecord]) -> None:
             if blocked is not None:
                 reasons.set_job(rec.job.id, Reason.QUOTA, blocked)
             elif place_tentatively(core, rec, p):
-                changes += 1
-                continue  # in-flight notices already cover it
+                changes += 1  # capacity on its way back covers it: it waits for that
+                coming = {v: None for v, vp in inflight.items() if vp == p}
+                claims.nominations[rec.job.id] = Nomination(coming, (p,), False)
+                _waits(st, rec, coming)
+                continue
             covered = _covered_elsewhere(core, rec, pol, inflight)
             if covered is not None:
                 changes += 1
                 claims.nominations[rec.job.id] = Nomination(covered[1], (covered[0],), True)
+                _waits(st, rec, covered[1])
                 continue
             if lent_out and blocked is None:
                 if lent_cands is None:
@@ -228,7 +234,24 @@ def protect_partition(st: Protecting, p: str, waiting: list[JobRecord]) -> None:
                 _notice(st, v, reason, pol.grace_s, True, why)
         incident = reason is not Reason.LENT_RECLAIM
         claims.nominations[rec.job.id] = Nomination(dict.fromkeys(victims), (pool,), incident)
-        reasons.set_job(rec.job.id, Reason.WAITING_PREEMPTION, f"waiting for {', '.join(victims)}")
+        _waits(st, rec, dict.fromkeys(victims))
+
+
+def _place_nominated(st: Protecting, pools: set[str]) -> None:
+    """In protection's fork: the jobs that wait for victims already noticed take the capacity
+    those victims free (where they will run), so that it is not counted twice."""
+    book, core = st.book, st.core
+    for jid, nom in st.claims.nominations.items():
+        if not book.waiting_on(nom) or not any(q in pools for q in nom.pools):
+            continue
+        rec = book.records[jid]
+        for q in nom.pools:
+            if place_tentatively(core, rec, q):
+                break
+
+
+def _waits(st: Protecting, rec: JobRecord, victims: dict[str, None]) -> None:
+    st.reasons.set_job(rec.job.id, Reason.WAITING_PREEMPTION, st.book.waiting_for(victims))
 
 
 def _notice(

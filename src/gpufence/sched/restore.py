@@ -80,6 +80,7 @@ def restore(core: Core, book: JobBook, ev: JobRestored) -> None:
     core.engine.observe(job, got.home)
     if ev.stopping is not None:
         rec.state = JobState.STOPPING
+        book.stopping[job.id] = None
         rec.stop_reason = ev.stopping
         rec.requeue_on_stop = ev.requeue
     elif core.cluster.partitions[got.home].reclaim is not None:

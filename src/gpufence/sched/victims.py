@@ -1,7 +1,8 @@
 """Victim search for protection (sched/protect.py): which running jobs to notice so that a
 waiting job fits, tried in a ledger fork, fewest victims first.
 
-Candidates are ordered lowest priority, least work lost, youngest first; the search releases
+Candidates are ordered lowest priority, least work lost (GPU-seconds since their last
+checkpoint), youngest first; the search releases
 them in that order until the job fits, then prunes every victim the job turns out not to need.
 """
 
@@ -73,8 +74,13 @@ def running(core: Core, book: JobBook, pred: Callable[[JobRecord], bool]) -> lis
     ]
     # lowest priority, least work lost, youngest first
     now = core.now
-    recs.sort(key=lambda r: (r.job.priority, r.work_at_risk(now), -(r.started_at or 0.0), r.job.id))
+    # (work lost in GPU-seconds: a 1-GPU job of an hour before an 8-GPU gang of 20 minutes)
+    recs.sort(key=lambda r: (r.job.priority, _lost(r, now), -(r.started_at or 0.0), r.job.id))
     return [r.job.id for r in recs]
+
+
+def _lost(rec: JobRecord, now: float) -> float:
+    return rec.work_at_risk(now) * rec.job.total_gpus
 
 
 def eligible(core: Core, pol: PreemptionPolicy, pool: str) -> Callable[[JobRecord], bool]:

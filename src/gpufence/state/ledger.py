@@ -75,7 +75,8 @@ class Ledger:
         self.queue_used: dict[str, int] = {q: 0 for q in cluster.queues}  # milli, own pool only
         self.queue_lent_used: dict[str, int] = {q: 0 for q in cluster.queues}
         # bumped whenever capacity comes back to a pool (a release, a node up, a MIG layout):
-        # a queue that failed to fit cannot fit before it changes. Never undone by rollback.
+        # a queue that failed to fit cannot fit before it changes. A what-if release is undone
+        # with the rest of its fork (readers compare values taken outside forks only).
         self.freed: dict[str, int] = {p: 0 for p in cluster.partitions}
         self._sharing = [cluster.partitions[g.partition].sharing for g in cluster.gpus]
         self._gpu_mem = [cluster.gpu_type_of(g.gid).memory_mib for g in cluster.gpus]
@@ -380,7 +381,7 @@ class Ledger:
 
     def release(self, job_id: str) -> Allocation:
         alloc = self.allocs[job_id]
-        self.freed[alloc.pool] += 1
+        self._counter(self.freed, alloc.pool, 1)
         self._book(alloc, -1)
         return alloc
 
