@@ -106,8 +106,9 @@ def spread(
     gpus_of: Callable[[int], list[int]],
     host_limits: bool = True,
 ) -> tuple[Assignment, ...] | None:
-    """Replicas across nodes: the tightest single rack that holds the gang, else fewest racks;
-    inside a rack, the nodes with room for most replicas first (fewest nodes spanned)."""
+    """Replicas across nodes: in one rack when a rack can hold the gang -- the one where it
+    spans the fewest nodes, then the tightest such rack --, else over the fewest racks (the
+    roomiest first); inside a rack, the nodes with room for most replicas first."""
     per = job.request.gpus
     c = ledger.cluster
     racks: dict[str, list[tuple[int, int]]] = {}
@@ -117,12 +118,16 @@ def spread(
             cap = min(cap, replicas_by_host(ledger, job, node))
         if cap > 0:
             racks.setdefault(c.nodes[node].rack, []).append((node, cap))
+    for nodes in racks.values():
+        nodes.sort(key=lambda t: (-t[1], t[0]))
     rack_cap = {r: sum(cap for _, cap in v) for r, v in racks.items()}
     if sum(rack_cap.values()) < job.replicas:
         return None
     fits_one = [r for r in c.racks if rack_cap.get(r, 0) >= job.replicas]
     if fits_one:
-        chosen = [min(fits_one, key=lambda r: rack_cap[r])]
+        chosen = [
+            min(fits_one, key=lambda r: (_nodes_spanned(racks[r], job.replicas), rack_cap[r]))
+        ]
     else:
         chosen = []
         got = 0
@@ -134,7 +139,7 @@ def spread(
     out: list[Assignment] = []
     left = job.replicas
     for r in chosen:
-        for node, cap in sorted(racks[r], key=lambda t: (-t[1], t[0])):
+        for node, cap in racks[r]:
             take = min(cap, left)
             out.extend(_assign_from(ledger, node, gpus_of(node), take, per))
             left -= take
@@ -150,3 +155,13 @@ class WholeGpuPlacer:
 
     def place(self, ledger: Ledger, job: Job, pool: str) -> PlaceResult:
         return place_whole(ledger, job, pool)
+
+
+def _nodes_spanned(nodes: list[tuple[int, int]], replicas: int) -> int:
+    """How many of ``nodes`` (node, replicas it can host; roomiest first) the gang needs."""
+    left = replicas
+    for i, (_, cap) in enumerate(nodes, 1):
+        left -= cap
+        if left <= 0:
+            return i
+    return len(nodes) + 1
