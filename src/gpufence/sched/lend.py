@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from gpufence.model.decisions import Decision, Reason
 from gpufence.model.partition import SharingMode
+from gpufence.sched.jobs import JobRecord
 from gpufence.sched.place import Placing, bind
 from gpufence.sched.placement.fit import Placed
 
@@ -36,8 +37,10 @@ def lend(st: Placing, failed: dict[str, bool]) -> list[Decision]:
             if job.id in st.claims.nominations:
                 walk.skip()
                 continue
+            refused = []  # lenders whose rule is for checkpointable jobs only
             for lp, rule in rules:
                 if rule.checkpointable_only and not job.checkpointable:
+                    refused.append(lp)
                     continue
                 left = rule.cap_gpus - led.lent[lp]
                 r = st.core.engine.place(led, job, lp, max_gpus=left)
@@ -46,5 +49,23 @@ def lend(st: Placing, failed: dict[str, bool]) -> list[Decision]:
                     walk.placed()
                     break
             else:
+                if len(refused) == len(rules):
+                    _not_lent(st, rec, refused)
                 walk.drop()
     return st.out
+
+
+def _not_lent(st: Placing, rec: JobRecord, lenders: list[str]) -> None:
+    """A job that does not fit at home, where only checkpointable jobs may borrow: say so
+    (with its shape, which shares its checkpointability), with what is idle there."""
+    queues = st.core.queues
+    home = st.reasons.why(rec.job.id, queues)
+    idle = sum(st.core.ledger.pool_free[lp] for lp in lenders)
+    verb = "lends" if len(lenders) == 1 else "lend"
+    note = f"{', '.join(lenders)} {verb} {idle} idle GPUs to checkpointable jobs only"
+    if home is not None and note in home.message:
+        return  # said in an earlier cycle, and still true
+    reason = home.reason if home is not None else Reason.NO_FIT
+    message = f"{home.message}; {note}" if home is not None else note
+    st.reasons.set_shape(queues.shape_of(rec.job.id), reason, message)
+    st.reasons.set_job(rec.job.id, reason, message)

@@ -22,6 +22,7 @@ from gpufence.sched.context import Claims, Core, Nomination, Reservation
 from gpufence.sched.jobs import JobRecord, JobState
 from gpufence.sched.migdyn import MigWork, repartition_for
 from gpufence.sched.placement.fit import NotPlaced, Placed
+from gpufence.sched.placement.whole import held_for
 from gpufence.sched.queues import ShapeKey
 from gpufence.sched.reasons import PendingReasons
 from gpufence.sched.reclaim import track
@@ -256,7 +257,9 @@ def place_partition(st: Placing, p: str) -> bool:
         if whole_only and res is not None and not held and led.pool_free[p] == 0:
             # no free GPU, the head-of-line gang already holds its reservation and nothing
             # reserved is free to backfill into: the rest of the queue waits
-            msg = f"partition {p} has no free GPU"
+            n = len(cluster.partition_gpus[p])
+            msg = f"partition {p} has 0 of {n} GPUs free{held_for(led, p)}; "
+            msg += f"gang {res.job_id} holds the reservation ({_starts(res)})"
             reasons.set_partition(p, Reason.NO_FIT, msg)
             walk.drop()
             starved = True  # every job left waits for capacity (protection must hear it)

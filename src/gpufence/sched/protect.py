@@ -106,7 +106,7 @@ def _waits_for_capacity(reasons: PendingReasons, core: Core, job_id: str) -> boo
     why = reasons.why(job_id, core.queues)
     if why is None:
         return False  # not yet considered ("queued")
-    return why.reason in CAPACITY or why.reason is Reason.PREEMPTION_BUDGET
+    return why.reason in CAPACITY or why.reason in (Reason.PREEMPTION_BUDGET, Reason.MIN_RUNTIME)
 
 
 def protect_partition(st: Protecting, p: str, waiting: list[JobRecord]) -> None:
@@ -130,7 +130,8 @@ def protect_partition(st: Protecting, p: str, waiting: list[JobRecord]) -> None:
     # candidate victims, in preference order, computed once per batch (they only shrink)
     lent_cands: list[str] | None = None
     donor_cands: dict[str, list[str]] = {}
-    hopeless: dict[int, None] = {}  # request shapes no victim set can help this cycle
+    # request shapes no victim set can help this cycle, and why, when the reason is not plain
+    hopeless: dict[int, tuple[Reason, str] | None] = {}
     # request shape -> ``changes`` when a job of it ran out of budget: until the batch changes
     # the fork (a placement, a victim search that found victims), the next one does too
     spent: dict[int, int] = {}
@@ -147,6 +148,8 @@ def protect_partition(st: Protecting, p: str, waiting: list[JobRecord]) -> None:
                 continue
             shape = core.queues.request_of(rec.job.id)
             if shape in hopeless:
+                if (blocker := hopeless[shape]) is not None:
+                    reasons.set_job(rec.job.id, *blocker)
                 continue
             if spent.get(shape) == changes:
                 budget_hit.append(rec)
@@ -208,7 +211,10 @@ def protect_partition(st: Protecting, p: str, waiting: list[JobRecord]) -> None:
                 plan.append((rec, tuple(taken), pool, reason))
                 break
             else:
-                hopeless[shape] = None
+                young = _too_young(core, book, pol, rec, taken)
+                hopeless[shape] = (Reason.MIN_RUNTIME, young) if young is not None else None
+                if young is not None:
+                    reasons.set_job(rec.job.id, Reason.MIN_RUNTIME, young)
     st.state.after[p] = _next_chance(core, book, pol, times, bool(budget_hit or hopeless))
     for rec in budget_hit:
         reasons.set_job(
@@ -235,6 +241,34 @@ def protect_partition(st: Protecting, p: str, waiting: list[JobRecord]) -> None:
         incident = reason is not Reason.LENT_RECLAIM
         claims.nominations[rec.job.id] = Nomination(dict.fromkeys(victims), (pool,), incident)
         _waits(st, rec, dict.fromkeys(victims))
+
+
+def _too_young(
+    core: Core, book: JobBook, pol: PreemptionPolicy, rec: JobRecord, taken: dict[str, None]
+) -> str | None:
+    """When no victim may be preempted for ``rec`` only because the candidates have not run
+    ``min_runtime_s`` yet: which would make room, and from when they may be preempted."""
+    if pol.mode is not PreemptionMode.INCIDENT_ONLY or pol.min_runtime_s <= 0:
+        return None
+    led = core.ledger
+    for pool in pol.from_partitions:
+
+        def young(r: JobRecord, pool: str = pool) -> bool:
+            a = led.allocs[r.job.id]
+            serving = r.job.workload_class is WorkloadClass.SERVING
+            return a.pool == pool and not serving and r.job.checkpointable
+
+        cands = [v for v in running(core, book, young) if v not in taken]
+        with led.fork():
+            got = victims_for(core, rec, pool, cands)
+        if got:
+            at = max(book.records[v].started_at or 0.0 for v in got) + pol.min_runtime_s
+            return (
+                f"preempting {', '.join(got)} in {pool} would make room, but jobs run at "
+                f"least min_runtime_s {pol.min_runtime_s:g} before they are preempted "
+                f"(these may be from t={at:g})"
+            )
+    return None
 
 
 def _place_nominated(st: Protecting, pools: set[str]) -> None:

@@ -84,6 +84,7 @@ class Ledger:
         self.free_count: dict[tuple[str, int], int] = {}
         self.buckets: dict[str, list[dict[int, None]]] = {}
         self.pool_free: dict[str, int] = {p: 0 for p in cluster.partitions}
+        self.pool_held: dict[str, int] = {p: 0 for p in cluster.partitions}  # GPUs on hold
         self._undo: list[Callable[[], None]] | None = None
         self.version = 0  # bumped by every change of GPU or node state (caches key on it)
         # per pool: bumped by every change on a node hosting GPUs of that pool, so a cache of one
@@ -369,11 +370,25 @@ class Ledger:
     # ------------------------------------------------------------------ holds
     def hold(self, g: int, tag: str) -> None:
         self._set_owner(g, HOLD_PREFIX + tag)
+        self._counter(self.pool_held, self.cluster.gpus[g].partition, 1)
 
     def unhold(self, g: int) -> None:
         owner = self.owner[g]
         assert owner is not None and owner.startswith(HOLD_PREFIX)
         self._set_owner(g, None)
+        self._counter(self.pool_held, self.cluster.gpus[g].partition, -1)
+
+    def holders(self, pool: str) -> dict[str, int]:
+        """Who the GPUs on hold in ``pool`` are held for, and how many (scans the pool: for
+        explanations only)."""
+        out: dict[str, int] = {}
+        if self.pool_held[pool]:
+            for g in self.cluster.partition_gpus[pool]:
+                owner = self.owner[g]
+                if owner is not None and owner.startswith(HOLD_PREFIX):
+                    tag = owner[len(HOLD_PREFIX) :]
+                    out[tag] = out.get(tag, 0) + 1
+        return out
 
     # ------------------------------------------------------------------ allocate / release
     def allocate(self, alloc: Allocation) -> None:

@@ -54,9 +54,8 @@ def place_whole(ledger: Ledger, job: Job, pool: str) -> PlaceResult:
     need = job.total_gpus
     free_total = ledger.pool_free[pool]
     if free_total < need:
-        return NotPlaced(
-            Reason.NO_FIT, f"needs {need} free GPUs, partition {pool} has {free_total} free"
-        )
+        text = f"partition {pool} has {free_total} free{held_for(ledger, pool)}"
+        return NotPlaced(Reason.NO_FIT, f"needs {need} free GPUs, {text}")
     buckets = ledger.buckets[pool]
     top = len(buckets) - 1
     # 1. the whole gang on one node, best fit (the fullest node that still fits)
@@ -85,6 +84,12 @@ def place_whole(ledger: Ledger, job: Job, pool: str) -> PlaceResult:
             f"{free_total} GPUs free in {pool} but not {job.replicas} x {per} on usable nodes",
         )
     return Placed(planned)
+
+
+def held_for(ledger: Ledger, pool: str) -> str:
+    """The idle GPUs of ``pool`` held for waiting jobs, as " (2 held for r1)", or ""."""
+    held = ledger.holders(pool)
+    return " (" + ", ".join(f"{n} held for {j}" for j, n in held.items()) + ")" if held else ""
 
 
 def plan_on(ledger: Ledger, job: Job, free: dict[int, list[int]]) -> tuple[Assignment, ...] | None:
