@@ -88,7 +88,9 @@ def _apply(
             # it was asked to wrap up and went down doing so (e.g. killed by the notice
             # signal before it could handle it): a stop it did itself, so it is requeued
             # like any preempted job instead of failing for the scheduler's own action
-            out.append(book.stop(rec, n.reason, True, "exited during its notice", now))
+            # (a time limit's notice ends the job all the same: it is not requeued)
+            requeue = n.reason is not Reason.TIME_LIMIT
+            out.append(book.stop(rec, n.reason, requeue, "exited during its notice", now))
             _stopped(core, book, rec, out)
             return
         _end(core, book, claims, reasons, rec, JobState.DONE if ev.succeeded else JobState.FAILED)
@@ -98,8 +100,10 @@ def _apply(
         _end(core, book, claims, reasons, rec, JobState.CANCELLED)
     elif isinstance(ev, CheckpointAck):
         rec.last_checkpoint = now
-        if rec.notice is not None and rec.notice.reason is not Reason.IDLE:
-            out.append(book.stop(rec, rec.notice.reason, True, "checkpoint acknowledged", now))
+        n = rec.notice
+        if n is not None and n.reason is not Reason.IDLE:
+            requeue = n.reason is not Reason.TIME_LIMIT  # a time limit ends the job
+            out.append(book.stop(rec, n.reason, requeue, "checkpoint acknowledged", now))
     elif isinstance(ev, CheckpointWritten):
         rec.last_checkpoint = now
     elif isinstance(ev, Activity):

@@ -1,9 +1,13 @@
 """Reservations for the head-of-line gang, so a stream of small jobs cannot starve it.
 
-The earliest start is found by a binary search over the running jobs' estimated end times: at a
-time T a node offers its free GPUs plus the GPUs of jobs expected to end by T. Jobs without an
-estimate are assumed to run forever, so a gang that needs their GPUs is reserved at T = inf: its
-GPUs are still held as they free up, and only jobs that cannot delay it (none, at inf) backfill.
+The earliest start is found by a binary search over the running jobs' expected end times
+(``JobRecord.expected_end``: the time limit when there is one -- it is enforced --, else the
+estimate): at a time T a node offers its free GPUs plus the GPUs of jobs expected to end by T.
+Jobs without either, or already past their estimate, are assumed to run forever, so a gang that
+needs their GPUs is reserved at T = inf: its GPUs are still held as they free up, and only jobs
+that cannot delay it (none, at inf) backfill. When a job overruns its estimate the start passes
+and the reservation is planned again (sched/place.py ``_valid``) without it, on GPUs that will
+free up, instead of waiting on it.
 """
 
 from __future__ import annotations

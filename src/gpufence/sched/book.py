@@ -8,6 +8,7 @@ Every state change of a job goes through ``move``, which holds it to the lifecyc
 
 from __future__ import annotations
 
+import heapq
 from collections import Counter, deque
 from dataclasses import dataclass, field
 
@@ -41,6 +42,8 @@ class JobBook:
         self.stopping: dict[str, None] = {}  # told to stop, GPUs not yet released
         self.interactive: dict[str, None] = {}  # running, reclaim-eligible
         self.idle_heap: list[tuple[float, str]] = []  # (idle deadline, job), see sched/reclaim
+        # time limits: (when, 0 = notice / 1 = stop, job, start of the attempt), lazily invalid
+        self.limits: list[tuple[float, int, str, float]] = []
         # per donor pool: (start, job) of checkpointable binds in start order, so protection
         # finds the next victim to age past its minimum runtime without scanning every job
         self.starts: dict[str, deque[tuple[float, str]]] = {}
@@ -67,6 +70,28 @@ class JobBook:
         while starts and starts[0][0] + longest <= now:
             starts.popleft()
         starts.append((now, job_id))
+
+    def arm_limit(self, rec: JobRecord, grace_s: float) -> None:
+        """A started attempt with a time limit is stopped at it; a checkpointable one is first
+        noticed ``grace_s`` before, to checkpoint (sched/expiry.py)."""
+        limit, start = rec.job.time_limit_s, rec.started_at
+        if limit is None or start is None:
+            return
+        end = start + limit
+        if rec.job.checkpointable:
+            heapq.heappush(self.limits, (max(start, end - grace_s), 0, rec.job.id, start))
+        heapq.heappush(self.limits, (end, 1, rec.job.id, start))
+
+    def next_limit(self) -> float | None:
+        """When the next time-limit notice or stop falls due (stale entries dropped)."""
+        heap = self.limits
+        while heap:
+            _, _, jid, start = heap[0]
+            rec = self.records.get(jid)
+            if rec is not None and rec.state is JobState.RUNNING and rec.started_at == start:
+                return heap[0][0]
+            heapq.heappop(heap)
+        return None
 
     def waiting_on(self, nom: Nomination) -> bool:
         """Some victim of ``nom`` still holds its GPUs (noticed, or told to stop). A victim that

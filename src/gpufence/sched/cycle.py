@@ -2,7 +2,7 @@
 returns its decisions; the pieces of state are named in ``SchedulerState``:
 
   1. apply events        sched/apply.py     submits, ends, stops, acks, activity, nodes, MIG
-  2. expire notices      sched/expiry.py    a notice past its deadline becomes a stop
+  2. expire deadlines    sched/expiry.py    time limits; a notice past its deadline -> a stop
   3. warn idle           sched/reclaim.py   idle interactive sessions get a warning
   4. place partitions    sched/place.py     queue order, quota, placement, reservation, backfill
   5. lend                sched/lend.py      idle capacity of lending partitions to their borrowers
@@ -19,7 +19,7 @@ from gpufence.model.events import Event
 from gpufence.sched.apply import apply_events
 from gpufence.sched.book import JobBook
 from gpufence.sched.context import Claims, Core
-from gpufence.sched.expiry import expire_notices
+from gpufence.sched.expiry import expire_limits, expire_notices
 from gpufence.sched.lend import lend
 from gpufence.sched.migdyn import MigWork
 from gpufence.sched.place import PlaceMemo, Placing, place_partitions, release_holds
@@ -45,7 +45,8 @@ def run_cycle(s: SchedulerState, events: Iterable[Event], now: float) -> list[De
     core.now = now
     # 1. apply events
     out = apply_events(core, s.book, s.claims, s.reasons, s.mig, events)
-    # 2. expire notices
+    # 2. expire time limits and notices
+    out += expire_limits(s.book, now)
     out += expire_notices(s.book, now)
     # 3. warn idle
     out += warn_idle(core.cluster, s.book, now)

@@ -34,11 +34,18 @@ class JobRecord:
     service_gpu_s: float = 0.0  # GPU-seconds held in earlier attempts (attained service)
 
     def expected_end(self, now: float) -> float:
-        """When the running job should end by its estimate; overrunning jobs end 'now'."""
-        est = self.job.est_runtime_s
-        if est is None or self.started_at is None:
+        """When the running job should end: at its time limit (enforced; a job past it is
+        being stopped, 'now'), or by its estimate; inf when unknown -- no estimate, or the
+        estimate has already proved wrong (it ran past it), so nothing should wait on it."""
+        if self.started_at is None:
             return float("inf")
-        return max(self.started_at + est, now)
+        limit = self.job.time_limit_s
+        if limit is not None:
+            return max(self.started_at + limit, now)
+        est = self.job.est_runtime_s
+        if est is None or self.started_at + est < now:
+            return float("inf")
+        return self.started_at + est
 
     def work_at_risk(self, now: float) -> float:
         """Seconds of work a preemption would lose (since the last checkpoint or start)."""

@@ -170,7 +170,10 @@ def bind(
         book.note_start(pool, job.id, now)
     st.reasons.forget(job.id)
     st.claims.nominations.pop(job.id, None)
-    if core.cluster.partitions[rec.home].reclaim is not None:
+    home = core.cluster.partitions[rec.home]
+    if job.time_limit_s is not None:
+        book.arm_limit(rec, home.preemption.grace_s)
+    if home.reclaim is not None:
         book.interactive[job.id] = None
         track(core.cluster, book, rec)
     book.counters.binds += 1
@@ -291,8 +294,8 @@ def place_partition(st: Placing, p: str) -> bool:
         est_ok = (
             res is not None
             and res.start != INF  # start unknown: any backfill could delay the gang
-            and job.est_runtime_s is not None
-            and core.now + job.est_runtime_s <= res.start
+            and (planned := job.planned_runtime_s) is not None
+            and core.now + planned <= res.start
         )
         refused = first_refusal(core, rec, charge_milli(job, cluster, p))
         if refused is not None:

@@ -28,7 +28,8 @@ ShapeKey = int  # interned (queue, priority, request shape, estimate bucket)
 
 
 def estimate_bucket(est: float | None) -> int | None:
-    """Runtime estimates in one power-of-two bucket, (2^(b-1), 2^b], are treated alike."""
+    """Planned run times (time limit, else estimate) in one power-of-two bucket,
+    (2^(b-1), 2^b], are treated alike."""
     return None if est is None else math.ceil(math.log2(max(est, 1.0)))
 
 
@@ -62,7 +63,7 @@ class PendingQueues:
         return job_id in self.records
 
     def _intern(self, rec: JobRecord) -> int:
-        bucket = estimate_bucket(rec.job.est_runtime_s)
+        bucket = estimate_bucket(rec.job.planned_runtime_s)
         full = (rec.queue, rec.job.priority, rec.job.shape(), bucket)
         sid = self._ids.get(full)
         if sid is None:

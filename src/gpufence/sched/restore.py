@@ -83,6 +83,9 @@ def restore(core: Core, book: JobBook, ev: JobRestored) -> None:
         book.stopping[job.id] = None
         rec.stop_reason = ev.stopping
         rec.requeue_on_stop = ev.requeue
-    elif core.cluster.partitions[got.home].reclaim is not None:
-        book.interactive[job.id] = None
-        track(core.cluster, book, rec)
+    else:
+        home = core.cluster.partitions[got.home]
+        book.arm_limit(rec, home.preemption.grace_s)
+        if home.reclaim is not None:
+            book.interactive[job.id] = None
+            track(core.cluster, book, rec)

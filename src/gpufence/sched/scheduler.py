@@ -126,14 +126,14 @@ class Scheduler:
         return len(self.state.core.queues)
 
     def next_wakeup(self) -> float | None:
-        """The earliest time a deadline (notice, idle threshold) falls due, for a front end to
-        send a Tick then; None when nothing is timed."""
+        """The earliest time a deadline (notice, idle threshold, time limit, protection's next
+        look) falls due, for a front end to send a Tick then; None when nothing is timed."""
         s = self.state
         book = s.book
         times = [n.deadline for j in book.noticed if (n := book.records[j].notice) is not None]
-        idle = idle_deadline(s.core.cluster, book)
-        if idle is not None:
-            times.append(idle)
+        for due in (idle_deadline(s.core.cluster, book), book.next_limit()):
+            if due is not None:
+                times.append(due)
         now = s.core.now
         times += [t for t in s.protection.after.values() if now < t < INF]
         return min(times) if times else None
