@@ -160,3 +160,15 @@ def test_a_job_waiting_for_a_victim_names_it_and_its_deadline() -> None:
     s.step(sub(_serving("r1")), 100.0)
     msg = "waiting for ck1 to stop (notice deadline t=220)"
     assert s.why_pending("r1") == PendingReason(Reason.WAITING_PREEMPTION, msg)
+
+
+def test_a_gang_reservation_holds_no_gpus_against_serving_in_a_protecting_fence() -> None:
+    """Equal priorities: the 2 free GPUs are held for the gang, but a serving job of the same
+    fence (which protects serving) takes them, and the gang is planned again."""
+    pol = PreemptionPolicy(mode=PreemptionMode.ON_DEMAND, from_partitions=("shared",))
+    s = make(
+        ClusterBuilder().nodes("n", 2, gpus=4).partition("shared", ["n"], preemption=pol).build()
+    )
+    s.step(sub(job("t1").gpus(4).build(), job("t2").gpus(2).build()), 0.0)
+    s.step(sub(job("g").gang(2, gpus=4).build()), 1.0)
+    assert s.step(sub(_serving("sv")), 2.0) == [Bind("sv", "shared", (A(1, 6, 7),))]

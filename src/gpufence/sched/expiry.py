@@ -27,7 +27,8 @@ def expire_limits(book: JobBook, now: float) -> list[Decision]:
         if kind == 1:
             msg = f"reached its time limit of {limit:g} s"
             out.append(book.stop(rec, Reason.TIME_LIMIT, False, msg, now))
-        elif rec.notice is None:  # (a job already noticed keeps that notice until its stop)
+        elif rec.notice is None and end > now:  # (a noticed job keeps its notice; a limit
+            # already past is the stop's, due right after this)
             msg = f"time limit of {limit:g} s ends at t={end:g}: checkpoint now"
             out.append(book.notice(rec, Reason.TIME_LIMIT, end, False, msg))
     return out

@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 
 from gpufence.model.cluster import Cluster
 from gpufence.model.decisions import Bind, Decision, Reason
-from gpufence.model.partition import SharingMode
+from gpufence.model.job import Job, WorkloadClass
+from gpufence.model.partition import PreemptionMode, SharingMode
 from gpufence.sched.admission import Admission, quota_blocks
 from gpufence.sched.backfill import INF, reservable, reserve
 from gpufence.sched.book import JobBook
@@ -272,7 +273,7 @@ def place_partition(st: Placing, p: str) -> bool:
             and not restricted
             and res is not None
             and led.pool_free[p] == 0
-            and rec.job.priority <= res.priority
+            and not _ahead(st, rec.job, res)
             and len(held) < len(res.gpus)
         ):
             # the only free GPUs are reserved ones, too few for the gang: from here on only a
@@ -342,7 +343,7 @@ def place_partition(st: Placing, p: str) -> bool:
             continue
         if (
             r.reason in CAPACITY
-            and (res is None or job.priority > res.priority)
+            and (res is None or _ahead(st, job, res))
             and reservable(core, job, p)
         ):
             _unhold(st, held)
@@ -374,20 +375,41 @@ MAX_BACKFILL_SKIPS = 64  # jobs of one shape tried per cycle for backfill past t
 
 def _may_pass_holds(st: Placing, res: Reservation) -> Callable[[ShapeKey], bool]:
     """Shapes that could still bind while the only free GPUs are ``res``'s holds: higher
-    priority than the gang, the gang's own, CPU-only, or an estimate bucket whose jobs may end
+    priority than the gang, serving where the fence protects it, the gang's own, CPU-only, or
+    an estimate bucket whose jobs may end
     before the gang starts (bound: half the bucket's floor, so float rounding of the bucket
     can only keep a shape too many, never one too few)."""
     q = st.core.queues
     gang = q.shape_of(res.job_id) if res.job_id in q else None
     room = res.start - st.core.now  # inf when the start is unknown: then no backfill at all
+    protected = _protects(st, res)
 
     def keep(sid: ShapeKey) -> bool:
         if sid == gang or q.priority(sid) > res.priority or q.gpus(sid) == 0:
+            return True
+        if protected and q.serving(sid):
             return True
         b = q.bucket(sid)
         return b is not None and res.start != INF and (0.0 if b <= 1 else 2.0 ** (b - 2)) <= room
 
     return keep
+
+
+def _protects(st: Placing, res: Reservation) -> bool:
+    """A fence that protects serving (preemption on) holds no reservation against it, unless
+    the gang is serving itself."""
+    part = st.core.cluster.partitions[res.pool]
+    if part.preemption.mode is PreemptionMode.OFF or res.job_id not in st.core.queues:
+        return False
+    return st.core.queues.records[res.job_id].job.workload_class is not WorkloadClass.SERVING
+
+
+def _ahead(st: Placing, job: Job, res: Reservation) -> bool:
+    """May ``job`` take GPUs reserved for ``res``'s gang (ending the reservation)? A job of
+    higher priority may, and a serving job in a fence that protects serving."""
+    if job.priority > res.priority:
+        return True
+    return job.workload_class is WorkloadClass.SERVING and _protects(st, res)
 
 
 def _may_backfill_later(
@@ -424,16 +446,16 @@ def _past_holds(
     st: Placing, rec: JobRecord, p: str, res: Reservation, held: list[int], est_ok: bool
 ) -> list[int] | None:
     """Would ``rec`` fit without the reservation's holds, and may it take them? If so bind it
-    (higher priority than the gang, or backfill that ends before the gang's start) and return
+    (ahead of the gang -- ``_ahead`` --, or backfill that ends before the gang's start) and return
     the new holds; otherwise leave everything as it was and return None."""
-    if not (rec.job.priority > res.priority or est_ok):
+    higher = _ahead(st, rec.job, res)
+    if not (higher or est_ok):
         return None  # it may not take reserved GPUs whatever they would do for it
     led = st.core.ledger
     m = led.mark()
     _unhold(st, held)
     r = st.core.engine.place(led, rec.job, p)
-    if isinstance(r, Placed) and (rec.job.priority > res.priority or est_ok):
-        higher = rec.job.priority > res.priority
+    if isinstance(r, Placed):
         reason = Reason.FITS if higher else Reason.BACKFILL
         msg = "" if higher else f"ends before gang {res.job_id} starts at t={res.start:g}"
         bind(st, rec, p, r, reason, msg)

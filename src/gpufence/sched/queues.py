@@ -20,6 +20,7 @@ from bisect import bisect_left, insort
 from collections.abc import Callable, Iterator
 
 from gpufence.model.cluster import Cluster
+from gpufence.model.job import WorkloadClass
 from gpufence.sched.jobs import JobRecord
 from gpufence.sched.ordering import PriorityFairShare, QueueOrder
 
@@ -44,6 +45,7 @@ class PendingQueues:
         self._bucket: list[int | None] = []  # estimate bucket per shape id
         self._prio: list[int] = []  # priority per shape id
         self._gpus: list[int] = []  # GPUs per job (all replicas) per shape id
+        self._serving: list[bool] = []  # serving jobs, per shape id
         self._request_ids: dict[tuple[object, ...], int] = {}  # interned request shapes
         self._request_of: dict[str, int] = {}
         self._lists: dict[int, list[_Key]] = {}  # per shape, in scheduling order
@@ -71,6 +73,7 @@ class PendingQueues:
             self._bucket.append(bucket)
             self._prio.append(rec.job.priority)
             self._gpus.append(rec.job.total_gpus)
+            self._serving.append(rec.job.workload_class is WorkloadClass.SERVING)
         return sid
 
     def add(self, rec: JobRecord) -> None:
@@ -138,6 +141,9 @@ class PendingQueues:
 
     def priority(self, sid: ShapeKey) -> int:
         return self._prio[sid]
+
+    def serving(self, sid: ShapeKey) -> bool:
+        return self._serving[sid]
 
     def gpus(self, sid: ShapeKey) -> int:
         """GPUs a job of the shape takes in all (0: CPU-only replicas)."""
