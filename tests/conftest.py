@@ -14,9 +14,13 @@ if _TESTS not in sys.path:
 try:
     import os
 
-    from hypothesis import settings
+    from hypothesis import Phase, settings
 
     settings.register_profile("ci", derandomize=True, print_blob=True)
+    # a quick first look at a failing property: the first failing example, not the smallest
+    settings.register_profile("noshrink", phases=[Phase.explicit, Phase.generate])
+    if os.environ.get("HYPOTHESIS_PROFILE"):
+        settings.load_profile(os.environ["HYPOTHESIS_PROFILE"])
     if os.environ.get("CI"):
         settings.load_profile("ci")
 except ImportError:  # pragma: no cover - hypothesis is a test dependency

@@ -126,7 +126,16 @@ def place_partitions(st: Placing, memo: PlaceMemo) -> tuple[dict[str, bool], lis
             place_nominated(st, p)
         held = hold_for_nominations(st)
     shapes = core.queues.shapes
-    failed = {p: place_partition(st, p) for p in order if shapes[p] and memo.dirty(st, p)}
+    failed: dict[str, bool] = {}
+    for p in order:
+        if not (shapes[p] and memo.dirty(st, p)):
+            continue
+        res = st.claims.reservations.get(p)
+        failed[p] = place_partition(st, p)
+        if res is not None and p not in st.claims.reservations:
+            # the reservation ended during the walk (its gang bound, or a job ahead of it took
+            # its GPUs): the shapes told to wait for it earlier in the walk may fit now
+            failed[p] = place_partition(st, p) or failed[p]
     return failed, held
 
 
@@ -246,7 +255,8 @@ def place_nominated(st: Placing, p: str) -> None:
 
 
 def place_partition(st: Placing, p: str) -> bool:
-    """Place what fits of partition ``p``'s queue. True when some job waits for capacity."""
+    """Place what fits of partition ``p``'s queue. True when some job waits for capacity (or a
+    serving job for admission: what lending and protection then look at)."""
     core, claims, reasons = st.core, st.claims, st.reasons
     led, queues, cluster = core.ledger, core.queues, core.cluster
     res = _valid(st, p)
@@ -301,6 +311,8 @@ def place_partition(st: Placing, p: str) -> bool:
         refused = first_refusal(core, rec, charge_milli(job, cluster, p))
         if refused is not None:
             rule, why = refused
+            # serving refused at home may still get incident capacity: protection must hear
+            starved |= job.workload_class is WorkloadClass.SERVING
             if rule.per_shape:
                 reasons.set_shape(sk, rule.reason, why)
                 walk.drop()

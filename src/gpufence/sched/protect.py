@@ -51,7 +51,8 @@ class ProtectionState:
 
     times: dict[str, deque[float]] = field(default_factory=dict)
     after: dict[str, float] = field(default_factory=dict)
-    seen: dict[str, tuple[int, int, int, int]] = field(default_factory=dict)
+    seen: dict[str, tuple[int, int, int, int, int]] = field(default_factory=dict)
+    unserved: dict[str, bool] = field(default_factory=dict)  # jobs it could not help last time
 
 
 @dataclass(slots=True)
@@ -83,9 +84,15 @@ def protect(st: Protecting, failed: dict[str, bool]) -> list[Decision]:
             sum(led.freed[d] for d in donors),
             led.lent[p],
             len(book.noticed),
+            # a victim told to stop: the GPUs held for the job it was noticed for now show in
+            # the walk, which may tell a job behind that gang it waits for capacity
+            len(book.stopping),
         )
         due = core.now >= st.state.after.get(p, 0.0)
-        if not due and (not failed.get(p) or st.state.seen.get(p) == picture):
+        # (a changed picture matters after a walk that left jobs waiting, or when jobs it
+        # could not help last time still wait: victims may have appeared in a donor pool)
+        wanted = failed.get(p) or st.state.unserved.get(p)
+        if not due and (not wanted or st.state.seen.get(p) == picture):
             continue
         st.state.seen[p] = picture
         st.state.after[p] = INF
@@ -94,23 +101,28 @@ def protect(st: Protecting, failed: dict[str, bool]) -> list[Decision]:
             for r in core.queues.ordered(p, core.share)
             if (lent or r.job.workload_class is WorkloadClass.SERVING)
             and r.job.id not in st.claims.nominations
-            and _waits_for_capacity(st.reasons, core, r.job.id)
+            and _waits_for_capacity(st.reasons, core, r)
         )
         waiting = list(islice(candidates, MAX_BATCH))
-        if waiting:
-            protect_partition(st, p, waiting)
+        st.state.unserved[p] = bool(waiting) and protect_partition(st, p, waiting)
     return st.out
 
 
-def _waits_for_capacity(reasons: PendingReasons, core: Core, job_id: str) -> bool:
-    why = reasons.why(job_id, core.queues)
+def _waits_for_capacity(reasons: PendingReasons, core: Core, rec: JobRecord) -> bool:
+    """Whether protection should look at ``rec``: it waits for capacity (or for the budget,
+    or for victims to age), or -- serving -- for quota at home: incident capacity freed in a
+    donor pool is not charged to its queue."""
+    why = reasons.why(rec.job.id, core.queues)
     if why is None:
         return False  # not yet considered ("queued")
+    if why.reason is Reason.QUOTA:
+        return rec.job.workload_class is WorkloadClass.SERVING
     return why.reason in CAPACITY or why.reason in (Reason.PREEMPTION_BUDGET, Reason.MIN_RUNTIME)
 
 
-def protect_partition(st: Protecting, p: str, waiting: list[JobRecord]) -> None:
-    """Reclaim lent capacity, then (for serving) preempt in an incident, for ``waiting`` jobs."""
+def protect_partition(st: Protecting, p: str, waiting: list[JobRecord]) -> bool:
+    """Reclaim lent capacity, then (for serving) preempt in an incident, for ``waiting`` jobs.
+    True when some of them could not be helped (no victims, or out of budget)."""
     core, book, claims, reasons = st.core, st.book, st.claims, st.reasons
     led = core.ledger
     part = core.cluster.partitions[p]
@@ -197,13 +209,17 @@ def protect_partition(st: Protecting, p: str, waiting: list[JobRecord]) -> None:
                 if pool not in donor_cands:
                     donor_cands[pool] = running(core, book, eligible(core, pol, pool))
                 cands = [v for v in donor_cands[pool] if v not in taken]
+                mark = led.mark()
                 got = victims_for(core, rec, pool, cands)
                 if got is None:
+                    led.commit(mark)  # (nothing changed)
                     continue
-                changes += 1  # the victims are released and the job placed in the fork
                 if counted + len(got) > budget_left:
+                    led.rollback(mark)  # over budget: its victims stay candidates of the rest
                     budget_hit.append(rec)
                     break
+                led.commit(mark)
+                changes += 1  # the victims are released and the job placed in the fork
                 counted += len(got)
                 taken.update(dict.fromkeys(got))
                 inflight.update(dict.fromkeys(got, pool))
@@ -215,7 +231,8 @@ def protect_partition(st: Protecting, p: str, waiting: list[JobRecord]) -> None:
                 hopeless[shape] = (Reason.MIN_RUNTIME, young) if young is not None else None
                 if young is not None:
                     reasons.set_job(rec.job.id, Reason.MIN_RUNTIME, young)
-    st.state.after[p] = _next_chance(core, book, pol, times, bool(budget_hit or hopeless))
+    unserved = bool(budget_hit or hopeless)
+    st.state.after[p] = _next_chance(core, book, pol, times, unserved)
     for rec in budget_hit:
         reasons.set_job(
             rec.job.id,
@@ -241,6 +258,7 @@ def protect_partition(st: Protecting, p: str, waiting: list[JobRecord]) -> None:
         incident = reason is not Reason.LENT_RECLAIM
         claims.nominations[rec.job.id] = Nomination(dict.fromkeys(victims), (pool,), incident)
         _waits(st, rec, dict.fromkeys(victims))
+    return unserved
 
 
 def _too_young(
@@ -272,11 +290,13 @@ def _too_young(
 
 
 def _place_nominated(st: Protecting, pools: set[str]) -> None:
-    """In protection's fork: the jobs that wait for victims already noticed take the capacity
-    those victims free (where they will run), so that it is not counted twice."""
+    """In protection's fork: the jobs already nominated (waiting for victims noticed, or about
+    to bind on what is free) take their capacity first, so that it is not counted twice."""
     book, core = st.book, st.core
     for jid, nom in st.claims.nominations.items():
-        if not book.waiting_on(nom) or not any(q in pools for q in nom.pools):
+        if book.records[jid].state is not JobState.PENDING:
+            continue
+        if not any(q in pools for q in nom.pools):
             continue
         rec = book.records[jid]
         for q in nom.pools:
