@@ -7,7 +7,8 @@ cancelled (never retried). Placement runs through ``gpufence.sched.scheduler.Sch
 fractional partition's scorer (``--policy``); FGD's typical pods come from the whole workload.
 
 Records after every arrival the GPU allocation ratio (allocated milli / capacity) and the
-fragmentation (expected idle milli the typical pods cannot use / capacity), reports them at each
+fragmentation (expected idle milli the typical pods cannot use / capacity:
+``telemetry.capacity``'s definition, checked at the end of each seed), reports them at each
 integer percent of arrived GPU requests (the mean over arrivals that round to it, as the FGD
 scripts do), prints a table against the published means, and last:
 ``alloc_pct_at_130=X frag_pct_at_100=Y`` (means over the seeds). Exit status 1 when a target is
@@ -32,7 +33,7 @@ import numpy as np
 from gpufence.model.decisions import Bind
 from gpufence.model.events import Event, JobCancelled, JobSubmitted
 from gpufence.model.job import MILLI_PER_GPU
-from gpufence.sched.placement.fractional import pool_index
+from gpufence.sched.placement.fractional import PoolIndex, pool_index
 from gpufence.sched.placement.scoring import TypicalWorkload
 from gpufence.sched.registry import SCORERS
 from gpufence.sched.scheduler import Scheduler, SchedulerConfig
@@ -49,6 +50,7 @@ from gpufence.sim.workloads.openb import (
     typical_counts,
 )
 from gpufence.sim.workloads.openb_bound import repacked_idle
+from gpufence.telemetry.capacity import Demand, NodeFree, fragment_milli
 
 ROOT = Path(__file__).resolve().parent.parent
 TRACES = ROOT.parent / "shared" / "traces"
@@ -105,12 +107,27 @@ def run_seed(
         rec_alloc.append(100.0 * sched.ledger.pool_used[PARTITION] / cap)
         rec_frag.append(100.0 * float(frag.sum()) / cap)
     secs = time.perf_counter() - t0
+    check_fragmentation(metric, idx, float(frag.sum()))
     return (
         discrete(rec_arr, rec_alloc, tune),
         discrete(rec_arr, rec_frag, tune),
         secs,
         repacked_pct(sched, cap),
     )
+
+
+def check_fragmentation(metric: TypicalWorkload, idx: PoolIndex, vectorised: float) -> None:
+    """The fragmentation this benchmark reports is ``telemetry.capacity``'s definition (FGD's,
+    the one the simulator and the control plane use); the per-arrival series is computed by
+    the core's vectorised twin for speed, so the end state is checked against the definition."""
+    demands = [Demand(s.milli, s.gpus, p, s.cpu_milli, s.gpu_types) for s, p in metric.dist]
+    nodes = [
+        NodeFree(tuple(int(x) for x in idx.free[r]), int(idx.cpu[r]), idx.types[int(idx.tid[r])])
+        for r in range(idx.free.shape[0])
+    ]
+    defined = fragment_milli(nodes, demands)
+    if abs(defined - vectorised) > 1e-6 * max(1.0, defined):
+        raise AssertionError(f"fragmentation {vectorised} != telemetry's definition {defined}")
 
 
 def repacked_pct(sched: Scheduler, cap: int) -> float:

@@ -1,19 +1,31 @@
-"""Shared pytest setup: make ``from builders import ...`` work from any test directory."""
+"""Shared pytest setup: the test helpers beside the tests (``scenario_harness``, ``strategies``,
+``executor_helpers``) import by bare name from any test directory; the shipped test support is
+``gpufence.testing``."""
 
 from __future__ import annotations
 
+import atexit
+import os
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 _TESTS = str(Path(__file__).resolve().parent)
 if _TESTS not in sys.path:
     sys.path.insert(0, _TESTS)
 
+# `gpufence up` writes a client context to $XDG_CONFIG_HOME/gpufence/config.yaml: every test (and
+# every server a test starts as a subprocess) gets a private one, never the user's ~/.config
+_XDG = tempfile.mkdtemp(prefix=f"gpufence-test-xdg-{os.getpid()}-")
+os.environ["XDG_CONFIG_HOME"] = _XDG
+for _name in ("GPUFENCE_CONFIG", "GPUFENCE_CONTEXT"):
+    os.environ.pop(_name, None)
+atexit.register(shutil.rmtree, _XDG, True)
+
 # CI explores the same examples every run (a red CI must mean a change broke something, not an
 # unlucky draw); locally hypothesis keeps drawing new examples to find new bugs.
 try:
-    import os
-
     from hypothesis import Phase, settings
 
     settings.register_profile("ci", derandomize=True, print_blob=True)

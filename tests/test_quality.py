@@ -21,3 +21,15 @@ def test_ruff_clean() -> None:
 def test_mypy_strict_clean_on_the_package() -> None:
     r = _run(sys.executable, "-m", "mypy", "src/gpufence")
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_import_contracts_kept() -> None:
+    """The layer and pure-core contracts of pyproject.toml's [tool.importlinter] (lint-imports)."""
+    r = _run(
+        sys.executable,
+        "-c",
+        "import sys; from importlinter.cli import lint_imports_command; "
+        "sys.exit(lint_imports_command())",
+        "--no-cache",
+    )
+    assert r.returncode == 0, r.stdout + r.stderr

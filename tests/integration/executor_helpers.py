@@ -12,6 +12,7 @@ from pathlib import Path
 
 from gpufence.control.executors import AttemptExit, Launch, Member
 from gpufence.control.executors.local.local_executor import LocalExecutor
+from gpufence.testing.waiting import file_appears
 
 PY = sys.executable
 
@@ -60,13 +61,6 @@ def make_launch(
     )
 
 
-def wait_for(path: Path, timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not path.exists():
-        assert time.monotonic() < deadline, f"{path} never appeared"
-        time.sleep(0.01)
-
-
 def gone(pid: int) -> bool:
     """Not running: no /proc entry, or a zombie waiting for a reaper."""
     try:
@@ -111,7 +105,7 @@ def start_and_abandon(launch: Launch, ready: Path) -> None:
     """Start ``launch``, wait for ``ready``, then close the executor and leave the job running."""
     first = LocalExecutor()
     first.start(launch)
-    wait_for(ready)
+    file_appears(ready)
     first.close(kill=False)  # the control plane goes away; the job keeps running
 
 

@@ -6,154 +6,30 @@ One server for the module: ``serve`` in a thread on port 0 with a tmp data dir a
 
 from __future__ import annotations
 
-import json
 import os
 import sys
-import threading
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+from api_helpers import (
+    ADMIN,
+    PRINT_DEVICES,
+    SLEEPER,
+    TOKEN_A,
+    TOKEN_B,
+    Server,
+    call,
+    gone,
+    submit,
+    wait_state,
+)
 from prometheus_client import CONTENT_TYPE_LATEST
 from typer.testing import CliRunner
 
 from gpufence.cli.main import app
-from gpufence.control.config import SERVER_FILE
-from gpufence.control.http.server import build_plane, serve
-from gpufence.control.plane import ControlPlane
-
-ADMIN = "admin-token-0123456789"
-TOKEN_A = "tenant-a-token-0123"
-TOKEN_B = "tenant-b-token-0123"
-
-CONFIG = f"""
-name: api-test
-node_groups:
-  - name: h100
-    count: 1
-    gpus_per_node: 8
-    gpu_type: H100-80GB
-    nvlink_domains: [8]
-partitions:
-  shared:
-    nodes: [h100]
-    admits: [serving, training, interactive, batch]
-    sharing: exclusive
-control:
-  auth:
-    admin_token: "{ADMIN}"
-    tenants:
-      team-a: {{token: "{TOKEN_A}"}}
-      team-b: {{token: "{TOKEN_B}"}}
-  stop_grace_s: 2
-"""
-
-PRINT_DEVICES = [
-    sys.executable,
-    "-c",
-    "import os; print('devices=' + os.environ['CUDA_VISIBLE_DEVICES'])",
-]
-# writes its pid to $PIDFILE, then sleeps: lets a test check that cancel really ends the process
-SLEEPER = [
-    sys.executable,
-    "-c",
-    "import os, time; open(os.environ['PIDFILE'], 'w').write(str(os.getpid())); time.sleep(30)",
-]
-
-
-@dataclass
-class Server:
-    url: str
-    data: Path
-    plane: ControlPlane
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    root = tmp_path_factory.mktemp("api")
-    cfg = root / "cluster.yaml"
-    cfg.write_text(CONFIG, encoding="utf-8")
-    data = root / "data"
-    plane = build_plane(cfg, data, 8, "H100-80GB")
-    ready, stop = threading.Event(), threading.Event()
-    thread = threading.Thread(
-        target=serve,
-        args=(plane, "127.0.0.1", 0, ready, stop),
-        kwargs={"kill_jobs": True, "log_level": "warning"},
-        daemon=True,
-    )
-    thread.start()
-    assert ready.wait(30), "server did not start"
-    info = json.loads((data / SERVER_FILE).read_text())
-    assert info["pid"] == os.getpid()
-    assert info["url"].startswith("http://127.0.0.1:") and not info["url"].endswith(":0")
-    yield Server(info["url"], data, plane)
-    stop.set()
-    thread.join(30)
-    assert not thread.is_alive()
-    assert not (data / SERVER_FILE).exists(), "server.json is removed at shutdown"
-
-
-def call(
-    srv: Server,
-    method: str,
-    path: str,
-    token: str | None = ADMIN,
-    body: Any = None,
-) -> tuple[int, Any, Any]:
-    """(status, parsed JSON or text, headers)."""
-    headers = {}
-    data = None
-    if token is not None:
-        headers["Authorization"] = f"Bearer {token}"
-    if body is not None:
-        data = json.dumps(body).encode()
-        headers["Content-Type"] = "application/json"
-    req = urllib.request.Request(srv.url + path, data=data, headers=headers, method=method)
-    try:
-        with urllib.request.urlopen(req, timeout=30) as resp:
-            status, raw, hdrs = resp.status, resp.read(), resp.headers
-    except urllib.error.HTTPError as exc:
-        status, raw, hdrs = exc.code, exc.read(), exc.headers
-    ctype = hdrs.get("content-type", "")
-    return status, json.loads(raw) if "json" in ctype else raw.decode(), hdrs
-
-
-def wait_state(srv: Server, job_id: str, states: tuple[str, ...], timeout: float = 20.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        status, job, _ = call(srv, "GET", f"/v1/jobs/{job_id}")
-        assert status == 200, job
-        if job["state"] in states:
-            return job
-        assert time.monotonic() < deadline, f"{job_id} stuck in {job['state']}: {job}"
-        time.sleep(0.05)
-
-
-def submit(srv: Server, body: dict[str, Any], token: str = ADMIN) -> tuple[int, Any]:
-    status, out, _ = call(srv, "POST", "/v1/jobs", token, body)
-    return status, out
-
-
-def wait_for(pred: Any, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not pred():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.05)
-
-
-def gone(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    return False
-
+from gpufence.testing.waiting import until
 
 # ------------------------------------------------------------------------------------- jobs
 
@@ -233,9 +109,12 @@ def test_invalid_bodies_are_422_with_field_names(server: Server) -> None:
     for body, field in cases:
         status, out = submit(server, body)
         assert status == 422, (body, out)
-        assert any(d["loc"][:2] == ["body", field] for d in out["detail"]), out
-    status, out, _ = call(server, "GET", "/v1/jobs?state=nonsense")
-    assert status == 422 and out["detail"][0]["loc"] == ["query", "state"]
+        assert out["type"] == "urn:gpufence:problem:invalid" and out["status"] == 422, out
+        assert any(e["field"].startswith(f"body.{field}") for e in out["errors"]), out
+        assert out["field"] == out["errors"][0]["field"] and out["detail"]
+    status, out, headers = call(server, "GET", "/v1/jobs?state=nonsense")
+    assert status == 422 and out["field"].startswith("query.state"), out
+    assert headers["content-type"] == "application/problem+json"
     status, out, _ = call(server, "GET", "/v1/jobs/j1/logs?stream=both")
     assert status == 422
 
@@ -248,14 +127,13 @@ def test_jobs_no_partition_can_hold_are_rejected_at_submit(server: Server) -> No
     ):
         status, out = submit(server, body)
         assert status == 422, out
-        (d,) = out["detail"]
-        assert d["type"] == "rejected" and d["loc"] == ["body", field], d
-        assert words in d["msg"] and d["reason"] in ("never-fits", "invalid")
+        assert out["type"] == "urn:gpufence:problem:rejected" and out["field"] == f"body.{field}"
+        assert words in out["detail"] and out["reason"] in ("never-fits", "invalid"), out
         job = out["job"]
         assert job["state"] == "rejected"
         # the row stays, so `status` can show it
         stored = call(server, "GET", f"/v1/jobs/{job['id']}")[1]
-        assert stored["state"] == "rejected" and stored["message"] == d["msg"]
+        assert stored["state"] == "rejected" and stored["message"] == out["detail"]
 
 
 def test_unknown_job_is_404(server: Server) -> None:
@@ -289,14 +167,13 @@ def test_cancel_pending_and_running_jobs(server: Server, tmp_path: Path) -> None
     assert status == 200 and out == {"id": waiting["id"], "state": "cancelled"}
     assert wait_state(server, waiting["id"], ("cancelled",))["attempts"] == []
 
-    wait_for(pidfile.exists)
-    wait_for(lambda: pidfile.read_text().strip() != "")
+    until(lambda: pidfile.exists() and pidfile.read_text().strip() != "", 10, "the job's pid")
     pid = int(pidfile.read_text())
     status, out, _ = call(server, "POST", f"/v1/jobs/{big['id']}/cancel")
     assert status == 200 and out["state"] in ("stopping", "cancelled")
     job = wait_state(server, big["id"], ("cancelled", "failed", "done"), timeout=15)
     assert job["state"] == "cancelled", job
-    wait_for(lambda: gone(pid), timeout=5)
+    until(lambda: gone(pid), 5, f"process {pid} to end")
     # cancelling an ended job is a conflict
     status, out, _ = call(server, "POST", f"/v1/jobs/{big['id']}/cancel")
     assert status == 409 and "ended" in out["detail"]

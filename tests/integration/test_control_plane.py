@@ -29,6 +29,8 @@ from gpufence.demo import joblogs
 from gpufence.demo.live import fenced_spec
 from gpufence.testing.waiting import until
 
+pytestmark = pytest.mark.slow  # real control planes, processes and restarts (~60 s)
+
 JOB = [sys.executable, "-m", "gpufence.demo.programs"]
 
 

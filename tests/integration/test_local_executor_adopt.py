@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sys
 import time
 from pathlib import Path
 
@@ -22,6 +23,8 @@ from executor_helpers import (
 
 from gpufence.control.executors import AttemptExit, LaunchError, Member
 from gpufence.control.executors.local.local_executor import LocalExecutor
+from gpufence.control.executors.processes import spawn_member
+from gpufence.testing.waiting import file_appears, until
 
 ENDS_WITH_5 = """
     import os, sys, time
@@ -108,3 +111,53 @@ def test_start_refuses_an_attempt_dir_with_a_live_member(tmp_path: Path, rec: Re
         assert second.adopt(launch)
     finally:
         second.close(kill=True)
+
+
+# ---------------------------------------------------------------------- issue 11, cases 3 and 5
+def test_adopt_kills_what_a_dead_launcher_left_running(tmp_path: Path, rec: Recorder) -> None:
+    """The OOM killer (or an operator) killed the launcher while the control plane was down:
+    its command, reparented, keeps the member's process group and its GPU. Adoption must kill
+    the whole group before the attempt is reported gone (and the job requeued)."""
+    launch = make_launch(tmp_path, command=("sleep", "30"))
+    start_and_abandon(launch, launch.attempt_dir / "rank-0.started")
+    launcher = int(recorded(launch, 0, "pid")["pid"])
+    command = int(recorded(launch, 0, "started")["pid"])
+    os.kill(launcher, signal.SIGKILL)
+    until(lambda: gone(launcher), 5, "launcher gone")
+    assert not gone(command), "the command outlives its launcher"
+    second = LocalExecutor()
+    second.set_callbacks(rec.on_exit, rec.on_ack)
+    try:
+        assert second.adopt(launch) is False
+        assert gone(command), "adopt returned while the old command still ran"
+        _, ev = rec.exit()
+        assert ev == AttemptExit("job-1", 1, False, (None,), False)  # lost: requeued
+        end = recorded(launch, 0, "exit")
+        assert end["code"] is None and end["ended_unix"] > 0  # closes the run's interval
+    finally:
+        second.close(kill=True)
+
+
+def test_a_half_spawned_gang_is_stopped_and_reported_lost(tmp_path: Path, rec: Recorder) -> None:
+    """The control plane died between the spawns of a gang's members: rank 0 runs, rank 1 was
+    never started. Adoption stops rank 0 and reports the attempt lost (requeued as the next
+    attempt), instead of adopting it and failing the job when the gang rule kills rank 0."""
+    members = (Member(0, "n", ("0",)), Member(1, "n", ("1",)))
+    launch = make_launch(tmp_path, command=("sleep", "30"), members=members)
+    launch.attempt_dir.mkdir(parents=True)
+    launch.checkpoint_dir.mkdir(parents=True)
+    rank0 = spawn_member(
+        sys.executable, launch.attempt_dir, 0, launch.command, dict(os.environ), None, set()
+    )
+    file_appears(launch.attempt_dir / "rank-0.started")
+    command = int(recorded(launch, 0, "started")["pid"])
+    second = LocalExecutor()
+    second.set_callbacks(rec.on_exit, rec.on_ack)
+    try:
+        assert second.adopt(launch) is False
+        assert gone(command) and gone(rank0.pid)
+        _, ev = rec.exit()
+        assert ev.codes == (None, None) and not ev.succeeded
+    finally:
+        second.close(kill=True)
+        rank0.popen.wait(5)  # type: ignore[union-attr]

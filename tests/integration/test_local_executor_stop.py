@@ -19,11 +19,11 @@ from executor_helpers import (
     group_gone,
     make_launch,
     recorded,
-    wait_for,
 )
 
 from gpufence.control.executors import AttemptExit, Member
 from gpufence.control.executors.local.local_executor import LocalExecutor
+from gpufence.testing.waiting import file_appears
 
 
 def test_stop_sigkills_the_whole_group_after_grace(
@@ -32,7 +32,7 @@ def test_stop_sigkills_the_whole_group_after_grace(
     launch = make_launch(tmp_path, IGNORES_TERM_WITH_GRANDCHILD)
     ex.start(launch)
     ready = launch.checkpoint_dir / "ready"
-    wait_for(ready)
+    file_appears(ready)
     grandchild = int(ready.read_text())
     leader = int(recorded(launch, 0, "pid")["pid"])
     assert len(group_alive(leader)) == 3  # launcher, command, grandchild
@@ -92,7 +92,7 @@ def test_notice_then_ack(tmp_path: Path, rec: Recorder, sig: signal.Signals) -> 
     try:
         launch = make_launch(tmp_path, ACKS_NOTICE)
         ex.start(launch)
-        wait_for(launch.checkpoint_dir / "ready")
+        file_appears(launch.checkpoint_dir / "ready")
         deadline = time.time() + 30
         t0 = time.time()
         ex.notice("job-1", 1, "preempted by job-9", deadline)
@@ -125,7 +125,7 @@ def test_ack_written_just_before_exit_still_reported(
     """
     launch = make_launch(tmp_path, script)
     ex.start(launch)
-    wait_for(launch.checkpoint_dir / "ready")
+    file_appears(launch.checkpoint_dir / "ready")
     ex.notice("job-1", 1, "drain", time.time() + 5)
     _, job, _ = rec.acks.get(timeout=5)
     assert job == "job-1"
@@ -180,7 +180,7 @@ def test_close_kill_leaves_nothing_running(tmp_path: Path, rec: Recorder) -> Non
     launch = make_launch(tmp_path, IGNORES_TERM_WITH_GRANDCHILD)
     ex.start(launch)
     ready = launch.checkpoint_dir / "ready"
-    wait_for(ready)
+    file_appears(ready)
     leader = int(recorded(launch, 0, "pid")["pid"])
     ex.close(kill=True)
     ex.close(kill=True)  # idempotent

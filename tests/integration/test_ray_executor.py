@@ -46,6 +46,8 @@ from gpufence.control.plane import ControlPlane  # noqa: E402
 from gpufence.control.store import database as st  # noqa: E402
 from gpufence.demo import joblogs  # noqa: E402
 
+pytestmark = pytest.mark.slow  # a local multi-node Ray cluster per module
+
 RACKS = ("rack-a", "rack-b", "rack-c")
 # prints what the job saw, then sleeps argv[1] seconds
 JOB = (

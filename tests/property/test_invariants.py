@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 
+import pytest
 from frontend import FrontEnd, apply_decisions, random_events
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
@@ -121,16 +122,24 @@ def drive(world: World, data: st.DataObject, n_steps: int) -> None:
 
 
 # Health checks: the cluster strategy is large by design (many drawn knobs per partition).
-@settings(
-    max_examples=int(200 * SCALE),
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
+_HEALTH = [HealthCheck.too_slow, HealthCheck.data_too_large]
+
+
+@settings(max_examples=int(15 * SCALE), deadline=None, suppress_health_check=_HEALTH)
+@given(world=worlds(), data=st.data())
+def test_a_few_random_streams_keep_invariants(world: World, data: st.DataObject) -> None:
+    """The quick loop's share of the property (``-m "not slow"``); the slow ones explore more."""
+    drive(world, data, data.draw(st.integers(5, 40), label="steps"))
+
+
+@pytest.mark.slow
+@settings(max_examples=int(200 * SCALE), deadline=None, suppress_health_check=_HEALTH)
 @given(world=worlds(), data=st.data())
 def test_random_streams_keep_invariants(world: World, data: st.DataObject) -> None:
     drive(world, data, data.draw(st.integers(5, 40), label="steps"))
 
 
+@pytest.mark.slow
 @settings(
     max_examples=int(70 * SCALE),
     deadline=None,

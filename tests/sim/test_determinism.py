@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from gpufence.cli.main import app
@@ -30,9 +31,11 @@ def _run(out: Path, seed: int) -> bytes:
     return (out / "metrics.json").read_bytes()
 
 
+@pytest.mark.slow  # two sims of mixed-64 each (~10 s)
 def test_same_seed_gives_byte_identical_metrics(tmp_path: Path) -> None:
     assert _run(tmp_path / "a", 3) == _run(tmp_path / "b", 3)
 
 
+@pytest.mark.slow
 def test_another_seed_gives_another_run(tmp_path: Path) -> None:
     assert _run(tmp_path / "a", 3) != _run(tmp_path / "c", 4)

@@ -178,6 +178,8 @@ def test_random_is_seeded() -> None:
     c = cands([[1000, 1000]] * 5, [32000] * 5, PodSpec(0, 300, 1))
     a, b = RandomFit(1).score(c), RandomFit(1).score(c)
     assert np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
+    other = RandomFit(2).score(c)  # a scorer that ignored its seed would draw the same
+    assert not np.array_equal(a[0], other[0]) and not np.array_equal(a[1], other[1])
 
 
 def test_registry_names() -> None:

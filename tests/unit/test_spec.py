@@ -110,7 +110,8 @@ def test_single_node_example() -> None:
     c = load_cluster(EXAMPLES / "single-node-8gpu.yaml")
     assert len(c.nodes) == 1 and len(c.gpus) == 8
     (p,) = c.partitions.values()
-    assert p.admits == frozenset(WorkloadClass) and p.sharing is SharingMode.EXCLUSIVE
+    assert p.admits == frozenset(WorkloadClass) - {WorkloadClass.SERVING}
+    assert p.sharing is SharingMode.EXCLUSIVE
     assert len(c.partition_gpus[p.name]) == 8
 
 
@@ -121,7 +122,7 @@ def test_mixed_64_example() -> None:
     assert gpus == {"serving": 16, "training": 32, "interactive": 8, "batch": 8}
     serving = c.partitions["serving"]
     assert serving.lending[0].to == ("training",) and serving.lending[0].cap_gpus == 8
-    assert serving.lending[0].reclaim_deadline_s == 120
+    assert serving.lending[0].reclaim_deadline_s == 45
     assert serving.preemption.mode is PreemptionMode.INCIDENT_ONLY
     assert serving.preemption.budget == 4 and serving.preemption.from_partitions == ("training",)
     assert {c.nodes[n].rack for n in c.partition_nodes["serving"]} == {"rack-a", "rack-b"}

@@ -1,4 +1,5 @@
-"""Trace loaders: real rows (tests/fixtures), the full shared traces when present, bad input."""
+"""Trace loaders: real rows (tests/fixtures) and bad input (the full traces' counts are checked by
+``bench/trace_counts.py``, which reads ../shared)."""
 
 from __future__ import annotations
 
@@ -27,10 +28,6 @@ from gpufence.sim.workloads.serving_traces import (
 )
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures"
-SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "traces"
-needs_shared = pytest.mark.skipif(
-    not SHARED.is_dir(), reason=f"shared traces not found at {SHARED} (../shared/traces)"
-)
 
 
 def _gzip_copy(src: Path, dst: Path) -> Path:
@@ -329,61 +326,3 @@ def test_bad_philly_job_log(tmp_path: Path, text: str, match: str) -> None:
     path = _write(tmp_path / "cluster_job_log", text)
     with pytest.raises(ValueError, match=match):
         load_philly_jobs(path)
-
-
-# --- full shared traces ------------------------------------------------------------------------
-
-
-@needs_shared
-def test_shared_azure_llm_counts() -> None:
-    base = SHARED / "azure-llm-inference-2023"
-    code = load_azure_llm(base / "AzureLLMInferenceTrace_code.csv")
-    conv = load_azure_llm(base / "AzureLLMInferenceTrace_conv.csv")
-    assert round(code.total_requests()) == 8819 and round(conv.total_requests()) == 19366
-    assert code.duration_s <= 3600 and conv.duration_s <= 3600  # one hour, 60 s bins
-    # code: long prompts, short answers; conv: the reverse -> conv requests cost more decode
-    assert conv.service_s_mean > code.service_s_mean
-    assert code.resampled(300.0).total_requests() == pytest.approx(8819)
-
-
-@needs_shared
-def test_shared_sd_request_counts() -> None:
-    path = SHARED / "alibaba-v2026-genai-sd-serving" / "lora_request_trace.csv.gz"
-    every = load_sd_requests(path, only_succeeded=False)
-    ok = load_sd_requests(path)
-    assert round(every.total_requests()) == 26823 and round(ok.total_requests()) == 26392
-    assert 22 * 86400 < every.duration_s < 24 * 86400  # ~23 days
-    assert 28.0 < every.service_s_mean < 29.5  # README: exec_time mean 28.7 s
-
-
-@needs_shared
-def test_shared_dlrm_counts() -> None:
-    path = SHARED / "alibaba-gpu-v2025-dlrm-serving" / "disaggregated_DLRM_trace.csv.gz"
-    insts = read_dlrm_instances(path)
-    assert len(insts) == 23871 and len({i.app_name for i in insts}) == 156
-    hn = [i for i in insts if i.role == "HN"]
-    assert len(hn) == 7386 and all(i.gpu_request == 1 for i in hn)
-    assert sum(i.role == "CN" for i in insts) == 16485
-    curves = load_dlrm_replicas(path)
-    assert len(curves) == 156 and curves[0].name == "app_0" and curves[-1].name == "app_155"
-    (total,) = load_dlrm_replicas(path, aggregate=True)
-    assert total.at(0) == sum(i.creation_s == 0.0 for i in hn) == 3123
-    assert total.peak() == 3414  # measured: peak GPU replicas over the ~31-day window
-    assert sum(c.at(1e9) for c in curves) == sum(math.isinf(i.deletion_s) for i in hn)
-
-
-@needs_shared
-def test_shared_pai_machines() -> None:
-    m = load_pai_machines(SHARED / "alibaba-gpu-v2020" / "pai_machine_spec.csv")
-    assert m.n_machines == 1897 and m.n_gpus == 6742
-    assert m.by_shape() == dict(P100x2=798, T4x2=497, MISCx8=280, V100M32x8=135, V100x8=104, CPU=83)
-    assert list(m.by_shape())[:2] == ["P100x2", "T4x2"]  # most common first
-
-
-@needs_shared
-def test_shared_philly_runtimes() -> None:
-    r = philly_runtimes(SHARED / "philly" / "philly_runtime_seconds.csv")
-    assert r.size == 83154 and float(np.median(r)) == 1186.0
-    assert float(r.mean()) == pytest.approx(14613, abs=1) and float(r.max()) == 4628239.0
-    draws = sample_runtimes(np.random.default_rng(0), 20000, r)
-    assert 900 < float(np.median(draws)) < 1500

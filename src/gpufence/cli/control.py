@@ -1,75 +1,32 @@
-"""Control-plane verbs of the ``gpufence`` CLI: up, submit, queue, status, explain, cancel, logs,
-nodes, top. ``register(app)`` adds them to the main typer app.
+"""``gpufence submit``, and ``register(app)``, which adds every control-plane verb to the app.
 
-``up`` lives in ``cli_control_up``, the tables and the top view in ``cli_control_render``.
-
-Every verb but ``up`` talks HTTP through ``gpufence.control.http.client`` and takes ``--url`` and
-``--token`` (else ``$GPUFENCE_URL`` / ``$GPUFENCE_TOKEN``, else what ``gpufence up`` wrote to
-``$GPUFENCE_DATA`` or ``~/.gpufence``). Exit codes: 0 ok; 1 the server refused or is not there
-(rejected job, 401/403, no server); 2 bad input (a bad flag, an invalid field, an unknown job).
+The verbs live by group: ``up.py`` (the server), ``job_verbs.py`` (queue, status, explain,
+cancel), ``logs_verb.py``, ``cluster_verbs.py`` (nodes, partitions, events, top, advise),
+``context_verbs.py`` (the client config). How a client verb finds its server and token, and its
+exit codes, are in ``connect.py``; ``-o`` / ``--watch`` / ``--limit`` in ``output.py``.
 """
 
 from __future__ import annotations
 
-import codecs
-import contextlib
 import os
-import time
-from collections.abc import Iterator
 from typing import Annotated, Any
 
 import typer
-from rich.console import RenderableType
-from rich.table import Table
-from rich.text import Text
 
-from gpufence.cli.render import (
-    ACTIVE_STATES,
-    TERMINAL_STATES,
-    attempts_table,
-    err_console,
-    fair_share_table,
-    job_reason,
-    nodes_table,
-    out_console,
-    queue_table,
-    styled,
-    top_frame,
-    when,
+from gpufence.cli import cluster_verbs, job_verbs
+from gpufence.cli.connect import (
+    ContextOpt,
+    DataOpt,
+    TokenOpt,
+    UrlOpt,
+    client_errors,
+    client_for,
 )
+from gpufence.cli.context_verbs import context_app
+from gpufence.cli.logs_verb import logs
+from gpufence.cli.render import err_console
+from gpufence.cli.units import parse_duration, parse_size
 from gpufence.cli.up import up
-from gpufence.control.http.client import Client, ClientError, Rejected
-
-UrlOpt = Annotated[
-    str | None,
-    typer.Option("--url", help="control plane URL (default: $GPUFENCE_URL, DATA/server.json)"),
-]
-TokenOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--token",
-        help="API token (default: $GPUFENCE_TOKEN, DATA/admin.token)",
-        show_default=False,
-    ),
-]
-
-
-@contextlib.contextmanager
-def _errors() -> Iterator[None]:
-    """Client errors end the command with the server's message, never a traceback."""
-    try:
-        yield
-    except Rejected as e:
-        err_console().print(f"rejected ({e.reason}): {e}", markup=False, soft_wrap=True)
-        raise typer.Exit(1) from None
-    except ClientError as e:
-        err_console().print(f"error: {e}", markup=False, soft_wrap=True)
-        raise typer.Exit(2 if e.bad_input else 1) from None
-
-
-def _client(url: str | None, token: str | None) -> Client:
-    return Client(url=url, token=token)
-
 
 # ------------------------------------------------------------------------------------ submit
 
@@ -87,45 +44,140 @@ def _parse_env(pairs: list[str]) -> dict[str, str]:
 def submit(
     command: Annotated[
         list[str],
-        typer.Argument(metavar="CMD", help="the command to run, e.g. -- python train.py --lr 3e-4"),
+        typer.Argument(
+            metavar="CMD",
+            help="the command to run, after --: -- python train.py --lr 3e-4",
+            show_default=False,
+        ),
     ],
-    gpus: Annotated[int | None, typer.Option("--gpus", help="whole GPUs per replica")] = None,
-    mig: Annotated[str | None, typer.Option("--mig", help="one MIG instance, e.g. 1g.10gb")] = None,
+    gpus: Annotated[
+        int | None, typer.Option("--gpus", metavar="N", help="whole GPUs per replica")
+    ] = None,
+    mig: Annotated[
+        str | None,
+        typer.Option("--mig", metavar="PROFILE", help="one MIG instance per replica, e.g. 1g.10gb"),
+    ] = None,
     gpu_fraction: Annotated[
-        float | None, typer.Option("--gpu-fraction", help="a share of one GPU, 0 < F < 1")
+        float | None,
+        typer.Option("--gpu-fraction", metavar="F", help="a share of one GPU, 0 < F < 1"),
     ] = None,
     gpu_mem: Annotated[
-        float | None, typer.Option("--gpu-mem", help="GiB of GPU memory with --gpu-fraction")
+        float | None,
+        typer.Option("--gpu-mem", metavar="GIB", help="GiB of GPU memory with --gpu-fraction"),
     ] = None,
-    replicas: Annotated[int | None, typer.Option("--replicas", help="gang size")] = None,
-    partition: Annotated[str | None, typer.Option("--partition")] = None,
-    queue: Annotated[str | None, typer.Option("--queue")] = None,
-    priority: Annotated[int | None, typer.Option("--priority")] = None,
+    replicas: Annotated[
+        int | None,
+        typer.Option("--replicas", metavar="R", help="gang size: R members placed together"),
+    ] = None,
+    partition: Annotated[
+        str | None,
+        typer.Option(
+            "--partition",
+            metavar="NAME",
+            help="partition (fence) to run in [default: one that admits its class]",
+        ),
+    ] = None,
+    queue: Annotated[
+        str | None,
+        typer.Option(
+            "--queue", metavar="NAME", help="queue to wait in [default: the tenant's queue]"
+        ),
+    ] = None,
+    priority: Annotated[
+        int | None,
+        typer.Option(
+            "--priority", metavar="P", help="higher runs first within its queue [default: 0]"
+        ),
+    ] = None,
     checkpointable: Annotated[
-        bool, typer.Option("--checkpointable", help="may be preempted (it checkpoints)")
+        bool,
+        typer.Option(
+            "--checkpointable",
+            help="it checkpoints on notice (may be preempted, lent capacity, requeued)",
+        ),
     ] = False,
     est_runtime: Annotated[
-        float | None, typer.Option("--est-runtime", help="estimated runtime (s), for backfill")
+        float | None,
+        typer.Option(
+            "--est-runtime", metavar="SECONDS", help="estimated runtime (s), for backfill"
+        ),
     ] = None,
-    env: Annotated[list[str] | None, typer.Option("--env", help="KEY=VALUE, repeatable")] = None,
+    cpus: Annotated[
+        float | None,
+        typer.Option(
+            "--cpus",
+            metavar="N",
+            help="CPU cores per replica (placed, and the job is held to them)",
+        ),
+    ] = None,
+    mem: Annotated[
+        str | None,
+        typer.Option(
+            "--mem",
+            metavar="SIZE",
+            help="host memory per replica, e.g. 8G (over it the job is OOM-killed)",
+        ),
+    ] = None,
+    time_limit: Annotated[
+        str | None,
+        typer.Option(
+            "--time-limit",
+            metavar="DURATION",
+            help="stop each attempt after this long, e.g. 90 (s), 30m, 2h, 1d, 01:30:00",
+        ),
+    ] = None,
+    slo_p99_ms: Annotated[
+        float | None,
+        typer.Option(
+            "--slo-p99-ms", metavar="MS", help="serving: the p99 latency (ms) it serves users at"
+        ),
+    ] = None,
+    env: Annotated[
+        list[str] | None,
+        typer.Option("--env", metavar="KEY=VALUE", help="an environment variable (repeatable)"),
+    ] = None,
     workload_class: Annotated[
         str | None,
-        typer.Option("--class", help="training (default), serving, interactive or batch"),
+        typer.Option(
+            "--class",
+            metavar="CLASS",
+            help="training (default), serving, interactive or batch",
+        ),
     ] = None,
-    name: Annotated[str | None, typer.Option("--name")] = None,
-    max_attempts: Annotated[int | None, typer.Option("--max-attempts")] = None,
+    name: Annotated[
+        str | None, typer.Option("--name", metavar="NAME", help="a name shown beside its id")
+    ] = None,
+    max_attempts: Annotated[
+        int | None,
+        typer.Option(
+            "--max-attempts",
+            metavar="N",
+            help="runs at most N times (requeues after a lost node or restart) [default: 3]",
+        ),
+    ] = None,
     cwd: Annotated[
         str | None,
-        typer.Option("--cwd", help="working directory [default: the current one]"),
+        typer.Option("--cwd", metavar="DIR", help="working directory [default: the current one]"),
     ] = None,
     tenant: Annotated[
-        str | None, typer.Option("--tenant", help="admin only: submit on behalf of a tenant")
+        str | None,
+        typer.Option("--tenant", metavar="NAME", help="admin only: submit on behalf of a tenant"),
     ] = None,
     url: UrlOpt = None,
     token: TokenOpt = None,
+    data: DataOpt = None,
+    context: ContextOpt = None,
 ) -> None:
     """Submit a job; prints its id (a job that can never run is rejected: exit 1)."""
     body: dict[str, Any] = {"command": command, "cwd": cwd or os.getcwd()}
+    try:
+        mem_bytes = parse_size(mem) if mem is not None else None
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--mem") from None
+    try:
+        time_limit_s = parse_duration(time_limit) if time_limit is not None else None
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--time-limit") from None
     optional: dict[str, Any] = {
         "gpus": gpus,
         "mig": mig,
@@ -136,6 +188,10 @@ def submit(
         "queue": queue,
         "priority": priority,
         "est_runtime_s": est_runtime,
+        "cpus": cpus,
+        "mem_bytes": mem_bytes,
+        "time_limit_s": time_limit_s,
+        "slo_p99_ms": slo_p99_ms,
         "class": workload_class,
         "name": name,
         "max_attempts": max_attempts,
@@ -148,216 +204,26 @@ def submit(
         body["checkpointable"] = True
     if env:
         body["env"] = _parse_env(env)
-    with _errors():
-        res = _client(url, token).submit(body)
+    client = client_for(url, token, data, context)
+    with client_errors():
+        res = client.submit(body)
     typer.echo(res["id"])
     if res.get("state") == "pending" and res.get("reason"):
         err_console().print(f"pending ({res['reason']}): {res.get('message', '')}", markup=False)
-
-
-# ------------------------------------------------------------------------------------- queue
-
-
-def queue(
-    all_jobs: Annotated[bool, typer.Option("--all", "-a", help="include ended jobs")] = False,
-    state: Annotated[
-        list[str] | None, typer.Option("--state", help="only this state (repeatable)")
-    ] = None,
-    partition: Annotated[str | None, typer.Option("--partition")] = None,
-    tenant: Annotated[str | None, typer.Option("--tenant", help="admin: one tenant")] = None,
-    limit: Annotated[int, typer.Option("--limit")] = 1000,
-    url: UrlOpt = None,
-    token: TokenOpt = None,
-) -> None:
-    """Jobs waiting and running (with why each pending job waits)."""
-    states = state or ([] if all_jobs else list(ACTIVE_STATES))
-    with _errors():
-        jobs = _client(url, token).jobs(states, partition, tenant, limit)
-    if not jobs:
-        err_console().print("no jobs" + ("" if all_jobs or state else " waiting or running"))
-        return
-    out_console().print(queue_table(jobs))
-
-
-# ------------------------------------------------------------------------------------ status
-
-
-def status(
-    job_id: Annotated[str, typer.Argument(metavar="JOB")],
-    url: UrlOpt = None,
-    token: TokenOpt = None,
-) -> None:
-    """A job: its state, attempts (where, which devices), exit code."""
-    with _errors():
-        j = _client(url, token).job(job_id)
-    out = out_console()
-    head = Table.grid(padding=(0, 2))
-    head.add_column(style="bold")
-    head.add_column()
-    spec = j.get("spec", {})
-    rows: list[tuple[str, RenderableType]] = [
-        ("job", j["id"] + (f" ({j['name']})" if j.get("name") else "")),
-        ("state", styled(j["state"])),
-        ("tenant", j.get("tenant", "")),
-        ("class", j.get("class", "")),
-        ("partition / queue", f"{j.get('partition') or '-'} / {j.get('queue') or '-'}"),
-        ("request", j.get("gpus", "")),
-        ("command", " ".join(spec.get("command", []))),
-        ("submitted", when(j.get("submitted_at"))),
-        ("started", when(j.get("started_at"))),
-        ("ended", when(j.get("ended_at"))),
-        ("exit code", "-" if j.get("exit_code") is None else str(j["exit_code"])),
-        ("attempt", str(j.get("attempt", 1))),
-    ]
-    why = job_reason(j)
-    if why:
-        rows.append(("reason", why))
-    for k, v in rows:
-        head.add_row(k, v if not isinstance(v, str) else Text(v))
-    out.print(head)
-    attempts = j.get("attempts", [])
-    if attempts:
-        out.print(attempts_table(attempts))
-
-
-# ----------------------------------------------------------------------------------- explain
-
-
-def explain(
-    job_id: Annotated[str, typer.Argument(metavar="JOB")],
-    url: UrlOpt = None,
-    token: TokenOpt = None,
-) -> None:
-    """Why a job waits, and its partition's fair-share order."""
-    with _errors():
-        e = _client(url, token).explain(job_id)
-    out = out_console()
-    out.print(
-        Text.assemble(
-            (e["id"], "bold"),
-            " ",
-            styled(e["state"]),
-            f"  partition {e.get('partition') or '-'}, queue {e.get('queue') or '-'}, "
-            f"attempt {e.get('attempt')}",
-        )
-    )
-    pending = e.get("pending")
-    if pending:
-        out.print(Text(f"pending: {pending['reason']}: {pending['message']}"), soft_wrap=True)
-    elif e.get("reason") or e.get("message"):
-        out.print(Text(f"{e.get('reason')}: {e.get('message')}".strip(": ")), soft_wrap=True)
-    notice = e.get("notice")
-    if notice:
-        out.print(Text(f"notice: {notice['reason']} (deadline {when(notice['deadline'])})"))
-    fair = e.get("fair_share") or []
-    if fair:
-        out.print(fair_share_table(fair, e.get("partition"), e.get("queue")))
-
-
-# ------------------------------------------------------------------------------------ cancel
-
-
-def cancel(
-    job_id: Annotated[str, typer.Argument(metavar="JOB")],
-    url: UrlOpt = None,
-    token: TokenOpt = None,
-) -> None:
-    """Cancel a job (a running one is stopped: SIGTERM, grace period, SIGKILL)."""
-    with _errors():
-        res = _client(url, token).cancel(job_id)
-    typer.echo(f"{res['id']}: {res['state']}")
-
-
-# -------------------------------------------------------------------------------------- logs
-
-
-def logs(
-    job_id: Annotated[str, typer.Argument(metavar="JOB")],
-    follow: Annotated[bool, typer.Option("--follow", "-f", help="until the job ends")] = False,
-    attempt: Annotated[int | None, typer.Option("--attempt", help="default: the latest")] = None,
-    rank: Annotated[int, typer.Option("--rank", help="gang member")] = 0,
-    err: Annotated[bool, typer.Option("--err", help="stderr instead of stdout")] = False,
-    url: UrlOpt = None,
-    token: TokenOpt = None,
-) -> None:
-    """Print a job's output (-f: follow it, across requeues, until the job ends)."""
-    stream = "err" if err else "out"
-    with _errors():
-        client = _client(url, token)
-        first = client.logs(job_id, attempt, rank, stream, 0)
-        current = int(first.headers.get("X-Log-Attempt") or attempt or 1)
-        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        chunk = first
-        while True:
-            if chunk.body:
-                typer.echo(decoder.decode(chunk.body), nl=False)
-            offset = int(chunk.headers.get("X-Log-Offset") or 0)
-            if not follow:
-                if int(chunk.headers.get("X-Log-Size") or 0) <= offset:
-                    break
-                chunk = client.logs(job_id, current, rank, stream, offset)
-                continue
-            if not chunk.body:
-                latest = int(chunk.headers.get("X-Job-Attempt") or current)
-                if attempt is None and latest > current:
-                    current, offset = latest, 0
-                    typer.echo(decoder.decode(b"", final=True), nl=False)
-                    err_console().print(f"--- attempt {current} ---")
-                elif chunk.headers.get("X-Job-State") in TERMINAL_STATES:
-                    break
-                else:
-                    time.sleep(0.5)
-            chunk = client.logs(job_id, current, rank, stream, offset)
-        typer.echo(decoder.decode(b"", final=True), nl=False)
-
-
-# ------------------------------------------------------------------------------ nodes / top
-
-
-def nodes(url: UrlOpt = None, token: TokenOpt = None) -> None:
-    """The GPU map: every GPU with its partition, state, job(s) and MIG slots."""
-    with _errors():
-        ns = _client(url, token).nodes()
-    out_console().print(nodes_table(ns))
-
-
-def top(
-    once: Annotated[bool, typer.Option("--once", help="print one frame and exit")] = False,
-    interval: Annotated[float, typer.Option("--interval", help="seconds between frames")] = 1.0,
-    head: Annotated[int, typer.Option("--head", help="jobs shown")] = 15,
-    url: UrlOpt = None,
-    token: TokenOpt = None,
-) -> None:
-    """Live view: partitions (fences), GPU map, queue head. Ctrl-C quits."""
-    from rich.live import Live
-
-    if interval <= 0:
-        raise typer.BadParameter("must be > 0", param_hint="--interval")
-    client = _client(url, token)
-    with _errors():
-        if once:
-            out_console().print(top_frame(client, head))
-            return
-        console = out_console()
-        try:
-            with Live(
-                top_frame(client, head), console=console, screen=False, auto_refresh=False
-            ) as live:
-                while True:
-                    time.sleep(interval)
-                    live.update(top_frame(client, head), refresh=True)
-        except KeyboardInterrupt:
-            pass
 
 
 def register(app: typer.Typer) -> None:
     """Add the control-plane verbs to the ``gpufence`` app."""
     app.command()(up)
     app.command(context_settings={"allow_interspersed_args": False})(submit)
-    app.command()(queue)
-    app.command()(status)
-    app.command()(explain)
-    app.command()(cancel)
+    app.command()(job_verbs.queue)
+    app.command()(job_verbs.status)
+    app.command()(job_verbs.explain)
+    app.command()(job_verbs.cancel)
     app.command()(logs)
-    app.command()(nodes)
-    app.command()(top)
+    app.command()(cluster_verbs.nodes)
+    app.command()(cluster_verbs.partitions)
+    app.command()(cluster_verbs.events)
+    app.command()(cluster_verbs.top)
+    app.command()(cluster_verbs.advise)
+    app.add_typer(context_app, name="context")

@@ -1,15 +1,16 @@
-"""``gpufence demo``: run the demo acts with a progress bar and print what the fence did."""
+"""``gpufence demo --simulated``: the demo's story (``demo/story.py``) told by the simulator,
+with a progress bar per act and what the fence did."""
 
 from __future__ import annotations
 
 import math
 
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from gpufence.demo.simulated import SEED_JOB_S, Act, fenced_surge, sixty_six_jobs
+from gpufence.demo.simulated import SEED_JOB_S, SimulatedAct, fenced_surge, sixty_six_jobs
 from gpufence.model.decisions import Bind, Notice, Reason, Reject, Requeue, Stop
+from gpufence.progress import progress_bar
 from gpufence.sim.runner import SimResult, Simulation
 from gpufence.sim.summary import (
     decision_line,
@@ -22,18 +23,13 @@ from gpufence.sim.summary import (
 _SHOWN = (Notice, Stop, Requeue, Reject)
 
 
-def _run(console: Console, act: Act) -> SimResult:
+def _run(console: Console, act: SimulatedAct, verbose: bool) -> SimResult:
+    if verbose:
+        console.print(f"[bold]{act.act.heading}[/bold]: {act.act.shows}")
     sim = Simulation(act.cluster, act.work)
     horizon = max(w.job.submit_time + w.duration_s for w in act.work) * 1.5
-    with Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        TextColumn("t={task.completed:,.0f}s"),
-        TimeElapsedColumn(),
-        console=console,
-        transient=True,
-    ) as bar:
-        task = bar.add_task(act.title, total=horizon)
+    with progress_bar(console, "t={task.completed:,.0f}s") as bar:
+        task = bar.add_task(act.act.step("simulating"), total=horizon)
         result = sim.run(progress=lambda t: bar.update(task, completed=min(t, horizon)))
     return result
 
@@ -41,13 +37,13 @@ def _run(console: Console, act: Act) -> SimResult:
 def run_demo(console: Console, verbose: bool = True) -> bool:
     ok = True
     act = sixty_six_jobs()
-    r = _run(console, act)
+    r = _run(console, act, verbose)
     s = summarize(r, len(act.cluster.gpus))
     gpus = len(act.cluster.gpus)
     ideal = math.ceil(len(act.work) / gpus) * SEED_JOB_S
     worst = exclusive_overlap(r)
     gaps = handoff_gaps(r)
-    t = Table(title=f"act 1 - {act.title}", show_header=False)
+    t = Table(title=act.act.heading, show_header=False)
     t.add_row("jobs completed / submitted", f"{s['completed']} / {s['submitted']}")
     t.add_row("max jobs per GPU at any instant", str(worst))
     t.add_row(
@@ -62,17 +58,17 @@ def run_demo(console: Console, verbose: bool = True) -> bool:
     ok &= s["completed"] == s["submitted"] and worst == 1 and s["invariant_violations"] == 0
 
     act = fenced_surge()
-    r = _run(console, act)
+    r = _run(console, act, verbose)
     s = summarize(r, len(act.cluster.gpus))
     if verbose:
-        console.print(f"[bold]act 2 - {act.title}: what the fence decided[/bold]")
+        console.print(f"[bold]{act.act.heading}: what the fence decided[/bold]")
         for when, d in r.log:
             interesting = isinstance(d, _SHOWN) or (
                 isinstance(d, Bind) and d.reason in (Reason.LENT, Reason.INCIDENT)
             )
             if interesting:
                 console.print(decision_line(when, d), markup=False, highlight=False, soft_wrap=True)
-    t = Table(title=f"act 2 - {act.title}", show_header=False)
+    t = Table(title=act.act.heading, show_header=False)
     t.add_row(
         "jobs completed / submitted", f"{s['completed']} / {s['submitted']} (states: {s['states']})"
     )

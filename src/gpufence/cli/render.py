@@ -1,20 +1,32 @@
-"""How the control-plane verbs of the CLI show things: consoles, job-state styles, tables, top.
+"""How the CLI shows things: consoles, state colours, times, and one way to build a table.
 
-Each table takes the JSON the API returns (``gpufence.control.views``); ``top_frame`` is one frame
-of ``gpufence top`` (partitions, GPU map, queue head).
+* Consoles: stdout at the terminal's width (``$COLUMNS`` when set; 160 when stdout is not a
+  terminal, so logs of CI runs stay readable); no colour when stdout is not a terminal or
+  ``$NO_COLOR`` is set (rich honours both).
+* Tables (``build_table``): in ``table`` mode every cell stays on one line and a column too wide
+  for the terminal is cut with ``…`` (so an 80-column terminal shows one line per row); in
+  ``wide`` mode the columns marked ``wide_only`` are added and nothing is cut: ``print_wide``
+  prints the table at its natural width, however wide the terminal.
+
+The tables of each verb group are in ``jobtables.py`` and ``clustertables.py``.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import time
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from rich.console import Console, Group
+from rich import box
+from rich.cells import cell_len
+from rich.console import Console, RenderableType
+from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
-from gpufence.control.http.client import Client
 from gpufence.model import lifecycle
 from gpufence.model.lifecycle import JobState
 
@@ -34,11 +46,20 @@ STATE_STYLE: dict[str, str] = {
     "free": "dim",
     "used": "green",
     "down": "red",
+    "refused": "red",
 }
+PIPE_WIDTH = 160
 
 
-def out_console() -> Console:
-    return Console(width=None if sys.stdout.isatty() else 160, highlight=False)
+def _width() -> int | None:
+    cols = os.environ.get("COLUMNS", "")
+    if cols.isdigit() and int(cols) > 0:
+        return int(cols)
+    return None if sys.stdout.isatty() else PIPE_WIDTH
+
+
+def out_console(width: int | None = None) -> Console:
+    return Console(width=width or _width(), highlight=False)
 
 
 def err_console() -> Console:
@@ -84,183 +105,98 @@ def job_reason(job: dict[str, Any]) -> str:
     return ""
 
 
-def queue_table(jobs: list[dict[str, Any]], title: str | None = None) -> Table:
-    now = time.time()
-    table = Table(title=title, expand=False)
-    for col in ("id", "tenant", "class", "partition", "state", "GPUs", "age", "name", "reason"):
-        table.add_column(col, overflow="fold")
-    for j in jobs:
-        running = j.get("state") in (JobState.RUNNING, JobState.STOPPING)
-        start = j.get("started_at") if running else None
-        table.add_row(
-            j["id"],
-            j.get("tenant", ""),
-            j.get("class", ""),
-            j.get("partition") or "-",
-            styled(j.get("state", "")),
-            j.get("gpus", ""),
-            age(now - (start or j.get("submitted_at") or now)),
-            j.get("name") or "",
-            job_reason(j),
-        )
-    return table
+@dataclass(frozen=True, slots=True)
+class Col:
+    """A table column: ``wide_only`` columns appear with ``-o wide``; ``max_width`` caps it in
+    ``table`` mode (the rest is cut with …); ``flex`` columns (free text: reasons, messages)
+    share the width the others leave when the table is wider than the terminal."""
+
+    name: str
+    wide_only: bool = False
+    max_width: int | None = None
+    justify: str = "left"
+    flex: bool = False
 
 
-def attempts_table(attempts: list[dict[str, Any]]) -> Table:
-    """A job's attempts: where each ran (partition, devices), when, and how it ended."""
-    table = Table(title="attempts")
-    for col in (
-        "attempt",
-        "state",
-        "partition",
-        "devices",
-        "started",
-        "ended",
-        "exit codes",
-        "stop",
-    ):
-        table.add_column(col, overflow="fold")
-    for a in attempts:
-        pool = a["pool"] + (f" (lent by {a['lent_from']})" if a.get("lent_from") else "")
-        devices = " ".join(
-            f"r{rank}:{','.join(devs) or 'cpu'}" for rank, devs in enumerate(a["devices"])
-        )
-        codes = a.get("exit_codes")
-        stop = a.get("stop_reason") or ""
-        if stop and a.get("requeue"):
-            stop += " (requeue)"
-        table.add_row(
-            str(a["attempt"]),
-            a["state"],
-            pool,
-            devices,
-            when(a.get("started_at")),
-            when(a.get("ended_at")),
-            "-" if codes is None else " ".join(str(c) for c in codes),
-            stop,
-        )
-    return table
+Cell = str | Text
 
 
-def fair_share_table(
-    fair: list[dict[str, Any]], partition: str | None, own_queue: str | None
+def build_table(
+    cols: Sequence[Col],
+    rows: Sequence[Sequence[Cell]],
+    wide: bool = False,
+    title: str | None = None,
 ) -> Table:
-    """A partition's fair-share order (``explain``); ``own_queue`` is marked with a *."""
-    table = Table(title=f"fair share in {partition}")
-    for col in (
-        "rank",
-        "queue",
-        "tenant",
-        "weight",
-        "holding GPUs",
-        "usage GPU-h",
-        "share",
-        "why",
-    ):
-        table.add_column(col, overflow="fold")
-    for t in fair:
-        mark = " *" if t["queue"] == own_queue else ""
-        table.add_row(
-            str(t["rank"]),
-            t["queue"] + mark,
-            t.get("tenant") or "-",
-            f"{t['weight']:g}",
-            f"{t['holding_gpus']:g}",
-            f"{t['decayed_usage_gpu_h']:.2f}",
-            f"{t['share']:.3f}",
-            t.get("explanation", ""),
+    """A table of ``rows`` (one cell per column of ``cols``, wide-only ones included)."""
+    shown = [i for i, c in enumerate(cols) if wide or not c.wide_only]
+    table = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False, title_justify="left")
+    for i in shown:
+        c = cols[i]
+        table.add_column(
+            c.name,
+            no_wrap=True,
+            overflow="fold" if wide else "ellipsis",
+            max_width=None if wide else c.max_width,
+            justify=c.justify,  # type: ignore[arg-type]
         )
-    return table
-
-
-def _mig_slots(g: dict[str, Any]) -> str:
-    slots = g.get("mig")
-    if not slots:
-        return ""
-    return " ".join(f"{s['profile']}@{s['start']}:{s['job'] or '-'}" for s in slots)
-
-
-def nodes_table(nodes: list[dict[str, Any]]) -> Table:
-    table = Table(title="GPUs")
-    for col in ("node", "GPU", "type", "partition", "state", "jobs", "MIG slots"):
-        table.add_column(col, overflow="fold")
-    for n in nodes:
-        node_name = n["name"] + (" (fake)" if n.get("fake") else "")
-        if not n.get("up", True):
-            node_name += " DOWN"
-        for i, g in enumerate(n["gpus"]):
-            used = g.get("milli_used", 0)
-            state = g["state"]
-            share = f" {used / 1000:.2f}" if 0 < used < 1000 and not g.get("mig") else ""
-            table.add_row(
-                node_name if i == 0 else "",
-                str(g["index"]),
-                g["type"],
-                g["partition"] or "-",
-                Text(state + share, style=STATE_STYLE.get(state, "")),
-                " ".join(g.get("jobs", [])) or "-",
-                _mig_slots(g),
-            )
-    return table
-
-
-def _partitions_table(parts: list[dict[str, Any]]) -> Table:
-    table = Table(title="partitions (fences)")
-    for col in (
-        "partition",
-        "admits",
-        "sharing",
-        "GPUs",
-        "used",
-        "lent",
-        "borrowed",
-        "largest gang",
-        "running",
-        "pending",
-    ):
-        table.add_column(col)
-    for p in parts:
-        cap = p["capacity_gpus"]
-        used = float(p["used_gpus"])
-        pct = f" ({used / cap:.0%})" if cap else ""
-        table.add_row(
-            p["name"],
-            ",".join(p["admits"]),
-            p["sharing"],
-            str(cap),
-            f"{used:g}{pct}",
-            str(p["lent_gpus"]),
-            str(p["borrowed_gpus"]),
-            str(p["largest_gang"]),
-            str(p["running"]),
-            str(p["pending"]),
+    for row in rows:
+        table.add_row(*(row[i] for i in shown))
+    if not wide:
+        natural = [
+            max([cell_len(cols[i].name), *(_cell_width(row[i]) for row in rows)]) for i in shown
+        ]
+        widths = fit_widths(
+            natural,
+            [cols[i].max_width for i in shown],
+            [cols[i].flex for i in shown],
+            # SIMPLE_HEAD, no edge padding: an edge each side, a separator between columns, one
+            # space of padding each side of every column but the outer sides
+            out_console().width - (3 * len(shown) - 1),
         )
+        for column, width in zip(table.columns, widths, strict=True):
+            column.width = width
     return table
 
 
-def _gpu_map(nodes: list[dict[str, Any]]) -> Table:
-    """One line per node, one cell per GPU: the job on it, or '.' when free."""
-    table = Table(title="GPU map", show_header=False, box=None, padding=(0, 1))
-    table.add_column("node", style="bold")
-    table.add_column("gpus")
-    for n in nodes:
-        cells = Text()
-        for g in n["gpus"]:
-            jobs = g.get("jobs", [])
-            label = ",".join(jobs) if jobs else "."
-            cells.append(f"[{g['index']}:{label}]", style=STATE_STYLE.get(g["state"], ""))
-            cells.append(" ")
-        table.add_row(n["name"], cells)
-    return table
+def _cell_width(cell: Cell) -> int:
+    return cell.cell_len if isinstance(cell, Text) else cell_len(cell)
 
 
-def top_frame(client: Client, head: int) -> Group:
-    parts = client.partitions()
-    ns = client.nodes()
-    jobs = client.jobs(ACTIVE_STATES, limit=max(head, 1) * 4)
-    order = {JobState.RUNNING: 0, JobState.STOPPING: 1, JobState.STARTING: 2, JobState.PENDING: 3}
-    jobs.sort(key=lambda j: (order.get(j["state"], 9), j.get("seq", 0)))
-    shown = jobs[:head]
-    title = f"queue head ({len(shown)} of {len(jobs)} active)"
-    stamp = Text(f"gpufence top  {client.url}  {time.strftime('%H:%M:%S')}", style="bold")
-    return Group(stamp, _partitions_table(parts), _gpu_map(ns), queue_table(shown, title))
+MIN_WIDTH = 6  # a cut column keeps this much (or all of it, when shorter): "train…"
+
+
+def fit_widths(
+    natural: Sequence[int], caps: Sequence[int | None], flex: Sequence[bool], room: int
+) -> list[int]:
+    """Column widths for ``room`` characters: each column its natural width (at most its cap);
+    when that is too wide, the flex columns (free text) give way first, down to ``MIN_WIDTH``,
+    then the widest of the others, one character at a time, down to ``MIN_WIDTH``. Short
+    columns (ids, states, numbers) are never cut before the long ones."""
+    widths = [min(n, c) if c else n for n, c in zip(natural, caps, strict=True)]
+    floor = [min(w, MIN_WIDTH) for w in widths]
+    excess = sum(widths) - room
+    for i in sorted(range(len(widths)), key=lambda i: -widths[i]):
+        if excess <= 0:
+            break
+        if flex[i]:
+            cut = min(excess, widths[i] - floor[i])
+            widths[i] -= cut
+            excess -= cut
+    while excess > 0:
+        i = max(range(len(widths)), key=lambda i: widths[i] - floor[i])
+        if widths[i] <= floor[i]:
+            break  # nothing left to cut: the terminal is narrower than the minimum
+        widths[i] -= 1
+        excess -= 1
+    return widths
+
+
+def print_wide(renderable: RenderableType, wide: bool) -> None:
+    """Print to stdout; ``wide``: at the renderable's natural width (nothing cut or wrapped)."""
+    console = out_console()
+    if wide:
+        unbounded = console.options.update(max_width=1 << 16)
+        natural = Measurement.get(console, unbounded, renderable).maximum
+        if natural > console.width:
+            console = out_console(width=natural)
+    console.print(renderable)

@@ -1,11 +1,22 @@
 """The server verb of the ``gpufence`` CLI: ``up`` starts the control plane on this machine.
 
-The server modules (fastapi, uvicorn) are imported when ``up`` runs, so the client verbs stay
-light.
+The server modules (fastapi, uvicorn: the ``server`` extra) are imported when ``up`` runs, so
+the client verbs stay light and a client-only install says what to install.
+
+Once the server listens, ``up`` prints the line that points a shell at it::
+
+    export GPUFENCE_URL=http://127.0.0.1:7878 GPUFENCE_DATA=/home/me/.gpufence
+
+and writes a context for it to the client config (``clientconfig.py``), made current, so that
+``gpufence queue`` in another terminal finds it without either variable.
 """
 
 from __future__ import annotations
 
+import logging
+import re
+import shlex
+import threading
 from pathlib import Path
 from typing import Annotated
 
@@ -17,47 +28,106 @@ from gpufence.control.http.client import default_data_dir
 DEFAULT_PORT = 7878  # = server.DEFAULT_PORT (the server module imports fastapi: kept lazy)
 
 
+def escape_control_characters(record: logging.LogRecord) -> bool:
+    """A logging filter: the formatted message with control characters escaped (a newline in
+    a job's cwd or name must not start a forged line of the server log); tracebacks keep
+    their lines."""
+    from gpufence.control.jobspec import escape
+
+    msg = record.getMessage()
+    if not (msg.isprintable() and msg.isascii()):
+        record.msg, record.args = escape(msg), None
+    return True
+
+
 def up(
     config: Annotated[
-        Path | None, typer.Option("--config", help="cluster spec YAML (with a control: section)")
+        Path | None,
+        typer.Option(
+            "--config", metavar="FILE", help="cluster spec YAML (with a control: section)"
+        ),
     ] = None,
     data: Annotated[
         Path | None,
         typer.Option(
             "--data",
+            metavar="DIR",
             help="data directory (store, logs, token) [default: $GPUFENCE_DATA or ~/.gpufence]",
             show_default=False,
         ),
     ] = None,
     fake_gpus: Annotated[
         int | None,
-        typer.Option("--fake-gpus", help="run on N made-up GPUs (no NVIDIA GPU needed)"),
+        typer.Option(
+            "--fake-gpus", metavar="N", help="run on N made-up GPUs (no NVIDIA GPU needed)"
+        ),
     ] = None,
     fake_gpu_type: Annotated[
-        str, typer.Option("--fake-gpu-type", help="GPU type of the fake GPUs")
+        str, typer.Option("--fake-gpu-type", metavar="TYPE", help="GPU type of the fake GPUs")
     ] = "H100-80GB",
     executor: Annotated[
         str,
         typer.Option(
-            "--executor", help="where jobs run: local (this machine) or ray (a Ray cluster)"
+            "--executor",
+            metavar="NAME",
+            help="where jobs run: local (this machine) or ray (a Ray cluster)",
         ),
     ] = "local",
     ray_address: Annotated[
         str | None,
         typer.Option(
-            "--ray-address", help="Ray cluster to run on (--executor ray) [default: auto]"
+            "--ray-address",
+            metavar="ADDRESS",
+            help="Ray cluster to run on (--executor ray) [default: auto]",
         ),
     ] = None,
-    host: Annotated[str, typer.Option("--host", help="address to listen on")] = "127.0.0.1",
-    port: Annotated[int, typer.Option("--port", help="port (0 = any free one)")] = DEFAULT_PORT,
-    log_level: Annotated[str, typer.Option("--log-level")] = "info",
+    host: Annotated[
+        str, typer.Option("--host", metavar="ADDRESS", help="address to listen on")
+    ] = "127.0.0.1",
+    port: Annotated[
+        int, typer.Option("--port", metavar="PORT", help="port (0 = any free one)")
+    ] = DEFAULT_PORT,
+    log_level: Annotated[
+        str,
+        typer.Option(
+            "--log-level", metavar="LEVEL", help="debug, info, warning or error (server log)"
+        ),
+    ] = "info",
+    skip_integrity_check: Annotated[
+        bool,
+        typer.Option(
+            "--skip-integrity-check",
+            help="start without PRAGMA quick_check of the store (a damaged store is refused)",
+        ),
+    ] = False,
+    strict: Annotated[
+        bool,
+        typer.Option("--strict", help="refuse to start when the spec gets advice warnings"),
+    ] = False,
+    context: Annotated[
+        str | None,
+        typer.Option(
+            "--context",
+            metavar="NAME",
+            help="name of the client context written for this server and made current "
+            "[default: 'default' for ~/.gpufence, else the data dir's name]",
+            show_default=False,
+        ),
+    ] = None,
+    no_context: Annotated[
+        bool, typer.Option("--no-context", help="write no client context")
+    ] = False,
 ) -> None:
     """Start the control plane: API server, reconciler and executor (local, or --executor ray)
     (Ctrl-C stops it; running jobs keep running and are adopted by the next `up` on the same
     --data)."""
-    import logging
+    from gpufence.cli.extras import require
 
+    require("server", "gpufence up")
+    if executor == "ray":
+        require("ray", "gpufence up --executor ray")
     from gpufence.control.http.server import StartupError, build_plane, serve
+    from gpufence.control.privatefs import set_private_umask
     from gpufence.spec import SpecError, format_spec_error
 
     if not 0 <= port <= 65535:
@@ -67,12 +137,81 @@ def up(
         level=log_level.upper(),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    # before anything is created: the data dir, the store, the token, the jobs' files (the
+    # launcher and the jobs inherit it) are private from their first byte
+    set_private_umask()
+    for handler in logging.getLogger().handlers:  # user text must not forge log lines
+        handler.addFilter(escape_control_characters)
     try:
-        plane = build_plane(config, data_dir, fake_gpus, fake_gpu_type, executor, ray_address)
-        serve(plane, host, port, log_level=log_level.lower())
+        if config is not None:
+            _lint(config, strict)
+        plane = build_plane(
+            config,
+            data_dir,
+            fake_gpus,
+            fake_gpu_type,
+            executor,
+            ray_address,
+            check_integrity=not skip_integrity_check,
+        )
+        ready = threading.Event()
+        name = None if no_context else (context or default_context_name(data_dir))
+        threading.Thread(
+            target=announce, args=(ready, data_dir, name), name="announce", daemon=True
+        ).start()
+        serve(plane, host, port, ready=ready, log_level=log_level.lower())
     except SpecError as e:
         err_console().print(format_spec_error(e), markup=False, soft_wrap=True)
         raise typer.Exit(2) from None
     except (StartupError, ValueError, FileNotFoundError) as e:
         err_console().print(f"error: {e}", markup=False, soft_wrap=True)
         raise typer.Exit(2) from None
+
+
+def default_context_name(data_dir: Path) -> str:
+    """'default' for the default data dir, else the dir's name made a valid context name."""
+    if data_dir.expanduser().resolve() == default_data_dir().resolve():
+        return "default"
+    name = re.sub(r"[^A-Za-z0-9._-]+", "-", data_dir.resolve().name).strip("-.") or "default"
+    return name[:63]
+
+
+def export_line(url: str, data_dir: Path) -> str:
+    return f"export GPUFENCE_URL={shlex.quote(url)} GPUFENCE_DATA={shlex.quote(str(data_dir))}"
+
+
+def announce(ready: threading.Event, data_dir: Path, context: str | None) -> None:
+    """Once the server listens: print the export line, write the client context."""
+    from gpufence.cli.clientconfig import ConfigError, config_path, remember_server
+    from gpufence.cli.connect import server_url
+
+    ready.wait()
+    url = server_url(data_dir)
+    if url is None:
+        return
+    data = data_dir.expanduser().resolve()
+    typer.echo(export_line(url, data))
+    if context is None:
+        return
+    try:
+        remember_server(context, url, data)
+    except (ConfigError, OSError) as exc:  # the server runs anyway; say why the CLI may not
+        err_console().print(f"warning: client context not written: {exc}", markup=False)
+        return
+    err_console().print(
+        f"client context '{context}' (current) written to {config_path()}: the gpufence "
+        "verbs find this server from any shell",
+        markup=False,
+        soft_wrap=True,
+    )
+
+
+def _lint(config: Path, strict: bool) -> None:
+    """The spec advice on the config file, as warnings on stderr (errors with --strict)."""
+    from gpufence.cli.speclint import lint_file
+    from gpufence.control.config import control_schema
+    from gpufence.spec import load_cluster_with_sections
+
+    cluster, extra, lines = load_cluster_with_sections(config, ("control",))
+    control = control_schema(extra.get("control"), str(config))
+    lint_file(err_console(), cluster, config, strict, lines, control.advice)

@@ -3,37 +3,65 @@
 ```yaml
 control:
   auth:
-    admin_token_env: GPUFENCE_ADMIN_TOKEN   # or admin_token: "..." (prefer the env form)
+    admin_token_env: GPUFENCE_ADMIN_TOKEN   # or admin_token: "sha256:<hex>" (or clear; avoid)
     tenants:
       vision: {token_env: VISION_TOKEN}
-      nlp: {token: "s3cret"}
+      nlp: {token: "sha256:9f86d0..."}      # printf %s "$TOKEN" | sha256sum
+  run_as: gpufence-jobs     # Unix user of the admin's jobs and of tenants without their own
+  tenants:
+    vision: {run_as: vision-jobs}
+    nlp: {run_as: nlp-jobs}
+  allow_run_as_root: false  # a run_as user with uid 0 is refused unless this is true
+  job_env_inherit: [CONDA_PREFIX, "http_proxy"]   # server variables jobs also get (NAME, PREFIX*)
+  job_pids_limit: 16384     # processes + threads per gang member (null: no limit)
   stop_grace_s: 10          # SIGTERM -> SIGKILL
   notice_signal: SIGUSR1    # or SIGTERM: how a job hears about a preemption / reclaim notice
   activity_interval_s: 1    # how often idle detection samples running interactive jobs
+  max_request_bytes: 1048576  # larger HTTP request bodies get 413
+  gpu_sample_interval_s: 5  # real GPUs: how often NVML's process lists are checked (and MPS)
+  foreign_gpu_processes: report   # or kill: a process on a GPU that no job holding it owns
+  advice:                   # `gpufence validate` / `up` / `advise` (gpufence.advice.inputs)
+    ignore: [quota-borrow-unbounded]   # rule ids not to report (say why in a comment)
+    chronic_preemption: {more_than: 2, of_last: 7, period_s: 86400}
+    failure_margin_nodes: 1
 ```
 
 Without a config file, the cluster is this machine as discovered (one exclusive partition) and
 the admin token is generated into ``DATA/admin.token`` (mode 0600), where the CLI finds it.
+Tokens are kept as SHA-256 digests (``tokens.py``); run_as users are resolved at start-up
+(``runas.py``); the data dir is created private (``privatefs.py``).
 """
 
 from __future__ import annotations
 
+import logging
 import os
-import secrets
+import re
 import signal
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from gpufence.advice.inputs import AdviceSettings
+from gpufence.control.executors.interface import RunAs
+from gpufence.control.executors.memberenv import OWN_PREFIX, name_matches
+from gpufence.control.privatefs import dir_mode, ensure_dir
+from gpufence.control.runas import RunAsError, resolve_user
+from gpufence.control.tokens import TokenError, TokenTable, admin_token_from_file, configured_digest
 from gpufence.model.cluster import Cluster
 from gpufence.spec import load_cluster_with_sections
 from gpufence.spec.build import cluster_from_dict
 from gpufence.spec.errors import SpecError, SpecIssue
 
+log = logging.getLogger("gpufence.config")
+
 TOKEN_FILE = "admin.token"
 SERVER_FILE = "server.json"
+DEFAULT_PIDS_LIMIT = 16384
+_ENV_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*\*?$"
 
 
 class _Secret(BaseModel):
@@ -58,60 +86,100 @@ class AuthSchema(BaseModel):
     tenants: dict[str, _Secret] = Field(default_factory=dict)
 
 
+class TenantSchema(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    run_as: str | None = Field(default=None, min_length=1, description="Unix user of its jobs")
+
+
 class ControlSchema(BaseModel):
     model_config = ConfigDict(extra="forbid")
     auth: AuthSchema = Field(default_factory=AuthSchema)
+    tenants: dict[str, TenantSchema] = Field(default_factory=dict)
+    run_as: str | None = Field(default=None, min_length=1)
+    allow_run_as_root: bool = False
+    job_env_inherit: list[str] = Field(default_factory=list)
+    job_pids_limit: int | None = Field(default=DEFAULT_PIDS_LIMIT, ge=16, le=1 << 22)
     stop_grace_s: float = Field(default=10.0, ge=0.0, le=3600.0)
     notice_signal: Literal["SIGUSR1", "SIGUSR2", "SIGTERM"] = "SIGUSR1"
     activity_interval_s: float = Field(default=1.0, gt=0.0, le=600.0)
+    max_request_bytes: int = Field(default=1 << 20, ge=1024, le=1 << 30)
+    gpu_sample_interval_s: float = Field(default=5.0, gt=0.0, le=3600.0)
+    foreign_gpu_processes: Literal["report", "kill"] = "report"
+    advice: AdviceSettings = Field(default_factory=AdviceSettings)
 
 
 @dataclass(frozen=True)
 class ControlConfig:
-    admin_token: str
-    tenant_tokens: dict[str, str] = field(default_factory=dict)  # token -> tenant
+    tokens: TokenTable = field(default_factory=TokenTable)
     tenants: tuple[str, ...] = ()
+    run_as: Mapping[str, RunAs] = field(default_factory=dict)
+    """Tenant -> the Unix user its jobs run as (tenants without one: ``default_run_as``)."""
+    default_run_as: RunAs | None = None
+    """The admin's jobs and those of tenants without their own; None: the server's own user."""
+    job_env_inherit: tuple[str, ...] = ()
+    """Server variables (NAME or PREFIX*) jobs get besides memberenv.DEFAULT_ENV_INHERIT."""
+    job_pids_limit: int | None = DEFAULT_PIDS_LIMIT
     stop_grace_s: float = 10.0
     notice_signal: signal.Signals = signal.SIGUSR1
     activity_interval_s: float = 1.0
+    max_request_bytes: int = 1 << 20
+    gpu_sample_interval_s: float = 5.0
+    """Real GPUs: how often the processes on each GPU are checked, and MPS daemons watched."""
+    foreign_gpu_processes: Literal["report", "kill"] = "report"
+    """A process on a GPU that belongs to no job holding it: reported, or also killed."""
+    advice: AdviceSettings = field(default_factory=AdviceSettings)
 
     def tenant_of(self, token: str) -> str | None:
         """'admin' for the admin token, the tenant for a tenant token, else None."""
-        if secrets.compare_digest(token, self.admin_token):
-            return ADMIN
-        for t, name in self.tenant_tokens.items():
-            if secrets.compare_digest(token, t):
-                return name
-        return None
+        return self.tokens.tenant_of(token)
+
+    def run_as_for(self, tenant: str) -> RunAs | None:
+        return self.run_as.get(tenant, self.default_run_as)
+
+    @property
+    def jobs_traversable(self) -> bool:
+        """Jobs run as another user than the server: the data dir must let them pass."""
+        me = os.geteuid()
+        users = [*self.run_as.values(), self.default_run_as]
+        return any(u is not None and u.uid != me for u in users)
 
 
 ADMIN = "admin"
 
 
-def _admin_token(auth: AuthSchema, data_dir: Path) -> str:
+def _admin_digest(auth: AuthSchema, data_dir: Path, traversable: bool) -> bytes:
+    """The admin token's digest: configured (clear or hashed), from an env var, or from the
+    token file (generated on first start; ``TokenError`` if it is unusable)."""
+    where = ("control", "auth")
     if auth.admin_token is not None:
-        return auth.admin_token
+        digest, hashed = _digest_or_issue(auth.admin_token, (*where, "admin_token"))
+        if not hashed:
+            log.warning(
+                "control.auth.admin_token is a clear-text secret in the config file; store its "
+                'hash instead: admin_token: "sha256:<hex>" (printf %s TOKEN | sha256sum)'
+            )
+        return digest
     if auth.admin_token_env is not None:
         value = os.environ.get(auth.admin_token_env)
         if not value:
             raise SpecError(
                 [
                     SpecIssue(
-                        ("control", "auth", "admin_token_env"),
+                        (*where, "admin_token_env"),
                         f"environment variable {auth.admin_token_env} is not set; export it",
                     )
                 ]
             )
-        return value
-    path = data_dir / TOKEN_FILE
-    if path.exists():
-        return path.read_text(encoding="utf-8").strip()
-    token = secrets.token_urlsafe(24)
-    data_dir.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write(token + "\n")
-    return token
+        return _digest_or_issue(value, (*where, "admin_token_env"))[0]
+    ensure_dir(data_dir, dir_mode(traversable))
+    return configured_digest(admin_token_from_file(data_dir / TOKEN_FILE))[0]
+
+
+def _digest_or_issue(value: str, path: tuple[str, ...]) -> tuple[bytes, bool]:
+    try:
+        return configured_digest(value)
+    except TokenError as exc:
+        raise SpecError([SpecIssue(path, str(exc))]) from None
 
 
 def control_schema(raw: object, source: str | None = None) -> ControlSchema:
@@ -120,42 +188,159 @@ def control_schema(raw: object, source: str | None = None) -> ControlSchema:
         return ControlSchema.model_validate(raw if raw is not None else {})
     except ValidationError as exc:
         issues = [
-            SpecIssue(("control", *(str(p) for p in e["loc"])), e["msg"]) for e in exc.errors()
+            SpecIssue(
+                ("control", *(str(p) for p in e["loc"])), e["msg"].removeprefix("Value error, ")
+            )
+            for e in exc.errors()
         ]
         raise SpecError(issues, source) from None
 
 
-def control_config(raw: object, data_dir: Path, source: str | None = None) -> ControlConfig:
-    """Validate the ``control:`` section and resolve its secrets (env vars, token file)."""
-    schema = control_schema(raw, source)
-    tenant_tokens: dict[str, str] = {}
-    problems: list[SpecIssue] = []
+def _tokens(schema: ControlSchema, problems: list[SpecIssue]) -> dict[bytes, str]:
+    by_digest: dict[bytes, str] = {}
     for name, secret in schema.auth.tenants.items():
         value = secret.resolve()
         path = ("control", "auth", "tenants", name)
         if not value:
             problems.append(SpecIssue(path, f"environment variable {secret.token_env} is not set"))
-        elif value in tenant_tokens:
-            problems.append(SpecIssue(path, f"same token as tenant '{tenant_tokens[value]}'"))
+            continue
+        try:
+            d, hashed = configured_digest(value)
+        except TokenError as exc:
+            problems.append(SpecIssue((*path, "token" if secret.token else "token_env"), str(exc)))
+            continue
+        if d in by_digest:
+            problems.append(SpecIssue(path, f"same token as tenant '{by_digest[d]}'"))
+            continue
+        by_digest[d] = name
+        if secret.token is not None and not hashed:
+            log.warning(
+                "control.auth.tenants.%s.token is a clear-text secret in the config file; "
+                'store its hash instead: token: "sha256:<hex>" (printf %%s TOKEN | sha256sum)',
+                name,
+            )
+    return by_digest
+
+
+def _users(
+    schema: ControlSchema, problems: list[SpecIssue]
+) -> tuple[dict[str, RunAs], RunAs | None]:
+    allow = schema.allow_run_as_root
+    default: RunAs | None = None
+    if schema.run_as is not None:
+        try:
+            default = resolve_user(schema.run_as, allow)
+        except RunAsError as exc:
+            problems.append(SpecIssue(("control", "run_as"), str(exc)))
+    users: dict[str, RunAs] = {}
+    known = list(schema.auth.tenants)
+    for name, t in schema.tenants.items():
+        path = ("control", "tenants", name)
+        if name not in schema.auth.tenants:
+            shown = ", ".join(known) or "none"
+            problems.append(
+                SpecIssue(path, f"no tenant {name!r} under control.auth.tenants (known: {shown})")
+            )
+            continue
+        if t.run_as is None:
+            continue
+        try:
+            users[name] = resolve_user(t.run_as, allow)
+        except RunAsError as exc:
+            problems.append(SpecIssue((*path, "run_as"), str(exc)))
+    return users, default
+
+
+def _env_inherit(schema: ControlSchema, problems: list[SpecIssue]) -> tuple[str, ...]:
+    """``job_env_inherit`` entries: names or PREFIX*; never one that lets a secret through."""
+    secrets_env = [s.token_env for s in schema.auth.tenants.values() if s.token_env]
+    if schema.auth.admin_token_env:
+        secrets_env.append(schema.auth.admin_token_env)
+    out: list[str] = []
+    for i, pat in enumerate(schema.job_env_inherit):
+        path = ("control", "job_env_inherit", str(i))
+        if not re.match(_ENV_PATTERN, pat):
+            problems.append(SpecIssue(path, f"{pat!r} is not a variable name or NAME_PREFIX*"))
+        elif name_matches(OWN_PREFIX, [pat]) or pat.startswith(OWN_PREFIX):
+            problems.append(
+                SpecIssue(
+                    path, f"{pat!r}: GPUFENCE_* variables are the server's; jobs never get them"
+                )
+            )
+        elif any(name_matches(s, [pat]) for s in secrets_env):
+            hit = next(s for s in secrets_env if name_matches(s, [pat]))
+            problems.append(
+                SpecIssue(path, f"{pat!r} would pass {hit}, which holds an API token, to every job")
+            )
         else:
-            tenant_tokens[value] = name
+            out.append(pat)
+    return tuple(out)
+
+
+def control_config(raw: object, data_dir: Path, source: str | None = None) -> ControlConfig:
+    """Validate the ``control:`` section, resolve its users and secrets (env vars, token file)."""
+    schema = control_schema(raw, source)
+    problems: list[SpecIssue] = []
+    by_digest = _tokens(schema, problems)
+    users, default = _users(schema, problems)
+    inherit = _env_inherit(schema, problems)
     if problems:
         raise SpecError(problems, source)
-    admin = _admin_token(schema.auth, data_dir)
-    if admin in tenant_tokens:
+    probe = ControlConfig(run_as=users, default_run_as=default)
+    admin = _admin_digest(schema.auth, data_dir, probe.jobs_traversable)
+    if admin in by_digest:
         raise SpecError([SpecIssue(("control", "auth"), "a tenant token equals the admin token")])
+    by_digest[admin] = ADMIN
+    _warn_shared_users(schema, users, default)
     return ControlConfig(
-        admin_token=admin,
-        tenant_tokens=tenant_tokens,
+        tokens=TokenTable(by_digest),
         tenants=tuple(schema.auth.tenants),
+        run_as=users,
+        default_run_as=default,
+        job_env_inherit=inherit,
+        job_pids_limit=schema.job_pids_limit,
         stop_grace_s=schema.stop_grace_s,
         notice_signal=signal.Signals[schema.notice_signal],
         activity_interval_s=schema.activity_interval_s,
+        max_request_bytes=schema.max_request_bytes,
+        gpu_sample_interval_s=schema.gpu_sample_interval_s,
+        foreign_gpu_processes=schema.foreign_gpu_processes,
+        advice=schema.advice,
     )
 
 
-def load_config(path: Path, data_dir: Path) -> tuple[Cluster, ControlConfig]:
-    cluster, extra, _lines = load_cluster_with_sections(path, ("control",))
+def _warn_shared_users(
+    schema: ControlSchema, users: Mapping[str, RunAs], default: RunAs | None
+) -> None:
+    """Tenants that share a Unix user can read each other's job files, and jobs without a
+    run_as user of a root server are root: say so at start-up."""
+    by_user: dict[str, list[str]] = {}
+    for tenant in (*schema.auth.tenants, ADMIN):
+        who = users.get(tenant, default)
+        by_user.setdefault(who.user if who else "", []).append(tenant)
+    for user, tenants in by_user.items():
+        if user and len([t for t in tenants if t != ADMIN]) > 1:
+            log.warning(
+                "tenants %s run as the same Unix user %s: their jobs can read each other's files; "
+                "give each its own control.tenants.<name>.run_as",
+                ", ".join(t for t in tenants if t != ADMIN),
+                user,
+            )
+    as_server = by_user.get("", [])
+    if as_server and os.geteuid() == 0:
+        log.warning(
+            "jobs of %s run as root (no run_as): such a job can read the store and every token; "
+            "set control.run_as and control.tenants.<name>.run_as to unprivileged users",
+            ", ".join(as_server),
+        )
+
+
+def load_config(
+    path: Path, data_dir: Path, node_defaults: dict[str, object] | None = None
+) -> tuple[Cluster, ControlConfig]:
+    """The cluster and the control config of ``path``; ``node_defaults`` fills node-group
+    fields the file leaves out (``load_cluster_with_sections``)."""
+    cluster, extra, _lines = load_cluster_with_sections(path, ("control",), node_defaults)
     return cluster, control_config(extra.get("control"), data_dir, str(path))
 
 

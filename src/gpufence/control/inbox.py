@@ -1,6 +1,10 @@
 """What flows into the reconciler (its inbox items) and what it keeps per running job.
 
 Kept apart from the loop itself (``reconciler.py``) so that the loop reads as one cycle.
+*Requests* (``Submit``, ``Cancel``) wait on a future: if the store cannot take them they fail
+with ``StoreUnavailable`` and the client retries. *Observations* (``AttemptExit``, ``Ack``,
+``NodeEvent``) have nobody to retry them: the reconciler holds each one until a cycle has
+persisted it and the scheduler has seen it.
 """
 
 from __future__ import annotations
@@ -13,6 +17,8 @@ from typing import Any
 
 from gpufence.control.executors.interface import AttemptExit, Launch
 from gpufence.control.jobspec import SubmitRequest
+from gpufence.model.decisions import Decision
+from gpufence.model.events import Event
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,10 +27,16 @@ class SubmitResult:
     state: str
     reason: str = ""
     message: str = ""
+    replayed: bool = False
+    """The Idempotency-Key was seen before: this is the job it created then."""
 
 
 class CancelError(ValueError):
     pass
+
+
+class IdempotencyConflict(ValueError):
+    """An Idempotency-Key reused for a different request (HTTP 422)."""
 
 
 @dataclass(slots=True)
@@ -32,6 +44,8 @@ class Submit:
     req: SubmitRequest
     tenant: str
     future: Future[SubmitResult]
+    key: str | None = None
+    """The client's Idempotency-Key (per tenant): the same key returns the same job."""
 
 
 @dataclass(slots=True)
@@ -93,6 +107,38 @@ class Pending:
     launches: list[tuple[str, Launch]] = field(default_factory=list)
     notices: list[tuple[str, int, str, float]] = field(default_factory=list)
     stops: list[tuple[str, int]] = field(default_factory=list)
+    kills: list[tuple[str, int]] = field(default_factory=list)
+    """Stops without grace: attempts of jobs the scheduler could not handle."""
+
+
+Observation = AttemptExit | Ack | NodeEvent
+
+
+@dataclass(slots=True)
+class Staged:
+    """What one inbox transaction wrote, applied in memory only once it committed."""
+
+    events: list[Event] = field(default_factory=list)
+    submits: list[tuple[str, Future[SubmitResult]]] = field(default_factory=list)
+    replies: list[tuple[Future[Any], object]] = field(default_factory=list)
+    """Futures answered once the transaction committed (a value, or an exception)."""
+    effects: list[Callable[[], None]] = field(default_factory=list)
+    """In-memory changes that must follow the commit (never precede it)."""
+    stops: list[tuple[str, int]] = field(default_factory=list)
+    exits: int = 0
+
+
+@dataclass(slots=True)
+class Unsaved:
+    """A scheduling step whose decisions are not persisted yet (the store refused them): it is
+    persisted before anything else happens, then acted on."""
+
+    events: list[Event]
+    decisions: list[Decision]
+    submits: list[tuple[str, Future[SubmitResult]]]
+    stops: list[tuple[str, int]]
+    poisoned: dict[str, str]
+    """Jobs the scheduler could not handle, and why."""
 
 
 Item = Submit | Cancel | Call | Ack | NodeEvent | AttemptExit | None

@@ -1,20 +1,38 @@
 """What a user submits to the control plane, validated, and its translation to a core ``Job``.
 
-Validation that needs no cluster (types, ranges, contradictory fields) happens here and becomes a
-422 with field-level messages. Whether the cluster can ever hold the job is the scheduler's
-intake check, which rejects at submit with the reason.
+Validation that needs no cluster happens here and becomes a 422 naming the field. The rules, so
+that nothing a client sends can reach the store or the scheduler in a shape they cannot handle:
+
+* every number is finite (JSON ``1e400`` parses as infinity, ``NaN`` as NaN: both refused) and
+  within the range its ``Field`` documents;
+* every string is valid UTF-8 (no lone surrogates such as ``"\\ud800"``) and has no NUL; names
+  (``name``, ``partition``, ``queue``, ``mig``, ``tenant``) and ``cwd`` have no control
+  characters at all, argv items and env values may hold tab / newline / carriage return only;
+* env keys full-match ``[A-Za-z_][A-Za-z0-9_]*`` (a trailing newline does not pass);
+* ``command[0]`` is not empty; ``cwd`` is absolute; list and string sizes are bounded.
+
+Whether the cluster can ever hold the job is the scheduler's intake check, which rejects at
+submit with the reason. ``escape`` makes user text safe for a log line.
 """
 
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from gpufence.model.job import GpuRequest, Job, WorkloadClass
 
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # Variables the executor sets; a user value would break GPU isolation or the handshake.
 RESERVED_ENV = (
     "CUDA_VISIBLE_DEVICES",
@@ -23,37 +41,158 @@ RESERVED_ENV = (
     "WORLD_SIZE",
     "LOCAL_RANK",
 )
+MIB = 1 << 20
+MAX_CPUS = 4096.0
+MAX_MEM_BYTES = 1 << 50  # 1 PiB
+MAX_TIME_LIMIT_S = 366 * 86400.0
+
+MAX_ARGS = 4096
+MAX_ARG_BYTES = 128 * 1024  # Linux refuses a longer single argv string (MAX_ARG_STRLEN)
+MAX_ENV = 1024
+MAX_NAME = 128
+MAX_PATH = 4096
+MAX_RUNTIME_S = 10 * 366 * 86400.0  # ten years: beyond any estimate, far below float trouble
+MAX_GPU_MEM_GIB = 4096.0
+
+# C0 controls, DEL and C1 controls; tab, newline and carriage return are told apart below
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+_CONTROL_NOT_WS = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+
+
+def _utf8(value: str) -> str:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        bad = value[exc.start]
+        raise ValueError(
+            f"is not valid UTF-8: lone surrogate U+{ord(bad):04X} at position {exc.start}"
+        ) from None
+    return value
+
+
+def _no_control(value: str) -> str:
+    """A name or a path: valid UTF-8, no control character at all."""
+    _utf8(value)
+    m = _CONTROL.search(value)
+    if m is not None:
+        raise ValueError(
+            f"contains the control character U+{ord(m.group()):04X} at position {m.start()}"
+        )
+    return value
+
+
+def _arg_text(value: str) -> str:
+    """An argv item or env value: valid UTF-8, no NUL; tab/newline/CR allowed (scripts)."""
+    _utf8(value)
+    if "\x00" in value:
+        raise ValueError(f"contains a NUL byte at position {value.index(chr(0))}")
+    m = _CONTROL_NOT_WS.search(value)
+    if m is not None:
+        raise ValueError(
+            f"contains the control character U+{ord(m.group()):04X} at position {m.start()}"
+        )
+    if len(value.encode("utf-8")) > MAX_ARG_BYTES:
+        raise ValueError(f"is longer than {MAX_ARG_BYTES} bytes")
+    return value
+
+
+def _abs_path(value: str) -> str:
+    _no_control(value)
+    if not value.startswith("/"):
+        raise ValueError("must be an absolute path (start with /)")
+    return value
+
+
+Name = Annotated[str, Field(max_length=MAX_NAME), AfterValidator(_no_control)]
+Arg = Annotated[str, AfterValidator(_arg_text)]
+
+
+def escape(text: object) -> str:
+    """``text`` fit for one log line: control characters and lone surrogates as escapes, so a
+    newline in user input cannot forge a line of the server log."""
+    s = str(text)
+    if s.isprintable() and s.isascii():
+        return s
+    s = s.encode("utf-8", "backslashreplace").decode("utf-8")
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", s)
 
 
 class SubmitRequest(BaseModel):
-    command: list[str] = Field(min_length=1, description="argv of each replica (no shell)")
-    name: str | None = Field(default=None, max_length=128)
+    command: list[Arg] = Field(
+        min_length=1, max_length=MAX_ARGS, description="argv of each replica (no shell)"
+    )
+    name: Name | None = None
     workload_class: WorkloadClass = Field(default=WorkloadClass.TRAINING, alias="class")
     gpus: int = Field(default=1, ge=0, le=1024, description="whole GPUs per replica")
-    mig: str | None = Field(default=None, description="one MIG instance of this profile")
+    mig: Name | None = Field(default=None, description="one MIG instance of this profile")
     gpu_fraction: float | None = Field(default=None, gt=0.0, lt=1.0)
-    gpu_mem_gib: float | None = Field(default=None, gt=0.0)
+    gpu_mem_gib: float | None = Field(
+        default=None, gt=0.0, le=MAX_GPU_MEM_GIB, description="GiB, with gpu_fraction"
+    )
     replicas: int = Field(default=1, ge=1, le=4096)
-    partition: str = ""
-    queue: str = ""
+    partition: Annotated[str, Field(max_length=MAX_NAME), AfterValidator(_no_control)] = ""
+    queue: Annotated[str, Field(max_length=MAX_NAME), AfterValidator(_no_control)] = ""
     priority: int = Field(default=0, ge=-1000, le=1000)
     checkpointable: bool = False
-    est_runtime_s: float | None = Field(default=None, gt=0.0)
-    env: dict[str, str] = Field(default_factory=dict)
-    cwd: str | None = None
+    est_runtime_s: float | None = Field(
+        default=None, gt=0.0, le=MAX_RUNTIME_S, description="seconds, at most ten years"
+    )
+    env: dict[str, Arg] = Field(default_factory=dict, max_length=MAX_ENV)
+    cwd: (
+        Annotated[str, Field(min_length=1, max_length=MAX_PATH), AfterValidator(_abs_path)] | None
+    ) = Field(default=None, description="absolute working directory of every replica")
+    cpus: float | None = Field(
+        default=None,
+        ge=0.001,
+        le=MAX_CPUS,
+        description="CPU cores per replica (fractions allowed): placed on a node that has them "
+        "free, and the member is limited to them",
+    )
+    mem_bytes: int | None = Field(
+        default=None,
+        ge=MIB,
+        le=MAX_MEM_BYTES,
+        description="host memory per replica in bytes: placed on a node that has it free; a "
+        "member over it is OOM-killed (job failed, reason 'oom')",
+    )
+    time_limit_s: float | None = Field(
+        default=None,
+        gt=0.0,
+        le=MAX_TIME_LIMIT_S,
+        description="wall-clock limit of one attempt in seconds: stopped at it (notice first "
+        "if checkpointable), reason 'time-limit'",
+    )
+    slo_p99_ms: float | None = Field(
+        default=None,
+        gt=0.0,
+        le=3_600_000.0,
+        allow_inf_nan=False,
+        description="the latency SLO a serving job serves (advice tells serving from batch by it)",
+    )
     max_attempts: int = Field(
         default=3, ge=1, le=100, description="attempts when a run is lost (node failure, crash)"
     )
-    tenant: str | None = Field(default=None, description="admin only: submit on behalf of")
+    tenant: Name | None = Field(default=None, description="admin only: submit on behalf of")
 
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, allow_inf_nan=False)
+
+    @field_validator("command")
+    @classmethod
+    def _argv0(cls, command: list[str]) -> list[str]:
+        if command and not command[0]:
+            raise ValueError("command[0] (the program) must not be empty")
+        return command
 
     @field_validator("env")
     @classmethod
     def _env_names(cls, env: dict[str, str]) -> dict[str, str]:
         for k in env:
-            if not _ENV_NAME.match(k):
-                raise ValueError(f"'{k}' is not a valid environment variable name")
+            _utf8(k)
+            if len(k) > 256 or not _ENV_NAME.fullmatch(k):
+                raise ValueError(
+                    f"{escape(k)!r} is not a valid environment variable name "
+                    "(letters, digits and _, not starting with a digit)"
+                )
             if k in RESERVED_ENV or k.startswith("GPUFENCE_"):
                 raise ValueError(f"'{k}' is set by gpufence for every job; remove it")
         return env
@@ -68,7 +207,27 @@ class SubmitRequest(BaseModel):
             raise ValueError("gpu_mem_gib goes with gpu_fraction (a share of one GPU)")
         if self.gpu_fraction is not None and round(self.gpu_fraction * 1000) < 1:
             raise ValueError("gpu_fraction must be at least 0.001")
+        if (
+            self.time_limit_s is not None
+            and self.est_runtime_s is not None
+            and self.est_runtime_s > self.time_limit_s
+        ):
+            raise ValueError(
+                f"est_runtime_s ({self.est_runtime_s:g}) is longer than time_limit_s "
+                f"({self.time_limit_s:g}): the job would be stopped before its expected end; "
+                "raise time_limit_s or lower est_runtime_s"
+            )
         return self
+
+    @property
+    def cpu_milli(self) -> int:
+        """Per replica, as the core counts CPU (0: not requested)."""
+        return round(self.cpus * 1000) if self.cpus is not None else 0
+
+    @property
+    def mem_mib(self) -> int:
+        """Per replica, as the core counts host memory (0: not requested; rounded up)."""
+        return -(-self.mem_bytes // MIB) if self.mem_bytes is not None else 0
 
     def request(self) -> GpuRequest:
         if self.mig is not None:
@@ -90,6 +249,9 @@ class SubmitRequest(BaseModel):
             checkpointable=self.checkpointable,
             est_runtime_s=self.est_runtime_s,
             submit_time=submitted_at,
+            cpu_milli=self.cpu_milli,
+            mem_mib=self.mem_mib,
+            time_limit_s=self.time_limit_s,
         )
 
     def stored(self) -> dict[str, Any]:
@@ -97,5 +259,21 @@ class SubmitRequest(BaseModel):
         return self.model_dump(mode="json", by_alias=True, exclude_none=True)
 
 
+class StoredSpecError(ValueError):
+    """A spec in the store that this version no longer accepts (written by an older one)."""
+
+
 def from_stored(spec: dict[str, Any]) -> SubmitRequest:
-    return SubmitRequest.model_validate(spec)
+    try:
+        return SubmitRequest.model_validate(spec)
+    except ValidationError as exc:
+        raise StoredSpecError(describe_errors(exc)) from None
+
+
+def describe_errors(exc: ValidationError) -> str:
+    """``field: message; ...`` of a validation error, escaped for logs and messages."""
+    parts = []
+    for e in exc.errors(include_url=False, include_input=False):
+        loc = ".".join(str(p) for p in e["loc"])
+        parts.append(f"{escape(loc)}: {escape(e['msg'])}" if loc else escape(e["msg"]))
+    return "; ".join(parts)

@@ -3,32 +3,44 @@
 ``gpufence up`` wraps it in an HTTP server; the demo and the tests drive it directly or over
 HTTP. Every method is safe to call from any thread: writes go through the reconciler's inbox,
 reads of job history go to SQLite, reads of live scheduler state run on the reconciler thread.
+Reads take the caller's tenant: a tenant sees other tenants' job ids nowhere, not even in the
+scheduler's messages about its own jobs (``tenantview.py``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
-from collections.abc import Callable
+import time
+from concurrent.futures import Future
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
+from gpufence.advice.advise import advise
+from gpufence.advice.inputs import LintInputs
+from gpufence.advice.record import Advice
 from gpufence.control import views
+from gpufence.control.advice_history import read_history
 from gpufence.control.config import ADMIN, ControlConfig
 from gpufence.control.executors.interface import Executor
+from gpufence.control.executors.jobdirs import JOBS_DIR, open_job_file
 from gpufence.control.executors.local.local_executor import LocalExecutor
 from gpufence.control.gpus.activity import GpuUtilization
 from gpufence.control.gpus.devices import DeviceMap, check_machine
 from gpufence.control.gpus.discovery import Discovery
-from gpufence.control.gpus.nvml import NvmlError, PynvmlApi
-from gpufence.control.gpus.records import DiscoveryError
+from gpufence.control.gpus.nvml import GpuApi
+from gpufence.control.gpus.runtime import GpuRuntime, Holders, open_gpu_api
 from gpufence.control.inbox import SubmitResult
 from gpufence.control.jobspec import SubmitRequest
 from gpufence.control.metrics import Telemetry
+from gpufence.control.privatefs import dir_mode, ensure_dir, tighten_existing
 from gpufence.control.reconciler import Reconciler
+from gpufence.control.runas import blocking_dir
 from gpufence.control.store import database as st
-from gpufence.control.store.recovery import recover
+from gpufence.control.store.errors import unavailable
+from gpufence.control.store.recovery import damaged_hint, prepare_store, recover
+from gpufence.control.tenantview import Owner, redact
 from gpufence.model.cluster import Cluster
-from gpufence.model.partition import SharingMode
 from gpufence.sched.scheduler import Scheduler, SchedulerConfig
 
 log = logging.getLogger("gpufence.plane")
@@ -37,6 +49,33 @@ CALL_TIMEOUT_S = 30.0
 
 class AccessError(PermissionError):
     """The caller's tenant may not do this (HTTP 403)."""
+
+
+class InvalidField(ValueError):
+    """A request field that passed validation but cannot work here (HTTP 422 naming it)."""
+
+    def __init__(self, loc: tuple[str, ...], message: str) -> None:
+        super().__init__(message)
+        self.loc = loc
+
+
+def open_store(config: ControlConfig, data_dir: Path, check_integrity: bool = True) -> st.Store:
+    """The store of ``data_dir`` (made private first: ``_private_data_dir``), refused with what
+    to do when it is missing while its jobs run, damaged, or in use by another control plane
+    (``StoreError``); a data directory the medium refuses is ``StoreUnavailable``."""
+    try:
+        _private_data_dir(config, data_dir)
+        floor = prepare_store(data_dir)
+        return st.Store(data_dir, check_integrity=check_integrity, id_floor=floor)
+    except st.StoreError as exc:
+        if "damaged" in str(exc):
+            raise st.StoreError(f"{exc}\n  {damaged_hint(data_dir)}") from None
+        raise
+    except OSError as exc:  # the data directory itself: read-only, full, no permission
+        gone = unavailable(exc)
+        if gone is None:
+            raise
+        raise gone from None
 
 
 class ControlPlane:
@@ -48,60 +87,96 @@ class ControlPlane:
         data_dir: Path,
         executor: Executor | None = None,
         validate: bool = True,
+        check_integrity: bool = True,
+        nvml: GpuApi | None = None,
     ) -> None:
+        """``nvml``: the NVML to manage real GPUs through (default: pynvml; tests give the fake
+        one, ``gpufence.testing.fake_nvml``); unused on fake GPUs."""
         check_machine(cluster, discovery)
-        if not discovery.fake and any(
-            p.sharing is SharingMode.MIG and p.mig is not None and p.mig.dynamic
-            for p in cluster.partitions.values()
-        ):
-            raise ValueError(
-                "partitions: dynamic MIG re-partitioning of real GPUs is not supported by the "
-                "local executor yet; give the MIG layout the GPUs already have (layout: [...])"
-            )
         self.cluster = cluster
         self.config = config
         self.discovery = discovery
         self.data_dir = data_dir
-        self.store = st.Store(data_dir)
+        self.store = open_store(config, data_dir, check_integrity)
         self.telemetry = Telemetry()
         self.executor: Executor = executor or LocalExecutor(notice_signal=config.notice_signal)
         # validation re-checks every invariant after each cycle: cheap at one machine's scale,
         # and a control plane should stop rather than double-book a GPU
         self.scheduler = Scheduler(cluster, SchedulerConfig(validate=validate))
+        devices = DeviceMap(cluster, discovery)
+        # MIG instances, MPS daemons and foreign processes on this machine's real GPUs
+        api = open_gpu_api(discovery, nvml)
+        self.gpus = GpuRuntime(cluster, config, discovery, data_dir, devices, self.telemetry, api)
         self.reconciler = Reconciler(
             self.scheduler,
             config,
             self.store,
             self.executor,
-            DeviceMap(cluster, discovery),
+            devices,
             data_dir,
             self.telemetry,
+            mig=self.gpus.mig,
         )
-        if not discovery.fake and isinstance(self.executor, LocalExecutor):
-            self.reconciler.gpu_util = _nvml_utilization()
+        self.reconciler.gpu_board = self.gpus.board
+        if api is not None and isinstance(self.executor, LocalExecutor):
+            self.reconciler.gpu_util = GpuUtilization(api).of
         self.telemetry.set_live(lambda: self.reconciler.call(views.gauges).result(CALL_TIMEOUT_S))
         self.recovered: dict[str, int] = {}
+        # where the spec came from, so advice can name file lines and queues[i] (build_plane)
+        self.advice_inputs = LintInputs()
+        self.advice_source: str | None = None
 
     def start(self) -> None:
         log.info("GPUs: %s", self.discovery.source)
+        # what the GPUs really have (MIG), before recovery's restores and any placement
+        self.reconciler.boot(self.gpus.startup_events(self.store), [])
         self.recovered = recover(self.reconciler)
-        self.reconciler.start(first_id=self.store.max_seq() + 1)
+        self.reconciler.start()
+        self.gpus.start_watch(self._holders)
+
+    def _holders(self) -> Holders:
+        """Every running attempt, read on the reconciler thread (for the GPU sampler)."""
+
+        def read(r: Reconciler) -> Holders:
+            return [(j, v.attempt, v.launch) for j, v in r.live.items() if not v.orphan]
+
+        return self.reconciler.call(read).result(CALL_TIMEOUT_S)
 
     def close(self, kill_jobs: bool = False) -> None:
         """Stop the reconciler; jobs keep running unless ``kill_jobs`` (they are adopted at the
         next start)."""
+        self.gpus.stop_watch()
         self.reconciler.shutdown()
         self.executor.close(kill=kill_jobs)
+        self.gpus.close(kill_jobs, [v.launch for v in self.reconciler.live.values()])
         self.store.close()
 
     # ------------------------------------------------------------------ writes
-    def submit(self, req: SubmitRequest, tenant: str) -> SubmitResult:
+    def submit(
+        self, req: SubmitRequest, tenant: str, idempotency_key: str | None = None
+    ) -> SubmitResult:
+        """Acknowledged once durable. With ``idempotency_key``, a repeat (the client's 201 was
+        lost to a crash or a timeout) returns the job the first one created."""
+        return self.submit_future(req, tenant, idempotency_key).result(CALL_TIMEOUT_S)
+
+    def submit_future(
+        self, req: SubmitRequest, tenant: str, idempotency_key: str | None = None
+    ) -> Future[SubmitResult]:
+        """``submit`` without waiting: the checks, then the reconciler's future."""
         if req.tenant is not None and req.tenant != tenant:
             if tenant != ADMIN:
                 raise AccessError("only the admin may submit on behalf of another tenant")
             tenant = req.tenant
         self._check_queue(req, tenant)
-        return self.reconciler.submit(req, tenant).result(CALL_TIMEOUT_S)
+        self._check_cwd(req)
+        return self.reconciler.submit(req, tenant, idempotency_key)
+
+    def _check_cwd(self, req: SubmitRequest) -> None:
+        """Jobs run on this machine: a ``cwd`` that is not a directory here fails at submit,
+        not at launch (Ray runs them elsewhere: checked there)."""
+        local = isinstance(self.executor, LocalExecutor)
+        if local and req.cwd is not None and not Path(req.cwd).is_dir():
+            raise InvalidField(("body", "cwd"), f"{req.cwd} is not a directory on this machine")
 
     def _check_queue(self, req: SubmitRequest, tenant: str) -> None:
         """Queues owned by a configured tenant take that tenant's jobs only (and the admin's)."""
@@ -122,7 +197,25 @@ class ControlPlane:
             row = r.job(job_id)
         if row is not None and tenant != ADMIN and row.tenant != tenant:
             raise AccessError(f"job {job_id} belongs to another tenant")
-        return row
+        return self._shown(row, tenant) if row is not None else None
+
+    def owner(self) -> Owner:
+        """Job id -> tenant from the store (memoised: one function per request)."""
+        known: dict[str, str | None] = {}
+
+        def owner(job_id: str) -> str | None:
+            if job_id not in known:
+                with self.store.reader() as r:
+                    row = r.job(job_id)
+                known[job_id] = row.tenant if row is not None else None
+            return known[job_id]
+
+        return owner
+
+    def _shown(self, row: st.JobRow, tenant: str, owner: Owner | None = None) -> st.JobRow:
+        if tenant == ADMIN or not row.message:
+            return row
+        return dataclasses.replace(row, message=redact(row.message, tenant, owner or self.owner()))
 
     def jobs(
         self,
@@ -132,19 +225,23 @@ class ControlPlane:
         only_tenant: str | None = None,
         limit: int = 1000,
         after_seq: int = 0,
+        parse_spec: bool = True,
     ) -> list[st.JobRow]:
         if tenant != ADMIN:
             if only_tenant not in (None, tenant):
                 raise AccessError("a tenant lists only its own jobs")
             only_tenant = tenant
         with self.store.reader() as r:
-            return r.jobs(
+            rows = r.jobs(
                 states=states,
                 partition=partition,
                 tenant=only_tenant,
                 limit=limit,
                 after_seq=after_seq,
+                parse_spec=parse_spec,
             )
+        owner = self.owner()
+        return [self._shown(row, tenant, owner) for row in rows]
 
     def attempts(self, job_id: str) -> list[st.AttemptRow]:
         with self.store.reader() as r:
@@ -158,21 +255,35 @@ class ControlPlane:
         elif tenant != ADMIN:
             raise AccessError("the cluster-wide decision log is for admins; give a job id")
         with self.store.reader() as r:
-            return r.events(job_id=job_id, after_seq=after_seq, limit=limit)
+            rows = r.events(job_id=job_id, after_seq=after_seq, limit=limit)
+        if tenant != ADMIN:
+            owner = self.owner()
+            for e in rows:
+                e["message"] = redact(e.get("message") or "", tenant, owner)
+        return rows
 
     def log_path(self, job_id: str, attempt: int, rank: int = 0, stream: str = "out") -> Path:
         return self.data_dir / "jobs" / job_id / f"attempt-{attempt}" / f"rank-{rank}.{stream}"
 
-    def explain(self, job_id: str) -> dict[str, Any] | None:
-        return self.reconciler.call(lambda r: views.explain(r, job_id)).result(CALL_TIMEOUT_S)
+    def open_log(
+        self, job_id: str, attempt: int, rank: int = 0, stream: str = "out"
+    ) -> BinaryIO | None:
+        """The log for reading, never through a link (``jobdirs.open_job_file``); None if none."""
+        return open_job_file(self.data_dir, job_id, attempt, f"rank-{rank}.{stream}")
 
-    def pending_reasons(self, job_ids: list[str]) -> dict[str, dict[str, str]]:
-        return self.reconciler.call(lambda r: views.pending_reasons(r, job_ids)).result(
+    def explain(self, job_id: str, tenant: str = ADMIN) -> dict[str, Any] | None:
+        return self.reconciler.call(lambda r: views.explain(r, job_id, tenant)).result(
             CALL_TIMEOUT_S
         )
 
-    def nodes(self) -> list[dict[str, Any]]:
-        return self.reconciler.call(views.nodes).result(CALL_TIMEOUT_S)
+    def pending_reasons(self, job_ids: list[str], tenant: str = ADMIN) -> dict[str, dict[str, str]]:
+        return self.reconciler.call(lambda r: views.pending_reasons(r, job_ids, tenant)).result(
+            CALL_TIMEOUT_S
+        )
+
+    def nodes(self, tenant: str = ADMIN) -> list[dict[str, Any]]:
+        """Every node and GPU; a tenant sees its own job ids and counts of the others'."""
+        return self.reconciler.call(lambda r: views.nodes(r, tenant)).result(CALL_TIMEOUT_S)
 
     def partitions(self) -> list[dict[str, Any]]:
         return self.reconciler.call(views.partitions).result(CALL_TIMEOUT_S)
@@ -180,11 +291,37 @@ class ControlPlane:
     def metrics(self) -> bytes:
         return self.telemetry.render()
 
+    def advice(self, tenant: str) -> list[Advice]:
+        """Advice from this plane's own history (``gpufence advise``): the admin gets the spec
+        rules with the history's numbers and every live rule; a tenant only the job-scoped
+        rules, over its own jobs."""
+        cfg = self.config.advice
+        now = max(time.time(), self.reconciler.clock.last)
+        with self.store.reader() as r:
+            history = read_history(r, self.cluster, now, cfg.window_s)
+        who = None if tenant == ADMIN else tenant
+        return advise(self.cluster, history, cfg, self.advice_inputs, tenant=who)
 
-def _nvml_utilization() -> Callable[[int], float | None] | None:
-    """NVML's per-GPU utilisation for idle detection; None (CPU figure only) if NVML fails."""
-    try:
-        return GpuUtilization(PynvmlApi()).of
-    except (DiscoveryError, NvmlError) as exc:
-        log.warning("idle detection uses CPU time only: NVML utilisation unavailable (%s)", exc)
-        return None
+    @staticmethod
+    def advice_scope(tenant: str) -> str:
+        return "cluster" if tenant == ADMIN else f"jobs of tenant {tenant}"
+
+
+def _private_data_dir(config: ControlConfig, data_dir: Path) -> None:
+    """The data dir as tenant isolation needs it (``privatefs.py``): 0700, or 0711 when jobs run
+    as other users, each of whom must be able to reach it; leftovers of an older gpufence that
+    others could read are made private first."""
+    tighten_existing(data_dir, data_dir / JOBS_DIR)  # before others may pass through
+    mode = dir_mode(config.jobs_traversable)  # jobs of other users pass through to theirs
+    ensure_dir(data_dir, mode)
+    ensure_dir(data_dir / JOBS_DIR, mode)
+    users = {**config.run_as, ADMIN: config.default_run_as}
+    for tenant, user in sorted((t, u) for t, u in users.items() if u is not None):
+        blocked = blocking_dir(data_dir, user)
+        if blocked is not None:
+            raise ValueError(
+                f"jobs of {tenant} run as {user.user!r} (run_as), who cannot pass through "
+                f"{blocked} (mode {blocked.stat().st_mode & 0o777:04o}) to reach the data "
+                f"dir {data_dir}; give --data a place every run_as user can reach, e.g. "
+                "/var/lib/gpufence"
+            )

@@ -3,13 +3,27 @@
 One thread owns the ``Scheduler``. It sleeps on an inbox until something happens (a submission, a
 cancel, a process exit, a checkpoint ack, a query) or a deadline falls due, then runs one cycle:
 
-    inbox items -> persist what they mean -> events -> Scheduler.step -> persist the decisions
-    -> act on them (spawn, signal, stop) -> persist that the processes are running
+    1. inbox items -> persist what they mean (one transaction, fsynced when it acknowledges a
+       submit or cancel: group commit for every request waiting) -> events
+    2. events -> Scheduler.step -> decisions
+    3. persist the decisions (one transaction) -> act on them (spawn, signal, stop)
+       -> persist that the processes are running
 
 Ordering is the crash-safety argument: a transition is committed before its side effect, so a
 ``kill -9`` between the two leaves a store that says "may be running" and recovery asks the
 executor (see ``recovery.py``). API threads never touch the scheduler: they send an item (or a
 read-only query, run here between cycles) and wait on its future.
+
+Faults are a failure of one cycle, never of the loop, and lose no observation:
+
+* the store refuses a write (disk full, read-only, I/O error): requests get ``StoreUnavailable``
+  (HTTP 503 with the reason); exits, acks and node events are held in memory and written, in
+  order, by the first cycle after the store takes writes again (retried every ``RETRY_S``);
+  decisions the store refused are persisted before anything else and only then acted on;
+* one inbox item the code cannot handle is undone alone (a savepoint) and logged with its job;
+* the scheduler raises: the decisions it made before it raised are kept, the batch's events
+  are applied again one at a time, and an event the scheduler still raises on is set aside with
+  its job (logged, the job ended ``failed``, its processes killed), so the cluster goes on.
 """
 
 from __future__ import annotations
@@ -19,60 +33,55 @@ import math
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from pathlib import Path
 from typing import TypeVar
 
+from gpufence.control import failpoints
 from gpufence.control.config import ControlConfig
-from gpufence.control.executors.interface import AttemptExit, Executor, Launch, LaunchError, Member
+from gpufence.control.decision_writes import settle_stopped, write_decision, write_poisoned
+from gpufence.control.executors.interface import AttemptExit, Executor, LaunchError
 from gpufence.control.gpus.activity import job_activity
-from gpufence.control.gpus.devices import DeviceError, DeviceMap, assignment_json
+from gpufence.control.gpus.board import GpuBoard
+from gpufence.control.gpus.devices import DeviceMap
+from gpufence.control.gpus.mig_manager import MigManager, store_line
 from gpufence.control.inbox import (
     Ack,
     Call,
     Cancel,
-    CancelError,
     Clock,
     Item,
     Live,
     NodeEvent,
+    Observation,
     Pending,
+    Staged,
     Submit,
     SubmitResult,
+    Unsaved,
 )
-from gpufence.control.jobspec import SubmitRequest, from_stored
+from gpufence.control.item_writes import write_cancel, write_observation, write_submit
+from gpufence.control.jobspec import SubmitRequest, escape
 from gpufence.control.metrics import Telemetry
 from gpufence.control.store import database as st
-from gpufence.model.decisions import (
-    Bind,
-    Decision,
-    MigReconfigure,
-    Notice,
-    NoticeWithdrawn,
-    Reason,
-    Reject,
-    Requeue,
-    Stop,
-)
-from gpufence.model.events import (
-    Activity,
-    CheckpointAck,
-    Event,
-    JobCancelled,
-    JobFinished,
-    JobStopped,
-    JobSubmitted,
-    MigReconfigured,
-    NodeDown,
-    NodeUp,
-)
+from gpufence.control.store.errors import StoreUnavailable, unavailable
+from gpufence.model.decisions import Decision, Reason
+from gpufence.model.events import Activity, Event, JobCancelled, JobRestored, JobSubmitted
 from gpufence.sched.jobs import JobState
 from gpufence.sched.scheduler import Scheduler
 
 log = logging.getLogger("gpufence.reconciler")
 USAGE_SAVE_S = 30.0  # fair-share usage is saved this often (and at a clean stop)
+RETRY_S = 1.0  # while the store refuses writes, held observations are retried this often
 T = TypeVar("T")
+
+
+def _job_of(ev: Event) -> str | None:
+    if isinstance(ev, JobSubmitted | JobRestored):
+        return ev.job.id
+    job_id = getattr(ev, "job_id", None)
+    return job_id if isinstance(job_id, str) else None
 
 
 class Reconciler:
@@ -86,6 +95,7 @@ class Reconciler:
         data_dir: Path,
         telemetry: Telemetry,
         clock: Clock | None = None,
+        mig: MigManager | None = None,
     ) -> None:
         self.scheduler = scheduler
         self.config = config
@@ -97,9 +107,12 @@ class Reconciler:
         self.clock = clock or Clock()
         self.live: dict[str, Live] = {}
         self._inbox: queue.SimpleQueue[Item] = queue.SimpleQueue()
-        self._mig_ready: dict[int, float] = {}
+        # carries out MigReconfigure (NVML on real GPUs, a timer on fake ones): mig_manager.py
+        self.mig = mig if mig is not None else MigManager(scheduler.cluster, devices)
+        self.mig.set_wake(lambda: self._inbox.put(Call(lambda _r: None, Future())))
+        # what the GPU side knows beyond the ledger (MIG, MPS, foreign processes): for views
+        self.gpu_board: GpuBoard | None = None
         self._next_activity = 0.0
-        self._next_id = 1
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self.cycles = 0
@@ -108,13 +121,20 @@ class Reconciler:
         self._boot: list[Event] = []
         self._usage_saved = -math.inf  # when fair-share usage was last saved
         self._boot_stops: list[tuple[str, int]] = []
+        self._held: list[Observation] = []  # observed, not yet persisted
+        self._unsaved: Unsaved | None = None  # decided, not yet persisted
+        self._running_unsaved: list[tuple[str, int]] = []  # spawned, 'running' not persisted
+        self._retry_at: float | None = None
+        self.poisoned: dict[str, str] = {}  # every job set aside so far, and why
         executor.set_callbacks(self._on_exit, self._on_ack)
         executor.set_node_callback(self._on_node)
 
     # ------------------------------------------------------------------ API (any thread)
-    def submit(self, req: SubmitRequest, tenant: str) -> Future[SubmitResult]:
+    def submit(
+        self, req: SubmitRequest, tenant: str, key: str | None = None
+    ) -> Future[SubmitResult]:
         fut: Future[SubmitResult] = Future()
-        self._inbox.put(Submit(req, tenant, fut))
+        self._inbox.put(Submit(req, tenant, fut, key))
         return fut
 
     def cancel(self, job_id: str) -> Future[str]:
@@ -144,9 +164,13 @@ class Reconciler:
     def _on_node(self, node: str, up: bool) -> None:
         self._inbox.put(NodeEvent(node, up))
 
+    @property
+    def held(self) -> int:
+        """Observations kept in memory because the store refused them (0 when healthy)."""
+        return len(self._held)
+
     # ------------------------------------------------------------------ thread
-    def start(self, first_id: int) -> None:
-        self._next_id = first_id
+    def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="gpufence-reconciler", daemon=True)
         self._thread.start()
 
@@ -170,8 +194,14 @@ class Reconciler:
         try:
             with self.store.transaction() as tx:
                 tx.save_usage(self.scheduler.fair_share_usage(), self.scheduler.now)
-        except Exception:
-            log.exception("could not save fair-share usage at shutdown")
+        except Exception as exc:
+            log.error("could not save fair-share usage at shutdown: %s", exc)
+        if self._held:
+            log.error(
+                "stopping with %d observation(s) not persisted (the store refused them); the "
+                "next start settles those attempts from their exit records",
+                len(self._held),
+            )
 
     def _loop(self) -> None:
         while not self._stop.is_set():
@@ -188,12 +218,15 @@ class Reconciler:
 
     def _timeout(self) -> float:
         now = self.clock()
-        times = [t for t in self._mig_ready.values()]
+        due = self.mig.next_due()
+        times = [] if due is None else [due]
         wake = self.scheduler.next_wakeup()
         if wake is not None:
             times.append(wake)
         if self._watch_activity():
             times.append(self._next_activity)
+        if self._retry_at is not None:
+            times.append(self._retry_at)
         return max(0.0, min(times) - now) if times else 3600.0
 
     def _wait(self) -> list[Item]:
@@ -209,60 +242,189 @@ class Reconciler:
                 return items
 
     # ------------------------------------------------------------------ one cycle
-    def cycle(self, items: list[Item]) -> None:
+    def cycle(self, items: Sequence[Item]) -> None:
         now = self.clock()
         self.cycles += 1
-        events, self._boot = self._boot, []
-        submits: list[tuple[str, Future[SubmitResult]]] = []
-        calls: list[Call] = []
-        act = Pending(stops=self._boot_stops)
-        self._boot_stops = []
-        with self.store.transaction() as tx:
-            for it in items:
-                if isinstance(it, Submit):
-                    self._submit(tx, it, now, events, submits)
-                elif isinstance(it, Cancel):
-                    self._cancel(tx, it, now, events, act)
-                elif isinstance(it, AttemptExit):
-                    self._exited(tx, it, now, events)
-                elif isinstance(it, Ack):
-                    live = self.live.get(it.job_id)
-                    if live is not None and live.attempt == it.attempt and not live.orphan:
-                        tx.log(now, it.job_id, "checkpoint-ack", "", f"attempt {it.attempt}")
-                        events.append(CheckpointAck(it.job_id))
-                elif isinstance(it, NodeEvent):  # the core stops (and requeues) what ran there
-                    tx.log(now, None, "node-up" if it.up else "node-down", "", it.node)
-                    events.append(NodeUp(it.node) if it.up else NodeDown(it.node))
-                elif isinstance(it, Call):
-                    calls.append(it)
-            events += self._timed(now)
-        decisions = self.scheduler.step(events, now)
-        with self.store.transaction() as tx:
-            for jid, _fut in submits:  # the partition and queue the scheduler resolved
-                rec = self.scheduler.jobs().get(jid)
-                if rec is not None and rec.home:
-                    tx.set_job(jid, partition=rec.home, queue=rec.queue)
-            for d in decisions:
-                self._decided(tx, d, now, act)
-            self._settle_stopped(tx, events, now)
-            if now - self._usage_saved >= USAGE_SAVE_S:
-                tx.save_usage(self.scheduler.fair_share_usage(), now)
-                self._usage_saved = now
-        self._act(act, now)
-        for jid, fut in submits:
-            fut.set_result(self._submit_result(jid))
+        calls = [it for it in items if isinstance(it, Call)]
+        requests = [it for it in items if isinstance(it, Submit | Cancel)]
+        self._held += [it for it in items if isinstance(it, AttemptExit | Ack | NodeEvent)]
+        try:
+            if self._unsaved is not None:  # decided last time, the store refused it
+                self._act(self._save(self._unsaved, now))
+            staged = self._inbox_tx(requests, now)
+        except StoreUnavailable as exc:
+            self._retry_at = now + RETRY_S
+            for r in requests:
+                if not r.future.done():
+                    r.future.set_exception(exc)
+            self._answer(calls)
+            return
+        self._retry_at = None
+        events = [*self._boot, *staged.events, *self._timed(now)]
+        self._boot = []
+        poisoned: dict[str, str] = {}
+        decisions = self._step(events, now, poisoned)
+        failpoints.hit("reconciler.after-step")
+        stops, self._boot_stops = [*self._boot_stops, *staged.stops], []
+        unsaved = Unsaved(events, decisions, staged.submits, stops, poisoned)
+        act: Pending | None = None
+        try:
+            act = self._save(unsaved, now)
+        except StoreUnavailable as exc:
+            # the submits themselves are durable (phase 1): their answer goes out; the rest of
+            # the cycle waits for the store, then is persisted before anything else
+            self._unsaved = unsaved
+            self._retry_at = now + RETRY_S
+            log.error("decisions of this cycle wait for the store (%s)", exc.reason)
+        for jid, fut in staged.submits:  # answered before spawning: spawns take milliseconds
+            fut.set_result(self.submit_result(jid))
+        if act is not None:
+            self._act(act)
+        self._answer(calls)
+
+    def _answer(self, calls: list[Call]) -> None:
         for c in calls:
             try:
                 c.future.set_result(c.fn(self))
             except Exception as exc:  # the caller gets the error, the loop lives on
                 c.future.set_exception(exc)
 
+    def _inbox_tx(self, requests: list[Submit | Cancel], now: float) -> Staged:
+        """Phase 1: persist every request and held observation in one transaction."""
+        staged = Staged()
+        held = list(self._held)
+        marks = list(self._running_unsaved)
+        if not (requests or held or marks):
+            return staged
+        durable = any(isinstance(r, Submit | Cancel) for r in requests)
+        with self.store.transaction(durable=durable) as tx:
+            for jid, attempt in marks:
+                self._mark_running(tx, jid, attempt)
+            for r in requests:
+                try:
+                    with tx.savepoint():
+                        if isinstance(r, Submit):
+                            write_submit(self, tx, r, now, staged)
+                        else:
+                            write_cancel(self, tx, r, now, staged)
+                except Exception as exc:
+                    if _medium_fault(exc):
+                        raise  # the whole transaction is lost: held and retried
+                    what = "submit" if isinstance(r, Submit) else f"cancel of job {r.job_id}"
+                    log.exception("%s could not be handled; refused", what)
+                    staged.replies.append((r.future, exc))
+            for ob in held:
+                try:
+                    with tx.savepoint():
+                        write_observation(self, tx, ob, now, staged)
+                except Exception as exc:
+                    if _medium_fault(exc):
+                        raise
+                    log.exception(
+                        "%s of job %s could not be recorded; dropped",
+                        _kind(ob),
+                        escape(getattr(ob, "job_id", "?")),
+                    )
+        # committed: memory follows the store
+        self._held = self._held[len(held) :]
+        self._running_unsaved = self._running_unsaved[len(marks) :]
+        for effect in staged.effects:
+            effect()
+        for fut, value in staged.replies:
+            if isinstance(value, BaseException):
+                fut.set_exception(value)
+            else:
+                fut.set_result(value)
+        if staged.exits:
+            failpoints.hit("reconciler.after-exit-commit")
+        if durable:
+            failpoints.hit("reconciler.after-inbox-commit")
+        return staged
+
+    def _step(self, events: list[Event], now: float, poisoned: dict[str, str]) -> list[Decision]:
+        """Phase 2: ``Scheduler.step``, which must not take the loop down with it."""
+        try:
+            return self.scheduler.step(events, now)
+        except Exception as exc:
+            out = self._partial()
+            log.error(
+                "scheduling step failed (%s: %s); applying its %d event(s) one at a time",
+                type(exc).__name__,
+                escape(exc),
+                len(events),
+            )
+        for ev in events:
+            jid = _job_of(ev)
+            if isinstance(ev, JobSubmitted | JobRestored) and ev.job.id in self.scheduler.jobs():
+                continue  # applied before the step raised
+            try:
+                out += self.scheduler.step([ev], now)
+            except Exception as exc:
+                out += self._partial()
+                why = f"{type(ev).__name__}: {type(exc).__name__}: {exc}"
+                log.exception(
+                    "the scheduler raised on %s of job %s; set aside",
+                    type(ev).__name__,
+                    escape(jid),
+                )
+                if jid is not None:
+                    poisoned[jid] = escape(why)
+                    self.poisoned[jid] = escape(why)
+                    out += self._evict(jid, now)
+        return out
+
+    def _partial(self) -> list[Decision]:
+        """Decisions a step made before it raised (the ledger already reflects them)."""
+        return self.scheduler.decisions_so_far()
+
+    def _evict(self, jid: str, now: float) -> list[Decision]:
+        """Take a poisoned job out of the scheduler, unless its processes still hold GPUs
+        (then it leaves when they are gone, through its exit)."""
+        core = self.scheduler.jobs().get(jid)
+        if (
+            core is None
+            or jid in self.live
+            or core.state
+            not in (
+                JobState.PENDING,
+                JobState.RUNNING,
+                JobState.STOPPING,
+            )
+        ):
+            return []
+        try:
+            return self.scheduler.step([JobCancelled(jid)], now)
+        except Exception:
+            log.exception("could not take job %s out of the scheduler", escape(jid))
+            return self._partial()
+
+    def _save(self, u: Unsaved, now: float) -> Pending:
+        """Phase 3: persist the decisions; returns what to do about them (``_act``)."""
+        act = Pending(stops=list(u.stops))
+        with self.store.transaction() as tx:
+            for jid, _fut in u.submits:  # the partition and queue the scheduler resolved
+                core = self.scheduler.jobs().get(jid)
+                if core is not None and core.home:
+                    tx.set_job(jid, partition=core.home, queue=core.queue)
+            for ev in u.events:  # a GPU refused or a failed re-partition, in the decision log
+                line = store_line(ev)
+                if line is not None:
+                    tx.log(now, None, line[0], "", line[1])
+            for d in u.decisions:
+                write_decision(self, tx, d, now, act)
+            settle_stopped(self, tx, u.events, now)
+            for jid, why in u.poisoned.items():
+                write_poisoned(self, tx, jid, why, now, act)
+            if now - self._usage_saved >= USAGE_SAVE_S:
+                tx.save_usage(self.scheduler.fair_share_usage(), now)
+                self._usage_saved = now
+        self._unsaved = None
+        failpoints.hit("reconciler.after-decisions-commit")
+        return act
+
     def _timed(self, now: float) -> list[Event]:
         out: list[Event] = []
-        for gpu, t in list(self._mig_ready.items()):
-            if t <= now:
-                del self._mig_ready[gpu]
-                out.append(MigReconfigured(gpu))
+        out += self.mig.ready(now)
         if self._watch_activity() and now >= self._next_activity:
             self._next_activity = now + self.config.activity_interval_s
             sample = self.executor.activity()
@@ -280,224 +442,14 @@ class Reconciler:
     def _watch_activity(self) -> bool:
         return any(self._reclaimable(v) and not v.stopping for v in self.live.values())
 
-    # ------------------------------------------------------------------ inbox items
-    def _submit(
-        self,
-        tx: st.Tx,
-        it: Submit,
-        now: float,
-        events: list[Event],
-        submits: list[tuple[str, Future[SubmitResult]]],
-    ) -> None:
-        jid = f"j{self._next_id}"
-        self._next_id += 1
-        req = it.req
-        tx.add_job(
-            job_id=jid,
-            tenant=it.tenant,
-            spec=req.stored(),
-            workload_class=str(req.workload_class),
-            partition=req.partition,
-            queue=req.queue,
-            submitted_at=now,
-        )
-        tx.log(now, jid, "submitted", "", f"by {it.tenant}: {req.request().describe()}")
-        events.append(JobSubmitted(req.to_job(jid, now)))
-        submits.append((jid, it.future))
-        self.telemetry.submitted(str(req.workload_class))
-
-    def _cancel(self, tx: st.Tx, it: Cancel, now: float, events: list[Event], act: Pending) -> None:
-        rec = self.scheduler.jobs().get(it.job_id)
-        live = self.live.get(it.job_id)
-        if live is not None:
-            if live.cancel:
-                it.future.set_result(st.STOPPING)
-                return
-            live.cancel = True
-            tx.set_job(it.job_id, cancel_requested=1, state=st.STOPPING, reason="cancelled")
-            tx.log(now, it.job_id, "cancel", "", "stopping its processes")
-            act.stops.append((it.job_id, live.attempt))
-            it.future.set_result(st.STOPPING)
-        elif rec is not None and rec.state is JobState.PENDING:
-            events.append(JobCancelled(it.job_id))
-            tx.set_job(
-                it.job_id, cancel_requested=1, state=st.CANCELLED, reason="cancelled", ended_at=now
-            )
-            tx.log(now, it.job_id, "cancel", "", "removed from its queue")
-            it.future.set_result(st.CANCELLED)
-        else:
-            it.future.set_exception(CancelError(f"job {it.job_id} has already ended"))
-
-    def _exited(self, tx: st.Tx, ev: AttemptExit, now: float, events: list[Event]) -> None:
-        live = self.live.get(ev.job_id)
-        if live is None or live.attempt != ev.attempt:
-            return  # a stale report (an earlier attempt, or a job already settled)
-        jid = ev.job_id
-        code = _exit_code(ev.codes)
-        tx.set_attempt(jid, ev.attempt, state="exited", ended_at=now, exit_codes=list(ev.codes))
-        msg = f"attempt {ev.attempt} exited with {list(ev.codes)}"
-        tx.log(now, jid, "exited", "", msg)
-        self.telemetry.released(live.launch)
-        del self.live[jid]
-        if live.orphan:
-            self._settle_orphan(tx, live, jid, ev, now, events)
-            return
-        if live.cancel:
-            events.append(JobCancelled(jid))
-            tx.set_job(jid, state=st.CANCELLED, ended_at=now, exit_code=code)
-        elif live.stopping:
-            events.append(JobStopped(jid))  # the core requeues it or ends it (reclaimed/failed)
-            tx.set_job(jid, exit_code=code)
-        else:
-            events.append(JobFinished(jid, ev.succeeded))
-            if ev.succeeded:
-                tx.set_job(jid, state=st.DONE, ended_at=now, exit_code=code, reason="", message="")
-            elif ev.codes:
-                tx.set_job(
-                    jid,
-                    state=st.FAILED,
-                    ended_at=now,
-                    exit_code=code,
-                    reason="exit-code",
-                    message=msg,
-                )
-            else:  # never started (launch or device error): keep the message that says why
-                tx.set_job(jid, state=st.FAILED, ended_at=now)
-
-    def _settle_orphan(
-        self, tx: st.Tx, live: Live, jid: str, ev: AttemptExit, now: float, events: list[Event]
-    ) -> None:
-        """An attempt that ended while the control plane was down (see recovery.py)."""
-        lost = any(c is None for c in ev.codes)
-        code = _exit_code(ev.codes)
-        if live.cancel:
-            tx.set_job(jid, state=st.CANCELLED, ended_at=now, exit_code=code)
-        elif (lost or (live.stopping and live.requeue)) and live.attempt < live.spec.max_attempts:
-            why = "lost while the control plane was down" if lost else "stopped for requeue"
-            tx.set_job(jid, state=st.PENDING, attempt=live.attempt + 1, started_at=None)
-            tx.log(now, jid, "requeued", "recovery", f"attempt {live.attempt} {why}")
-            events.append(JobSubmitted(live.spec.to_job(jid, now)))
-        elif lost:
-            why = f"attempt {live.attempt} lost and max_attempts ({live.spec.max_attempts}) used"
-            tx.set_job(jid, state=st.FAILED, ended_at=now, reason="lost", message=why)
-        elif live.stopping:
-            tx.set_job(jid, state=st.FAILED, ended_at=now, exit_code=code)
-        else:
-            state = st.DONE if ev.succeeded else st.FAILED
-            tx.set_job(jid, state=state, ended_at=now, exit_code=code)
-
-    def _settle_stopped(self, tx: st.Tx, events: list[Event], now: float) -> None:
-        """A stop without requeue ends the job in the core without a decision: persist how."""
-        for ev in events:
-            if not isinstance(ev, JobStopped):
-                continue
-            rec = self.scheduler.jobs().get(ev.job_id)
-            if rec is None or rec.state is JobState.PENDING:
-                continue
-            # reclaimed or failed, as the core's lifecycle table says a stop ends (after_stop)
-            tx.set_job(ev.job_id, state=rec.state, ended_at=now)
-
-    # ------------------------------------------------------------------ decisions
-    def _decided(self, tx: st.Tx, d: Decision, now: float, act: Pending) -> None:
-        if isinstance(d, Bind):
-            self._bind(tx, d, now, act)
-        elif isinstance(d, Notice):
-            live = self.live.get(d.job_id)
-            tx.log(now, d.job_id, "notice", str(d.reason), d.message)
-            tx.set_job(d.job_id, reason=str(d.reason), message=f"notice: {d.message}")
-            if live is not None:
-                act.notices.append((d.job_id, live.attempt, str(d.reason), d.deadline))
-        elif isinstance(d, NoticeWithdrawn):
-            tx.log(now, d.job_id, "notice-withdrawn", str(d.reason), d.message)
-            tx.set_job(d.job_id, reason="", message="")
-        elif isinstance(d, Stop):
-            live = self.live.get(d.job_id)
-            tx.log(now, d.job_id, "stop", str(d.reason), d.message)
-            tx.set_job(d.job_id, state=st.STOPPING, reason=str(d.reason), message=d.message)
-            if live is not None:
-                live.stopping, live.requeue = True, d.requeue
-                tx.set_attempt(d.job_id, live.attempt, stop_reason=str(d.reason), requeue=d.requeue)
-                act.stops.append((d.job_id, live.attempt))
-            self.telemetry.stopped(str(d.reason), d.requeue)
-        elif isinstance(d, Requeue):
-            row = tx.job(d.job_id)
-            row_attempt = row.attempt
-            tx.set_job(
-                d.job_id,
-                state=st.PENDING,
-                attempt=row_attempt + 1,
-                started_at=None,
-                reason=str(d.reason),
-                message=f"requeued: {d.message}",
-            )
-            tx.log(now, d.job_id, "requeue", str(d.reason), f"attempt {row_attempt + 1} next")
-        elif isinstance(d, Reject):
-            tx.set_job(
-                d.job_id, state=st.REJECTED, reason=str(d.reason), message=d.message, ended_at=now
-            )
-            tx.log(now, d.job_id, "reject", str(d.reason), d.message)
-            self.telemetry.rejected(str(d.reason))
-        elif isinstance(d, MigReconfigure):
-            tx.log(now, None, "mig-reconfigure", str(d.reason), f"GPU {d.gpu}: {d.layout}")
-            # fake GPUs re-partition instantly; the delay models nvidia-smi's
-            self._mig_ready[d.gpu] = now + d.ready_after_s
-
-    def _bind(self, tx: st.Tx, d: Bind, now: float, act: Pending) -> None:
-        row = tx.job(d.job_id)
-        rec = self.scheduler.job(d.job_id)
-        spec = from_stored(row.spec)
-        nodes = self.scheduler.cluster.nodes
-        members = []
-        try:
-            for rank, a in enumerate(d.assignments):
-                members.append(Member(rank, nodes[a.node].name, self.devices.devices(a)))
-        except DeviceError as exc:
-            # cannot be run as placed (real MIG layout drifted): fail it loudly; the empty
-            # launch reports an exit next cycle, which frees the GPUs in the core
-            tx.set_job(d.job_id, reason="device", message=str(exc))
-            empty = _failed_launch(d.job_id, row.attempt, self.data_dir)
-            self.live[d.job_id] = Live(
-                row.attempt, empty, row.tenant, rec.home, row.workload_class, spec
-            )
-            act.launches.append((d.job_id, empty))
-            return
-        attempt = row.attempt
-        launch = Launch(
-            job_id=d.job_id,
-            attempt=attempt,
-            command=tuple(spec.command),
-            # NVML (discovery) numbers GPUs in PCI bus order; make CUDA agree
-            env={"CUDA_DEVICE_ORDER": "PCI_BUS_ID", **spec.env},
-            members=tuple(members),
-            attempt_dir=self.data_dir / "jobs" / d.job_id / f"attempt-{attempt}",
-            checkpoint_dir=self.data_dir / "jobs" / d.job_id / "checkpoints",
-            cwd=Path(spec.cwd) if spec.cwd else None,
-        )
-        tx.add_attempt(
-            job_id=d.job_id,
-            attempt=attempt,
-            pool=d.partition,
-            lent_from=d.lent_from,
-            assignments=[assignment_json(a) for a in d.assignments],
-            devices=[list(m.devices) for m in members],
-            started_at=now,
-        )
-        tx.set_job(
-            d.job_id,
-            state=st.STARTING,
-            started_at=now,
-            partition=rec.home,
-            queue=rec.queue,
-            reason=str(d.reason),
-            message=d.message,
-        )
-        tx.log(now, d.job_id, "bind", str(d.reason), _where(d, members))
-        self.live[d.job_id] = Live(attempt, launch, row.tenant, rec.home, row.workload_class, spec)
-        act.launches.append((d.job_id, launch))
-        self.telemetry.bound(rec.home, row.workload_class, now - row.submitted_at)
-
     # ------------------------------------------------------------------ side effects
-    def _act(self, act: Pending, now: float) -> None:
+    def _mark_running(self, tx: st.Tx, jid: str, attempt: int) -> None:
+        tx.set_attempt(jid, attempt, state=st.RUNNING)
+        live = self.live.get(jid)
+        if live is not None and live.attempt == attempt and not live.stopping and not live.cancel:
+            tx.set_job(jid, state=st.RUNNING)
+
+    def _act(self, act: Pending) -> None:
         started: list[tuple[str, int]] = []
         for jid, launch in act.launches:
             if not launch.members:  # a failed bind: report the exit so the core frees the GPUs
@@ -508,50 +460,57 @@ class Reconciler:
                 started.append((jid, launch.attempt))
                 self.telemetry.started(launch, time.time())
             except LaunchError as exc:
-                log.error("job %s attempt %d could not start: %s", jid, launch.attempt, exc)
-                with self.store.transaction() as tx:
-                    tx.set_job(jid, message=f"launch failed: {exc}")
+                log.error("job %s attempt %d could not start: %s", jid, launch.attempt, escape(exc))
+                try:
+                    with self.store.transaction() as tx:
+                        tx.set_job(jid, message=f"launch failed: {exc}")
+                except StoreUnavailable:
+                    pass  # the exit below still ends it; only the message is lost
                 self._inbox.put(AttemptExit(jid, launch.attempt, False, (), False))
         if started:
-            with self.store.transaction() as tx:
-                for jid, attempt in started:
-                    tx.set_attempt(jid, attempt, state=st.RUNNING)
-                    live = self.live.get(jid)
-                    if live is not None and not live.stopping and not live.cancel:
-                        tx.set_job(jid, state=st.RUNNING)
+            failpoints.hit("reconciler.after-spawn")
+            try:
+                with self.store.transaction() as tx:
+                    for jid, attempt in started:
+                        self._mark_running(tx, jid, attempt)
+            except StoreUnavailable:  # 'starting' is as safe as 'running' for recovery
+                self._running_unsaved += started
+                self._retry_at = self.clock() + RETRY_S
         for jid, attempt, reason, deadline in act.notices:
             self.executor.notice(jid, attempt, reason, deadline, reason != Reason.IDLE)
         for jid, attempt in act.stops:
             self.executor.stop(jid, attempt, self.config.stop_grace_s)
+        for jid, attempt in act.kills:
+            self.executor.stop(jid, attempt, 0.0)
 
-    def _submit_result(self, jid: str) -> SubmitResult:
-        rec = self.scheduler.jobs().get(jid)
-        if rec is None:
-            return SubmitResult(jid, st.PENDING)
-        if rec.state is JobState.REJECTED:
-            row = self.store.job(jid)
-            reason, message = (row.reason, row.message) if row else ("", "")
-            return SubmitResult(jid, st.REJECTED, reason, message)
-        if rec.state is JobState.PENDING:
+    def submit_result(
+        self, jid: str, row: st.JobRow | None = None, replayed: bool = False
+    ) -> SubmitResult:
+        core = self.scheduler.jobs().get(jid)
+        if core is None or core.state is JobState.REJECTED:
+            row = row or self.store.job(jid)
+            if row is None:
+                return SubmitResult(jid, st.PENDING, replayed=replayed)
+            state = st.REJECTED if core is not None else row.state
+            return SubmitResult(jid, state, row.reason, row.message, replayed)
+        if core.state is JobState.PENDING:
             why = self.scheduler.why_pending(jid)
             return SubmitResult(
-                jid, st.PENDING, str(why.reason) if why else "", why.message if why else ""
+                jid,
+                st.PENDING,
+                str(why.reason) if why else "",
+                why.message if why else "",
+                replayed,
             )
-        return SubmitResult(jid, st.RUNNING if jid in self.live else str(rec.state))
+        state = st.RUNNING if jid in self.live else str(core.state)
+        return SubmitResult(jid, state, replayed=replayed)
 
 
-def _exit_code(codes: tuple[int | None, ...]) -> int | None:
-    known = [c for c in codes if c is not None]
-    bad = [c for c in known if c != 0]
-    return bad[0] if bad else (0 if known and len(known) == len(codes) else None)
+def _kind(ob: Observation) -> str:
+    return {AttemptExit: "exit", Ack: "checkpoint ack", NodeEvent: "node event"}.get(
+        type(ob), "observation"
+    )
 
 
-def _where(d: Bind, members: list[Member]) -> str:
-    parts = [f"{m.node}:{','.join(m.devices) or 'cpu'}" for m in members]
-    lent = f" (lent by {d.lent_from})" if d.lent_from else ""
-    return f"{d.partition}{lent} -> {' '.join(parts)}"
-
-
-def _failed_launch(job_id: str, attempt: int, data_dir: Path) -> Launch:
-    jdir = data_dir / "jobs" / job_id
-    return Launch(job_id, attempt, (), {}, (), jdir / f"attempt-{attempt}", jdir / "checkpoints")
+def _medium_fault(exc: BaseException) -> bool:
+    return isinstance(exc, StoreUnavailable) or unavailable(exc) is not None

@@ -1,7 +1,8 @@
 """Read models of the live scheduler state for the API, the CLI and /metrics.
 
 Each function takes the reconciler and runs on its thread (``Reconciler.call``), so it sees a
-consistent ledger between two cycles and never races a placement.
+consistent ledger between two cycles and never races a placement. Those with a ``viewer`` show a
+tenant only its own job ids (``tenantview.py``); the admin (the default) sees all.
 """
 
 from __future__ import annotations
@@ -9,6 +10,8 @@ from __future__ import annotations
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
+from gpufence.control.config import ADMIN
+from gpufence.control.tenantview import Owner, nodes_for, redact
 from gpufence.sched.jobs import JobState
 
 if TYPE_CHECKING:
@@ -33,12 +36,29 @@ def _gpu(r: Reconciler, gid: int) -> dict[str, Any]:
         if use.jobs:
             out["state"] = "used"  # (even on a node that is down: its instances are held)
         out["mig"] = [{"profile": m.profile, "start": m.start, "job": m.job} for m in use.mig]
+    if r.gpu_board is not None:  # real GPUs: refused, MIG errors, MPS, foreign processes
+        out.update(r.gpu_board.gpu(gid))
+        if out.get("refused"):
+            out["state"] = "refused"
     return out
 
 
-def nodes(r: Reconciler) -> list[dict[str, Any]]:
+def job_owner(r: Reconciler) -> Owner:
+    """Job id -> its tenant: running jobs from memory, others from the store."""
+
+    def owner(job_id: str) -> str | None:
+        live = r.live.get(job_id)
+        if live is not None:
+            return live.tenant
+        row = r.store.job(job_id)
+        return row.tenant if row is not None else None
+
+    return owner
+
+
+def nodes(r: Reconciler, viewer: str = ADMIN) -> list[dict[str, Any]]:
     sched = r.scheduler
-    return [
+    out = [
         {
             "name": n.name,
             "rack": n.rack,
@@ -49,6 +69,15 @@ def nodes(r: Reconciler) -> list[dict[str, Any]]:
         }
         for n in sched.cluster.nodes
     ]
+    if viewer != ADMIN:  # whose processes they are is for the admin to see
+        for n in out:
+            gpus: list[dict[str, Any]] = n["gpus"]  # type: ignore[assignment]
+            for g in gpus:
+                if "foreign" in g:
+                    g["foreign"] = [
+                        {"action": i["action"], "since": i["since"]} for i in g["foreign"]
+                    ]
+    return nodes_for(out, viewer, job_owner(r))
 
 
 def largest_gang(r: Reconciler, partition: str) -> int:
@@ -89,10 +118,12 @@ def partitions(r: Reconciler) -> list[dict[str, Any]]:
                 "queues": list(cluster.partition_queues[name]),
             }
         )
+        if r.gpu_board is not None:  # whether its sharing is enforced on the device, and how
+            out[-1].update(r.gpu_board.partition(name))
     return out
 
 
-def explain(r: Reconciler, job_id: str) -> dict[str, Any] | None:
+def explain(r: Reconciler, job_id: str, viewer: str = ADMIN) -> dict[str, Any] | None:
     sched = r.scheduler
     rec = sched.jobs().get(job_id)
     if rec is None:
@@ -106,7 +137,10 @@ def explain(r: Reconciler, job_id: str) -> dict[str, Any] | None:
     }
     why = sched.why_pending(job_id)
     if why is not None:
-        out["pending"] = {"reason": str(why.reason), "message": why.message}
+        out["pending"] = {
+            "reason": str(why.reason),
+            "message": redact(why.message, viewer, job_owner(r)),
+        }
     if rec.notice is not None:
         out["notice"] = {"reason": str(rec.notice.reason), "deadline": rec.notice.deadline}
     if rec.home:
@@ -126,12 +160,15 @@ def explain(r: Reconciler, job_id: str) -> dict[str, Any] | None:
     return out
 
 
-def pending_reasons(r: Reconciler, job_ids: list[str]) -> dict[str, dict[str, str]]:
+def pending_reasons(
+    r: Reconciler, job_ids: list[str], viewer: str = ADMIN
+) -> dict[str, dict[str, str]]:
     out = {}
+    owner = job_owner(r)
     for jid in job_ids:
         why = r.scheduler.why_pending(jid)
         if why is not None:
-            out[jid] = {"reason": str(why.reason), "message": why.message}
+            out[jid] = {"reason": str(why.reason), "message": redact(why.message, viewer, owner)}
     return out
 
 
@@ -143,4 +180,9 @@ def gauges(r: Reconciler) -> dict[str, Any]:
         if rec.state in (JobState.PENDING, JobState.RUNNING, JobState.STOPPING):
             state = "pending" if rec.state is JobState.PENDING else "running"
             jobs[(state, rec.home, str(rec.job.workload_class))] += 1
-    return {"jobs": dict(jobs), "partitions": partitions(r)}
+    notes = []
+    if r.gpu_board is not None:
+        gpus = sched.cluster.gpus
+        for gid, n in sorted(r.gpu_board.gpus().items()):
+            notes.append({**n, "index": gpus[gid].index})
+    return {"jobs": dict(jobs), "partitions": partitions(r), "gpu_notes": notes}

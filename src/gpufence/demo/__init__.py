@@ -1,2 +1,3 @@
-"""``gpufence demo``: one story told twice, on the live control plane (``live``) with real
-processes and in the simulator (``simulated``); ``programs`` are the jobs it runs."""
+"""``gpufence demo``: one story (``story``: the acts, their titles, what each shows) told on the
+live control plane with real processes (``live``) and in the simulator (``simulated``);
+``programs`` are the jobs the live demo runs, ``joblogs`` reads what they saw."""

@@ -1,4 +1,4 @@
-"""What the jobs themselves saw: start/end lines from their logs (``demo_jobs`` format).
+"""What the jobs themselves saw: start/end lines from their logs (``demo.programs`` format).
 
 Oversubscription, hand-off gaps and makespan in the demo and the hand-off benchmark come from
 here, so they check the scheduler against the processes' own clocks rather than its beliefs.

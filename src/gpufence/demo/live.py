@@ -1,16 +1,15 @@
-"""``gpufence demo``: the control plane on this machine's GPUs, with real processes.
+"""``gpufence demo``: the demo's story (``story.py``) told by the control plane on this machine's
+GPUs, with real processes.
 
-Two acts, each in a fresh temporary data directory with its own control plane (the same code as
-``gpufence up``, driven in-process):
+Each act runs in a fresh temporary data directory with its own control plane (the same code as
+``gpufence up``, driven in-process), and is checked from the jobs' own logs:
 
-1. The seed's 66-job case: 66 one-GPU training jobs on 8 GPUs, the excess queued. Checked from
-   the jobs' own logs: every job completes, never two processes on one GPU, makespan against
+1. The seed's 66-job case: every job completes, never two processes on one GPU, makespan against
    ceil(66 / 8) rounds, GPU hand-off gaps.
-2. A fenced machine: GPUs 0-1 are the serving fence, 2-5 training, 6-7 interactive. A serving
-   deployment of two replicas, a 4-GPU gang training job that checkpoints, a notebook that goes
-   idle and is reclaimed, then a serving surge of two more replicas that finds the fence full:
-   one incident preemption of the checkpointable gang (notice -> ack -> requeue -> resume from
-   its checkpoint as attempt 2).
+2. The serving surge on one fenced machine (``fenced_spec``): a serving deployment of two
+   replicas, a 4-GPU gang that checkpoints, a notebook that goes idle and is reclaimed, then two
+   more serving replicas that find the fence full: one incident preemption of the gang, which
+   resumes from its checkpoint as attempt 2.
 
 Time is compressed (seconds instead of hours) so the whole demo runs in well under two minutes.
 """
@@ -27,7 +26,6 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from gpufence.control.config import ADMIN, cluster_from_spec_dict, control_config
@@ -42,6 +40,8 @@ from gpufence.control.jobspec import SubmitRequest
 from gpufence.control.plane import ControlPlane
 from gpufence.control.store import database as st
 from gpufence.demo import joblogs
+from gpufence.demo.story import SEED_CASE, SERVING_SURGE, STORY
+from gpufence.progress import progress_bar
 from gpufence.spec.errors import number_ranges
 
 JOB = ("python", "-m", "gpufence.demo.programs")
@@ -87,14 +87,7 @@ def _wait(
     limit_s: float,
 ) -> dict[str, int]:
     end = time.monotonic() + limit_s
-    with Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        TextColumn("{task.fields[states]}"),
-        TimeElapsedColumn(),
-        console=console,
-        transient=True,
-    ) as bar:
+    with progress_bar(console, "{task.fields[states]}") as bar:
         task = bar.add_task(title, total=total, states="")
         while True:
             with plane.store.reader() as r:
@@ -123,7 +116,7 @@ def sixty_six(console: Console, d: Discovery, data: Path) -> ActResult:
         counts = _wait(
             plane,
             console,
-            f"act 1: {SEED_JOBS} one-GPU jobs on {gpus} GPUs",
+            SEED_CASE.step(f"{SEED_JOBS} one-GPU jobs on {gpus} GPUs"),
             SEED_JOBS,
             lambda c: sum(c.get(s, 0) for s in st.TERMINAL) >= SEED_JOBS,
             limit_s=SEED_JOBS * SEED_JOB_S + 60,
@@ -268,20 +261,25 @@ def fenced(console: Console, d: Discovery, data: Path) -> ActResult:
         _wait(
             plane,
             console,
-            "act 2: fenced machine, serving surge",
+            SERVING_SURGE.step("serving surge"),
             4,
             lambda c: _settled(plane, [train.job_id, *(s.job_id for s in surge)]),
             limit_s=60,
         )
         _wait(
-            plane, console, "act 2: notebook reclaim", 1, lambda c: c.get(st.RECLAIMED, 0) >= 1, 20
+            plane,
+            console,
+            SERVING_SURGE.step("notebook reclaim"),
+            1,
+            lambda c: c.get(st.RECLAIMED, 0) >= 1,
+            20,
         )
         for b in base:
             plane.cancel(b.job_id, ADMIN)
         _wait(
             plane,
             console,
-            "act 2: serving deployment scaled down",
+            SERVING_SURGE.step("serving deployment scaled down"),
             6,
             lambda c: sum(c.get(s, 0) for s in st.ACTIVE) == 0,
             20,
@@ -346,17 +344,17 @@ def run_demo(console: Console, fake: int | None = None, verbose: bool = True) ->
     console.print(f"[bold]gpufence demo[/bold] - control plane on {d.source}")
     ok = True
     with tempfile.TemporaryDirectory(prefix="gpufence-demo-") as tmp:
-        for n, (title, act) in enumerate(
-            (("the seed's 66-job case", sixty_six), ("a fenced machine", fenced)), start=1
-        ):
+        for story, act in zip(STORY, (sixty_six, fenced), strict=True):
+            if verbose:
+                console.print(f"[bold]{story.heading}[/bold]: {story.shows}")
             t0 = time.monotonic()
-            res = act(console, d, Path(tmp) / f"act{n}")
+            res = act(console, d, Path(tmp) / f"act{story.number}")
             if verbose and res.log:
-                console.print(f"[bold]act {n} - what the control plane did[/bold]")
+                console.print(f"[bold]{story.heading}: what the control plane did[/bold]")
                 for line in res.log:
                     console.print(line, markup=False, highlight=False, soft_wrap=True)
             table = Table(
-                title=f"act {n} - {title} ({time.monotonic() - t0:.1f} s)", show_header=False
+                title=f"{story.heading} ({time.monotonic() - t0:.1f} s)", show_header=False
             )
             for k, v in res.rows:
                 table.add_row(k, v)

@@ -1,8 +1,10 @@
-"""The demo scenario: the 66-job case, then a fenced cluster through a serving surge.
+"""The demo's story (``story.py``) staged for the simulator: each act's cluster and workload.
 
-Until the control plane exists, ``gpufence demo`` plays these scenarios in the simulator (the
-same scheduler core the control plane will call), so a newcomer sees the fence at work in
-seconds. Workloads are generated here; the clusters are the shipped examples.
+``gpufence demo --simulated`` plays these acts on a virtual clock (the same scheduler core the
+control plane calls), so a newcomer sees the fence at work in seconds, without processes. The
+clusters are the shipped examples: act 1 on ``single-node-8gpu.yaml``; act 2 on ``mixed-64.yaml``,
+where the serving fence also lends idle GPUs to checkpointable borrowers and batch evaluation
+shares GPUs beside the gang.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
+from gpufence.demo.story import SEED_CASE, SERVING_SURGE, Act
 from gpufence.model.cluster import Cluster
 from gpufence.model.job import GpuRequest, Job, WorkloadClass
 from gpufence.sim.runner import WorkItem
@@ -24,23 +27,23 @@ def example_path(name: str) -> Path:
 
 
 @dataclass(frozen=True)
-class Act:
-    title: str
+class SimulatedAct:
+    act: Act
     cluster: Cluster
     work: list[WorkItem]
 
 
-def sixty_six_jobs() -> Act:
+def sixty_six_jobs() -> SimulatedAct:
     """8 GPUs, 66 one-GPU training jobs: the excess queues, every job completes, no GPU shared."""
     cluster = load_cluster(example_path("single-node-8gpu.yaml"))
     work = [
         WorkItem(Job(f"train-{i:02d}", WorkloadClass.TRAINING, GpuRequest.whole(1)), SEED_JOB_S)
         for i in range(66)
     ]
-    return Act("66 one-GPU jobs on 8 GPUs (the seed case)", cluster, work)
+    return SimulatedAct(SEED_CASE, cluster, work)
 
 
-def fenced_surge() -> Act:
+def fenced_surge() -> SimulatedAct:
     """mixed-64: serving replicas in their fence, a checkpointing gang, borrowers of idle serving
     GPUs, a notebook that goes idle, batch eval shares, then a serving surge at t=2000 s."""
     cluster = load_cluster(example_path("mixed-64.yaml"))
@@ -99,4 +102,4 @@ def fenced_surge() -> Act:
         )
         w.append(WorkItem(job, 900.0))
     w += [serving(f"surge-{i:02d}", 2000.0, 1500.0) for i in range(10)]
-    return Act("fenced mixed-64 cluster through a serving surge", cluster, w)
+    return SimulatedAct(SERVING_SURGE, cluster, w)

@@ -103,6 +103,22 @@ class MigReconfigured:
 
 
 @dataclass(frozen=True, slots=True)
+class MigLayoutRead:
+    """The front end read a GPU's MIG instances off the device: at start-up, or after a
+    re-partition it was asked for failed part-way (``failed`` says why).
+
+    The core takes ``layout`` ("profile@start" entries) as the GPU's instances and drops any
+    re-partition in flight on it, so the jobs waiting for it are placed again. ``usable=False``
+    takes the GPU out of placement (e.g. its MIG mode does not match its partition).
+    """
+
+    gpu: int
+    layout: tuple[str, ...]
+    usable: bool = True
+    failed: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class Tick:
     """Nothing happened but time passed (deadlines may expire)."""
 
@@ -120,5 +136,6 @@ Event = (
     | NodeDown
     | NodeUp
     | MigReconfigured
+    | MigLayoutRead
     | Tick
 )

@@ -58,6 +58,19 @@ class ReclaimPolicy:
 
 
 @dataclass(frozen=True, slots=True)
+class ServingSlo:
+    """The latency objective a serving partition promises (read by advice, not by the scheduler).
+
+    ``window_s`` is the window the p99 is judged over: capacity that comes back later than that
+    (a lent GPU's reclaim) misses at least one whole window.
+    """
+
+    p99_ms: float
+    window_s: float = 300.0
+    contractual: bool = False  # promised to customers (an SLA), not only an internal target
+
+
+@dataclass(frozen=True, slots=True)
 class Partition:
     name: str
     admits: frozenset[WorkloadClass]
@@ -70,6 +83,7 @@ class Partition:
     placement: str = "best-fit"  # placement policy for fractional requests (sched/registry.py)
     backfill: bool = True
     queue_order: str = "fair-share"  # how pending jobs are ranked (sched/registry.py)
+    slo: ServingSlo | None = None  # serving partitions only
 
 
 @dataclass(frozen=True, slots=True)

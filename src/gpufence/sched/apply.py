@@ -19,6 +19,7 @@ from gpufence.model.events import (
     JobRestored,
     JobStopped,
     JobSubmitted,
+    MigLayoutRead,
     MigReconfigured,
     NodeDown,
     NodeUp,
@@ -30,7 +31,7 @@ from gpufence.sched.book import JobBook
 from gpufence.sched.context import Claims, Core
 from gpufence.sched.intake import Refused, resolve
 from gpufence.sched.jobs import TERMINAL, JobRecord, JobState
-from gpufence.sched.migdyn import MigWork
+from gpufence.sched.migdyn import MigWork, apply_layout_read
 from gpufence.sched.reasons import PendingReasons
 from gpufence.sched.reclaim import track
 from gpufence.sched.restore import restore
@@ -43,11 +44,11 @@ def apply_events(
     reasons: PendingReasons,
     mig: MigWork,
     events: Iterable[Event],
-) -> list[Decision]:
-    out: list[Decision] = []
+    out: list[Decision],
+) -> None:
+    """Apply ``events`` in order; their decisions go to ``out`` as they are made."""
     for ev in events:
         _apply(core, book, claims, reasons, mig, ev, out)
-    return out
 
 
 def _apply(
@@ -75,6 +76,9 @@ def _apply(
         return
     if isinstance(ev, MigReconfigured):
         mig.reconfigured(core, ev.gpu)
+        return
+    if isinstance(ev, MigLayoutRead):
+        apply_layout_read(core, mig, ev)
         return
     rec = book.records.get(ev.job_id)
     if rec is None or rec.state in TERMINAL:
@@ -116,7 +120,7 @@ def _submit(core: Core, book: JobBook, ev: JobSubmitted, out: list[Decision]) ->
         out.append(Reject(job.id, Reason.DUPLICATE, f"job id {job.id} already used"))
         book.counters.rejects += 1
         return
-    got = resolve(core.cluster, job)
+    got = resolve(core.cluster, job, core.ledger.mig)
     if isinstance(got, Refused):
         book.records[job.id] = JobRecord(job, "", "", JobState.REJECTED)
         out.append(Reject(job.id, got.reason, got.message))

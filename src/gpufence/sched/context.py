@@ -64,3 +64,6 @@ class Claims:
 
     reservations: dict[str, Reservation] = field(default_factory=dict)
     nominations: dict[str, Nomination] = field(default_factory=dict)
+    # job -> the GPUs a waiting nomination will get (hold_for_nominations keeps the plan while
+    # it still holds)
+    plans: dict[str, list[int]] = field(default_factory=dict)

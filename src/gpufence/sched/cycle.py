@@ -12,7 +12,7 @@ returns its decisions; the pieces of state are named in ``SchedulerState``:
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from gpufence.model.decisions import Decision
 from gpufence.model.events import Event
@@ -37,14 +37,18 @@ class SchedulerState:
     mig: MigWork  # MIG re-partitions in flight
     protection: ProtectionState  # incident budget windows and protection's retry times
     memo: PlaceMemo  # what placement saw last, to skip partitions where nothing changed
+    made: list[Decision] = field(default_factory=list)  # the last (or current) cycle's decisions
 
 
 def run_cycle(s: SchedulerState, events: Iterable[Event], now: float) -> list[Decision]:
     core = s.core
     core.fairshare.advance(now, core.ledger)
     core.now = now
+    # this cycle's decisions, as each phase makes them: what a front end keeps (``made``) when a
+    # phase raises after earlier ones changed the state
+    out = s.made = []
     # 1. apply events
-    out = apply_events(core, s.book, s.claims, s.reasons, s.mig, events)
+    apply_events(core, s.book, s.claims, s.reasons, s.mig, events, out)
     # 2. expire time limits and notices
     out += expire_limits(s.book, now)
     out += expire_notices(s.book, now)
@@ -53,12 +57,10 @@ def run_cycle(s: SchedulerState, events: Iterable[Event], now: float) -> list[De
     s.reasons.cycle += 1
     # 4. place per partition (the GPUs victims are freeing stay held for the jobs they are
     #    freed for through placement and lending)
-    placing = Placing(core, s.book, s.claims, s.reasons, s.mig)
-    failed, held = place_partitions(placing, s.memo)
-    out += placing.out
+    failed, held = place_partitions(Placing(core, s.book, s.claims, s.reasons, s.mig, out), s.memo)
     # 5. lend
-    out += lend(Placing(core, s.book, s.claims, s.reasons, s.mig), failed)
+    lend(Placing(core, s.book, s.claims, s.reasons, s.mig, out), failed)
     release_holds(core.ledger, held)
     # 6. reclaim / protect
-    out += protect(Protecting(core, s.book, s.claims, s.reasons, s.protection), failed)
+    protect(Protecting(core, s.book, s.claims, s.reasons, s.protection, out), failed)
     return out

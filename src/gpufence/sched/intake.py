@@ -1,10 +1,15 @@
 """Submission checks: resolve a job's partition and queue, reject what can never run.
 
 A job that no partition can ever hold is rejected at once with the reason, never left pending.
+A job the core could not even reason about (a non-finite or out-of-range number: front ends
+validate, but a store written by an older version, a trace or a bug may still hand one over) is
+rejected as ``invalid`` naming the field, so one poisoned job never raises out of ``step``.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from gpufence.model import mig as migmod
@@ -13,7 +18,9 @@ from gpufence.model.decisions import Reason
 from gpufence.model.job import MILLI_PER_GPU, Job, RequestKind
 from gpufence.model.partition import SharingMode
 from gpufence.sched.admission import quota_never_admits
-from gpufence.state.ledger import charge_milli
+from gpufence.state.ledger import MigGpu, charge_milli
+
+MigLayouts = Mapping[int, MigGpu]  # GPU -> its MIG state now (the ledger's)
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,9 +39,58 @@ def _known(names: object) -> str:
     return ", ".join(sorted(str(n) for n in names))  # type: ignore[attr-defined]
 
 
-def resolve(cluster: Cluster, job: Job) -> Accepted | Refused:
+MAX_SECONDS = 1e12
+"""Upper bound of any duration or time the core accepts (~31,700 years: far beyond real
+values, far below where float arithmetic on them loses whole seconds)."""
+MAX_COUNT = 1 << 31
+"""Upper bound of counts and sizes (GPUs, replicas, milli-CPUs, MiB, priority)."""
+
+
+def _bad_number(field: str, value: object, lo: float, hi: float, optional: bool) -> str | None:
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return f"{field} must be a number (got {value!r})"
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"{field} must be finite (got {value!r})"
+    if not lo <= value <= hi:
+        return f"{field} must be between {_num(lo)} and {_num(hi)} (got {value!r})"
+    return None
+
+
+def _num(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() and abs(x) < 1e15 else f"{x:g}"
+
+
+def invalid(job: Job) -> Refused | None:
+    """A field of ``job`` the core cannot compute with, named, or None."""
+    req = job.request
+    checks: tuple[tuple[str, object, float, float, bool], ...] = (
+        ("est_runtime_s", job.est_runtime_s, 0.0, MAX_SECONDS, True),
+        ("time_limit_s", job.time_limit_s, 0.0, MAX_SECONDS, True),
+        ("submit_time", job.submit_time, -MAX_SECONDS, MAX_SECONDS, False),
+        ("priority", job.priority, -MAX_COUNT, MAX_COUNT, False),
+        # below their minimum, replicas / gpus / milli get their own messages further on
+        ("replicas", job.replicas, -MAX_COUNT, MAX_COUNT, False),
+        ("cpu_milli", job.cpu_milli, 0, MAX_COUNT, False),
+        ("mem_mib", job.mem_mib, 0, MAX_COUNT, False),
+        ("gpus", req.gpus, -MAX_COUNT, MAX_COUNT, False),
+        ("milli", req.milli, -MAX_COUNT, MAX_COUNT, False),
+        ("gpu_mem_mib", req.gpu_mem_mib, 0, MAX_COUNT, False),
+    )
+    for field, value, lo, hi, optional in checks:
+        problem = _bad_number(field, value, lo, hi, optional)
+        if problem is not None:
+            return Refused(Reason.INVALID, problem)
+    return None
+
+
+def resolve(cluster: Cluster, job: Job, mig_now: MigLayouts | None = None) -> Accepted | Refused:
     """The job's partition and queue. A job that names neither goes to the first partition
     admitting its class that could ever hold it; it is refused only when none could."""
+    bad = invalid(job)
+    if bad is not None:
+        return bad
     home, queue, err = _home_and_queue(cluster, job)
     if err is not None:
         return err
@@ -46,7 +102,7 @@ def resolve(cluster: Cluster, job: Job) -> Accepted | Refused:
     refusals: list[tuple[str, Refused]] = []
     for p in homes:
         q = queue or cluster.partition_queues[p][0]
-        problem = _shape_problem(cluster, job, p)
+        problem = _shape_problem(cluster, job, p, mig_now)
         if problem is None:
             never = quota_never_admits(cluster, q, charge_milli(job, cluster, p))
             if never is None:
@@ -96,7 +152,9 @@ def _home_and_queue(cluster: Cluster, job: Job) -> tuple[str, str, Refused | Non
     return home, job.queue, None
 
 
-def _shape_problem(cluster: Cluster, job: Job, home: str) -> Refused | None:
+def _shape_problem(
+    cluster: Cluster, job: Job, home: str, mig_now: MigLayouts | None = None
+) -> Refused | None:
     part = cluster.partitions[home]
     req = job.request
     gids = cluster.partition_gpus[home]
@@ -118,7 +176,7 @@ def _shape_problem(cluster: Cluster, job: Job, home: str) -> Refused | None:
                     f"MIG profile '{req.mig_profile}' does not exist on {model} "
                     f"(valid: {', '.join(profiles)})",
                 )
-        return _static_mig_problem(cluster, job, home)
+        return _static_mig_problem(cluster, job, home, mig_now)
     if part.sharing is SharingMode.MIG:
         return Refused(Reason.NEVER_FITS, f"partition {home} only offers MIG instances")
     if req.kind is RequestKind.FRACTION:
@@ -165,10 +223,13 @@ def _shape_problem(cluster: Cluster, job: Job, home: str) -> Refused | None:
     return None
 
 
-def _static_mig_problem(cluster: Cluster, job: Job, home: str) -> Refused | None:
+def _static_mig_problem(
+    cluster: Cluster, job: Job, home: str, mig_now: MigLayouts | None = None
+) -> Refused | None:
     """A partition whose MIG layout never changes (``dynamic: false``) offers exactly the
-    instances of its layout: a profile it does not have, or more replicas than it has
-    instances of that profile, can never run."""
+    instances of its layout -- the ones read off the devices (``mig_now``: GPU -> its
+    instances, from ``MigLayoutRead``) where known: a profile it does not have, or more
+    replicas than it has instances of that profile, can never run."""
     mig = cluster.partitions[home].mig
     profile = job.request.mig_profile
     if mig is None or mig.dynamic or profile is None:
@@ -178,6 +239,9 @@ def _static_mig_problem(cluster: Cluster, job: Job, home: str) -> Refused | None
     for g in cluster.partition_gpus[home]:
         model = cluster.gpu_type_of(g).mig_model
         if model is None:
+            continue
+        if mig_now is not None and g in mig_now:
+            have += sum(i.profile == profile for i in mig_now[g].instances)
             continue
         if model not in per_model:
             planned = migmod.plan_layout(migmod.profiles_for(model), mig.layout)

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from gpufence.model import mig as migmod
 from gpufence.model.decisions import Decision, MigReconfigure, Reason
+from gpufence.model.events import MigLayoutRead
 from gpufence.model.job import RequestKind
 from gpufence.sched.context import Core
 from gpufence.sched.jobs import JobRecord
@@ -138,3 +139,42 @@ def repartition_for(
     )
     reasons.set_job(rec.job.id, Reason.RECONFIGURING, f"GPU {gid} re-partitioning ({delay:g} s)")
     return True
+
+
+def _read_layout(entries: tuple[str, ...]) -> list[migmod.MigInstance] | None:
+    out: list[migmod.MigInstance] = []
+    for e in entries:
+        name, _, start = e.rpartition("@")
+        if not name or not start.isdigit():
+            return None
+        out.append(migmod.MigInstance(name, int(start)))
+    return out
+
+
+def apply_layout_read(core: Core, mig: MigWork, ev: MigLayoutRead) -> None:
+    """A GPU's MIG layout as the front end read it off the device (at start-up, or after a
+    re-partition failed part-way). It replaces what the ledger holds; a re-partition in flight
+    on the GPU is dropped, so the job it was for is placed again this very cycle. A layout the
+    hardware could not have (or one read while jobs run on the GPU) is not taken: the GPU is
+    taken out of placement instead, as it is when ``usable`` is False."""
+    led = core.ledger
+    gid = ev.gpu
+    if not 0 <= gid < len(core.cluster.gpus):
+        return
+    mig.pending.pop(gid, None)
+    mig.made_for.pop(gid, None)
+    usable = ev.usable
+    st = led.mig.get(gid)
+    model = core.cluster.gpu_type_of(gid).mig_model
+    if st is not None and model is not None and usable:
+        layout = _read_layout(ev.layout)
+        profiles = migmod.profiles_for(model)
+        if layout is None or migmod.validate_layout(profiles, layout):
+            usable = False
+        elif layout != st.instances:
+            if st.busy():
+                usable = False  # never re-index instances under running jobs
+            else:
+                led.set_mig_layout(gid, layout)
+    if (gid in led.blocked) == usable:
+        led.set_blocked(gid, not usable)

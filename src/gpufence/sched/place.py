@@ -81,10 +81,18 @@ def hold_for_nominations(st: Placing) -> list[int]:
     cycle's placement and lending only: the caller gives them back with ``release_holds``."""
     led = st.core.ledger
     held: list[int] = []
+    plans = st.claims.plans
+    for jid in [j for j in plans if j not in st.claims.nominations]:
+        del plans[jid]
     for jid, nom in st.claims.nominations.items():
         if not st.book.waiting_on(nom):
             continue
-        for g in _planned(st, st.book.records[jid], nom):
+        plan = plans.get(jid)
+        # the plan made earlier stands while each of its GPUs is still free or its victims'
+        # (re-planning every waiting job on every cycle costs a placement each)
+        if plan is None or not all(led.is_free(g) or led.owner[g] in nom.victims for g in plan):
+            plan = plans[jid] = _planned(st, st.book.records[jid], nom)
+        for g in plan:
             if led.is_free(g):
                 led.hold(g, jid)
                 held.append(g)

@@ -42,6 +42,7 @@ from gpufence.state.ledger import charge_milli
 
 INF = float("inf")
 MAX_BATCH = 256  # waiting jobs considered per partition per cycle
+MAX_YOUNG = 32  # candidates looked at when saying that victims are too young to be preempted
 
 
 @dataclass(slots=True)
@@ -276,7 +277,9 @@ def _too_young(
             serving = r.job.workload_class is WorkloadClass.SERVING
             return a.pool == pool and not serving and r.job.checkpointable
 
-        cands = [v for v in running(core, book, young) if v not in taken]
+        # (a bounded look: the reason names the blocker; it must not cost a victim search over
+        # every job of a large donor pool on each cycle protection runs)
+        cands = [v for v in running(core, book, young) if v not in taken][:MAX_YOUNG]
         with led.fork():
             got = victims_for(core, rec, pool, cands)
         if got:

@@ -100,6 +100,11 @@ class Scheduler:
                 raise InvariantViolation("; ".join(problems[:10]))
         return decisions
 
+    def decisions_so_far(self) -> list[Decision]:
+        """The decisions of the last step -- or, when it raised, those it made before (the
+        ledger already reflects them): what a front end applies when a step fails."""
+        return list(self.state.made)
+
     def fair_share_usage(self) -> dict[str, float]:
         """Each queue's decayed past usage (milli-GPU-seconds) as of ``now``: what a front end
         saves to hand back with ``UsageRestored`` after a restart."""

@@ -14,6 +14,7 @@ import numpy as np
 from gpufence.model.cluster import Cluster
 from gpufence.model.events import NodeDown, NodeUp
 from gpufence.model.job import GpuRequest, Job, WorkloadClass
+from gpufence.sim.fabric import CommSpec
 from gpufence.sim.runner import At, WorkItem
 from gpufence.sim.scenario import Duration, Scenario
 
@@ -53,6 +54,7 @@ def _training(sc: Scenario, rng: np.random.Generator) -> list[WorkItem]:
     ckpt = rng.random(len(times)) < t.checkpointable
     est = rng.random(len(times)) < t.with_estimates
     queues = t.queues or [""]
+    comm = CommSpec(t.allreduce_gb, t.compute_s) if t.allreduce_gb > 0 else None
     out: list[WorkItem] = []
     for i, (at, size, dur) in enumerate(zip(times, picked, durs, strict=True)):
         size = int(size)
@@ -71,7 +73,11 @@ def _training(sc: Scenario, rng: np.random.Generator) -> list[WorkItem]:
         every = t.checkpoint_every_s if ckpt[i] else None
         out.append(
             WorkItem(
-                job, float(dur), ack_after_s=30.0 if ckpt[i] else None, checkpoint_every_s=every
+                job,
+                float(dur),
+                ack_after_s=30.0 if ckpt[i] else None,
+                checkpoint_every_s=every,
+                comm=comm if size >= 2 else None,
             )
         )
     return out

@@ -1,8 +1,10 @@
 """Self-contained HTML report of a simulation: plots embedded as base64 PNG, plus verdicts.
 
-Plots per policy: serving p99 over time against the SLO, queue-delay CDFs per class, GPU
-allocation and utilisation over time per partition, fragmentation over time, fabric utilisation
-per rack over time, and a preemption / reclaim timeline.
+Per policy: a verdict in words, the joint view (``sim.report_joint``: serving load and p99,
+queue delay per class, link utilisation and incident marks on one time axis), queue-delay
+CDFs per class, and GPU allocation, utilisation and fragmentation per partition. With several
+seeds, a table of every headline figure's mean and 95 % interval comes first (the plots are
+the first seed's).
 """
 
 from __future__ import annotations
@@ -11,7 +13,6 @@ import base64
 import html
 import io
 import math
-from collections.abc import Sequence
 from typing import Any
 
 import matplotlib
@@ -20,9 +21,9 @@ matplotlib.use("Agg")  # headless: no display on servers or CI
 import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
-from gpufence.model.decisions import Notice, Reason
+from gpufence.advice.present import html_section
 from gpufence.sim.experiment import PolicyRun
-from gpufence.sim.latency import INF
+from gpufence.sim.report_joint import joint_figure
 from gpufence.sim.report_text import dur as _dur
 
 CLASSES = ("serving", "training", "interactive", "batch")
@@ -30,33 +31,9 @@ CLASSES = ("serving", "training", "interactive", "batch")
 
 def _png(fig: Figure) -> str:
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")
+    fig.savefig(buf, format="png", dpi=80, bbox_inches="tight")
     plt.close(fig)
     return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
-
-
-def _hours(ts: Sequence[float]) -> list[float]:
-    return [t / 3600.0 for t in ts]
-
-
-def plot_serving(run: PolicyRun) -> str:
-    fig, ax = plt.subplots(figsize=(8, 3))
-    for f in run.fleets:
-        xs = _hours([w.end for w in f.windows])
-        cap = f.svc.slo_p99_ms * 4
-        ys = [min(w.p99_ms, cap) if w.p99_ms != INF else cap for w in f.windows]
-        ax.plot(xs, ys, lw=1, label=f"{f.svc.name} p99")
-        ax.axhline(f.svc.slo_p99_ms, color="red", ls="--", lw=1, label=f"{f.svc.name} SLO")
-    ax.set_xlabel("hours")
-    ax.set_ylabel("p99 ms (overload drawn at 4x SLO)")
-    if run.fleets:
-        ax.legend(fontsize=7)
-    else:
-        ax.text(
-            0.5, 0.5, "no serving services in this workload", ha="center", transform=ax.transAxes
-        )
-    ax.set_title(f"{run.policy}: serving p99 over time")
-    return _png(fig)
 
 
 def plot_queue_cdf(run: PolicyRun) -> str:
@@ -69,11 +46,12 @@ def plot_queue_cdf(run: PolicyRun) -> str:
         if vals:
             vals.sort()
             ys = [(i + 1) / len(vals) for i in range(len(vals))]
-            ax.plot([max(v, 1e-3) for v in vals], ys, label=f"{cls} (n={len(vals)})")
+            ax.plot([max(v, 1e-3) for v in vals], ys, label=f"{cls} (n={len(vals)} started)")
     ax.set_xscale("log")
-    ax.set_xlabel("queue delay (minutes, log)")
+    ax.set_xlabel("queue delay (minutes, log) of the jobs that started")
     ax.set_ylabel("CDF")
-    ax.legend(fontsize=7)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7)
     ax.set_title(f"{run.policy}: queue delay per class")
     return _png(fig)
 
@@ -81,7 +59,7 @@ def plot_queue_cdf(run: PolicyRun) -> str:
 def plot_partitions(run: PolicyRun) -> str:
     s = run.timeline.samples
     fig, axes = plt.subplots(1, 2, figsize=(10, 3))
-    xs = _hours([x.t for x in s])
+    xs = [x.t / 3600.0 for x in s]
     for p, gpus in run.cluster.partition_gpus.items():
         cap = max(len(gpus), 1)
         axes[0].plot(xs, [x.allocated.get(p, 0.0) / cap for x in s], label=f"{p} allocated")
@@ -91,116 +69,209 @@ def plot_partitions(run: PolicyRun) -> str:
     axes[0].set_title("GPU allocation / utilisation per partition")
     axes[0].legend(fontsize=6)
     axes[1].set_ylim(0, 1.05)
-    axes[1].set_title("fragmentation (free GPUs on partly used nodes)")
+    axes[1].set_title("fragmentation (free capacity the largest unit cannot use)")
     axes[1].legend(fontsize=6)
     for ax in axes:
         ax.set_xlabel("hours")
     return _png(fig)
 
 
-def plot_fabric(run: PolicyRun) -> str:
-    s = run.timeline.samples
-    fig, ax = plt.subplots(figsize=(8, 3))
-    xs = _hours([x.t for x in s])
-    for rack in run.cluster.racks:
-        ax.plot(xs, [x.rack_util.get(rack, 0.0) for x in s], label=rack)
-    ax.plot(xs, [x.storage_util for x in s], color="black", ls=":", label="checkpoint storage")
-    ax.set_ylim(0, 1.05)
-    ax.set_xlabel("hours")
-    ax.set_ylabel("uplink utilisation (bursts)")
-    ax.set_title(f"{run.policy}: fabric utilisation per rack, checkpoint storage load")
-    ax.legend(fontsize=7)
-    return _png(fig)
+def plot_joint(run: PolicyRun) -> str:
+    return _png(joint_figure(run))
 
 
-def plot_incidents(run: PolicyRun) -> str:
-    fig, ax = plt.subplots(figsize=(8, 2.2))
-    rows = {
-        Reason.INCIDENT_PREEMPTION: 3,
-        Reason.ON_DEMAND_PREEMPTION: 3,
-        Reason.LENT_RECLAIM: 2,
-        Reason.IDLE: 1,
-    }
-    for reason, y in rows.items():
-        ts = [t / 3600.0 for t, d in run.result.log if isinstance(d, Notice) and d.reason is reason]
-        if ts:
-            ax.scatter(ts, [y] * len(ts), s=12, label=f"{reason.value} ({len(ts)})")
-    ax.set_yticks([1, 2, 3], ["idle reclaim", "lent reclaim", "preemption"])
-    ax.set_xlabel("hours")
-    ax.set_xlim(0, max(run.result.end_time, 1.0) / 3600.0)
-    ax.set_title(f"{run.policy}: preemption / reclaim notices")
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=7)
-    return _png(fig)
+def _pct(x: float) -> str:
+    return f"{x:.2%}"
 
 
 def verdict(name: str, m: dict[str, Any]) -> str:
-    """A plain-language verdict for one policy."""
+    """A plain-language verdict for one policy (the numbers are ``metrics.json``'s)."""
+    parts: list[str] = []
     sv = m["serving"]
-    att = sv["slo_attainment"]
-    tq = m["queue_delay_s"].get("training", {})
-    ok = "kept" if att >= 0.999 else "missed"
-    p99 = sv["p99_ms"]
-    p99s = "overloaded" if p99 is None else f"{p99:.0f} ms"
-    parts = [
-        f"Serving {ok} its p99 SLO ({sv['slo_ms']:.0f} ms) for {att:.2%} of requests "
-        f"(worst window p99 {p99s}).",
-    ]
-    if tq:
-        parts.append(f"Training waited p50 {_dur(tq['p50'])}, p99 {_dur(tq['p99'])} for its GPUs.")
-    pre = m["preemptions"]
-    if pre["count"]:
+    if sv.get("services"):
+        att = sv["slo_attainment"]
+        slo_ms = sv["slo_ms"]
+        worst = sv.get("worst_window_p99_ms")
+        worst_s = "no steady state (overloaded)" if worst is None else f"{worst:.0f} ms"
+        p99 = sv["p99_ms"]
+        p99_s = "unbounded (overloaded windows)" if p99 is None else f"{p99:.0f} ms"
+        if att >= 0.999:
+            parts.append(
+                f"Serving kept its p99 within the SLO ({slo_ms:.0f} ms) in windows carrying "
+                f"{_pct(att)} of requests (worst window p99 {worst_s})."
+            )
+        else:
+            parts.append(
+                f"Serving met its p99 SLO ({slo_ms:.0f} ms) in windows carrying {_pct(att)} of "
+                f"requests; {_pct(1 - att)} of requests fell in windows whose p99 exceeded it "
+                f"(worst window p99 {worst_s})."
+            )
         parts.append(
-            f"{pre['count']} preemptions cost {pre['gpu_hours_lost']:.1f} GPU-hours of work"
-            f" ({', '.join(f'{k}: {v}' for k, v in pre['by_reason'].items())})."
+            f"Over the run {_pct(sv.get('requests_within_slo', 1.0))} of requests were answered "
+            f"within {slo_ms:.0f} ms; the p99 of all requests was {p99_s}."
         )
+    tq = m["queue_delay_s"].get("training")
+    ta = m.get("queue_delay_all_s", {}).get("training")
+    if tq:
+        parts.append(
+            f"Training waited p50 {_dur(tq['p50'])}, p99 {_dur(tq['p99'])} for its GPUs "
+            f"({tq.get('n', 0)} jobs that started)"
+            + (
+                f"; counting the {ta['censored']} still waiting at the horizon, p99 is at least "
+                f"{_dur(ta['p99'])}."
+                if ta and ta.get("censored")
+                else "."
+            )
+        )
+    pre = m["preemptions"]
+    by_cause = pre.get("gpu_hours_lost_by_cause", {})
+    causes = ", ".join(f"{k.replace('_', ' ')}: {v:.1f}" for k, v in by_cause.items() if v)
+    if pre["count"]:
+        reasons = ", ".join(f"{k}: {v}" for k, v in pre["by_reason"].items())
+        parts.append(f"{pre['count']} preemptions ({reasons}).")
     else:
         parts.append("No preemptions.")
+    if pre["gpu_hours_lost"]:
+        parts.append(f"{pre['gpu_hours_lost']:.1f} GPU-hours of work were lost ({causes}).")
     rec = m["reclaims"]
     if rec["count"]:
         parts.append(f"{rec['count']} reclaims returned {rec['gpu_hours_returned']:.1f} GPU-hours.")
+    g = m["gpu"]
     parts.append(
-        f"GPUs were {m['gpu']['allocation_ratio']:.0%} allocated and "
-        f"{m['gpu']['utilization']:.0%} busy on average."
+        f"GPUs were {g['allocation_ratio']:.0%} allocated and {g['utilization']:.0%} busy on "
+        f"average; {g['fragmentation']:.1%} of capacity sat in fragments."
     )
+    ic = m.get("interconnect", {})
+    links = [
+        f"{label} max {ic[k]['max']:.0%} (p95 {ic[k]['p95']:.0%})"
+        for k, label in (("node_uplink", "node uplinks"), ("rack_uplink", "rack uplinks"))
+        if k in ic
+    ]
+    if links:
+        parts.append("Links: " + ", ".join(links) + ".")
     if m["invariant_violations"]:
         parts.append(f"WARNING: {m['invariant_violations']} invariant violations.")
     return " ".join(parts)
 
 
-def render(title: str, runs: list[PolicyRun], metrics: dict[str, Any]) -> str:
+def _cell(x: Any, fmt: str = "{:.4f}") -> str:
+    if x is None:
+        return "overload"
+    if isinstance(x, float) and math.isnan(x):
+        return "-"
+    return fmt.format(x)
+
+
+def _summary_rows(runs: list[PolicyRun], metrics: dict[str, Any]) -> str:
     rows = []
     for run in runs:
         m = metrics["policies"][run.policy]
         q = m["queue_delay_s"].get("training", {"p50": math.nan, "p99": math.nan})
+        qa = m.get("queue_delay_all_s", {}).get("training", {"p99": math.nan, "censored": 0})
+        sv = m["serving"]
+        has = bool(sv.get("services"))
         rows.append(
-            f"<tr><td>{html.escape(run.policy)}</td><td>{m['serving']['slo_attainment']:.4f}</td>"
-            f"<td>{_dur(q['p50'])}</td><td>{_dur(q['p99'])}</td>"
-            f"<td>{m['preemptions']['count']}</td><td>{m['reclaims']['count']}</td>"
-            f"<td>{m['gpu']['allocation_ratio']:.3f}</td><td>{m['invariant_violations']}</td></tr>"
+            "<tr>"
+            + "".join(
+                f"<td>{c}</td>"
+                for c in (
+                    html.escape(run.policy),
+                    _cell(sv["slo_attainment"]) if has else "-",
+                    _cell(sv["p99_ms"], "{:.0f}") if has else "-",
+                    _cell(sv.get("worst_window_p99_ms"), "{:.0f}") if has else "-",
+                    _dur(q["p50"]),
+                    _dur(q["p99"]),
+                    f"{_dur(qa['p99'])} ({qa.get('censored', 0)})",
+                    str(m.get("pending_at_end", "-")),
+                    str(m["preemptions"]["count"]),
+                    f"{m['preemptions']['gpu_hours_lost']:.1f}",
+                    str(m["reclaims"]["count"]),
+                    f"{m['gpu']['allocation_ratio']:.3f}",
+                    f"{m['gpu']['fragmentation']:.3f}",
+                    str(m["invariant_violations"]),
+                )
+            )
+            + "</tr>"
         )
+    return "".join(rows)
+
+
+_HEAD = (
+    "policy",
+    "serving SLO attainment",
+    "p99 ms (all requests)",
+    "worst window p99 ms",
+    "training wait p50 (started)",
+    "training wait p99 (started)",
+    "training wait p99, all (censored)",
+    "pending at end",
+    "preemptions",
+    "GPU-h lost",
+    "reclaims",
+    "GPU allocation",
+    "fragmentation",
+    "invariant violations",
+)
+
+
+def _interval_table(intervals: dict[str, dict[str, dict[str, Any]]], seeds: list[int]) -> str:
+    figures = sorted({f for per in intervals.values() for f in per})
+    head = "".join(f"<th>{html.escape(p)}</th>" for p in intervals)
+    body = []
+    for fig in figures:
+        cells = []
+        hours = "_s." in fig and not fig.endswith("censored")  # shown in hours, as sim's table
+        for per in intervals.values():
+            iv = per.get(fig)
+            if iv is None or iv["mean"] is None:
+                cells.append("<td>-</td>" if iv is None else "<td>overload</td>")
+                continue
+            k = 1 / 3600 if hours else 1.0
+            lo, m, hi = iv["ci95_low"] * k, iv["mean"] * k, iv["ci95_high"] * k
+            cells.append(f"<td>{m:.4g} [{lo:.4g}, {hi:.4g}]{' h' if hours else ''}</td>")
+        body.append(f"<tr><td>{html.escape(fig)}</td>{''.join(cells)}</tr>")
+    return (
+        f"<h2>Headline figures over seeds {', '.join(map(str, seeds))}: mean [95 % interval]</h2>"
+        f"<table><tr><th>figure</th>{head}</tr>{''.join(body)}</table>"
+    )
+
+
+def render(
+    title: str,
+    runs: list[PolicyRun],
+    metrics: dict[str, Any],
+    intervals: dict[str, dict[str, dict[str, Any]]] | None = None,
+) -> str:
     sections = []
     for run in runs:
         m = metrics["policies"][run.policy]
-        imgs = [
-            plot_serving(run),
-            plot_queue_cdf(run),
-            plot_partitions(run),
-            plot_fabric(run),
-            plot_incidents(run),
-        ]
-        body = "".join(f'<img src="{src}" alt="plot">' for src in imgs)
-        sections.append(
-            f"<section><h2>{html.escape(run.policy)}</h2>"
-            f"<p class=verdict>{html.escape(verdict(run.policy, m))}</p>{body}</section>"
+        slug = "".join(ch if ch.isalnum() else "-" for ch in run.policy)
+        name = html.escape(run.policy)
+        says = html.escape(verdict(run.policy, m))
+        # REPORT#joint-POLICY shows this block alone, full window (links, screenshots)
+        joint = (
+            f'<div class=joint id="joint-{slug}"><h3>{name}: joint view (one time axis)</h3>'
+            f'<p class=verdict>{says}</p><img src="{plot_joint(run)}" alt="joint view"></div>'
         )
+        rest = "".join(
+            f'<h3>{h}</h3><img src="{src}" alt="{h}">'
+            for h, src in (
+                ("Queue delay per class", plot_queue_cdf(run)),
+                ("GPUs per partition", plot_partitions(run)),
+            )
+        )
+        rest += html_section(m.get("advice", []), f"Advice for {run.policy}")  # gpufence.advice
+        sections.append(f'<section id="{slug}"><h2>{name}</h2>{joint}{rest}</section>')
+    seeds = metrics.get("seeds") or [metrics.get("seed")]
+    iv = _interval_table(intervals, seeds) if intervals else ""
+    note = f"<p>Plots and the table below: seed {metrics.get('seed')}.</p>" if intervals else ""
+    head = "".join(f"<th>{h}</th>" for h in _HEAD)
     return f"""<!doctype html><html><head><meta charset="utf-8">
 <title>{html.escape(title)}</title><style>
-body{{font-family:sans-serif;max-width:1100px;margin:2em auto}}
-table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:4px 8px}}
+body{{font-family:sans-serif;max-width:1150px;margin:2em auto}}
+table{{border-collapse:collapse;margin:8px 0}}td,th{{border:1px solid #ccc;padding:4px 8px}}
 img{{display:block;margin:8px 0;max-width:100%}}.verdict{{background:#f4f4f4;padding:8px}}
-</style></head><body><h1>{html.escape(title)}</h1>
-<table><tr><th>policy</th><th>serving SLO attainment</th><th>training wait p50</th>
-<th>training wait p99</th><th>preemptions</th><th>reclaims</th><th>GPU allocation</th>
-<th>invariant violations</th></tr>{"".join(rows)}</table>
+.joint:target{{position:fixed;inset:0;z-index:9;background:#fff;overflow:auto;padding:0 1.5em}}
+</style></head><body><h1>{html.escape(title)}</h1>{iv}{note}
+<table><tr>{head}</tr>{_summary_rows(runs, metrics)}</table>
 {"".join(sections)}</body></html>"""

@@ -4,11 +4,19 @@ The simulator plays the front end: it turns workload items into events, calls
 ``Scheduler.step``, and applies the decisions exactly as the control plane would (binds start
 work, stops end it, notices are acknowledged after the job's checkpoint time, MIG re-partitions
 finish after their delay). No scheduling logic lives here.
+
+Progress: a running attempt advances at ``speed`` solo-seconds of work per second. After every
+step the slowdown model (``sim.contention``) re-rates the jobs whose neighbours or links
+changed; the runner banks the work done at the old speed and re-schedules the attempt's
+completion and next periodic checkpoint at the new one (events of an older rating are dropped).
+Work lost when an attempt is stopped (the wall time since its last checkpoint, x its GPUs) is
+recorded per stop reason: preemptions, reclaims and node failures alike.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import math
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -38,8 +46,12 @@ from gpufence.model.events import (
 from gpufence.model.job import Job
 from gpufence.model.lifecycle import TERMINAL, JobState, after_stop
 from gpufence.sched.scheduler import Scheduler, SchedulerConfig
+from gpufence.sim.contention import Released
 from gpufence.sim.event_queue import EventQueue
+from gpufence.sim.fabric import CommSpec
 from gpufence.state.invariants import check
+from gpufence.state.ledger import Ledger
+from gpufence.telemetry.incidents import counts_as_loss
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +63,7 @@ class WorkItem:
     ack_after_s: float | None = 30.0  # time to checkpoint when noticed; None = never acks
     checkpoint_every_s: float | None = None  # periodic checkpoints bound the work lost
     activity: tuple[tuple[float, float], ...] = ()  # (seconds after start, utilisation)
+    comm: CommSpec | None = None  # a data-parallel gang's all-reduce (the fabric model)
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,10 +82,18 @@ class JobTrace:
     end: float | None = None
     state: JobState = JobState.PENDING
     attempt: int = 0
-    started: float | None = None
+    started: float | None = None  # start of the current attempt
     done_s: float = 0.0  # work kept (checkpointed) across attempts, in solo seconds
     attempts: int = 0
-    speed: float = 1.0  # solo seconds of work per second in the current attempt
+    speed: float = 1.0  # solo seconds of work per second, current rating
+    ran_s: float = 0.0  # work of this attempt up to ``rated_at``, in solo seconds
+    rated_at: float = 0.0
+    epoch: int = 0  # bumped at every re-rating: finish/ckpt events carry it
+    last_ckpt: float = 0.0  # wall time of the attempt's last checkpoint (or its start)
+
+    def progress(self, now: float) -> float:
+        """Solo seconds of work done in the current attempt by ``now``."""
+        return self.ran_s + (now - self.rated_at) * self.speed
 
 
 @dataclass(slots=True)
@@ -84,6 +105,7 @@ class Occupancy:
     exclusive: bool
     start: float
     end: float | None = None
+    time_sliced: bool = False
 
 
 @dataclass
@@ -98,6 +120,8 @@ class SimResult:
     gpu_seconds_allocated: float
     events: int
     counters: dict[str, object] = field(default_factory=dict)
+    lost_gpu_s: list[tuple[str, float]] = field(default_factory=list)  # (stop reason, GPU-s)
+    rerates: int = 0  # slowdown changes of running jobs (completion re-scheduled)
 
 
 _Item = tuple[str, object]
@@ -119,9 +143,17 @@ class Observer(Protocol):
 
 
 class Slowdown(Protocol):
-    """Run-time stretch of a job bound now (co-location, fabric), 1.0 = solo speed."""
+    """Run-time stretch of running jobs (co-location, fabric), 1.0 = solo speed, kept current:
+    after each step, given the jobs that started and those that left their GPUs, it returns
+    the slowdown of every running job that may have changed (the started ones always)."""
 
-    def factor(self, bind: Bind, sim: Simulation) -> float: ...
+    def update(
+        self,
+        ledger: Ledger,
+        bound: Sequence[str],
+        released: Iterable[Released],
+        comm: dict[str, CommSpec],
+    ) -> dict[str, float]: ...
 
 
 class Simulation:
@@ -144,6 +176,10 @@ class Simulation:
         self.occupancy: list[Occupancy] = []
         self.checkpoints: list[tuple[float, int]] = []  # (time, GPUs of the job) per write
         self._open: dict[str, Occupancy] = {}
+        self._bound: list[str] = []  # this step
+        self._released: list[Released] = []
+        self.lost_gpu_s: list[tuple[str, float]] = []
+        self.rerates = 0
         self.check_invariants = check_invariants
         self.violations = 0
         self._alloc_gpu_s = 0.0
@@ -204,6 +240,7 @@ class Simulation:
             for d in decisions:
                 self.log.append((now, d))
                 self._apply(d, now)
+            self._rerate(now)
             for obs in self.observers:
                 obs.observe(now, decisions, self)
             if self.check_invariants:
@@ -225,6 +262,8 @@ class Simulation:
             invariant_violations=self.violations,
             gpu_seconds_allocated=self._alloc_gpu_s,
             events=self.events_processed,
+            lost_gpu_s=self.lost_gpu_s,
+            rerates=self.rerates,
             counters={
                 "binds": c.binds,
                 "rejects": c.rejects,
@@ -262,18 +301,25 @@ class Simulation:
         tr = self.jobs[jid]
         if tr.attempt != attempt or tr.started is None:
             return None  # the attempt this was meant for is over
+        if kind in ("finish", "ckpt") and payload[2] != tr.epoch:
+            return None  # scheduled under an older rating of the attempt
         if kind == "finish":
             tr.state, tr.end, tr.started = JobState.DONE, now, None
             self._close(jid, now)
             return JobFinished(jid)
-        if kind == "ack":
-            tr.done_s += (now - tr.started) * tr.speed  # the checkpoint keeps all work so far
-            tr.started = now
+        if kind == "ack":  # the checkpoint keeps all work so far; periodic ones restart
+            tr.done_s += tr.progress(now)
+            tr.ran_s, tr.rated_at, tr.last_ckpt = 0.0, now, now
+            self._schedule(tr, jid, now)
             return CheckpointAck(jid)
         if kind == "ckpt":
-            every = tr.item.checkpoint_every_s
-            assert every is not None
-            self.q.push(now + every / tr.speed, ("ckpt", (jid, attempt)))
+            tr.last_ckpt = now
+            if self.slowdown is None:  # constant speed: every ``every`` solo seconds
+                every = tr.item.checkpoint_every_s
+                assert every is not None
+                self.q.push(now + every / tr.speed, ("ckpt", (jid, attempt, tr.epoch)))
+            else:
+                self._push_ckpt(tr, jid, now)
             self.checkpoints.append((now, tr.item.job.total_gpus))
             return CheckpointWritten(jid)
         if kind == "activity":
@@ -288,6 +334,51 @@ class Simulation:
         occ = self._open.pop(job_id, None)
         if occ is not None:
             occ.end = now
+            self._released.append(Released(job_id, occ.gpus, occ.time_sliced))
+
+    def _schedule(self, tr: JobTrace, job_id: str, now: float, finish: bool = True) -> None:
+        """(Re-)schedule the attempt's completion and next periodic checkpoint at its speed."""
+        if finish:
+            self._push_finish(tr, job_id, now)
+        self._push_ckpt(tr, job_id, now)
+
+    def _push_finish(self, tr: JobTrace, job_id: str, now: float) -> None:
+        tr.epoch += 1
+        left = max(0.0, tr.item.duration_s - tr.done_s - tr.ran_s)
+        self.q.push(now + left / tr.speed, ("finish", (job_id, tr.attempt, tr.epoch)))
+
+    def _push_ckpt(self, tr: JobTrace, job_id: str, now: float) -> None:
+        every = tr.item.checkpoint_every_s
+        if every:  # periodic checkpoints: the scheduler prefers victims that lose least
+            done = tr.progress(now)
+            nxt = (math.floor(done / every + 1e-6) + 1) * every  # the next multiple, past done
+            self.q.push(now + (nxt - done) / tr.speed, ("ckpt", (job_id, tr.attempt, tr.epoch)))
+
+    def _rerate(self, now: float) -> None:
+        """Give the jobs bound this step their speed, and re-rate the running jobs whose
+        slowdown changed (their neighbours or their links' load did)."""
+        bound, released = self._bound, self._released
+        self._bound, self._released = [], []
+        if self.slowdown is None or (not bound and not released):
+            return
+        comm = {j: c for j in bound if (c := self.jobs[j].item.comm) is not None}
+        factors = self.slowdown.update(self.scheduler.ledger, bound, released, comm)
+        for j in bound:
+            factors.setdefault(j, 1.0)
+        fresh = set(bound)
+        for jid, f in factors.items():
+            tr = self.jobs.get(jid)
+            if tr is None or tr.started is None or tr.state is not JobState.RUNNING:
+                continue
+            speed = 1.0 / max(f, 1e-9)
+            if jid in fresh:
+                tr.speed = speed
+                self._schedule(tr, jid, now)
+            elif abs(speed - tr.speed) > 1e-9 * tr.speed:
+                tr.ran_s = tr.progress(now)
+                tr.rated_at, tr.speed = now, speed
+                self.rerates += 1
+                self._schedule(tr, jid, now)
 
     def _apply(self, d: Decision, now: float) -> None:
         if isinstance(d, Bind):
@@ -296,7 +387,8 @@ class Simulation:
                 a.mig_profile is None and a.milli == 1000 and not a.time_sliced
                 for a in d.assignments
             )
-            occ = Occupancy(d.job_id, gpus, whole, now)
+            sliced = any(a.time_sliced for a in d.assignments)
+            occ = Occupancy(d.job_id, gpus, whole, now, time_sliced=sliced)
             self.occupancy.append(occ)
             self._open[d.job_id] = occ
             tr = self.jobs[d.job_id]
@@ -306,21 +398,25 @@ class Simulation:
             tr.started = now
             if tr.first_start is None:
                 tr.first_start = now
+            tr.ran_s, tr.rated_at, tr.last_ckpt, tr.speed = 0.0, now, now, 1.0
             left = max(0.0, tr.item.duration_s - tr.done_s)
-            tr.speed = 1.0 / self.slowdown.factor(d, self) if self.slowdown is not None else 1.0
-            self.q.push(now + left / tr.speed, ("finish", (d.job_id, tr.attempt)))
+            if self.slowdown is None:  # solo speed for good: schedule now
+                self._push_finish(tr, d.job_id, now)
             for offset, util in tr.item.activity:
                 if offset < left:
                     self.q.push(now + offset, ("activity", (d.job_id, tr.attempt, util)))
-            every = tr.item.checkpoint_every_s
-            if every:  # periodic checkpoints: the scheduler prefers victims that lose least
-                self.q.push(now + every / tr.speed, ("ckpt", (d.job_id, tr.attempt)))
+            if self.slowdown is None:
+                self._push_ckpt(tr, d.job_id, now)
+            else:
+                self._bound.append(d.job_id)  # speed and completion: after the step (_rerate)
         elif isinstance(d, Stop):
             tr = self.jobs[d.job_id]
             if tr.started is not None:
-                ran = (now - tr.started) * tr.speed
                 every = tr.item.checkpoint_every_s
-                tr.done_s += (ran // every) * every if every else 0.0
+                tr.done_s += (tr.progress(now) // every) * every if every else 0.0
+                if counts_as_loss(str(tr.item.job.workload_class), str(d.reason)):
+                    lost = (now - tr.last_ckpt) * tr.item.job.total_gpus
+                    self.lost_gpu_s.append((str(d.reason), lost))
             # the stop is confirmed at once here: a stop that ends the job ends it now
             tr.state = JobState.STOPPING if d.requeue else after_stop(d.reason, requeue=False)
             if not d.requeue:

@@ -20,7 +20,8 @@ services:                            # serving, autoscaled inside the fence
     demand:
       diurnal: {base_rps: 300, peak_rps: 1200, peak_hour: 15, width_h: 4}
       bursts: [{at_s: 72000, duration_s: 1800, factor: 1.5}]
-training: {arrivals_per_hour: 20, gang_sizes: {1: 0.4, 8: 0.4, 64: 0.2}, ...}
+training: {arrivals_per_hour: 20, gang_sizes: {1: 0.4, 8: 0.4, 64: 0.2},
+           allreduce_gb: 40, compute_s: 1.0, ...}
 notebooks: {sessions_per_hour: 6, mig_profile: 1g.10gb, ...}
 batch: {jobs_per_hour: 12, gpus: 1, ...}
 failures: {node_mtbf_h: 500, repair_s: 3600}
@@ -85,6 +86,9 @@ class Service(_Strict):
     target_utilization: Annotated[float, Field(gt=0, le=1)] = 0.6
     autoscale_every_s: Pos = 60.0
     priority: int = 100
+    # share of a request's service time that moves data over its node's NIC / PCIe path,
+    # stretched by gang all-reduce bursts on shared uplinks (sim.contention) [I]
+    network_share: Annotated[float, Field(ge=0, le=1)] = 0.25
     demand: Demand
 
     @model_validator(mode="after")
@@ -114,8 +118,22 @@ class Training(_Strict):
     with_estimates: Annotated[float, Field(ge=0, le=1)] = 0.5
     queues: list[str] = []
     partition: str = "training"
-    comm_gbps_per_gpu: NonNeg = 25.0  # all-reduce traffic per GPU while a gang communicates
-    comm_duty: Annotated[float, Field(ge=0, le=1)] = 0.3  # share of time gangs communicate
+    # each iteration of a multi-GPU gang: compute_s of compute, then a ring all-reduce of
+    # allreduce_gb (1e9 bytes) of gradients (sim.fabric) — by default the bf16 gradients of an
+    # 8B-parameter data-parallel model every second of compute [I]
+    allreduce_gb: NonNeg = 16.0
+    compute_s: Pos = 1.0
+
+    @model_validator(mode="before")
+    @classmethod
+    def _legacy(cls, data: object) -> object:
+        if isinstance(data, dict) and ({"comm_gbps_per_gpu", "comm_duty"} & set(data)):
+            raise ValueError(
+                "comm_gbps_per_gpu / comm_duty were replaced by the all-reduce model: give"
+                " allreduce_gb (gradient bytes per iteration, GB) and compute_s (compute per"
+                " iteration, s)"
+            )
+        return data
 
     @model_validator(mode="after")
     def _sizes(self) -> Training:

@@ -1,9 +1,11 @@
 """Serving in the simulator: demand curve -> autoscaler inside the fence -> p99 per window.
 
-Every ``autoscale_every_s`` the fleet (1) scores the window that just ended: the request rate,
-the replicas actually running, their service time inflated by contention, and the p99 response
-from the Erlang C model (sim.latency); (2) sets the replica target to keep per-replica
-utilisation at ``target_utilization`` within [min, max] and submits or cancels replica jobs.
+Every ``autoscale_every_s`` the fleet (1) records the window that just ended: the request rate,
+the replicas actually running and their service time stretched by contention (its mean and
+CV); (2) sets the replica target to keep per-replica utilisation at ``target_utilization``
+within [min, max] and submits or cancels replica jobs. After the run every window is scored at
+once with the response-time distribution of its pool (sim.latency: exact M/M/c, M/G/c
+approximation): its p99 and the share of its requests within the SLO.
 Replica jobs are ordinary serving jobs: the scheduler places them inside the fence (or, under
 other policies, wherever the policy lets it), so a full fence shows up as replicas pending and
 a p99 that leaves the SLO.
@@ -19,9 +21,10 @@ from gpufence.model.events import Event
 from gpufence.model.job import GpuRequest, Job, WorkloadClass
 from gpufence.model.lifecycle import JobState
 from gpufence.sim.contention import Contention
-from gpufence.sim.latency import INF, p99_response_s
+from gpufence.sim.latency import INF, Pools, mixture_quantile
 from gpufence.sim.runner import Simulation, WorkItem
 from gpufence.sim.scenario import Demand, Service
+from gpufence.telemetry import slo
 
 
 def diurnal_rate(demand: Demand) -> Callable[[float], float]:
@@ -42,13 +45,22 @@ def diurnal_rate(demand: Demand) -> Callable[[float], float]:
 
 @dataclass(slots=True)
 class Window:
+    """One scoring window of a service: what ran, and (after ``Fleet.score``) its latency."""
+
     start: float
     end: float
     rate_rps: float
     replicas: int  # running during the window
     target: int
-    p99_ms: float
+    service_s: float  # mean service time, contention included
+    service_cv: float  # contention's extra variance included
     inflation: float
+    p99_ms: float = math.nan  # filled by Fleet.score
+    within_slo: float = math.nan  # share of the window's requests answered within the SLO
+
+    @property
+    def requests(self) -> float:
+        return self.rate_rps * (self.end - self.start)
 
 
 @dataclass
@@ -64,6 +76,8 @@ class Fleet:
     _alive: dict[str, None] = field(default_factory=dict)  # submitted, not cancelled
     _serial: int = 0
     _last: float = 0.0
+    _scored: int = 0  # windows[: _scored] have their latency
+    _p99_all: tuple[int, float] | None = None  # (windows, run p99 ms) once computed
 
     def first_wake(self) -> float | None:
         return 0.0
@@ -74,7 +88,7 @@ class Fleet:
         return max(s.min_replicas, min(s.max_replicas, need))
 
     def wake(self, now: float, sim: Simulation) -> tuple[list[Event], float | None]:
-        self._score(now, sim)
+        self._record(now, sim)
         events: list[Event] = []
         target = self.desired(now)
         live = (JobState.PENDING, JobState.RUNNING)
@@ -111,59 +125,75 @@ class Fleet:
         self._alive[job.id] = None
         return WorkItem(job, self.horizon_s * 10, ack_after_s=None)
 
-    def _score(self, now: float, sim: Simulation) -> None:
-        """Latency of the window [last wake, now) with the replicas running at its start."""
+    def _record(self, now: float, sim: Simulation) -> None:
+        """The window [last wake, now) with the replicas running at its end (its latency is
+        computed later, for all windows at once)."""
         if now <= self._last and self.windows:
             return
         start = self._last
         s = self.svc
         ledger = sim.scheduler.ledger
         running = [j for j in self._alive if sim.jobs[j].state is JobState.RUNNING]
-        fab = self.contention.fabric
-        rack_util = fab.rack_utilization(ledger) if running else {}
-        node_load = fab.node_load_gbps(ledger) if running else {}
-        exp = [self.contention.replica_exposure(ledger, j, rack_util, node_load) for j in running]
-        # requests spread evenly over replicas: average the mean stretch and the extra variance
-        inflation = sum(e.mean_factor for e in exp) / len(exp) if exp else 1.0
-        extra_cv2 = sum(e.extra_cv2 for e in exp) / len(exp) if exp else 0.0
-        cv = math.sqrt(s.service_cv**2 + extra_cv2)
+        exp = self.contention.mean_replica_exposure(ledger, running, s.network_share)
+        inflation = exp.mean_factor
+        cv = math.sqrt(s.service_cv**2 + exp.extra_cv2)
         mid = start + (now - start) / 2 if now > start else now
-        rate = self.rate(mid)
-        p99 = p99_response_s(len(running), rate, s.service_ms / 1000.0 * inflation, cv)
         if now > start:
             self.windows.append(
                 Window(
                     start,
                     now,
-                    rate,
+                    self.rate(mid),
                     len(running),
                     self.desired(start),
-                    p99 * 1000.0 if p99 != INF else INF,
+                    s.service_ms / 1000.0 * inflation,
+                    cv,
                     inflation,
                 )
             )
         self._last = now
 
     # ------------------------------------------------------------------ results
-    def attainment(self) -> float:
-        """Fraction of requests served in windows whose p99 met the SLO."""
-        total = sum(w.rate_rps * (w.end - w.start) for w in self.windows)
-        if total <= 0:
-            return 1.0
-        good = sum(
-            w.rate_rps * (w.end - w.start) for w in self.windows if w.p99_ms <= self.svc.slo_p99_ms
+    def pools(self) -> Pools:
+        w = self.windows
+        return Pools(
+            [x.replicas for x in w],
+            [x.rate_rps for x in w],
+            [x.service_s for x in w],
+            [x.service_cv for x in w],
         )
-        return good / total
+
+    def score(self) -> list[Window]:
+        """Fill in every window's p99 and share of requests within the SLO (vectorised)."""
+        if self._scored < len(self.windows) and self.windows:
+            pools = self.pools()
+            p99 = pools.quantile(0.99)
+            within = pools.cdf(self.svc.slo_p99_ms / 1000.0)
+            for w, p, ok in zip(self.windows, p99, within, strict=True):
+                w.p99_ms = float(p) * 1000.0 if p != INF else INF
+                w.within_slo = float(ok) if w.rate_rps > 0 else 1.0
+            self._scored = len(self.windows)
+        return self.windows
+
+    def attainment(self) -> float:
+        """Share of requests served in windows whose p99 met the SLO (telemetry.slo)."""
+        w = self.score()
+        return slo.attainment([x.requests for x in w], [x.p99_ms for x in w], self.svc.slo_p99_ms)
+
+    def within_slo(self) -> float:
+        """Share of all requests answered within the SLO."""
+        w = self.score()
+        return slo.within_slo([x.requests for x in w], [x.within_slo for x in w])
+
+    def worst_window_ms(self) -> float:
+        w = self.score()
+        return slo.worst_window([x.p99_ms for x in w], [x.requests for x in w])
 
     def p99_overall_ms(self) -> float:
-        """Request-weighted p99 of the per-window p99s (inf when overloaded windows dominate)."""
-        pairs = sorted((w.p99_ms, w.rate_rps * (w.end - w.start)) for w in self.windows)
-        total = sum(wt for _, wt in pairs)
-        if total <= 0:
+        """p99 of one request's response time over the whole run (the windows' mixture)."""
+        if not self.windows:
             return 0.0
-        acc = 0.0
-        for p, wt in pairs:
-            acc += wt
-            if acc >= 0.99 * total:
-                return p
-        return pairs[-1][0]
+        if self._p99_all is None or self._p99_all[0] != len(self.windows):
+            q = mixture_quantile(self.pools(), [x.requests for x in self.windows], 0.99)
+            self._p99_all = (len(self.windows), q * 1000.0 if q != INF else INF)
+        return self._p99_all[1]

@@ -1,54 +1,62 @@
-"""Summaries of a simulation: queue delay and JCT percentiles per class, counts, utilisation."""
+"""Summaries of a simulation: queue delay and JCT per class (telemetry.delays), job counts.
+
+The figures' definitions live in ``gpufence.telemetry``: queue delay and JCT over the jobs that
+got there and over all jobs with the unfinished ones censored at the horizon, with counts.
+"""
 
 from __future__ import annotations
 
 import itertools
 from typing import Any
 
-import numpy as np
+from gpufence.model.lifecycle import TERMINAL, JobState
+from gpufence.sim.runner import JobTrace, SimResult
+from gpufence.telemetry.capacity import allocation_ratio
+from gpufence.telemetry.delays import JobTimes, completion_times, queue_delays
+from gpufence.telemetry.distribution import percentile, percentiles
 
-from gpufence.model.lifecycle import JobState
-from gpufence.sim.runner import SimResult
+__all__ = ["decision_line", "decision_text", "percentile", "percentiles", "summarize"]
 
-
-def percentile(values: list[float], p: float) -> float:
-    """The p-th percentile (numpy's linear interpolation); 0 for no values."""
-    return float(np.percentile(np.asarray(values, dtype=float), p)) if values else 0.0
-
-
-def _pcts(values: list[float], which: tuple[int, ...] = (50, 95, 99)) -> dict[str, float]:
-    if not values:
-        return {f"p{p}": 0.0 for p in which} | {"max": 0.0}
-    arr = np.asarray(values, dtype=float)
-    out = {f"p{p}": round(float(np.percentile(arr, p)), 3) for p in which}
-    out["max"] = round(float(arr.max()), 3)
-    return out
+ENDED = TERMINAL - {JobState.DONE}  # ended without completing
 
 
-def summarize(result: SimResult, total_gpus: int) -> dict[str, Any]:
-    delays: dict[str, list[float]] = {"all": []}
-    jcts: dict[str, list[float]] = {"all": []}
+def job_times(tr: JobTrace) -> JobTimes:
+    """A simulated job as telemetry sees it."""
+    return JobTimes(
+        cls=str(tr.item.job.workload_class),
+        submitted=tr.submitted,
+        started=tr.first_start,
+        completed=tr.end if tr.state is JobState.DONE else None,
+        ended=tr.state in ENDED,
+    )
+
+
+def summarize(result: SimResult, total_gpus: int, horizon: float | None = None) -> dict[str, Any]:
+    """Counts and delays of a run; ``horizon`` (default: the run's end) censors the jobs that
+    were still waiting or running."""
+    end = result.end_time if horizon is None else horizon
     states: dict[str, int] = {}
     for tr in result.jobs.values():
-        cls = str(tr.item.job.workload_class)
         states[tr.state] = states.get(tr.state, 0) + 1
-        if tr.first_start is not None:
-            d = tr.first_start - tr.submitted
-            delays.setdefault(cls, []).append(d)
-            delays["all"].append(d)
-        if tr.state is JobState.DONE and tr.end is not None:
-            j = tr.end - tr.submitted
-            jcts.setdefault(cls, []).append(j)
-            jcts["all"].append(j)
+    times = [job_times(tr) for tr in result.jobs.values()]
+    qd = queue_delays(times, end)
+    jct = completion_times(times, end)
     span = max(result.end_time, 1e-9)
     return {
         "submitted": len(result.jobs),
         "completed": states.get(JobState.DONE, 0),
         "rejected": states.get(JobState.REJECTED, 0),
+        "pending_at_end": states.get(JobState.PENDING, 0),
         "states": dict(sorted(states.items())),
-        "queue_delay_s": {k: _pcts(v) for k, v in sorted(delays.items())},
-        "jct_s": {k: _pcts(v) for k, v in sorted(jcts.items())},
-        "gpu": {"allocation_ratio": round(result.gpu_seconds_allocated / (total_gpus * span), 4)},
+        "queue_delay_s": qd["started"],
+        "queue_delay_all_s": qd["all"],
+        "jct_s": jct["completed"],
+        "jct_all_s": jct["all"],
+        "gpu": {
+            "allocation_ratio": round(
+                allocation_ratio(result.gpu_seconds_allocated, total_gpus * span), 4
+            )
+        },
         "preemptions": result.counters.get("preemptions", {}),
         "reclaims": result.counters.get("reclaims", {}),
         "invariant_violations": result.invariant_violations,
@@ -57,8 +65,8 @@ def summarize(result: SimResult, total_gpus: int) -> dict[str, Any]:
     }
 
 
-def decision_line(t: float, d: object) -> str:
-    """One stable, human-readable line per decision (golden logs, event dumps)."""
+def decision_text(d: object) -> str:
+    """A decision as ``Name field=value ...`` (no timestamp): the events.csv column."""
     name = type(d).__name__
     fields = getattr(d, "__slots__", ())
     parts = []
@@ -78,7 +86,12 @@ def decision_line(t: float, d: object) -> str:
         if v in (None, "", ()):
             continue
         parts.append(f"{f}={v}")
-    return f"{t:10.3f} {name} " + " ".join(parts)
+    return " ".join([name, *parts])
+
+
+def decision_line(t: float, d: object) -> str:
+    """One stable, human-readable line per decision (golden logs, event dumps)."""
+    return f"{t:10.3f} {decision_text(d)}"
 
 
 def exclusive_overlap(result: SimResult) -> int:

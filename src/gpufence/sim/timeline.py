@@ -1,19 +1,29 @@
-"""Periodic samples of the simulated cluster: allocation, utilisation, fragmentation, fabric.
+"""Periodic samples of the simulated cluster: allocation, utilisation, fragmentation, links.
 
-A Controller that wakes every ``every_s`` and reads the scheduler's ledger (never changes it).
-Fragmentation of a partition = free GPUs that sit on partly used nodes, as a share of the
-partition's GPUs: capacity that is idle yet unusable by a whole-node (8-GPU) gang.
+A Controller that wakes every ``every_s`` and reads the scheduler's ledger and the fabric model
+(never changes them). Fragmentation and the largest placeable gang are ``telemetry.capacity``'s
+definitions, read off each pool's free capacity per GPU (milli): exclusive and time-sliced
+pools against a whole-node request, MIG and fractional pools against a whole GPU.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from gpufence.model.cluster import Cluster
 from gpufence.model.events import Event
 from gpufence.model.job import WorkloadClass
+from gpufence.model.mig import profiles_for
 from gpufence.model.partition import SharingMode
-from gpufence.sim.contention import Fabric
+from gpufence.sim.fabric import Fabric
 from gpufence.sim.runner import Simulation
+from gpufence.state.ledger import Ledger
+from gpufence.telemetry.capacity import (
+    WHOLE,
+    largest_placeable_gang,
+    pool_fragmentation,
+    whole_gpu_pool,
+)
 
 
 @dataclass(slots=True)
@@ -22,10 +32,53 @@ class Sample:
     allocated: dict[str, float]  # GPUs allocated per partition (pool)
     busy: dict[str, float]  # GPUs doing work (idle notebooks count 0)
     fragmentation: dict[str, float]
-    rack_util: dict[str, float]
+    largest_gang: dict[str, int]
+    links: dict[str, float]  # utilisation of every link carrying traffic (absent = 0)
     pending: dict[str, int]  # per class
     running: dict[str, int]
+    oldest_wait_s: dict[str, float]  # per class: how long the longest-waiting job has waited
     storage_util: float = 0.0  # checkpoint write bandwidth / storage bandwidth, this interval
+
+
+def pool_free_milli(ledger: Ledger, cluster: Cluster, pool: str) -> list[list[int]]:
+    """Free milli-GPUs of each GPU of ``pool``, node by node (0 for down/blocked GPUs)."""
+    sharing = cluster.partitions[pool].sharing
+    out: list[list[int]] = []
+    for n in cluster.partition_nodes[pool]:
+        gids = cluster.node_partition_gpus[(pool, n)]
+        if sharing in (SharingMode.EXCLUSIVE, SharingMode.TIME_SLICE):
+            k = ledger.free_count[(pool, n)]  # whole free GPUs (holds and down nodes excluded)
+            out.append([WHOLE] * k + [0] * (len(gids) - k))
+            continue
+        row: list[int] = []
+        for g in gids:
+            if not ledger.gpu_usable(g):
+                row.append(0)
+            elif sharing is SharingMode.MIG:
+                row.append(_mig_free(ledger, cluster, g))
+            else:  # fractional: what the shares leave of the GPU
+                held = ledger.owner[g] is not None or bool(ledger.ts[g])
+                row.append(0 if held else WHOLE - ledger.milli[g])
+        out.append(row)
+    return out
+
+
+def _mig_free(ledger: Ledger, cluster: Cluster, g: int) -> int:
+    """A MIG GPU with no busy instance is whole (it can be re-partitioned); otherwise its free
+    instances' share of the 7 compute slices."""
+    st = ledger.mig.get(g)
+    if st is None or not st.busy():
+        return WHOLE
+    model = cluster.gpu_types[cluster.gpus[g].gpu_type].mig_model
+    if model is None:
+        return 0
+    profiles = profiles_for(model)
+    free = sum(
+        profiles[inst.profile].compute_slices
+        for inst, occ in zip(st.instances, st.occupant, strict=True)
+        if occ is None
+    )
+    return WHOLE * free // 7
 
 
 @dataclass
@@ -37,6 +90,7 @@ class Timeline:
     checkpoint_gb_per_gpu: float = 10.0
     samples: list[Sample] = field(default_factory=list)
     _seen_ckpt: int = 0
+    _pools: dict[str, tuple[int, float, int]] = field(default_factory=dict)  # version, frag, gang
 
     def first_wake(self) -> float | None:
         return 0.0
@@ -52,32 +106,51 @@ class Timeline:
         pools = {p: query.pool(p) for p in c.partitions}
         allocated = {p: use.used_milli / 1000.0 for p, use in pools.items()}
         busy = dict(allocated)
-        pending = dict.fromkeys((str(w) for w in WorkloadClass), 0)
+        classes = [str(w) for w in WorkloadClass]
+        pending = dict.fromkeys(classes, 0)
         running = dict(pending)
+        oldest = dict.fromkeys(classes, 0.0)
         for h in query.holdings():
             running[str(h.workload_class)] += 1
             if h.workload_class is WorkloadClass.INTERACTIVE:
                 act = _current_activity(sim, h.job_id, now)
                 busy[h.pool] -= h.charge_milli / 1000.0 * (1.0 - act)
-        frag: dict[str, float] = {}
-        for p, part in c.partitions.items():
-            if part.sharing is SharingMode.MIG:
-                frag[p] = 0.0
-                continue
-            use = pools[p]
-            frag[p] = (use.free_whole_gpus - use.free_on_idle_nodes) / max(
-                len(c.partition_gpus[p]), 1
-            )
         for job in query.pending():
-            pending[str(job.workload_class)] += 1
+            cls = str(job.workload_class)
+            pending[cls] += 1
+            tr = sim.jobs.get(job.job_id)
+            if tr is not None and tr.first_start is None:
+                oldest[cls] = max(oldest[cls], now - tr.submitted)
+        # fragmentation: the telemetry definitions read free capacity per node / GPU off the
+        # ledger (read-only), recomputed only for pools whose nodes changed
+        led = sim.scheduler.ledger
+        frag: dict[str, float] = {}
+        gang: dict[str, int] = {}
+        for p, part in c.partitions.items():
+            cached = self._pools.get(p)
+            if cached is not None and cached[0] == led.pool_version[p]:
+                frag[p], gang[p] = cached[1], cached[2]  # nothing changed on its nodes
+                continue
+            if part.sharing in (SharingMode.EXCLUSIVE, SharingMode.TIME_SLICE):
+                nodes = c.partition_nodes[p]
+                frag[p], gang[p] = whole_gpu_pool(
+                    [led.free_count[(p, n)] for n in nodes],
+                    [len(c.node_partition_gpus[(p, n)]) for n in nodes],
+                )
+            else:
+                free = pool_free_milli(led, c, p)
+                frag[p] = pool_fragmentation(free, str(part.sharing))
+                mig = part.sharing is SharingMode.MIG
+                gang[p] = largest_placeable_gang(free) if not mig else 0
+            self._pools[p] = (led.pool_version[p], frag[p], gang[p])
         # checkpoint writes since the last sample load the shared storage: each write moves
         # checkpoint_gb_per_gpu x GPUs of the job (sharded model + optimizer state) [I]
         new = sim.checkpoints[self._seen_ckpt :]
         self._seen_ckpt = len(sim.checkpoints)
         gbits = sum(g for _, g in new) * self.checkpoint_gb_per_gpu * 8.0
         storage = min(1.0, gbits / (self.every_s * self.storage_gbps)) if new else 0.0
-        util = self.fabric.rack_utilization(sim.scheduler.ledger)  # the fabric model's input
-        return Sample(now, allocated, busy, frag, util, pending, running, storage)
+        links = self.fabric.utilizations()
+        return Sample(now, allocated, busy, frag, gang, links, pending, running, oldest, storage)
 
 
 def _current_activity(sim: Simulation, job_id: str, now: float) -> float:

@@ -113,16 +113,22 @@ def load_cluster_text(text: str, source: str | None = None) -> Cluster:
 
 
 def load_cluster_with_sections(
-    path: str | os.PathLike[str], sections: tuple[str, ...]
+    path: str | os.PathLike[str],
+    sections: tuple[str, ...],
+    node_defaults: dict[str, object] | None = None,
 ) -> tuple[Cluster, dict[str, object], dict[Path, int]]:
     """Like ``load_cluster``, but top-level keys in ``sections`` (e.g. the control plane's
     ``control:``) are taken out and returned raw for their owner to validate, with the source
-    line of every field path."""
-    return _build(_read(path), os.fspath(path), sections)
+    line of every field path. ``node_defaults`` fills node-group fields the file leaves out
+    (the local control plane gives this machine's ``cpu_cores`` and ``memory_gib``)."""
+    return _build(_read(path), os.fspath(path), sections, node_defaults or {})
 
 
 def _build(
-    text: str, source: str | None, sections: tuple[str, ...]
+    text: str,
+    source: str | None,
+    sections: tuple[str, ...],
+    node_defaults: dict[str, object] | None = None,
 ) -> tuple[Cluster, dict[str, object], dict[Path, int]]:
     data, lines, yaml_issues = _parse_yaml(text, source)
     extra: dict[str, object] = {}
@@ -130,6 +136,11 @@ def _build(
         for key in sections:
             if key in data:
                 extra[key] = data.pop(key)
+        groups = data.get("node_groups")
+        for g in groups if isinstance(groups, list) and node_defaults else ():
+            if isinstance(g, dict):
+                for k, v in (node_defaults or {}).items():
+                    g.setdefault(k, v)
     try:
         cluster = cluster_from_dict(data, source=source, lines=lines)
     except SpecError as exc:

@@ -37,6 +37,8 @@
 #       preemption: {mode: incident-only, from: [training], budget: 4, window_s: 86400,
 #                    min_runtime_s: 600, grace_s: 120}   # mode: off | incident-only | on-demand
 #       reclaim: {idle_threshold: 0.05, idle_after_s: 1800, warning_s: 300}  # admits interactive
+#       slo: {p99_ms: 300, window_s: 300, contractual: false}   # admits serving: the latency
+#                              #   objective it promises; read by `gpufence validate`'s advice
 #   queues:                    # optional; a partition without queues gets one named after it
 #     - {name: research, partition: training, tenant: research, weight: 2, nominal_gpus: 16,
 #        borrowing_limit_gpus: 8, lending_limit_gpus: 4}      # tenant defaults to the queue name
@@ -73,6 +75,7 @@ from gpufence.model.partition import (
     PreemptionPolicy,
     QueueSpec,
     ReclaimPolicy,
+    ServingSlo,
     SharingMode,
 )
 from gpufence.sched import registry
@@ -280,6 +283,12 @@ class ReclaimSchema(_Spec):
     warning_s: NonNegativeFloat = _RECLAIM.warning_s
 
 
+class SloSchema(_Spec):
+    p99_ms: PositiveFloat
+    window_s: PositiveFloat = 300.0
+    contractual: bool = False
+
+
 Problems = list[tuple[tuple[str, ...], str]]  # (field path relative to the item, message)
 
 
@@ -305,6 +314,7 @@ class PartitionSchema(PartitionFence):
     lending: tuple[LendingSchema, ...] = ()
     preemption: PreemptionSchema | None = None
     reclaim: ReclaimSchema | None = None
+    slo: SloSchema | None = None
 
     def local_problems(self) -> Problems:
         """Contradictions inside this partition alone (rules needing other items live in build)."""
@@ -337,6 +347,10 @@ class PartitionSchema(PartitionFence):
             msg = "reclaims idle interactive sessions, but the partition does not admit "
             msg += f"interactive (admits: {', '.join(self.admits)}); add it or remove reclaim"
             out.append((("reclaim",), msg))
+        if self.slo is not None and WorkloadClass.SERVING not in self.admits:
+            msg = "is the latency objective of serving, but the partition does not admit "
+            msg += f"serving (admits: {', '.join(self.admits)}); add it or remove slo"
+            out.append((("slo",), msg))
         return out
 
     def to_model(self, name: str) -> Partition:
@@ -367,6 +381,9 @@ class PartitionSchema(PartitionFence):
             placement=self.placement,
             backfill=self.backfill,
             queue_order=self.queue_order,
+            slo=ServingSlo(self.slo.p99_ms, self.slo.window_s, self.slo.contractual)
+            if self.slo is not None
+            else None,
         )
 
 

@@ -1,1 +1,2 @@
-"""Cluster state: the allocation ledger (with invariants and fork/commit) and usage accounting."""
+"""Cluster state: the allocation ledger (``ledger``, with fork/commit) and its invariants
+(``invariants``). Fair-share usage accounting is the scheduler's (``sched/fairshare.py``)."""

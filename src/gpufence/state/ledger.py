@@ -3,8 +3,8 @@
 Every state change goes through a handful of primitives. Each primitive keeps the free-capacity
 indexes up to date and, while a transaction is open, records its inverse, so a what-if (a gang
 placement, a preemption victim search, a backfill reservation) is ``mark = ledger.mark()`` ...
-``ledger.rollback(mark)`` in O(changes). ``check()`` recomputes everything from the allocation
-records and reports each broken invariant; tests run it after every scheduling step.
+``ledger.rollback(mark)`` in O(changes). ``state.invariants.check(ledger)`` recomputes everything
+from the allocation records and reports each broken invariant; tests run it after every step.
 """
 
 from __future__ import annotations

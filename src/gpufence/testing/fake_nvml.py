@@ -1,22 +1,54 @@
-"""An in-memory NVML for the discovery tests: fake GPUs, MIG instances and NVLink wiring."""
+"""An in-memory NVML: fake GPUs, MIG instances (created and destroyed by the real placement
+rules), the processes on each GPU, utilisation and NVLink wiring.
+
+``FakeNvml`` implements ``control.gpus.nvml.NvmlApi`` (discovery) and ``GpuApi`` (what the
+control plane does on real GPUs), so MIG management, foreign-process detection and idle
+detection run in CI without a GPU:
+
+* a GPU instance is created only in MIG mode (else NVML_ERROR_NOT_SUPPORTED), at a placement
+  start the profile allows with its exact size (else NVML_ERROR_INVALID_ARGUMENT), and only if
+  it overlaps no other instance's memory slices and stays within the profile's and the GPU's
+  caps (else NVML_ERROR_INSUFFICIENT_RESOURCES) -- ``gpufence.model.mig`` holds the rules;
+* a compute instance fits in what is left of its GPU instance's compute slices; each one is a
+  MIG device with a new UUID (as on hardware, where a re-created instance gets a new UUID);
+* destroying a GPU instance that still has compute instances, or either while a process runs on
+  it, fails with NVML_ERROR_IN_USE;
+* ``procs`` are the processes NVML reports on a GPU (a test puts a real pid there);
+* ``fail_next(name, code, after=n)`` makes a later call of ``name`` fail with ``code`` (e.g. an
+  NVML error mid-reconfigure); ``root=False`` refuses every MIG change with NO_PERMISSION.
+
+``FakeMig`` entries are MIG devices (one compute instance each); a GPU instance without a
+compute instance is kept in ``FakeGpu.bare_gis``.
+"""
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from gpufence.control.gpus.discovery import NvmlError
 from gpufence.control.gpus.nvml import (
+    NVML_CI_PROFILE_BY_SLICES,
     NVML_ERROR_GPU_NOT_FOUND,
+    NVML_ERROR_IN_USE,
+    NVML_ERROR_INSUFFICIENT_RESOURCES,
     NVML_ERROR_INVALID_ARGUMENT,
     NVML_ERROR_NO_PERMISSION,
     NVML_ERROR_NOT_FOUND,
     NVML_ERROR_NOT_SUPPORTED,
+    NVML_ERROR_UNKNOWN,
+    NVML_NO_INSTANCE_ID,
+    GpuInstancePlacement,
+    catalogue_type,
 )
+from gpufence.model import mig as migmod
 from gpufence.spec import cluster_from_dict
+from gpufence.spec.catalogue import CATALOGUE
 
 SWITCH = "00000000:c1:00.0"  # an NVSwitch: a remote end that is none of the GPUs
+_SLICES_BY_CI_PROFILE = {v: k for k, v in NVML_CI_PROFILE_BY_SLICES.items()}
 
 
 @dataclass(frozen=True)
@@ -37,6 +69,7 @@ class Placement:
 
 @dataclass(frozen=True)
 class GiInfo:
+    id: int
     profileId: int
     placement: Placement
 
@@ -48,7 +81,20 @@ class Attrs:
 
 
 @dataclass(frozen=True)
+class CiProfile:
+    id: int
+
+
+@dataclass(frozen=True)
+class Util:
+    gpu: int
+    memory: int = 0
+
+
+@dataclass(frozen=True)
 class FakeMig:
+    """A MIG device: one compute instance of GPU instance ``gi_id``."""
+
     uuid: str
     gi_id: int
     profile_id: int
@@ -56,6 +102,25 @@ class FakeMig:
     size: int  # memory slices
     slices: int  # compute slices of the GPU instance
     mem_mb: int
+    ci_id: int = 0
+
+
+@dataclass(frozen=True)
+class FakeGi:
+    gi_id: int
+    profile_id: int
+    start: int
+    size: int
+
+
+@dataclass(frozen=True)
+class FakeProc:
+    """A process NVML reports on a GPU (``nvmlProcessInfo_t``)."""
+
+    pid: int
+    usedGpuMemory: int | None = 1 << 30
+    gpuInstanceId: int = NVML_NO_INSTANCE_ID
+    computeInstanceId: int = NVML_NO_INSTANCE_ID
 
 
 @dataclass
@@ -63,10 +128,25 @@ class FakeGpu:
     name: str
     memory_mib: int
     bus: str
-    mig_mode: tuple[int, int] | None = None  # None: MIG not supported
+    mig_mode: tuple[int, int] | None = None  # (current, pending); None: MIG not supported
     migs: list[FakeMig] = field(default_factory=list)
     links: dict[int, str] | None = None  # active link -> remote bus; None: NVLink unsupported
     n_links: int = 12
+    bare_gis: list[FakeGi] = field(default_factory=list)  # GPU instances without a CI
+    procs: list[FakeProc] = field(default_factory=list)
+    util: int = 0  # percent
+
+    def gpu_instances(self) -> list[FakeGi]:
+        seen: dict[int, FakeGi] = {g.gi_id: g for g in self.bare_gis}
+        for m in self.migs:
+            seen.setdefault(m.gi_id, FakeGi(m.gi_id, m.profile_id, m.start, m.size))
+        return sorted(seen.values(), key=lambda g: g.gi_id)
+
+    def layout(self) -> list[str]:
+        """ "profile@start" of every GPU instance (catalogue names), for test assertions."""
+        profiles = _profiles(self)
+        by_id = {p.gi_profile_id: p.name for p in profiles.values()}
+        return sorted(f"{by_id[g.profile_id]}@{g.start}" for g in self.gpu_instances())
 
 
 @dataclass(frozen=True)
@@ -81,12 +161,27 @@ class GiHandle:
     gi_id: int
 
 
+@dataclass(frozen=True)
+class CiHandle:
+    gpu: int
+    gi_id: int
+    ci_id: int
+
+
 def err(code: int) -> NvmlError:
     return NvmlError(code, f"NVML error {code}")
 
 
+def _profiles(g: FakeGpu) -> dict[str, migmod.MigProfile]:
+    t = catalogue_type(g.name, g.memory_mib)
+    model = CATALOGUE[t].mig_model if t is not None else None
+    if model is None:
+        raise err(NVML_ERROR_NOT_SUPPORTED)
+    return dict(migmod.profiles_for(model))
+
+
 class FakeNvml:
-    """Implements discovery.NvmlApi over in-memory GPUs."""
+    """Implements NvmlApi and GpuApi over in-memory GPUs (see the module docstring)."""
 
     def __init__(
         self,
@@ -95,15 +190,26 @@ class FakeNvml:
         init_error: int | None = None,
         gi_permission: bool = True,
         fail_on: str | None = None,
+        root: bool = True,
     ) -> None:
         self.gpus = list(gpus)
         self.init_error = init_error
         self.gi_permission = gi_permission
         self.fail_on = fail_on
+        self.root = root
         self.calls: list[str] = []
+        self.faults: dict[str, list[int]] = {}
+        self._serial = itertools.count(1)
+
+    def fail_next(
+        self, name: str, code: int = NVML_ERROR_UNKNOWN, times: int = 1, after: int = 0
+    ) -> None:
+        """After ``after`` more calls of ``name`` that succeed, ``times`` calls fail with
+        ``code``."""
+        self.faults.setdefault(name, []).extend([0] * after + [code] * times)
 
     def _gpu(self, h: object) -> FakeGpu:
-        assert isinstance(h, Handle)
+        assert isinstance(h, Handle | GiHandle | CiHandle)
         return self.gpus[h.gpu]
 
     def _mig(self, h: object) -> FakeMig:
@@ -114,7 +220,18 @@ class FakeNvml:
         self.calls.append(name)
         if name == self.fail_on:
             raise err(NVML_ERROR_GPU_NOT_FOUND)
+        queued = self.faults.get(name)
+        if queued:
+            code = queued.pop(0)
+            if code:
+                raise err(code)
 
+    def _change(self, name: str) -> None:
+        self._log(name)
+        if not self.root:
+            raise err(NVML_ERROR_NO_PERMISSION)
+
+    # -- discovery (NvmlApi) -------------------------------------------------------------------
     def nvmlInit(self) -> None:
         self._log("nvmlInit")
         if self.init_error is not None:
@@ -133,6 +250,8 @@ class FakeNvml:
         return len(self.gpus)
 
     def nvmlDeviceGetHandleByIndex(self, index: int) -> Handle:
+        if not 0 <= index < len(self.gpus):
+            raise err(NVML_ERROR_INVALID_ARGUMENT)
         return Handle(index)
 
     def nvmlDeviceGetName(self, handle: object) -> bytes:
@@ -168,16 +287,20 @@ class FakeNvml:
     def nvmlDeviceGetGpuInstanceId(self, mig_handle: object) -> int:
         return self._mig(mig_handle).gi_id
 
+    def nvmlDeviceGetComputeInstanceId(self, mig_handle: object) -> int:
+        return self._mig(mig_handle).ci_id
+
     def nvmlDeviceGetGpuInstanceById(self, handle: object, gi_id: int) -> GiHandle:
         if not self.gi_permission:
             raise err(NVML_ERROR_NO_PERMISSION)
         assert isinstance(handle, Handle)
+        if all(g.gi_id != gi_id for g in self._gpu(handle).gpu_instances()):
+            raise err(NVML_ERROR_NOT_FOUND)
         return GiHandle(handle.gpu, gi_id)
 
     def nvmlGpuInstanceGetInfo(self, gpu_instance: object) -> GiInfo:
-        assert isinstance(gpu_instance, GiHandle)
-        m = next(m for m in self.gpus[gpu_instance.gpu].migs if m.gi_id == gpu_instance.gi_id)
-        return GiInfo(m.profile_id, Placement(m.start, m.size))
+        gi = self._gi(gpu_instance)
+        return GiInfo(gi.gi_id, gi.profile_id, Placement(gi.start, gi.size))
 
     def nvmlDeviceGetAttributes(self, mig_handle: object) -> Attrs:
         m = self._mig(mig_handle)
@@ -195,6 +318,132 @@ class FakeNvml:
         links = self._gpu(handle).links
         assert links is not None and link in links
         return Pci(links[link])
+
+    # -- processes and utilisation (GpuApi) ----------------------------------------------------
+    def nvmlDeviceGetComputeRunningProcesses(self, handle: object) -> list[FakeProc]:
+        self._log("nvmlDeviceGetComputeRunningProcesses")
+        g = self._gpu(handle)
+        if isinstance(handle, Handle) and handle.mig is not None:
+            gi = self._mig(handle).gi_id
+            return [p for p in g.procs if p.gpuInstanceId == gi]
+        return list(g.procs)
+
+    def nvmlDeviceGetUtilizationRates(self, handle: object) -> Util:
+        self._log("nvmlDeviceGetUtilizationRates")
+        g = self._gpu(handle)
+        if g.mig_mode is not None and g.mig_mode[0] == 1:
+            raise err(NVML_ERROR_NOT_SUPPORTED)  # no per-GPU utilisation in MIG mode
+        return Util(g.util)
+
+    # -- MIG instances (GpuApi) ----------------------------------------------------------------
+    def _gi(self, h: object) -> FakeGi:
+        assert isinstance(h, GiHandle | CiHandle)
+        for gi in self.gpus[h.gpu].gpu_instances():
+            if gi.gi_id == h.gi_id:
+                return gi
+        raise err(NVML_ERROR_INVALID_ARGUMENT)  # a handle of a destroyed instance
+
+    def _mig_on(self, g: FakeGpu) -> None:
+        if g.mig_mode is None or g.mig_mode[0] != 1:
+            raise err(NVML_ERROR_NOT_SUPPORTED)
+
+    def nvmlDeviceGetGpuInstances(self, handle: object, profile_id: int) -> list[GiHandle]:
+        self._log("nvmlDeviceGetGpuInstances")
+        assert isinstance(handle, Handle)
+        g = self._gpu(handle)
+        self._mig_on(g)
+        if all(p.gi_profile_id != profile_id for p in _profiles(g).values()):
+            raise err(NVML_ERROR_INVALID_ARGUMENT)
+        return [
+            GiHandle(handle.gpu, x.gi_id) for x in g.gpu_instances() if x.profile_id == profile_id
+        ]
+
+    def nvmlDeviceCreateGpuInstanceWithPlacement(
+        self, handle: object, profile_id: int, placement: GpuInstancePlacement
+    ) -> GiHandle:
+        self._change("nvmlDeviceCreateGpuInstanceWithPlacement")
+        assert isinstance(handle, Handle)
+        g = self._gpu(handle)
+        self._mig_on(g)
+        profiles = _profiles(g)
+        by_id = {p.gi_profile_id: p for p in profiles.values()}
+        p = by_id.get(profile_id)
+        if p is None or placement.start not in p.starts or placement.size != p.mem_slices:
+            raise err(NVML_ERROR_INVALID_ARGUMENT)
+        current = [migmod.MigInstance(by_id[x.profile_id].name, x.start) for x in g.gpu_instances()]
+        if not migmod.can_place(profiles, current, p.name, placement.start):
+            raise err(NVML_ERROR_INSUFFICIENT_RESOURCES)
+        used = {x.gi_id for x in g.gpu_instances()}
+        gi_id = next(i for i in itertools.count(1) if i not in used)
+        g.bare_gis.append(FakeGi(gi_id, profile_id, placement.start, placement.size))
+        return GiHandle(handle.gpu, gi_id)
+
+    def nvmlGpuInstanceDestroy(self, gpu_instance: object) -> None:
+        self._change("nvmlGpuInstanceDestroy")
+        gi = self._gi(gpu_instance)
+        g = self._gpu(gpu_instance)
+        busy = any(p.gpuInstanceId == gi.gi_id for p in g.procs)
+        if busy or any(m.gi_id == gi.gi_id for m in g.migs):
+            raise err(NVML_ERROR_IN_USE)
+        g.bare_gis = [x for x in g.bare_gis if x.gi_id != gi.gi_id]
+
+    def nvmlGpuInstanceGetComputeInstanceProfileInfo(
+        self, gpu_instance: object, profile: int, eng_profile: int
+    ) -> CiProfile:
+        gi = self._gi(gpu_instance)
+        slices = _SLICES_BY_CI_PROFILE.get(profile)
+        by_id = {p.gi_profile_id: p for p in _profiles(self._gpu(gpu_instance)).values()}
+        if slices is None or slices > by_id[gi.profile_id].compute_slices:
+            raise err(NVML_ERROR_NOT_SUPPORTED)
+        return CiProfile(profile)
+
+    def nvmlGpuInstanceCreateComputeInstance(
+        self, gpu_instance: object, profile_id: int
+    ) -> CiHandle:
+        self._change("nvmlGpuInstanceCreateComputeInstance")
+        gi = self._gi(gpu_instance)
+        g = self._gpu(gpu_instance)
+        p = next(x for x in _profiles(g).values() if x.gi_profile_id == gi.profile_id)
+        slices = _SLICES_BY_CI_PROFILE.get(profile_id)
+        if slices is None:
+            raise err(NVML_ERROR_INVALID_ARGUMENT)
+        taken = sum(m.slices for m in g.migs if m.gi_id == gi.gi_id)
+        if taken + slices > p.compute_slices:
+            raise err(NVML_ERROR_INSUFFICIENT_RESOURCES)
+        ci_id = next(
+            i for i in itertools.count() if all(m.ci_id != i for m in g.migs if m.gi_id == gi.gi_id)
+        )
+        uuid = f"MIG-fake{next(self._serial):04d}-{g.bus[-7:-5]}{gi.gi_id:02d}-{ci_id:02d}"
+        mem = round(p.memory_gib * 1024)
+        g.migs.append(FakeMig(uuid, gi.gi_id, gi.profile_id, gi.start, gi.size, slices, mem, ci_id))
+        return CiHandle(self.gpus.index(g), gi.gi_id, ci_id)
+
+    def nvmlGpuInstanceGetComputeInstances(
+        self, gpu_instance: object, profile_id: int
+    ) -> list[CiHandle]:
+        gi = self._gi(gpu_instance)
+        assert isinstance(gpu_instance, GiHandle)
+        slices = _SLICES_BY_CI_PROFILE.get(profile_id)
+        return [
+            CiHandle(gpu_instance.gpu, gi.gi_id, m.ci_id)
+            for m in self._gpu(gpu_instance).migs
+            if m.gi_id == gi.gi_id and m.slices == slices
+        ]
+
+    def nvmlComputeInstanceDestroy(self, compute_instance: object) -> None:
+        self._change("nvmlComputeInstanceDestroy")
+        assert isinstance(compute_instance, CiHandle)
+        g = self._gpu(compute_instance)
+        h = compute_instance
+        if any(p.gpuInstanceId == h.gi_id and p.computeInstanceId == h.ci_id for p in g.procs):
+            raise err(NVML_ERROR_IN_USE)
+        gone = [m for m in g.migs if m.gi_id == h.gi_id and m.ci_id == h.ci_id]
+        if not gone:
+            raise err(NVML_ERROR_INVALID_ARGUMENT)
+        g.migs = [m for m in g.migs if m not in gone]
+        if all(m.gi_id != h.gi_id for m in g.migs) and all(x.gi_id != h.gi_id for x in g.bare_gis):
+            m = gone[0]
+            g.bare_gis.append(FakeGi(m.gi_id, m.profile_id, m.start, m.size))
 
 
 def bus(i: int) -> str:
@@ -218,14 +467,15 @@ def a100_box() -> list[FakeGpu]:
     return gpus
 
 
-def hgx_h100(n: int = 8) -> list[FakeGpu]:
-    """NVSwitch board: every GPU's links end on switches, never on another GPU."""
+def hgx_h100(n: int = 8, mig: int = 0) -> list[FakeGpu]:
+    """NVSwitch board: every GPU's links end on switches, never on another GPU. The first
+    ``mig`` GPUs are in MIG mode with no instances yet."""
     return [
         FakeGpu(
             "NVIDIA H100 80GB HBM3",
             81559,
             bus(i),
-            mig_mode=(0, 0),
+            mig_mode=(1, 1) if i < mig else (0, 0),
             links={k: SWITCH for k in range(18)},
             n_links=18,
         )

@@ -5,7 +5,6 @@ The last test runs discover() against the real NVML when this machine has one.
 
 from __future__ import annotations
 
-import os
 import sys
 
 import pytest
@@ -52,7 +51,7 @@ def test_discover_mig_and_nvlink_pairs() -> None:
 
 
 def test_node_spec_loads_with_mig_partition(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(os, "cpu_count", lambda: 32)
+    monkeypatch.setattr(nodespec, "host_cpu_cores", lambda: 32)
     monkeypatch.setattr(nodespec, "host_memory_gib", lambda: 251)
     spec = node_spec(discover(FakeNvml(a100_box())), "box")
     group = spec["node_groups"][0]

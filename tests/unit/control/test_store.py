@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from gpufence.control.store import database as st
+from gpufence.control.store import migrations
 
 
 def _add(tx: st.Tx, jid: str, tenant: str = "a") -> None:
@@ -105,7 +106,7 @@ def test_version_1_store_is_migrated_keeping_its_jobs(tmp_path: Path) -> None:
     # a store written before the fair_share table existed
     conn = sqlite3.connect(tmp_path / st.DB_NAME)
     conn.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
-    for stmt in st._MIGRATIONS[0].split(";"):
+    for stmt in migrations.MIGRATIONS[0].split(";"):
         if stmt.strip():
             conn.execute(stmt)
     conn.execute("INSERT INTO meta VALUES('schema_version', '1')")
@@ -116,7 +117,7 @@ def test_version_1_store_is_migrated_keeping_its_jobs(tmp_path: Path) -> None:
     conn.commit()
     conn.close()
     s = st.Store(tmp_path)
-    assert s.schema_version() == st.SCHEMA_VERSION == 2
+    assert s.schema_version() == st.SCHEMA_VERSION == 5
     with s.reader() as r:
         assert r.job("old") is not None
         assert r.usage() is None

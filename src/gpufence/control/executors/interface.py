@@ -15,6 +15,18 @@ from typing import Protocol
 
 
 @dataclass(frozen=True, slots=True)
+class GpuShare:
+    """A fractional share of one GPU; enforced with MPS when ``mps_pipe_dir`` is set."""
+
+    milli: int
+    """Compute share in thousandths of the GPU (-> CUDA_MPS_ACTIVE_THREAD_PERCENTAGE)."""
+    mem_mib: int
+    """GPU memory the share may pin (-> CUDA_MPS_PINNED_DEVICE_MEM_LIMIT)."""
+    mps_pipe_dir: str | None = None
+    """The GPU's MPS control daemon pipe directory; None: MPS not running, not enforced."""
+
+
+@dataclass(frozen=True, slots=True)
 class Member:
     """One gang member (or one replica) of an attempt."""
 
@@ -23,6 +35,8 @@ class Member:
     """Node name; informational for the local executor, used for ``LOCAL_RANK``."""
     devices: tuple[str, ...]
     """``CUDA_VISIBLE_DEVICES`` entries (GPU indices or MIG UUIDs); ``()`` means CPU-only."""
+    share: GpuShare | None = None
+    """Set for a fractional share of a GPU (its MPS limits, ``memberenv.mps_env``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,7 +72,9 @@ class Launch:
     command: tuple[str, ...]
     """argv of the user command; run without a shell."""
     env: Mapping[str, str]
-    """User environment added on top of the executor's own environment."""
+    """The job's own variables (its ``--env``, and the server variables ``job_env_inherit``
+    names), added on top of the allow-listed part of the executor's environment
+    (``memberenv.member_envs``; the rest of it never reaches a job)."""
     members: tuple[Member, ...]
     """Ranks must be exactly ``0 .. len(members) - 1``."""
     attempt_dir: Path
@@ -152,3 +168,17 @@ def notify(fn: Callable[..., object], *args: object) -> None:
         fn(*args)
     except Exception:
         logging.getLogger("gpufence.executor").exception("executor callback %r failed", fn)
+
+
+def report(
+    on_exit: ExitCallback,
+    on_ack: AckCallback,
+    acks: list[tuple[str, int]],
+    exits: list[AttemptExit],
+) -> None:
+    """The tail of one watcher round, outside the lock: acks first (an ack and the exit of the
+    same attempt in one round reach the reconciler in that order), then exits."""
+    for job_id, attempt in acks:
+        notify(on_ack, job_id, attempt)
+    for ev in exits:
+        notify(on_exit, ev)

@@ -19,7 +19,15 @@ session). It
 3. runs the user command as its child in the same process group, stdout/stderr appended to
    ``rank-R.out`` / ``rank-R.err``;
 4. waits, writes ``rank-R.exit`` (JSON: ``code``, ``ended_unix``; negative code = killed by that
-   signal) atomically and exits with the code (128 + signal for a signal death).
+   signal) and exits with the code (128 + signal for a signal death).
+
+The exit record must survive a full or failing data disk, or a completed job would run again
+after a restart (``write_exit_record``): the executor *reserves* it at spawn (a placeholder of
+``EXIT_RESERVED`` bytes, written while there is room), the launcher overwrites that in place
+(no new block is needed on a full disk) and fsyncs it; if that fails too (read-only, I/O error)
+it spools the record to ``$GPUFENCE_EXIT_SPOOL`` (default ``/dev/shm/gpufence-exits``, a
+separate file system) and, if even that fails, keeps retrying while it lives: the launcher stays
+the member's process-group leader, so the member looks alive and nothing is run in its place.
 
 With ``--fence-parent PID`` (the Ray node agent passes its own pid) the member does not outlive
 that process: if it dies (the node agent is gone, so the control plane has declared
@@ -36,6 +44,7 @@ a stop or notice sent right after start is not lost.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import select
@@ -67,12 +76,15 @@ def err_file(attempt_dir: Path, rank: int) -> Path:
     return attempt_dir / f"rank-{rank}.err"
 
 
-def atomic_write(path: Path, text: str) -> None:
+def atomic_write(path: Path, text: str, fsync: bool = False) -> None:
     """Write ``text`` to ``path`` so that readers see the old file or the whole new one."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(6).hex()}.tmp")
     try:
         with open(tmp, "w", encoding="utf-8") as fh:
             fh.write(text)
+            if fsync:
+                fh.flush()
+                os.fsync(fh.fileno())
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
@@ -88,6 +100,67 @@ def pid_record(pid: int, start_time: int) -> str:
 def exit_record(code: int, ended_unix: float) -> str:
     """Content of ``rank-R.exit``."""
     return f'{{"code": {int(code)}, "ended_unix": {float(ended_unix)!r}}}\n'
+
+
+EXIT_RESERVED = 256
+"""Bytes reserved for ``rank-R.exit`` at spawn; the record is overwritten into them."""
+SPOOL_ENV = "GPUFENCE_EXIT_SPOOL"
+DEFAULT_SPOOL = "/dev/shm/gpufence-exits"
+
+
+def reserved_exit_record() -> str:
+    """The placeholder (``code`` null: "not exited yet") that reserves the record's blocks."""
+    return '{"code": null}'.ljust(EXIT_RESERVED - 1) + "\n"
+
+
+def spool_file(attempt_dir: Path, rank: int) -> Path:
+    """Where a record goes when the attempt directory takes no writes (outside the data disk)."""
+    key = hashlib.sha256(str(attempt_dir.absolute()).encode()).hexdigest()[:32]
+    return Path(os.environ.get(SPOOL_ENV) or DEFAULT_SPOOL) / f"{key}-rank-{rank}.exit"
+
+
+def _overwrite_reserved(path: Path, text: str) -> None:
+    data = text.encode()
+    fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+    try:
+        if os.fstat(fd).st_size != EXIT_RESERVED or len(data) > EXIT_RESERVED:
+            raise OSError(f"{path} is not a reserved exit record")
+        os.pwrite(fd, data.ljust(EXIT_RESERVED - 1) + b"\n", 0)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_exit_record(attempt_dir: Path, rank: int, code: int, ended_unix: float) -> str:
+    """Record how the member ended, whatever state the data disk is in; returns where.
+
+    In order: into the reserved record in place, as a new file (atomic), to the spool; if none
+    works, wait and try again (with backoff, up to 5 s apart) for as long as it takes."""
+    text = exit_record(code, ended_unix)
+    path = exit_file(attempt_dir, rank)
+    tries = 0
+    while True:
+        with contextlib.suppress(OSError):
+            _overwrite_reserved(path, text)
+            return "reserved"
+        with contextlib.suppress(OSError):
+            atomic_write(path, text, fsync=True)
+            return "file"
+        with contextlib.suppress(OSError):
+            spool = spool_file(attempt_dir, rank)
+            spool.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            atomic_write(spool, text, fsync=True)
+            return "spool"
+        time.sleep(min(5.0, 0.05 * 2**tries))
+        tries += 1
+
+
+def _failpoint(name: str) -> None:
+    """``$GPUFENCE_FAILPOINTS`` for the launcher's own points (see control/failpoints.py;
+    only ``crash`` applies here: the launcher imports nothing of gpufence)."""
+    for item in os.environ.get("GPUFENCE_FAILPOINTS", "").split(","):
+        if item.strip().split("=")[0] == name:
+            os.kill(os.getpid(), signal.SIGKILL)
 
 
 def proc_stat_fields(pid: int) -> list[str] | None:
@@ -246,7 +319,9 @@ def main(argv: list[str] | None = None) -> int:
     os.closerange(3, os.sysconf("SC_OPEN_MAX"))
 
     me = os.getpid()
-    atomic_write(pid_file(attempt_dir, rank), pid_record(me, proc_start_time(me) or 0))
+    # the executor wrote this record already; on a full disk ours may fail, which is fine
+    with contextlib.suppress(OSError):
+        atomic_write(pid_file(attempt_dir, rank), pid_record(me, proc_start_time(me) or 0))
 
     flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
     out_fd = os.open(out_file(attempt_dir, rank), flags, 0o644)
@@ -256,7 +331,8 @@ def main(argv: list[str] | None = None) -> int:
         child = _spawn(command, out_fd, err_fd, caught)
     except _SpawnError as exc:
         code = exc.code
-        os.write(err_fd, f"gpufence launcher: {exc.message}\n".encode())
+        with contextlib.suppress(OSError):  # a full disk must not cost the exit record
+            os.write(err_fd, f"gpufence launcher: {exc.message}\n".encode())
     else:
         # when the command exists (exec done): the GPU's hand-off ends here, whatever the
         # command then spends on its own start-up
@@ -266,7 +342,8 @@ def main(argv: list[str] | None = None) -> int:
             "devices": os.environ.get("CUDA_VISIBLE_DEVICES", ""),
             "fence_parent": fence_parent,
         }
-        atomic_write(attempt_dir / f"rank-{rank}.started", json.dumps(started) + "\n")
+        with contextlib.suppress(OSError):  # informational (hand-off timing): may be lost
+            atomic_write(attempt_dir / f"rank-{rank}.started", json.dumps(started) + "\n")
         # anything sent to the group before the command existed reached only us: pass it on
         early = signal.sigpending() & caught
         for sig in sorted(early):
@@ -280,7 +357,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         os.close(out_fd)
         os.close(err_fd)
-    atomic_write(exit_file(attempt_dir, rank), exit_record(code, time.time()))
+    write_exit_record(attempt_dir, rank, code, time.time())
+    _failpoint("launcher.after-exit-record")
     if fenced:  # nobody is left to clean up after us: the rest of the group goes too (and we)
         os.killpg(0, signal.SIGKILL)
     return code if code >= 0 else 128 - code

@@ -1,13 +1,71 @@
-"""The environment of each gang member: what gpufence sets on top of the user's variables.
+"""The environment of each gang member: a clean one, never the server's.
 
+A job sees, in this order (later wins):
+
+1. the executor's own environment, filtered by an allow-list (``DEFAULT_ENV_INHERIT``: PATH,
+   HOME, USER, LANG, LC_*, TZ, TERM); nothing else of it, so no server token and no other
+   secret of the server reaches a job;
+2. with a ``run_as`` user: that user's HOME, USER and LOGNAME;
+3. ``Launch.env``: the job's own ``--env`` plus the server variables the admin added with
+   ``control.job_env_inherit`` (the reconciler puts them there, see ``launches.py``);
+4. gpufence's own variables (GPU isolation, ranks, checkpoint and notice paths), which win;
+   a fractional share under MPS also gets its GPU's MPS pipe directory and its limits
+   (``mps_env``).
+
+No ``GPUFENCE_*`` variable is ever inherited: the only ones a job sees are those of step 4.
 Shared by the local and the Ray executors, so a job sees the same variables wherever it runs.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
-from gpufence.control.executors.interface import Launch
+from gpufence.control.executors.interface import GpuShare, Launch
+from gpufence.control.runas import home_of
+
+DEFAULT_ENV_INHERIT = ("PATH", "HOME", "USER", "LANG", "LC_*", "TZ", "TERM")
+"""Names (``PREFIX*``: every name starting with PREFIX) a job inherits from its executor."""
+OWN_PREFIX = "GPUFENCE_"
+
+
+def name_matches(name: str, patterns: Iterable[str]) -> bool:
+    for p in patterns:
+        if p.endswith("*"):
+            if name.startswith(p[:-1]):
+                return True
+        elif name == p:
+            return True
+    return False
+
+
+def inherited_env(
+    environ: Mapping[str, str], patterns: Iterable[str] = DEFAULT_ENV_INHERIT
+) -> dict[str, str]:
+    """The variables of ``environ`` the allow-list ``patterns`` lets through (never GPUFENCE_*)."""
+    pats = tuple(patterns)
+    return {
+        k: v for k, v in environ.items() if name_matches(k, pats) and not k.startswith(OWN_PREFIX)
+    }
+
+
+def mps_env(share: GpuShare | None) -> dict[str, str]:
+    """MPS client variables of a fractional share (empty when its GPU runs no MPS daemon).
+
+    The share's compute is ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`` (its milli-GPU, rounded up to
+    a whole percent, so a share never gets 0); its memory is the pinned-memory limit of device 0,
+    the one GPU the client sees (CUDA_VISIBLE_DEVICES names it by UUID, as MPS wants when the
+    daemon itself sees only that GPU).
+    """
+    if share is None or share.mps_pipe_dir is None:
+        return {}
+    percent = max(1, min(100, -(-share.milli // 10)))
+    out = {
+        "CUDA_MPS_PIPE_DIRECTORY": share.mps_pipe_dir,
+        "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": str(percent),
+    }
+    if share.mem_mib > 0:
+        out["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = f"0={share.mem_mib}M"
+    return out
 
 
 def member_envs(
@@ -16,10 +74,18 @@ def member_envs(
     master_port: int,
     inherit: Mapping[str, str] | None = None,
 ) -> dict[int, dict[str, str]]:
-    """Per rank: ``inherit`` (e.g. the executor's own environment), then the user's env, then
-    gpufence's variables, which win: a user value must not break GPU isolation or ranks."""
+    """Per rank, the whole environment (see the module docstring); ``inherit`` is the executor's
+    own environment (e.g. ``os.environ``), of which only the allow-listed names are kept."""
     adir = launch.attempt_dir.absolute()
-    base = dict(inherit or {})
+    base = inherited_env(inherit or {})
+    if launch.run_as is not None:
+        base.update(
+            {
+                "HOME": home_of(launch.run_as),
+                "USER": launch.run_as.user,
+                "LOGNAME": launch.run_as.user,
+            }
+        )
     base.update(launch.env)
     base.update(
         {
@@ -51,5 +117,6 @@ def member_envs(
             "LOCAL_RANK": str(local),
             "LOCAL_WORLD_SIZE": str(per_node[m.node]),
             "GPUFENCE_NODE": m.node,
+            **mps_env(m.share),
         }
     return out

@@ -30,6 +30,7 @@ from gpufence.control.executors.launcher import (
     pid_record,
     proc_start_time,
     proc_stat_fields,
+    spool_file,
 )
 
 LAUNCHER = Path(_launcher.__file__).resolve()
@@ -68,10 +69,167 @@ def read_json(path: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def recorded_exit(adir: Path, rank: int) -> int | None:
-    rec = read_json(exit_file(adir, rank))
+def _code(rec: dict[str, Any] | None) -> int | None:
     code = rec.get("code") if rec is not None else None
     return code if isinstance(code, int) and not isinstance(code, bool) else None
+
+
+def recorded_exit(adir: Path, rank: int) -> int | None:
+    """The member's recorded exit code: from ``rank-R.exit`` or, where the launcher could not
+    write there (full / read-only disk), from the spool; None if it has none."""
+    code = _code(read_json(exit_file(adir, rank)))
+    return code if code is not None else _code(read_json(spool_file(adir, rank)))
+
+
+def forget_spooled_exits(adir: Path, ranks: int) -> None:
+    """The control plane has persisted this attempt's exit: spooled records may go."""
+    for rank in range(ranks):
+        try:
+            spool_file(adir, rank).unlink(missing_ok=True)
+        except OSError as exc:
+            log.debug("cannot remove the spooled exit record of %s rank %d: %s", adir, rank, exc)
+
+
+SPOOL_KEEP_S = 7 * 86400.0
+
+
+def prune_spool(max_age_s: float = SPOOL_KEEP_S) -> int:
+    """Drop spooled exit records older than ``max_age_s`` (their data directory went away
+    before its control plane could persist them); returns how many."""
+    spool = spool_file(Path("/"), 0).parent
+    try:
+        entries = list(spool.iterdir())
+    except OSError:
+        return 0
+    cutoff = time.time() - max_age_s
+    dropped = 0
+    for path in entries:
+        try:
+            if path.name.endswith(".exit") and path.stat().st_mtime < cutoff:
+                path.unlink()
+                dropped += 1
+        except OSError:
+            continue
+    return dropped
+
+
+# ---------------------------------------------------------------------- members whose launcher died
+LEFTOVER_WAIT_S = 10.0
+"""How long adoption waits for the killed leftovers of a member to be gone."""
+
+
+def _recorded_pid(adir: Path, rank: int) -> tuple[int, int] | None:
+    rec = read_json(pid_file(adir, rank))
+    if rec is None:
+        return None
+    pid, start = rec.get("pid"), rec.get("start_time")
+    if not isinstance(pid, int) or not isinstance(start, int) or pid <= 1:
+        return None
+    return pid, start
+
+
+def group_leftovers(pgid: int, leader_start: int) -> list[int]:
+    """Live processes of the process group whose leader (the member's launcher, pid ==
+    ``pgid``, started at ``leader_start``) has exited: what a dead launcher leaves running.
+
+    While any process is in the group, the kernel does not reuse the number ``pgid``; so if a
+    process with that pid runs and it is not the launcher, the group is long gone and the pid
+    was reused: nothing is ours. Zombies count as gone (they hold nothing)."""
+    if pgid <= 1:
+        return []
+    now = proc_start_time(pgid)
+    if now is not None and now != leader_start:
+        return []
+    out = []
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return []
+    for name in names:
+        if not name.isdigit():
+            continue
+        fields = proc_stat_fields(int(name))
+        if fields is None or len(fields) < 20 or fields[0] in ("Z", "X"):
+            continue
+        if int(fields[2]) == pgid and int(fields[19]) >= leader_start:
+            out.append(int(name))
+    return out
+
+
+def kill_group_leftovers(adir: Path, rank: int, wait_s: float = LEFTOVER_WAIT_S) -> list[int]:
+    """SIGKILL whatever is left of rank ``rank``'s process group and wait until it is gone,
+    so nothing of this attempt still runs on its GPUs when the job is run again. Returns the
+    pids it found (empty: nothing was left)."""
+    rec = _recorded_pid(adir, rank)
+    if rec is None:
+        return []
+    pgid, start = rec
+    left = group_leftovers(pgid, start)
+    if not left:
+        return []
+    log.warning(
+        "%s rank %d: its launcher is gone but %d process(es) of its group still run (%s); "
+        "killing them before the attempt is settled",
+        adir,
+        rank,
+        len(left),
+        ",".join(map(str, left[:8])),
+    )
+    killpg(pgid, signal.SIGKILL)
+    end = time.monotonic() + wait_s
+    while group_leftovers(pgid, start):
+        if time.monotonic() > end:
+            log.error("%s rank %d: processes of its group survive SIGKILL", adir, rank)
+            break
+        time.sleep(0.01)
+    record_lost(adir, rank, "killed at adoption: its launcher was gone")
+    return left
+
+
+def record_lost(adir: Path, rank: int, why: str) -> None:
+    """An exit record with no code (the member's outcome is unknown) but the time its last
+    process was gone, so histories read from the attempt directory close its interval."""
+    if recorded_exit(adir, rank) is not None:
+        return
+    text = json.dumps({"code": None, "ended_unix": time.time(), "lost": why}) + "\n"
+    try:
+        atomic_write(exit_file(adir, rank), text, fsync=True)
+    except OSError as exc:
+        log.warning("%s rank %d: cannot record its end: %s", adir, rank, exc)
+
+
+def settle_untracked_attempt(adir: Path, ranks: int) -> tuple[int | None, ...]:
+    """An attempt directory the store has no record of (it lost its last writes: a power cut,
+    a failed disk repaired by fsck): stop whatever of it still runs, kill its groups' leftovers,
+    and return each rank's recorded code (None: unknown). Nothing of it runs afterwards."""
+    for rank in range(ranks):
+        pid, fd = attach(adir, rank)
+        if fd is not None:
+            killpg(pid, signal.SIGKILL)
+            _wait_readable(fd, LEFTOVER_WAIT_S)
+            waitid(fd)
+            os.close(fd)
+        kill_group_leftovers(adir, rank)
+    return tuple(recorded_exit(adir, rank) for rank in range(ranks))
+
+
+def live_member_pids(adir: Path) -> list[int]:
+    """Pids of this attempt directory's members that still run: live launchers, or the
+    leftovers of one that died (both hold the attempt's GPUs)."""
+    out: list[int] = []
+    for path in sorted(adir.glob("rank-*.pid")):
+        rank_s = path.name.removeprefix("rank-").removesuffix(".pid")
+        if not rank_s.isdigit():
+            continue
+        pid, fd = attach(adir, int(rank_s))
+        if fd is not None:
+            os.close(fd)
+            out.append(pid)
+            continue
+        rec = _recorded_pid(adir, int(rank_s))
+        if rec is not None:
+            out += group_leftovers(*rec)
+    return out
 
 
 def attach(adir: Path, rank: int) -> tuple[int, int | None]:

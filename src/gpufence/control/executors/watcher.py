@@ -4,11 +4,12 @@
 (``selectors`` over ``pidfd_open`` descriptors, which also work for processes that are not our
 children) for member exits, SIGKILL deadlines and notice acks. Exits are event-driven:
 ``on_exit`` fires within milliseconds of the last member's exit. Callbacks are called from the
-watcher thread, never while the lock is held. ``LocalExecutor`` (``local.py``) extends it with
-spawning and the executor API; methods named ``*_locked`` need the lock held.
+watcher thread, never while the lock is held. ``LocalExecutor``
+(``local/local_executor.py``) extends it with spawning and the executor API; methods named
+``*_locked`` need the lock held.
 
-Gang policy lives here: when a member exits non-zero (or unknown) while others still run, the
-others get SIGTERM and, ``gang_grace_s`` later, SIGKILL; whatever is left in an exited member's
+The gang rules (a member failing stops the rest, grace then SIGKILL) are ``gang.GangState``'s;
+this module applies them to local process groups: whatever is left in an exited member's
 process group is SIGKILLed at once.
 """
 
@@ -30,7 +31,7 @@ from gpufence.control.executors.interface import (
     AttemptExit,
     ExitCallback,
     Launch,
-    notify,
+    report,
 )
 from gpufence.control.executors.processes import (
     DISOWNED,
@@ -139,10 +140,7 @@ class AttemptWatcher:
                     acks = [att.key for att in self._attempts.values() if self._acked_locked(att)]
                     exits = self._finalize_locked()
                     on_exit, on_ack = self._on_exit, self._on_ack
-                for job_id, attempt in acks:
-                    notify(on_ack, job_id, attempt)
-                for ev in exits:
-                    notify(on_exit, ev)
+                report(on_exit, on_ack, acks, exits)
         except Exception:
             log.exception("executor watcher failed; no further exits will be reported")
         finally:

@@ -1,9 +1,11 @@
 """From a scheduler assignment to what a process sees: ``CUDA_VISIBLE_DEVICES`` entries.
 
 Whole GPUs, fractional shares and time-slices name the GPU's index on its node. A MIG instance
-is named by its MIG device UUID: the real one found by discovery (same GPU, profile and placement
-start) or, on fake GPUs, a stable made-up one. Assignments are stored as JSON so a restart can
-rebuild the exact same allocation.
+is named by its MIG device UUID: the real one (same GPU, profile and placement start) found by
+discovery and kept current by the MIG manager as it creates and destroys instances
+(``set_mig``), or, on fake GPUs, a stable made-up one. A fractional share on a GPU that runs an
+MPS daemon (``set_mps``) names the GPU by its UUID, as MPS clients must, and carries its limits
+(``share``). Assignments are stored as JSON so a restart can rebuild the exact same allocation.
 """
 
 from __future__ import annotations
@@ -11,9 +13,11 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
+from gpufence.control.executors.interface import GpuShare
 from gpufence.control.gpus.discovery import Discovery, spec_gpu_type
 from gpufence.model.cluster import Cluster
 from gpufence.model.decisions import Assignment
+from gpufence.model.partition import SharingMode
 
 
 class DeviceError(RuntimeError):
@@ -28,6 +32,47 @@ class DeviceMap:
         self._mig = {
             (g.index, m.profile, m.start): m.uuid for g in discovery.gpus for m in g.mig_devices
         }
+        self._uuid = {g.index: g.uuid for g in discovery.gpus}
+        self._memory = {g.index: g.memory_mib for g in discovery.gpus}
+        self._mps: dict[int, str] = {}  # global GPU id -> MPS pipe directory
+
+    def set_mig(self, index: int, uuids: dict[tuple[str, int], str]) -> None:
+        """The MIG devices GPU ``index`` has now: (profile, start) -> MIG UUID."""
+        # built whole, then swapped in: the GPU sampler thread reads it (gpu_of)
+        new = {k: v for k, v in self._mig.items() if k[0] != index}
+        new.update({(index, p, s): u for (p, s), u in uuids.items()})
+        self._mig = new
+
+    def set_mps(self, gid: int, pipe_dir: str | None) -> None:
+        """GPU ``gid`` runs an MPS control daemon listening in ``pipe_dir`` (None: it does not)."""
+        if pipe_dir is None:
+            self._mps.pop(gid, None)
+        else:
+            self._mps[gid] = pipe_dir
+
+    def share(self, a: Assignment) -> GpuShare | None:
+        """The fractional share an assignment is (None for whole GPUs, MIG, time-slices). A
+        share that asked for no GPU memory is limited to its fraction of the GPU's memory."""
+        if a.mig_profile is not None or a.time_sliced or len(a.gpus) != 1:
+            return None
+        gpu = self.cluster.gpus[a.gpus[0]]
+        part = self.cluster.partitions.get(gpu.partition or "")
+        if part is None or part.sharing is not SharingMode.FRACTIONAL:
+            return None
+        mem = a.gpu_mem_mib or self._memory.get(gpu.index, 0) * a.milli // 1000
+        return GpuShare(a.milli, mem, self._mps.get(gpu.gid))
+
+    def gpu_of(self, device: str) -> int | None:
+        """The GPU index (on this node) a CUDA_VISIBLE_DEVICES entry names, if known."""
+        if device.isdigit():
+            return int(device)
+        for (index, _p, _s), uuid in list(self._mig.items()):
+            if uuid == device:
+                return index
+        for index, uuid in self._uuid.items():
+            if uuid == device:
+                return index
+        return None
 
     def devices(self, a: Assignment) -> tuple[str, ...]:
         cluster = self.cluster
@@ -35,7 +80,9 @@ class DeviceMap:
         for gid in a.gpus:
             gpu = cluster.gpus[gid]
             if a.mig_profile is None:
-                out.append(str(gpu.index))
+                shared = gid in self._mps and self.share(a) is not None
+                uuid = self._uuid.get(gpu.index) if shared else None
+                out.append(uuid if uuid is not None else str(gpu.index))
                 continue
             start = a.mig_start or 0
             if self.discovery.fake:

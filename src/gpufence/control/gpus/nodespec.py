@@ -20,7 +20,14 @@ from gpufence.spec.catalogue import CATALOGUE, mig_layout_problems
 from gpufence.spec.errors import name_list, number_ranges
 from gpufence.spec.schema import NAME_RE
 
-__all__ = ["host_memory_gib", "node_spec", "nvlink_domain_sizes", "spec_gpu_type"]
+__all__ = [
+    "host_cpu_cores",
+    "host_memory_gib",
+    "host_resources",
+    "node_spec",
+    "nvlink_domain_sizes",
+    "spec_gpu_type",
+]
 
 
 def _custom_type(gpu: DiscoveredGpu) -> GpuType:
@@ -51,6 +58,28 @@ def host_memory_gib(meminfo: Path = _MEMINFO) -> int | None:
         return None
     m = re.search(r"^MemTotal:\s+(\d+)\s*kB", text, flags=re.MULTILINE)
     return max(1, int(m.group(1)) // (1 << 20)) if m else None
+
+
+def host_cpu_cores() -> int | None:
+    """CPU cores this process may run on (its affinity mask: what jobs started here can use,
+    which may be fewer than the machine has), or None where it cannot be read."""
+    try:
+        return len(os.sched_getaffinity(0)) or None
+    except (AttributeError, OSError):  # not Linux
+        return os.cpu_count()
+
+
+def host_resources() -> dict[str, object]:
+    """``cpu_cores`` and ``memory_gib`` of this machine for a node group (those known), so the
+    core places ``--cpus`` / ``--mem`` requests against what is really here."""
+    out: dict[str, object] = {}
+    cores = host_cpu_cores()
+    if cores:
+        out["cpu_cores"] = cores
+    memory = host_memory_gib()
+    if memory:
+        out["memory_gib"] = memory
+    return out
 
 
 def nvlink_domain_sizes(gpus: Sequence[DiscoveredGpu]) -> list[int]:
@@ -192,12 +221,7 @@ def node_spec(d: Discovery, node_name: str = "local") -> dict[str, Any]:
         "gpu_type": type_name,
         "nvlink_domains": nvlink_domain_sizes(gpus),
     }
-    cores = os.cpu_count()
-    if cores:
-        group["cpu_cores"] = cores
-    memory = host_memory_gib()
-    if memory:
-        group["memory_gib"] = memory
+    group.update(host_resources())
     spec: dict[str, Any] = {"name": node_name}
     if declared is not None:
         spec["gpu_types"] = [{"name": declared.name, "memory_gib": declared.memory_gib}]

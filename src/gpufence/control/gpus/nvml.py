@@ -1,13 +1,16 @@
-"""The NVML surface discovery uses, its pynvml adapter, and NVML names -> catalogue names.
+"""The NVML surface gpufence uses, its pynvml adapter, and NVML names -> catalogue names.
 
-Every NVML call goes through ``NvmlApi`` (a Protocol), so discovery runs against an in-memory
-fake in tests; ``PynvmlApi`` implements it over the ``pynvml`` module of ``nvidia-ml-py``,
+Every NVML call goes through a Protocol, so everything runs against an in-memory fake in tests
+(``gpufence.testing.fake_nvml``): ``NvmlApi`` is what discovery reads, ``GpuApi`` adds what the
+control plane does on real GPUs (MIG instance create/destroy, the processes on a GPU,
+utilisation). ``PynvmlApi`` implements both over the ``pynvml`` module of ``nvidia-ml-py``,
 imported when it is created. ``catalogue_type`` and ``mig_profile_name`` map what NVML says about
 a GPU or a MIG GPU instance to gpufence catalogue names.
 """
 
 from __future__ import annotations
 
+import ctypes
 import importlib
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -27,10 +30,19 @@ NVML_ERROR_DRIVER_NOT_LOADED = 9
 NVML_ERROR_LIBRARY_NOT_FOUND = 12
 NVML_ERROR_FUNCTION_NOT_FOUND = 13
 NVML_ERROR_LIB_RM_VERSION_MISMATCH = 18
+NVML_ERROR_IN_USE = 19
+NVML_ERROR_INSUFFICIENT_RESOURCES = 23
 NVML_ERROR_GPU_NOT_FOUND = 28
+NVML_ERROR_UNKNOWN = 999
 NVML_DEVICE_MIG_ENABLE = 1
 NVML_FEATURE_ENABLED = 1
 NVML_NVLINK_MAX_LINKS = 36  # nvml.h; H100/H200 use 18, A100 12, V100 6 (the rest: not found)
+NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED = 0
+# NVML_COMPUTE_INSTANCE_PROFILE_<n>_SLICE by compute slices: the one full-width compute
+# instance of a GPU instance (what `nvidia-smi mig -cgi ... -C` creates)
+NVML_CI_PROFILE_BY_SLICES = {1: 0x0, 2: 0x1, 3: 0x2, 4: 0x3, 7: 0x4, 8: 0x5, 6: 0x6}
+NVML_COMPUTE_INSTANCE_PROFILE_COUNT = 0x9
+NVML_NO_INSTANCE_ID = 0xFFFFFFFF  # gpuInstanceId / computeInstanceId of a non-MIG process
 
 # "This GPU / driver cannot tell": the answer is unknown, not an error of the machine.
 _UNAVAILABLE = frozenset(
@@ -81,6 +93,9 @@ class GpuInstancePlacement(Protocol):
 
 class GpuInstanceInfo(Protocol):
     @property
+    def id(self) -> int: ...
+
+    @property
     def profileId(self) -> int: ...
 
     @property
@@ -119,8 +134,64 @@ class NvmlApi(Protocol):
     def nvmlDeviceGetNvLinkRemotePciInfo(self, handle: object, link: int) -> PciInfo: ...
 
 
+class ProfileInfo(Protocol):
+    @property
+    def id(self) -> int: ...  # the profile ID to create an instance with
+
+
+class ProcessInfo(Protocol):
+    """One process NVML sees on a GPU (``nvmlProcessInfo_t``)."""
+
+    @property
+    def pid(self) -> int: ...
+
+    @property
+    def usedGpuMemory(self) -> int | None: ...
+
+    @property
+    def gpuInstanceId(self) -> int: ...  # NVML_NO_INSTANCE_ID outside MIG
+
+    @property
+    def computeInstanceId(self) -> int: ...
+
+
+class Utilization(Protocol):
+    @property
+    def gpu(self) -> int: ...  # percent of the last sample period a kernel ran
+
+
+class GpuApi(NvmlApi, Protocol):
+    """What the control plane does on real GPUs besides discovery (each raises NvmlError).
+
+    MIG: GPU instances are created with an explicit placement, each with one full-width compute
+    instance; destroying a GPU instance needs its compute instances destroyed first, and NVML
+    refuses either (NVML_ERROR_IN_USE) while processes run on it. MIG mode itself is never
+    changed by gpufence (that needs an idle GPU and often a reset: the operator's call).
+    """
+
+    def nvmlDeviceGetGpuInstances(self, handle: object, profile_id: int) -> Sequence[object]: ...
+    def nvmlDeviceCreateGpuInstanceWithPlacement(
+        self, handle: object, profile_id: int, placement: GpuInstancePlacement
+    ) -> object: ...
+    def nvmlGpuInstanceDestroy(self, gpu_instance: object) -> None: ...
+    def nvmlGpuInstanceGetComputeInstanceProfileInfo(
+        self, gpu_instance: object, profile: int, eng_profile: int
+    ) -> ProfileInfo: ...
+    def nvmlGpuInstanceCreateComputeInstance(
+        self, gpu_instance: object, profile_id: int
+    ) -> object: ...
+    def nvmlGpuInstanceGetComputeInstances(
+        self, gpu_instance: object, profile_id: int
+    ) -> Sequence[object]: ...
+    def nvmlComputeInstanceDestroy(self, compute_instance: object) -> None: ...
+    def nvmlDeviceGetComputeInstanceId(self, mig_handle: object) -> int: ...
+    def nvmlDeviceGetComputeRunningProcesses(self, handle: object) -> Sequence[ProcessInfo]: ...
+    def nvmlDeviceGetUtilizationRates(self, handle: object) -> Utilization: ...
+
+
 class PynvmlApi:
-    """NvmlApi over the ``pynvml`` module of nvidia-ml-py, imported when this is created."""
+    """NvmlApi and GpuApi over the ``pynvml`` module of nvidia-ml-py, imported when this is
+    created."""
 
     def __init__(self) -> None:
         try:
@@ -194,9 +265,62 @@ class PynvmlApi:
     def nvmlDeviceGetNvLinkRemotePciInfo(self, handle: object, link: int) -> PciInfo:
         return cast("PciInfo", self._call("nvmlDeviceGetNvLinkRemotePciInfo", handle, link))
 
-    def nvmlDeviceGetUtilizationRates(self, handle: object) -> Any:
-        """Used by idle detection (``gpu_activity``): ``.gpu`` is a percentage."""
-        return self._call("nvmlDeviceGetUtilizationRates", handle)
+    def nvmlDeviceGetUtilizationRates(self, handle: object) -> Utilization:
+        """Used by idle detection (``gpus.activity``): ``.gpu`` is a percentage."""
+        return cast("Utilization", self._call("nvmlDeviceGetUtilizationRates", handle))
+
+    # -- MIG instances (GpuApi); pynvml takes ctypes arrays and structs for these ----------
+    def nvmlDeviceGetGpuInstances(self, handle: object, profile_id: int) -> Sequence[object]:
+        arr = (self._nv.c_nvmlGpuInstance_t * 8)()  # at most 7 per GPU
+        count = ctypes.c_uint(0)
+        self._call("nvmlDeviceGetGpuInstances", handle, profile_id, arr, ctypes.byref(count))
+        return [arr[i] for i in range(count.value)]
+
+    def nvmlDeviceCreateGpuInstanceWithPlacement(
+        self, handle: object, profile_id: int, placement: GpuInstancePlacement
+    ) -> object:
+        c_place = self._nv.c_nvmlGpuInstancePlacement_t(placement.start, placement.size)
+        return self._call(
+            "nvmlDeviceCreateGpuInstanceWithPlacement", handle, profile_id, ctypes.byref(c_place)
+        )
+
+    def nvmlGpuInstanceDestroy(self, gpu_instance: object) -> None:
+        self._call("nvmlGpuInstanceDestroy", gpu_instance)
+
+    def nvmlGpuInstanceGetComputeInstanceProfileInfo(
+        self, gpu_instance: object, profile: int, eng_profile: int
+    ) -> ProfileInfo:
+        name = "nvmlGpuInstanceGetComputeInstanceProfileInfo"
+        try:
+            return cast("ProfileInfo", self._call(name, gpu_instance, profile, eng_profile))
+        except NvmlError as exc:  # drivers before the v2 struct
+            if exc.value != NVML_ERROR_FUNCTION_NOT_FOUND:
+                raise
+            return cast("ProfileInfo", self._call(name, gpu_instance, profile, eng_profile, 1))
+
+    def nvmlGpuInstanceCreateComputeInstance(self, gpu_instance: object, profile_id: int) -> object:
+        return self._call("nvmlGpuInstanceCreateComputeInstance", gpu_instance, profile_id)
+
+    def nvmlGpuInstanceGetComputeInstances(
+        self, gpu_instance: object, profile_id: int
+    ) -> Sequence[object]:
+        arr = (self._nv.c_nvmlComputeInstance_t * 8)()
+        count = ctypes.c_uint(0)
+        self._call(
+            "nvmlGpuInstanceGetComputeInstances", gpu_instance, profile_id, arr, ctypes.byref(count)
+        )
+        return [arr[i] for i in range(count.value)]
+
+    def nvmlComputeInstanceDestroy(self, compute_instance: object) -> None:
+        self._call("nvmlComputeInstanceDestroy", compute_instance)
+
+    def nvmlDeviceGetComputeInstanceId(self, mig_handle: object) -> int:
+        return int(self._call("nvmlDeviceGetComputeInstanceId", mig_handle))
+
+    def nvmlDeviceGetComputeRunningProcesses(self, handle: object) -> Sequence[ProcessInfo]:
+        return cast(
+            "Sequence[ProcessInfo]", self._call("nvmlDeviceGetComputeRunningProcesses", handle)
+        )
 
 
 def as_text(value: str | bytes) -> str:

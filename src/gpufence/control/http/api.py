@@ -5,31 +5,51 @@ own jobs (403 otherwise), the admin token sees everything. ``/metrics`` (Prometh
 ``/healthz`` are open, as scrapers and load balancers expect: put the server behind a proxy if
 queue sizes per partition must stay private.
 
-Status codes: 201 job accepted (pending or already starting); 422 invalid body (FastAPI's
-field-level ``detail``) *or* a job the cluster can never hold: the scheduler rejects it at submit,
-``detail[0].type`` is ``"rejected"``, ``detail[0].reason`` the machine-readable reason, and the
-job (state ``rejected``) stays in the store so ``GET /v1/jobs/{id}`` shows it; 401 missing or
-bad token; 403 another tenant's job or queue; 404 unknown job; 409 cancelling an ended job;
-503 the reconciler did not answer in time.
+Status codes: 201 job accepted (pending or already starting); 200 the same ``Idempotency-Key``
+again (the job the first request created); 422 invalid body or query (``field`` names it) *or*
+a job the cluster can never hold: the scheduler rejects it at submit, ``type`` is
+``urn:gpufence:problem:rejected``, ``reason`` the machine-readable reason, and the job (state
+``rejected``) stays in the store so ``GET /v1/jobs/{id}`` shows it; 401 missing or bad token;
+403 another tenant's job or queue; 404 unknown job; 409 cancelling an ended job; 413 a body over
+``control.max_request_bytes``; 503 the store cannot take writes (``store unavailable: disk
+full``) or the reconciler did not answer in time: retry. Every error is one RFC 7807 problem
+document (``problems.py``).
 
 The plane's methods block (SQLite reads, a round trip to the reconciler thread), so every route
 is a plain ``def``: FastAPI runs it in its thread pool and the event loop stays free.
 """
 
 import dataclasses
+import json
+import re
 from typing import Annotated, Any, Literal
 
-from fastapi import Depends, FastAPI, HTTPException, Query, Request, Response, status
-from fastapi.responses import JSONResponse
+from fastapi import Depends, FastAPI, Query, Request, Response, status
+from fastapi.exceptions import HTTPException
+from fastapi.openapi.utils import get_openapi
 from prometheus_client import CONTENT_TYPE_LATEST
-from pydantic import BaseModel
+from pydantic import AfterValidator, BaseModel, Field
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gpufence import __version__
 from gpufence.control.http.auth import tenant_dependency
-from gpufence.control.inbox import CancelError
-from gpufence.control.jobspec import SubmitRequest, from_stored
-from gpufence.control.plane import AccessError, ControlPlane
+from gpufence.control.http.problems import (
+    ERRORS_ALL,
+    PROBLEM_JSON,
+    FieldError,
+    SafeJSONResponse,
+    error_responses,
+    install,
+    problem,
+    safe,
+)
+from gpufence.control.http.submission import IDEMPOTENCY_KEY, install_submit
+from gpufence.control.inbox import CancelError, IdempotencyConflict
+from gpufence.control.jobspec import MAX_NAME, SubmitRequest
+from gpufence.control.plane import AccessError, ControlPlane, InvalidField
 from gpufence.control.store import database as st
+from gpufence.control.tenantview import others_summary
+from gpufence.model.job import GpuRequest
 
 UNPROCESSABLE = 422  # starlette renamed the constant (..._CONTENT); the number is stable
 MAX_LOG_CHUNK = 1 << 20
@@ -56,48 +76,164 @@ class CancelResponse(BaseModel):
 
 
 def _gpus(spec: dict[str, Any]) -> str:
-    """'2x 4 GPUs', 'mig 1g.10gb', '500m GPU' ... for tables."""
+    """'2x 4 GPUs', 'mig 1g.10gb', '500m GPU' ... for tables (read from the stored spec as it
+    is, without validating it again: a list of 1,000 jobs must stay cheap)."""
     try:
-        req = from_stored(spec)
-    except ValueError:
+        if spec.get("mig") is not None:
+            what = GpuRequest.mig(str(spec["mig"])).describe()
+        elif spec.get("gpu_fraction") is not None:
+            mem = round(float(spec.get("gpu_mem_gib") or 0.0) * 1024)
+            what = GpuRequest.fraction(round(float(spec["gpu_fraction"]) * 1000), mem).describe()
+        else:
+            what = GpuRequest.whole(int(spec.get("gpus", 1))).describe()
+        replicas = int(spec.get("replicas", 1))
+    except (ValueError, TypeError, OverflowError):
         return "?"
-    what = req.request().describe()
-    return f"{req.replicas}x {what}" if req.replicas != 1 else what
+    return f"{replicas}x {what}" if replicas != 1 else what
 
 
 def job_json(row: st.JobRow) -> dict[str, Any]:
     out = row.public()
     out["seq"] = row.seq
-    out["gpus"] = _gpus(row.spec)
+    out["gpus"] = row.gpus if row.gpus is not None else _gpus(row.spec)
     out["name"] = row.spec.get("name")
     return out
+
+
+def job_page_json(row: st.JobRow, pending: dict[str, str] | None) -> bytes:
+    """One job of a list page as JSON, its stored spec text embedded as it is: a page of 1,000
+    jobs is rendered without parsing and re-encoding 1,000 specs (``job_json``'s shape)."""
+    text = row.spec_text
+    if not text.isascii() or "NaN" in text or "Infinity" in text:  # an older store's
+        out = job_json(dataclasses.replace(row, spec=json.loads(text)))
+        if pending is not None:
+            out["pending"] = pending
+        return bytes(SafeJSONResponse(out).body)
+    head = row.public()
+    del head["spec"]
+    head["seq"] = row.seq
+    if row.gpus is not None:
+        head["gpus"], head["name"] = row.gpus, row.name
+    else:  # a row from before those columns existed
+        spec = json.loads(text)
+        head["gpus"], head["name"] = _gpus(spec), spec.get("name")
+    if pending is not None:
+        head["pending"] = pending
+    try:
+        encoded = json.dumps(head, ensure_ascii=True, allow_nan=False, separators=(",", ":"))
+    except ValueError:
+        encoded = json.dumps(safe(head), ensure_ascii=True, separators=(",", ":"))
+    return f'{encoded[:-1]},"spec":{text}}}'.encode()
 
 
 def attempt_json(att: st.AttemptRow) -> dict[str, Any]:
     return dataclasses.asdict(att)
 
 
-def _detail(loc: list[str | int], msg: str, kind: str) -> list[dict[str, Any]]:
-    return [{"loc": loc, "msg": msg, "type": kind}]
+MAX_SEQ = 2**63 - 1  # SQLite's INTEGER: a larger cursor is refused (422), not a 500
+_JOB_ID = re.compile(r"j[0-9]{1,19}")
 
 
-def _reject_field(req: SubmitRequest, reason: str, message: str) -> list[str | int]:
-    """Best guess at the field a reject is about, for ``detail[0].loc``."""
-    if "queue" in message and req.queue:
-        return ["body", "queue"]
-    if "partition '" in message and req.partition:
-        return ["body", "partition"]
-    if "gpus per replica" in message:
-        return ["body", "gpus"]
-    if reason == "never-fits":
-        if req.mig is not None:
-            return ["body", "mig"]
-        if req.gpu_fraction is not None:
-            return ["body", "gpu_mem_gib" if "MiB" in message else "gpu_fraction"]
-        if "gang needs" in message:
-            return ["body", "replicas"]
-        return ["body", "gpus"]
-    return ["body"]
+def _query_text(value: str) -> str:
+    """Query strings go to SQLite: valid UTF-8, no control characters."""
+    value.encode("utf-8")  # a lone surrogate raises UnicodeEncodeError (a ValueError): 422
+    if any(ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F for c in value):
+        raise ValueError("contains a control character")
+    return value
+
+
+QueryText = Annotated[str, Field(max_length=MAX_NAME), AfterValidator(_query_text)]
+
+
+DRAIN_MAX_BYTES = 64 << 20
+
+
+class LimitBody:
+    """ASGI middleware: a request body over ``limit`` bytes gets 413 before any route sees it
+    (``Content-Length`` is checked first; a chunked body is counted as it streams)."""
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        for name, value in scope.get("headers", ()):
+            if name == b"content-length":
+                try:
+                    too_big = int(value) > self.limit
+                except ValueError:
+                    too_big = False
+                if too_big:
+                    await self._refuse(scope, receive, send)
+                    return
+        chunks: list[bytes] = []
+        size = 0
+        more = True
+        while more:
+            msg = await receive()
+            if msg["type"] != "http.request":
+                break
+            body = msg.get("body", b"")
+            size += len(body)
+            if size > self.limit:
+                await self._refuse(scope, receive, send)
+                return
+            chunks.append(body)
+            more = bool(msg.get("more_body"))
+        whole = b"".join(chunks)
+        sent = False
+
+        async def replay() -> Message:
+            nonlocal sent
+            if not sent:
+                sent = True
+                return {"type": "http.request", "body": whole, "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+    async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
+        # read (and drop) what the client is still sending, up to a bound: answering while it
+        # writes would reset the connection and it would see a broken pipe, not the 413
+        drained = 0
+        while drained <= DRAIN_MAX_BYTES:
+            msg = await receive()
+            if msg["type"] != "http.request":
+                break
+            drained += len(msg.get("body", b""))
+            if not msg.get("more_body"):
+                break
+        resp = problem(
+            413,
+            f"the request body is larger than {self.limit} bytes (control.max_request_bytes)",
+        )
+        await resp(scope, receive, send)
+
+
+def _openapi(app: FastAPI) -> dict[str, Any]:
+    """FastAPI's document plus what the lean submit route describes by hand (its body model),
+    with error responses as ``application/problem+json`` only."""
+    if app.openapi_schema:
+        return app.openapi_schema
+    doc = get_openapi(
+        title=app.title, version=app.version, description=app.description, routes=app.routes
+    )
+    schemas = doc.setdefault("components", {}).setdefault("schemas", {})
+    body = SubmitRequest.model_json_schema(ref_template="#/components/schemas/{model}")
+    for name, sub in body.pop("$defs", {}).items():
+        schemas.setdefault(name, sub)
+    schemas["SubmitRequest"] = body
+    for ops in doc.get("paths", {}).values():
+        for op in ops.values():
+            for resp in op.get("responses", {}).values():
+                content = resp.get("content", {})
+                if PROBLEM_JSON in content:
+                    content.pop("application/json", None)
+    app.openapi_schema = doc
+    return doc
 
 
 def make_app(plane: ControlPlane) -> FastAPI:
@@ -106,87 +242,72 @@ def make_app(plane: ControlPlane) -> FastAPI:
         version=__version__,
         description=(
             "Control plane of gpufence, a GPU cluster scheduler that fences training, serving, "
-            "interactive and batch work. Authenticate with `Authorization: Bearer <token>`."
+            "interactive and batch work. Authenticate with `Authorization: Bearer <token>`. "
+            "Every error is an RFC 7807 `application/problem+json` document (`Problem`)."
         ),
+        default_response_class=SafeJSONResponse,
     )
     app.state.plane = plane
+    app.add_middleware(LimitBody, limit=plane.config.max_request_bytes)
+    install(app)
     Tenant = Annotated[str, Depends(tenant_dependency(plane.config))]
 
     @app.exception_handler(AccessError)
-    def _forbidden(_req: Request, exc: Exception) -> JSONResponse:
-        return JSONResponse({"detail": str(exc)}, status_code=status.HTTP_403_FORBIDDEN)
+    def _forbidden(_req: Request, exc: Exception) -> Response:
+        return problem(status.HTTP_403_FORBIDDEN, str(exc))
 
     @app.exception_handler(CancelError)
-    def _conflict(_req: Request, exc: Exception) -> JSONResponse:
-        return JSONResponse({"detail": str(exc)}, status_code=status.HTTP_409_CONFLICT)
+    def _conflict(_req: Request, exc: Exception) -> Response:
+        return problem(status.HTTP_409_CONFLICT, str(exc))
+
+    @app.exception_handler(InvalidField)
+    def _field(_req: Request, exc: Exception) -> Response:
+        loc = ".".join(exc.loc) if isinstance(exc, InvalidField) else "body"
+        err = FieldError(field=loc, message=str(exc), type="invalid")
+        return problem(UNPROCESSABLE, f"{loc}: {exc}", errors=[err])
+
+    @app.exception_handler(IdempotencyConflict)
+    def _key_reused(_req: Request, exc: Exception) -> Response:
+        field = f"header.{IDEMPOTENCY_KEY}"
+        err = FieldError(field=field, message=str(exc), type="idempotency_key_reused")
+        return problem(UNPROCESSABLE, f"{field}: {exc}", errors=[err])
 
     @app.exception_handler(TimeoutError)
-    def _busy(_req: Request, _exc: Exception) -> JSONResponse:
-        return JSONResponse(
-            {"detail": "the control plane did not answer in time; try again"},
-            status_code=status.HTTP_503_SERVICE_UNAVAILABLE,
+    def _busy(_req: Request, _exc: Exception) -> Response:
+        return problem(
+            status.HTTP_503_SERVICE_UNAVAILABLE,
+            "the control plane did not answer in time; try again",
+            slug="busy",
+            headers={"Retry-After": "1"},
         )
 
     def row_of(job_id: str, tenant: str) -> st.JobRow:
-        row = plane.job(job_id, tenant)  # AccessError (403) for another tenant's job
-        if row is None:
+        row = plane.job(job_id, tenant) if _JOB_ID.fullmatch(job_id) else None
+        if row is None:  # 403 (AccessError) for another tenant's job came first
             raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"no job {job_id}")
         return row
 
     # ------------------------------------------------------------------ jobs
-    @app.post(
-        "/v1/jobs",
-        status_code=status.HTTP_201_CREATED,
-        response_model=SubmitResponse,
-        tags=["jobs"],
-        responses={
-            422: {
-                "description": "invalid body (field-level detail), or rejected by the scheduler "
-                "at submit: detail[0].type == 'rejected', detail[0].reason, and the stored job"
-            },
-            403: {"description": "another tenant's queue, or 'tenant' set by a non-admin"},
-        },
-    )
-    def submit(req: SubmitRequest, tenant: Tenant) -> Any:
-        """Submit a job. A job that no partition can ever hold is rejected here, with why."""
-        res = plane.submit(req, tenant)
-        if res.state != st.REJECTED:
-            return SubmitResponse(
-                id=res.job_id, state=res.state, reason=res.reason, message=res.message
-            )
-        row = plane.job(res.job_id, tenant)
-        detail = _detail(
-            _reject_field(req, res.reason, res.message), res.message or res.reason, "rejected"
-        )
-        detail[0]["reason"] = res.reason
-        job = job_json(row) if row is not None else {"id": res.job_id, "state": res.state}
-        return JSONResponse({"detail": detail, "job": job}, status_code=UNPROCESSABLE)
+    install_submit(app, plane, job_json, SubmitResponse)
 
-    @app.get("/v1/jobs", tags=["jobs"])
+    @app.get("/v1/jobs", tags=["jobs"], responses=error_responses(*ERRORS_ALL))
     def list_jobs(
         tenant: Tenant,
         state: Annotated[
-            list[str] | None, Query(description=f"repeatable; one of {', '.join(st.STATES)}")
+            list[Literal[st.STATES]] | None,  # type: ignore[valid-type]
+            Query(description=f"repeatable; one of {', '.join(st.STATES)}"),
         ] = None,
-        partition: str | None = None,
+        partition: QueryText | None = None,
         tenant_filter: Annotated[
-            str | None, Query(alias="tenant", description="admin: one tenant's jobs")
+            QueryText | None, Query(alias="tenant", description="admin: one tenant's jobs")
         ] = None,
         limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
-        after: Annotated[int, Query(ge=0, description="return jobs with seq > after")] = 0,
-    ) -> dict[str, Any]:
+        after: Annotated[
+            int, Query(ge=0, le=MAX_SEQ, description="return jobs with seq > after")
+        ] = 0,
+    ) -> Any:
         """Jobs in submission order; a tenant sees only its own. Pending jobs carry why."""
         states = tuple(state or ())
-        bad = [s for s in states if s not in st.STATES]
-        if bad:
-            raise HTTPException(
-                UNPROCESSABLE,
-                detail=_detail(
-                    ["query", "state"],
-                    f"unknown state {bad[0]!r} (valid: {', '.join(st.STATES)})",
-                    "enum",
-                ),
-            )
         rows = plane.jobs(
             tenant,
             states=states,
@@ -194,28 +315,30 @@ def make_app(plane: ControlPlane) -> FastAPI:
             only_tenant=tenant_filter,
             limit=limit,
             after_seq=after,
+            parse_spec=False,
         )
         pending_ids = [r.id for r in rows if r.state == st.PENDING]
-        why = plane.pending_reasons(pending_ids) if pending_ids else {}
-        jobs = []
-        for r in rows:
-            j = job_json(r)
-            if r.id in why:
-                j["pending"] = why[r.id]
-            jobs.append(j)
-        return {"jobs": jobs, "next_after": rows[-1].seq if rows else after}
+        why = plane.pending_reasons(pending_ids, tenant) if pending_ids else {}
+        parts = [job_page_json(r, why.get(r.id)) for r in rows]
+        tail = f'],"next_after":{rows[-1].seq if rows else after}}}'.encode()
+        return Response(b'{"jobs":[' + b",".join(parts) + tail, media_type="application/json")
 
-    @app.get("/v1/jobs/{job_id}", tags=["jobs"])
+    @app.get("/v1/jobs/{job_id}", tags=["jobs"], responses=error_responses(*ERRORS_ALL))
     def get_job(job_id: str, tenant: Tenant) -> dict[str, Any]:
         """One job, its attempts (devices, exit codes) and, while pending, why."""
         row = row_of(job_id, tenant)
         out = job_json(row)
         out["attempts"] = [attempt_json(a) for a in plane.attempts(job_id)]
         if row.state == st.PENDING:
-            out["pending"] = plane.pending_reasons([job_id]).get(job_id)
+            out["pending"] = plane.pending_reasons([job_id], tenant).get(job_id)
         return out
 
-    @app.post("/v1/jobs/{job_id}/cancel", response_model=CancelResponse, tags=["jobs"])
+    @app.post(
+        "/v1/jobs/{job_id}/cancel",
+        response_model=CancelResponse,
+        tags=["jobs"],
+        responses=error_responses(*ERRORS_ALL),
+    )
     def cancel(job_id: str, tenant: Tenant) -> CancelResponse:
         """Cancel: a pending job leaves its queue (``cancelled``); a running one is stopped
         (``stopping``, then ``cancelled`` once its processes are gone). 409 if it has ended."""
@@ -226,31 +349,38 @@ def make_app(plane: ControlPlane) -> FastAPI:
         "/v1/jobs/{job_id}/logs",
         tags=["jobs"],
         response_class=Response,
-        responses={200: {"content": {"text/plain": {}}}},
+        responses={
+            200: {"content": {"text/plain": {}}},
+            **error_responses(*ERRORS_ALL),
+        },
     )
     def logs(
         job_id: str,
         tenant: Tenant,
-        attempt: Annotated[int | None, Query(ge=1, description="default: the latest")] = None,
-        rank: Annotated[int, Query(ge=0)] = 0,
+        attempt: Annotated[
+            int | None, Query(ge=1, le=1_000_000, description="default: the latest")
+        ] = None,
+        rank: Annotated[int, Query(ge=0, le=65_535)] = 0,
         stream: Literal["out", "err"] = "out",
-        offset: Annotated[int, Query(ge=0, description="byte offset, for following")] = 0,
+        offset: Annotated[
+            int, Query(ge=0, le=MAX_SEQ, description="byte offset, for following")
+        ] = 0,
     ) -> Response:
         """A rank's stdout or stderr from ``offset`` (at most 1 MiB a call). Headers:
         X-Log-Offset (next offset), X-Log-Size, X-Log-Attempt, X-Job-Attempt, X-Job-State."""
         row = row_of(job_id, tenant)
         n = attempt if attempt is not None else row.attempt
-        path = plane.log_path(job_id, n, rank, stream)
         data = b""
         size = 0
-        try:
-            with path.open("rb") as fh:
+        # None: not started yet, no such rank / attempt, or not a plain file (the job's own
+        # directory may hold links it planted; they are never followed)
+        fh = plane.open_log(job_id, n, rank, stream)
+        if fh is not None:
+            with fh:
                 size = fh.seek(0, 2)
                 if offset < size:
                     fh.seek(offset)
                     data = fh.read(MAX_LOG_CHUNK)
-        except FileNotFoundError:  # not started yet, or no such rank / attempt
-            pass
         headers = {
             LOG_OFFSET: str(offset + len(data)),
             LOG_SIZE: str(size),
@@ -260,7 +390,7 @@ def make_app(plane: ControlPlane) -> FastAPI:
         }
         return Response(data, media_type="text/plain; charset=utf-8", headers=headers)
 
-    @app.get("/v1/jobs/{job_id}/explain", tags=["jobs"])
+    @app.get("/v1/jobs/{job_id}/explain", tags=["jobs"], responses=error_responses(*ERRORS_ALL))
     def explain(job_id: str, tenant: Tenant) -> dict[str, Any]:
         """Why a job waits (or runs where it runs), with its partition's fair-share table."""
         row = row_of(job_id, tenant)
@@ -271,7 +401,7 @@ def make_app(plane: ControlPlane) -> FastAPI:
             "attempt": row.attempt,
             "fair_share": [],
         }
-        live = plane.explain(job_id)
+        live = plane.explain(job_id, tenant)
         if live is not None:
             out.update(live)
             out["scheduler_state"] = live["state"]
@@ -281,21 +411,28 @@ def make_app(plane: ControlPlane) -> FastAPI:
         return out
 
     # ------------------------------------------------------------------ cluster
-    @app.get("/v1/nodes", tags=["cluster"])
-    def nodes(_tenant: Tenant) -> dict[str, Any]:
-        """Every node and GPU: partition, state (free/used/down), jobs, MIG slots."""
-        return {"nodes": plane.nodes()}
+    @app.get("/v1/nodes", tags=["cluster"], responses=error_responses(*ERRORS_ALL))
+    def nodes(tenant: Tenant) -> dict[str, Any]:
+        """Every node and GPU: partition, state (free/used/down), jobs, MIG slots. A tenant sees
+        only its own job ids; other tenants' jobs are counts (``other_tenants_jobs`` per GPU,
+        ``other_tenants_gpus`` per node, ``other_tenants`` in all)."""
+        ns = plane.nodes(tenant)
+        out: dict[str, Any] = {"nodes": ns}
+        others = others_summary(ns)
+        if others is not None:
+            out["other_tenants"] = others
+        return out
 
-    @app.get("/v1/partitions", tags=["cluster"])
+    @app.get("/v1/partitions", tags=["cluster"], responses=error_responses(*ERRORS_ALL))
     def partitions(_tenant: Tenant) -> dict[str, Any]:
         """The fences: capacity, used, lent and borrowed GPUs, pending/running jobs."""
         return {"partitions": plane.partitions()}
 
-    @app.get("/v1/events", tags=["cluster"])
+    @app.get("/v1/events", tags=["cluster"], responses=error_responses(*ERRORS_ALL))
     def events(
         tenant: Tenant,
-        job: str | None = None,
-        after: Annotated[int, Query(ge=0)] = 0,
+        job: QueryText | None = None,
+        after: Annotated[int, Query(ge=0, le=MAX_SEQ)] = 0,
         limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
     ) -> dict[str, Any]:
         """The decision log (seq > after): one job's for anyone who may see it, all for admins."""
@@ -303,6 +440,18 @@ def make_app(plane: ControlPlane) -> FastAPI:
             row_of(job, tenant)
         rows = plane.events(tenant, job_id=job, after_seq=after, limit=limit)
         return {"events": rows, "next_after": rows[-1]["seq"] if rows else after}
+
+    @app.get("/v1/advice", tags=["cluster"], responses=error_responses(*ERRORS_ALL))
+    def advice(tenant: Tenant) -> dict[str, Any]:
+        """Capacity advice from this control plane's own history (``gpufence advise``): for the
+        admin, the spec rules with the history's numbers and every live rule; for a tenant,
+        only advice about its own jobs (never another tenant's or the cluster's sizing)."""
+        items = plane.advice(tenant)  # see gpufence.advice: rule, severity, evidence, fix
+        return {
+            "advice": [a.to_json() for a in items],
+            "scope": plane.advice_scope(tenant),
+            "spec": plane.advice_source,  # the cluster file the paths and lines refer to
+        }
 
     # ------------------------------------------------------------------ open
     @app.get("/metrics", tags=["ops"], response_class=Response)
@@ -312,6 +461,13 @@ def make_app(plane: ControlPlane) -> FastAPI:
 
     @app.get("/healthz", tags=["ops"])
     def healthz() -> dict[str, Any]:
-        return {"ok": True, "version": __version__}
+        """Liveness, and whether the store takes writes (``store``: ``ok`` or the reason)."""
+        broken = plane.store.broken
+        return {
+            "ok": True,
+            "version": __version__,
+            "store": "ok" if broken is None else str(broken),
+        }
 
+    app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     return app

@@ -8,7 +8,7 @@ not what it was, and the uvicorn access log records the request line only (no he
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Annotated
 
 from fastapi import Depends, HTTPException, status
@@ -30,10 +30,22 @@ def unauthorized(detail: str) -> HTTPException:
     return HTTPException(status.HTTP_401_UNAUTHORIZED, detail=detail, headers=CHALLENGE)
 
 
-def tenant_dependency(config: ControlConfig) -> Callable[..., str]:
+def tenant_of_header(config: ControlConfig, authorization: str | None) -> str:
+    """The tenant of an ``Authorization`` header value (401 if missing or unknown): the same
+    rules as the dependency, for routes that read their headers themselves."""
+    scheme, _, token = (authorization or "").partition(" ")
+    if not token or scheme.lower() != "bearer":
+        raise unauthorized("missing bearer token: send 'Authorization: Bearer <token>'")
+    name = config.tenant_of(token.strip()) if token.isascii() else None
+    if name is None:
+        raise unauthorized("invalid token")
+    return name
+
+
+def tenant_dependency(config: ControlConfig) -> Callable[..., Awaitable[str]]:
     """A FastAPI dependency returning the caller's tenant ("admin" for the admin token)."""
 
-    def tenant(
+    async def tenant(  # async: no worker thread for a dictionary lookup
         creds: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
     ) -> str:
         if creds is None:

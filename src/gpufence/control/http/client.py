@@ -7,17 +7,23 @@ Where it connects, first found wins:
 * token: the ``token`` argument, ``$GPUFENCE_TOKEN``, ``DATA/admin.token``;
 
 where DATA is ``$GPUFENCE_DATA`` or ``~/.gpufence`` (also the default ``--data`` of ``up``).
-Errors are ``ClientError`` with a message fit for the terminal: the server's ``detail``, or what
-to do when there is no server.
+Errors are ``ClientError`` with a message fit for the terminal: the server's problem document
+(its ``detail``, or each ``field: message`` of a 422), or what to do when there is no server.
+
+``submit`` sends an ``Idempotency-Key`` (a fresh UUID per job) and retries, with the same key,
+when the answer was lost or the server could not take it (no connection, a timeout, 502/503/504):
+a retry never creates a second job.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
+import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from email.message import Message
@@ -29,6 +35,10 @@ from gpufence.control.config import SERVER_FILE, TOKEN_FILE
 DEFAULT_URL = "http://127.0.0.1:7878"
 TIMEOUT_S = 40.0  # above the plane's own 30 s wait on the reconciler
 START_HINT = "start one with `gpufence up --fake-gpus 8` (or `gpufence up` on a GPU machine)"
+IDEMPOTENCY_KEY = "Idempotency-Key"
+SUBMIT_RETRIES_S = (0.2, 0.5, 1.0, 2.0)
+"""Pauses between the tries of a submit whose answer was lost (about 4 s in all)."""
+RETRYABLE = (502, 503, 504)
 
 
 def default_data_dir() -> Path:
@@ -38,10 +48,15 @@ def default_data_dir() -> Path:
 class ClientError(Exception):
     """A request failed; ``str()`` is the message for the user."""
 
-    def __init__(self, message: str, status: int | None = None, detail: Any = None) -> None:
+    def __init__(
+        self, message: str, status: int | None = None, detail: Any = None, retry: bool = False
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.detail = detail
+        self.retry = retry or status in RETRYABLE
+        """The request may not have reached the server, or it could not take it now: with an
+        Idempotency-Key, sending it again is safe."""
 
     @property
     def bad_input(self) -> bool:
@@ -66,19 +81,25 @@ class Text:
     headers: Message
 
 
-def format_detail(detail: Any) -> str:
-    """FastAPI's ``detail``: a string, or a list of ``{loc, msg}`` (field errors)."""
-    if isinstance(detail, list):
+def format_problem(problem: Any) -> str:
+    """A problem document for the terminal: ``field: message; ...`` for field errors (without
+    the ``body.`` / ``query.`` prefix), else its ``detail``."""
+    if not isinstance(problem, dict):
+        return str(problem)
+    errors = problem.get("errors")
+    if isinstance(errors, list) and errors:
         lines = []
-        for d in detail:
-            if not isinstance(d, dict):
-                lines.append(str(d))
+        for e in errors:
+            if not isinstance(e, dict):
                 continue
-            loc = [str(p) for p in d.get("loc", ()) if p not in ("body", "query", "path")]
-            where = ".".join(loc)
-            lines.append(f"{where}: {d.get('msg', '')}" if where else str(d.get("msg", "")))
-        return "; ".join(lines)
-    return str(detail)
+            field = str(e.get("field", ""))
+            for prefix in ("body.", "query.", "path.", "header."):
+                field = field.removeprefix(prefix)
+            msg = str(e.get("message", ""))
+            lines.append(f"{field}: {msg}" if field and field != "body" else msg)
+        if lines:
+            return "; ".join(lines)
+    return str(problem.get("detail", problem.get("title", "")))
 
 
 def _read_server_url(data: Path) -> str | None:
@@ -126,6 +147,7 @@ class Client:
         query: Mapping[str, Any] | Sequence[tuple[str, Any]] | None = None,
         body: Any = None,
         auth: bool = True,
+        headers: Mapping[str, str] | None = None,
     ) -> tuple[bytes, Message]:
         url = self.url + path
         if query:
@@ -133,7 +155,7 @@ class Client:
             pairs = [(k, str(v)) for k, v in items if v is not None]
             if pairs:
                 url += "?" + urllib.parse.urlencode(pairs)
-        headers = {"Accept": "application/json"}
+        headers = {"Accept": "application/json, application/problem+json", **(headers or {})}
         data = None
         if body is not None:
             data = json.dumps(body).encode()
@@ -148,31 +170,39 @@ class Client:
             raise self._http_error(exc) from None
         except (urllib.error.URLError, ConnectionError) as exc:
             reason = getattr(exc, "reason", exc)
+            if isinstance(reason, TimeoutError):
+                raise ClientError(
+                    f"the gpufence server at {self.url} did not answer in time", retry=True
+                ) from None
             raise ClientError(
-                f"no gpufence server at {self.url} ({reason}): {START_HINT}"
+                f"no gpufence server at {self.url} ({reason}): {START_HINT}", retry=True
             ) from None
         except TimeoutError:
-            raise ClientError(f"the gpufence server at {self.url} did not answer in time") from None
+            raise ClientError(
+                f"the gpufence server at {self.url} did not answer in time", retry=True
+            ) from None
 
     def _http_error(self, exc: urllib.error.HTTPError) -> ClientError:
         try:
             payload = json.loads(exc.read() or b"null")
         except ValueError:
             payload = None
-        detail = payload.get("detail") if isinstance(payload, dict) else None
         code = exc.code
-        if code == 422 and isinstance(payload, dict) and "job" in payload:
-            first = detail[0] if isinstance(detail, list) and detail else {}
-            reason = first.get("reason", "") if isinstance(first, dict) else ""
-            return Rejected(format_detail(detail), str(reason), dict(payload["job"]))
-        msg = format_detail(detail) if detail is not None else exc.reason
+        if code == 422 and isinstance(payload, dict) and isinstance(payload.get("job"), dict):
+            reason = str(payload.get("reason") or "")
+            return Rejected(str(payload.get("detail", "")), reason, dict(payload["job"]))
+        msg = format_problem(payload) if isinstance(payload, dict) else str(exc.reason)
         if code == 401:
             msg = f"unauthorized: {msg} (check --token / GPUFENCE_TOKEN)"
         elif code == 403:
             msg = f"forbidden: {msg}"
+        elif code == 413:
+            msg = f"too large: {msg}"
         elif code == 422:
             msg = f"invalid request: {msg}"
-        return ClientError(str(msg), code, detail)
+        elif code == 503:
+            msg = f"unavailable: {msg}"
+        return ClientError(str(msg), code, payload)
 
     def _json(self, method: str, path: str, **kw: Any) -> Any:
         raw, _ = self._open(method, path, **kw)
@@ -182,10 +212,27 @@ class Client:
             raise ClientError(f"{self.url}{path} did not answer JSON; is it gpufence?") from None
 
     # ------------------------------------------------------------------ API
-    def submit(self, request: dict[str, Any]) -> dict[str, Any]:
-        """201 -> ``{id, state, reason, message}``; a scheduler reject raises ``Rejected``."""
-        out: dict[str, Any] = self._json("POST", "/v1/jobs", body=request)
-        return out
+    def submit(
+        self,
+        request: dict[str, Any],
+        idempotency_key: str | None = None,
+        retries_s: Sequence[float] = SUBMIT_RETRIES_S,
+    ) -> dict[str, Any]:
+        """201 -> ``{id, state, reason, message}``; a scheduler reject raises ``Rejected``.
+
+        Sent with an Idempotency-Key (``idempotency_key``, else a fresh UUID) and retried with
+        it after each pause of ``retries_s`` while the answer is lost or the server busy: the
+        job is created once, whatever happened to the earlier tries."""
+        headers = {IDEMPOTENCY_KEY: idempotency_key or str(uuid.uuid4())}
+        pauses = list(retries_s)
+        while True:
+            try:
+                out: dict[str, Any] = self._json("POST", "/v1/jobs", body=request, headers=headers)
+                return out
+            except ClientError as exc:
+                if not exc.retry or not pauses:
+                    raise
+            time.sleep(pauses.pop(0))
 
     def jobs(
         self,
@@ -238,6 +285,11 @@ class Client:
     ) -> list[dict[str, Any]]:
         query = {"job": job_id, "after": after, "limit": limit}
         out: list[dict[str, Any]] = self._json("GET", "/v1/events", query=query)["events"]
+        return out
+
+    def advice(self) -> dict[str, Any]:
+        """``{"advice": [{rule, severity, path, why, evidence, fix, diff, scope}], "scope"}``."""
+        out: dict[str, Any] = self._json("GET", "/v1/advice")
         return out
 
     def metrics(self) -> str:

@@ -1,8 +1,9 @@
 """``gpufence up``: build the control plane and serve its HTTP API with uvicorn.
 
-``serve`` runs in the calling thread. It takes an exclusive lock on the data directory (two
-control planes on one store would run every job twice), binds the socket itself (port 0 picks a
-free one), starts the plane (recovery, then the reconciler), and once uvicorn listens writes
+``build_plane`` opens the store, which locks the database file itself (two control planes on one
+store would run every job twice; see ``store/ownership.py``) and checks its integrity.
+``serve`` runs in the calling thread. It binds the socket itself (port 0 picks a free one),
+starts the plane (recovery, then the reconciler), and once uvicorn listens writes
 ``DATA/server.json`` = ``{"url", "pid"}`` for the CLI. SIGINT / SIGTERM stop it gracefully:
 the API closes, the reconciler stops, ``server.json`` is removed, and running jobs keep running:
 the next ``gpufence up`` on the same data directory adopts them.
@@ -11,20 +12,19 @@ the next ``gpufence up`` on the same data directory adopts them.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import logging
 import os
 import signal
 import socket
 import threading
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Generator
 from pathlib import Path
 from types import FrameType
-from typing import IO
 
 import uvicorn
 
+from gpufence.advice.inputs import LintInputs
 from gpufence.control.config import (
     SERVER_FILE,
     TOKEN_FILE,
@@ -33,14 +33,18 @@ from gpufence.control.config import (
     load_config,
 )
 from gpufence.control.gpus.discovery import DiscoveryError, discover, fake_gpus, node_spec
+from gpufence.control.gpus.nodespec import host_resources
 from gpufence.control.http.api import make_app
 from gpufence.control.plane import ControlPlane
+from gpufence.control.privatefs import write_private
+from gpufence.control.store.errors import StoreError, StoreUnavailable
+from gpufence.spec import load_cluster_with_sections
+from gpufence.spec.positions import queue_positions
 
 log = logging.getLogger("gpufence.server")
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 7878
-LOCK_FILE = "server.lock"
 
 
 class StartupError(ValueError):
@@ -54,12 +58,15 @@ def build_plane(
     fake_gpu_type: str = "H100-80GB",
     executor: str = "local",
     ray_address: str | None = None,
+    check_integrity: bool = True,
 ) -> ControlPlane:
     """The control plane for ``gpufence up`` (not started: ``serve`` starts it).
 
     GPUs: ``fake_gpus_n`` made-up ones, else this machine's (NVML). Cluster: the ``--config``
     spec (with its ``control:`` section), else this machine as one node, one partition.
     ``executor="ray"``: the nodes of the Ray cluster at ``ray_address`` (see ``ray_plane``).
+    ``check_integrity=False`` (``--skip-integrity-check``) opens a store without
+    ``PRAGMA quick_check``.
     """
     if executor == "ray":
         if fake_gpus_n:
@@ -70,9 +77,11 @@ def build_plane(
         from gpufence.control.executors.ray.ray_plane import RayStartError, ray_plane
 
         try:
-            return ray_plane(config, data_dir, ray_address)
+            return ray_plane(config, data_dir, ray_address, check_integrity)
         except RayStartError as exc:
             raise StartupError(str(exc)) from None
+        except StoreError as exc:
+            raise StartupError(_store_problem(exc, data_dir)) from None
     if executor != "local":
         raise StartupError(f"--executor must be local or ray, not {executor!r}")
     try:
@@ -82,7 +91,9 @@ def build_plane(
             raise StartupError(str(exc)) from None
         raise StartupError(f"no NVIDIA GPU/driver found: use --fake-gpus N\n  ({exc})") from None
     if config is not None:
-        cluster, cc = load_config(config, data_dir)
+        # the local executor runs everything here: a node group that leaves out cpu_cores or
+        # memory_gib gets this machine's, so --cpus / --mem are placed against real capacity
+        cluster, cc = load_config(config, data_dir, host_resources())
     else:
         try:
             spec = node_spec(discovery)
@@ -91,15 +102,37 @@ def build_plane(
         cluster = cluster_from_spec_dict(spec)
         cc = control_config(None, data_dir)
     try:
-        return ControlPlane(cluster, cc, discovery, data_dir)
+        plane = ControlPlane(cluster, cc, discovery, data_dir, check_integrity=check_integrity)
+    except StoreError as exc:
+        raise StartupError(_store_problem(exc, data_dir)) from None
+    except StoreUnavailable as exc:
+        raise StartupError(f"cannot open the store in {data_dir}: {exc.reason}") from None
     except RuntimeError as exc:  # DeviceError: the spec does not describe this machine
         raise StartupError(str(exc)) from None
+    if config is not None:  # advice names the file's lines and queue positions
+        lines = load_cluster_with_sections(config, ("control",))[2]
+        plane.advice_inputs = LintInputs(queue_index=queue_positions(config), lines=lines)
+        plane.advice_source = str(config)
+    return plane
+
+
+def _store_problem(exc: StoreError, data_dir: Path) -> str:
+    text = str(exc)
+    if "another gpufence control plane" in text:
+        other = read_server_file(data_dir)
+        if other:
+            text += f" (it serves {other.get('url')}, pid {other.get('pid')})"
+    return text
 
 
 def _bind(host: str, port: int) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # proto given explicitly: asyncio sets TCP_NODELAY on accepted sockets only when their
+    # proto says TCP; without it every response waited ~40 ms for the client's delayed ACK
+    # (uvicorn writes the head and the body of a response separately: Nagle held the body)
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     try:
         sock.bind((host, port))
     except OSError as exc:
@@ -119,25 +152,6 @@ def _client_host(host: str) -> str:
     return f"[{host}]" if ":" in host else host
 
 
-@contextlib.contextmanager
-def _data_lock(data_dir: Path) -> Iterator[IO[str]]:
-    data_dir.mkdir(parents=True, exist_ok=True)
-    fh = (data_dir / LOCK_FILE).open("a+", encoding="utf-8")
-    try:
-        try:
-            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            other = read_server_file(data_dir)
-            where = f" ({other.get('url')}, pid {other.get('pid')})" if other else ""
-            raise StartupError(
-                f"another gpufence control plane uses {data_dir}{where}; stop it or pick "
-                "another --data"
-            ) from None
-        yield fh
-    finally:
-        fh.close()  # releases the lock
-
-
 def read_server_file(data_dir: Path) -> dict[str, object] | None:
     try:
         data = json.loads((data_dir / SERVER_FILE).read_text(encoding="utf-8"))
@@ -148,9 +162,7 @@ def read_server_file(data_dir: Path) -> dict[str, object] | None:
 
 def _write_server_file(data_dir: Path, url: str) -> Path:
     path = data_dir / SERVER_FILE
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"url": url, "pid": os.getpid()}) + "\n", encoding="utf-8")
-    tmp.replace(path)
+    write_private(path, json.dumps({"url": url, "pid": os.getpid()}) + "\n")
     return path
 
 
@@ -216,7 +228,6 @@ def serve(
     data_dir = plane.data_dir
     with contextlib.ExitStack() as stack:
         try:
-            stack.enter_context(_data_lock(data_dir))
             sock = stack.enter_context(_bind(host, port))
         except BaseException:
             plane.close(kill_jobs=False)  # never started: nothing of it runs yet

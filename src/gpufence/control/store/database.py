@@ -6,24 +6,53 @@ so a ``kill -9`` at any moment leaves a store from which a restart can tell, for
 whether its processes may exist. API handlers read through their own connections; WAL lets them
 read while the reconciler writes.
 
-Schema changes are numbered migrations applied in order at open; ``meta.schema_version`` says
-which ran. A store newer than this code is refused rather than misread.
+Durability: a transaction that acknowledges something to a client (``durable=True``: a submit's
+201, a cancel) commits with ``synchronous=FULL``: the WAL is fsynced before the reply, so the
+acknowledgement survives an OS crash or power loss. The reconciler's own bookkeeping (binds,
+state changes, the event log) commits with ``synchronous=NORMAL``: it survives a process crash;
+a power loss may drop the last of it, which a restart recovers (the processes died with the
+power; the launchers' exit records are fsynced). WAL frames are appended in order, so a durable
+commit also makes everything before it durable. The reconciler commits all the submits waiting
+in its inbox in one transaction (group commit): one fsync per batch, not per job.
+
+Job ids come from the store's own sequence (``jobs.seq``, AUTOINCREMENT), advanced in the same
+transaction as the insert: a rolled-back submit consumes nothing, and an id is never reused.
+Open = lock (``ownership.py``), integrity check (``PRAGMA quick_check``, bounded in time),
+migrations (``migrations.py``), owner row. Errors of the medium (disk full, read-only, I/O) are
+``StoreUnavailable`` with the reason (``errors.py``).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import logging
+import os
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gpufence.control import failpoints
+from gpufence.control.privatefs import PRIVATE_DIR
+from gpufence.control.store import migrations
+from gpufence.control.store.errors import StoreError, StoreUnavailable, unavailable
+from gpufence.control.store.ownership import FileLock, Owner
+from gpufence.control.store.rows import (
+    JOB_COLUMNS,
+    AttemptRow,
+    JobRow,
+    attempt_row,
+    job_row,
+    select_job,
+)
 from gpufence.model import lifecycle
 from gpufence.model.lifecycle import JobState
 
+log = logging.getLogger("gpufence.store")
 DB_NAME = "gpufence.db"
 
 # Job states as the control plane reports them: the one lifecycle table of the core
@@ -41,228 +70,226 @@ ACTIVE = lifecycle.ACTIVE
 TERMINAL = lifecycle.TERMINAL_STATES
 STATES = lifecycle.STATES
 
-_MIGRATIONS: tuple[str, ...] = (
-    # 1: jobs, attempts, decision/event log
-    """
-    CREATE TABLE jobs (
-        seq INTEGER PRIMARY KEY AUTOINCREMENT,
-        id TEXT NOT NULL UNIQUE,
-        tenant TEXT NOT NULL,
-        spec TEXT NOT NULL,               -- the accepted submit request, JSON
-        workload_class TEXT NOT NULL,
-        partition TEXT NOT NULL DEFAULT '',
-        queue TEXT NOT NULL DEFAULT '',
-        state TEXT NOT NULL,
-        reason TEXT NOT NULL DEFAULT '',
-        message TEXT NOT NULL DEFAULT '',
-        attempt INTEGER NOT NULL DEFAULT 1,
-        submitted_at REAL NOT NULL,
-        started_at REAL,
-        ended_at REAL,
-        exit_code INTEGER,
-        cancel_requested INTEGER NOT NULL DEFAULT 0
-    );
-    CREATE INDEX jobs_state ON jobs(state);
-    CREATE INDEX jobs_tenant ON jobs(tenant);
-    CREATE TABLE attempts (
-        job_id TEXT NOT NULL,
-        attempt INTEGER NOT NULL,
-        state TEXT NOT NULL,
-        pool TEXT NOT NULL,
-        lent_from TEXT,
-        assignments TEXT NOT NULL,         -- JSON list of per-replica assignments
-        devices TEXT NOT NULL,             -- JSON list of per-replica CUDA_VISIBLE_DEVICES entries
-        started_at REAL NOT NULL,
-        ended_at REAL,
-        exit_codes TEXT,
-        stop_reason TEXT,
-        requeue INTEGER NOT NULL DEFAULT 0,
-        PRIMARY KEY (job_id, attempt)
-    );
-    CREATE TABLE events (
-        seq INTEGER PRIMARY KEY AUTOINCREMENT,
-        t REAL NOT NULL,
-        job_id TEXT,
-        kind TEXT NOT NULL,
-        reason TEXT NOT NULL DEFAULT '',
-        message TEXT NOT NULL DEFAULT ''
-    );
-    CREATE INDEX events_job ON events(job_id);
-    """,
-    # 2: fair-share usage per queue, so a restart does not forgive every tenant its history
-    """
-    CREATE TABLE fair_share (
-        queue TEXT PRIMARY KEY,
-        usage REAL NOT NULL,              -- decayed milli-GPU-seconds at ``at``
-        at REAL NOT NULL
-    );
-    """,
-)
-SCHEMA_VERSION = len(_MIGRATIONS)
 
+SCHEMA_VERSION = migrations.SCHEMA_VERSION
+INTEGRITY_BUDGET_S = 30.0
+"""At most this long for ``PRAGMA quick_check`` at start (a store of a few GB); then it goes on
+with a warning rather than keep the cluster down."""
 
-class StoreError(RuntimeError):
-    pass
-
-
-@dataclass(frozen=True, slots=True)
-class JobRow:
-    seq: int
-    id: str
-    tenant: str
-    spec: dict[str, Any]
-    workload_class: str
-    partition: str
-    queue: str
-    state: str
-    reason: str
-    message: str
-    attempt: int
-    submitted_at: float
-    started_at: float | None
-    ended_at: float | None
-    exit_code: int | None
-    cancel_requested: bool
-
-    def public(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "tenant": self.tenant,
-            "state": self.state,
-            "reason": self.reason,
-            "message": self.message,
-            "class": self.workload_class,
-            "partition": self.partition,
-            "queue": self.queue,
-            "attempt": self.attempt,
-            "submitted_at": self.submitted_at,
-            "started_at": self.started_at,
-            "ended_at": self.ended_at,
-            "exit_code": self.exit_code,
-            "spec": self.spec,
-        }
-
-
-@dataclass(frozen=True, slots=True)
-class AttemptRow:
-    job_id: str
-    attempt: int
-    state: str
-    pool: str
-    lent_from: str | None
-    assignments: list[dict[str, Any]]
-    devices: list[list[str]]
-    started_at: float
-    ended_at: float | None
-    exit_codes: list[int | None] | None
-    stop_reason: str | None
-    requeue: bool
+__all__ = ["AttemptRow", "JobRow", "StoreError", "StoreUnavailable"]
 
 
 def _connect(path: Path) -> sqlite3.Connection:
     conn = sqlite3.connect(path, timeout=30.0, isolation_level=None, check_same_thread=False)
     conn.row_factory = sqlite3.Row
     conn.execute("PRAGMA journal_mode=WAL")
-    # NORMAL in WAL mode: a committed transaction survives a process crash (kill -9); only an
-    # OS crash / power loss may lose the last transactions, never corrupt the file.
-    conn.execute("PRAGMA synchronous=NORMAL")
+    conn.execute("PRAGMA synchronous=FULL")  # per transaction: see Store.transaction
     conn.execute("PRAGMA foreign_keys=ON")
     return conn
 
 
-def _job(row: sqlite3.Row) -> JobRow:
-    return JobRow(
-        seq=row["seq"],
-        id=row["id"],
-        tenant=row["tenant"],
-        spec=json.loads(row["spec"]),
-        workload_class=row["workload_class"],
-        partition=row["partition"],
-        queue=row["queue"],
-        state=row["state"],
-        reason=row["reason"],
-        message=row["message"],
-        attempt=row["attempt"],
-        submitted_at=row["submitted_at"],
-        started_at=row["started_at"],
-        ended_at=row["ended_at"],
-        exit_code=row["exit_code"],
-        cancel_requested=bool(row["cancel_requested"]),
-    )
+def integrity_problem(conn: sqlite3.Connection, budget_s: float) -> str | None:
+    """What ``PRAGMA quick_check`` found wrong (None: nothing, or out of time, logged)."""
+    deadline = time.monotonic() + budget_s
+    conn.set_progress_handler(lambda: int(time.monotonic() > deadline), 10_000)
+    try:
+        rows = [str(r[0]) for r in conn.execute("PRAGMA quick_check(20)").fetchall()]
+    except sqlite3.OperationalError as exc:
+        if "interrupt" not in str(exc):
+            raise
+        log.warning("integrity check of the store stopped after %.0f s: not verified", budget_s)
+        return None
+    finally:
+        conn.set_progress_handler(None, 0)
+    return None if rows == ["ok"] else "; ".join(rows[:5])
 
 
-def _select_job(conn: sqlite3.Connection, job_id: str) -> JobRow | None:
-    row = conn.execute("SELECT * FROM jobs WHERE id=?", (job_id,)).fetchone()
-    return _job(row) if row else None
+def _refined(gone: StoreUnavailable, db: Path) -> StoreUnavailable:
+    """SQLite reports a read-only file system as an I/O error or "cannot open": say so."""
+    if gone.reason in ("I/O error", "cannot open the database file") and _read_only(db.parent):
+        return StoreUnavailable("read-only")
+    return gone
 
 
-def _attempt(row: sqlite3.Row) -> AttemptRow:
-    codes = row["exit_codes"]
-    return AttemptRow(
-        job_id=row["job_id"],
-        attempt=row["attempt"],
-        state=row["state"],
-        pool=row["pool"],
-        lent_from=row["lent_from"],
-        assignments=json.loads(row["assignments"]),
-        devices=json.loads(row["devices"]),
-        started_at=row["started_at"],
-        ended_at=row["ended_at"],
-        exit_codes=json.loads(codes) if codes is not None else None,
-        stop_reason=row["stop_reason"],
-        requeue=bool(row["requeue"]),
-    )
+def _read_only(path: Path) -> bool:
+    try:
+        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
+
+
+def _text_or_none(value: object) -> str | None:
+    """A string SQLite can store as text (no lone surrogates), else None."""
+    if not isinstance(value, str):
+        return None
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return None
+    return value
+
+
+def request_hash(spec: dict[str, Any]) -> str:
+    """What an Idempotency-Key is bound to: the stored spec, canonical JSON, sha256."""
+    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()
 
 
 class Store:
-    """The reconciler's writable handle; ``reader()`` gives API threads their own."""
+    """The reconciler's writable handle; ``reader()`` gives API threads their own.
 
-    def __init__(self, data_dir: Path) -> None:
-        data_dir.mkdir(parents=True, exist_ok=True)
+    ``Store(data_dir)`` locks the database file (``StoreError`` if another control plane has
+    it), checks its integrity unless ``check_integrity=False`` (``--skip-integrity-check``),
+    migrates it and claims the owner row. ``id_floor``: job ids continue after it (a new store
+    in a data directory that already has job directories must not reuse their ids).
+    """
+
+    def __init__(
+        self,
+        data_dir: Path,
+        *,
+        check_integrity: bool = True,
+        id_floor: int = 0,
+        integrity_budget_s: float = INTEGRITY_BUDGET_S,
+    ) -> None:
+        data_dir.mkdir(mode=PRIVATE_DIR, parents=True, exist_ok=True)
         self.path = data_dir / DB_NAME
-        self._conn = _connect(self.path)
+        existed = self.path.exists() and self.path.stat().st_size > 0
+        # FileLock creates the file 0600 before SQLite opens it: SQLite gives its -wal and -shm
+        # files the mode of the database file, so none of the store is ever readable by others
+        self._file_lock = FileLock(self.path)
+        self.owner = Owner.me()
+        try:
+            self._conn = _connect(self.path)
+            if existed and check_integrity:
+                problem = integrity_problem(self._conn, integrity_budget_s)
+                if problem is not None:
+                    raise StoreError(f"the store {self.path} is damaged: {problem}")
+            migrations.migrate(self._conn, str(self.path))
+            self._claim(id_floor)
+        except sqlite3.DatabaseError as exc:
+            self._abort()
+            gone = unavailable(exc)
+            if gone is not None and gone.reason != "database damaged":
+                raise _refined(gone, self.path) from None
+            raise StoreError(f"the store {self.path} is damaged or not a store: {exc}") from None
+        except BaseException:
+            self._abort()
+            raise
         self._lock = threading.Lock()
-        self._migrate()
+        self._durable = True  # the connection's synchronous setting (FULL)
+        self._broken: StoreUnavailable | None = None
+
+    def _abort(self) -> None:
+        conn = getattr(self, "_conn", None)
+        if conn is not None:
+            conn.close()
+        self._file_lock.release()
+
+    def _claim(self, id_floor: int) -> None:
+        c = self._conn
+        c.execute("BEGIN IMMEDIATE")
+        try:
+            row = c.execute("SELECT value FROM meta WHERE key='owner'").fetchone()
+            prev = Owner.from_json(row["value"]) if row else None
+            if prev is not None and not prev.same_process(self.owner) and prev.alive():
+                raise StoreError(
+                    f"the store {self.path} belongs to a control plane that still runs "
+                    f"({prev.describe()}); stop it first (the file was copied or replaced?)"
+                )
+            c.execute(
+                "INSERT OR REPLACE INTO meta(key, value) VALUES('owner', ?)",
+                (self.owner.to_json(),),
+            )
+            if id_floor > self._last_seq():
+                c.execute("DELETE FROM sqlite_sequence WHERE name='jobs'")
+                c.execute("INSERT INTO sqlite_sequence(name, seq) VALUES('jobs', ?)", (id_floor,))
+        except BaseException:
+            c.execute("ROLLBACK")
+            raise
+        c.execute("COMMIT")
+
+    def _last_seq(self) -> int:
+        row = self._conn.execute("SELECT seq FROM sqlite_sequence WHERE name='jobs'").fetchone()
+        return int(row[0]) if row else 0
+
+    def _check_owner(self) -> None:
+        """Still ours? (File not deleted/replaced, owner row not taken over.)"""
+        if not self._file_lock.still_at_path():
+            raise StoreUnavailable(
+                f"the database file {self.path} was deleted or replaced while in use; "
+                "restart the control plane"
+            )
+        row = self._conn.execute("SELECT value FROM meta WHERE key='owner'").fetchone()
+        owner = Owner.from_json(row["value"]) if row else None
+        if owner is None or not owner.same_process(self.owner):
+            raise StoreUnavailable("another control plane took over this store")
 
     # ------------------------------------------------------------------ schema
-    def _migrate(self) -> None:
-        c = self._conn
-        c.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
-        row = c.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
-        version = int(row["value"]) if row else 0
-        if version > SCHEMA_VERSION:
-            raise StoreError(
-                f"{self.path} has schema version {version}, newer than this gpufence "
-                f"({SCHEMA_VERSION}); upgrade gpufence or use another --data directory"
-            )
-        for n in range(version, SCHEMA_VERSION):
-            with self.transaction() as tx:
-                tx.executescript_in_tx(_MIGRATIONS[n])
-                tx.execute(
-                    "INSERT OR REPLACE INTO meta(key, value) VALUES('schema_version', ?)",
-                    (str(n + 1),),
-                )
-
     def schema_version(self) -> int:
-        row = self._conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
-        return int(row["value"]) if row else 0
+        return migrations.schema_version(self._conn)
 
     @contextmanager
-    def transaction(self) -> Iterator[Tx]:
-        """One atomic write; everything in it lands or nothing does."""
+    def transaction(self, durable: bool = False) -> Iterator[Tx]:
+        """One atomic write; everything in it lands or nothing does. ``durable``: fsynced
+        before this returns (it acknowledges something to a client). A fault of the medium
+        raises ``StoreUnavailable`` (nothing of the transaction landed)."""
         with self._lock:
-            self._conn.execute("BEGIN IMMEDIATE")
+            c = self._conn
             try:
-                yield Tx(self._conn)
-            except BaseException:
-                self._conn.execute("ROLLBACK")
+                if durable != self._durable:
+                    c.execute(f"PRAGMA synchronous={'FULL' if durable else 'NORMAL'}")
+                    self._durable = durable
+                c.execute("BEGIN IMMEDIATE")
+                self._check_owner()
+            except sqlite3.Error as exc:
+                self._rollback()
+                raise self._unavailable(exc) from exc
+            except StoreUnavailable:
+                self._rollback()
                 raise
-            self._conn.execute("COMMIT")
+            try:
+                yield Tx(c)
+                failpoints.hit("store.before-commit")
+                c.execute("COMMIT")
+            except sqlite3.Error as exc:
+                self._rollback()
+                gone = unavailable(exc)
+                if gone is None:
+                    raise  # a bug (constraint, SQL): not the medium's fault
+                raise self._note(gone) from exc
+            except BaseException:
+                self._rollback()
+                raise
+            self._broken = None
+        failpoints.hit("store.after-commit")
+
+    def _rollback(self) -> None:
+        if self._conn.in_transaction:
+            try:
+                self._conn.execute("ROLLBACK")
+            except sqlite3.Error as exc:  # the medium is gone; SQLite rolls back at next use
+                log.warning("rollback failed: %s", exc)
+
+    def _unavailable(self, exc: sqlite3.Error) -> Exception:
+        gone = unavailable(exc)
+        return self._note(gone) if gone is not None else exc
+
+    def _note(self, gone: StoreUnavailable) -> StoreUnavailable:
+        gone = _refined(gone, self.path)
+        if self._broken is None or self._broken.reason != gone.reason:
+            log.error("%s", gone)
+        self._broken = gone
+        return gone
+
+    @property
+    def broken(self) -> StoreUnavailable | None:
+        """Why the last write failed, until one succeeds again."""
+        return self._broken
 
     def job(self, job_id: str) -> JobRow | None:
         """Read through the writer's connection (the reconciler's own reads)."""
         with self._lock:
-            return _select_job(self._conn, job_id)
+            return select_job(self._conn, job_id)
 
     def max_seq(self) -> int:
         with self._lock:
@@ -274,6 +301,7 @@ class Store:
 
     def close(self) -> None:
         self._conn.close()
+        self._file_lock.release()  # after the connection: see ownership.FileLock
 
 
 class Tx:
@@ -285,14 +313,20 @@ class Tx:
     def execute(self, sql: str, args: Sequence[object] = ()) -> sqlite3.Cursor:
         return self._c.execute(sql, args)
 
-    def executescript_in_tx(self, script: str) -> None:
-        # executescript() would COMMIT first; run the statements one by one instead
-        for stmt in script.split(";"):
-            if stmt.strip():
-                self._c.execute(stmt)
+    @contextmanager
+    def savepoint(self) -> Iterator[None]:
+        """A part of the transaction that can fail alone (one inbox item)."""
+        self._c.execute("SAVEPOINT item")
+        try:
+            yield
+        except BaseException:
+            self._c.execute("ROLLBACK TO item")
+            self._c.execute("RELEASE item")
+            raise
+        self._c.execute("RELEASE item")
 
     def job(self, job_id: str) -> JobRow:
-        row = _select_job(self._c, job_id)
+        row = select_job(self._c, job_id)
         if row is None:
             raise StoreError(f"job {job_id} is not in the store")
         return row
@@ -308,19 +342,27 @@ class Tx:
     def add_job(
         self,
         *,
-        job_id: str,
         tenant: str,
         spec: dict[str, Any],
         workload_class: str,
         partition: str,
         queue: str,
         submitted_at: float,
-    ) -> None:
+        job_id: str | None = None,
+        gpus: str | None = None,
+    ) -> str:
+        """Insert a pending job; its id is ``j<seq>`` from the store's sequence, taken in this
+        transaction (``job_id`` only for tests that need a given name)."""
+        row = self._c.execute("SELECT seq FROM sqlite_sequence WHERE name='jobs'").fetchone()
+        seq = (int(row[0]) if row else 0) + 1
+        jid = job_id or f"j{seq}"
+        name = spec.get("name")
         self._c.execute(
-            "INSERT INTO jobs(id, tenant, spec, workload_class, partition, queue, state,"
-            " submitted_at) VALUES(?,?,?,?,?,?,?,?)",
+            "INSERT INTO jobs(seq, id, tenant, spec, workload_class, partition, queue, state,"
+            " submitted_at, name, gpus) VALUES(?,?,?,?,?,?,?,?,?,?,?)",
             (
-                job_id,
+                seq,
+                jid,
                 tenant,
                 json.dumps(spec, sort_keys=True),
                 workload_class,
@@ -328,7 +370,31 @@ class Tx:
                 queue,
                 PENDING,
                 submitted_at,
+                _text_or_none(name),
+                gpus,
             ),
+        )
+        return jid
+
+    def idempotent(self, tenant: str, key: str) -> tuple[str, str] | None:
+        """(job id, request hash) an Idempotency-Key of this tenant already stands for."""
+        row = self._c.execute(
+            "SELECT job_id, request FROM idempotency WHERE tenant=? AND key=?", (tenant, key)
+        ).fetchone()
+        return (str(row[0]), str(row[1])) if row else None
+
+    def remember_key(self, tenant: str, key: str, job_id: str, request: str, at: float) -> None:
+        self._c.execute(
+            "INSERT INTO idempotency(tenant, key, job_id, request, at) VALUES(?,?,?,?,?)",
+            (tenant, key, job_id, request, at),
+        )
+
+    def set_spec(self, job_id: str, spec: dict[str, Any]) -> None:
+        """Replace a stored spec (recovery's repair of one an older version accepted)."""
+        name = spec.get("name")
+        self._c.execute(
+            "UPDATE jobs SET spec=?, name=? WHERE id=?",
+            (json.dumps(spec, sort_keys=True), _text_or_none(name), job_id),
         )
 
     def set_job(self, job_id: str, **fields: object) -> None:
@@ -383,17 +449,24 @@ class Reader:
     """Read-only queries; one per thread (API handlers open their own)."""
 
     def __init__(self, path: Path) -> None:
-        self._c = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30.0)
+        try:
+            self._c = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30.0)
+        except sqlite3.Error as exc:
+            raise unavailable(exc) or exc from None
         self._c.row_factory = sqlite3.Row
 
     def __enter__(self) -> Reader:
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, kind: object, exc: BaseException | None, _tb: object) -> None:
         self._c.close()
+        if isinstance(exc, sqlite3.Error):
+            gone = unavailable(exc)
+            if gone is not None:  # a fault of the medium: 503 with the reason, not a 500
+                raise gone from exc
 
     def job(self, job_id: str) -> JobRow | None:
-        return _select_job(self._c, job_id)
+        return select_job(self._c, job_id)
 
     def jobs(
         self,
@@ -403,7 +476,10 @@ class Reader:
         tenant: str | None = None,
         limit: int = 1000,
         after_seq: int = 0,
+        parse_spec: bool = True,
     ) -> list[JobRow]:
+        """A page in submission order; ``parse_spec=False`` leaves ``spec`` empty (its text is
+        in ``spec_text``)."""
         where: list[str] = ["seq > ?"]
         args: list[object] = [after_seq]
         if states:
@@ -415,20 +491,20 @@ class Reader:
         if tenant:
             where.append("tenant = ?")
             args.append(tenant)
-        sql = f"SELECT * FROM jobs WHERE {' AND '.join(where)} ORDER BY seq LIMIT ?"
-        return [_job(r) for r in self._c.execute(sql, (*args, limit))]
+        sql = f"SELECT {JOB_COLUMNS} FROM jobs WHERE {' AND '.join(where)} ORDER BY seq LIMIT ?"
+        return [job_row(r, parse_spec) for r in self._c.execute(sql, (*args, limit))]
 
     def attempts(self, job_id: str) -> list[AttemptRow]:
         rows = self._c.execute(
             "SELECT * FROM attempts WHERE job_id=? ORDER BY attempt", (job_id,)
         ).fetchall()
-        return [_attempt(r) for r in rows]
+        return [attempt_row(r) for r in rows]
 
     def attempt(self, job_id: str, attempt: int) -> AttemptRow | None:
         row = self._c.execute(
             "SELECT * FROM attempts WHERE job_id=? AND attempt=?", (job_id, attempt)
         ).fetchone()
-        return _attempt(row) if row else None
+        return attempt_row(row) if row else None
 
     def events(
         self, *, job_id: str | None = None, after_seq: int = 0, limit: int = 1000
@@ -440,6 +516,24 @@ class Reader:
             args.append(job_id)
         sql += " ORDER BY seq LIMIT ?"
         return [dict(r) for r in self._c.execute(sql, (*args, limit))]
+
+    # -- history for advice (gpufence advise): everything that overlaps [since, now]
+    def jobs_since(self, since: float) -> list[JobRow]:
+        """Jobs still open, or ended at or after ``since``, in submission order."""
+        # by position, as JOB_COLUMNS lists them (``SELECT *`` has the table's order)
+        sql = f"SELECT {JOB_COLUMNS} FROM jobs WHERE ended_at IS NULL OR ended_at >= ? ORDER BY seq"
+        return [job_row(r) for r in self._c.execute(sql, (since,))]
+
+    def attempts_since(self, since: float) -> list[AttemptRow]:
+        sql = "SELECT * FROM attempts WHERE ended_at IS NULL OR ended_at >= ?"
+        rows = self._c.execute(sql + " ORDER BY job_id, attempt", (since,))
+        return [attempt_row(r) for r in rows]
+
+    def events_since(self, since: float, kinds: Sequence[str]) -> list[dict[str, Any]]:
+        """Decision-log entries of these kinds at or after ``since``, in log order."""
+        marks = ",".join("?" * len(kinds))
+        sql = f"SELECT * FROM events WHERE t >= ? AND kind IN ({marks}) ORDER BY seq"
+        return [dict(r) for r in self._c.execute(sql, (since, *kinds))]
 
     def usage(self) -> tuple[dict[str, float], float] | None:
         """The last saved fair-share usage per queue and when it was saved; None if never."""

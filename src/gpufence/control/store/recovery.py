@@ -1,5 +1,10 @@
 """Crash recovery: rebuild the scheduler from the store and the processes that still run.
 
+Before the store opens (``prepare_store``): a data directory whose store is *missing* while
+processes of its jobs still run is refused (a new empty store would not know them and would run
+other jobs on their GPUs); otherwise a new store's job ids continue after the highest job
+directory, so no id is reused and no old log is overwritten.
+
 For every job the store says is not finished:
 
 * ``pending`` -> submitted again (same id, same submit time, same attempt number);
@@ -9,7 +14,13 @@ For every job the store says is not finished:
   ended while we were down; its exit (from the exit records, or "lost" when there are none)
   arrives through the normal exit path and is settled there as an *orphan*: done / failed by its
   code, or requeued as attempt + 1 while ``max_attempts`` allows. An attempt is never started
-  twice: a lost attempt is replaced by the next one.
+  twice: a lost attempt is replaced by the next one. The executor kills whatever is left of a
+  member whose launcher died, and stops a gang that was only partly spawned, before it reports
+  the attempt gone, so a requeued job never runs beside a survivor of its earlier attempt.
+* a spec this version no longer accepts (stored by an older one, before input was validated):
+  optional fields that fail (name, estimate, priority) are dropped with a warning; a job still
+  invalid then is rejected (pending) or killed and failed (running) — never fed to the
+  scheduler, which could not handle it.
 
 Fair-share usage comes back as it was last saved (every 30 s and at a clean stop, see
 ``reconciler.USAGE_SAVE_S``), decayed to now; GPUs held while the plane was down are not charged.
@@ -18,42 +29,212 @@ Fair-share usage comes back as it was last saved (every 30 s and at a clean stop
 from __future__ import annotations
 
 import logging
+import time
 from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
 
 from gpufence.control.executors.interface import Launch, Member
+from gpufence.control.executors.jobdirs import JOBS_DIR
+from gpufence.control.executors.processes import (
+    live_member_pids,
+    prune_spool,
+    settle_untracked_attempt,
+)
 from gpufence.control.gpus.devices import assignment_from_json
 from gpufence.control.inbox import Live
-from gpufence.control.jobspec import from_stored
+from gpufence.control.jobspec import SubmitRequest, describe_errors
+from gpufence.control.launches import job_dir, launch_for
 from gpufence.control.reconciler import Reconciler
 from gpufence.control.store import database as st
+from gpufence.control.store.errors import StoreError
 from gpufence.model.decisions import Reason
 from gpufence.model.events import Event, JobRestored, JobSubmitted, UsageRestored
 
 log = logging.getLogger("gpufence.recovery")
+DROPPABLE = ("name", "est_runtime_s", "priority", "max_attempts")
+KILL_WAIT_S = 10.0
 
 
-def _launch(row: st.JobRow, att: st.AttemptRow, data_dir: Path, nodes: list[str]) -> Launch:
-    spec = from_stored(row.spec)
-    jdir = data_dir / "jobs" / row.id
+def job_dirs(data_dir: Path) -> list[tuple[int, Path]]:
+    """(number, path) of every ``DATA/jobs/j<N>`` directory."""
+    out = []
+    try:
+        entries = list((data_dir / JOBS_DIR).iterdir())
+    except OSError:
+        return []
+    for p in entries:
+        if p.name.startswith("j") and p.name[1:].isdigit():
+            out.append((int(p.name[1:]), p))
+    return sorted(out)
+
+
+def live_attempts(data_dir: Path) -> list[str]:
+    """``j3 attempt 1 (pid 123)`` for every attempt directory with a member that still runs."""
+    found = []
+    for _n, jdir in job_dirs(data_dir):
+        for adir in sorted(jdir.glob("attempt-*")):
+            pids = live_member_pids(adir)
+            if pids:
+                found.append(f"{jdir.name} {adir.name.replace('-', ' ')} (pid {pids[0]})")
+    return found
+
+
+def prepare_store(data_dir: Path) -> int:
+    """Refuse a missing store whose jobs still run; return the id floor for a new store."""
+    dirs = job_dirs(data_dir)
+    floor = dirs[-1][0] if dirs else 0
+    db = data_dir / st.DB_NAME
+    missing = not db.exists() or db.stat().st_size == 0
+    if missing and dirs:
+        live = live_attempts(data_dir)
+        if live:
+            shown = ", ".join(live[:5]) + (f" and {len(live) - 5} more" if len(live) > 5 else "")
+            raise StoreError(
+                f"the store {db} is missing, but jobs of this data directory still run: "
+                f"{shown}. A new empty store would not know them and would put other jobs on "
+                "their GPUs. Put the store file back (from a backup), or stop those processes "
+                "(kill -- -PID) and start again."
+            )
+        log.warning(
+            "the store %s is missing: starting a new, empty one; job ids continue after j%d so "
+            "the logs in %s are kept",
+            db,
+            floor,
+            data_dir / JOBS_DIR,
+        )
+    return floor
+
+
+def damaged_hint(data_dir: Path) -> str:
+    live = live_attempts(data_dir)
+    if not live:
+        return (
+            "restore it from a backup, or move it away to start with an empty store; "
+            "--skip-integrity-check starts on it as it is"
+        )
+    return (
+        f"jobs of this data directory still run ({', '.join(live[:3])}): restore the store "
+        "from a backup (moving it away would lose track of them), or --skip-integrity-check"
+    )
+
+
+def spec_of(row: st.JobRow) -> tuple[SubmitRequest | None, str]:
+    """The stored spec as a request, repaired if an older version stored what is no longer
+    accepted (why = "repaired": write it back); (None, why) if it cannot be."""
+    raw: dict[str, Any] = dict(row.spec)
+    dropped: list[str] = []
+    for _ in range(len(DROPPABLE) + 1):
+        try:
+            req = SubmitRequest.model_validate(raw)
+        except ValidationError as exc:
+            bad = {str(e["loc"][0]) for e in exc.errors() if e["loc"]}
+            fix = [f for f in DROPPABLE if f in bad and f in raw]
+            if not fix:
+                return None, describe_errors(exc)
+            for f in fix:
+                raw.pop(f)
+                dropped.append(f)
+            continue
+        if dropped:
+            log.warning("job %s: dropped invalid field(s) %s of its stored spec", row.id, dropped)
+            return req, "repaired"
+        return req, ""
+    return None, "stored spec cannot be repaired"
+
+
+def _past_untracked_attempts(
+    data_dir: Path, row: st.JobRow, spec: SubmitRequest
+) -> tuple[int, str]:
+    """A pending job whose attempt directory shows it was started: the store lost the Bind
+    (its last writes, to a power cut or a failed disk). The attempt is stopped if it still
+    runs and settled from its records: ``(attempt, "done")`` if every rank completed, else
+    ``(next attempt, "lost")``; ``(attempt, "")`` when nothing was started."""
+    attempt = row.attempt
+    outcome = ""
+    while True:
+        adir = job_dir(data_dir, row.id) / f"attempt-{attempt}"
+        if not any(adir.glob("rank-*.pid")):
+            return attempt, outcome
+        codes = settle_untracked_attempt(adir, spec.replicas)
+        log.warning(
+            "job %s attempt %d ran although the store lost its record (codes %s)",
+            row.id,
+            attempt,
+            list(codes),
+        )
+        if codes and all(c == 0 for c in codes):
+            return attempt, st.DONE
+        attempt, outcome = attempt + 1, "lost"
+
+
+def _record_untracked(
+    tx: st.Tx, jid: str, attempt: int, outcome: str, ranks: int, now: float
+) -> None:
+    if outcome == st.DONE:
+        msg = f"attempt {attempt} completed; the store had lost its record"
+        tx.add_attempt(
+            job_id=jid,
+            attempt=attempt,
+            pool="",
+            lent_from=None,
+            assignments=[],
+            devices=[],
+            started_at=now,
+        )
+        tx.set_attempt(jid, attempt, state="exited", ended_at=now, exit_codes=[0] * ranks)
+        tx.set_job(jid, state=st.DONE, attempt=attempt, exit_code=0, ended_at=now, message=msg)
+    else:
+        msg = f"an attempt the store had lost ended without completing; attempt {attempt} next"
+        tx.set_job(jid, attempt=attempt, message=msg)
+    tx.log(now, jid, "recovered", "recovery", msg)
+
+
+def _launch(
+    rec: Reconciler,
+    row: st.JobRow,
+    att: st.AttemptRow,
+    nodes: list[str],
+    spec: SubmitRequest | None,
+) -> Launch:
+    """The attempt's launch as a bind made it (``launch_for``); for a stored spec no longer
+    valid (``spec`` None), enough of it to find and stop its processes."""
     members = tuple(
         Member(rank, nodes[int(a["node"])], tuple(devs))
         for rank, (a, devs) in enumerate(zip(att.assignments, att.devices, strict=True))
     )
+    if spec is not None:
+        return launch_for(rec.config, rec.data_dir, row.id, att.attempt, row.tenant, spec, members)
+    raw = row.spec
+    command = raw.get("command")
+    cwd = raw.get("cwd")
+    jdir = job_dir(rec.data_dir, row.id)
     return Launch(
         job_id=row.id,
         attempt=att.attempt,
-        command=tuple(spec.command),
-        env=dict(spec.env),
+        command=tuple(str(c) for c in command) if isinstance(command, list) else ("?",),
+        env={str(k): str(v) for k, v in (raw.get("env") or {}).items()},
         members=members,
         attempt_dir=jdir / f"attempt-{att.attempt}",
         checkpoint_dir=jdir / "checkpoints",
-        cwd=Path(spec.cwd) if spec.cwd else None,
+        cwd=Path(cwd) if isinstance(cwd, str) and cwd else None,
+        run_as=rec.config.run_as_for(row.tenant),
     )
+
+
+def _kill_now(rec: Reconciler, launch: Launch) -> None:
+    """Stop an adopted attempt at once and wait until its processes are gone."""
+    rec.executor.stop(launch.job_id, launch.attempt, 0.0)
+    key = (launch.job_id, launch.attempt)
+    end = time.monotonic() + KILL_WAIT_S
+    while key in rec.executor.running() and time.monotonic() < end:
+        time.sleep(0.02)
 
 
 def recover(rec: Reconciler) -> dict[str, int]:
     """Runs before the reconciler thread starts; returns counts by outcome for the log."""
-    counts = {"pending": 0, "adopted": 0, "ended-while-down": 0}
+    counts = {"pending": 0, "adopted": 0, "ended-while-down": 0, "invalid": 0}
     events: list[Event] = []
     stops: list[tuple[str, int]] = []
     node_names = [n.name for n in rec.scheduler.cluster.nodes]
@@ -64,14 +245,32 @@ def recover(rec: Reconciler) -> dict[str, int]:
     if saved is not None:  # fair-share history first, so the first cycle already ranks by it
         usage, at = saved
         events.append(UsageRestored(tuple(sorted(usage.items())), at))
+    invalid: list[tuple[str, str, str]] = []  # (job, state it ends in, why)
+    repaired: list[tuple[str, SubmitRequest]] = []
+    untracked: list[tuple[str, int, str, int]] = []  # (job, attempt now, how it ended, ranks)
     for row in rows:
-        spec = from_stored(row.spec)
+        spec, why = spec_of(row)
+        if spec is not None and why == "repaired":
+            repaired.append((row.id, spec))
         att = attempts[row.id]
         if row.state == st.PENDING or att is None:
+            if spec is None:
+                invalid.append((row.id, st.REJECTED, why))
+                continue
+            attempt, outcome = _past_untracked_attempts(rec.data_dir, row, spec)
+            if outcome:
+                untracked.append((row.id, attempt, outcome, spec.replicas))
+                if outcome == st.DONE:
+                    continue
             events.append(JobSubmitted(spec.to_job(row.id, row.submitted_at)))
             counts["pending"] += 1
             continue
-        launch = _launch(row, att, rec.data_dir, node_names)
+        launch = _launch(rec, row, att, node_names, spec)
+        if spec is None:
+            if rec.executor.adopt(launch):
+                _kill_now(rec, launch)
+            invalid.append((row.id, st.FAILED, why))
+            continue
         stopping = row.state == st.STOPPING
         live = Live(
             att.attempt,
@@ -108,11 +307,27 @@ def recover(rec: Reconciler) -> dict[str, int]:
         )
         if stopping:
             stops.append((row.id, att.attempt))
+    if invalid or repaired or untracked:
+        now = time.time()
+        with rec.store.transaction() as tx:
+            for jid, spec in repaired:
+                tx.set_spec(jid, spec.stored())
+            for jid, attempt, outcome, ranks in untracked:
+                _record_untracked(tx, jid, attempt, outcome, ranks, now)
+            for jid, state, why in invalid:
+                msg = f"its stored spec is not valid any more: {why}"
+                tx.set_job(jid, state=state, reason="invalid", message=msg, ended_at=now)
+                tx.log(now, jid, "invalid", "invalid", msg)
+                log.error("job %s: %s; it ends %s", jid, msg, state)
+        counts["invalid"] = len(invalid)
     rec.boot(events, stops)  # applied by the first cycle, before anything else
+    prune_spool()
     log.info(
-        "recovered from the store: %d pending, %d still running (adopted), %d ended while down",
+        "recovered from the store: %d pending, %d still running (adopted), %d ended while "
+        "down, %d invalid",
         counts["pending"],
         counts["adopted"],
         counts["ended-while-down"],
+        counts["invalid"],
     )
     return counts

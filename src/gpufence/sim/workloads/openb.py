@@ -33,6 +33,7 @@ from gpufence.model.hardware import Gpu, GpuType, Node
 from gpufence.model.job import MILLI_PER_GPU, GpuRequest, Job, WorkloadClass
 from gpufence.model.partition import Partition, QueueSpec, SharingMode
 from gpufence.sched.placement.scoring import PodSpec
+from gpufence.sim.workloads.demand import open_trace
 
 NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
 POD_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")
@@ -79,7 +80,7 @@ class OpenbPod:
 
 
 def _rows(path: Path, required: tuple[str, ...]) -> list[tuple[int, dict[str, str]]]:
-    with open(path, newline="") as f:
+    with open_trace(path) as f:  # plain or gzip
         reader = csv.DictReader(f)
         missing = [c for c in required if c not in (reader.fieldnames or [])]
         if missing:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from gpufence.model.job import GpuRequest, Job, WorkloadClass
 from gpufence.sim.runner import WorkItem
+from gpufence.sim.workloads.demand import open_trace
 
 REQUIRED = ("job_id", "num_gpu", "submit_time", "duration")
 
@@ -23,7 +24,7 @@ def load_tiresias(
     path: str | Path, gpus_per_node: int, with_estimates: bool = False, queue: str = ""
 ) -> list[WorkItem]:
     items: list[WorkItem] = []
-    with open(path, newline="") as f:
+    with open_trace(path) as f:  # plain or gzip
         reader = csv.DictReader(f)
         missing = [c for c in REQUIRED if c not in (reader.fieldnames or [])]
         if missing:

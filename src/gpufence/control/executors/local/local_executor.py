@@ -36,6 +36,7 @@ import threading
 import time
 from pathlib import Path
 
+from gpufence.control import failpoints
 from gpufence.control.executors.interface import (
     AckCallback,
     ExitCallback,
@@ -43,12 +44,14 @@ from gpufence.control.executors.interface import (
     LaunchError,
     NodeCallback,
 )
+from gpufence.control.executors.jobdirs import prepare_launch_dirs
 from gpufence.control.executors.launcher import (
     atomic_write,
     err_file,
     exit_file,
     out_file,
     pid_file,
+    reserved_exit_record,
 )
 from gpufence.control.executors.memberenv import member_envs
 from gpufence.control.executors.processes import (
@@ -57,9 +60,11 @@ from gpufence.control.executors.processes import (
     attach,
     group_cpu,
     group_cpu_by_pgid,
+    kill_group_leftovers,
     killpg,
     member_pgids,
     reap_now,
+    record_lost,
     recorded_exit,
     spawn_member,
 )
@@ -175,14 +180,7 @@ class LocalExecutor(AttemptWatcher):
                 raise RuntimeError("the executor is closed")
             if key in self._attempts or key in self._starting:
                 return True
-        members: list[MemberProcess] = []
-        for rank in sorted(m.rank for m in launch.members):
-            pid, pidfd = attach(launch.attempt_dir, rank)
-            m = MemberProcess(rank, pid, pidfd, None)
-            if pidfd is None:
-                m.done = True
-                m.code = recorded_exit(launch.attempt_dir, rank)
-            members.append(m)
+        members = adopt_members(launch)
         att = Attempt(launch, members=members)
         alive = att.live()
         att.wall_base = time.monotonic()
@@ -249,11 +247,7 @@ class LocalExecutor(AttemptWatcher):
     # ------------------------------------------------------------------ spawning
     def _spawn(self, launch: Launch) -> list[MemberProcess]:
         adir = launch.attempt_dir.absolute()
-        try:
-            adir.mkdir(parents=True, exist_ok=True)
-            launch.checkpoint_dir.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise LaunchError(f"cannot create the attempt/checkpoint directory: {exc}") from exc
+        prepare_launch_dirs(launch)  # 0700, owned by the job's run_as user
         ranks = range(len(launch.members))
         for rank in ranks:
             pid, pidfd = attach(adir, rank)
@@ -262,21 +256,14 @@ class LocalExecutor(AttemptWatcher):
                 raise LaunchError(
                     f"{adir} already has a live rank {rank} (pid {pid}): adopt it, don't start it"
                 )
-        try:
-            for name in ("notice", "ack"):
-                (adir / name).unlink(missing_ok=True)
-            for rank in ranks:
-                pid_file(adir, rank).unlink(missing_ok=True)
-                exit_file(adir, rank).unlink(missing_ok=True)
-                out_file(adir, rank).write_bytes(b"")
-                err_file(adir, rank).write_bytes(b"")
-        except OSError as exc:
-            raise LaunchError(f"cannot prepare {adir}: {exc}") from exc
+        prepare_attempt_dir(adir, len(launch.members))
 
         envs = member_envs(launch, "127.0.0.1", _free_port(), inherit=os.environ)
         started: list[MemberProcess] = []
         try:
             for member in sorted(launch.members, key=lambda m: m.rank):
+                if started:
+                    failpoints.hit("executor.between-spawns")
                 started.append(self._spawn_member(launch, adir, member.rank, envs[member.rank]))
         except BaseException:
             for m in started:
@@ -297,6 +284,75 @@ class LocalExecutor(AttemptWatcher):
 
 
 # ---------------------------------------------------------------------- helpers
+def prepare_attempt_dir(adir: Path, ranks: int) -> None:
+    """Ready a fresh attempt directory: an attempt runs once, so one that has run before (a
+    record of any member) is refused rather than overwritten; logs are created, never
+    truncated; each member's exit record is reserved now, while the disk has room for it
+    (see ``launcher.write_exit_record``)."""
+    for rank in range(ranks):
+        for path in (pid_file(adir, rank), adir / f"rank-{rank}.started"):
+            if path.exists():
+                raise LaunchError(
+                    f"{adir} was started before ({path.name} exists): an attempt never runs twice"
+                )
+    try:
+        for name in ("notice", "ack"):
+            (adir / name).unlink(missing_ok=True)
+        for rank in range(ranks):
+            for path in (out_file(adir, rank), err_file(adir, rank)):
+                with open(path, "ab"):
+                    pass
+            atomic_write(exit_file(adir, rank), reserved_exit_record())
+    except OSError as exc:
+        raise LaunchError(f"cannot prepare {adir}: {exc}") from exc
+
+
+def adopt_members(launch: Launch) -> list[MemberProcess]:
+    """Re-find an attempt's members after a restart, making the attempt's state exact first:
+
+    * a member whose launcher is gone: whatever is left of its process group (the command,
+      its children) is killed and waited for, so it cannot run beside the attempt that
+      replaces this one; its code is the recorded one, else unknown (lost);
+    * a gang only partly spawned (the control plane died between two spawns: a rank has no
+      pid record at all): the spawned members are killed too and every code is unknown, so
+      the attempt is settled as lost and requeued as the next attempt, not failed.
+    """
+    adir = launch.attempt_dir
+    members: list[MemberProcess] = []
+    never_spawned = False
+    for rank in sorted(m.rank for m in launch.members):
+        pid, pidfd = attach(adir, rank)
+        m = MemberProcess(rank, pid, pidfd, None)
+        if pidfd is None:
+            never_spawned |= not pid_file(adir, rank).exists()
+            kill_group_leftovers(adir, rank)
+            m.done = True
+            m.code = recorded_exit(adir, rank)
+        members.append(m)
+    if never_spawned:
+        stop_half_spawned(launch, members)
+    return members
+
+
+def stop_half_spawned(launch: Launch, members: list[MemberProcess]) -> None:
+    alive = [m for m in members if not m.done]
+    if alive:
+        log.warning(
+            "job %s attempt %d was only partly spawned; stopping its %d started member(s) so "
+            "it is requeued as the next attempt",
+            launch.job_id,
+            launch.attempt,
+            len(alive),
+        )
+    for m in alive:
+        killpg(m.pid, signal.SIGKILL)
+    reap_now(alive)
+    for m in alive:
+        kill_group_leftovers(launch.attempt_dir, m.rank)
+        record_lost(launch.attempt_dir, m.rank, "killed at adoption: gang only partly spawned")
+        m.done, m.code = True, None  # killed by us, not ended: the attempt is lost
+
+
 def check_launch(launch: Launch) -> None:
     where = f"job {launch.job_id} attempt {launch.attempt}"
     if launch.attempt < 1:

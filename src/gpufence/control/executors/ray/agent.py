@@ -39,6 +39,7 @@ from gpufence.control.executors.launcher import (
     out_file,
     pid_file,
 )
+from gpufence.control.executors.memberenv import inherited_env
 from gpufence.control.executors.processes import (
     MemberProcess,
     SpawnError,
@@ -126,7 +127,7 @@ class NodeAgent:
             raise RuntimeError(f"cannot prepare {adir} on this node: {exc}") from exc
         if cwd is not None and not Path(cwd).is_dir():
             raise RuntimeError(f"working directory {cwd} does not exist on this node")
-        full_env = dict(os.environ)
+        full_env = inherited_env(os.environ)  # the allow-list only: no secret of this node's
         full_env.update(env)
         full_env["GPUFENCE_RAY_NODE_ID"] = await self._node_id()
         caught = {signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, *map(signal.Signals, catch)}

@@ -1,5 +1,6 @@
 """Bookkeeping of the Ray executor (``ray_executor.py``) that needs no Ray: the attempt table's
-records, the member environments, and how ``ray.nodes()`` changes become node up / down.
+records, members grouped by node agent, and how ``ray.nodes()`` changes become node up / down.
+(The member environments are ``executors/memberenv.py``'s, shared with the local executor.)
 """
 
 from __future__ import annotations

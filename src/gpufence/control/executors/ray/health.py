@@ -1,7 +1,7 @@
 """The Ray executor's health thread (mixed into ``RayExecutor``): node up / down from Ray.
 
 Every ``health_poll_s`` (or at once, when the exit watcher saw an agent die) it lists the Ray
-nodes, compares them with the executor's (``ray_support.node_changes``) and reports each change
+nodes, compares them with the executor's (``bookkeeping.node_changes``) and reports each change
 through ``on_node``. The members of a node that went down end with code None (their attempt's
 exit then waits for the scheduler's stop, see ``ray_executor``) and are sent SIGKILL through
 the node's agent in case it is still reachable, so a requeued job never runs twice.

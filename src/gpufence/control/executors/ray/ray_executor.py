@@ -1,7 +1,7 @@
 """Ray executor: runs each gang member on the Ray node the scheduler chose.
 
 gpufence keeps every scheduling decision; Ray only runs processes where gpufence said. Each
-member is started by the node agent of its Ray node (``ray_agent.NodeAgent``: a detached actor
+member is started by the node agent of its Ray node (``agent.NodeAgent``: a detached actor
 pinned with ``NodeAffinitySchedulingStrategy(node_id, soft=False)``, ``num_cpus=0``,
 ``num_gpus=0``) through ``launcher.py``, in its own process group, with ``CUDA_VISIBLE_DEVICES``
 = the GPU indices / MIG UUIDs the scheduler chose, ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``,
@@ -9,7 +9,7 @@ pinned with ``NodeAffinitySchedulingStrategy(node_id, soft=False)``, ``num_cpus=
 
 Threads: a watcher ``ray.wait``s on the members' ``run()`` refs (and on ``wait_ack`` refs of
 noticed attempts) and reports each attempt's exit once, through ``on_exit``, never while the
-lock is held; a health thread (``ray_health.py``) polls ``ray.nodes()`` every ``health_poll_s``
+lock is held; a health thread (``health.py``) polls ``ray.nodes()`` every ``health_poll_s``
 and reports node down / up through ``on_node``.
 
 Policy, as in ``LocalExecutor``: a gang is all-or-nothing (a member ending non-zero gets the rest
@@ -48,7 +48,7 @@ from gpufence.control.executors.interface import (
     Launch,
     LaunchError,
     NodeCallback,
-    notify,
+    report,
 )
 from gpufence.control.executors.local.local_executor import check_launch
 from gpufence.control.executors.memberenv import member_envs
@@ -85,7 +85,7 @@ def _ignore(*_args: Any) -> None:
 
 
 class RayExecutor(NodeHealth):
-    """See the module docstring. ``nodes``: gpufence node name -> Ray node (``ray_nodes``)."""
+    """See the module docstring. ``nodes``: gpufence node name -> Ray node (``nodes.RayNode``)."""
 
     def __init__(
         self,
@@ -440,10 +440,7 @@ class RayExecutor(NodeHealth):
                 self._timers_locked(time.monotonic())
                 exits = self._finalize_locked()
                 on_exit, on_ack = self._on_exit, self._on_ack
-            for job_id, attempt in acks:
-                notify(on_ack, job_id, attempt)
-            for ev in exits:
-                notify(on_exit, ev)
+            report(on_exit, on_ack, acks, exits)
 
 
 # ---------------------------------------------------------------------- helpers

@@ -1,7 +1,7 @@
 """``gpufence up --executor ray``: the control plane on a Ray cluster.
 
 Connects to Ray (``--ray-address``, default ``auto``: the cluster ``ray start`` left on this
-machine, or ``RAY_ADDRESS``), describes its nodes (``ray_nodes``: each alive GPU node one node
+machine, or ``RAY_ADDRESS``), describes its nodes (``nodes``: each alive GPU node one node
 group; or the ``--config`` spec, its nodes matched to Ray nodes by ``gpufence_node``), and builds
 the ``ControlPlane`` with a ``RayExecutor``. Ray is an optional dependency, imported here only.
 """
@@ -28,7 +28,12 @@ class RayStartError(ValueError):
     """The Ray control plane cannot start; the message says what to do."""
 
 
-def ray_plane(config: Path | None, data_dir: Path, address: str | None = None) -> ControlPlane:
+def ray_plane(
+    config: Path | None,
+    data_dir: Path,
+    address: str | None = None,
+    check_integrity: bool = True,
+) -> ControlPlane:
     try:
         import ray
     except ImportError:
@@ -60,7 +65,9 @@ def ray_plane(config: Path | None, data_dir: Path, address: str | None = None) -
         source = f"Ray cluster: {len(names)} node(s), {gpus} GPUs declared by `ray start`"
         discovery = Discovery(gpus=(), fake=True, driver=None, source=source)
         executor = RayExecutor(names, cc.notice_signal, owns_ray=owns)
-        return ControlPlane(cluster, cc, discovery, data_dir, executor=executor)
+        return ControlPlane(
+            cluster, cc, discovery, data_dir, executor=executor, check_integrity=check_integrity
+        )
     except RayNodesError as exc:
         if owns:
             ray.shutdown()

@@ -1,0 +1,347 @@
+"""Live rules about capacity that is held but not used: idle interactive sessions, lent GPUs
+whose work is lost at reclaim, free GPUs scattered so that waiting gangs cannot start.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import replace
+from statistics import median
+
+from gpufence.advice import catalog as rules
+from gpufence.advice import seeds
+from gpufence.advice.fence_resize import Edit, carve, flow, lending_line, spec_diff
+from gpufence.advice.history import AttemptSpan, History, JobSpan, peak, pending_spans
+from gpufence.advice.inputs import AdviceSettings, LintInputs
+from gpufence.advice.record import Advice, Scope, Severity, gpus, hours, job_list, pct
+from gpufence.advice.shape import quota_max
+from gpufence.model.cluster import Cluster
+from gpufence.model.job import WorkloadClass
+from gpufence.model.partition import SharingMode
+
+_RECLAIM = "reclaim: {idle_threshold: 0.05, idle_after_s: 1800, warning_s: 300}"
+
+
+def _clipped(a: AttemptSpan, h: History) -> float:
+    end = a.end if a.end is not None else h.now
+    return max(0.0, min(end, h.now) - max(a.start, h.start))
+
+
+def idle_interactive(
+    cluster: Cluster, h: History, settings: AdviceSettings, inp: LintInputs
+) -> list[Advice]:
+    out: list[Advice] = []
+    for p, part in cluster.partitions.items():
+        if WorkloadClass.INTERACTIVE not in part.admits:
+            continue
+        sessions = [
+            j
+            for j in h.jobs
+            if j.workload_class == str(WorkloadClass.INTERACTIVE) and j.partition == p
+        ]
+        held = {j.id: sum(_clipped(a, h) for a in h.attempts_of(j.id)) for j in sessions}
+        if part.reclaim is None:
+            long = [j for j in sessions if held[j.id] >= settings.interactive_hold_s]
+            if not long:
+                continue
+            gpu_h = sum(held[j.id] * j.gpus for j in long) / 3600
+            top = max(long, key=lambda j: held[j.id])
+            why = (
+                f"Partition {p} has no reclaim policy, and {len(long)} interactive session(s) "
+                f"held GPUs for more than {hours(settings.interactive_hold_s)} "
+                f"({gpu_h:.1f} GPU-hours; longest {top.id}, {hours(held[top.id])}). Nothing gives "
+                "an idle session's GPUs back, and gpufence only watches activity where a "
+                "reclaim policy asks for it. "
+                + seeds.quote(seeds.NOTEBOOKS)
+                + " "
+                + seeds.quote(seeds.RECLAIM_INTERACTIVE)
+            )
+            fix = f"Add a reclaim policy to {p}: idle sessions are warned, then reclaimed."
+            diff = spec_diff(cluster, {p: [(None, _RECLAIM)]})
+            path: tuple[str, ...] = ("partitions", p, "reclaim")
+            evidence: dict[str, object] = {"gpu_hours": round(gpu_h, 3)}
+        else:
+            pol = part.reclaim
+            kept = Counter(
+                m.job_id
+                for m in h.marks
+                if m.kind == "notice-withdrawn" and m.reason == "active-again"
+            )
+            # warned idle again and again, and idle for most of the time it held its GPUs: the
+            # policy's allowance is being renewed by touches, not by work
+            long = [
+                j
+                for j in sessions
+                if kept[j.id] >= 2 and kept[j.id] * pol.idle_after_s >= 0.5 * held[j.id]
+            ]
+            if not long:
+                continue
+            idle_gpu_h = sum(kept[j.id] * pol.idle_after_s * j.gpus for j in long) / 3600
+            top = max(long, key=lambda j: kept[j.id])
+            why = (
+                f"{len(long)} session(s) in {p} were warned idle {sum(kept[j.id] for j in long)} "
+                f"times and became active just in time, every time ({top.id}: {kept[top.id]} "
+                f"times): each warning means {hours(pol.idle_after_s)} of idle GPUs, so at least "
+                f"{idle_gpu_h:.1f} GPU-hours sat idle beyond what the reclaim policy intends. A "
+                "keep-alive that touches the GPU defeats it. " + seeds.quote(seeds.NOTEBOOKS)
+            )
+            better = min(1.0, round(max(pol.idle_threshold * 3, 0.15), 2))
+            fix = (
+                f"Make a touch not count as work: raise {p}'s reclaim.idle_threshold from "
+                f"{pol.idle_threshold:g} to {better:g}, or shorten idle_after_s "
+                f"({pol.idle_after_s:g} s)."
+            )
+            diff = spec_diff(
+                cluster,
+                {
+                    p: [
+                        (
+                            f"reclaim.idle_threshold: {pol.idle_threshold:g}",
+                            f"reclaim.idle_threshold: {better:g}",
+                        )
+                    ]
+                },
+            )
+            path = ("partitions", p, "reclaim", "idle_threshold")
+            evidence = {
+                "idle_gpu_hours_at_least": round(idle_gpu_h, 3),
+                "warnings_withdrawn": {j.id: kept[j.id] for j in long},
+            }
+        out.append(
+            Advice(
+                rules.IDLE_INTERACTIVE,
+                Severity.WARNING,
+                path,
+                why,
+                {
+                    "summary": f"{len(long)} interactive session(s) in {p} kept GPUs idle",
+                    "partition": p,
+                    "jobs": [j.id for j in long],
+                    **evidence,
+                },
+                fix,
+                diff,
+                Scope.JOBS,
+                tuple(sorted({j.tenant for j in long})),
+            )
+        )
+    return out
+
+
+def lending_loses_work(
+    cluster: Cluster, h: History, settings: AdviceSettings, inp: LintInputs
+) -> list[Advice]:
+    out: list[Advice] = []
+    lenders = sorted({a.lent_from for a in h.attempts if a.lent_from})
+    for lender in lenders:
+        if lender not in cluster.partitions:
+            continue
+        borrowed = [a for a in h.attempts if a.lent_from == lender and _clipped(a, h) > 0]
+        lent_s = sum(a.gpus * _clipped(a, h) for a in borrowed)
+        reclaimed = [a for a in borrowed if a.stop_reason == "lent-reclaim"]
+        lost_s = 0.0
+        for a in reclaimed:
+            lost = a.lost_s if a.lost_s is not None else (0.0 if a.acked else a.ran(h.now))
+            lost_s += a.gpus * min(lost, _clipped(a, h))
+        if not reclaimed or lent_s <= 0 or lost_s / lent_s <= settings.lending_loss_ratio:
+            continue
+        ratio = lost_s / lent_s
+        part = cluster.partitions[lender]
+        own_use, _ = peak(
+            (a.start, a.end if a.end is not None else h.now, a.gpus)
+            for a in h.attempts
+            if a.partition == lender and a.lent_from is None
+        )
+        cap = len(cluster.partition_gpus[lender])
+        idle_floor = max(0, math.floor(cap - own_use))
+        no_ckpt = sum(1 for a in reclaimed if not a.acked)
+        lasted = float(median(a.ran(h.now) for a in reclaimed))
+        jobs = list(dict.fromkeys(a.job_id for a in reclaimed))
+        why = (
+            f"Borrowers of {lender}'s idle GPUs got {lent_s / 3600:.1f} GPU-hours on them and "
+            f"lost {lost_s / 3600:.1f} ({pct(ratio)}) to {len(reclaimed)} reclaims "
+            f"({h.span(a.end for a in reclaimed if a.end is not None)}): a borrow lasted "
+            f"{hours(lasted)} (median) before {lender} took it back, and {no_ckpt} of them had "
+            f"not checkpointed. Lending that loses most of the work only moves heat around. "
+            + seeds.quote(seeds.INCIDENT)
+        )
+        edits: dict[str, list[Edit]] = {}
+        cap_now = max((r.cap_gpus for r in part.lending), default=0)
+        if idle_floor <= 0:
+            fix = (
+                f"Stop lending from {lender}: its own work used up to {own_use:g} of its {cap} "
+                "GPUs, so nothing was reliably idle."
+            )
+            edits[lender] = [(lending_line(part.lending), None)]
+        elif idle_floor < cap_now:
+            fix = (
+                f"Lend only what {lender} reliably leaves idle: its own work used up to "
+                f"{own_use:g} of its {cap} GPUs, so cap_gpus {idle_floor}; and lend only to jobs "
+                f"that checkpoint more often than a borrow lasts ({hours(lasted)})."
+            )
+            capped = [replace(r, cap_gpus=min(r.cap_gpus, idle_floor)) for r in part.lending]
+            edits[lender] = [(lending_line(part.lending), lending_line(capped))]
+        else:
+            fix = (
+                f"The cap is not the problem ({lender} never used more than {own_use:g} of its "
+                f"{cap} GPUs): the borrowers lose their work because they do not checkpoint in "
+                f"time. Lend only to jobs that checkpoint more often than a borrow lasts "
+                f"({hours(lasted)}) and acknowledge the notice within the reclaim deadline."
+            )
+        out.append(
+            Advice(
+                rules.LENDING_LOSES_WORK,
+                Severity.WARNING,
+                ("partitions", lender, "lending"),
+                why,
+                {
+                    "summary": f"borrowers of {lender} lost {pct(ratio)} of their lent GPU-hours",
+                    "partition": lender,
+                    "lent_gpu_hours": round(lent_s / 3600, 3),
+                    "lost_gpu_hours": round(lost_s / 3600, 3),
+                    "loss_ratio": round(ratio, 4),
+                    "reclaims": len(reclaimed),
+                    "jobs": jobs,
+                },
+                fix,
+                spec_diff(cluster, edits),
+                Scope.JOBS,
+                tuple(sorted({j.tenant for j in h.jobs if j.id in set(jobs)})),
+            )
+        )
+    return out
+
+
+def _stranded_time(
+    cluster: Cluster, h: History, p: str, waiting: list[tuple[JobSpan, list[tuple[float, float]]]]
+) -> tuple[float, list[str], int, int]:
+    """Seconds during which a waiting gang of ``p`` could not be placed although its queue's
+    quota allowed it and a node's worth more GPUs than it needs were free, scattered; the jobs
+    stranded; the most free GPUs and the largest free block on one node seen while stranded.
+
+    The slack of a node keeps out the ordinary wait of a gang whose nodes are draining."""
+    mine = set(cluster.partition_gpus[p])
+    node_of = {g: cluster.gpus[g].node for g in mine}
+    free = {n: len(cluster.node_partition_gpus[(p, n)]) for n in cluster.partition_nodes[p]}
+    slack = cluster.max_gpus_per_node(p)
+    queue_of = {j.id: j.queue for j in h.jobs}
+    limit = {q: quota_max(cluster, q) for q in cluster.partition_queues[p]}
+    used: dict[str, float] = {}
+    # (time, order, kind, GPUs, job, attempt GPUs): releases first at equal times, then takes
+    events: list[tuple[float, int, str, tuple[int, ...], JobSpan | None, AttemptSpan | None]] = []
+    for at in h.attempts:
+        held = tuple(g for g in at.gpu_ids if g in mine)
+        end = at.end if at.end is not None else h.now
+        if end > at.start and (held or queue_of.get(at.job_id) in limit):
+            events += [(at.start, 1, "take", held, None, at), (end, 0, "give", held, None, at)]
+    for waiter, spans in waiting:
+        for a, b in spans:
+            events += [(a, 2, "wait", (), waiter, None), (b, 0, "done", (), waiter, None)]
+    events.sort(key=lambda e: (e[0], e[1]))
+    shapes: Counter[tuple[str, int, int]] = Counter()  # (queue, replicas, GPUs per replica)
+    who: dict[tuple[str, int, int], dict[str, None]] = {}
+    total, worst_free, worst_block = 0.0, 0, 0
+    stranded_ids: dict[str, None] = {}
+    prev = h.start
+    for t, _, kind, held, job, att in events:
+        t = min(max(t, h.start), h.now)
+        if t > prev and shapes:
+            hist = Counter(free.values())
+            free_total = sum(free.values())
+            bad = [
+                s
+                for s in shapes
+                if s[1] * s[2] + slack <= free_total
+                and sum(k // s[2] * c for k, c in hist.items()) < s[1]
+                and ((q := limit.get(s[0])) is None or used.get(s[0], 0.0) + s[1] * s[2] <= q)
+            ]
+            if bad:
+                total += t - prev
+                worst_free = max(worst_free, free_total)
+                worst_block = max(worst_block, max(free.values(), default=0))
+                for s in bad:
+                    stranded_ids.update(who[s])
+        prev = max(prev, t)
+        for g in held:
+            free[node_of[g]] += -1 if kind == "take" else 1
+        if att is not None and queue_of.get(att.job_id) in limit:
+            owner = queue_of[att.job_id]
+            used[owner] = used.get(owner, 0.0) + att.gpus * (1 if kind == "take" else -1)
+        if job is not None:
+            shape = (job.queue, job.replicas, max(1, job.per_replica))
+            if kind == "wait":
+                shapes[shape] += 1
+                who.setdefault(shape, {})[job.id] = None
+            else:
+                shapes[shape] -= 1
+                who[shape].pop(job.id, None)
+                if shapes[shape] <= 0:
+                    del shapes[shape]
+    return total, list(stranded_ids), worst_free, worst_block
+
+
+def fragmentation_stranding(
+    cluster: Cluster, h: History, settings: AdviceSettings, inp: LintInputs
+) -> list[Advice]:
+    out: list[Advice] = []
+    window = max(h.now - h.start, 1e-9)
+    for p, part in cluster.partitions.items():
+        if part.sharing is not SharingMode.EXCLUSIVE or len(cluster.partition_nodes[p]) < 2:
+            continue
+        waiting = [
+            (j, pending_spans(j, h.attempts_of(j.id), h.now))
+            for j in h.jobs
+            if j.partition == p and j.per_replica >= 1 and j.gpus > 1
+        ]
+        waiting = [(j, s) for j, s in waiting if s]
+        if not waiting:
+            continue
+        total, ids, most_free, block = _stranded_time(cluster, h, p, waiting)
+        if total < max(settings.stranded_min_s, settings.stranded_share * window):
+            continue
+        per_node = cluster.max_gpus_per_node(p)
+        small = [
+            j for j in h.jobs if j.partition == p and 0 < j.gpus < per_node and j.replicas == 1
+        ]
+        small_peak, _ = peak((j.submitted, j.wanted_until(h.now), j.gpus) for j in small)
+        why = (
+            f"For {hours(total)} ({pct(total / window)} of the {hours(window)} looked at) gangs "
+            f"waited in {p} while enough of its GPUs were free but scattered: up to "
+            f"{gpus(most_free)} free with at most {block} on one node (stranded: "
+            f"{job_list(ids)}). " + seeds.quote(seeds.FRAGMENTATION)
+        )
+        fix = (
+            f"Keep small jobs off the nodes gangs need: give jobs of fewer than {per_node} GPUs "
+            f"a partition of their own"
+            + (f" (they wanted up to {gpus(small_peak)} at once)" if small_peak else "")
+            + ", so the rest drains to whole nodes; and have small jobs declare --est-runtime, "
+            "so that backfill runs them only where they end before a waiting gang's start."
+        )
+        diff = ""
+        if small_peak:
+            nodes = max(1, math.ceil(small_peak / per_node))
+            admits = f"admits: {flow(c for c in WorkloadClass if c in part.admits)}"
+            change = carve(cluster, p, f"{p}-small", nodes * per_node, admits)
+            diff = change.diff(cluster, inp.queue_index)
+        out.append(
+            Advice(
+                rules.FRAGMENTATION_STRANDING,
+                Severity.WARNING,
+                ("partitions", p),
+                why,
+                {
+                    "summary": f"gangs stranded {pct(total / window)} of the time in {p}",
+                    "partition": p,
+                    "stranded_s": round(total, 1),
+                    "stranded_share": round(total / window, 4),
+                    "most_free_gpus": most_free,
+                    "largest_free_block": block,
+                    "jobs": ids,
+                },
+                fix,
+                diff,
+                Scope.CLUSTER,
+            )
+        )
+    return out

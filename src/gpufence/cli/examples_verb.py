@@ -1,0 +1,112 @@
+"""``gpufence examples list|path|copy``: the cluster specs and scenarios shipped in the package.
+
+They live in ``gpufence/examples`` inside the installed package (``examples/`` at the root of a
+clone is a link to ``src/gpufence/examples``), so a README command such as
+``gpufence sim examples/mixed-64.yaml examples/scenario-mixed-64.yaml ...`` works anywhere after
+``gpufence examples copy examples``, or with ``$(gpufence examples path mixed-64.yaml)``.
+
+``examples list -o json``: ``{"dir": PATH, "examples": [{"name", "kind", "path", "about"}]}``
+(``kind``: cluster or scenario; ``about``: the file's first comment line).
+"""
+
+from __future__ import annotations
+
+import shutil
+from importlib import resources
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from gpufence.cli.connect import fail
+from gpufence.cli.output import Frame, OutputOpt, check_format, show
+from gpufence.cli.render import Col, build_table
+
+examples_app = typer.Typer(
+    help="The example cluster specs and scenarios shipped with gpufence.", no_args_is_help=True
+)
+
+
+def examples_dir() -> Path:
+    """The installed package's examples directory (a real directory: setuptools installs
+    package data as files)."""
+    return Path(str(resources.files("gpufence") / "examples"))
+
+
+def _files() -> list[Path]:
+    return sorted(p for p in examples_dir().iterdir() if p.suffix in (".yaml", ".yml"))
+
+
+def _about(path: Path) -> str:
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.startswith("#"):
+            return line.lstrip("# ").rstrip()
+        if line.strip():
+            break
+    return ""
+
+
+def _kind(path: Path) -> str:
+    text = path.read_text(encoding="utf-8")
+    return "scenario" if "\nhorizon_s:" in text else "cluster"
+
+
+def _doc() -> dict[str, Any]:
+    items = [
+        {"name": p.name, "kind": _kind(p), "path": str(p), "about": _about(p)} for p in _files()
+    ]
+    return {"dir": str(examples_dir()), "examples": items}
+
+
+@examples_app.command("list")
+def list_examples(output: OutputOpt = "table") -> None:
+    """The examples: name, kind (cluster or scenario), what each is."""
+    fmt = check_format(output)
+    doc = _doc()
+    rows = [[e["name"], e["kind"], e["about"]] for e in doc["examples"]]
+    cols = (Col("name"), Col("kind"), Col("about", flex=True))
+    show(Frame(doc, lambda wide: build_table(cols, rows, wide, title=doc["dir"])), fmt)
+
+
+@examples_app.command("path")
+def path(
+    name: Annotated[
+        str | None,
+        typer.Argument(metavar="NAME", help="an example's file name [default: the directory]"),
+    ] = None,
+) -> None:
+    """Print the path of an example (or of the examples directory), for $(...) in a shell."""
+    if name is None:
+        typer.echo(str(examples_dir()))
+        return
+    typer.echo(str(_find(name)))
+
+
+def _find(name: str) -> Path:
+    files = _files()
+    for p in files:
+        if name in (p.name, p.stem):
+            return p
+    known = ", ".join(p.name for p in files)
+    raise fail(f"no example '{name}' (known: {known})")
+
+
+@examples_app.command("copy")
+def copy(
+    dest: Annotated[
+        Path, typer.Argument(metavar="DIR", help="directory to copy them into (created)")
+    ],
+    force: Annotated[
+        bool, typer.Option("--force", help="overwrite files that already exist there")
+    ] = False,
+) -> None:
+    """Copy every example into DIR, so the README's `examples/...` commands work there."""
+    if dest.exists() and not dest.is_dir():
+        raise fail(f"{dest} exists and is not a directory")
+    clash = [p.name for p in _files() if (dest / p.name).exists()]
+    if clash and not force:
+        raise fail(f"{dest} already has {', '.join(clash)}: pass --force to overwrite")
+    dest.mkdir(parents=True, exist_ok=True)
+    for p in _files():
+        shutil.copyfile(p, dest / p.name)
+    typer.echo(f"copied {len(_files())} examples to {dest}")

@@ -1,0 +1,234 @@
+"""Client verbs about jobs: ``queue``, ``status``, ``explain``, ``cancel``.
+
+Each takes the connection flags of ``connect.py`` and (but ``cancel``) ``-o table|wide|json|yaml``
+(``output.py``). ``-o json`` documents:
+
+* ``queue``: ``{"jobs": [JOB, ...], "more": N}`` (JOB as ``GET /v1/jobs`` returns it; ``more``:
+  the matching jobs ``--limit`` left out);
+* ``status``: JOB as ``GET /v1/jobs/{id}`` returns it (with ``attempts``), plus ``failure``: the
+  one-line explanation of a failed, cancelled, reclaimed or rejected job, else null;
+* ``explain``: the object of ``GET /v1/jobs/{id}/explain``.
+"""
+
+from __future__ import annotations
+
+import codecs
+from typing import Annotated, Any
+
+import typer
+from rich.console import Group, RenderableType
+from rich.text import Text
+
+from gpufence.cli.connect import (
+    ContextOpt,
+    DataOpt,
+    TokenOpt,
+    UrlOpt,
+    client_errors,
+    client_for,
+    fail,
+)
+from gpufence.cli.failure import failing_rank, failure_line
+from gpufence.cli.jobtables import attempts_table, fair_share_table, queue_table, status_grid
+from gpufence.cli.output import (
+    CountOpt,
+    Frame,
+    IntervalOpt,
+    LimitOpt,
+    OutputOpt,
+    check_format,
+    more_footer,
+    page_all,
+    show,
+    watch,
+)
+from gpufence.cli.render import ACTIVE_STATES, styled, when
+from gpufence.control.http.client import Client
+
+JobArg = Annotated[str, typer.Argument(metavar="JOB", help="job id, e.g. j12", show_default=False)]
+LAST_ERR_BYTES = 4096
+
+
+def check_partition(client: Client, name: str) -> None:
+    """Exit 2 unless ``name`` is a partition of the cluster (the API would list nothing)."""
+    names = [str(p["name"]) for p in client.partitions()]
+    if name not in names:
+        raise fail(f"--partition: no partition '{name}' (known: {', '.join(names) or 'none'})")
+
+
+# ------------------------------------------------------------------------------------- queue
+
+
+def queue(
+    all_jobs: Annotated[bool, typer.Option("--all", "-a", help="include ended jobs")] = False,
+    state: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--state",
+            metavar="STATE",
+            help="only jobs in this state (repeatable): pending, starting, running, stopping, "
+            "done, failed, cancelled, reclaimed, rejected",
+        ),
+    ] = None,
+    partition: Annotated[
+        str | None,
+        typer.Option("--partition", metavar="NAME", help="only this partition's jobs"),
+    ] = None,
+    tenant: Annotated[
+        str | None, typer.Option("--tenant", metavar="NAME", help="admin: one tenant's jobs")
+    ] = None,
+    limit: LimitOpt = 100,
+    output: OutputOpt = "table",
+    watching: Annotated[
+        bool,
+        typer.Option("--watch", "-w", help="refresh every --interval seconds until Ctrl-C"),
+    ] = False,
+    interval: IntervalOpt = 2.0,
+    count: CountOpt = 0,
+    url: UrlOpt = None,
+    token: TokenOpt = None,
+    data: DataOpt = None,
+    context: ContextOpt = None,
+) -> None:
+    """Jobs waiting and running, in submission order, with why each pending job waits
+    (--all: ended ones too)."""
+    fmt = check_format(output)
+    if limit < 0:
+        raise typer.BadParameter("must be >= 0 (0: all)", param_hint="--limit")
+    states = state or ([] if all_jobs else list(ACTIVE_STATES))
+    client = client_for(url, token, data, context)
+
+    def fetch() -> Frame:
+        jobs, more, _ = page_all(
+            lambda after, n: client.jobs(states, partition, tenant, n, after), limit
+        )
+        empty = None
+        if not jobs:
+            empty = "no jobs" + ("" if all_jobs or state else " waiting or running")
+        return Frame(
+            {"jobs": jobs, "more": more},
+            lambda wide: queue_table(jobs, wide),
+            more_footer(more, limit),
+            empty,
+        )
+
+    with client_errors():
+        if partition is not None:
+            check_partition(client, partition)
+        if watching:
+            watch(fetch, fmt, interval, count)
+        else:
+            show(fetch(), fmt)
+
+
+# ------------------------------------------------------------------------------------ status
+
+
+def last_err_line(client: Client, job: dict[str, Any]) -> str | None:
+    """The last line the failing member of the job's last attempt wrote to stderr."""
+    attempts = job.get("attempts") or []
+    if not attempts:
+        return None
+    last = attempts[-1]
+    rank = failing_rank(last)
+    probe = client.logs(job["id"], int(last["attempt"]), rank, "err", 1 << 40)
+    size = int(probe.headers.get("X-Log-Size") or 0)
+    if size == 0:
+        return None
+    chunk = client.logs(job["id"], int(last["attempt"]), rank, "err", max(0, size - LAST_ERR_BYTES))
+    text = codecs.decode(chunk.body, "utf-8", errors="replace")
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if not lines:
+        return None
+    line = lines[-1]
+    return line if len(line) <= 200 else line[:199] + "…"
+
+
+def status(
+    job_id: JobArg,
+    output: OutputOpt = "table",
+    url: UrlOpt = None,
+    token: TokenOpt = None,
+    data: DataOpt = None,
+    context: ContextOpt = None,
+) -> None:
+    """A job: its state, attempts (where, which devices, how each ended) and, when it failed,
+    why in one line (exit code and the last line of stderr, signal, oom, time-limit, command
+    not found)."""
+    fmt = check_format(output)
+    client = client_for(url, token, data, context)
+    with client_errors():
+        j = client.job(job_id)
+        err_line = None
+        if j.get("state") == "failed" and (j.get("exit_code") or 0) > 0:
+            err_line = last_err_line(client, j)
+    failure = failure_line(j, err_line)
+    doc = {**j, "failure": failure}
+
+    def draw(wide: bool) -> RenderableType:
+        attempts = j.get("attempts", [])
+        if not attempts:
+            return status_grid(j, failure)
+        return Group(status_grid(j, failure), attempts_table(attempts, wide))
+
+    show(Frame(doc, draw), fmt)
+
+
+# ----------------------------------------------------------------------------------- explain
+
+
+def explain(
+    job_id: JobArg,
+    output: OutputOpt = "table",
+    url: UrlOpt = None,
+    token: TokenOpt = None,
+    data: DataOpt = None,
+    context: ContextOpt = None,
+) -> None:
+    """Why a job waits (or runs where it runs), and its partition's fair-share order."""
+    fmt = check_format(output)
+    client = client_for(url, token, data, context)
+    with client_errors():
+        e = client.explain(job_id)
+
+    def draw(wide: bool) -> RenderableType:
+        parts: list[RenderableType] = [
+            Text.assemble(
+                (e["id"], "bold"),
+                " ",
+                styled(e["state"]),
+                f"  partition {e.get('partition') or '-'}, queue {e.get('queue') or '-'}, "
+                f"attempt {e.get('attempt')}",
+            )
+        ]
+        pending = e.get("pending")
+        if pending:
+            parts.append(Text(f"pending: {pending['reason']}: {pending['message']}"))
+        elif e.get("reason") or e.get("message"):
+            parts.append(Text(f"{e.get('reason')}: {e.get('message')}".strip(": ")))
+        notice = e.get("notice")
+        if notice:
+            parts.append(Text(f"notice: {notice['reason']} (deadline {when(notice['deadline'])})"))
+        fair = e.get("fair_share") or []
+        if fair:
+            parts.append(fair_share_table(fair, e.get("partition"), e.get("queue"), wide))
+        return Group(*parts)
+
+    show(Frame(e, draw), fmt)
+
+
+# ------------------------------------------------------------------------------------ cancel
+
+
+def cancel(
+    job_id: JobArg,
+    url: UrlOpt = None,
+    token: TokenOpt = None,
+    data: DataOpt = None,
+    context: ContextOpt = None,
+) -> None:
+    """Cancel a job (a running one is stopped: SIGTERM, grace period, SIGKILL)."""
+    client = client_for(url, token, data, context)
+    with client_errors():
+        res = client.cancel(job_id)
+    typer.echo(f"{res['id']}: {res['state']}")

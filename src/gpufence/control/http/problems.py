@@ -1,0 +1,193 @@
+"""One error shape for the whole API: RFC 7807 ``application/problem+json``.
+
+Every error response is a ``Problem``: ``type`` (a URN naming the kind), ``title`` (the kind in
+words), ``status``, ``detail`` (what happened and what to do) and, for 422, ``field`` (the first
+offending field as a dotted path, e.g. ``body.est_runtime_s``) and ``errors`` (every field). A job
+the scheduler rejects at submit adds ``reason`` and the stored ``job``. ``install(app)`` turns
+every exception the routes raise into one; ``ERROR_RESPONSES`` documents them in the OpenAPI.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, Field
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from gpufence.control.jobspec import escape
+from gpufence.control.store.errors import StoreUnavailable
+
+PROBLEM_JSON = "application/problem+json"
+log = logging.getLogger("gpufence.api")
+
+TITLES = {
+    400: ("bad-request", "Bad request"),
+    401: ("unauthorized", "Missing or invalid token"),
+    403: ("forbidden", "Not allowed for this tenant"),
+    404: ("not-found", "No such resource"),
+    405: ("method-not-allowed", "Method not allowed"),
+    409: ("conflict", "Conflicts with the job's state"),
+    413: ("too-large", "Request body too large"),
+    422: ("invalid", "Invalid request"),
+    500: ("internal", "Internal error"),
+    503: ("unavailable", "Service unavailable"),
+}
+
+
+class FieldError(BaseModel):
+    field: str = Field(description="dotted path: body.env.FOO, query.after, path.job_id")
+    message: str
+    type: str = Field(description="machine-readable kind, e.g. greater_than, finite_number")
+
+
+class Problem(BaseModel):
+    """An RFC 7807 problem document (``application/problem+json``)."""
+
+    type: str = Field(description="URN of the problem kind, e.g. urn:gpufence:problem:invalid")
+    title: str
+    status: int
+    detail: str
+    field: str | None = Field(default=None, description="422: the first offending field")
+    errors: list[FieldError] = Field(default_factory=list, description="422: every field")
+    reason: str | None = Field(default=None, description="scheduler reject: its reason")
+    job: dict[str, Any] | None = Field(default=None, description="scheduler reject: the job")
+
+
+def problem_type(slug: str) -> str:
+    return f"urn:gpufence:problem:{slug}"
+
+
+def safe(value: Any) -> Any:
+    """JSON-safe copy: no lone surrogates, no non-finite floats (written by older versions)."""
+    if isinstance(value, str):
+        return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {safe(k): safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [safe(v) for v in value]
+    return value
+
+
+class SafeJSONResponse(JSONResponse):
+    """JSONResponse that never fails to encode: stored text that is not valid UTF-8 or numbers
+    that are not finite (from before input was validated) come out escaped / null, not a 500."""
+
+    def render(self, content: Any) -> bytes:
+        try:
+            return super().render(content)
+        except (UnicodeEncodeError, ValueError):
+            return json.dumps(safe(content), ensure_ascii=False, separators=(",", ":")).encode()
+
+
+class ProblemResponse(SafeJSONResponse):
+    media_type = PROBLEM_JSON
+
+
+def problem(
+    status: int,
+    detail: str,
+    *,
+    slug: str | None = None,
+    title: str | None = None,
+    errors: Sequence[FieldError] = (),
+    headers: dict[str, str] | None = None,
+    **extra: Any,
+) -> ProblemResponse:
+    kind, default_title = TITLES.get(status, ("error", "Error"))
+    body = Problem(
+        type=problem_type(slug or kind),
+        title=title or default_title,
+        status=status,
+        detail=escape_detail(detail),
+        field=errors[0].field if errors else None,
+        errors=list(errors),
+        **extra,
+    )
+    return ProblemResponse(
+        body.model_dump(mode="json", exclude_none=True), status_code=status, headers=headers
+    )
+
+
+def escape_detail(text: str) -> str:
+    """User text echoed in a detail: no surrogates (unencodable), no terminal escapes."""
+    return escape(text) if not (text.isascii() and text.isprintable()) else text
+
+
+def field_errors(errors: Sequence[Any]) -> list[FieldError]:
+    out = []
+    for e in errors:
+        loc = ".".join(str(p) for p in e.get("loc", ()))
+        out.append(
+            FieldError(
+                field=escape_detail(loc),
+                message=escape_detail(str(e.get("msg", ""))),
+                type=str(e.get("type", "invalid")),
+            )
+        )
+    return out
+
+
+def install(app: FastAPI) -> None:
+    """Every error the app can produce becomes a Problem."""
+
+    @app.exception_handler(StarletteHTTPException)
+    def _http(_req: Request, exc: StarletteHTTPException) -> ProblemResponse:
+        if exc.status_code == 400:  # FastAPI: a body that is not JSON (or not UTF-8)
+            msg = "the body is not valid JSON text (UTF-8)"
+            err = FieldError(field="body", message=msg, type="json_invalid")
+            return problem(422, f"body: {msg}", errors=[err])
+        headers = dict(exc.headers) if exc.headers else None
+        detail = exc.detail if isinstance(exc.detail, str) else json.dumps(safe(exc.detail))
+        return problem(exc.status_code, detail, headers=headers)
+
+    @app.exception_handler(RequestValidationError)
+    def _invalid(_req: Request, exc: RequestValidationError) -> ProblemResponse:
+        errors = field_errors(exc.errors())
+        first = f"{errors[0].field}: {errors[0].message}" if errors else "invalid request"
+        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+        return problem(422, first + more, errors=errors)
+
+    @app.exception_handler(StoreUnavailable)
+    def _store(_req: Request, exc: StoreUnavailable) -> ProblemResponse:
+        return problem(503, str(exc), slug="store-unavailable", headers={"Retry-After": "1"})
+
+    @app.exception_handler(Exception)
+    def _internal(req: Request, exc: Exception) -> ProblemResponse:
+        log.error("%s %s failed", req.method, escape(req.url.path), exc_info=exc)
+        return problem(500, "internal error; see the server log")
+
+
+_DESCRIPTIONS = {
+    401: "missing or invalid bearer token",
+    403: "another tenant's job or queue",
+    404: "no such job (or route)",
+    409: "conflicts with the job's state (e.g. cancelling an ended job)",
+    413: "request body larger than control.max_request_bytes (default 1 MiB)",
+    422: "invalid request: `field` names the first offending field, `errors` all of them",
+    503: "store unavailable (disk full, read-only, I/O error) or the control plane is busy; "
+    "retry (POST /v1/jobs with the same Idempotency-Key)",
+}
+
+
+def error_responses(*codes: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI ``responses`` for these status codes, all with the Problem shape."""
+    return {
+        code: {
+            "description": _DESCRIPTIONS[code],
+            "model": Problem,
+            "content": {PROBLEM_JSON: {"schema": {"$ref": "#/components/schemas/Problem"}}},
+        }
+        for code in codes
+    }
+
+
+ERRORS_ALL = (401, 403, 404, 409, 413, 422, 503)

@@ -1,0 +1,207 @@
+"""Inbox items -> store writes + scheduler events (phase 1 of a reconciler cycle).
+
+Each function writes inside the cycle's inbox transaction and records in ``Staged`` what must
+happen in memory once that transaction has committed (``effects``: the reconciler's own
+bookkeeping; ``replies``: answers to waiting API threads). Nothing here changes memory directly:
+if the store refuses the transaction (disk full, read-only), the items are tried again later and
+the reconciler is exactly as it was.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from gpufence.control.executors.interface import AttemptExit
+from gpufence.control.executors.processes import forget_spooled_exits
+from gpufence.control.inbox import (
+    Ack,
+    Cancel,
+    CancelError,
+    IdempotencyConflict,
+    Live,
+    NodeEvent,
+    Staged,
+    Submit,
+)
+from gpufence.control.jobspec import escape
+from gpufence.control.store import database as st
+from gpufence.model.events import (
+    CheckpointAck,
+    JobCancelled,
+    JobFinished,
+    JobStopped,
+    JobSubmitted,
+    NodeDown,
+    NodeUp,
+)
+from gpufence.sched.jobs import JobState
+
+if TYPE_CHECKING:
+    from gpufence.control.reconciler import Reconciler
+
+
+def write_submit(rec: Reconciler, tx: st.Tx, it: Submit, now: float, staged: Staged) -> None:
+    req = it.req
+    spec = req.stored()
+    digest = st.request_hash(spec) if it.key is not None else ""
+    if it.key is not None:
+        seen = tx.idempotent(it.tenant, it.key)
+        if seen is not None:
+            jid, was = seen
+            if was != digest:
+                staged.replies.append(
+                    (
+                        it.future,
+                        IdempotencyConflict(
+                            "this Idempotency-Key was used for a different request "
+                            f"(job {jid}); use a new key for a new job"
+                        ),
+                    )
+                )
+                return
+            staged.replies.append((it.future, rec.submit_result(jid, tx.job(jid), replayed=True)))
+            return
+    # a request these raise on is undone with its savepoint (see Reconciler._inbox_tx)
+    what = req.request().describe()
+    jid = tx.add_job(
+        tenant=it.tenant,
+        spec=spec,
+        workload_class=str(req.workload_class),
+        partition=req.partition,
+        queue=req.queue,
+        submitted_at=now,
+        gpus=f"{req.replicas}x {what}" if req.replicas != 1 else what,
+    )
+    if it.key is not None:
+        tx.remember_key(it.tenant, it.key, jid, digest, now)
+    tx.log(now, jid, "submitted", "", f"by {it.tenant}: {what}")
+    staged.events.append(JobSubmitted(req.to_job(jid, now)))
+    staged.submits.append((jid, it.future))
+    cls = str(req.workload_class)
+    staged.effects.append(lambda: rec.telemetry.submitted(cls))
+
+
+def write_cancel(rec: Reconciler, tx: st.Tx, it: Cancel, now: float, staged: Staged) -> None:
+    core = rec.scheduler.jobs().get(it.job_id)
+    live = rec.live.get(it.job_id)
+    if live is not None:
+        if live.cancel:
+            staged.replies.append((it.future, st.STOPPING))
+            return
+        tx.set_job(it.job_id, cancel_requested=1, state=st.STOPPING, reason="cancelled")
+        tx.log(now, it.job_id, "cancel", "", "stopping its processes")
+
+        def mark(v: Live = live) -> None:
+            v.cancel = True
+
+        staged.effects.append(mark)
+        staged.stops.append((it.job_id, live.attempt))
+        staged.replies.append((it.future, st.STOPPING))
+    elif core is not None and core.state is JobState.PENDING:
+        staged.events.append(JobCancelled(it.job_id))
+        tx.set_job(
+            it.job_id, cancel_requested=1, state=st.CANCELLED, reason="cancelled", ended_at=now
+        )
+        tx.log(now, it.job_id, "cancel", "", "removed from its queue")
+        staged.replies.append((it.future, st.CANCELLED))
+    else:
+        staged.replies.append((it.future, CancelError(f"job {it.job_id} has already ended")))
+
+
+def write_observation(
+    rec: Reconciler, tx: st.Tx, it: AttemptExit | Ack | NodeEvent, now: float, staged: Staged
+) -> None:
+    if isinstance(it, AttemptExit):
+        write_exit(rec, tx, it, now, staged)
+    elif isinstance(it, Ack):
+        live = rec.live.get(it.job_id)
+        if live is not None and live.attempt == it.attempt and not live.orphan:
+            tx.log(now, it.job_id, "checkpoint-ack", "", f"attempt {it.attempt}")
+            staged.events.append(CheckpointAck(it.job_id))
+    else:  # the core stops (and requeues) what ran there
+        tx.log(now, None, "node-up" if it.up else "node-down", "", escape(it.node))
+        staged.events.append(NodeUp(it.node) if it.up else NodeDown(it.node))
+
+
+def write_exit(rec: Reconciler, tx: st.Tx, ev: AttemptExit, now: float, staged: Staged) -> None:
+    live = rec.live.get(ev.job_id)
+    if live is None or live.attempt != ev.attempt:
+        return  # a stale report (an earlier attempt, or a job already settled)
+    jid = ev.job_id
+    code = exit_code(ev.codes)
+    tx.set_attempt(jid, ev.attempt, state="exited", ended_at=now, exit_codes=list(ev.codes))
+    msg = f"attempt {ev.attempt} exited with {list(ev.codes)}"
+    tx.log(now, jid, "exited", "oom" if ev.oom else "", msg)
+    staged.exits += 1
+
+    def forget(v: Live = live) -> None:
+        if rec.live.get(jid) is v:
+            del rec.live[jid]
+        rec.telemetry.released(v.launch)
+        # persisted now: a record the launcher had to spool is no longer needed
+        forget_spooled_exits(v.launch.attempt_dir, len(v.launch.members))
+
+    staged.effects.append(forget)
+    if live.orphan:
+        settle_orphan(tx, live, jid, ev, now, staged)
+        return
+    if live.cancel:
+        staged.events.append(JobCancelled(jid))
+        tx.set_job(jid, state=st.CANCELLED, ended_at=now, exit_code=code)
+    elif live.stopping:
+        staged.events.append(JobStopped(jid))  # the core requeues it or ends it
+        tx.set_job(jid, exit_code=code)
+    else:
+        staged.events.append(JobFinished(jid, ev.succeeded))
+        if ev.succeeded:
+            tx.set_job(jid, state=st.DONE, ended_at=now, exit_code=code, reason="", message="")
+        elif ev.codes:
+            reason, msg = failure(ev, live, msg)
+            tx.set_job(
+                jid, state=st.FAILED, ended_at=now, exit_code=code, reason=reason, message=msg
+            )
+        else:  # never started (launch or device error): keep the message that says why
+            tx.set_job(jid, state=st.FAILED, ended_at=now)
+
+
+def settle_orphan(
+    tx: st.Tx, live: Live, jid: str, ev: AttemptExit, now: float, staged: Staged
+) -> None:
+    """An attempt that ended while the control plane was down (see recovery.py), or one whose
+    processes were killed before anything else ran on its GPUs (a half-spawned gang, a member
+    whose launcher died): not in the scheduler, settled here."""
+    lost = any(c is None for c in ev.codes)
+    code = exit_code(ev.codes)
+    if live.cancel:
+        tx.set_job(jid, state=st.CANCELLED, ended_at=now, exit_code=code)
+    elif (lost or (live.stopping and live.requeue)) and live.attempt < live.spec.max_attempts:
+        why = "lost while the control plane was down" if lost else "stopped for requeue"
+        tx.set_job(jid, state=st.PENDING, attempt=live.attempt + 1, started_at=None)
+        tx.log(now, jid, "requeued", "recovery", f"attempt {live.attempt} {why}")
+        staged.events.append(JobSubmitted(live.spec.to_job(jid, now)))
+    elif lost:
+        why = f"attempt {live.attempt} lost and max_attempts ({live.spec.max_attempts}) used"
+        tx.set_job(jid, state=st.FAILED, ended_at=now, reason="lost", message=why)
+    elif live.stopping:
+        tx.set_job(jid, state=st.FAILED, ended_at=now, exit_code=code)
+    elif ev.succeeded:
+        tx.set_job(jid, state=st.DONE, ended_at=now, exit_code=code)
+    else:
+        reason, msg = failure(ev, live, f"attempt {ev.attempt} exited with {list(ev.codes)}")
+        tx.set_job(jid, state=st.FAILED, ended_at=now, exit_code=code, reason=reason, message=msg)
+
+
+def exit_code(codes: tuple[int | None, ...]) -> int | None:
+    known = [c for c in codes if c is not None]
+    bad = [c for c in known if c != 0]
+    return bad[0] if bad else (0 if known and len(known) == len(codes) else None)
+
+
+def failure(ev: AttemptExit, live: Live, msg: str) -> tuple[str, str]:
+    """(reason, message) of an attempt that failed on its own: ``oom`` when the executor saw
+    the memory limit's OOM killer end a member, else ``exit-code``."""
+    if not ev.oom:
+        return "exit-code", msg
+    limit = live.launch.limits.mem_bytes
+    over = f" (over its memory limit of {limit / (1 << 20):g} MiB)" if limit else ""
+    return "oom", f"attempt {ev.attempt}: killed by the out-of-memory killer{over}; {msg}"

@@ -1,0 +1,52 @@
+"""One ``Launch`` per attempt, built the same way for a new bind and for recovery's adopt.
+
+What the job gets from its tenant and its submit request: the Unix user (``run_as`` of its
+tenant, else the default), the limits per member (``--cpus``, ``--mem``, the configured pids
+limit), its command, cwd and environment. The environment here is the job's own ``--env`` plus
+the server variables named by ``control.job_env_inherit``; the executor adds the allow-listed
+part of its own environment and gpufence's variables (``executors/memberenv.py``).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+from gpufence.control.config import ControlConfig
+from gpufence.control.executors.interface import Launch, Limits, Member
+from gpufence.control.executors.jobdirs import JOBS_DIR
+from gpufence.control.executors.memberenv import inherited_env
+from gpufence.control.jobspec import SubmitRequest
+
+
+def job_dir(data_dir: Path, job_id: str) -> Path:
+    return data_dir / JOBS_DIR / job_id
+
+
+def launch_for(
+    config: ControlConfig,
+    data_dir: Path,
+    job_id: str,
+    attempt: int,
+    tenant: str,
+    spec: SubmitRequest,
+    members: Sequence[Member],
+) -> Launch:
+    jdir = job_dir(data_dir, job_id)
+    env = inherited_env(os.environ, config.job_env_inherit) if config.job_env_inherit else {}
+    # NVML (discovery) numbers GPUs in PCI bus order; make CUDA agree
+    env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
+    env.update(spec.env)
+    return Launch(
+        job_id=job_id,
+        attempt=attempt,
+        command=tuple(spec.command),
+        env=env,
+        members=tuple(members),
+        attempt_dir=jdir / f"attempt-{attempt}",
+        checkpoint_dir=jdir / "checkpoints",
+        cwd=Path(spec.cwd) if spec.cwd else None,
+        run_as=config.run_as_for(tenant),
+        limits=Limits(cpus=spec.cpus, mem_bytes=spec.mem_bytes, pids=config.job_pids_limit),
+    )

@@ -1,0 +1,177 @@
+"""Issue 11, cases 1 and 6: hostile requests get a 422 naming the field (or 413 / 404), never a
+500, and never leave anything in the store that could break a later call or a restart.
+
+Real server on 127.0.0.1 (``server`` fixture); bodies sent as raw bytes where JSON itself is the
+attack (``1e400`` parses as infinity, ``NaN``, ``"\\ud800"``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+import pytest
+from api_helpers import ADMIN, Server, call, wait_state
+
+from gpufence.cli.up import escape_control_characters
+from gpufence.control.jobspec import escape
+
+PROBLEM = "application/problem+json"
+
+
+def post_raw(server: Server, raw: bytes, headers: dict[str, str] | None = None) -> Any:
+    return call(server, "POST", "/v1/jobs", raw=raw, headers=headers)
+
+
+def job_count(server: Server) -> int:
+    status, out, _ = call(server, "GET", "/v1/jobs?limit=10000")
+    assert status == 200, out
+    return len(out["jobs"])
+
+
+def invalid(out: Any, headers: Any, field: str) -> None:
+    assert headers["content-type"] == PROBLEM, headers
+    assert out["type"] == "urn:gpufence:problem:invalid" and out["status"] == 422, out
+    assert out["field"].startswith(field), (field, out)
+    assert set(out) >= {"type", "title", "status", "detail", "field", "errors"}
+
+
+NUMBERS = [
+    (b'{"command": ["true"], "est_runtime_s": 1e400}', "body.est_runtime_s"),
+    (b'{"command": ["true"], "est_runtime_s": NaN}', "body.est_runtime_s"),
+    (b'{"command": ["true"], "est_runtime_s": -Infinity}', "body.est_runtime_s"),
+    (b'{"command": ["true"], "est_runtime_s": 1e300}', "body.est_runtime_s"),
+    (b'{"command": ["true"], "gpu_fraction": 0.5, "gpu_mem_gib": 1e308}', "body.gpu_mem_gib"),
+    (b'{"command": ["true"], "gpu_fraction": NaN}', "body.gpu_fraction"),
+    (b'{"command": ["true"], "gpus": 1e400}', "body.gpus"),
+    (b'{"command": ["true"], "priority": 100000000000000000000000}', "body.priority"),
+]
+
+
+@pytest.mark.parametrize(("raw", "field"), NUMBERS, ids=[f for _r, f in NUMBERS])
+def test_non_finite_and_out_of_range_numbers_are_422(
+    server: Server, raw: bytes, field: str
+) -> None:
+    before = job_count(server)
+    status, out, headers = post_raw(server, raw)
+    assert status == 422, out
+    invalid(out, headers, field)
+    assert job_count(server) == before, "nothing was stored"
+
+
+STRINGS = [
+    ({"command": ["\ud800"]}, "body.command.0", "surrogate"),
+    ({"command": ["echo", "a\x00b"]}, "body.command.1", "NUL"),
+    ({"command": ["echo", "\x1b[2J"]}, "body.command.1", "control"),
+    ({"command": [""]}, "body.command", "empty"),
+    ({"command": ["true"], "cwd": "relative/dir"}, "body.cwd", "absolute"),
+    ({"command": ["true"], "cwd": "/tmp\nFORGED LOG LINE"}, "body.cwd", "control"),
+    ({"command": ["true"], "cwd": "/nonexistent/gpufence-test"}, "body.cwd", "not a directory"),
+    ({"command": ["true"], "env": {"FOO\n": "x"}}, "body.env", "not a valid"),
+    ({"command": ["true"], "env": {"FOO": "a\x00b"}}, "body.env.FOO", "NUL"),
+    ({"command": ["true"], "env": {"\ud800": "x"}}, "body.env", "surrogate"),
+    ({"command": ["true"], "name": "bad\nname"}, "body.name", "control"),
+    ({"command": ["true"], "queue": "\ud800"}, "body.queue", "surrogate"),
+    ({"command": ["true"] * 5000}, "body.command", "at most"),
+]
+
+
+@pytest.mark.parametrize(("body", "field", "words"), STRINGS, ids=[w for _b, _f, w in STRINGS])
+def test_bad_strings_are_422_naming_the_field(
+    server: Server, body: dict[str, Any], field: str, words: str
+) -> None:
+    before = job_count(server)
+    # json.dumps escapes a lone surrogate as \ud800: exactly what a hostile client sends
+    status, out, headers = post_raw(server, json.dumps(body).encode())
+    assert status == 422, out
+    invalid(out, headers, field)
+    said = " ".join(e["message"] for e in out["errors"])
+    assert words in said or (words == "surrogate" and "unicode" in said), out
+    assert job_count(server) == before
+
+
+def test_lists_and_cli_keep_working_after_hostile_submits(server: Server) -> None:
+    post_raw(server, json.dumps({"command": ["\ud800"], "name": "\ud800"}).encode())
+    for path in ("/v1/jobs", "/v1/jobs?state=pending", "/v1/events"):
+        status, out, _ = call(server, "GET", path)
+        assert status == 200, (path, out)
+
+
+def test_a_spec_stored_by_an_older_version_does_not_break_reads(server: Server) -> None:
+    """Before validation existed a lone surrogate and an infinite estimate got stored; every
+    list call then answered 500 for good. Reads must survive such a row."""
+    with server.plane.store.transaction() as tx:
+        jid = tx.add_job(
+            tenant="admin",
+            spec={"command": ["\ud800"], "est_runtime_s": float("inf"), "name": "\ud800"},
+            workload_class="training",
+            partition="",
+            queue="",
+            submitted_at=1.0,
+        )
+        tx.set_job(jid, state="failed")
+    status, out, _ = call(server, "GET", "/v1/jobs?limit=10000")
+    assert status == 200, out
+    row = next(j for j in out["jobs"] if j["id"] == jid)
+    assert row["spec"]["command"] == ["\\ud800"] and row["spec"]["est_runtime_s"] is None
+    assert call(server, "GET", f"/v1/jobs/{jid}")[0] == 200
+
+
+def test_request_size_limit_is_413(server: Server) -> None:
+    big = json.dumps({"command": ["echo", "x" * (2 << 20)]}).encode()
+    status, out, headers = post_raw(server, big)
+    assert status == 413, out
+    assert headers["content-type"] == PROBLEM and "larger than" in out["detail"]
+    status, out, _ = post_raw(server, json.dumps({"command": ["echo", "x" * 1000]}).encode())
+    assert status == 201, out
+
+
+@pytest.mark.parametrize(
+    ("path", "status_code"),
+    [
+        ("/v1/jobs?after=9223372036854775808", 422),
+        ("/v1/jobs?after=99999999999999999999999", 422),
+        ("/v1/jobs?after=9223372036854775807", 200),
+        ("/v1/events?after=9223372036854775808", 422),
+        ("/v1/jobs/j1/logs?offset=9223372036854775808", 422),
+        ("/v1/jobs/j1/logs?attempt=99999999999999999999", 422),
+        ("/v1/jobs?partition=%ED%A0%80", 200),  # invalid UTF-8 decodes to U+FFFD
+        ("/v1/jobs?partition=a%00b", 422),
+        ("/v1/jobs/%ED%A0%80", 404),
+        ("/v1/jobs/j99999999999999999999999", 404),
+        ("/v1/jobs/..%2F..%2Fetc", 404),
+        ("/v1/events?job=%00", 422),
+    ],
+)
+def test_hostile_queries_and_paths(server: Server, path: str, status_code: int) -> None:
+    status, out, headers = call(server, "GET", path)
+    assert status == status_code, (path, out)
+    if status >= 400:
+        assert headers["content-type"] == PROBLEM and out["status"] == status
+
+
+def test_log_lines_escape_user_text() -> None:
+    assert escape("/tmp\n2025-01-01 INFO forged") == "/tmp\\x0a2025-01-01 INFO forged"
+    assert escape("\ud800x") == "\\ud800x"
+    assert escape("naïve é") == "naïve é"
+    record = logging.LogRecord("gpufence", logging.ERROR, "f", 1, "cwd %s", ("/a\nb",), None)
+    assert escape_control_characters(record)
+    assert record.getMessage() == "cwd /a\\x0ab"
+
+
+def test_idempotency_key_returns_the_same_job(server: Server) -> None:
+    body = json.dumps({"command": ["true"], "name": "idem"}).encode()
+    key = {"Idempotency-Key": "test-key-0001"}
+    status, first, _ = post_raw(server, body, key)
+    assert status == 201, first
+    status, again, _ = post_raw(server, body, key)
+    assert status == 200 and again["id"] == first["id"], again
+    other = json.dumps({"command": ["false"]}).encode()
+    status, out, _ = post_raw(server, other, key)
+    assert status == 422 and out["field"] == "header.Idempotency-Key", out
+    status, out, _ = post_raw(server, body, {"Idempotency-Key": "bad key with spaces"})
+    assert status == 422 and out["field"] == "header.Idempotency-Key"
+    wait_state(server, first["id"], ("done",))
+    listed = call(server, "GET", "/v1/jobs?limit=10000", ADMIN)[1]["jobs"]
+    assert sum(j["name"] == "idem" for j in listed) == 1

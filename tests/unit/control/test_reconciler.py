@@ -1,0 +1,260 @@
+"""The reconciler over a fake executor and a real SQLite store, one cycle at a time.
+
+* persistence order: every decision is committed before the executor is asked to act on it
+  (the hooks of the fake executor read the store, as an API thread would, during the call);
+* exits reach the store (state, exit code, the attempt's record) and free the GPUs at once;
+* the preemption handshake: notice -> ack -> stop -> exit -> requeue as the next attempt;
+* cancel of a pending, a running and an ended job;
+* recovery after a crash: adopted attempts are not started again, ended ones are settled, lost
+  ones come back as their next attempt, a pending stop is sent again.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpufence.control.executors.interface import Launch
+from gpufence.control.gpus.discovery import fake_gpus, node_spec
+from gpufence.control.inbox import CancelError
+from gpufence.control.store import database as st
+from gpufence.testing.fake_executor import NoticeCall, StopCall
+from gpufence.testing.reconciler_rig import ReconcilerRig
+
+SERVE = {"command": ["serve"], "class": "serving"}
+
+
+def shared(gpus: int) -> dict[str, Any]:
+    """One node of ``gpus`` fake GPUs, one exclusive partition for every class."""
+    return node_spec(fake_gpus(gpus))
+
+
+def fenced() -> dict[str, Any]:
+    """4 GPUs: a serving fence of one GPU that may preempt checkpointable training (grace 10 s,
+    budget 2 an hour), training on the other three."""
+    spec = copy.deepcopy(shared(4))
+    group = spec["node_groups"][0]["name"]
+    incident = {"mode": "incident-only", "from": ["training"], "budget": 2, "window_s": 3600}
+    spec["partitions"] = {
+        "serving": {
+            "gpus": [f"{group}:0"],
+            "admits": ["serving"],
+            "backfill": False,
+            "preemption": {**incident, "min_runtime_s": 0, "grace_s": 10},
+        },
+        "training": {"gpus": [f"{group}:1-3"], "admits": ["training"]},
+    }
+    spec.pop("queues", None)
+    return spec
+
+
+# ---------------------------------------------------------------------- persistence order
+def test_a_bind_is_committed_before_the_executor_starts_it(tmp_path: Path) -> None:
+    rig = ReconcilerRig.make(tmp_path, shared(4))
+    seen: list[tuple[str, str | None, list[str]]] = []
+
+    def at_start(launch: Launch) -> None:
+        att = rig.attempt(launch.job_id, launch.attempt)
+        row = rig.job(launch.job_id)
+        seen.append((row.state, att.state if att else None, rig.event_kinds(launch.job_id)))
+
+    rig.ex.on_start = at_start
+    res = rig.submit(command=["train"], gpus=2)
+    assert seen == [(st.STARTING, st.STARTING, ["submitted", "bind"])]
+    (launch,) = rig.ex.launches
+    assert [m.devices for m in launch.members] == [("0", "1")]
+    assert launch.attempt_dir == tmp_path / "jobs" / res.job_id / "attempt-1"
+    # the executor said it started: that is committed after the call
+    assert res.state == st.RUNNING
+    assert rig.job(res.job_id).state == st.RUNNING
+    att = rig.attempt(res.job_id, 1)
+    assert att is not None and att.state == st.RUNNING
+
+
+def test_notice_and_stop_are_committed_before_they_are_sent(tmp_path: Path) -> None:
+    rig = ReconcilerRig.make(tmp_path, fenced())
+    rig.submit(**SERVE)
+    train = rig.submit(command=["train"], gpus=3, checkpointable=True).job_id
+    at_notice: list[tuple[str, str, list[str]]] = []
+    at_stop: list[tuple[str, str | None, bool | None, list[str]]] = []
+
+    def notice(call: NoticeCall) -> None:
+        row = rig.job(call.job_id)
+        at_notice.append((row.state, row.message, rig.event_kinds(call.job_id)))
+
+    def stop(call: StopCall) -> None:
+        row, att = rig.job(call.job_id), rig.attempt(call.job_id, call.attempt)
+        assert att is not None
+        at_stop.append((row.state, att.stop_reason, att.requeue, rig.event_kinds(call.job_id)))
+
+    rig.ex.on_notice, rig.ex.on_stop = notice, stop
+    surge = rig.submit(**SERVE)  # the serving fence is full: its 2nd replica needs the gang
+    assert surge.state == st.PENDING and surge.reason == "waiting-for-preemption"
+    assert [(n.job_id, n.reason, n.deadline_unix) for n in rig.ex.notices] == [
+        (train, "incident-preemption", rig.now + 10)
+    ]
+    ((state, message, kinds),) = at_notice
+    assert state == st.RUNNING and message.startswith("notice: ")
+    assert kinds[-1] == "notice"
+
+    rig.ex.ack(train)
+    rig.cycle()
+    assert at_stop == [
+        (
+            st.STOPPING,
+            "incident-preemption",
+            True,
+            ["submitted", "bind", "notice", "checkpoint-ack", "stop"],
+        )
+    ]
+    assert rig.ex.stops == [StopCall(train, 1, rig.config.stop_grace_s)]
+
+    rig.ex.exit(train, 1, (-15,))  # it checkpointed and ended on SIGTERM
+    rig.cycle()
+    row = rig.job(train)
+    assert (row.state, row.attempt, row.exit_code) == (st.PENDING, 2, -15)
+    assert rig.event_kinds(train)[-2:] == ["exited", "requeue"]
+    assert rig.ex.calls[-1] == f"start {surge.job_id}/1"  # its GPUs went to the surge at once
+
+
+def test_a_notice_without_ack_becomes_a_stop_at_its_deadline(tmp_path: Path) -> None:
+    rig = ReconcilerRig.make(tmp_path, fenced())
+    rig.submit(**SERVE)
+    train = rig.submit(command=["train"], gpus=3, checkpointable=True).job_id
+    rig.submit(**SERVE)
+    assert rig.ex.calls[-1] == f"notice {train}/1"
+    rig.advance(9.0)
+    rig.cycle()
+    assert rig.ex.stops == []
+    rig.advance(1.0)
+    rig.cycle()  # nothing in the inbox: the deadline alone wakes the cycle
+    assert rig.ex.stops == [StopCall(train, 1, rig.config.stop_grace_s)]
+    assert rig.job(train).state == st.STOPPING
+
+
+# ---------------------------------------------------------------------- exits
+@pytest.mark.parametrize(
+    ("codes", "state", "exit_code", "reason"),
+    [
+        ((0,), st.DONE, 0, ""),
+        ((3,), st.FAILED, 3, "exit-code"),
+        ((0, -9), st.FAILED, -9, "exit-code"),
+        ((0, None), st.FAILED, None, "exit-code"),
+    ],
+    ids=["ok", "code-3", "gang-member-killed", "gang-member-unknown"],
+)
+def test_an_exit_reaches_the_store_and_frees_the_gpus(
+    tmp_path: Path, codes: tuple[int | None, ...], state: str, exit_code: int | None, reason: str
+) -> None:
+    rig = ReconcilerRig.make(tmp_path, shared(4))
+    first = rig.submit(command=["train"], gpus=2, replicas=len(codes)).job_id
+    waiting = rig.submit(command=["train"], gpus=4).job_id
+    assert rig.job(waiting).state == st.PENDING
+    rig.advance(30.0)
+    rig.ex.exit(first, 1, codes)
+    rig.cycle()
+    row = rig.job(first)
+    assert (row.state, row.exit_code, row.reason, row.ended_at) == (
+        state,
+        exit_code,
+        reason,
+        rig.now,
+    )
+    att = rig.attempt(first, 1)
+    assert att is not None
+    assert (att.state, att.exit_codes, att.ended_at) == ("exited", list(codes), rig.now)
+    assert rig.ex.calls[-1] == f"start {waiting}/1"  # in the same cycle
+    assert rig.job(waiting).state == st.RUNNING
+
+
+def test_a_stale_exit_changes_nothing(tmp_path: Path) -> None:
+    rig = ReconcilerRig.make(tmp_path, shared(2))
+    jid = rig.submit(command=["train"]).job_id
+    rig.ex.exit(jid, 1, (0,))
+    rig.cycle()
+    before, events = rig.job(jid), rig.event_kinds(jid)
+    rig.ex.exit(jid, 1, (1,), strict=False)  # a second report of the same attempt
+    rig.cycle()
+    assert (rig.job(jid), rig.event_kinds(jid)) == (before, events)
+
+
+# ---------------------------------------------------------------------- cancel
+def test_cancel_a_pending_job_removes_it_without_the_executor(tmp_path: Path) -> None:
+    rig = ReconcilerRig.make(tmp_path, shared(2))
+    first = rig.submit(command=["train"], gpus=2).job_id
+    waiting = rig.submit(command=["train"], gpus=2).job_id
+    calls = list(rig.ex.calls)
+    assert rig.cancel(waiting) == st.CANCELLED
+    row = rig.job(waiting)
+    assert (row.state, row.cancel_requested, row.ended_at) == (st.CANCELLED, True, rig.now)
+    assert rig.ex.calls == calls
+    rig.ex.exit(first, 1, (0,))
+    rig.cycle()
+    assert f"start {waiting}/1" not in rig.ex.calls  # it left the queue too
+
+
+def test_cancel_a_running_job_stops_it_once_and_ends_it_cancelled(tmp_path: Path) -> None:
+    rig = ReconcilerRig.make(tmp_path, shared(2))
+    jid = rig.submit(command=["train"], gpus=2).job_id
+    at_stop: list[tuple[str, bool]] = []
+    rig.ex.on_stop = lambda call: at_stop.append(
+        (rig.job(call.job_id).state, rig.job(call.job_id).cancel_requested)
+    )
+    assert rig.cancel(jid) == st.STOPPING
+    assert at_stop == [(st.STOPPING, True)]
+    assert rig.cancel(jid) == st.STOPPING  # asked again: no second stop
+    assert rig.ex.stops == [StopCall(jid, 1, rig.config.stop_grace_s)]
+    rig.ex.exit(jid, 1, (-15,))
+    rig.cycle()
+    row = rig.job(jid)
+    assert (row.state, row.exit_code) == (st.CANCELLED, -15)
+    with pytest.raises(CancelError, match="already ended"):
+        rig.cancel(jid)
+
+
+# ---------------------------------------------------------------------- recovery
+def test_recovery_adopts_what_runs_settles_what_ended_and_requeues_what_was_lost(
+    tmp_path: Path,
+) -> None:
+    spec = shared(4)
+    rig = ReconcilerRig.make(tmp_path, spec)
+    alive, ended, stopping, lost = (rig.submit(command=["t"]).job_id for _ in range(4))
+    waiting = rig.submit(command=["t"], gpus=2).job_id
+    assert rig.cancel(stopping) == st.STOPPING
+    assert rig.job(waiting).state == st.PENDING
+
+    # kill -9 of the control plane; the processes of `alive` and `stopping` survive it
+    new, counts = rig.restart(spec, adopt={(alive, 1): True, (ended, 1): (0,), (stopping, 1): True})
+    assert counts == {"pending": 1, "adopted": 2, "ended-while-down": 2, "invalid": 0}
+    assert new.ex.calls == [
+        f"adopt {alive}/1",
+        f"adopt {ended}/1",
+        f"exit {ended}/1",
+        f"adopt {stopping}/1",
+        f"adopt {lost}/1",
+        f"exit {lost}/1",
+    ]
+    new.cycle()  # recovery's findings, then the exits of the two gone attempts
+    assert new.job(alive).state == st.RUNNING
+    assert (new.job(ended).state, new.job(ended).exit_code) == (st.DONE, 0)
+    assert new.ex.stops == [StopCall(stopping, 1, new.config.stop_grace_s)]  # sent again
+    row = new.job(lost)
+    assert (row.state, row.attempt) == (st.PENDING, 2)  # requeued behind the waiting job
+    assert "requeued" in new.event_kinds(lost)
+    # the two GPUs that the gone attempts held went to the job that waited for them; nothing
+    # that still runs was started again
+    assert [c for c in new.ex.calls if c.startswith("start ")] == [f"start {waiting}/1"]
+
+    # the adopted attempts are the scheduler's again: their exits settle them as usual
+    new.ex.exit(alive, 1, (0,))
+    new.ex.exit(stopping, 1, (-15,))
+    new.cycle()
+    assert new.job(alive).state == st.DONE
+    assert new.job(stopping).state == st.CANCELLED
+    assert new.ex.calls[-1] == f"start {lost}/2"  # the lost attempt is replaced by the next one
+    new.ex.exit(lost, 1, (0,), strict=False)  # a late report of the lost attempt: ignored
+    new.cycle()
+    assert (new.job(lost).state, new.job(lost).attempt) == (st.RUNNING, 2)

@@ -1,0 +1,61 @@
+"""Real Unix users for tests: created with ``useradd`` under unique names, removed afterwards.
+
+Several test sessions may share the machine, so every name carries this process's pid and a
+random suffix. Needs root and ``useradd``; otherwise the test is skipped with the reason.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pwd
+import secrets
+import shutil
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+
+
+@dataclass(frozen=True)
+class User:
+    name: str
+    uid: int
+    gid: int
+
+
+def _need_root() -> None:
+    if os.geteuid() != 0:
+        pytest.skip("creating Unix users for run_as needs root")
+    if shutil.which("useradd") is None or shutil.which("userdel") is None:
+        pytest.skip("useradd/userdel are not installed")
+
+
+@contextlib.contextmanager
+def unix_users(*suffixes: str) -> Iterator[list[User]]:
+    """One new user per suffix (``gf<pid><rand><suffix>``, no home, no login shell)."""
+    _need_root()
+    tag = f"gf{os.getpid()}{secrets.token_hex(2)}"
+    made: list[str] = []
+    try:
+        for s in suffixes:
+            name = f"{tag}{s}"
+            subprocess.run(
+                [
+                    "useradd",
+                    "--no-create-home",
+                    "--user-group",
+                    "--shell",
+                    "/usr/sbin/nologin",
+                    name,
+                ],
+                check=True,
+                capture_output=True,
+            )
+            made.append(name)
+        yield [User(n, pwd.getpwnam(n).pw_uid, pwd.getpwnam(n).pw_gid) for n in made]
+    finally:
+        for name in made:
+            subprocess.run(["userdel", name], check=False, capture_output=True)
+            subprocess.run(["groupdel", name], check=False, capture_output=True)
