@@ -25,8 +25,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from strategies import World, worlds
 
+from gpufence.model.cluster import Cluster
 from gpufence.model.decisions import Decision, Notice, Reason, Reject
-from gpufence.model.events import Event, JobSubmitted
+from gpufence.model.events import CheckpointAck, Event, JobStopped, JobSubmitted, Tick
 from gpufence.model.job import WorkloadClass
 from gpufence.model.partition import LendingRule, PreemptionMode, PreemptionPolicy
 from gpufence.sched.admission import quota_blocks
@@ -41,7 +42,7 @@ from gpufence.sched.victims import (
     victims_for,
 )
 from gpufence.state.ledger import charge_milli
-from gpufence.testing.builders import ClusterBuilder
+from gpufence.testing.builders import ClusterBuilder, job
 
 SCALE = float(os.environ.get("GPUFENCE_PROP_SCALE", "1"))
 TRACE = os.environ.get("GPUFENCE_TRACE", "")  # a file: the failing run is pickled there
@@ -334,3 +335,54 @@ def test_guarantees_where_lending_meets_protection(world: World, data: st.DataOb
 @given(world=worlds(), data=st.data())
 def test_routing_completeness(world: World, data: st.DataObject) -> None:
     drive(world, data, 15, [routing_completeness])
+
+
+def _lend_cluster() -> Cluster:
+    """serve: one node of 4 GPUs, all lent to train (two nodes of 4), incident preemption."""
+    pol = PreemptionPolicy(
+        mode=PreemptionMode.INCIDENT_ONLY,
+        from_partitions=("train",),
+        budget=8,
+        min_runtime_s=600.0,
+        grace_s=120.0,
+    )
+    rule = LendingRule(to=("train",), cap_gpus=4, reclaim_deadline_s=120.0)
+    return (
+        ClusterBuilder()
+        .nodes("s", 1, gpus=4)
+        .nodes("t", 2, gpus=4)
+        .partition(
+            "serve",
+            ["s"],
+            admits=frozenset({WorkloadClass.SERVING}),
+            preemption=pol,
+            lending=(rule,),
+        )
+        .partition("train", ["t"], admits=frozenset({WorkloadClass.TRAINING}))
+        .build()
+    )
+
+
+def test_guarantees_hold_on_the_reclaim_stream_of_issue_13() -> None:
+    """The stream that found reclaim taking too much (issue 13 item 2), with every check after
+    every step: two serving replicas of 2 GPUs arrive a cycle apart in a fence whose 4 GPUs are
+    lent to checkpointable ck1 and ck2 (the training fence full with its own jobs)."""
+    sched = Scheduler(_lend_cluster(), SchedulerConfig(validate=True))
+    own = [job(f"own{i}").gpus(4).build() for i in range(2)]
+    ck = [job(f"ck{i}").gpus(2).checkpointable().build() for i in (1, 2)]
+    serving = [job(f"r{i}").gpus(2).cls("serving").build() for i in (1, 2)]
+    stream: list[tuple[float, list[Event]]] = [
+        (0.0, [JobSubmitted(j) for j in (*own, *ck)]),
+        (100.0, [JobSubmitted(serving[0])]),
+        (110.0, [JobSubmitted(serving[1])]),
+        (130.0, [CheckpointAck("ck1")]),
+        (131.0, [JobStopped("ck1")]),
+        (230.0, [Tick()]),
+        (231.0, [JobStopped("ck2")]),
+    ]
+    checks: list[Check] = [work_conservation, protection_liveness, minimal_reclaim]
+    for now, events in stream:
+        decisions = sched.step(events, now)
+        for check in checks:
+            check(sched, events, decisions, now)
+    assert all(sched.job(f"r{i}").state is JobState.RUNNING for i in (1, 2))
