@@ -43,6 +43,7 @@ from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from gpufence.control.config import ADMIN, cluster_from_spec_dict, control_config
+from gpufence.control.executors.launcher import started_file
 from gpufence.control.executors.ray.local_cluster import LocalNode, local_ray_cluster
 from gpufence.control.executors.ray.nodes import auto_names, cluster_spec, nodes_now
 from gpufence.control.executors.ray.ray_executor import RayExecutor
@@ -122,7 +123,7 @@ def run_gpufence(
             ts = time.time()
             jid = plane.submit(SubmitRequest(command=["true"], gpus=1), ADMIN).job_id
             _wait(plane, [jid], 30)
-            started = plane.log_path(jid, 1).with_suffix(".started")
+            started = started_file(plane.log_path(jid, 1).parent, 0)
             lat.append(json.loads(started.read_text())["exec_unix"] - ts)
     finally:
         plane.close(kill_jobs=True)

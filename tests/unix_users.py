@@ -11,6 +11,7 @@ import os
 import pwd
 import secrets
 import shutil
+import signal
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -30,6 +31,15 @@ def _need_root() -> None:
         pytest.skip("creating Unix users for run_as needs root")
     if shutil.which("useradd") is None or shutil.which("userdel") is None:
         pytest.skip("useradd/userdel are not installed")
+
+
+def _kill_processes_of(uid: int) -> None:
+    """SIGKILL what still runs as this test's own throw-away user (a failed test's job)."""
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with contextlib.suppress(OSError):
+                if os.stat(f"/proc/{entry}").st_uid == uid:
+                    os.kill(int(entry), signal.SIGKILL)
 
 
 @contextlib.contextmanager
@@ -57,5 +67,6 @@ def unix_users(*suffixes: str) -> Iterator[list[User]]:
         yield [User(n, pwd.getpwnam(n).pw_uid, pwd.getpwnam(n).pw_gid) for n in made]
     finally:
         for name in made:
+            _kill_processes_of(pwd.getpwnam(name).pw_uid)  # else userdel refuses: a leak
             subprocess.run(["userdel", name], check=False, capture_output=True)
             subprocess.run(["groupdel", name], check=False, capture_output=True)

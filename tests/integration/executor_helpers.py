@@ -11,6 +11,8 @@ import time
 from pathlib import Path
 
 from gpufence.control.executors import AttemptExit, Launch, Member
+from gpufence.control.executors.interface import Limits, RunAs
+from gpufence.control.executors.launcher import records_dir
 from gpufence.control.executors.local.local_executor import LocalExecutor
 from gpufence.testing.waiting import file_appears
 
@@ -44,6 +46,8 @@ def make_launch(
     members: tuple[Member, ...] = (Member(0, "node-a", ("0",)),),
     env: dict[str, str] | None = None,
     cwd: Path | None = None,
+    limits: Limits | None = None,
+    run_as: RunAs | None = None,
 ) -> Launch:
     if command is None:
         assert script is not None
@@ -58,6 +62,8 @@ def make_launch(
         attempt_dir=jdir / f"attempt-{attempt}",
         checkpoint_dir=jdir / "checkpoints",
         cwd=cwd,
+        limits=limits or Limits(),
+        run_as=run_as,
     )
 
 
@@ -97,7 +103,9 @@ def group_gone(pgid: int, timeout: float = 1.0) -> bool:
 
 
 def recorded(launch: Launch, rank: int, kind: str) -> dict[str, float]:
-    data: dict[str, float] = json.loads((launch.attempt_dir / f"rank-{rank}.{kind}").read_text())
+    """The launcher's ``rank-R.<kind>`` record (pid, started, exit) of ``launch``."""
+    path = records_dir(launch.attempt_dir) / f"rank-{rank}.{kind}"
+    data: dict[str, float] = json.loads(path.read_text())
     return data
 
 

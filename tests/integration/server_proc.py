@@ -11,6 +11,7 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
+from gpufence.control.executors.launcher import records_dir
 from gpufence.control.http.client import Client
 from gpufence.testing.waiting import until
 
@@ -73,10 +74,14 @@ def attempt_dir(data: Path, job: str, attempt: int) -> Path:
     return data / "jobs" / job / f"attempt-{attempt}"
 
 
+def record_file(data: Path, job: str, attempt: int, rank: int, kind: str) -> Path:
+    """The launcher's ``rank-R.<kind>`` record (pid, started, exit): in the attempt's records
+    directory (the control plane's, ``launcher.records_dir``)."""
+    return records_dir(attempt_dir(data, job, attempt)) / f"rank-{rank}.{kind}"
+
+
 def record(data: Path, job: str, attempt: int, rank: int, kind: str) -> dict[str, object]:
-    out: dict[str, object] = json.loads(
-        (attempt_dir(data, job, attempt) / f"rank-{rank}.{kind}").read_text()
-    )
+    out: dict[str, object] = json.loads(record_file(data, job, attempt, rank, kind).read_text())
     return out
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -23,6 +24,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+CGROUP_PARENT = f"/gpufence-tenants-{os.getpid()}-{secrets.token_hex(3)}"
+"""The servers' cgroup parent (``control.containment.cgroup_parent``): this test process's own,
+removed by the server when it stops."""
 JOB_PY = "/usr/bin/python3"
 """The jobs' interpreter: readable by every user (the venv's lives under /root, mode 0700)."""
 

@@ -187,8 +187,8 @@ def test_metrics_are_prometheus_text(server: Server) -> None:
     assert status == 200
     assert headers["content-type"] == CONTENT_TYPE_LATEST
     assert "gpufence_queue_delay_seconds" in text
-    assert "gpufence_jobs" in text
-    assert 'gpufence_partition_gpus{kind="capacity",partition="shared"} 8.0' in text
+    assert 'gpufence_queue_pending_jobs{class="batch",partition="shared",queue="shared"}' in text
+    assert 'gpufence_partition_capacity_gpus{partition="shared"} 8.0' in text
 
 
 def test_nodes_and_partitions_shapes(server: Server) -> None:

@@ -19,7 +19,10 @@ from gpufence.control.executors.launcher import (
     SPOOL_ENV,
     atomic_write,
     exit_file,
+    private_spool,
+    records_dir,
     reserved_exit_record,
+    spool_file,
     write_exit_record,
 )
 from gpufence.control.executors.processes import forget_spooled_exits, recorded_exit
@@ -35,6 +38,7 @@ def disk(tmp_path: Path) -> Iterator[SmallDisk]:
 def _attempt(disk: SmallDisk) -> Path:
     adir = disk.path / "jobs" / "j1" / "attempt-1"
     adir.mkdir(parents=True)
+    records_dir(adir).mkdir()
     atomic_write(exit_file(adir, 0), reserved_exit_record())  # what the executor does at spawn
     assert recorded_exit(adir, 0) is None  # reserved: "not exited yet"
     return adir
@@ -78,3 +82,24 @@ def test_with_nowhere_to_write_it_keeps_the_code_until_it_can(
         disk.read_only(False)
     writer.join(10)
     assert got == ["reserved"] and recorded_exit(adir, 0) == 7
+
+
+def test_a_spool_someone_else_could_write_is_neither_read_nor_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``/dev/shm`` is writable by every user: a job that makes the spool directory first (or
+    one left group/other-writable) could plant exit records there to have a restarted control
+    plane settle an attempt as done. Such a spool is ignored (``launcher.private_spool``)."""
+    squat = tmp_path / "spool"
+    squat.mkdir()
+    squat.chmod(0o777)
+    monkeypatch.setenv(SPOOL_ENV, str(squat))
+    adir = tmp_path / "jobs" / "j1" / "attempt-1"
+    adir.mkdir(parents=True)
+    records_dir(adir).mkdir()
+    atomic_write(exit_file(adir, 0), reserved_exit_record())
+    (squat / spool_file(adir, 0).name).write_text('{"code": 0, "ended_unix": 1.0}\n')
+    assert private_spool(create=True) is None
+    assert recorded_exit(adir, 0) is None, "a forged record in a shared spool was believed"
+    squat.chmod(0o700)  # the control plane's own again: its records count
+    assert private_spool() == squat and recorded_exit(adir, 0) == 0

@@ -104,6 +104,36 @@ def test_a_dynamic_mig_job_sees_the_instance_gpufence_created(plane: Make) -> No
     assert nvml.gpus[0].layout() == [f"2g.20gb@{mig.start}"]
 
 
+def test_a_mig_job_on_metrics_names_its_instance_and_the_instance_memory(
+    plane: Make, tmp_path: Path
+) -> None:
+    """gpufence_gpu_allocated carries the MIG device UUID the job was given (``mig``), the GPU
+    sampler reads that instance's memory from NVML (gpufence_mig_memory_used_bytes), and
+    dcgm-exporter's job-mapping file of the instance (``<gpu>.<GPU instance id>``) names it."""
+    nvml = FakeNvml(hgx_h100(1, mig=1))
+    jobmap = tmp_path / "job-mapping"
+    p = plane(_spec("mig"), nvml, telemetry={"dcgm_job_mapping_dir": str(jobmap)})
+    jid = p.submit(_job(30, mig="2g.20gb"), ADMIN).job_id
+    until(lambda: _state(p, jid) == st.RUNNING, 20, "the MIG job running")
+    (mig,) = nvml.gpus[0].migs
+    nvml.gpus[0].mig_used_mib[mig.uuid] = 1234
+    p.gpus.sample_once(p._holders())
+    text = p.metrics().decode()
+    held = [ln for ln in text.splitlines() if ln.startswith("gpufence_gpu_allocated{")]
+    assert len(held) == 1 and f'mig="{mig.uuid}"' in held[0] and f'job_id="{jid}"' in held[0]
+    mem = f'gpufence_mig_memory_used_bytes{{gpu="0",mig="{mig.uuid}",node="box-0",uuid="GPU-'
+    line = next(ln for ln in text.splitlines() if ln.startswith(mem))
+    assert float(line.rsplit(" ", 1)[1]) == float(1234 << 20)
+    assert 'gpufence_gpu_utilization{gpu="0"' not in text  # NVML has none in MIG mode
+    p.nodes()  # a reconciler cycle: the job map is written after it
+    files = {f.name: f.read_text() for f in jobmap.iterdir()}
+    assert files == {"0": f"{jid}\n", f"0.{mig.gi_id}": f"{jid}\n"}
+    p.cancel(jid, ADMIN)
+    until(lambda: _state(p, jid) == st.CANCELLED, 20, "the MIG job cancelled")
+    p.nodes()
+    assert (jobmap / "0").read_text() == ""
+
+
 def test_fractional_shares_run_under_one_mps_daemon_per_gpu(
     plane: Make, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

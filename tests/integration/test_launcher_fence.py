@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from gpufence.control.executors.launcher import exit_file, started_file
 from gpufence.control.executors.processes import LAUNCHER
 from gpufence.testing.waiting import until
 
@@ -41,7 +42,7 @@ def _start(adir: Path, extra: list[str]) -> tuple[subprocess.Popen[bytes], int, 
     starter = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
     assert starter.stdout is not None
     launcher = int(starter.stdout.readline())
-    started = adir / "rank-0.started"
+    started = started_file(adir, 0)
     until(started.exists, 10, "the command to be exec'd")
     command = int(json.loads(started.read_text())["pid"])
     return starter, launcher, command
@@ -56,13 +57,13 @@ def test_member_and_its_starter(tmp_path: Path, fence: bool) -> None:
         starter.kill()  # the starter (agent) dies without cleaning up
         starter.wait(10)
         if fence:
-            until(lambda: (adir / "rank-0.exit").exists(), 10, "the fenced member's exit record")
-            assert json.loads((adir / "rank-0.exit").read_text())["code"] == -signal.SIGTERM
+            until(lambda: exit_file(adir, 0).exists(), 10, "the fenced member's exit record")
+            assert json.loads(exit_file(adir, 0).read_text())["code"] == -signal.SIGTERM
             until(lambda: not _alive(command) and not _alive(launcher), 10, "the group to end")
         else:
             until(lambda: False or starter.poll() is not None, 1, "the starter to be gone")
             assert _alive(command) and _alive(launcher)
-            assert not (adir / "rank-0.exit").exists()
+            assert not exit_file(adir, 0).exists()
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(launcher, signal.SIGKILL)

@@ -22,6 +22,7 @@ from executor_helpers import (
 )
 
 from gpufence.control.executors import AttemptExit, LaunchError, Member
+from gpufence.control.executors.launcher import exit_file, pid_file, records_dir, started_file
 from gpufence.control.executors.local.local_executor import LocalExecutor
 from gpufence.control.executors.processes import spawn_member
 from gpufence.testing.waiting import file_appears, until
@@ -54,7 +55,7 @@ def test_adopt_a_running_attempt_after_restart(tmp_path: Path, rec: Recorder) ->
 
 def test_adopted_attempt_can_be_stopped(tmp_path: Path, rec: Recorder) -> None:
     launch = make_launch(tmp_path, command=("sleep", "30"))
-    start_and_abandon(launch, launch.attempt_dir / "rank-0.pid")
+    start_and_abandon(launch, pid_file(launch.attempt_dir, 0))
     second = LocalExecutor()
     second.set_callbacks(rec.on_exit, rec.on_ack)
     try:
@@ -93,9 +94,10 @@ def test_adopt_guards_against_pid_reuse_and_missing_records(
     launch = make_launch(tmp_path, command=("true",), members=members)
     adir = launch.attempt_dir
     adir.mkdir(parents=True)
-    (adir / "rank-0.exit").write_text(json.dumps({"code": 0, "ended_unix": time.time()}))
+    records_dir(adir).mkdir()
+    exit_file(adir, 0).write_text(json.dumps({"code": 0, "ended_unix": time.time()}))
     # rank 1: no record at all; rank 2: its pid is now someone else (this test process)
-    (adir / "rank-2.pid").write_text(json.dumps({"pid": os.getpid(), "start_time": 1}))
+    pid_file(adir, 2).write_text(json.dumps({"pid": os.getpid(), "start_time": 1}))
     assert ex.adopt(launch) is False
     _, ev = rec.exit()
     assert ev == AttemptExit("job-1", 1, False, (0, None, None), False)
@@ -103,7 +105,7 @@ def test_adopt_guards_against_pid_reuse_and_missing_records(
 
 def test_start_refuses_an_attempt_dir_with_a_live_member(tmp_path: Path, rec: Recorder) -> None:
     launch = make_launch(tmp_path, command=("sleep", "30"))
-    start_and_abandon(launch, launch.attempt_dir / "rank-0.pid")
+    start_and_abandon(launch, pid_file(launch.attempt_dir, 0))
     second = LocalExecutor()
     try:
         with pytest.raises(LaunchError, match="adopt"):
@@ -119,7 +121,7 @@ def test_adopt_kills_what_a_dead_launcher_left_running(tmp_path: Path, rec: Reco
     its command, reparented, keeps the member's process group and its GPU. Adoption must kill
     the whole group before the attempt is reported gone (and the job requeued)."""
     launch = make_launch(tmp_path, command=("sleep", "30"))
-    start_and_abandon(launch, launch.attempt_dir / "rank-0.started")
+    start_and_abandon(launch, started_file(launch.attempt_dir, 0))
     launcher = int(recorded(launch, 0, "pid")["pid"])
     command = int(recorded(launch, 0, "started")["pid"])
     os.kill(launcher, signal.SIGKILL)
@@ -131,7 +133,8 @@ def test_adopt_kills_what_a_dead_launcher_left_running(tmp_path: Path, rec: Reco
         assert second.adopt(launch) is False
         assert gone(command), "adopt returned while the old command still ran"
         _, ev = rec.exit()
-        assert ev == AttemptExit("job-1", 1, False, (None,), False)  # lost: requeued
+        # lost: requeued; the command it left is counted with the strays killed
+        assert ev == AttemptExit("job-1", 1, False, (None,), False, strays_killed=1)
         end = recorded(launch, 0, "exit")
         assert end["code"] is None and end["ended_unix"] > 0  # closes the run's interval
     finally:
@@ -145,11 +148,12 @@ def test_a_half_spawned_gang_is_stopped_and_reported_lost(tmp_path: Path, rec: R
     members = (Member(0, "n", ("0",)), Member(1, "n", ("1",)))
     launch = make_launch(tmp_path, command=("sleep", "30"), members=members)
     launch.attempt_dir.mkdir(parents=True)
+    records_dir(launch.attempt_dir).mkdir()
     launch.checkpoint_dir.mkdir(parents=True)
     rank0 = spawn_member(
-        sys.executable, launch.attempt_dir, 0, launch.command, dict(os.environ), None, set()
+        sys.executable, launch.attempt_dir, 0, launch.command, dict(os.environ), set()
     )
-    file_appears(launch.attempt_dir / "rank-0.started")
+    file_appears(started_file(launch.attempt_dir, 0))
     command = int(recorded(launch, 0, "started")["pid"])
     second = LocalExecutor()
     second.set_callbacks(rec.on_exit, rec.on_ack)

@@ -8,7 +8,9 @@ GPU-less head, all on 127.0.0.1, shared by every test of this module. Driven thr
   node id, CUDA_VISIBLE_DEVICES and RANK), and no GPU is used twice (launcher records);
 * a control-plane restart adopts a running job through the detached node agents;
 * removing a Ray node requeues the gang that ran there (attempt 2) while a job on another node
-  keeps running; the gang's attempt 2 then runs on the surviving nodes.
+  keeps running; the gang's attempt 2 then runs on the surviving nodes;
+* a node agent with containment runs its member in its own cgroup, with its GPU's device node
+  only, and kills (and counts) what it left behind.
 
 Skipped only when ``ray`` cannot be imported.
 """
@@ -33,9 +35,11 @@ from gpufence.testing.waiting import until
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 ray = pytest.importorskip("ray", reason="ray is not installed (pip install 'gpufence[ray]')")
 
+from containment_helpers import alive, clear, make_driver, mknod, unique  # noqa: E402
 from ray.cluster_utils import Cluster  # noqa: E402
 
 from gpufence.control.config import ADMIN, cluster_from_spec_dict, control_config  # noqa: E402
+from gpufence.control.containment.settings import ContainmentSettings  # noqa: E402
 from gpufence.control.executors.launcher import exit_file, pid_file  # noqa: E402
 from gpufence.control.executors.ray.local_cluster import LocalNode, local_ray_cluster  # noqa: E402
 from gpufence.control.executors.ray.nodes import auto_names, cluster_spec, nodes_now  # noqa: E402
@@ -101,8 +105,8 @@ def make_plane(
 
 def _kill_leftovers(data: Path) -> None:
     """Members whose node was removed may outlive it on this one machine: end them by pid."""
-    for pf in data.glob("jobs/*/attempt-*/rank-*.pid"):
-        if exit_file(pf.parent, int(pf.stem.removeprefix("rank-"))).exists():
+    for pf in data.glob("jobs/*/attempt-*.records/rank-*.pid"):
+        if _exited(pf.with_suffix(".exit")):
             continue
         with contextlib.suppress(OSError, ValueError, KeyError):
             os.killpg(int(json.loads(pf.read_text())["pid"]), signal.SIGKILL)
@@ -139,7 +143,15 @@ def _alive(adir: Path, rank: int) -> bool:
         os.kill(pid, 0)
     except (OSError, ValueError, KeyError):
         return False
-    return not exit_file(adir, rank).exists()
+    return not _exited(exit_file(adir, rank))
+
+
+def _exited(record: Path) -> bool:
+    """The launcher wrote how the member ended (the record reserved at spawn says null)."""
+    try:
+        return json.loads(record.read_text()).get("code") is not None
+    except (OSError, ValueError):
+        return False
 
 
 def test_gang_runs_where_the_scheduler_placed_it(
@@ -306,3 +318,54 @@ def test_activity_tells_a_busy_member_from_an_idle_one(
         assert sample[("idle", 1)] < 0.05, sample
     finally:
         ex.close(kill=True)
+
+
+# containment through the node agents: the job escapes (setsid) and opens two fake GPUs' nodes
+CONTAINED = (
+    "import errno,json,os,subprocess,sys;"
+    "d=subprocess.Popen(['sleep','300'],start_new_session=True);"
+    "out={};\n"
+    "for i,p in enumerate(sys.argv[1:]):\n"
+    "    try:\n"
+    "        os.close(os.open(p, os.O_RDONLY)); out[str(i)]='ok'\n"
+    "    except OSError as e:\n"
+    "        out[str(i)]=errno.errorcode[e.errno]\n"
+    "cg=[l.split(':',2)[2].strip() for l in open('/proc/self/cgroup') if ':freezer:' in l];"
+    "print(json.dumps({'opens':out,'cgroup':cg[0] if cg else '','daemon':d.pid}),flush=True)"
+)
+
+
+def test_the_node_agent_contains_its_members(ray_cluster: Cluster, tmp_path: Path) -> None:
+    from gpufence.control.executors.interface import AttemptExit, Launch, Member
+
+    parent = unique("/gpufence-ray")
+    driver = make_driver("v1", parent)  # skips where this machine has no v1 hierarchies
+    nodes = [mknod(tmp_path / f"gpu{i}", 1, n) for i, n in enumerate((7, 8, 9, 11))]
+    settings = ContainmentSettings(
+        cgroup_parent=parent, fake_gpu_devices=str(tmp_path / "gpu{index}"), prestarted=0
+    )
+    names = auto_names(nodes_now())
+    ex = RayExecutor(names, health_poll_s=0.2, containment=settings)
+    exits: list[AttemptExit] = []
+    ex.set_callbacks(exits.append, lambda _j, _a: None)
+    adir = tmp_path / "jobs" / "c1" / "attempt-1"
+    launch = Launch(
+        job_id="c1",
+        attempt=1,
+        command=(sys.executable, "-c", CONTAINED, str(nodes[2]), str(nodes[1])),
+        env={},
+        members=(Member(0, sorted(names)[0], ("2",)),),
+        attempt_dir=adir,
+        checkpoint_dir=tmp_path / "jobs" / "c1" / "checkpoints",
+    )
+    try:
+        ex.start(launch)
+        until(lambda: len(exits) == 1, 30, "the contained job's exit")
+        seen = json.loads((adir / "rank-0.out").read_text())
+        assert seen["opens"] == {"0": "ok", "1": "EPERM"}  # its own GPU 2, not GPU 1
+        assert seen["cgroup"].startswith(parent + "/c1.a1.r0.")
+        assert exits[0].succeeded and exits[0].strays_killed == 1
+        assert not alive(seen["daemon"])
+    finally:
+        ex.close(kill=True)
+        clear(driver)

@@ -5,7 +5,6 @@ subprocess where it must be ``kill -9``-ed), real processes, real SQLite files.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
@@ -18,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from server_proc import JOB, alive, client, kill9, last_log, record, stop, up
+from server_proc import JOB, alive, client, kill9, last_log, record, record_file, stop, up
 
 from gpufence.control.config import ADMIN, cluster_from_spec_dict, control_config
 from gpufence.control.gpus.discovery import fake_gpus, node_spec
@@ -27,6 +26,7 @@ from gpufence.control.jobspec import SubmitRequest
 from gpufence.control.plane import ControlPlane
 from gpufence.control.store import database as st
 from gpufence.demo import joblogs
+from gpufence.testing.crashrun import kill_leftovers
 from gpufence.testing.waiting import until
 
 
@@ -126,7 +126,7 @@ def test_a_launcher_killed_while_the_server_is_down_never_runs_twice(tmp_path: P
     try:
         c = client(data)
         jid = c.submit({"command": [sys.executable, "-c", script], "gpus": 1})["id"]
-        until(lambda: (data / "jobs" / jid / "attempt-1" / "rank-0.started").exists(), 20, "run")
+        until(lambda: record_file(data, jid, 1, 0, "started").exists(), 20, "run")
         kill9(server)
         launcher = int(record(data, jid, 1, 0, "pid")["pid"])  # type: ignore[call-overload]
         command = int(record(data, jid, 1, 0, "started")["pid"])  # type: ignore[call-overload]
@@ -145,6 +145,54 @@ def test_a_launcher_killed_while_the_server_is_down_never_runs_twice(tmp_path: P
     first = [r for r in runs if r.attempt == 1]
     second = [r for r in runs if r.attempt == 2]
     assert first and second and first[0].end <= second[0].start, "attempts overlapped"
+
+
+ESCAPE_THEN_SLEEP = (
+    "import os, runpy, subprocess, sys\n"
+    "if os.environ['GPUFENCE_ATTEMPT'] == '1':\n"
+    "    d = subprocess.Popen(['sleep', '300'], start_new_session=True)\n"
+    "    ck = os.environ['GPUFENCE_CHECKPOINT_DIR']\n"
+    "    open(os.path.join(ck, 'escaped.tmp'), 'w').write(str(d.pid))\n"
+    "    os.replace(os.path.join(ck, 'escaped.tmp'), os.path.join(ck, 'escaped'))\n"
+    "s = '60' if os.environ['GPUFENCE_ATTEMPT'] == '1' else '0.5'\n"
+    "sys.argv = ['programs', 'sleep', s]\n"
+    "runpy.run_module('gpufence.demo.programs', run_name='__main__')\n"
+)
+
+
+def test_a_dead_launchers_setsid_escapee_is_killed_with_its_cgroup_before_the_requeue(
+    tmp_path: Path,
+) -> None:
+    """Case 3 with containment (issue 12): the job also left a process in a session of its
+    own, outside its process group. The restarted server kills the member's whole cgroup
+    before it serves (and so before the job is requeued), and removes the cgroup."""
+    data = tmp_path / "data"
+    data.mkdir()
+    server = up(data)
+    escaped = data / "jobs" / "j1" / "checkpoints" / "escaped"
+    try:
+        c = client(data)
+        jid = c.submit({"command": [sys.executable, "-c", ESCAPE_THEN_SLEEP], "gpus": 1})["id"]
+        until(
+            lambda: escaped.exists() and record_file(data, jid, 1, 0, "started").exists(), 20, "run"
+        )
+        if "containment: cgroup" not in last_log(data):
+            pytest.skip(f"gpufence up ran without containment here: {last_log(data)[-300:]}")
+        kill9(server)
+        launcher = int(record(data, jid, 1, 0, "pid")["pid"])  # type: ignore[call-overload]
+        escapee = int(escaped.read_text())
+        os.kill(launcher, signal.SIGKILL)
+        until(lambda: not alive(launcher), 5, "launcher gone")
+        assert alive(escapee)
+        server = up(data)
+        assert not alive(escapee), "the restart left the old attempt's setsid child running"
+        assert "stray" in last_log(data) or "still run in it" in last_log(data)
+        c = client(data)
+        until(lambda: c.job(jid)["state"] == "done", 30, "requeued job done")
+        assert c.job(jid)["attempt"] == 2
+    finally:
+        stop(server)
+    assert _ends(data) == {jid: 1}, "completed more than once"
 
 
 # ---------------------------------------------------------------------- case 4
@@ -188,10 +236,7 @@ def test_a_store_deleted_under_a_running_plane_stops_its_writes(tmp_path: Path) 
         assert "is missing, but jobs of this data directory still run" in last_log(data)
     finally:
         kill9(first)
-        for pidfile in data.glob("jobs/*/attempt-*/rank-*.pid"):
-            pid = json.loads(pidfile.read_text())["pid"]
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(pid, signal.SIGKILL)
+        kill_leftovers(data)  # its jobs, and their cgroups (no control plane is left to)
 
 
 # ---------------------------------------------------------------------- case 5
@@ -205,8 +250,8 @@ def test_a_crash_between_two_spawns_requeues_the_gang(tmp_path: Path) -> None:
         c = client(data)
         jid = c.submit({"command": [*JOB, "sleep", "1"], "gpus": 1, "replicas": 2})["id"]
         server.wait(30)  # died between rank 0 and rank 1
-        assert (data / "jobs" / jid / "attempt-1" / "rank-0.pid").exists()
-        assert not (data / "jobs" / jid / "attempt-1" / "rank-1.pid").exists()
+        assert record_file(data, jid, 1, 0, "pid").exists()
+        assert not record_file(data, jid, 1, 1, "pid").exists()
         server = up(data)
         c = client(data)
         until(lambda: c.job(jid)["state"] in ("done", "failed"), 30, "gang settled")

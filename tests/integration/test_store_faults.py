@@ -65,7 +65,9 @@ def state(server: Server, jid: str) -> str:
 
 def exit_code(data: Path, jid: str) -> int | None:
     try:
-        code = json.loads((data / "jobs" / jid / "attempt-1" / "rank-0.exit").read_text())["code"]
+        code = json.loads((data / "jobs" / jid / "attempt-1.records" / "rank-0.exit").read_text())[
+            "code"
+        ]
     except (OSError, ValueError):
         return None
     return code if isinstance(code, int) else None

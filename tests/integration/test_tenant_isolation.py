@@ -4,7 +4,7 @@ run as Unix users the fixture creates (``useradd``) and removes.
 * a job's environment holds no token, no GPUFENCE_* secret, nothing but the allow-list;
 * the mode and owner of every file and directory the server creates;
 * user A cannot read B's logs, checkpoints, the store or any token (the files' modes), and
-  A's *job* cannot either (needs the launcher's privilege drop);
+  A's *job* cannot either (the launcher drops to A's uid before exec);
 * a tenant's /v1/nodes, /v1/partitions, explain and messages name no other tenant's job;
 * log reads never follow a link a job planted in its own directory.
 """
@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tenant_server import JOB_PY, Server, gpufence_up, private_root, remove
+from tenant_server import CGROUP_PARENT, JOB_PY, Server, gpufence_up, private_root, remove
 
 from gpufence.control.tenantview import OTHER_JOB
 from unix_users import User, unix_users
@@ -83,6 +83,7 @@ control:
     nlp: {{run_as: {b.name}}}
   job_env_inherit: ["GFT_EXTRA_*"]
   stop_grace_s: 2
+  containment: {{cgroup_parent: {CGROUP_PARENT}}}
 """
     env = {
         **os.environ,
@@ -207,11 +208,14 @@ def check_modes(data: Path, owners: dict[str, int], traverse: bool) -> None:
             continue
         if len(parts) <= 2 or rel == ".":  # DATA, DATA/jobs, DATA/jobs/<job>
             assert (mode, uid) == (server_dir, 0), f"{rel}: {mode:04o} uid {uid}"
+        elif parts[-1].endswith(".records"):  # the launcher's records: the server's alone
+            assert (mode, uid) == (0o700, 0), f"{rel}: {mode:04o} uid {uid}"
         else:  # DATA/jobs/<job>/{attempt-N,checkpoints}
             assert (mode, uid) == (0o700, owners[parts[1]]), f"{rel}: {mode:04o} uid {uid}"
             seen_user_dirs.add(rel)
     for job in owners:
         assert {f"jobs/{job}/attempt-1", f"jobs/{job}/checkpoints"} <= seen_user_dirs
+        assert tree[f"jobs/{job}/attempt-1.records/rank-0.exit"] == ("f", 0o600, 0)
     assert tree["gpufence.db"][0] == "f" and "server.json" in tree and "jobs" in tree
 
 
@@ -236,10 +240,11 @@ def _other_jobs(server: Server, known: dict[str, int]) -> dict[str, int]:
 def test_modes_without_run_as(tmp_path: Path) -> None:
     """No run_as: everything stays 0700/0600 and the server's own; the admin token file is
     generated 0600."""
-    config = """
+    config = f"""
 name: plain
-node_groups: [{name: box, count: 1, gpus_per_node: 1, gpu_type: H100-80GB}]
-partitions: {shared: {nodes: [box], admits: [training], sharing: exclusive}}
+node_groups: [{{name: box, count: 1, gpus_per_node: 1, gpu_type: H100-80GB}}]
+partitions: {{shared: {{nodes: [box], admits: [training], sharing: exclusive}}}}
+control: {{containment: {{cgroup_parent: {CGROUP_PARENT}}}}}
 """
     root = private_root()
     try:
@@ -285,11 +290,6 @@ def test_one_tenants_user_cannot_read_anothers_files(
     (server.data / "jobs" / finished["vision"] / "checkpoints" / "by-a").unlink()
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="needs the launcher's privilege drop to Launch.run_as (containment branch); in this "
-    "branch jobs still run as the server's uid",
-)
 def test_a_tenants_job_cannot_read_another_tenants_files(
     server: Server, finished: dict[str, str], users: list[User]
 ) -> None:

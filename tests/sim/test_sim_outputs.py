@@ -127,3 +127,34 @@ def test_verdict_for_a_kept_slo_and_an_overloaded_window() -> None:
     assert "kept its p99 within the SLO" in verdict("fenced", _metrics(1.0, 210.0, 190.0))
     v = verdict("x", _metrics(0.5, None, None))
     assert "no steady state" in v and "unbounded" in v
+
+
+def _at(obj: Any, path: str) -> Any:
+    for part in path.split("."):
+        assert isinstance(obj, dict) and part in obj, f"{path}: no {part!r} in metrics.json"
+        obj = obj[part]
+    return obj
+
+
+def test_metrics_json_holds_every_measure_the_control_plane_shares_with_it(
+    two_seeds: Path,
+) -> None:
+    """One definition (telemetry.measures): each measure with a ``sim`` path is in each policy's
+    metrics.json object under that path, so /metrics and metrics.json name the same things."""
+    from gpufence.telemetry.measures import MEASURES
+
+    shared = {m.name: m.sim for m in MEASURES.values() if m.sim is not None}
+    assert len(shared) >= 10
+    m = json.loads((two_seeds / "metrics.json").read_text())
+    for seed in ("1", "2"):
+        policy = m["by_seed"][seed]["fenced"]
+        for name, path in shared.items():
+            assert _at(policy, path) is not None, name
+    # the label values agree too: classes of the queue delay, outcomes of the finished jobs
+    from gpufence.control.metrics import OUTCOMES
+    from gpufence.model.job import WorkloadClass
+
+    policy = m["by_seed"]["1"]["fenced"]
+    assert set(policy["queue_delay_s"]) == {str(c) for c in WorkloadClass} | {"all"}
+    ended = set(policy["states"]) - {"pending", "running", "starting", "stopping"}
+    assert ended and ended <= set(OUTCOMES)

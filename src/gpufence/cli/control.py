@@ -13,7 +13,7 @@ from typing import Annotated, Any
 
 import typer
 
-from gpufence.cli import cluster_verbs, job_verbs
+from gpufence.cli import accounting_verbs, cluster_verbs, job_verbs
 from gpufence.cli.connect import (
     ContextOpt,
     DataOpt,
@@ -132,6 +132,31 @@ def submit(
             "--slo-p99-ms", metavar="MS", help="serving: the p99 latency (ms) it serves users at"
         ),
     ] = None,
+    metrics_url: Annotated[
+        str | None,
+        typer.Option(
+            "--metrics-url",
+            metavar="URL",
+            help="serving: the replica's Prometheus endpoint; gpufence reads its latency "
+            "histogram (*_request_duration_seconds) from it",
+        ),
+    ] = None,
+    metrics_port: Annotated[
+        int | None,
+        typer.Option(
+            "--metrics-port",
+            metavar="PORT",
+            help="serving: as --metrics-url, http://<its node>:PORT/metrics",
+        ),
+    ] = None,
+    latency_metric: Annotated[
+        str | None,
+        typer.Option(
+            "--latency-metric",
+            metavar="NAME",
+            help="serving: the histogram to read [default: any *_request_duration_seconds]",
+        ),
+    ] = None,
     env: Annotated[
         list[str] | None,
         typer.Option("--env", metavar="KEY=VALUE", help="an environment variable (repeatable)"),
@@ -192,6 +217,9 @@ def submit(
         "mem_bytes": mem_bytes,
         "time_limit_s": time_limit_s,
         "slo_p99_ms": slo_p99_ms,
+        "metrics_url": metrics_url,
+        "metrics_port": metrics_port,
+        "latency_metric": latency_metric,
         "class": workload_class,
         "name": name,
         "max_attempts": max_attempts,
@@ -226,4 +254,6 @@ def register(app: typer.Typer) -> None:
     app.command()(cluster_verbs.events)
     app.command()(cluster_verbs.top)
     app.command()(cluster_verbs.advise)
+    app.command()(accounting_verbs.history)
+    app.command()(accounting_verbs.usage)
     app.add_typer(context_app, name="context")

@@ -20,6 +20,7 @@ from gpufence.cli.control import register as register_control_verbs
 from gpufence.cli.examples_verb import examples_app
 from gpufence.cli.extras import install_hint, require
 from gpufence.cli.helpstyle import use_metavars
+from gpufence.cli.observability_verb import observability_app
 from gpufence.sched import registry
 from gpufence.spec import SpecError, format_spec_error
 
@@ -127,8 +128,15 @@ def demo(
     else:
         require("server", "gpufence demo")
         from gpufence.demo.live import run_demo
+        from gpufence.testing.fake_nvml import FakeNvml, hgx_h100
 
-        ok = run_demo(console, fake=fake_gpus, verbose=not quiet)
+        # on fake GPUs, a fake NVML whose counters the demo models: the sampler's path runs
+        ok = run_demo(
+            console,
+            fake=fake_gpus,
+            verbose=not quiet,
+            fake_nvml=lambda n: FakeNvml(hgx_h100(n)),
+        )
     if not ok:
         raise typer.Exit(code=1)
 
@@ -277,6 +285,7 @@ def size(
 
 register_control_verbs(app)  # up, submit, queue, status, ..., context
 app.add_typer(examples_app, name="examples")
+app.add_typer(observability_app, name="observability")
 
 
 def main() -> None:

@@ -104,6 +104,14 @@ def up(
         bool,
         typer.Option("--strict", help="refuse to start when the spec gets advice warnings"),
     ] = False,
+    no_containment: Annotated[
+        bool,
+        typer.Option(
+            "--no-containment",
+            help="run jobs without cgroups (no limits, no device isolation, strays survive); "
+            "only where this machine offers no cgroup containment",
+        ),
+    ] = False,
     context: Annotated[
         str | None,
         typer.Option(
@@ -153,6 +161,7 @@ def up(
             executor,
             ray_address,
             check_integrity=not skip_integrity_check,
+            no_containment=no_containment,
         )
         ready = threading.Event()
         name = None if no_context else (context or default_context_name(data_dir))

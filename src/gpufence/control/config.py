@@ -20,10 +20,12 @@ control:
   max_request_bytes: 1048576  # larger HTTP request bodies get 413
   gpu_sample_interval_s: 5  # real GPUs: how often NVML's process lists are checked (and MPS)
   foreign_gpu_processes: report   # or kill: a process on a GPU that no job holding it owns
+  telemetry: {series_step_s: 5, latency_window_s: 300}   # control/observe/observe_config.py
   advice:                   # `gpufence validate` / `up` / `advise` (gpufence.advice.inputs)
     ignore: [quota-borrow-unbounded]   # rule ids not to report (say why in a comment)
     chronic_preemption: {more_than: 2, of_last: 7, period_s: 86400}
     failure_margin_nodes: 1
+  containment: {...}        # cgroup mode, parent, fake GPU devices: containment/settings.py
 ```
 
 Without a config file, the cluster is this machine as discovered (one exclusive partition) and
@@ -46,8 +48,14 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from gpufence.advice.inputs import AdviceSettings
+from gpufence.control.containment.settings import (
+    DEFAULT_PIDS_LIMIT,
+    ContainmentSchema,
+    ContainmentSettings,
+)
 from gpufence.control.executors.interface import RunAs
 from gpufence.control.executors.memberenv import OWN_PREFIX, name_matches
+from gpufence.control.observe.observe_config import TelemetrySettings
 from gpufence.control.privatefs import dir_mode, ensure_dir
 from gpufence.control.runas import RunAsError, resolve_user
 from gpufence.control.tokens import TokenError, TokenTable, admin_token_from_file, configured_digest
@@ -60,7 +68,6 @@ log = logging.getLogger("gpufence.config")
 
 TOKEN_FILE = "admin.token"
 SERVER_FILE = "server.json"
-DEFAULT_PIDS_LIMIT = 16384
 _ENV_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*\*?$"
 
 
@@ -105,7 +112,9 @@ class ControlSchema(BaseModel):
     max_request_bytes: int = Field(default=1 << 20, ge=1024, le=1 << 30)
     gpu_sample_interval_s: float = Field(default=5.0, gt=0.0, le=3600.0)
     foreign_gpu_processes: Literal["report", "kill"] = "report"
+    telemetry: TelemetrySettings = Field(default_factory=TelemetrySettings)
     advice: AdviceSettings = Field(default_factory=AdviceSettings)
+    containment: ContainmentSchema = Field(default_factory=ContainmentSchema)
 
 
 @dataclass(frozen=True)
@@ -127,7 +136,10 @@ class ControlConfig:
     """Real GPUs: how often the processes on each GPU are checked, and MPS daemons watched."""
     foreign_gpu_processes: Literal["report", "kill"] = "report"
     """A process on a GPU that belongs to no job holding it: reported, or also killed."""
+    telemetry: TelemetrySettings = field(default_factory=TelemetrySettings)
     advice: AdviceSettings = field(default_factory=AdviceSettings)
+    containment: ContainmentSettings = field(default_factory=ContainmentSettings)
+    """How members are confined; its ``pids_max`` is ``job_pids_limit`` (one setting)."""
 
     def tenant_of(self, token: str) -> str | None:
         """'admin' for the admin token, the tenant for a tenant token, else None."""
@@ -305,7 +317,9 @@ def control_config(raw: object, data_dir: Path, source: str | None = None) -> Co
         max_request_bytes=schema.max_request_bytes,
         gpu_sample_interval_s=schema.gpu_sample_interval_s,
         foreign_gpu_processes=schema.foreign_gpu_processes,
+        telemetry=schema.telemetry,
         advice=schema.advice,
+        containment=schema.containment.settings(pids_max=schema.job_pids_limit),
     )
 
 

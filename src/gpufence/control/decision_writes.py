@@ -27,7 +27,9 @@ from gpufence.model.decisions import (
     Stop,
 )
 from gpufence.model.events import Event, JobStopped
+from gpufence.model.job import MILLI_PER_GPU
 from gpufence.sched.jobs import JobState
+from gpufence.state.ledger import charge_milli
 
 if TYPE_CHECKING:
     from gpufence.control.reconciler import Reconciler
@@ -87,7 +89,15 @@ def write_bind(rec: Reconciler, tx: st.Tx, d: Bind, now: float, act: Pending) ->
         spec = from_stored(row.spec)
         for rank, a in enumerate(d.assignments):
             devs = rec.devices.devices(a)
-            members.append(Member(rank, nodes[a.node].name, devs, rec.devices.share(a)))
+            members.append(
+                Member(
+                    rank,
+                    nodes[a.node].name,
+                    devs,
+                    device_nodes=rec.devices.nodes(a),
+                    share=rec.devices.share(a),
+                )
+            )
     except (DeviceError, StoredSpecError) as exc:
         # cannot be run as placed (real MIG layout drifted, a spec an older version stored):
         # fail it loudly; the empty launch reports an exit next cycle, which frees the GPUs
@@ -117,6 +127,8 @@ def write_bind(rec: Reconciler, tx: st.Tx, d: Bind, now: float, act: Pending) ->
         assignments=[assignment_json(a) for a in d.assignments],
         devices=[list(m.devices) for m in members],
         started_at=now,
+        # what its quota is charged: the GPU-equivalents history and usage count
+        gpus=charge_milli(core.job, rec.scheduler.cluster, d.partition) / MILLI_PER_GPU,
     )
     tx.set_job(
         d.job_id,
@@ -130,7 +142,7 @@ def write_bind(rec: Reconciler, tx: st.Tx, d: Bind, now: float, act: Pending) ->
     tx.log(now, d.job_id, "bind", str(d.reason), _where(d, members))
     rec.live[d.job_id] = Live(attempt, launch, row.tenant, core.home, row.workload_class, spec)
     act.launches.append((d.job_id, launch))
-    rec.telemetry.bound(core.home, row.workload_class, now - row.submitted_at)
+    rec.telemetry.bound(core.home, row.workload_class, core.queue, now - row.submitted_at)
 
 
 def settle_stopped(rec: Reconciler, tx: st.Tx, events: list[Event], now: float) -> None:

@@ -132,6 +132,9 @@ def write_exit(rec: Reconciler, tx: st.Tx, ev: AttemptExit, now: float, staged: 
     tx.set_attempt(jid, ev.attempt, state="exited", ended_at=now, exit_codes=list(ev.codes))
     msg = f"attempt {ev.attempt} exited with {list(ev.codes)}"
     tx.log(now, jid, "exited", "oom" if ev.oom else "", msg)
+    strays = strays_note(ev)
+    if strays:
+        tx.log(now, jid, "strays-killed", "", strays)
     staged.exits += 1
 
     def forget(v: Live = live) -> None:
@@ -154,11 +157,16 @@ def write_exit(rec: Reconciler, tx: st.Tx, ev: AttemptExit, now: float, staged: 
     else:
         staged.events.append(JobFinished(jid, ev.succeeded))
         if ev.succeeded:
-            tx.set_job(jid, state=st.DONE, ended_at=now, exit_code=code, reason="", message="")
+            tx.set_job(jid, state=st.DONE, ended_at=now, exit_code=code, reason="", message=strays)
         elif ev.codes:
             reason, msg = failure(ev, live, msg)
             tx.set_job(
-                jid, state=st.FAILED, ended_at=now, exit_code=code, reason=reason, message=msg
+                jid,
+                state=st.FAILED,
+                ended_at=now,
+                exit_code=code,
+                reason=reason,
+                message="; ".join(x for x in (msg, strays) if x),
             )
         else:  # never started (launch or device error): keep the message that says why
             tx.set_job(jid, state=st.FAILED, ended_at=now)
@@ -195,6 +203,11 @@ def exit_code(codes: tuple[int | None, ...]) -> int | None:
     known = [c for c in codes if c is not None]
     bad = [c for c in known if c != 0]
     return bad[0] if bad else (0 if known and len(known) == len(codes) else None)
+
+
+def strays_note(ev: AttemptExit) -> str:
+    """What status and events say of processes a job left behind (killed by the executor)."""
+    return f"stray processes killed: {ev.strays_killed}" if ev.strays_killed else ""
 
 
 def failure(ev: AttemptExit, live: Live, msg: str) -> tuple[str, str]:

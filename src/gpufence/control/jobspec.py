@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import re
 from typing import Annotated, Any
+from urllib.parse import urlsplit
 
 from pydantic import (
     AfterValidator,
@@ -33,6 +34,7 @@ from pydantic import (
 from gpufence.model.job import GpuRequest, Job, WorkloadClass
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")  # used with fullmatch
 # Variables the executor sets; a user value would break GPU isolation or the handshake.
 RESERVED_ENV = (
     "CUDA_VISIBLE_DEVICES",
@@ -167,7 +169,26 @@ class SubmitRequest(BaseModel):
         gt=0.0,
         le=3_600_000.0,
         allow_inf_nan=False,
-        description="the latency SLO a serving job serves (advice tells serving from batch by it)",
+        description="the p99 latency SLO of a serving job: its deployment's p99 and SLO attainment "
+        "are judged against it (default: its partition's serving SLO)",
+    )
+    metrics_url: str | None = Field(
+        default=None,
+        max_length=2048,
+        description="serving: the replica's Prometheus endpoint (http://HOST:PORT/metrics) that "
+        "gpufence scrapes for a latency histogram; HOST must be loopback or in "
+        "control.telemetry.scrape_hosts",
+    )
+    metrics_port: int | None = Field(
+        default=None,
+        ge=1,
+        le=65535,
+        description="serving: as metrics_url, http://<the replica's node>:PORT/metrics",
+    )
+    latency_metric: str | None = Field(
+        default=None,
+        max_length=200,
+        description="serving: the histogram to read (default: any *_request_duration_seconds)",
     )
     max_attempts: int = Field(
         default=3, ge=1, le=100, description="attempts when a run is lost (node failure, crash)"
@@ -196,6 +217,41 @@ class SubmitRequest(BaseModel):
             if k in RESERVED_ENV or k.startswith("GPUFENCE_"):
                 raise ValueError(f"'{k}' is set by gpufence for every job; remove it")
         return env
+
+    @field_validator("metrics_url")
+    @classmethod
+    def _metrics_url(cls, url: str | None) -> str | None:
+        if url is None:
+            return url
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"{url!r} is not an http(s) URL; e.g. http://127.0.0.1:8000/metrics")
+        if parts.username or parts.password:
+            raise ValueError("metrics_url must not carry credentials")
+        return url
+
+    @field_validator("latency_metric")
+    @classmethod
+    def _latency_metric(cls, name: str | None) -> str | None:
+        if name is not None and not _METRIC_NAME.fullmatch(name):
+            raise ValueError(f"{name!r} is not a Prometheus metric name")
+        return name
+
+    @model_validator(mode="after")
+    def _latency_source(self) -> SubmitRequest:
+        declared = [
+            f
+            for f in ("metrics_url", "metrics_port", "latency_metric")
+            if getattr(self, f) is not None
+        ]
+        if declared and self.workload_class is not WorkloadClass.SERVING:
+            raise ValueError(
+                f"{declared[0]} says where a serving job's latency comes from; "
+                "submit it with class serving, or drop it"
+            )
+        if self.metrics_url is not None and self.metrics_port is not None:
+            raise ValueError("give either metrics_url or metrics_port, not both")
+        return self
 
     @model_validator(mode="after")
     def _one_request_kind(self) -> SubmitRequest:

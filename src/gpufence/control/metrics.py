@@ -1,171 +1,102 @@
-"""Prometheus metrics of the control plane, and the GPU hand-off gaps the demo reports.
+"""Prometheus metrics of the control plane: the counters and histograms that move as things
+happen, and the GPU hand-off gaps the demo reports.
 
-Counters and histograms are updated by the reconciler as things happen. Gauges that describe
-live state (jobs pending/running, GPUs per partition, largest placeable gang) are read at scrape
-time from the reconciler thread (``views.gauges``), so they are never stale and cost nothing
-between scrapes. One registry per control plane: tests run several in one process.
-What each measure means (and which stop reasons are preemptions or reclaims) is defined once in
-``gpufence.telemetry``, shared with the simulator's metrics.json.
+Counters and histograms are updated by the reconciler (binds, stops, rejects, cycles) and by
+the store's observers (every job state change: outcomes, time in state). Gauges that describe
+live state are read at scrape time (``observe/prom_collectors.py``), so they are never stale and
+cost nothing between scrapes. One registry per control plane: tests run several in one process.
+Every metric's name, labels and help come from ``gpufence.telemetry.measures``; what each
+measure means (and which stop reasons are preemptions or reclaims) is defined once in
+``gpufence.telemetry``, shared with the simulator's metrics.json. ``*_created`` series are off.
 """
 
 from __future__ import annotations
 
+import threading
+import time
 from collections import deque
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Callable, Iterable
 
+import prometheus_client
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from gpufence.control.executors.interface import Launch
-from gpufence.telemetry.capacity import allocation_ratio
+from gpufence.control.store.database import TERMINAL, StateChange
+from gpufence.model.cluster import Cluster
 from gpufence.telemetry.delays import attempt_wait_s
 from gpufence.telemetry.incidents import PREEMPTION_REASONS, RECLAIM_REASONS
+from gpufence.telemetry.measures import measure
 
 __all__ = ["PREEMPTION_REASONS", "RECLAIM_REASONS", "Telemetry"]
+prometheus_client.disable_created_metrics()  # type: ignore[no-untyped-call]  # process-wide: no *_created series anywhere
+
 _DELAY_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 3600, 4 * 3600, 24 * 3600)
 _HANDOFF_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5)
+_CYCLE_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5)
+OUTCOMES = ("done", "failed", "cancelled", "reclaimed", "rejected")
+TIMED_STATES = ("pending", "starting", "running", "stopping")
 
 
-class _LiveGauges(Collector):
-    def __init__(self, read: Callable[[], dict[str, Any] | None]) -> None:
-        self._read = read
-
-    def collect(self) -> Iterator[GaugeMetricFamily]:
-        data = self._read()
-        if data is None:
-            return
-        jobs = GaugeMetricFamily(
-            "gpufence_jobs", "Jobs pending or running", labels=["state", "partition", "class"]
-        )
-        for (state, part, cls), n in sorted(data["jobs"].items()):
-            jobs.add_metric([state, part, cls], n)
-        yield jobs
-        gpus = GaugeMetricFamily(
-            "gpufence_partition_gpus",
-            "GPUs of a partition: capacity, used (GPU-equivalents), lent out, borrowed",
-            labels=["partition", "kind"],
-        )
-        gang = GaugeMetricFamily(
-            "gpufence_largest_placeable_gang_gpus",
-            # telemetry.capacity.largest_placeable_gang
-            "Whole GPUs the largest single-node gang could get now (fragmentation)",
-            labels=["partition"],
-        )
-        alloc = GaugeMetricFamily(
-            "gpufence_gpu_allocation_ratio", "used / capacity per partition", labels=["partition"]
-        )
-        for p in data["partitions"]:
-            name = p["name"]
-            for kind in ("capacity", "used", "lent", "borrowed"):
-                gpus.add_metric([name, kind], float(p[f"{kind}_gpus"]))
-            gang.add_metric([name], float(p["largest_gang"]))
-            cap = p["capacity_gpus"]
-            alloc.add_metric([name], allocation_ratio(p["used_gpus"], cap))
-        yield gpus
-        yield gang
-        yield alloc
-        yield from _gpu_gauges(data)
+def _counter(name: str, r: CollectorRegistry) -> Counter:
+    m = measure(name)
+    return Counter(m.base, m.help, list(m.labels), registry=r)
 
 
-def _gpu_gauges(data: dict[str, Any]) -> Iterator[GaugeMetricFamily]:
-    """Per-GPU series from the GPU board (real GPUs): labelled by UUID to join DCGM's."""
-    foreign = GaugeMetricFamily(
-        "gpufence_foreign_gpu_processes",
-        "Processes on a GPU that belong to no job holding it, in the last sample",
-        labels=["gpu", "uuid"],
-    )
-    util = GaugeMetricFamily(
-        "gpufence_gpu_utilization",
-        "NVML GPU utilisation (0..1), last sample",
-        labels=["gpu", "uuid"],
-    )
-    refused = GaugeMetricFamily(
-        "gpufence_gpu_refused",
-        "1 where gpufence places no work on the GPU (e.g. its MIG mode does not match)",
-        labels=["gpu", "uuid"],
-    )
-    for g in data.get("gpu_notes", []):
-        labels = [str(g["index"]), str(g.get("uuid", ""))]
-        foreign.add_metric(labels, float(len(g.get("foreign", []))))
-        refused.add_metric(labels, 1.0 if g.get("refused") else 0.0)
-        if "utilization" in g:
-            util.add_metric(labels, float(g["utilization"]))
-    yield foreign
-    yield util
-    yield refused
-    enforced = GaugeMetricFamily(
-        "gpufence_partition_enforced",
-        "1 where the partition's sharing is enforced on the device (MPS for fractional)",
-        labels=["partition", "sharing"],
-    )
-    for p in data["partitions"]:
-        if "enforced" in p:
-            enforced.add_metric([p["name"], p["sharing"]], 1.0 if p["enforced"] else 0.0)
-    yield enforced
+def _histogram(name: str, r: CollectorRegistry, buckets: Iterable[float]) -> Histogram:
+    m = measure(name)
+    return Histogram(m.base, m.help, list(m.labels), buckets=tuple(buckets), registry=r)
 
 
 class Telemetry:
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+        self.clock = clock  # the reconciler's, once there is one (time in state)
         self.registry = CollectorRegistry()
         r = self.registry
-        self.queue_delay = Histogram(
-            "gpufence_queue_delay_seconds",
-            "Submit (or requeue) to start",
-            ["partition", "class"],
-            buckets=_DELAY_BUCKETS,
-            registry=r,
+        self.queue_delay = _histogram("gpufence_queue_delay_seconds", r, _DELAY_BUCKETS)
+        self.state_time = _histogram("gpufence_job_state_seconds", r, _DELAY_BUCKETS)
+        self.handoff = _histogram("gpufence_gpu_handoff_seconds", r, _HANDOFF_BUCKETS)
+        self.cycle_time = _histogram(
+            "gpufence_scheduling_cycle_duration_seconds", r, _CYCLE_BUCKETS
         )
-        self.handoff = Histogram(
-            "gpufence_gpu_handoff_seconds",
-            "A GPU's release (process exit seen) to the next job's processes spawned on it",
-            buckets=_HANDOFF_BUCKETS,
-            registry=r,
-        )
-        self.submitted_total = Counter(
-            "gpufence_submitted", "Jobs submitted", ["class"], registry=r
-        )
-        self.rejected_total = Counter(
-            "gpufence_rejected", "Jobs rejected at submit", ["reason"], registry=r
-        )
-        self.preemptions = Counter(
-            "gpufence_preemptions", "Checkpointable jobs preempted", ["reason"], registry=r
-        )
-        self.reclaims = Counter(
-            "gpufence_reclaims", "Capacity taken back (lent, idle)", ["reason"], registry=r
-        )
-        self.stops = Counter("gpufence_stops", "Stops by reason", ["reason"], registry=r)
-        self.mig_reconfigures = Counter(
-            "gpufence_mig_reconfigures",
-            "MIG re-partitions carried out on a GPU, by result (ok, failed)",
-            ["result"],
-            registry=r,
-        )
-        self.foreign_processes = Counter(
-            "gpufence_foreign_gpu_process_incidents",
-            "Processes seen on a GPU that belonged to no job holding it",
-            ["gpu"],
-            registry=r,
-        )
-        self.mps_restarts = Counter(
-            "gpufence_mps_daemon_restarts",
-            "MPS control daemons restarted after dying",
-            ["gpu"],
-            registry=r,
-        )
+        self.submitted_total = _counter("gpufence_jobs_submitted_total", r)
+        self.rejected_total = _counter("gpufence_jobs_rejected_total", r)
+        self.finished_total = _counter("gpufence_jobs_finished_total", r)
+        self.admitted_total = _counter("gpufence_queue_admitted_jobs_total", r)
+        self.preemptions = _counter("gpufence_preemptions_total", r)
+        self.reclaims = _counter("gpufence_reclaims_total", r)
+        self.stops = _counter("gpufence_stops_total", r)
+        self.mig_reconfigures = _counter("gpufence_mig_reconfigures_total", r)
+        self.foreign_processes = _counter("gpufence_foreign_gpu_process_incidents_total", r)
+        self.mps_restarts = _counter("gpufence_mps_daemon_restarts_total", r)
         self._released: dict[tuple[str, str], float] = {}  # (node, device) -> exit seen at
         self._exit_seen: dict[tuple[str, int], float] = {}
         # the most recent gaps, for the demo summary (bounded: a server runs for months)
         self.handoffs: deque[float] = deque(maxlen=10_000)
-        self._live: Callable[[], dict[str, Any] | None] = lambda: None
-        r.register(_LiveGauges(lambda: self._live()))
+        self._since: dict[str, tuple[str, float]] = {}  # job id -> (state, entered at)
+        self._lock = threading.Lock()
+        self._waits: dict[str, list[float]] = {}  # class -> waits of the starts since drained
 
-    def set_live(self, read: Callable[[], dict[str, Any] | None]) -> None:
-        self._live = read
+    def add_collector(self, c: Collector) -> None:
+        self.registry.register(c)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+    def prime(self, cluster: Cluster) -> None:
+        """Every queue's counters at 0 from the start, so ``rate()`` sees their first
+        increment and a dashboard never shows "No data" for a quiet queue."""
+        for name, part in cluster.partitions.items():
+            for q in cluster.partition_queues[name]:
+                for cls in sorted(str(c) for c in part.admits):
+                    lab = {"partition": name, "queue": q, "class": cls}
+                    self.admitted_total.labels(**lab)
+                    for outcome in OUTCOMES:
+                        self.finished_total.labels(**lab, outcome=outcome)
+        for reason in PREEMPTION_REASONS:
+            self.preemptions.labels(reason)
+        for reason in RECLAIM_REASONS:
+            self.reclaims.labels(reason)
 
     # ------------------------------------------------------------------ events
     def submitted(self, cls: str) -> None:
@@ -174,8 +105,48 @@ class Telemetry:
     def rejected(self, reason: str) -> None:
         self.rejected_total.labels(reason).inc()
 
-    def bound(self, partition: str, cls: str, delay_s: float) -> None:
-        self.queue_delay.labels(partition, cls).observe(attempt_wait_s(0.0, delay_s))
+    def bound(self, partition: str, cls: str, queue: str, delay_s: float) -> None:
+        wait = attempt_wait_s(0.0, delay_s)
+        lab = {"partition": partition, "queue": queue, "class": cls}
+        self.queue_delay.labels(**lab).observe(wait)
+        self.admitted_total.labels(**lab).inc()
+        with self._lock:
+            self._waits.setdefault(cls, []).append(wait)
+
+    def drain_waits(self) -> dict[str, list[float]]:
+        """Queue delays of the attempts started since the last call, per class (the series)."""
+        with self._lock:
+            out, self._waits = self._waits, {}
+        return out
+
+    def cycle_done(self, seconds: float) -> None:
+        self.cycle_time.observe(seconds)
+
+    def state_changes(self, changes: list[StateChange]) -> None:
+        """A store observer: job outcomes, and the time each job spent in the state it left
+        (after a restart, a state entered before it counts from submit / start)."""
+        now = self.clock()
+        for c in changes:
+            lab = {"partition": c.partition, "queue": c.queue, "class": c.workload_class}
+            if c.new in TERMINAL:
+                self.finished_total.labels(**lab, outcome=c.new).inc()
+            entered = self._entered(c)
+            if entered is not None and c.old in TIMED_STATES:
+                self.state_time.labels(state=c.old, **lab).observe(max(0.0, now - entered))
+            if c.new in TERMINAL:
+                self._since.pop(c.job_id, None)
+            else:
+                self._since[c.job_id] = (c.new, now)
+
+    def _entered(self, c: StateChange) -> float | None:
+        known = self._since.get(c.job_id)
+        if known is not None and known[0] == c.old:
+            return known[1]
+        if c.old == "pending":
+            return c.submitted_at
+        if c.old in ("starting", "running"):
+            return c.started_at
+        return None
 
     def exit_seen(self, job_id: str, attempt: int, t: float) -> None:
         """Called from the executor's thread the moment an attempt's exit is known."""

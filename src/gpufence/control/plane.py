@@ -22,6 +22,7 @@ from gpufence.advice.record import Advice
 from gpufence.control import views
 from gpufence.control.advice_history import read_history
 from gpufence.control.config import ADMIN, ControlConfig
+from gpufence.control.containment.members import Containment
 from gpufence.control.executors.interface import Executor
 from gpufence.control.executors.jobdirs import JOBS_DIR, open_job_file
 from gpufence.control.executors.local.local_executor import LocalExecutor
@@ -33,6 +34,12 @@ from gpufence.control.gpus.runtime import GpuRuntime, Holders, open_gpu_api
 from gpufence.control.inbox import SubmitResult
 from gpufence.control.jobspec import SubmitRequest
 from gpufence.control.metrics import Telemetry
+from gpufence.control.observe import live_view, series_view
+from gpufence.control.observe.dcgm_jobmap import DcgmJobMap
+from gpufence.control.observe.latency_book import DeploymentKey
+from gpufence.control.observe.observatory import MAX_PUSH, Observatory
+from gpufence.control.observe.prom_collectors import LiveCollector
+from gpufence.control.observe.series_model import SeriesResponse
 from gpufence.control.privatefs import dir_mode, ensure_dir, tighten_existing
 from gpufence.control.reconciler import Reconciler
 from gpufence.control.runas import blocking_dir
@@ -59,23 +66,32 @@ class InvalidField(ValueError):
         self.loc = loc
 
 
-def open_store(config: ControlConfig, data_dir: Path, check_integrity: bool = True) -> st.Store:
+def open_store(
+    config: ControlConfig,
+    data_dir: Path,
+    check_integrity: bool = True,
+    containment: Containment | None = None,
+) -> st.Store:
     """The store of ``data_dir`` (made private first: ``_private_data_dir``), refused with what
     to do when it is missing while its jobs run, damaged, or in use by another control plane
     (``StoreError``); a data directory the medium refuses is ``StoreUnavailable``."""
     try:
         _private_data_dir(config, data_dir)
-        floor = prepare_store(data_dir)
+        floor = prepare_store(data_dir, containment)
         return st.Store(data_dir, check_integrity=check_integrity, id_floor=floor)
     except st.StoreError as exc:
         if "damaged" in str(exc):
-            raise st.StoreError(f"{exc}\n  {damaged_hint(data_dir)}") from None
+            raise st.StoreError(f"{exc}\n  {damaged_hint(data_dir, containment)}") from None
         raise
     except OSError as exc:  # the data directory itself: read-only, full, no permission
         gone = unavailable(exc)
         if gone is None:
             raise
         raise gone from None
+
+
+class NotServingError(ValueError):
+    """Latency pushed for a job that is not a running serving job (HTTP 409)."""
 
 
 class ControlPlane:
@@ -87,26 +103,40 @@ class ControlPlane:
         data_dir: Path,
         executor: Executor | None = None,
         validate: bool = True,
+        containment: Containment | None = None,
         check_integrity: bool = True,
         nvml: GpuApi | None = None,
     ) -> None:
-        """``nvml``: the NVML to manage real GPUs through (default: pynvml; tests give the fake
-        one, ``gpufence.testing.fake_nvml``); unused on fake GPUs."""
+        """``containment``: the cgroups of the local executor's members (``gpufence up`` detects
+        it; None runs jobs unconfined). Ignored when ``executor`` is given. ``nvml``: the NVML
+        to manage real GPUs through (default: pynvml; tests give the fake one,
+        ``gpufence.testing.fake_nvml``); on fake GPUs, only its counters are read (the demo
+        models the devices with one)."""
         check_machine(cluster, discovery)
         self.cluster = cluster
         self.config = config
         self.discovery = discovery
         self.data_dir = data_dir
-        self.store = open_store(config, data_dir, check_integrity)
+        self.store = open_store(
+            config, data_dir, check_integrity, containment if executor is None else None
+        )
         self.telemetry = Telemetry()
-        self.executor: Executor = executor or LocalExecutor(notice_signal=config.notice_signal)
+        self.containment = containment if executor is None else None
+        self.executor: Executor = executor or LocalExecutor(
+            notice_signal=config.notice_signal, containment=containment
+        )
         # validation re-checks every invariant after each cycle: cheap at one machine's scale,
         # and a control plane should stop rather than double-book a GPU
         self.scheduler = Scheduler(cluster, SchedulerConfig(validate=validate))
         devices = DeviceMap(cluster, discovery)
         # MIG instances, MPS daemons and foreign processes on this machine's real GPUs
         api = open_gpu_api(discovery, nvml)
-        self.gpus = GpuRuntime(cluster, config, discovery, data_dir, devices, self.telemetry, api)
+        counters = nvml if discovery.fake else None
+        self.gpus = GpuRuntime(
+            cluster, config, discovery, data_dir, devices, self.telemetry, api, counters=counters
+        )
+        if self.containment is not None:  # a process on a GPU is its member's by its cgroup
+            self.gpus.member_cgroup = self.containment.path_of
         self.reconciler = Reconciler(
             self.scheduler,
             config,
@@ -120,7 +150,24 @@ class ControlPlane:
         self.reconciler.gpu_board = self.gpus.board
         if api is not None and isinstance(self.executor, LocalExecutor):
             self.reconciler.gpu_util = GpuUtilization(api).of
-        self.telemetry.set_live(lambda: self.reconciler.call(views.gauges).result(CALL_TIMEOUT_S))
+        # outcomes and time in state from every committed state change; 0s for quiet queues
+        self.telemetry.clock = self.reconciler.clock
+        self.store.observers.append(self.telemetry.state_changes)
+        self.telemetry.prime(cluster)
+        self.observatory = Observatory(
+            cluster,
+            config.telemetry,
+            self.telemetry,
+            self.gpus.board,
+            self.gpus.host,
+            self.reconciler.clock,
+        )
+        self.telemetry.add_collector(LiveCollector(self._gauges, self.observatory))
+        if config.telemetry.dcgm_job_mapping_dir:
+            jobmap = DcgmJobMap(Path(config.telemetry.dcgm_job_mapping_dir))
+            self.reconciler.after_cycle.append(jobmap.update)
+        self._names: dict[str, tuple[str, str, float | None]] = {}  # serving_state's cache
+        self._started = False
         self.recovered: dict[str, int] = {}
         # where the spec came from, so advice can name file lines and queues[i] (build_plane)
         self.advice_inputs = LintInputs()
@@ -128,11 +175,27 @@ class ControlPlane:
 
     def start(self) -> None:
         log.info("GPUs: %s", self.discovery.source)
+        if self.containment is not None:
+            log.info("containment: %s", self.containment.describe())
         # what the GPUs really have (MIG), before recovery's restores and any placement
         self.reconciler.boot(self.gpus.startup_events(self.store), [])
-        self.recovered = recover(self.reconciler)
+        self.recovered = recover(self.reconciler, self.containment)
         self.reconciler.start()
+        self._started = True
         self.gpus.start_watch(self._holders)
+        self.observatory.start(self.serving_state)
+
+    def _gauges(self) -> dict[str, Any] | None:
+        """The live state /metrics reads (None until the reconciler runs: nothing to read)."""
+        if not self._started:
+            return None
+        return self.reconciler.call(live_view.gauges).result(CALL_TIMEOUT_S)
+
+    def serving_state(self) -> live_view.ServingState:
+        names = self._names
+        return self.reconciler.call(lambda r: live_view.serving_state(r, names)).result(
+            CALL_TIMEOUT_S
+        )
 
     def _holders(self) -> Holders:
         """Every running attempt, read on the reconciler thread (for the GPU sampler)."""
@@ -145,6 +208,7 @@ class ControlPlane:
     def close(self, kill_jobs: bool = False) -> None:
         """Stop the reconciler; jobs keep running unless ``kill_jobs`` (they are adopted at the
         next start)."""
+        self.observatory.stop()
         self.gpus.stop_watch()
         self.reconciler.shutdown()
         self.executor.close(kill=kill_jobs)
@@ -290,6 +354,57 @@ class ControlPlane:
 
     def metrics(self) -> bytes:
         return self.telemetry.render()
+
+    # ------------------------------------------------------------------ observation
+    def series(
+        self, tenant: str, since: float | None, until: float | None, step_s: float | None
+    ) -> SeriesResponse:
+        """The joint view's series (``observe/series_view.py``); SeriesQueryError for a range
+        it cannot answer."""
+        now = self.reconciler.clock.last or time.time()
+        cfg = self.config.telemetry
+        until = now if until is None else until
+        since = (
+            max(until - 900.0, self.observatory.started_at - cfg.series_step_s)
+            if since is None
+            else since
+        )
+        step = step_s if step_s is not None else max(cfg.series_step_s, (until - since) / 300)
+        with self.store.reader() as r:
+            events = r.events_since(since, series_view.MARK_EVENTS)
+        return series_view.build(
+            self.observatory, events, tenant, self.owner(), since, until, step, now
+        )
+
+    def push_latency(self, job_id: str, tenant: str, latencies_ms: list[float]) -> DeploymentKey:
+        """Latencies a serving replica measured itself, into its deployment's book."""
+        row = self.job(job_id, tenant)  # AccessError (403) for another tenant's job
+        if row is None:
+            raise KeyError(job_id)
+        if row.workload_class != "serving":
+            raise NotServingError(
+                f"job {job_id} is a {row.workload_class} job; only serving jobs report latency"
+            )
+        if row.state not in st.ACTIVE:
+            raise NotServingError(
+                f"job {job_id} is {row.state}; latency is taken from running replicas only"
+            )
+        if len(latencies_ms) > MAX_PUSH:
+            raise ValueError(f"at most {MAX_PUSH} latencies per push")
+        key = DeploymentKey(row.tenant, str(row.spec.get("name") or job_id))
+        part = self.cluster.partitions.get(row.partition)
+        slo_ms = row.spec.get("slo_p99_ms")
+        if slo_ms is None and part is not None and part.slo is not None:
+            slo_ms = part.slo.p99_ms
+        score_s = part.slo.window_s if part is not None and part.slo is not None else None
+        self.observatory.push(
+            key,
+            row.partition,
+            None if slo_ms is None else float(slo_ms) / 1000.0,
+            score_s,
+            [v / 1000.0 for v in latencies_ms],
+        )
+        return key
 
     def advice(self, tenant: str) -> list[Advice]:
         """Advice from this plane's own history (``gpufence advise``): the admin gets the spec

@@ -126,6 +126,8 @@ class Reconciler:
         self._running_unsaved: list[tuple[str, int]] = []  # spawned, 'running' not persisted
         self._retry_at: float | None = None
         self.poisoned: dict[str, str] = {}  # every job set aside so far, and why
+        # run on this thread after every cycle, on its settled ledger (dcgm job-mapping files)
+        self.after_cycle: list[Callable[[Reconciler], None]] = []
         executor.set_callbacks(self._on_exit, self._on_ack)
         executor.set_node_callback(self._on_node)
 
@@ -243,6 +245,7 @@ class Reconciler:
 
     # ------------------------------------------------------------------ one cycle
     def cycle(self, items: Sequence[Item]) -> None:
+        began = time.perf_counter()
         now = self.clock()
         self.cycles += 1
         calls = [it for it in items if isinstance(it, Call)]
@@ -280,6 +283,9 @@ class Reconciler:
             fut.set_result(self.submit_result(jid))
         if act is not None:
             self._act(act)
+        self.telemetry.cycle_done(time.perf_counter() - began)  # the read queries below: not
+        for hook in self.after_cycle:
+            hook(self)
         self._answer(calls)
 
     def _answer(self, calls: list[Call]) -> None:

@@ -14,6 +14,8 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpufence.control.executors.launcher import RECORDS_SUFFIX, exit_file
+
 
 @dataclass(frozen=True, slots=True)
 class Run:
@@ -59,7 +61,8 @@ def runs(data_dir: Path, node: str = "local") -> list[Run]:
         end = next((x for x in lines if x.get("ev") == "end"), None)
         t_end = float(end["t"]) if end is not None else None  # type: ignore[arg-type]
         if t_end is None:
-            t_end = _exit_time(out_file.with_suffix(".exit"))
+            rank = int(out_file.stem.removeprefix("rank-"))
+            t_end = _exit_time(exit_file(out_file.parent, rank))
         if t_end is None:
             continue
         devices = str(start.get("devices", ""))
@@ -83,7 +86,7 @@ def process_runs(data_dir: Path, node: str = "local") -> list[Run]:
     command was exec'd (``rank-N.started``) to the moment it was reaped (``rank-N.exit``). This
     is the process's whole life on the GPU, start-up included, observed by its parent."""
     out: list[Run] = []
-    for started in sorted((data_dir / "jobs").glob("*/attempt-*/rank-*.started")):
+    for started in sorted((data_dir / "jobs").glob(f"*/attempt-*{RECORDS_SUFFIX}/rank-*.started")):
         try:
             rec = json.loads(started.read_text(encoding="utf-8"))
             t0 = float(rec["exec_unix"])
@@ -92,9 +95,9 @@ def process_runs(data_dir: Path, node: str = "local") -> list[Run]:
         t1 = _exit_time(started.with_suffix(".exit"))
         if t1 is None:
             continue
-        attempt_dir = started.parent
-        job = attempt_dir.parent.name
-        attempt = int(attempt_dir.name.removeprefix("attempt-"))
+        records = started.parent  # DATA/jobs/<job>/attempt-N.records
+        job = records.parent.name
+        attempt = int(records.name.removesuffix(RECORDS_SUFFIX).removeprefix("attempt-"))
         rank = int(started.stem.removeprefix("rank-"))
         devices = str(rec.get("devices", ""))
         for dev in devices.split(",") if devices else []:

@@ -9,7 +9,9 @@ Each act runs in a fresh temporary data directory with its own control plane (th
 2. The serving surge on one fenced machine (``fenced_spec``): a serving deployment of two
    replicas, a 4-GPU gang that checkpoints, a notebook that goes idle and is reclaimed, then two
    more serving replicas that find the fence full: one incident preemption of the gang, which
-   resumes from its checkpoint as attempt 2.
+   resumes from its checkpoint as attempt 2. The serving replicas answer real requests from
+   their own loop; the plane scrapes their latency histograms, so the act ends with serving
+   p99 against its SLO and the interconnect figures (``joint_summary.py``).
 
 Time is compressed (seconds instead of hours) so the whole demo runs in well under two minutes.
 """
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import copy
 import math
+import socket
 import tempfile
 import time
 from collections.abc import Callable
@@ -36,15 +39,27 @@ from gpufence.control.gpus.discovery import (
     fake_gpus,
     node_spec,
 )
+from gpufence.control.gpus.nvml import GpuApi
 from gpufence.control.jobspec import SubmitRequest
 from gpufence.control.plane import ControlPlane
 from gpufence.control.store import database as st
 from gpufence.demo import joblogs
+from gpufence.demo.gpu_model import FakeDevices, FakeGpuModel
+from gpufence.demo.joint_summary import joint_rows
 from gpufence.demo.story import SEED_CASE, SERVING_SURGE, STORY
 from gpufence.progress import progress_bar
 from gpufence.spec.errors import number_ranges
 
 JOB = ("python", "-m", "gpufence.demo.programs")
+FakeNvmlFactory = Callable[[int], FakeDevices]
+"""n -> a fake NVML of n GPUs whose counters the demo models (the CLI gives the testing one)."""
+SERVING_SLO_MS = 25.0
+SERVING_RPS = "40"  # per replica, from its own request loop
+SERVING_WORK_MS = "3"  # CPU work per request
+OBSERVE = {  # time-compressed like the rest of the demo
+    "gpu_sample_interval_s": 0.5,
+    "telemetry": {"series_step_s": 0.5, "latency_window_s": 5, "series_retention_s": 900},
+}
 SEED_JOBS = 66
 SEED_JOB_S = 1.0
 NEED_GPUS = 8
@@ -100,15 +115,52 @@ def _wait(
             time.sleep(0.1)
 
 
-def _plane(spec: dict[str, Any], d: Discovery, data: Path, activity_s: float = 1.0) -> ControlPlane:
-    cfg = control_config({"activity_interval_s": activity_s, "stop_grace_s": 5}, data)
-    plane = ControlPlane(cluster_from_spec_dict(spec), cfg, d, data)
+def _plane(
+    spec: dict[str, Any],
+    d: Discovery,
+    data: Path,
+    activity_s: float = 1.0,
+    fake_nvml: FakeNvmlFactory | None = None,
+) -> tuple[ControlPlane, FakeGpuModel | None]:
+    raw = {"activity_interval_s": activity_s, "stop_grace_s": 5, **OBSERVE}
+    cfg = control_config(raw, data)
+    nvml = fake_nvml(len(d.gpus)) if d.fake and fake_nvml is not None else None
+    api: GpuApi | None = nvml
+    plane = ControlPlane(cluster_from_spec_dict(spec), cfg, d, data, nvml=api)
     plane.start()
-    return plane
+    model = FakeGpuModel(plane, nvml).start() if nvml is not None else None
+    return plane, model
 
 
-def sixty_six(console: Console, d: Discovery, data: Path) -> ActResult:
-    plane = _plane(node_spec(d), d, data)
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _serve(*args: str) -> SubmitRequest:
+    """A replica of the demo's serving deployment, with its own request loop and /metrics."""
+    port = _free_port()
+    return _job(
+        "serve",
+        *args,
+        "--port",
+        str(port),
+        "--rps",
+        SERVING_RPS,
+        "--work-ms",
+        SERVING_WORK_MS,
+        **{"class": "serving"},
+        name="chat",
+        slo_p99_ms=SERVING_SLO_MS,
+        metrics_url=f"http://127.0.0.1:{port}/metrics",
+    )
+
+
+def sixty_six(
+    console: Console, d: Discovery, data: Path, fake_nvml: FakeNvmlFactory | None = None
+) -> ActResult:
+    plane, model = _plane(node_spec(d), d, data)
     try:
         gpus = len(plane.cluster.gpus)
         for _ in range(SEED_JOBS):
@@ -123,6 +175,8 @@ def sixty_six(console: Console, d: Discovery, data: Path) -> ActResult:
         )
         handoff_ctl = list(plane.telemetry.handoffs)
     finally:
+        if model is not None:
+            model.stop()
         plane.close(kill_jobs=True)
     node = plane.cluster.nodes[0].name
     lines = joblogs.runs(data, node=node)  # what the jobs printed
@@ -232,11 +286,14 @@ def fenced_spec(d: Discovery) -> dict[str, Any]:
     return spec
 
 
-def fenced(console: Console, d: Discovery, data: Path) -> ActResult:
-    plane = _plane(fenced_spec(d), d, data, activity_s=0.5)
+def fenced(
+    console: Console, d: Discovery, data: Path, fake_nvml: FakeNvmlFactory | None = None
+) -> ActResult:
+    plane, model = _plane(fenced_spec(d), d, data, activity_s=0.5, fake_nvml=fake_nvml)
     res = ActResult()
+    began = time.time()
     try:
-        base = [plane.submit(_job("serve", **{"class": "serving"}), ADMIN) for _ in range(2)]
+        base = [plane.submit(_serve(), ADMIN) for _ in range(2)]
         train = plane.submit(
             _job(
                 "train",
@@ -254,10 +311,7 @@ def fenced(console: Console, d: Discovery, data: Path) -> ActResult:
         )
         plane.submit(_job("notebook", "--busy-s", "2", **{"class": "interactive"}), ADMIN)
         time.sleep(2.5)
-        surge = [
-            plane.submit(_job("serve", "--seconds", "3", **{"class": "serving"}), ADMIN)
-            for _ in range(2)
-        ]
+        surge = [plane.submit(_serve("--seconds", "3"), ADMIN) for _ in range(2)]
         _wait(
             plane,
             console,
@@ -274,6 +328,8 @@ def fenced(console: Console, d: Discovery, data: Path) -> ActResult:
             lambda c: c.get(st.RECLAIMED, 0) >= 1,
             20,
         )
+        time.sleep(2 * plane.config.telemetry.series_step_s)  # the last scrape of the surge
+        joint = joint_rows(plane, began)
         for b in base:
             plane.cancel(b.job_id, ADMIN)
         _wait(
@@ -289,6 +345,8 @@ def fenced(console: Console, d: Discovery, data: Path) -> ActResult:
             rows = r.jobs(limit=100)
         metrics = plane.metrics().decode()
     finally:
+        if model is not None:
+            model.stop()
         plane.close(kill_jobs=True)
     interesting = ("notice", "checkpoint-ack", "stop", "requeue", "reject", "cancel")
     for e in events:
@@ -318,6 +376,7 @@ def fenced(console: Console, d: Discovery, data: Path) -> ActResult:
         ("incident preemptions", f"{len(preempt)} ({', '.join(e['job_id'] for e in preempt)})"),
         ("idle reclaims", f"{len(reclaim)} ({', '.join(e['job_id'] for e in reclaim)})"),
         ("/metrics preemption counter", _metric_line(metrics, "gpufence_preemptions_total")),
+        *joint,
     ]
     res.ok = (
         worst == 1
@@ -339,7 +398,14 @@ def _metric_line(text: str, name: str) -> str:
     return "; ".join(lines) if lines else "(none)"
 
 
-def run_demo(console: Console, fake: int | None = None, verbose: bool = True) -> bool:
+def run_demo(
+    console: Console,
+    fake: int | None = None,
+    verbose: bool = True,
+    fake_nvml: FakeNvmlFactory | None = None,
+) -> bool:
+    """``fake_nvml``: on fake GPUs, the NVML whose counters the demo models (else none are
+    shown for the GPUs)."""
     d = pick_gpus(fake, console)
     console.print(f"[bold]gpufence demo[/bold] - control plane on {d.source}")
     ok = True
@@ -348,7 +414,7 @@ def run_demo(console: Console, fake: int | None = None, verbose: bool = True) ->
             if verbose:
                 console.print(f"[bold]{story.heading}[/bold]: {story.shows}")
             t0 = time.monotonic()
-            res = act(console, d, Path(tmp) / f"act{story.number}")
+            res = act(console, d, Path(tmp) / f"act{story.number}", fake_nvml)
             if verbose and res.log:
                 console.print(f"[bold]{story.heading}: what the control plane did[/bold]")
                 for line in res.log:

@@ -11,17 +11,24 @@ Kinds:
 * ``train --steps N --step-s T`` - a training loop that checkpoints to ``GPUFENCE_CHECKPOINT_DIR``
   every ``--ckpt-every`` steps, resumes from the last checkpoint, and answers a preemption
   notice (SIGUSR1) by checkpointing at once and writing ``GPUFENCE_ACK_FILE``;
-* ``serve [--seconds S]`` - a serving replica: runs until stopped (SIGTERM) or S seconds;
+* ``serve [--seconds S] [--port P --rps R --work-ms W]`` - a serving replica: runs until stopped
+  (SIGTERM) or S seconds. With ``--port`` it serves ``/infer`` (W ms of CPU work per request)
+  and its own latency histogram ``demo_request_duration_seconds`` on ``/metrics`` at
+  127.0.0.1:P, and sends itself R requests/s over loopback, timing each one: real latencies
+  (queueing for a CPU included) that the control plane scrapes;
 * ``notebook --busy-s S`` - works (CPU) for S seconds, then sits idle until reclaimed.
 """
 
 from __future__ import annotations
 
+import http.server
 import json
 import os
 import signal
 import sys
+import threading
 import time
+import urllib.request
 from types import FrameType
 
 
@@ -59,10 +66,96 @@ def _sleep(seconds: float) -> int:
     return 0
 
 
-def _serve(seconds: float | None) -> int:
+def _serve(seconds: float | None, opts: dict[str, str]) -> int:
     deadline = time.time() + seconds if seconds else None
+    if "--port" in opts:
+        return _serve_requests(deadline, opts)
     while deadline is None or time.time() < deadline:
         time.sleep(0.05 if deadline is None else max(0.0, min(0.05, deadline - time.time())))
+    return 0
+
+
+# seconds; Prometheus' default buckets, finer at the low end where the demo's requests fall
+_BUCKETS = (0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075, 0.1, 0.25, 0.5, 1.0)
+
+
+class _Histogram:
+    """A Prometheus histogram by hand (the demo's programs import only the standard library)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.counts = [0] * (len(_BUCKETS) + 1)
+        self.total = 0.0
+
+    def observe(self, v: float) -> None:
+        i = next((k for k, b in enumerate(_BUCKETS) if v <= b), len(_BUCKETS))
+        with self.lock:
+            self.counts[i] += 1
+            self.total += v
+
+    def text(self) -> str:
+        name = "demo_request_duration_seconds"
+        lines = [f"# HELP {name} Time to answer one /infer request", f"# TYPE {name} histogram"]
+        with self.lock:
+            cum = 0
+            for b, c in zip((*_BUCKETS, float("inf")), self.counts, strict=True):
+                cum += c
+                le = "+Inf" if b == float("inf") else repr(b)
+                lines.append(f'{name}_bucket{{le="{le}"}} {cum}')
+            lines += [f"{name}_sum {self.total}", f"{name}_count {cum}"]
+        return "\n".join(lines) + "\n"
+
+
+def _busy(ms: float) -> None:
+    end = time.perf_counter() + ms / 1000.0
+    x = 0
+    while time.perf_counter() < end:
+        x = (x * 31 + 7) % 1_000_003
+
+
+def _serve_requests(deadline: float | None, opts: dict[str, str]) -> int:
+    port, rps = int(opts["--port"]), float(opts.get("--rps", "20"))
+    work_ms = float(opts.get("--work-ms", "2"))
+    hist = _Histogram()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            if self.path == "/metrics":
+                body = hist.text().encode()
+            elif self.path == "/infer":
+                _busy(work_ms)
+                body = b"ok"
+            else:
+                self.send_error(404)
+                return
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *_args: object) -> None:  # no access log on stderr
+            return
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", port), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{port}/infer"
+    served = 0
+    try:
+        nxt = time.perf_counter()
+        while deadline is None or time.time() < deadline:
+            t0 = time.perf_counter()
+            try:
+                with urllib.request.urlopen(url, timeout=5) as resp:
+                    resp.read()
+                hist.observe(time.perf_counter() - t0)
+                served += 1
+            except OSError:
+                pass
+            nxt += 1.0 / rps
+            time.sleep(max(0.0, nxt - time.perf_counter()))
+    finally:
+        _say("served", requests=served)
+        server.shutdown()
     return 0
 
 
@@ -136,7 +229,7 @@ def main(argv: list[str]) -> int:
         if kind == "sleep":
             code = _sleep(float(args[0]) if args else 1.0)
         elif kind == "serve":
-            code = _serve(float(opts["--seconds"]) if "--seconds" in opts else None)
+            code = _serve(float(opts["--seconds"]) if "--seconds" in opts else None, opts)
         elif kind == "notebook":
             code = _notebook(float(opts.get("--busy-s", "3")))
         elif kind == "train":

@@ -139,3 +139,8 @@ class SchedulerQuery:
         if res is None:
             return None
         return ReservationView(res.job_id, res.pool, res.start, res.gpus)
+
+    def preemption_times(self, partition: str) -> tuple[float, ...]:
+        """When the incident preemptions counted against ``partition``'s budget were made (the
+        window's older ones may not be pruned yet: compare with the window yourself)."""
+        return tuple(self._s.protection.times.get(partition, ()))

@@ -10,16 +10,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from gpufence.model.cluster import Cluster
 from gpufence.model.events import Event
 from gpufence.model.job import WorkloadClass
-from gpufence.model.mig import profiles_for
 from gpufence.model.partition import SharingMode
 from gpufence.sim.fabric import Fabric
 from gpufence.sim.runner import Simulation
-from gpufence.state.ledger import Ledger
+from gpufence.state.freecap import pool_free_milli
 from gpufence.telemetry.capacity import (
-    WHOLE,
     largest_placeable_gang,
     pool_fragmentation,
     whole_gpu_pool,
@@ -38,47 +35,6 @@ class Sample:
     running: dict[str, int]
     oldest_wait_s: dict[str, float]  # per class: how long the longest-waiting job has waited
     storage_util: float = 0.0  # checkpoint write bandwidth / storage bandwidth, this interval
-
-
-def pool_free_milli(ledger: Ledger, cluster: Cluster, pool: str) -> list[list[int]]:
-    """Free milli-GPUs of each GPU of ``pool``, node by node (0 for down/blocked GPUs)."""
-    sharing = cluster.partitions[pool].sharing
-    out: list[list[int]] = []
-    for n in cluster.partition_nodes[pool]:
-        gids = cluster.node_partition_gpus[(pool, n)]
-        if sharing in (SharingMode.EXCLUSIVE, SharingMode.TIME_SLICE):
-            k = ledger.free_count[(pool, n)]  # whole free GPUs (holds and down nodes excluded)
-            out.append([WHOLE] * k + [0] * (len(gids) - k))
-            continue
-        row: list[int] = []
-        for g in gids:
-            if not ledger.gpu_usable(g):
-                row.append(0)
-            elif sharing is SharingMode.MIG:
-                row.append(_mig_free(ledger, cluster, g))
-            else:  # fractional: what the shares leave of the GPU
-                held = ledger.owner[g] is not None or bool(ledger.ts[g])
-                row.append(0 if held else WHOLE - ledger.milli[g])
-        out.append(row)
-    return out
-
-
-def _mig_free(ledger: Ledger, cluster: Cluster, g: int) -> int:
-    """A MIG GPU with no busy instance is whole (it can be re-partitioned); otherwise its free
-    instances' share of the 7 compute slices."""
-    st = ledger.mig.get(g)
-    if st is None or not st.busy():
-        return WHOLE
-    model = cluster.gpu_types[cluster.gpus[g].gpu_type].mig_model
-    if model is None:
-        return 0
-    profiles = profiles_for(model)
-    free = sum(
-        profiles[inst.profile].compute_slices
-        for inst, occ in zip(st.instances, st.occupant, strict=True)
-        if occ is None
-    )
-    return WHOLE * free // 7
 
 
 @dataclass

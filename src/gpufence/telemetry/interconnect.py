@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping
 import numpy as np
 
 LINK_CLASSES = ("nvlink", "node_uplink", "rack_uplink")
+LIVE_LINK_CLASSES = ("nvlink", "pcie", "nic")  # what the control plane measures per node
 
 
 def link_class_summary(
@@ -45,3 +46,60 @@ def link_class_summary(
             "mean": round(float(arr.mean()), 4),
         }
     return out
+
+
+# -- the live links (control plane): one measured link's utilisation --------------------------
+# A link's utilisation is its carried traffic over its bandwidth, as above, from counters:
+# NVLink from NVML (data bytes, both directions, over the GPU's aggregate NVLink bandwidth of
+# the catalogue, which counts both directions: 900 GB/s on an H100), PCIe from NVML (each
+# direction over the link's per-direction bandwidth: the busier direction is the link's load),
+# a NIC from /sys/class/net (the busier direction over its line rate).
+
+# PCIe payload bandwidth per lane and direction in bytes/s by generation, after line encoding
+# (8b/10b for Gen 1-2, 128b/130b for Gen 3-5; Gen 6's FLIT mode taken as 242/256)
+PCIE_LANE_BYTES_S = {
+    1: 2.5e9 * 0.8 / 8,
+    2: 5e9 * 0.8 / 8,
+    3: 8e9 * 128 / 130 / 8,
+    4: 16e9 * 128 / 130 / 8,
+    5: 32e9 * 128 / 130 / 8,
+    6: 64e9 * 242 / 256 / 8,
+}
+
+
+def pcie_bytes_per_s(generation: int, width: int) -> float | None:
+    """Per-direction bandwidth of a PCIe link (None for an unknown generation)."""
+    lane = PCIE_LANE_BYTES_S.get(generation)
+    return lane * width if lane is not None and width > 0 else None
+
+
+def link_utilization(bytes_per_s: float, capacity_bytes_per_s: float | None) -> float | None:
+    """Carried / capacity, clipped to 0..1 (counters and line rates disagree a little); None
+    where the capacity is unknown (a loopback device has no line rate)."""
+    if capacity_bytes_per_s is None or capacity_bytes_per_s <= 0:
+        return None
+    return min(max(bytes_per_s / capacity_bytes_per_s, 0.0), 1.0)
+
+
+def nvlink_utilization(tx_bytes_s: float, rx_bytes_s: float, nvlink_gbps: float) -> float | None:
+    """A GPU's NVLink load: both directions over its aggregate bandwidth (Gbit/s, both ways)."""
+    return link_utilization(tx_bytes_s + rx_bytes_s, nvlink_gbps * 1e9 / 8 if nvlink_gbps else None)
+
+
+def duplex_utilization(
+    tx_bytes_s: float, rx_bytes_s: float, capacity_bytes_per_s: float | None
+) -> float | None:
+    """A full-duplex link (PCIe, a NIC): the busier direction over the per-direction rate."""
+    return link_utilization(max(tx_bytes_s, rx_bytes_s), capacity_bytes_per_s)
+
+
+def counter_rate(prev: tuple[float, float] | None, now: tuple[float, float]) -> float | None:
+    """Per-second rate of a monotonic counter between two (time, value) readings; None for the
+    first reading, a clock that did not move, or a counter that went back (reset, wrap)."""
+    if prev is None:
+        return None
+    dt = now[0] - prev[0]
+    dv = now[1] - prev[1]
+    if dt <= 0 or dv < 0:
+        return None
+    return dv / dt

@@ -40,11 +40,15 @@ from typing import Any
 
 import yaml
 
-from gpufence.control.executors.processes import live_member_pids
+from gpufence.control.containment.cgroup import ContainmentError
+from gpufence.control.containment.members import Containment
+from gpufence.control.executors.launcher import exit_file
+from gpufence.control.executors.leftovers import kill_cgroup, live_member_pids, recorded_ranks
 from gpufence.control.failpoints import POINTS
 from gpufence.control.gpus.discovery import fake_gpus, node_spec
 from gpufence.control.http.client import Client, ClientError
 from gpufence.control.store import database as st
+from gpufence.control.store.recovery import attempt_dirs, member_cgroups
 
 JOB = [sys.executable, "-m", "gpufence.demo.programs"]
 RANDOM = "random"
@@ -184,6 +188,7 @@ class Server:
         self.log = data.parent / f"server-{time.monotonic_ns()}.log"
         cmd = [sys.executable, "-m", "gpufence", "up", "--fake-gpus", "8", "--config"]
         cmd += [str(config), "--data", str(data), "--port", "0", "--log-level", "warning"]
+        cmd += ["--no-context"]  # a test run must not touch the user's client config
         with self.log.open("wb") as out:
             self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
 
@@ -275,6 +280,9 @@ def run_once(root: Path, seed: int, crashes: int, scale: int = 1, timeout_s: flo
             time.sleep(arg)
             fired = False
         else:
+            # the window opens once it serves (or died on the way): under load its start-up
+            # (imports, recovery) alone takes seconds
+            server.wait_serving(data)
             end = time.monotonic() + 6.0
             while server.alive() and time.monotonic() < end:
                 time.sleep(0.02)
@@ -292,18 +300,30 @@ def run_once(root: Path, seed: int, crashes: int, scale: int = 1, timeout_s: flo
     finally:
         sub.stop_flag.set()
         server.stop()
-        _kill_leftovers(data)
+        kill_leftovers(data)
     check(data, sub.acked, report)
     return report
 
 
-def _kill_leftovers(data: Path) -> None:
-    """Jobs outlive their server by design; a run that ran out of time must not leave any."""
-    for adir in data.glob("jobs/*/attempt-*"):
-        for pid in live_member_pids(adir):  # a launcher (its group) or a dead one's leftover
-            for kill in (os.killpg, os.kill):
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    kill(pid, signal.SIGKILL)
+def kill_leftovers(data: Path) -> None:
+    """Jobs outlive their server by design; a run that ran out of time must not leave any
+    (nor their cgroups, when the server ran with containment)."""
+    try:
+        containment: Containment | None = Containment.detect()
+    except ContainmentError:
+        containment = None
+    for jdir in data.glob("jobs/j*"):
+        for attempt, adir in attempt_dirs(jdir):
+            ranks = max(recorded_ranks(adir), default=0) + 1
+            for cg in member_cgroups(containment, jdir.name, attempt, adir, ranks):
+                if cg is not None:
+                    kill_cgroup(cg, 5.0)
+            for pid in live_member_pids(adir):  # a launcher (its group) or a dead one's leftover
+                for kill in (os.killpg, os.kill):
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        kill(pid, signal.SIGKILL)
+    if containment is not None:
+        containment.release()
 
 
 def _all_ended(data: Path, sub: Submitter) -> bool:
@@ -369,7 +389,7 @@ def check(data: Path, acked: list[str], report: Report) -> None:
         end = next((x for x in lines if x.get("ev") == "end"), None)
         if end is not None and end.get("code") == 0:
             ok_ranks[(jid, attempt)] += 1
-        t_end = float(end["t"]) if end is not None else _exit_end(out.with_suffix(".exit"))
+        t_end = float(end["t"]) if end is not None else _exit_end(exit_file(out.parent, rank))
         if t_end is None:
             ended = next((a.ended_at for a in attempts.get(jid, []) if a.attempt == attempt), None)
             t_end = ended if ended is not None else float("inf")

@@ -14,6 +14,12 @@ detection run in CI without a GPU:
 * destroying a GPU instance that still has compute instances, or either while a process runs on
   it, fails with NVML_ERROR_IN_USE;
 * ``procs`` are the processes NVML reports on a GPU (a test puts a real pid there);
+* the counters the GPU sampler reads (``control/gpus/gpu_counters.py``): ``util`` (percent),
+  ``mem_used_mib`` (and ``mig_used_mib`` per MIG UUID), ``pcie_tx_kbs`` / ``pcie_rx_kbs`` (KB/s,
+  NVML's unit), the PCIe link's ``pcie_gen`` x ``pcie_width``, and the cumulative NVLink data
+  counters ``nvlink_tx_kib`` / ``nvlink_rx_kib`` (KiB since "boot"; ``FakeGpu.send`` moves
+  them), each answered through the same NVML call and error codes as on hardware (no NVLink:
+  the field's own NVML_ERROR_NOT_SUPPORTED; no utilisation in MIG mode);
 * ``fail_next(name, code, after=n)`` makes a later call of ``name`` fail with ``code`` (e.g. an
   NVML error mid-reconfigure); ``root=False`` refuses every MIG change with NO_PERMISSION.
 
@@ -39,7 +45,13 @@ from gpufence.control.gpus.nvml import (
     NVML_ERROR_NOT_FOUND,
     NVML_ERROR_NOT_SUPPORTED,
     NVML_ERROR_UNKNOWN,
+    NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX,
+    NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX,
     NVML_NO_INSTANCE_ID,
+    NVML_PCIE_UTIL_RX_BYTES,
+    NVML_PCIE_UTIL_TX_BYTES,
+    NVML_SCOPE_ALL_LINKS,
+    NVML_SUCCESS,
     GpuInstancePlacement,
     catalogue_type,
 )
@@ -54,6 +66,22 @@ _SLICES_BY_CI_PROFILE = {v: k for k, v in NVML_CI_PROFILE_BY_SLICES.items()}
 @dataclass(frozen=True)
 class Mem:
     total: int
+    used: int = 0
+
+
+@dataclass(frozen=True)
+class FieldNumber:
+    ullVal: int = 0
+
+
+@dataclass(frozen=True)
+class Field:
+    """``nvmlFieldValue_t``: each field has its own return code."""
+
+    fieldId: int
+    scopeId: int
+    nvmlReturn: int
+    value: FieldNumber = FieldNumber()
 
 
 @dataclass(frozen=True)
@@ -135,6 +163,19 @@ class FakeGpu:
     bare_gis: list[FakeGi] = field(default_factory=list)  # GPU instances without a CI
     procs: list[FakeProc] = field(default_factory=list)
     util: int = 0  # percent
+    mem_used_mib: int = 0
+    mig_used_mib: dict[str, int] = field(default_factory=dict)  # MIG UUID -> MiB used
+    pcie_tx_kbs: int = 0  # KB/s, as nvmlDeviceGetPcieThroughput answers
+    pcie_rx_kbs: int = 0
+    pcie_gen: int = 5
+    pcie_width: int = 16
+    nvlink_tx_kib: int = 0  # cumulative, as the NVLink throughput fields are
+    nvlink_rx_kib: int = 0
+
+    def send(self, tx_bytes: float, rx_bytes: float = 0.0) -> None:
+        """NVLink traffic: move the cumulative counters (whole KiB, as NVML counts)."""
+        self.nvlink_tx_kib += int(tx_bytes) // 1024
+        self.nvlink_rx_kib += int(rx_bytes) // 1024
 
     def gpu_instances(self) -> list[FakeGi]:
         seen: dict[int, FakeGi] = {g.gi_id: g for g in self.bare_gis}
@@ -264,7 +305,11 @@ class FakeNvml:
 
     def nvmlDeviceGetMemoryInfo(self, handle: object) -> Mem:
         self._log("nvmlDeviceGetMemoryInfo")
-        return Mem(self._gpu(handle).memory_mib << 20)
+        g = self._gpu(handle)
+        if isinstance(handle, Handle) and handle.mig is not None:
+            m = self._mig(handle)
+            return Mem(m.mem_mb << 20, g.mig_used_mib.get(m.uuid, 0) << 20)
+        return Mem(g.memory_mib << 20, g.mem_used_mib << 20)
 
     def nvmlDeviceGetPciInfo(self, handle: object) -> Pci:
         return Pci(self._gpu(handle).bus)
@@ -289,6 +334,10 @@ class FakeNvml:
 
     def nvmlDeviceGetComputeInstanceId(self, mig_handle: object) -> int:
         return self._mig(mig_handle).ci_id
+
+    def nvmlDeviceGetMinorNumber(self, handle: object) -> int:
+        assert isinstance(handle, Handle)
+        return handle.gpu
 
     def nvmlDeviceGetGpuInstanceById(self, handle: object, gi_id: int) -> GiHandle:
         if not self.gi_permission:
@@ -334,6 +383,42 @@ class FakeNvml:
         if g.mig_mode is not None and g.mig_mode[0] == 1:
             raise err(NVML_ERROR_NOT_SUPPORTED)  # no per-GPU utilisation in MIG mode
         return Util(g.util)
+
+    def nvmlDeviceGetPcieThroughput(self, handle: object, counter: int) -> int:
+        self._log("nvmlDeviceGetPcieThroughput")
+        g = self._gpu(handle)
+        if counter == NVML_PCIE_UTIL_TX_BYTES:
+            return g.pcie_tx_kbs
+        if counter == NVML_PCIE_UTIL_RX_BYTES:
+            return g.pcie_rx_kbs
+        raise err(NVML_ERROR_INVALID_ARGUMENT)
+
+    def nvmlDeviceGetMaxPcieLinkGeneration(self, handle: object) -> int:
+        return self._gpu(handle).pcie_gen
+
+    def nvmlDeviceGetMaxPcieLinkWidth(self, handle: object) -> int:
+        return self._gpu(handle).pcie_width
+
+    def nvmlDeviceGetFieldValues(
+        self, handle: object, field_ids: Sequence[tuple[int, int]]
+    ) -> list[Field]:
+        self._log("nvmlDeviceGetFieldValues")
+        g = self._gpu(handle)
+        counters = {
+            NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX: g.nvlink_tx_kib,
+            NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX: g.nvlink_rx_kib,
+        }
+        out = []
+        for fid, scope in field_ids:
+            if fid not in counters or g.links is None:
+                out.append(Field(fid, scope, NVML_ERROR_NOT_SUPPORTED))
+            elif scope != NVML_SCOPE_ALL_LINKS and scope >= g.n_links:
+                out.append(Field(fid, scope, NVML_ERROR_INVALID_ARGUMENT))
+            else:  # one link's share: the fake spreads traffic evenly over its links
+                total = counters[fid]
+                value = total if scope == NVML_SCOPE_ALL_LINKS else total // g.n_links
+                out.append(Field(fid, scope, NVML_SUCCESS, FieldNumber(value)))
+        return out
 
     # -- MIG instances (GpuApi) ----------------------------------------------------------------
     def _gi(self, h: object) -> FakeGi:

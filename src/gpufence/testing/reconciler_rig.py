@@ -108,6 +108,9 @@ class ReconcilerRig:
             mig=mig,
         )
         rec.gpu_board = mig.board
+        telemetry.clock = rec.clock  # outcomes and time in state, as ControlPlane wires them
+        store.observers.append(telemetry.state_changes)
+        telemetry.prime(cluster)
         return cls(rec, ex, store, cluster, discovery, config, data_dir, time)
 
     # ------------------------------------------------------------------ driving

@@ -227,6 +227,9 @@ def test_job_env_inherit_and_pids_limit_reach_the_config(tmp_path: Path) -> None
     )
     assert cfg.job_env_inherit == ("CONDA_*", "http_proxy")
     assert cfg.job_pids_limit == 512
-    assert control_config(_control(job_pids_limit=None), tmp_path).job_pids_limit is None
+    assert cfg.containment.pids_max == 512, "one setting: the cgroups' default is the same"
+    unlimited = control_config(_control(job_pids_limit=None), tmp_path)
+    assert unlimited.job_pids_limit is None and unlimited.containment.pids_max is None
+    assert control_config(_control(), tmp_path).containment.pids_max == 16384
     with pytest.raises(SpecError, match=r"control\.job_pids_limit"):
         control_config(_control(job_pids_limit=1), tmp_path)

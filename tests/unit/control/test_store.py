@@ -117,7 +117,7 @@ def test_version_1_store_is_migrated_keeping_its_jobs(tmp_path: Path) -> None:
     conn.commit()
     conn.close()
     s = st.Store(tmp_path)
-    assert s.schema_version() == st.SCHEMA_VERSION == 5
+    assert s.schema_version() == st.SCHEMA_VERSION == 6
     with s.reader() as r:
         assert r.job("old") is not None
         assert r.usage() is None

@@ -50,6 +50,16 @@ class GangState:
             return True
         return False
 
-    def exit_event(self, codes: tuple[int | None, ...]) -> AttemptExit:
+    def exit_event(
+        self, codes: tuple[int | None, ...], oom: bool = False, strays_killed: int = 0
+    ) -> AttemptExit:
         ok = bool(codes) and all(c == 0 for c in codes)
-        return AttemptExit(self.launch.job_id, self.launch.attempt, ok, codes, self.stop_requested)
+        return AttemptExit(
+            self.launch.job_id,
+            self.launch.attempt,
+            ok,
+            codes,
+            self.stop_requested,
+            oom=oom,
+            strays_killed=strays_killed,
+        )

@@ -37,6 +37,9 @@ class Member:
     """``CUDA_VISIBLE_DEVICES`` entries (GPU indices or MIG UUIDs); ``()`` means CPU-only."""
     share: GpuShare | None = None
     """Set for a fractional share of a GPU (its MPS limits, ``memberenv.mps_env``)."""
+    device_nodes: tuple[str, ...] = ()
+    """Device nodes of those GPUs (``/dev/nvidiaN``, MIG capability devices): with containment
+    the member may open these and none of the node's other GPU device nodes."""
 
 
 @dataclass(frozen=True, slots=True)

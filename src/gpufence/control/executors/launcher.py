@@ -3,42 +3,50 @@
 Usage::
 
     python -m gpufence.control.executors.launcher ATTEMPT_DIR --rank R [--catch N]...
-        [--fence-parent PID] -- ARGV...
+        [--fence-parent PID] [--cgroup DIR]... [--uid U --gid G [--groups G1,G2]] [--cwd DIR]
+        -- ARGV...
 
-(``LocalExecutor`` runs this file by path with ``python -I -S``: it imports only the standard
-library, so it needs neither ``gpufence`` on the path nor ``site``, and starts ~20 ms sooner.)
+(The Ray node agent runs this file by path with ``python -I -S``: it imports only the standard
+library, so it needs neither ``gpufence`` on the path nor ``site``, and starts ~20 ms sooner. The
+local executor's fork server (``containment/forkserver.py``) has it imported already and calls
+``main`` in a forked child: no interpreter start-up at all.)
 
-The launcher is the leader of the member's process group (the executor starts it in a new
-session). It
+The launcher leads the member's process group (the executor starts it in a new session, the
+fork server in a new process group). It
 
-1. ignores SIGTERM, SIGINT, SIGUSR1 and every ``--catch`` signal itself (no-op handlers, which
-   ``exec`` resets to the default for the user command), so a signal sent to the group reaches
-   the user command while the launcher lives on to record the exit;
-2. writes ``rank-R.pid`` (JSON: ``pid``, ``start_time`` = field 22 of ``/proc/<pid>/stat``, the
-   guard against pid reuse) atomically;
-3. runs the user command as its child in the same process group, stdout/stderr appended to
-   ``rank-R.out`` / ``rank-R.err``;
-4. waits, writes ``rank-R.exit`` (JSON: ``code``, ``ended_unix``; negative code = killed by that
-   signal) and exits with the code (128 + signal for a signal death).
+1. ignores SIGTERM, SIGINT, SIGUSR1 and every ``--catch`` signal (no-op handlers, which ``exec``
+   resets for the user command): a signal to the group reaches the command, the launcher lives
+   on to record the exit. The executor starts it with those signals *blocked*; it forwards any
+   that came before the command existed, then unblocks them, so an early stop is not lost;
+2. writes ``rank-R.pid`` (``pid``, ``start_time`` = field 22 of ``/proc/<pid>/stat``, the guard
+   against pid reuse). Its records (``.pid``, ``.started``, ``.exit``) go to ``ATTEMPT_DIR.records``
+   (``records_dir``), the control plane's, not the job user's attempt directory: a record the
+   job could forge would name the process group a restarted control plane signals and kills;
+3. runs the command as its child, stdout/stderr appended to ``rank-R.out`` / ``rank-R.err``
+   (``open_log``: no link the job planted is followed). Between fork and exec the child joins
+   every ``--cgroup`` directory (no process of the job ever runs outside it), then switches to
+   ``--gid`` / ``--groups`` / ``--uid``, then enters ``--cwd`` as that user. The launcher stays
+   outside the cgroup with the control plane's identity: killing the cgroup never loses the
+   exit record;
+4. waits, writes ``rank-R.exit`` (``code``, ``ended_unix``; negative code = killed by that
+   signal) and exits with the code (128 + signal for a signal death). A command that cannot be
+   executed gets 127 (not found) or 126, one that cannot be contained (cgroup, user switch or
+   working directory refused, a log that is not a plain file) 125, and a line in ``rank-R.err``.
 
-The exit record must survive a full or failing data disk, or a completed job would run again
-after a restart (``write_exit_record``): the executor *reserves* it at spawn (a placeholder of
-``EXIT_RESERVED`` bytes, written while there is room), the launcher overwrites that in place
-(no new block is needed on a full disk) and fsyncs it; if that fails too (read-only, I/O error)
-it spools the record to ``$GPUFENCE_EXIT_SPOOL`` (default ``/dev/shm/gpufence-exits``, a
-separate file system) and, if even that fails, keeps retrying while it lives: the launcher stays
-the member's process-group leader, so the member looks alive and nothing is run in its place.
+The exit record survives a full or failing data disk (``write_exit_record``), or a completed job
+would run again after a restart: the executor *reserves* it at spawn (``EXIT_RESERVED`` bytes,
+while there is room), the launcher overwrites that in place and fsyncs it; failing that
+(read-only, I/O error) it spools it to ``$GPUFENCE_EXIT_SPOOL`` (default
+``/dev/shm/gpufence-exits``, another file system; only while that is a 0700 directory of the
+control plane's uid, ``private_spool``, so no job can forge records there) and, failing that
+too, retries while it lives: the member looks alive, so nothing is run in its place.
+``$GPUFENCE_EXIT_SPOOL`` and ``$GPUFENCE_FAILPOINTS`` (``LAUNCHER_ENV``) are the launcher's own,
+never passed on to the job.
 
-With ``--fence-parent PID`` (the Ray node agent passes its own pid) the member does not outlive
-that process: if it dies (the node agent is gone, so the control plane has declared
-the member lost and will run the job again elsewhere), the launcher stops the group itself
-(SIGTERM, 5 s, then SIGKILL), so a requeued job never runs twice. The local executor does not
-use it: there the jobs must survive a control-plane restart and be adopted.
-
-A command that cannot be executed gets code 127 (not found) or 126 (not executable) and a
-message in ``rank-R.err``. The executor starts the launcher with the caught signals *blocked*;
-the launcher forwards any that arrived before the user command existed, then unblocks them, so
-a stop or notice sent right after start is not lost.
+With ``--fence-parent PID`` (the Ray node agent's pid) the member does not outlive that process:
+if it dies (the control plane has declared the member lost and runs the job again elsewhere), the
+launcher stops the group itself (SIGTERM, 5 s, SIGKILL, and SIGKILL to whatever else is in its
+``--cgroup``). The local executor does not use it: its jobs outlive a restart and are adopted.
 """
 
 from __future__ import annotations
@@ -49,8 +57,10 @@ import json
 import os
 import select
 import signal
+import stat as _stat
 import sys
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 ALWAYS_CAUGHT = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)
@@ -58,14 +68,28 @@ ALWAYS_CAUGHT = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)
 
 EXIT_NOT_FOUND = 127
 EXIT_NOT_EXECUTABLE = 126
+EXIT_NOT_CONTAINED = 125
+
+
+RECORDS_SUFFIX = ".records"
+
+
+def records_dir(attempt_dir: Path) -> Path:
+    """``attempt-N.records``, beside the attempt directory: the launcher's records, in a
+    directory of the control plane's that the job (which owns ``attempt-N``) cannot write."""
+    return attempt_dir.with_name(attempt_dir.name + RECORDS_SUFFIX)
 
 
 def pid_file(attempt_dir: Path, rank: int) -> Path:
-    return attempt_dir / f"rank-{rank}.pid"
+    return records_dir(attempt_dir) / f"rank-{rank}.pid"
 
 
 def exit_file(attempt_dir: Path, rank: int) -> Path:
-    return attempt_dir / f"rank-{rank}.exit"
+    return records_dir(attempt_dir) / f"rank-{rank}.exit"
+
+
+def started_file(attempt_dir: Path, rank: int) -> Path:
+    return records_dir(attempt_dir) / f"rank-{rank}.started"
 
 
 def out_file(attempt_dir: Path, rank: int) -> Path:
@@ -76,11 +100,22 @@ def err_file(attempt_dir: Path, rank: int) -> Path:
     return attempt_dir / f"rank-{rank}.err"
 
 
-def atomic_write(path: Path, text: str, fsync: bool = False) -> None:
-    """Write ``text`` to ``path`` so that readers see the old file or the whole new one."""
+_NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def atomic_write(
+    path: Path, text: str, owner: tuple[int, int] | None = None, fsync: bool = False
+) -> None:
+    """Write ``text`` to ``path`` so that readers see the old file or the whole new one: a new
+    file under a random name (``O_EXCL | O_NOFOLLOW``: never through a link planted in a job's
+    directory), given to ``owner`` (uid, gid) if set, flushed to the disk with ``fsync``, then
+    renamed over ``path``."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(6).hex()}.tmp")
     try:
-        with open(tmp, "w", encoding="utf-8") as fh:
+        fd = os.open(tmp, _NEW, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            if owner is not None:
+                os.fchown(fd, *owner)
             fh.write(text)
             if fsync:
                 fh.flush()
@@ -90,6 +125,37 @@ def atomic_write(path: Path, text: str, fsync: bool = False) -> None:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+def open_log(path: Path | str) -> int:
+    """``path`` (a log in the job's directory, which the job may have changed meanwhile) opened
+    for appending as the control plane: never through a symlink (``O_NOFOLLOW``), created only if
+    missing (``O_EXCL``), and only a regular file with one link (not a FIFO, not a hard link to
+    a file elsewhere). OSError otherwise."""
+    flags = os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    try:
+        try:
+            fd = os.open(path, flags)
+        except FileNotFoundError:
+            fd = os.open(path, flags | os.O_CREAT | os.O_EXCL, 0o600)
+    except OSError as exc:  # ELOOP: a symlink; ENXIO: a FIFO nobody reads; EEXIST: a race
+        raise OSError(
+            exc.errno, f"{path} is not a plain file of its own ({exc.strerror})"
+        ) from None
+    st = os.fstat(fd)
+    if not _stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
+        os.close(fd)
+        raise OSError(f"{path} is not a plain file of its own (a link or a special file)")
+    os.set_blocking(fd, True)
+    return fd
+
+
+def _read_text(path: Path) -> str | None:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return fh.read()
+    except OSError:
+        return None
 
 
 def pid_record(pid: int, start_time: int) -> str:
@@ -113,15 +179,44 @@ def reserved_exit_record() -> str:
     return '{"code": null}'.ljust(EXIT_RESERVED - 1) + "\n"
 
 
+LAUNCHER_ENV = (SPOOL_ENV, "GPUFENCE_FAILPOINTS")
+"""The control plane's variables the launcher itself reads (never passed on to the job)."""
+
+
+def launcher_env() -> dict[str, str]:
+    """Those of ``LAUNCHER_ENV`` this process has: what a launcher it starts must see too."""
+    return {k: os.environ[k] for k in LAUNCHER_ENV if os.environ.get(k)}
+
+
 def spool_file(attempt_dir: Path, rank: int) -> Path:
     """Where a record goes when the attempt directory takes no writes (outside the data disk)."""
     key = hashlib.sha256(str(attempt_dir.absolute()).encode()).hexdigest()[:32]
     return Path(os.environ.get(SPOOL_ENV) or DEFAULT_SPOOL) / f"{key}-rank-{rank}.exit"
 
 
+def private_spool(create: bool = False) -> Path | None:
+    """The spool directory if it is the control plane's own (made now with ``create``): a real
+    directory of this uid that no one else may write. ``/dev/shm`` is writable by everyone, so a
+    job could make the directory first and forge exit records in it: such a spool is neither
+    written nor read (None)."""
+    d = spool_file(Path("/"), 0).parent
+    if create:
+        with contextlib.suppress(OSError):
+            d.parent.mkdir(parents=True, exist_ok=True)
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(d, 0o700)
+    try:
+        st = os.lstat(d)
+    except OSError:
+        return None
+    if not _stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
+        return None
+    return d
+
+
 def _overwrite_reserved(path: Path, text: str) -> None:
     data = text.encode()
-    fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+    fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
         if os.fstat(fd).st_size != EXIT_RESERVED or len(data) > EXIT_RESERVED:
             raise OSError(f"{path} is not a reserved exit record")
@@ -147,10 +242,9 @@ def write_exit_record(attempt_dir: Path, rank: int, code: int, ended_unix: float
             atomic_write(path, text, fsync=True)
             return "file"
         with contextlib.suppress(OSError):
-            spool = spool_file(attempt_dir, rank)
-            spool.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            atomic_write(spool, text, fsync=True)
-            return "spool"
+            if private_spool(create=True) is not None:
+                atomic_write(spool_file(attempt_dir, rank), text, fsync=True)
+                return "spool"
         time.sleep(min(5.0, 0.05 * 2**tries))
         tries += 1
 
@@ -187,57 +281,129 @@ def proc_start_time(pid: int) -> int | None:
 def _usage(msg: str) -> int:
     print(f"gpufence launcher: {msg}", file=sys.stderr)
     print(
-        "usage: launcher ATTEMPT_DIR --rank R [--catch SIGNUM]... -- ARGV...",
+        "usage: launcher ATTEMPT_DIR --rank R [--catch SIGNUM]... [--fence-parent PID] "
+        "[--cgroup DIR]... [--uid U --gid G [--groups G,...]] [--cwd DIR] -- ARGV...",
         file=sys.stderr,
     )
     return 2
 
 
-class _SpawnError(Exception):
+class SpawnFailure(Exception):
     def __init__(self, code: int, message: str) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
 
 
-def _spawn(command: list[str], out_fd: int, err_fd: int, caught: set[signal.Signals]) -> int:
-    """fork + exec the user command with clean signal state; raise ``_SpawnError`` on failure.
+def join_cgroup(directory: str) -> None:
+    """Move this process into the cgroup ``directory`` (OSError if refused)."""
+    fd = os.open(os.path.join(directory, "cgroup.procs"), os.O_WRONLY)
+    try:
+        os.write(fd, str(os.getpid()).encode())
+    finally:
+        os.close(fd)
 
-    Not ``posix_spawn``: glibc leaves its internal real-time signals ignored in the child, and an
-    ignored disposition survives ``exec``. The launcher is single-threaded, so ``fork`` is safe.
-    The caught signals stay blocked in the child until their dispositions are back to default.
-    """
+
+class Confine:
+    """Where the user command runs: cgroup directories to join, the identity to take, then the
+    working directory to enter (as that identity)."""
+
+    def __init__(self) -> None:
+        self.cgroups: list[str] = []
+        self.uid: int | None = None
+        self.gid: int | None = None
+        self.groups: list[int] = []
+        self.cwd: str | None = None
+
+    def enter(self) -> None:
+        """In the forked child, before exec: join every cgroup, drop to the job's user, then
+        enter the working directory by its full path as that user, so a directory the user may
+        not reach (the server's own, one under a 0700 home) is refused, not entered as root."""
+        for d in self.cgroups:
+            try:
+                join_cgroup(d)
+            except OSError as exc:
+                raise SpawnFailure(EXIT_NOT_CONTAINED, f"cannot join cgroup {d}: {exc}") from exc
+        try:
+            if self.gid is not None:
+                os.setgroups(self.groups)
+                os.setgid(self.gid)
+            if self.uid is not None:
+                os.setuid(self.uid)
+        except OSError as exc:
+            raise SpawnFailure(
+                EXIT_NOT_CONTAINED, f"cannot switch to uid {self.uid} gid {self.gid}: {exc}"
+            ) from exc
+        if self.cwd is not None:
+            try:
+                os.chdir(self.cwd)
+            except OSError as exc:
+                raise SpawnFailure(
+                    EXIT_NOT_CONTAINED,
+                    f"cannot enter the working directory {self.cwd} as uid {os.getuid()}: "
+                    f"{exc.strerror}",
+                ) from exc
+
+
+def _spawn(
+    command: list[str],
+    env: dict[str, str],
+    out_fd: int,
+    err_fd: int,
+    confine: Confine,
+) -> int:
+    """fork + exec the user command with clean signal state (``SpawnFailure`` on failure). Not
+    ``posix_spawn``: glibc leaves its real-time signals ignored in the child, which survives
+    ``exec``; the launcher is single-threaded, so ``fork`` is safe."""
     r, w = os.pipe()  # close-on-exec: EOF tells the parent that exec succeeded
     pid = os.fork()
     if pid == 0:  # pragma: no cover - child side, ends in exec or _exit
-        try:
-            os.close(r)
-            os.dup2(out_fd, 1)
-            os.dup2(err_fd, 2)
-            # every disposition back to default: an ignored one (SIGHUP under nohup, SIGPIPE
-            # from Python) would survive exec and change how the job reacts to signals
-            for sig in signal.valid_signals():
-                if sig not in (signal.SIGKILL, signal.SIGSTOP):
-                    with contextlib.suppress(OSError, ValueError):
-                        signal.signal(sig, signal.SIG_DFL)
-            signal.pthread_sigmask(signal.SIG_SETMASK, ())
-            os.execvp(command[0], command)
-        except BaseException as exc:
-            not_found = isinstance(exc, FileNotFoundError)
-            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else repr(exc)
-            os.write(w, f"{'n' if not_found else 'x'}{why}".encode(errors="replace"))
-        finally:
-            os._exit(EXIT_NOT_FOUND)
+        os.close(r)
+        exec_child(command, env, out_fd, err_fd, confine, w)
     os.close(w)
-    with os.fdopen(r, "rb") as fh:
-        report = fh.read()
-    if not report:
+    return await_exec(pid, r, command)
+
+
+def exec_child(
+    command: list[str], env: dict[str, str], out_fd: int, err_fd: int, confine: Confine, report: int
+) -> None:  # pragma: no cover - runs in the child, ends in exec or _exit
+    """The child's side: logs on 1/2, into the cgroup and the job's identity, default signal
+    dispositions, exec. A failure is written to ``report`` (a close-on-exec pipe)."""
+    try:
+        os.dup2(out_fd, 1)
+        os.dup2(err_fd, 2)
+        confine.enter()
+        # every disposition back to default: an ignored one (SIGHUP under nohup, SIGPIPE
+        # from Python) would survive exec and change how the job reacts to signals
+        for sig in signal.valid_signals():
+            if sig not in (signal.SIGKILL, signal.SIGSTOP):
+                with contextlib.suppress(OSError, ValueError):
+                    signal.signal(sig, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_SETMASK, ())
+        os.execvpe(command[0], command, env)
+    except BaseException as exc:
+        if isinstance(exc, SpawnFailure):
+            kind, why = "c", exc.message
+        else:
+            kind = "n" if isinstance(exc, FileNotFoundError) else "x"
+            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else repr(exc)
+        os.write(report, f"{kind}{why}".encode(errors="replace"))
+    finally:
+        os._exit(EXIT_NOT_FOUND)
+
+
+def await_exec(pid: int, report: int, command: list[str]) -> int:
+    """The parent's side: ``pid`` once it has exec'd (EOF on ``report``), else SpawnFailure."""
+    with os.fdopen(report, "rb") as fh:
+        text = fh.read().decode(errors="replace")
+    if not text:
         return pid
     os.waitpid(pid, 0)
-    text = report.decode(errors="replace")
+    if text[0] == "c":
+        raise SpawnFailure(EXIT_NOT_CONTAINED, text[1:])
     if text[0] == "n":
-        raise _SpawnError(EXIT_NOT_FOUND, f"command not found: {command[0]!r}: {text[1:]}")
-    raise _SpawnError(EXIT_NOT_EXECUTABLE, f"cannot execute {command[0]!r}: {text[1:]}")
+        raise SpawnFailure(EXIT_NOT_FOUND, f"command not found: {command[0]!r}: {text[1:]}")
+    raise SpawnFailure(EXIT_NOT_EXECUTABLE, f"cannot execute {command[0]!r}: {text[1:]}")
 
 
 FENCE_GRACE_S = 5.0
@@ -271,12 +437,56 @@ def _wait_or_fence(child: int, parent: int) -> bool:
         os.close(fd)
 
 
+def _kill_cgroup(dirs: list[str], limit_s: float = FENCE_GRACE_S) -> None:
+    """SIGKILL everything in the member's cgroup until it is empty or ``limit_s`` passed."""
+    if not dirs:
+        return
+    procs = os.path.join(dirs[0], "cgroup.procs")
+    end = time.monotonic() + limit_s
+    while time.monotonic() < end:
+        try:
+            with open(procs, encoding="ascii") as fh:
+                pids = [int(x) for x in fh.read().split()]
+        except (OSError, ValueError):
+            return
+        if not pids:
+            return
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.005)
+
+
 def _noop(_signum: int, _frame: object) -> None:
     """Survive the signal; the user command in the same group receives it too."""
 
 
-def main(argv: list[str] | None = None) -> int:
+Spawner = Callable[[list[str], dict[str, str], int, int, Confine], int]
+"""``(command, env, out_fd, err_fd, confine) -> pid`` or ``SpawnFailure``: ``_spawn`` forks now, a
+pre-started member (``prestart.py``) uses a child forked (and put in its cgroup) ahead of time."""
+
+
+def _close_fds(keep: Sequence[int]) -> None:
+    low = 3
+    for fd in sorted(k for k in keep if k >= 3):
+        os.closerange(low, fd)
+        low = fd + 1
+    os.closerange(low, os.sysconf("SC_OPEN_MAX"))
+
+
+def main(
+    argv: list[str] | None = None,
+    env: dict[str, str] | None = None,
+    spawn: Spawner | None = None,
+    keep_fds: Sequence[int] = (),
+) -> int:
+    """Run one member (see the module docstring); ``env`` is the user command's environment
+    (default: the launcher's own, as when run by path; the fork server passes the job's);
+    ``spawn`` starts it (default: fork now), using descriptors ``keep_fds``."""
     args = list(sys.argv[1:] if argv is None else argv)
+    job_env = dict(os.environ if env is None else env)
+    for name in LAUNCHER_ENV:  # ours (run by path, the job's env is ours), never the job's
+        job_env.pop(name, None)
     if "--" not in args:
         return _usage("missing '--' before the command")
     split = args.index("--")
@@ -289,6 +499,7 @@ def main(argv: list[str] | None = None) -> int:
     rank: int | None = None
     caught = set(ALWAYS_CAUGHT)
     fence_parent: int | None = None
+    confine = Confine()
     while opts:
         opt = opts.pop(0)
         if not opts:
@@ -301,6 +512,16 @@ def main(argv: list[str] | None = None) -> int:
                 caught.add(signal.Signals(int(value)))
             elif opt == "--fence-parent":
                 fence_parent = int(value) or None
+            elif opt == "--cgroup":
+                confine.cgroups.append(value)
+            elif opt == "--uid":
+                confine.uid = int(value)
+            elif opt == "--gid":
+                confine.gid = int(value)
+            elif opt == "--groups":
+                confine.groups = [int(g) for g in value.split(",") if g]
+            elif opt == "--cwd":
+                confine.cwd = value
             else:
                 return _usage(f"unknown option {opt}")
         except ValueError:
@@ -316,20 +537,33 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(sig, _noop)
 
     # descriptors the control plane leaked to us (not close-on-exec) must not reach the command
-    os.closerange(3, os.sysconf("SC_OPEN_MAX"))
+    _close_fds(keep_fds)
 
     me = os.getpid()
-    # the executor wrote this record already; on a full disk ours may fail, which is fine
-    with contextlib.suppress(OSError):
-        atomic_write(pid_file(attempt_dir, rank), pid_record(me, proc_start_time(me) or 0))
+    record = pid_record(me, proc_start_time(me) or 0)
+    # written already by whoever forked us (the fork server): replacing a file by rename costs
+    # ext4 a data flush (auto_da_alloc, ~2 ms on a busy disk), right on the GPU hand-off. On a
+    # full disk ours may fail, which is fine: the executor wrote one at the spawn
+    if _read_text(pid_file(attempt_dir, rank)) != record:
+        with contextlib.suppress(OSError):
+            with contextlib.suppress(FileExistsError):  # the executor makes it; by hand, we do
+                os.mkdir(records_dir(attempt_dir), 0o700)
+            atomic_write(pid_file(attempt_dir, rank), record)
 
-    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
-    out_fd = os.open(out_file(attempt_dir, rank), flags, 0o644)
-    err_fd = os.open(err_file(attempt_dir, rank), flags, 0o644)
+    out_fd = -1
+    try:
+        out_fd = open_log(out_file(attempt_dir, rank))
+        err_fd = open_log(err_file(attempt_dir, rank))
+    except OSError as exc:  # the job's directory holds something we must not write through
+        if out_fd >= 0:
+            os.close(out_fd)
+        print(f"gpufence launcher: {exc}", file=sys.stderr)
+        write_exit_record(attempt_dir, rank, EXIT_NOT_CONTAINED, time.time())
+        return EXIT_NOT_CONTAINED
     code: int
     try:
-        child = _spawn(command, out_fd, err_fd, caught)
-    except _SpawnError as exc:
+        child = (spawn or _spawn)(command, job_env, out_fd, err_fd, confine)
+    except SpawnFailure as exc:
         code = exc.code
         with contextlib.suppress(OSError):  # a full disk must not cost the exit record
             os.write(err_fd, f"gpufence launcher: {exc.message}\n".encode())
@@ -339,11 +573,11 @@ def main(argv: list[str] | None = None) -> int:
         started = {
             "pid": child,
             "exec_unix": time.time(),
-            "devices": os.environ.get("CUDA_VISIBLE_DEVICES", ""),
+            "devices": job_env.get("CUDA_VISIBLE_DEVICES", ""),
             "fence_parent": fence_parent,
         }
         with contextlib.suppress(OSError):  # informational (hand-off timing): may be lost
-            atomic_write(attempt_dir / f"rank-{rank}.started", json.dumps(started) + "\n")
+            atomic_write(started_file(attempt_dir, rank), json.dumps(started) + "\n")
         # anything sent to the group before the command existed reached only us: pass it on
         early = signal.sigpending() & caught
         for sig in sorted(early):
@@ -360,6 +594,7 @@ def main(argv: list[str] | None = None) -> int:
     write_exit_record(attempt_dir, rank, code, time.time())
     _failpoint("launcher.after-exit-record")
     if fenced:  # nobody is left to clean up after us: the rest of the group goes too (and we)
+        _kill_cgroup(confine.cgroups)
         os.killpg(0, signal.SIGKILL)
     return code if code >= 0 else 128 - code
 

@@ -1,10 +1,13 @@
 """The processes of a running gang member: /proc reads, process groups, pid/exit records.
 
-A member is one launcher (``launcher.py``) started in a new session, so its whole process tree is
-one process group (pgid == launcher pid). The launcher records ``rank-R.pid`` / ``rank-R.exit``
-in the attempt directory; ``attach`` re-finds a recorded member that still runs (guarding against
-pid reuse with the recorded start time) and ``recorded_exit`` reads how one ended. Processes are
-waited for and reaped through pidfds, which also work for processes that are not our children.
+A member is one launcher (``launcher.py``) started as the leader of a new process group, so its
+process tree is one process group (pgid == launcher pid), and, with containment, the job's processes
+are in the member's cgroup (``MemberProcess.cgroup``), which also holds those that left the process
+group (``setsid``, daemons). The launcher records ``rank-R.pid`` / ``rank-R.exit`` in the attempt's
+records directory (the control plane's; ``launcher.records_dir``); ``attach`` re-finds a recorded
+member that still runs (guarding against pid reuse with the recorded start time) and
+``recorded_exit`` reads how one ended. Processes are waited for and reaped through pidfds, which
+also work for processes that are not our children.
 """
 
 from __future__ import annotations
@@ -21,13 +24,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gpufence.control.containment.cgroup import MemberCgroup
 from gpufence.control.executors import launcher as _launcher
 from gpufence.control.executors.launcher import (
     atomic_write,
     err_file,
     exit_file,
+    launcher_env,
+    open_log,
     pid_file,
     pid_record,
+    private_spool,
     proc_start_time,
     proc_stat_fields,
     spool_file,
@@ -56,9 +63,26 @@ class MemberProcess:
     """Launcher pid == the member's process-group id."""
     pidfd: int | None
     popen: subprocess.Popen[bytes] | None
-    """Set for members this executor started (our children); None for adopted ones."""
+    """Set for members this executor started with ``Popen`` (our children); else None."""
     done: bool = False
+    """The launcher (and so the job's main process) has exited; ``code`` is known."""
     code: int | None = None
+    cgroup: MemberCgroup | None = None
+    """The member's cgroup (containment on); None: its process group is all there is."""
+    drained: bool = False
+    """Its cgroup was seen empty after ``done``: only then are its GPUs free."""
+    strays: int = 0
+    """Processes still in the cgroup after the main process ended, killed by the executor."""
+    oom: bool = False
+    forked: int = 0
+    """Generation of the fork server that forked the launcher (0: not forked by it)."""
+    drain_since: float = 0.0
+    rekill_at: float = 0.0
+
+    @property
+    def over(self) -> bool:
+        """Ended and, with a cgroup, emptied: the member holds nothing any more."""
+        return self.done and (self.cgroup is None or self.drained)
 
 
 def read_json(path: Path) -> dict[str, Any] | None:
@@ -69,16 +93,61 @@ def read_json(path: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
+def _record(adir: Path, rank: int, path: Path) -> Path | None:
+    """Where to read the launcher record ``path`` of ``adir``: its records directory; for an
+    attempt started before records moved there (none, but ``rank-R.*`` in ``adir``), ``adir``
+    itself, trusted only if nobody but the server's user could write it (the job ran as that
+    user, so a forged record gains it nothing). None: an untrusted record (logged)."""
+    if path.parent.exists():
+        return path
+    legacy = adir / path.name
+    try:
+        st = os.lstat(adir)
+    except OSError:
+        return path
+    if not legacy.exists():
+        return path
+    if st.st_uid == os.geteuid() and not st.st_mode & 0o022:
+        return legacy
+    log.error(
+        "%s: the launcher record %s is in a directory of uid %d, which the job can write: not "
+        "trusted (it could name anyone's process); rank %d is taken as ended with no exit code, "
+        "its cgroup (if any) killed; without containment, check for its processes by hand",
+        adir,
+        legacy.name,
+        st.st_uid,
+        rank,
+    )
+    return None
+
+
 def _code(rec: dict[str, Any] | None) -> int | None:
     code = rec.get("code") if rec is not None else None
     return code if isinstance(code, int) and not isinstance(code, bool) else None
 
 
 def recorded_exit(adir: Path, rank: int) -> int | None:
-    """The member's recorded exit code: from ``rank-R.exit`` or, where the launcher could not
-    write there (full / read-only disk), from the spool; None if it has none."""
-    code = _code(read_json(exit_file(adir, rank)))
-    return code if code is not None else _code(read_json(spool_file(adir, rank)))
+    """The member's recorded exit code: from ``rank-R.exit`` in the records directory or, where
+    the launcher could not write there (full / read-only disk), from the spool (only a private
+    one: ``launcher.private_spool``); None if it has none."""
+    where = _record(adir, rank, exit_file(adir, rank))
+    code = _code(read_json(where)) if where is not None else None
+    if code is None and private_spool() is not None:
+        code = _code(read_json(spool_file(adir, rank)))
+    return code
+
+
+def recorded_pid(adir: Path, rank: int) -> tuple[int, int] | None:
+    """(pid, start time) of the member's launcher as recorded in ``rank-R.pid`` (trusted only
+    where the job could not have written it, see ``_record``); None if there is none."""
+    where = _record(adir, rank, pid_file(adir, rank))
+    rec = read_json(where) if where is not None else None
+    if rec is None:
+        return None
+    pid, start = rec.get("pid"), rec.get("start_time")
+    if not isinstance(pid, int) or isinstance(pid, bool) or not isinstance(start, int) or pid <= 1:
+        return None
+    return pid, start
 
 
 def forget_spooled_exits(adir: Path, ranks: int) -> None:
@@ -96,7 +165,9 @@ SPOOL_KEEP_S = 7 * 86400.0
 def prune_spool(max_age_s: float = SPOOL_KEEP_S) -> int:
     """Drop spooled exit records older than ``max_age_s`` (their data directory went away
     before its control plane could persist them); returns how many."""
-    spool = spool_file(Path("/"), 0).parent
+    spool = private_spool()
+    if spool is None:
+        return 0
     try:
         entries = list(spool.iterdir())
     except OSError:
@@ -113,137 +184,16 @@ def prune_spool(max_age_s: float = SPOOL_KEEP_S) -> int:
     return dropped
 
 
-# ---------------------------------------------------------------------- members whose launcher died
-LEFTOVER_WAIT_S = 10.0
-"""How long adoption waits for the killed leftovers of a member to be gone."""
-
-
-def _recorded_pid(adir: Path, rank: int) -> tuple[int, int] | None:
-    rec = read_json(pid_file(adir, rank))
-    if rec is None:
-        return None
-    pid, start = rec.get("pid"), rec.get("start_time")
-    if not isinstance(pid, int) or not isinstance(start, int) or pid <= 1:
-        return None
-    return pid, start
-
-
-def group_leftovers(pgid: int, leader_start: int) -> list[int]:
-    """Live processes of the process group whose leader (the member's launcher, pid ==
-    ``pgid``, started at ``leader_start``) has exited: what a dead launcher leaves running.
-
-    While any process is in the group, the kernel does not reuse the number ``pgid``; so if a
-    process with that pid runs and it is not the launcher, the group is long gone and the pid
-    was reused: nothing is ours. Zombies count as gone (they hold nothing)."""
-    if pgid <= 1:
-        return []
-    now = proc_start_time(pgid)
-    if now is not None and now != leader_start:
-        return []
-    out = []
-    try:
-        names = os.listdir("/proc")
-    except OSError:
-        return []
-    for name in names:
-        if not name.isdigit():
-            continue
-        fields = proc_stat_fields(int(name))
-        if fields is None or len(fields) < 20 or fields[0] in ("Z", "X"):
-            continue
-        if int(fields[2]) == pgid and int(fields[19]) >= leader_start:
-            out.append(int(name))
-    return out
-
-
-def kill_group_leftovers(adir: Path, rank: int, wait_s: float = LEFTOVER_WAIT_S) -> list[int]:
-    """SIGKILL whatever is left of rank ``rank``'s process group and wait until it is gone,
-    so nothing of this attempt still runs on its GPUs when the job is run again. Returns the
-    pids it found (empty: nothing was left)."""
-    rec = _recorded_pid(adir, rank)
-    if rec is None:
-        return []
-    pgid, start = rec
-    left = group_leftovers(pgid, start)
-    if not left:
-        return []
-    log.warning(
-        "%s rank %d: its launcher is gone but %d process(es) of its group still run (%s); "
-        "killing them before the attempt is settled",
-        adir,
-        rank,
-        len(left),
-        ",".join(map(str, left[:8])),
-    )
-    killpg(pgid, signal.SIGKILL)
-    end = time.monotonic() + wait_s
-    while group_leftovers(pgid, start):
-        if time.monotonic() > end:
-            log.error("%s rank %d: processes of its group survive SIGKILL", adir, rank)
-            break
-        time.sleep(0.01)
-    record_lost(adir, rank, "killed at adoption: its launcher was gone")
-    return left
-
-
-def record_lost(adir: Path, rank: int, why: str) -> None:
-    """An exit record with no code (the member's outcome is unknown) but the time its last
-    process was gone, so histories read from the attempt directory close its interval."""
-    if recorded_exit(adir, rank) is not None:
-        return
-    text = json.dumps({"code": None, "ended_unix": time.time(), "lost": why}) + "\n"
-    try:
-        atomic_write(exit_file(adir, rank), text, fsync=True)
-    except OSError as exc:
-        log.warning("%s rank %d: cannot record its end: %s", adir, rank, exc)
-
-
-def settle_untracked_attempt(adir: Path, ranks: int) -> tuple[int | None, ...]:
-    """An attempt directory the store has no record of (it lost its last writes: a power cut,
-    a failed disk repaired by fsck): stop whatever of it still runs, kill its groups' leftovers,
-    and return each rank's recorded code (None: unknown). Nothing of it runs afterwards."""
-    for rank in range(ranks):
-        pid, fd = attach(adir, rank)
-        if fd is not None:
-            killpg(pid, signal.SIGKILL)
-            _wait_readable(fd, LEFTOVER_WAIT_S)
-            waitid(fd)
-            os.close(fd)
-        kill_group_leftovers(adir, rank)
-    return tuple(recorded_exit(adir, rank) for rank in range(ranks))
-
-
-def live_member_pids(adir: Path) -> list[int]:
-    """Pids of this attempt directory's members that still run: live launchers, or the
-    leftovers of one that died (both hold the attempt's GPUs)."""
-    out: list[int] = []
-    for path in sorted(adir.glob("rank-*.pid")):
-        rank_s = path.name.removeprefix("rank-").removesuffix(".pid")
-        if not rank_s.isdigit():
-            continue
-        pid, fd = attach(adir, int(rank_s))
-        if fd is not None:
-            os.close(fd)
-            out.append(pid)
-            continue
-        rec = _recorded_pid(adir, int(rank_s))
-        if rec is not None:
-            out += group_leftovers(*rec)
-    return out
-
-
 def attach(adir: Path, rank: int) -> tuple[int, int | None]:
     """(pid, pidfd) of the member recorded in ``rank-R.pid`` if that very process still runs.
 
     The recorded start time guards against pid reuse; a zombie counts as gone (it is reaped
     here when it is our own child).
     """
-    rec = read_json(pid_file(adir, rank))
+    rec = recorded_pid(adir, rank)
     if rec is None:
         return 0, None
-    pid, start_time = rec.get("pid"), rec.get("start_time")
-    if not isinstance(pid, int) or not isinstance(start_time, int) or pid <= 0:
-        return 0, None
+    pid, start_time = rec
     try:
         fd = os.pidfd_open(pid)
     except OSError:
@@ -281,7 +231,7 @@ def settle(m: MemberProcess, code: int | None) -> None:
         m.popen.returncode = code if code is not None else -signal.SIGKILL
 
 
-def _wait_readable(fd: int, timeout: float) -> None:
+def wait_readable(fd: int, timeout: float) -> None:
     with selectors.DefaultSelector() as sel:
         sel.register(fd, selectors.EVENT_READ)
         sel.select(max(0.0, timeout))
@@ -333,7 +283,7 @@ def reap_now(members: Iterable[MemberProcess]) -> None:
     deadline = time.monotonic() + REAP_ON_CLOSE_S
     for m in members:
         if m.pidfd is not None:
-            _wait_readable(m.pidfd, deadline - time.monotonic())
+            wait_readable(m.pidfd, deadline - time.monotonic())
             settle(m, waitid(m.pidfd))
             os.close(m.pidfd)
             m.pidfd = None
@@ -348,40 +298,57 @@ class SpawnError(RuntimeError):
     """A member's launcher could not be started (the message says why)."""
 
 
+def launcher_argv(
+    adir: Path,
+    rank: int,
+    command: Iterable[str],
+    caught: set[signal.Signals],
+    confine: Iterable[str] = (),
+    fence_parent: bool = False,
+) -> list[str]:
+    """The launcher's arguments (after the interpreter and script): see ``launcher.py``."""
+    argv = [str(adir), "--rank", str(rank)]
+    for sig in sorted(caught):
+        argv += ["--catch", str(int(sig))]
+    if fence_parent:  # the member dies with its starter (Ray agents; see launcher.py)
+        argv += ["--fence-parent", str(os.getpid())]
+    return [*argv, *confine, "--", *command]
+
+
 def spawn_member(
     python: str,
     adir: Path,
     rank: int,
     command: Iterable[str],
     env: dict[str, str],
-    cwd: str | Path | None,
     caught: set[signal.Signals],
     fence_parent: bool = False,
+    confine: Iterable[str] = (),
 ) -> MemberProcess:
     """Start one gang member: the launcher (``python -I -S``: no site, ~20 ms sooner) in its own
-    session, told to survive ``caught`` (which it forwards to the command's group). It inherits
-    this thread's mask, so it starts with those signals blocked and unblocks them once its
+    session, told to survive ``caught`` (which it forwards to the command's group) and confined by
+    ``confine`` (``containment.members.launcher_args``: cgroup, user, working directory). It
+    inherits this thread's mask, so it starts with those signals blocked and unblocks them once its
     handlers are in place: a stop sent right after the spawn is never lost. Its pid record is
     written here too, so a crash before the launcher writes it still leaves one."""
-    argv = [python, "-I", "-S", str(LAUNCHER), str(adir), "--rank", str(rank)]
-    for sig in sorted(caught):
-        argv += ["--catch", str(int(sig))]
-    if fence_parent:  # the member dies with its starter (Ray agents; see launcher.py)
-        argv += ["--fence-parent", str(os.getpid())]
-    argv += ["--", *command]
+    args = launcher_argv(adir, rank, command, caught, confine, fence_parent)
+    argv = [python, "-I", "-S", str(LAUNCHER), *args]
     old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, caught)
     try:
-        with open(err_file(adir, rank), "ab") as err:
+        err = open_log(err_file(adir, rank))  # in the job's directory: no link followed
+        try:
             popen = subprocess.Popen(
                 argv,
-                env=env,
-                cwd=cwd,
+                env={**env, **launcher_env()},  # the launcher's own; it keeps them from the job
+                cwd="/",  # the launcher's; the job enters its own (--cwd) as its own user
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=err,
                 start_new_session=True,
                 close_fds=True,
             )
+        finally:
+            os.close(err)
     except (OSError, ValueError) as exc:
         raise SpawnError(f"cannot start rank {rank}: {exc}") from exc
     finally:

@@ -11,6 +11,14 @@ watcher thread, never while the lock is held. ``LocalExecutor``
 The gang rules (a member failing stops the rest, grace then SIGKILL) are ``gang.GangState``'s;
 this module applies them to local process groups: whatever is left in an exited member's
 process group is SIGKILLed at once.
+
+Containment: a member with a cgroup is signalled through it (every process in it, those that
+left the process group too), killed through it (``cgroup.kill`` / freeze + SIGKILL), and is over
+only when it is empty. When the main process ends, what is left in the cgroup (strays) is killed
+and counted (``AttemptExit.strays_killed``); the watcher re-checks a draining member every
+``DRAIN_POLL_S`` and the attempt's exit, which frees its GPUs, is reported only once every
+member's cgroup is empty. A process that will not die (stuck in the kernel) keeps its GPUs
+held, and the log says which.
 """
 
 from __future__ import annotations
@@ -25,6 +33,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gpufence.control.containment.cgroup import ContainmentError, MemberCgroup
 from gpufence.control.executors.gang import GangState
 from gpufence.control.executors.interface import (
     AckCallback,
@@ -35,6 +44,7 @@ from gpufence.control.executors.interface import (
 )
 from gpufence.control.executors.processes import (
     DISOWNED,
+    REAP_ON_CLOSE_S,
     MemberProcess,
     killpg,
     reap_now,
@@ -49,6 +59,11 @@ Key = tuple[str, int]
 
 ACK_POLL_S = 0.02
 """How often the watcher looks for the ack file of a noticed attempt."""
+DRAIN_POLL_S = 0.002
+"""How often a member whose strays were killed is checked for an empty cgroup."""
+REKILL_S = 0.5
+"""A cgroup still not empty this long after a kill is killed again."""
+STUCK_WARN_S = 10.0
 
 
 @dataclass(eq=False, slots=True)
@@ -62,6 +77,9 @@ class Attempt(GangState):
 
     def live(self) -> list[MemberProcess]:
         return [m for m in self.members if not m.done]
+
+    def draining(self) -> list[MemberProcess]:
+        return [m for m in self.members if m.done and not m.over]
 
 
 def _ignore_exit(ev: AttemptExit) -> None:
@@ -111,8 +129,83 @@ class AttemptWatcher:
             failed.code,
         )
         for m in att.live():
-            killpg(m.pid, signal.SIGTERM)
+            self._signal_locked(m, signal.SIGTERM)
         att.kill_by(time.monotonic() + self.gang_grace_s)
+
+    # ------------------------------------------------------------------ signalling members
+    def _signal_locked(self, m: MemberProcess, sig: signal.Signals) -> None:
+        """A catchable signal to the member: its process group, or with containment every
+        process of its cgroup plus the launcher (which passes on one that came before the job's
+        first process had joined the cgroup)."""
+        if m.cgroup is None:
+            killpg(m.pid, sig)
+            return
+        m.cgroup.signal(sig)
+        if m.pid > 1 and not m.done:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(m.pid, sig)
+
+    def _kill_locked(self, m: MemberProcess) -> None:
+        """SIGKILL to the member's job: its cgroup (the launcher lives on to record the exit),
+        or without containment its process group."""
+        if m.cgroup is None:
+            killpg(m.pid, signal.SIGKILL)
+            return
+        try:
+            m.cgroup.kill()
+        except ContainmentError as exc:
+            log.error("cannot kill cgroup %s: %s", m.cgroup.name, exc)
+
+    def _drain_start_locked(self, att: Attempt, m: MemberProcess, now: float) -> None:
+        """The member's main process ended: kill what is left in its cgroup (strays)."""
+        cg = m.cgroup
+        assert cg is not None
+        try:
+            n = cg.kill()
+        except ContainmentError as exc:
+            log.error("cannot kill cgroup %s: %s", cg.name, exc)
+            n = len(cg.pids())
+        if n:
+            m.strays += n
+            log.warning(
+                "job %s attempt %d rank %d: %d stray process(es) left behind; killed",
+                att.launch.job_id,
+                att.launch.attempt,
+                m.rank,
+                n,
+            )
+        m.drain_since, m.rekill_at = now, now + REKILL_S
+        self._drain_check_locked(att, m, now)
+
+    def _drain_check_locked(self, att: Attempt, m: MemberProcess, now: float) -> None:
+        cg = m.cgroup
+        assert cg is not None
+        if cg.empty():
+            m.drained = True
+            m.oom = m.oom or cg.oom_kills() > 0
+            self._dirty.add(att.key)
+            return
+        if now >= m.rekill_at:
+            stuck = now - m.drain_since >= STUCK_WARN_S
+            m.rekill_at = now + (STUCK_WARN_S if stuck else REKILL_S)
+            if stuck:
+                log.error(
+                    "job %s attempt %d rank %d: cgroup %s still holds pids %s %.0fs after the "
+                    "kill (uninterruptible?); its GPUs stay held",
+                    att.launch.job_id,
+                    att.launch.attempt,
+                    m.rank,
+                    cg.name,
+                    cg.pids()[:10],
+                    now - m.drain_since,
+                )
+            with contextlib.suppress(ContainmentError):
+                cg.kill()
+
+    def _reap_launcher(self, m: MemberProcess) -> int | None:
+        """Exit status of an exited launcher that is not our own child (overridden by the
+        local executor for the launchers its fork server forked)."""
+        return None
 
     def _watch(self) -> None:
         try:
@@ -136,11 +229,16 @@ class AttemptWatcher:
                         self._sel.unregister(skey.fd)
                         att = self._attempts[key]
                         self._exited_locked(att, att.members[index])
-                    self._kill_due_locked(time.monotonic())
+                    now = time.monotonic()
+                    self._kill_due_locked(now)
+                    for att in self._attempts.values():
+                        for m in att.draining():
+                            self._drain_check_locked(att, m, now)
                     acks = [att.key for att in self._attempts.values() if self._acked_locked(att)]
-                    exits = self._finalize_locked()
+                    exits, emptied = self._finalize_locked()
                     on_exit, on_ack = self._on_exit, self._on_ack
                 report(on_exit, on_ack, acks, exits)
+                _remove(emptied)  # after the report: not part of the hand-off
         except Exception:
             log.exception("executor watcher failed; no further exits will be reported")
         finally:
@@ -154,6 +252,8 @@ class AttemptWatcher:
                 timeout = left if timeout is None else min(timeout, left)
             if att.ack_wanted and not att.acked:
                 timeout = ACK_POLL_S if timeout is None else min(timeout, ACK_POLL_S)
+            if att.draining():
+                timeout = DRAIN_POLL_S if timeout is None else min(timeout, DRAIN_POLL_S)
         if self._dirty:
             timeout = 0.0
         return timeout
@@ -161,15 +261,20 @@ class AttemptWatcher:
     def _exited_locked(self, att: Attempt, m: MemberProcess) -> None:
         # Leftovers of the member's group die with it. Signalled before the reap, while the
         # zombie leader still pins the group id, so the id cannot name anyone else's group.
-        killpg(m.pid, signal.SIGKILL)
+        # With a cgroup, the cgroup holds them all (also those that left the group).
+        if m.cgroup is None:
+            killpg(m.pid, signal.SIGKILL)
+        status = None
         if m.pidfd is not None:
             status = waitid(m.pidfd)
             os.close(m.pidfd)
             m.pidfd = None
-        else:
-            status = None
         recorded = recorded_exit(att.launch.attempt_dir, m.rank)
+        if status is None and recorded is None and m.forked:  # its server knows how it died
+            status = self._reap_launcher(m)
         settle(m, recorded if recorded is not None else status)
+        if m.cgroup is not None:
+            self._drain_start_locked(att, m, time.monotonic())
         self._dirty.add(att.key)
         log.debug(
             "job %s attempt %d rank %d exited: %s",
@@ -193,7 +298,7 @@ class AttemptWatcher:
                         len(live),
                     )
                 for m in live:
-                    killpg(m.pid, signal.SIGKILL)
+                    self._kill_locked(m)
 
     def _acked_locked(self, att: Attempt) -> bool:
         if not att.ack_wanted or att.acked:
@@ -203,24 +308,33 @@ class AttemptWatcher:
         att.acked = True
         return True
 
-    def _finalize_locked(self) -> list[AttemptExit]:
+    def _finalize_locked(self) -> tuple[list[AttemptExit], list[MemberCgroup]]:
+        """Exits of the attempts whose members are all over, and their (empty) cgroups."""
         exits: list[AttemptExit] = []
+        emptied: list[MemberCgroup] = []
         for key in sorted(self._dirty):
             att = self._attempts.get(key)
-            if att is None or att.live():
+            if att is None or not all(m.over for m in att.members):
                 continue
             del self._attempts[key]
-            ev = att.exit_event(tuple(m.code for m in att.members))
+            ev = att.exit_event(
+                tuple(m.code for m in att.members),
+                oom=any(m.oom for m in att.members),
+                strays_killed=sum(m.strays for m in att.members),
+            )
+            emptied += [m.cgroup for m in att.members if m.cgroup is not None]
             log.info(
-                "job %s attempt %d ended: codes %s%s",
+                "job %s attempt %d ended: codes %s%s%s%s",
                 ev.job_id,
                 ev.attempt,
                 list(ev.codes),
                 " (stopped)" if ev.stopped else "",
+                " (out of memory)" if ev.oom else "",
+                f" ({ev.strays_killed} stray process(es) killed)" if ev.strays_killed else "",
             )
             exits.append(ev)
         self._dirty.clear()
-        return exits
+        return exits, emptied
 
     def _shutdown(self) -> None:
         with self._lock:
@@ -235,6 +349,7 @@ class AttemptWatcher:
             self._efd = -1
         if kill:
             reap_now(members)
+            empty_and_remove([m.cgroup for m in members if m.cgroup is not None])
             return
         for m in members:
             if m.pidfd is not None:
@@ -242,6 +357,34 @@ class AttemptWatcher:
                 m.pidfd = None
             if m.popen is not None and m.popen.returncode is None:
                 DISOWNED.append(m.popen)
+
+
+def empty_and_remove(cgroups: list[MemberCgroup], limit_s: float = REAP_ON_CLOSE_S) -> None:
+    """Kill what is in these cgroups, wait (bounded) until they are empty, remove them."""
+    end = time.monotonic() + limit_s
+    for cg in cgroups:
+        with contextlib.suppress(ContainmentError):
+            cg.kill()
+    left = list(cgroups)
+    while left and time.monotonic() < end:
+        left = [cg for cg in left if not cg.empty()]
+        if left:
+            time.sleep(DRAIN_POLL_S)
+    for cg in left:
+        log.warning("cgroup %s is not empty at close: pids %s", cg.name, cg.pids()[:10])
+    _remove([cg for cg in cgroups if cg not in left])
+
+
+def _remove(cgroups: list[MemberCgroup]) -> None:
+    # v1 may refuse the rmdir for a moment after the last process left (EBUSY while the
+    # kernel finishes the exit): retried, off the hand-off, for up to ~0.1 s
+    for cg in cgroups:
+        for wait in (0.001, 0.004, 0.015, 0.08, 0.0):
+            if cg.remove():
+                break
+            if not wait:
+                log.warning("cannot remove the empty cgroup %s; it is left behind", cg.name)
+            time.sleep(wait)
 
 
 def _ack_path(launch: Launch) -> Path:

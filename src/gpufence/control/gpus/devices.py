@@ -32,6 +32,12 @@ class DeviceMap:
         self._mig = {
             (g.index, m.profile, m.start): m.uuid for g in discovery.gpus for m in g.mig_devices
         }
+        self._mig_nodes = {
+            (g.index, m.profile, m.start): m.device_nodes
+            for g in discovery.gpus
+            for m in g.mig_devices
+        }
+        self._gpu_nodes = {g.index: g.device_nodes for g in discovery.gpus}
         self._uuid = {g.index: g.uuid for g in discovery.gpus}
         self._memory = {g.index: g.memory_mib for g in discovery.gpus}
         self._mps: dict[int, str] = {}  # global GPU id -> MPS pipe directory
@@ -97,6 +103,17 @@ class DeviceMap:
                 )
             out.append(uuid)
         return tuple(out)
+
+    def nodes(self, a: Assignment) -> tuple[str, ...]:
+        """The device nodes a job may open for ``a`` (containment denies the node's others):
+        each GPU's ``/dev/nvidiaN``, plus a MIG instance's capability devices."""
+        out: list[str] = []
+        for gid in a.gpus:
+            index = self.cluster.gpus[gid].index
+            out += self._gpu_nodes.get(index, ())
+            if a.mig_profile is not None:
+                out += self._mig_nodes.get((index, a.mig_profile, a.mig_start or 0), ())
+        return tuple(dict.fromkeys(out))
 
 
 def assignment_json(a: Assignment) -> dict[str, Any]:

@@ -17,6 +17,7 @@ import contextlib
 import re
 from collections.abc import Sequence
 
+from gpufence.control.gpus.devnodes import gpu_node, mig_nodes
 from gpufence.control.gpus.nodespec import node_spec, spec_gpu_type
 from gpufence.control.gpus.nvml import (
     NO_GPU_HINT,
@@ -92,7 +93,7 @@ def _init_failure(exc: NvmlError) -> str:
 
 
 def _mig_devices(
-    api: NvmlApi, index: int, handle: object, gpu_type: str | None
+    api: NvmlApi, index: int, handle: object, gpu_type: str | None, minor: int | None
 ) -> tuple[MigDevice, ...]:
     model = CATALOGUE[gpu_type].mig_model if gpu_type is not None else None
     profiles = MIG_CATALOGUE.get(model) if model else None
@@ -124,7 +125,9 @@ def _mig_devices(
                 "(run discovery as root, or describe the GPUs with --config FILE)"
             )
         start = None if info is None else int(info.placement.start)
-        out.append(MigDevice(uuid, name, start))
+        ci_id = maybe(api.nvmlDeviceGetComputeInstanceId, mig)
+        nodes = () if minor is None or gi_id is None else mig_nodes(minor, gi_id, ci_id)
+        out.append(MigDevice(uuid, name, start, nodes))
     return tuple(sorted(out, key=lambda m: (m.start is None, m.start or 0, m.profile, m.uuid)))
 
 
@@ -197,6 +200,7 @@ def _discover(api: NvmlApi) -> Discovery:
     buses: list[str | None] = []
     remotes: list[list[str | None]] = []
     reported: list[bool] = []
+    nodes: list[tuple[str, ...]] = []
     for i in range(count):
         try:
             handle = api.nvmlDeviceGetHandleByIndex(i)
@@ -206,18 +210,25 @@ def _discover(api: NvmlApi) -> Discovery:
             gpu_type = catalogue_type(model, memory_mib)
             mode = maybe(api.nvmlDeviceGetMigMode, handle)
             mig_enabled = mode is not None and int(mode[0]) == NVML_DEVICE_MIG_ENABLE
-            migs = _mig_devices(api, i, handle, gpu_type) if mig_enabled else ()
+            minor = maybe(api.nvmlDeviceGetMinorNumber, handle)
+            migs = _mig_devices(api, i, handle, gpu_type, minor) if mig_enabled else ()
             pci = maybe(api.nvmlDeviceGetPciInfo, handle)
             has_links, ends = _nvlink_remotes(api, handle)
         except NvmlError as exc:
             raise DiscoveryError(f"GPU discovery failed on GPU {i}: NVML: {exc}") from exc
         rows.append((i, uuid, model, gpu_type, memory_mib, mig_enabled, migs))
+        nodes.append(() if minor is None else (gpu_node(minor),))
         buses.append(None if pci is None else _bus_key(pci))
         remotes.append(ends)
         reported.append(has_links)
     peers = _nvlink_peers(buses, remotes)
     gpus = tuple(
-        DiscoveredGpu(*row, nvlink_peers=tuple(sorted(peers[k])), nvlink_reported=reported[k])
+        DiscoveredGpu(
+            *row,
+            nvlink_peers=tuple(sorted(peers[k])),
+            nvlink_reported=reported[k],
+            device_nodes=nodes[k],
+        )
         for k, row in enumerate(rows)
     )
     version = as_text(nvml_version) if nvml_version is not None else None

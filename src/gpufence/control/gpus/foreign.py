@@ -1,11 +1,12 @@
 """Foreign GPU processes: a process NVML reports on a GPU that no job holding the GPU owns.
 
 Which job a pid belongs to is asked of a ``PidOwner`` ("pid -> (job, attempt) or None").
-``MemberMatcher`` answers it today from the gang members' launchers: the local executor starts
-each member's launcher as the leader of a new session and process group, so every process of
-the member has that session (or group) id unless it broke away with ``setsid`` -- which is
-itself worth reporting. A member that runs in its own cgroup (``MemberRef.cgroup``, filled in
-once per-member cgroups exist) is matched by cgroup first: a process cannot leave it.
+``MemberMatcher`` answers it by the member's cgroup where containment gives it one
+(``MemberRef.cgroup``, from ``Containment.path_of``): a job's process cannot leave it, whatever it
+does (``setsid``, double forks). Without containment, by the gang members' launchers: each is
+the leader of its own process group (and, started by path, session), so every process of the
+member has that session or group id unless it broke away with ``setsid`` -- which then counts as
+foreign, itself worth reporting.
 
 ``ForeignCheck.check`` compares one GPU's process list with the jobs that hold the GPU; each
 process that belongs to none of them is an incident: counted (``/metrics``), logged with pid,
@@ -27,8 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Protocol
 
-from gpufence.control.executors.launcher import pid_file, proc_stat_fields
-from gpufence.control.executors.processes import read_json
+from gpufence.control.executors.launcher import proc_stat_fields
+from gpufence.control.executors.processes import recorded_pid
 from gpufence.control.gpus.board import GpuBoard
 from gpufence.control.gpus.nvml import ProcessInfo
 from gpufence.control.metrics import Telemetry
@@ -95,12 +96,10 @@ def proc_facts(pid: int) -> ProcFacts | None:
 
 def launcher_pid(attempt_dir: Path, rank: int) -> int | None:
     """The member's launcher pid from its ``rank-R.pid`` record, if that process still runs."""
-    rec = read_json(pid_file(attempt_dir, rank))
+    rec = recorded_pid(attempt_dir, rank)
     if rec is None:
         return None
-    pid, start = rec.get("pid"), rec.get("start_time")
-    if not isinstance(pid, int) or not isinstance(start, int) or pid <= 1:
-        return None
+    pid, start = rec
     fields = proc_stat_fields(pid)
     if fields is None or len(fields) < 20 or int(fields[19]) != start or fields[0] in "ZX":
         return None
@@ -116,7 +115,7 @@ class MemberRef:
     rank: int
     launcher_pid: int | None
     gpus: frozenset[int]  # GPU indices (on this node) the member holds
-    cgroup: str | None = None  # its own cgroup, once containment gives members one
+    cgroup: str | None = None  # its own cgroup (containment on), as /proc/PID/cgroup names it
 
 
 class MemberMatcher:

@@ -3,8 +3,9 @@
 Every NVML call goes through a Protocol, so everything runs against an in-memory fake in tests
 (``gpufence.testing.fake_nvml``): ``NvmlApi`` is what discovery reads, ``GpuApi`` adds what the
 control plane does on real GPUs (MIG instance create/destroy, the processes on a GPU,
-utilisation). ``PynvmlApi`` implements both over the ``pynvml`` module of ``nvidia-ml-py``,
-imported when it is created. ``catalogue_type`` and ``mig_profile_name`` map what NVML says about
+utilisation, memory, PCIe and NVLink throughput: the counters ``gpu_counters.py`` samples).
+``PynvmlApi`` implements both over the ``pynvml`` module of ``nvidia-ml-py``, imported when it
+is created. ``catalogue_type`` and ``mig_profile_name`` map what NVML says about
 a GPU or a MIG GPU instance to gpufence catalogue names.
 """
 
@@ -43,6 +44,14 @@ NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED = 0
 NVML_CI_PROFILE_BY_SLICES = {1: 0x0, 2: 0x1, 3: 0x2, 4: 0x3, 7: 0x4, 8: 0x5, 6: 0x6}
 NVML_COMPUTE_INSTANCE_PROFILE_COUNT = 0x9
 NVML_NO_INSTANCE_ID = 0xFFFFFFFF  # gpuInstanceId / computeInstanceId of a non-MIG process
+NVML_PCIE_UTIL_TX_BYTES = 0  # nvmlDeviceGetPcieThroughput counters: KB/s over a 20 ms sample
+NVML_PCIE_UTIL_RX_BYTES = 1
+# nvmlDeviceGetFieldValues: NVLink data payload counters in KiB since the driver loaded; the
+# scope is a link, or NVML_SCOPE_ALL_LINKS for the sum over the GPU's links (nvml.h)
+NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX = 138
+NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX = 139
+NVML_SCOPE_ALL_LINKS = 0xFFFFFFFF
+NVML_SUCCESS = 0
 
 # "This GPU / driver cannot tell": the answer is unknown, not an error of the machine.
 _UNAVAILABLE = frozenset(
@@ -76,6 +85,9 @@ class NvmlError(Exception):
 class MemoryInfo(Protocol):
     @property
     def total(self) -> int: ...
+
+    @property
+    def used(self) -> int: ...
 
 
 class PciInfo(Protocol):
@@ -127,6 +139,8 @@ class NvmlApi(Protocol):
     def nvmlDeviceGetMaxMigDeviceCount(self, handle: object) -> int: ...
     def nvmlDeviceGetMigDeviceHandleByIndex(self, handle: object, index: int) -> object: ...
     def nvmlDeviceGetGpuInstanceId(self, mig_handle: object) -> int: ...
+    def nvmlDeviceGetComputeInstanceId(self, mig_handle: object) -> int: ...
+    def nvmlDeviceGetMinorNumber(self, handle: object) -> int: ...
     def nvmlDeviceGetGpuInstanceById(self, handle: object, gi_id: int) -> object: ...
     def nvmlGpuInstanceGetInfo(self, gpu_instance: object) -> GpuInstanceInfo: ...
     def nvmlDeviceGetAttributes(self, mig_handle: object) -> DeviceAttributes: ...
@@ -160,6 +174,29 @@ class Utilization(Protocol):
     def gpu(self) -> int: ...  # percent of the last sample period a kernel ran
 
 
+class FieldNumber(Protocol):
+    """The union ``c_nvmlValue_t``: the NVLink counters are unsigned long longs."""
+
+    @property
+    def ullVal(self) -> int: ...
+
+
+class FieldValue(Protocol):
+    """One answer of ``nvmlDeviceGetFieldValues`` (``nvmlFieldValue_t``): its own return code."""
+
+    @property
+    def fieldId(self) -> int: ...
+
+    @property
+    def scopeId(self) -> int: ...
+
+    @property
+    def nvmlReturn(self) -> int: ...
+
+    @property
+    def value(self) -> FieldNumber: ...
+
+
 class GpuApi(NvmlApi, Protocol):
     """What the control plane does on real GPUs besides discovery (each raises NvmlError).
 
@@ -184,9 +221,14 @@ class GpuApi(NvmlApi, Protocol):
         self, gpu_instance: object, profile_id: int
     ) -> Sequence[object]: ...
     def nvmlComputeInstanceDestroy(self, compute_instance: object) -> None: ...
-    def nvmlDeviceGetComputeInstanceId(self, mig_handle: object) -> int: ...
     def nvmlDeviceGetComputeRunningProcesses(self, handle: object) -> Sequence[ProcessInfo]: ...
     def nvmlDeviceGetUtilizationRates(self, handle: object) -> Utilization: ...
+    def nvmlDeviceGetPcieThroughput(self, handle: object, counter: int) -> int: ...
+    def nvmlDeviceGetMaxPcieLinkGeneration(self, handle: object) -> int: ...
+    def nvmlDeviceGetMaxPcieLinkWidth(self, handle: object) -> int: ...
+    def nvmlDeviceGetFieldValues(
+        self, handle: object, field_ids: Sequence[tuple[int, int]]
+    ) -> Sequence[FieldValue]: ...
 
 
 class PynvmlApi:
@@ -250,6 +292,13 @@ class PynvmlApi:
     def nvmlDeviceGetGpuInstanceId(self, mig_handle: object) -> int:
         return int(self._call("nvmlDeviceGetGpuInstanceId", mig_handle))
 
+    def nvmlDeviceGetComputeInstanceId(self, mig_handle: object) -> int:
+        return int(self._call("nvmlDeviceGetComputeInstanceId", mig_handle))
+
+    def nvmlDeviceGetMinorNumber(self, handle: object) -> int:
+        """N of the GPU's ``/dev/nvidiaN`` (not always its NVML index)."""
+        return int(self._call("nvmlDeviceGetMinorNumber", handle))
+
     def nvmlDeviceGetGpuInstanceById(self, handle: object, gi_id: int) -> object:
         return self._call("nvmlDeviceGetGpuInstanceById", handle, gi_id)
 
@@ -268,6 +317,26 @@ class PynvmlApi:
     def nvmlDeviceGetUtilizationRates(self, handle: object) -> Utilization:
         """Used by idle detection (``gpus.activity``): ``.gpu`` is a percentage."""
         return cast("Utilization", self._call("nvmlDeviceGetUtilizationRates", handle))
+
+    def nvmlDeviceGetPcieThroughput(self, handle: object, counter: int) -> int:
+        """KB/s through the PCIe link in one direction, over NVML's 20 ms sample."""
+        return int(self._call("nvmlDeviceGetPcieThroughput", handle, counter))
+
+    def nvmlDeviceGetMaxPcieLinkGeneration(self, handle: object) -> int:
+        """The highest generation this GPU and this machine's slot can both run."""
+        return int(self._call("nvmlDeviceGetMaxPcieLinkGeneration", handle))
+
+    def nvmlDeviceGetMaxPcieLinkWidth(self, handle: object) -> int:
+        return int(self._call("nvmlDeviceGetMaxPcieLinkWidth", handle))
+
+    def nvmlDeviceGetFieldValues(
+        self, handle: object, field_ids: Sequence[tuple[int, int]]
+    ) -> Sequence[FieldValue]:
+        """(field id, scope id) pairs; pynvml fills a ``c_nvmlFieldValue_t`` array."""
+        return cast(
+            "Sequence[FieldValue]",
+            self._call("nvmlDeviceGetFieldValues", handle, [tuple(f) for f in field_ids]),
+        )
 
     # -- MIG instances (GpuApi); pynvml takes ctypes arrays and structs for these ----------
     def nvmlDeviceGetGpuInstances(self, handle: object, profile_id: int) -> Sequence[object]:
@@ -313,9 +382,6 @@ class PynvmlApi:
 
     def nvmlComputeInstanceDestroy(self, compute_instance: object) -> None:
         self._call("nvmlComputeInstanceDestroy", compute_instance)
-
-    def nvmlDeviceGetComputeInstanceId(self, mig_handle: object) -> int:
-        return int(self._call("nvmlDeviceGetComputeInstanceId", mig_handle))
 
     def nvmlDeviceGetComputeRunningProcesses(self, handle: object) -> Sequence[ProcessInfo]:
         return cast(

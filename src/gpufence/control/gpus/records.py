@@ -20,6 +20,7 @@ class MigDevice:
     uuid: str  # "MIG-..." (what CUDA_VISIBLE_DEVICES names)
     profile: str  # GPU-instance profile in catalogue naming, e.g. "3g.40gb"
     start: int | None  # placement start (memory slice); None where NVML would not say
+    device_nodes: tuple[str, ...] = ()  # its GPU- and compute-instance capability devices
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +34,7 @@ class DiscoveredGpu:
     mig_devices: tuple[MigDevice, ...]
     nvlink_peers: tuple[int, ...]  # GPUs reached over an active NVLink (directly or via NVSwitch)
     nvlink_reported: bool = True  # False: NVML gave no NVLink state, so peers are unknown
+    device_nodes: tuple[str, ...] = ()  # /dev/nvidiaN (fake GPUs: from config, or none)
 
 
 @dataclass(frozen=True, slots=True)

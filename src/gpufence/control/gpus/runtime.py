@@ -7,11 +7,16 @@
   fractional partition and hands the reconciler the MIG manager's start-up events (MIG mode
   checks, the instances each GPU has, reconciled with the store's live attempts);
 * every ``control.gpu_sample_interval_s`` on its own thread: restarts MPS daemons that died,
-  reads each GPU's processes and utilisation from NVML and reports (or kills) foreign ones;
+  reads each GPU's processes from NVML and reports (or kills) foreign ones, and reads the GPU
+  counters (utilisation, memory, PCIe and NVLink throughput: ``gpu_counters.py``) onto the
+  board;
 * marks every partition enforced or not, with a sentence saying how (``nodes``, ``partitions``,
   ``/metrics``).
 
-On fake GPUs it holds only the MIG manager in timer mode, and says that nothing is enforced.
+On fake GPUs it holds only the MIG manager in timer mode, and says that nothing is enforced;
+given a ``counters`` NVML (the fake one: ``gpufence.testing.fake_nvml``, as the demo does), it
+samples that NVML's counters and nothing else. The same thread samples this machine's NICs and
+the data dir's disk (``observe/hoststats.py``) on real and fake GPUs alike.
 """
 
 from __future__ import annotations
@@ -28,11 +33,13 @@ from gpufence.control.gpus.board import GpuBoard
 from gpufence.control.gpus.devices import DeviceMap, assignment_from_json
 from gpufence.control.gpus.discovery import Discovery
 from gpufence.control.gpus.foreign import ForeignCheck, MemberMatcher, MemberRef, launcher_pid
+from gpufence.control.gpus.gpu_counters import CountedGpu, GpuCounters
 from gpufence.control.gpus.mig_manager import Claim, MigManager
 from gpufence.control.gpus.mps import MpsDaemons, MpsGpu
-from gpufence.control.gpus.nvml import GpuApi, NvmlError, PynvmlApi, maybe
+from gpufence.control.gpus.nvml import GpuApi, NvmlError, PynvmlApi
 from gpufence.control.gpus.records import DiscoveryError
 from gpufence.control.metrics import Telemetry
+from gpufence.control.observe.hoststats import HostStats
 from gpufence.control.store import database as st
 from gpufence.model.cluster import Cluster
 from gpufence.model.events import Event
@@ -74,7 +81,10 @@ class GpuRuntime:
         api: GpuApi | None,
         *,
         threaded: bool = True,
+        counters: GpuApi | None = None,
     ) -> None:
+        """``counters``: on fake GPUs, an NVML to read GPU counters from (nothing else); on
+        real GPUs the counters come from ``api``."""
         self.cluster = cluster
         self.config = config
         self.discovery = discovery
@@ -87,7 +97,8 @@ class GpuRuntime:
         )
         self.foreign = ForeignCheck(self.board, telemetry, config.foreign_gpu_processes)
         self.member_cgroup: MemberCgroup = lambda _launch, _rank: None
-        """Hook for containment: the member's cgroup path, matched before its session."""
+        """The member's cgroup path (as /proc/PID/cgroup shows it), matched before its session;
+        the control plane sets it to ``Containment.path_of`` when containment is on."""
         # this machine is node 0 of the cluster (devices.check_machine)
         self.local = [g for g in cluster.gpus if g.node == 0]
         uuid = {g.index: g.uuid for g in discovery.gpus}
@@ -104,6 +115,11 @@ class GpuRuntime:
         for g in self.local:
             if g.index in uuid:
                 self.board.set(g.gid, uuid=uuid[g.index])
+        nvlink = {g.gid: cluster.gpu_type_of(g.gid).nvlink_gbps for g in self.local}
+        counted = [CountedGpu(g.gid, g.index, nvlink[g.gid]) for g in self.local]
+        source = api if api is not None else counters
+        self.counters = GpuCounters(source, counted) if source is not None else None
+        self.host = HostStats(data_dir, config.telemetry.net_devices)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._mark_partitions()
@@ -174,13 +190,22 @@ class GpuRuntime:
 
     # ------------------------------------------------------------------ sampling
     def sample_once(self, holders: Holders) -> None:
-        """One GPU sample: MPS daemons, then every GPU's processes and utilisation."""
+        """One sample: MPS daemons and every GPU's processes (real GPUs), the GPU counters,
+        this machine's NICs and disk."""
         if self.mps is not None and self.mps.check():
             self._sync_mps()
             self._mark_partitions()
-        api = self.api
-        if api is None:
-            return
+        if self.api is not None:
+            self._processes(self.api, holders)
+        self._counters_and_host()
+
+    def _counters_and_host(self) -> None:
+        if self.counters is not None:
+            for s in self.counters.sample():
+                self.board.set(s.gid, **s.board_fields())
+        self.host.sample()
+
+    def _processes(self, api: GpuApi, holders: Holders) -> None:
         members = [
             MemberRef(
                 jid,
@@ -203,18 +228,20 @@ class GpuRuntime:
                 log.debug("GPU %d: no process list from NVML (%s)", g.index, exc)
                 continue
             self.foreign.check(g.gid, g.index, procs, matcher)
-            util = maybe(api.nvmlDeviceGetUtilizationRates, handle)
-            self.board.set(g.gid, utilization=None if util is None else util.gpu / 100)
 
     def start_watch(self, holders: Callable[[], Holders]) -> None:
-        """The sampler thread (real GPUs only)."""
-        if self.api is None or self._thread is not None:
+        """The sampler thread (the process lists only where there is an NVML)."""
+        if self._thread is not None:
             return
 
         def run() -> None:
+            try:  # counters are rates between two readings: take the first one now
+                self._counters_and_host()
+            except Exception:
+                log.exception("first GPU sample failed")
             while not self._stop.wait(self.config.gpu_sample_interval_s):
                 try:
-                    self.sample_once(holders())
+                    self.sample_once(holders() if self.api is not None else [])
                 except Exception:  # a sampling bug must not end the sampling
                     log.exception("GPU sample failed")
 

@@ -32,9 +32,11 @@ from pydantic import AfterValidator, BaseModel, Field
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gpufence import __version__
+from gpufence.control.http import schemas as out
+from gpufence.control.http.accounting_routes import accounting_router
 from gpufence.control.http.auth import tenant_dependency
+from gpufence.control.http.docs import install_docs
 from gpufence.control.http.problems import (
-    ERRORS_ALL,
     PROBLEM_JSON,
     FieldError,
     SafeJSONResponse,
@@ -44,6 +46,7 @@ from gpufence.control.http.problems import (
     safe,
 )
 from gpufence.control.http.submission import IDEMPOTENCY_KEY, install_submit
+from gpufence.control.http.telemetry_routes import telemetry_router
 from gpufence.control.inbox import CancelError, IdempotencyConflict
 from gpufence.control.jobspec import MAX_NAME, SubmitRequest
 from gpufence.control.plane import AccessError, ControlPlane, InvalidField
@@ -213,6 +216,11 @@ class LimitBody:
         await resp(scope, receive, send)
 
 
+def ok(model: type[BaseModel]) -> dict[int | str, dict[str, Any]]:
+    """The documented 200 of a route that builds its JSON itself (``schemas.py``)."""
+    return {200: {"model": model, "description": "OK"}}
+
+
 def _openapi(app: FastAPI) -> dict[str, Any]:
     """FastAPI's document plus what the lean submit route describes by hand (its body model),
     with error responses as ``application/problem+json`` only."""
@@ -246,10 +254,13 @@ def make_app(plane: ControlPlane) -> FastAPI:
             "Every error is an RFC 7807 `application/problem+json` document (`Problem`)."
         ),
         default_response_class=SafeJSONResponse,
+        docs_url=None,  # served offline by install_docs
+        redoc_url=None,
     )
     app.state.plane = plane
     app.add_middleware(LimitBody, limit=plane.config.max_request_bytes)
     install(app)
+    app.include_router(telemetry_router(plane))  # /v1/series, /v1/jobs/{id}/latency
     Tenant = Annotated[str, Depends(tenant_dependency(plane.config))]
 
     @app.exception_handler(AccessError)
@@ -290,7 +301,12 @@ def make_app(plane: ControlPlane) -> FastAPI:
     # ------------------------------------------------------------------ jobs
     install_submit(app, plane, job_json, SubmitResponse)
 
-    @app.get("/v1/jobs", tags=["jobs"], responses=error_responses(*ERRORS_ALL))
+    @app.get(
+        "/v1/jobs",
+        tags=["jobs"],
+        responses=ok(out.JobList) | error_responses(401, 403, 422, 503),
+        response_model=None,
+    )
     def list_jobs(
         tenant: Tenant,
         state: Annotated[
@@ -323,7 +339,12 @@ def make_app(plane: ControlPlane) -> FastAPI:
         tail = f'],"next_after":{rows[-1].seq if rows else after}}}'.encode()
         return Response(b'{"jobs":[' + b",".join(parts) + tail, media_type="application/json")
 
-    @app.get("/v1/jobs/{job_id}", tags=["jobs"], responses=error_responses(*ERRORS_ALL))
+    @app.get(
+        "/v1/jobs/{job_id}",
+        tags=["jobs"],
+        responses=ok(out.JobDetail) | error_responses(401, 403, 404, 422, 503),
+        response_model=None,
+    )
     def get_job(job_id: str, tenant: Tenant) -> dict[str, Any]:
         """One job, its attempts (devices, exit codes) and, while pending, why."""
         row = row_of(job_id, tenant)
@@ -337,7 +358,7 @@ def make_app(plane: ControlPlane) -> FastAPI:
         "/v1/jobs/{job_id}/cancel",
         response_model=CancelResponse,
         tags=["jobs"],
-        responses=error_responses(*ERRORS_ALL),
+        responses=error_responses(401, 403, 404, 409, 413, 422, 503),
     )
     def cancel(job_id: str, tenant: Tenant) -> CancelResponse:
         """Cancel: a pending job leaves its queue (``cancelled``); a running one is stopped
@@ -350,8 +371,11 @@ def make_app(plane: ControlPlane) -> FastAPI:
         tags=["jobs"],
         response_class=Response,
         responses={
-            200: {"content": {"text/plain": {}}},
-            **error_responses(*ERRORS_ALL),
+            200: {
+                "description": "the bytes (UTF-8 text as the job wrote it)",
+                "content": {"text/plain": {"schema": {"type": "string"}}},
+            },
+            **error_responses(401, 403, 404, 422, 503),
         },
     )
     def logs(
@@ -390,7 +414,12 @@ def make_app(plane: ControlPlane) -> FastAPI:
         }
         return Response(data, media_type="text/plain; charset=utf-8", headers=headers)
 
-    @app.get("/v1/jobs/{job_id}/explain", tags=["jobs"], responses=error_responses(*ERRORS_ALL))
+    @app.get(
+        "/v1/jobs/{job_id}/explain",
+        tags=["jobs"],
+        responses=ok(out.Explanation) | error_responses(401, 403, 404, 422, 503),
+        response_model=None,
+    )
     def explain(job_id: str, tenant: Tenant) -> dict[str, Any]:
         """Why a job waits (or runs where it runs), with its partition's fair-share table."""
         row = row_of(job_id, tenant)
@@ -411,7 +440,12 @@ def make_app(plane: ControlPlane) -> FastAPI:
         return out
 
     # ------------------------------------------------------------------ cluster
-    @app.get("/v1/nodes", tags=["cluster"], responses=error_responses(*ERRORS_ALL))
+    @app.get(
+        "/v1/nodes",
+        tags=["cluster"],
+        responses=ok(out.NodeList) | error_responses(401, 503),
+        response_model=None,
+    )
     def nodes(tenant: Tenant) -> dict[str, Any]:
         """Every node and GPU: partition, state (free/used/down), jobs, MIG slots. A tenant sees
         only its own job ids; other tenants' jobs are counts (``other_tenants_jobs`` per GPU,
@@ -423,12 +457,22 @@ def make_app(plane: ControlPlane) -> FastAPI:
             out["other_tenants"] = others
         return out
 
-    @app.get("/v1/partitions", tags=["cluster"], responses=error_responses(*ERRORS_ALL))
+    @app.get(
+        "/v1/partitions",
+        tags=["cluster"],
+        responses=ok(out.PartitionList) | error_responses(401, 503),
+        response_model=None,
+    )
     def partitions(_tenant: Tenant) -> dict[str, Any]:
         """The fences: capacity, used, lent and borrowed GPUs, pending/running jobs."""
         return {"partitions": plane.partitions()}
 
-    @app.get("/v1/events", tags=["cluster"], responses=error_responses(*ERRORS_ALL))
+    @app.get(
+        "/v1/events",
+        tags=["cluster"],
+        responses=ok(out.EventList) | error_responses(401, 403, 404, 422, 503),
+        response_model=None,
+    )
     def events(
         tenant: Tenant,
         job: QueryText | None = None,
@@ -441,7 +485,12 @@ def make_app(plane: ControlPlane) -> FastAPI:
         rows = plane.events(tenant, job_id=job, after_seq=after, limit=limit)
         return {"events": rows, "next_after": rows[-1]["seq"] if rows else after}
 
-    @app.get("/v1/advice", tags=["cluster"], responses=error_responses(*ERRORS_ALL))
+    @app.get(
+        "/v1/advice",
+        tags=["cluster"],
+        responses=ok(out.AdviceList) | error_responses(401, 503),
+        response_model=None,
+    )
     def advice(tenant: Tenant) -> dict[str, Any]:
         """Capacity advice from this control plane's own history (``gpufence advise``): for the
         admin, the spec rules with the history's numbers and every live rule; for a tenant,
@@ -454,12 +503,22 @@ def make_app(plane: ControlPlane) -> FastAPI:
         }
 
     # ------------------------------------------------------------------ open
-    @app.get("/metrics", tags=["ops"], response_class=Response)
+    @app.get(
+        "/metrics",
+        tags=["ops"],
+        response_class=Response,
+        responses={
+            200: {
+                "description": "Prometheus text exposition format",
+                "content": {CONTENT_TYPE_LATEST: {"schema": {"type": "string"}}},
+            }
+        },
+    )
     def metrics() -> Response:
         """Prometheus exposition (unauthenticated, as scrapers expect)."""
         return Response(plane.metrics(), media_type=CONTENT_TYPE_LATEST)
 
-    @app.get("/healthz", tags=["ops"])
+    @app.get("/healthz", tags=["ops"], response_model=out.Health)
     def healthz() -> dict[str, Any]:
         """Liveness, and whether the store takes writes (``store``: ``ok`` or the reason)."""
         broken = plane.store.broken
@@ -469,5 +528,7 @@ def make_app(plane: ControlPlane) -> FastAPI:
             "store": "ok" if broken is None else str(broken),
         }
 
+    app.include_router(accounting_router(plane))
+    install_docs(app)
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     return app

@@ -287,6 +287,35 @@ class Client:
         out: list[dict[str, Any]] = self._json("GET", "/v1/events", query=query)["events"]
         return out
 
+    def history(
+        self,
+        since: float | None = None,
+        until: float | None = None,
+        tenant: str | None = None,
+        partition: str | None = None,
+        states: Sequence[str] = (),
+        limit: int = 1000,
+        after: int = 0,
+    ) -> list[dict[str, Any]]:
+        """A page of ``GET /v1/history`` (``HistoryJob`` objects)."""
+        query: list[tuple[str, Any]] = [("since", since), ("until", until), ("tenant", tenant)]
+        query += [("partition", partition), *(("state", s) for s in states)]
+        query += [("limit", limit), ("after", after)]
+        out: list[dict[str, Any]] = self._json("GET", "/v1/history", query=query)["jobs"]
+        return out
+
+    def usage(
+        self,
+        by: str = "tenant",
+        since: float = 0.0,
+        until: float | None = None,
+        tenant: str | None = None,
+    ) -> dict[str, Any]:
+        """``GET /v1/usage``: ``{by, since, until, groups: [...], total}``."""
+        query = {"by": by, "since": since, "until": until, "tenant": tenant}
+        out: dict[str, Any] = self._json("GET", "/v1/usage", query=query)
+        return out
+
     def advice(self) -> dict[str, Any]:
         """``{"advice": [{rule, severity, path, why, evidence, fix, diff, scope}], "scope"}``."""
         out: dict[str, Any] = self._json("GET", "/v1/advice")

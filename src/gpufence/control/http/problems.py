@@ -21,6 +21,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from gpufence.control.http.schemas import JSONValue
 from gpufence.control.jobspec import escape
 from gpufence.control.store.errors import StoreUnavailable
 
@@ -57,7 +58,9 @@ class Problem(BaseModel):
     field: str | None = Field(default=None, description="422: the first offending field")
     errors: list[FieldError] = Field(default_factory=list, description="422: every field")
     reason: str | None = Field(default=None, description="scheduler reject: its reason")
-    job: dict[str, Any] | None = Field(default=None, description="scheduler reject: the job")
+    job: dict[str, JSONValue] | None = Field(
+        default=None, description="scheduler reject: the job as stored (JobSummary's fields)"
+    )
 
 
 def problem_type(slug: str) -> str:

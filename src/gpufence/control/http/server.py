@@ -28,11 +28,21 @@ from gpufence.advice.inputs import LintInputs
 from gpufence.control.config import (
     SERVER_FILE,
     TOKEN_FILE,
+    ControlConfig,
     cluster_from_spec_dict,
     control_config,
     load_config,
 )
-from gpufence.control.gpus.discovery import DiscoveryError, discover, fake_gpus, node_spec
+from gpufence.control.containment.cgroup import ContainmentError
+from gpufence.control.containment.members import Containment
+from gpufence.control.gpus.devnodes import all_nodes, with_fake_nodes
+from gpufence.control.gpus.discovery import (
+    Discovery,
+    DiscoveryError,
+    discover,
+    fake_gpus,
+    node_spec,
+)
 from gpufence.control.gpus.nodespec import host_resources
 from gpufence.control.http.api import make_app
 from gpufence.control.plane import ControlPlane
@@ -59,12 +69,15 @@ def build_plane(
     executor: str = "local",
     ray_address: str | None = None,
     check_integrity: bool = True,
+    no_containment: bool = False,
 ) -> ControlPlane:
     """The control plane for ``gpufence up`` (not started: ``serve`` starts it).
 
     GPUs: ``fake_gpus_n`` made-up ones, else this machine's (NVML). Cluster: the ``--config``
     spec (with its ``control:`` section), else this machine as one node, one partition.
     ``executor="ray"``: the nodes of the Ray cluster at ``ray_address`` (see ``ray_plane``).
+    Containment (every member in its own cgroup) is detected here; a machine without it is
+    refused (StartupError saying how to fix it) unless ``no_containment``, which is logged loudly.
     ``check_integrity=False`` (``--skip-integrity-check``) opens a store without
     ``PRAGMA quick_check``.
     """
@@ -77,7 +90,9 @@ def build_plane(
         from gpufence.control.executors.ray.ray_plane import RayStartError, ray_plane
 
         try:
-            return ray_plane(config, data_dir, ray_address, check_integrity)
+            return ray_plane(
+                config, data_dir, ray_address, check_integrity, contain=not no_containment
+            )
         except RayStartError as exc:
             raise StartupError(str(exc)) from None
         except StoreError as exc:
@@ -101,8 +116,22 @@ def build_plane(
             raise StartupError(str(exc)) from None
         cluster = cluster_from_spec_dict(spec)
         cc = control_config(None, data_dir)
+    discovery = with_fake_nodes(discovery, cc.containment.fake_gpu_devices)
+    containment = _containment(cc, discovery, no_containment)
     try:
-        plane = ControlPlane(cluster, cc, discovery, data_dir, check_integrity=check_integrity)
+        try:
+            plane = ControlPlane(
+                cluster,
+                cc,
+                discovery,
+                data_dir,
+                containment=containment,
+                check_integrity=check_integrity,
+            )
+        except BaseException:
+            if containment is not None:  # its parent cgroup, made by detect
+                containment.release()
+            raise
     except StoreError as exc:
         raise StartupError(_store_problem(exc, data_dir)) from None
     except StoreUnavailable as exc:
@@ -114,6 +143,23 @@ def build_plane(
         plane.advice_inputs = LintInputs(queue_index=queue_positions(config), lines=lines)
         plane.advice_source = str(config)
     return plane
+
+
+def _containment(cc: ControlConfig, discovery: Discovery, off: bool) -> Containment | None:
+    if off:
+        log.warning(NO_CONTAINMENT_WARNING)
+        return None
+    try:
+        return Containment.detect(cc.containment, all_nodes(discovery))
+    except ContainmentError as exc:
+        raise StartupError(str(exc)) from None
+
+
+NO_CONTAINMENT_WARNING = (
+    "CONTAINMENT IS OFF (--no-containment): jobs run in no cgroup, with no CPU, memory or pids "
+    "limit and no device isolation (a job can open every GPU), and processes a job leaves "
+    "behind keep running (and keep using its GPUs) after it ends"
+)
 
 
 def _store_problem(exc: StoreError, data_dir: Path) -> str:

@@ -22,7 +22,6 @@ from starlette.concurrency import run_in_threadpool
 
 from gpufence.control.http.auth import tenant_of_header
 from gpufence.control.http.problems import (
-    ERRORS_ALL,
     FieldError,
     SafeJSONResponse,
     error_responses,
@@ -94,7 +93,7 @@ def install_submit(app: FastAPI, plane: ControlPlane, job_json: Any, response_mo
         tags=["jobs"],
         responses={
             200: {"model": response_model, "description": "the same Idempotency-Key again"},
-            **error_responses(*ERRORS_ALL),
+            **error_responses(401, 403, 413, 422, 503),
         },
         openapi_extra=SUBMIT_DOC,
     )

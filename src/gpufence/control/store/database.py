@@ -17,6 +17,10 @@ in its inbox in one transaction (group commit): one fsync per batch, not per job
 
 Job ids come from the store's own sequence (``jobs.seq``, AUTOINCREMENT), advanced in the same
 transaction as the insert: a rolled-back submit consumes nothing, and an id is never reused.
+Every change of a job's state is handed, once its transaction has committed, to the store's
+``observers`` (``StateChange``): telemetry counts outcomes and time in state from them without
+the reconciler reporting each transition itself.
+
 Open = lock (``ownership.py``), integrity check (``PRAGMA quick_check``, bounded in time),
 migrations (``migrations.py``), owner row. Errors of the medium (disk full, read-only, I/O) are
 ``StoreUnavailable`` with the reason (``errors.py``).
@@ -38,13 +42,15 @@ from typing import Any
 
 from gpufence.control import failpoints
 from gpufence.control.privatefs import PRIVATE_DIR
-from gpufence.control.store import migrations
+from gpufence.control.store import accounting, migrations
 from gpufence.control.store.errors import StoreError, StoreUnavailable, unavailable
 from gpufence.control.store.ownership import FileLock, Owner
 from gpufence.control.store.rows import (
     JOB_COLUMNS,
     AttemptRow,
     JobRow,
+    Observer,
+    StateChange,
     attempt_row,
     job_row,
     select_job,
@@ -76,7 +82,7 @@ INTEGRITY_BUDGET_S = 30.0
 """At most this long for ``PRAGMA quick_check`` at start (a store of a few GB); then it goes on
 with a warning rather than keep the cluster down."""
 
-__all__ = ["AttemptRow", "JobRow", "StoreError", "StoreUnavailable"]
+__all__ = ["AttemptRow", "JobRow", "Observer", "StateChange", "StoreError", "StoreUnavailable"]
 
 
 def _connect(path: Path) -> sqlite3.Connection:
@@ -176,6 +182,7 @@ class Store:
             self._abort()
             raise
         self._lock = threading.Lock()
+        self.observers: list[Observer] = []
         self._durable = True  # the connection's synchronous setting (FULL)
         self._broken: StoreUnavailable | None = None
 
@@ -247,8 +254,9 @@ class Store:
             except StoreUnavailable:
                 self._rollback()
                 raise
+            tx = Tx(c)
             try:
-                yield Tx(c)
+                yield tx
                 failpoints.hit("store.before-commit")
                 c.execute("COMMIT")
             except sqlite3.Error as exc:
@@ -262,6 +270,11 @@ class Store:
                 raise
             self._broken = None
         failpoints.hit("store.after-commit")
+        for observe in self.observers if tx.changes else ():
+            try:
+                observe(tx.changes)
+            except Exception:  # telemetry must never fail a committed transition
+                log.exception("a store observer failed")
 
     def _rollback(self) -> None:
         if self._conn.in_transaction:
@@ -309,6 +322,7 @@ class Tx:
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         self._c = conn
+        self.changes: list[StateChange] = []  # for the observers, once committed
 
     def execute(self, sql: str, args: Sequence[object] = ()) -> sqlite3.Cursor:
         return self._c.execute(sql, args)
@@ -317,9 +331,11 @@ class Tx:
     def savepoint(self) -> Iterator[None]:
         """A part of the transaction that can fail alone (one inbox item)."""
         self._c.execute("SAVEPOINT item")
+        noted = len(self.changes)
         try:
             yield
         except BaseException:
+            del self.changes[noted:]  # what was rolled back never happened
             self._c.execute("ROLLBACK TO item")
             self._c.execute("RELEASE item")
             raise
@@ -374,6 +390,9 @@ class Tx:
                 gpus,
             ),
         )
+        self.changes.append(
+            StateChange(jid, None, PENDING, partition, workload_class, queue, submitted_at, None)
+        )
         return jid
 
     def idempotent(self, tenant: str, key: str) -> tuple[str, str] | None:
@@ -400,8 +419,32 @@ class Tx:
     def set_job(self, job_id: str, **fields: object) -> None:
         if not fields:
             return
+        if "state" in fields:
+            self._note_change(job_id, fields)
         cols = ", ".join(f"{k}=?" for k in fields)
         self._c.execute(f"UPDATE jobs SET {cols} WHERE id=?", (*fields.values(), job_id))
+
+    def _note_change(self, job_id: str, fields: dict[str, object]) -> None:
+        row = self._c.execute(
+            "SELECT state, partition, workload_class, queue, submitted_at, started_at"
+            " FROM jobs WHERE id=?",
+            (job_id,),
+        ).fetchone()
+        if row is None or row["state"] == fields["state"]:
+            return
+        started = fields.get("started_at", row["started_at"])
+        self.changes.append(
+            StateChange(
+                job_id,
+                row["state"],
+                str(fields["state"]),
+                str(fields.get("partition", row["partition"])),
+                row["workload_class"],
+                str(fields.get("queue", row["queue"])),
+                float(row["submitted_at"]),
+                float(started) if isinstance(started, int | float) else None,
+            )
+        )
 
     def add_attempt(
         self,
@@ -413,10 +456,12 @@ class Tx:
         assignments: list[dict[str, Any]],
         devices: list[list[str]],
         started_at: float,
+        gpus: float = 0.0,
     ) -> None:
+        """``gpus``: the GPU-equivalents it holds (accounting.py says how they count)."""
         self._c.execute(
             "INSERT OR REPLACE INTO attempts(job_id, attempt, state, pool, lent_from,"
-            " assignments, devices, started_at) VALUES(?,?,?,?,?,?,?,?)",
+            " assignments, devices, started_at, gpus) VALUES(?,?,?,?,?,?,?,?,?)",
             (
                 job_id,
                 attempt,
@@ -426,8 +471,10 @@ class Tx:
                 json.dumps(assignments),
                 json.dumps(devices),
                 started_at,
+                gpus,
             ),
         )
+        accounting.account(self._c, job_id)
 
     def set_attempt(self, job_id: str, attempt: int, **fields: object) -> None:
         if "exit_codes" in fields:
@@ -437,6 +484,8 @@ class Tx:
             f"UPDATE attempts SET {cols} WHERE job_id=? AND attempt=?",
             (*fields.values(), job_id, attempt),
         )
+        if "ended_at" in fields or "stop_reason" in fields or "started_at" in fields:
+            accounting.account(self._c, job_id)
 
     def log(self, t: float, job_id: str | None, kind: str, reason: str, message: str) -> None:
         self._c.execute(
@@ -493,6 +542,18 @@ class Reader:
             args.append(tenant)
         sql = f"SELECT {JOB_COLUMNS} FROM jobs WHERE {' AND '.join(where)} ORDER BY seq LIMIT ?"
         return [job_row(r, parse_spec) for r in self._c.execute(sql, (*args, limit))]
+
+    def history(self, **query: Any) -> list[dict[str, Any]]:
+        """``accounting.history`` (``gpufence history``) through this reader."""
+        return accounting.history(self._c, **query)
+
+    def history_json(self, **query: Any) -> tuple[list[str], int | None]:
+        """``accounting.history_json``: the page as JSON texts, and the last ``seq``."""
+        return accounting.history_json(self._c, **query)
+
+    def accounting_usage(self, **query: Any) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        """``accounting.usage`` (``gpufence usage``) through this reader."""
+        return accounting.usage(self._c, **query)
 
     def attempts(self, job_id: str) -> list[AttemptRow]:
         rows = self._c.execute(

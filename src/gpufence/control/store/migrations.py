@@ -10,6 +10,36 @@ import sqlite3
 
 from gpufence.control.store.errors import StoreError
 
+# A job's totals from its attempts, as migration 6 first computed them (accounting.py keeps
+# them current with the same expression: its own copy, as a migration must not change later).
+# Preemptions: attempts the scheduler stopped to give their GPUs to other work (incident and
+# on-demand preemption, reclaim of lent capacity or of an idle notebook).
+_TOTALS_V6 = """
+    (first_started_at, held_gpus, run_s, gpu_s, attempts_run, preemptions) = (
+        SELECT MIN(started_at),
+               (SELECT gpus FROM attempts b WHERE b.job_id = jobs.id
+                ORDER BY b.attempt DESC LIMIT 1),
+               COALESCE(SUM(MAX(0.0, ended_at - started_at)), 0.0),
+               COALESCE(SUM(MAX(0.0, ended_at - started_at) * gpus), 0.0),
+               COUNT(*),
+               COUNT(CASE WHEN stop_reason IN ('incident-preemption', 'on-demand-preemption',
+                                               'lent-reclaim', 'idle') THEN 1 END)
+        FROM attempts WHERE job_id = jobs.id
+    )
+"""
+
+# An ended job's ``gpufence history`` row as JSON, kept by a trigger at every write of the job
+# once it has ended (it changes no more): a history page of ended jobs reads text, nothing is
+# computed or encoded per job. accounting.HISTORY_JSON computes the same for open jobs.
+_ENDED_V6 = "('done', 'failed', 'cancelled', 'reclaimed', 'rejected')"
+_HISTORY_V6 = """json_object(
+    'seq', seq, 'id', id, 'name', name, 'tenant', tenant, 'partition', partition,
+    'class', workload_class, 'queue', queue, 'state', state, 'reason', reason,
+    'exit_code', exit_code, 'submitted_at', submitted_at, 'started_at', first_started_at,
+    'ended_at', ended_at, 'queue_delay_s', first_started_at - submitted_at,
+    'elapsed_s', run_s, 'gpus', held_gpus, 'request', gpus, 'gpu_hours', gpu_s / 3600.0,
+    'attempts', attempts_run, 'preemptions', preemptions)"""
+
 MIGRATIONS: tuple[str, ...] = (
     # 1: jobs, attempts, decision/event log
     """
@@ -88,12 +118,56 @@ MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE jobs ADD COLUMN name TEXT;
     ALTER TABLE jobs ADD COLUMN gpus TEXT;
     """,
+    # 6: accounting (history, usage): the GPU-equivalents each attempt held and each job's
+    # totals, kept current at every attempt start and end (accounting.py), so a history page
+    # reads one row per job. Existing rows are filled from their attempts (MIG: compute slices
+    # out of 7, as the quota charges it; the rest: GPUs x milli / 1000).
+    f"""
+    ALTER TABLE attempts ADD COLUMN gpus REAL NOT NULL DEFAULT 0;
+    ALTER TABLE jobs ADD COLUMN first_started_at REAL;
+    ALTER TABLE jobs ADD COLUMN held_gpus REAL;
+    ALTER TABLE jobs ADD COLUMN run_s REAL NOT NULL DEFAULT 0;
+    ALTER TABLE jobs ADD COLUMN gpu_s REAL NOT NULL DEFAULT 0;
+    ALTER TABLE jobs ADD COLUMN attempts_run INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE jobs ADD COLUMN preemptions INTEGER NOT NULL DEFAULT 0;
+    UPDATE attempts SET gpus = (
+        SELECT COALESCE(SUM(
+            json_array_length(json_extract(a.value, '$.gpus')) * CASE
+                WHEN json_extract(a.value, '$.mig_profile') IS NOT NULL
+                THEN ROUND(1000.0 * CAST(json_extract(a.value, '$.mig_profile') AS INTEGER) / 7)
+                ELSE COALESCE(json_extract(a.value, '$.milli'), 1000)
+            END) / 1000.0, 0)
+        FROM json_each(attempts.assignments) AS a
+    );
+    UPDATE jobs SET {_TOTALS_V6} WHERE id IN (SELECT job_id FROM attempts);
+    ALTER TABLE jobs ADD COLUMN history TEXT;
+    CREATE TRIGGER jobs_history AFTER UPDATE ON jobs WHEN NEW.state IN {_ENDED_V6}
+    BEGIN
+        UPDATE jobs SET history = {_HISTORY_V6} WHERE seq = NEW.seq;
+    END;
+    UPDATE jobs SET state = state WHERE state IN {_ENDED_V6};
+    CREATE INDEX jobs_ended ON jobs(ended_at, first_started_at, state);
+    CREATE INDEX jobs_accounting ON jobs(first_started_at, ended_at, state, gpu_s,
+        submitted_at, tenant, partition, workload_class)
+    """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
 def statements(script: str) -> list[str]:
-    return [s for s in script.split(";") if s.strip()]
+    """The script's statements (a trigger's ``BEGIN ... END`` body, with its own semicolons,
+    stays one statement)."""
+    out: list[str] = []
+    buf = ""
+    for part in script.split(";"):
+        buf += part + ";"
+        if sqlite3.complete_statement(buf):
+            if buf.strip(" \n;"):
+                out.append(buf)
+            buf = ""
+    if buf.strip(" \n;"):
+        out.append(buf)
+    return out
 
 
 def schema_version(conn: sqlite3.Connection) -> int:

@@ -15,8 +15,9 @@ For every job the store says is not finished:
   arrives through the normal exit path and is settled there as an *orphan*: done / failed by its
   code, or requeued as attempt + 1 while ``max_attempts`` allows. An attempt is never started
   twice: a lost attempt is replaced by the next one. The executor kills whatever is left of a
-  member whose launcher died, and stops a gang that was only partly spawned, before it reports
-  the attempt gone, so a requeued job never runs beside a survivor of its earlier attempt.
+  member whose launcher died (its whole cgroup, setsid escapees included, then its process group;
+  the cgroup is removed) and stops a gang that was only partly spawned, before it reports the
+  attempt gone, so a requeued job never runs beside a survivor of its earlier attempt.
 * a spec this version no longer accepts (stored by an older one, before input was validated):
   optional fields that fail (name, estimate, priority) are dropped with a warning; a job still
   invalid then is rejected (pending) or killed and failed (running) — never fed to the
@@ -35,13 +36,17 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from gpufence.control.containment.cgroup import MemberCgroup
+from gpufence.control.containment.members import Containment, member_cgroup_name
 from gpufence.control.executors.interface import Launch, Member
 from gpufence.control.executors.jobdirs import JOBS_DIR
-from gpufence.control.executors.processes import (
+from gpufence.control.executors.launcher import RECORDS_SUFFIX
+from gpufence.control.executors.leftovers import (
     live_member_pids,
-    prune_spool,
+    recorded_ranks,
     settle_untracked_attempt,
 )
+from gpufence.control.executors.processes import prune_spool
 from gpufence.control.gpus.devices import assignment_from_json
 from gpufence.control.inbox import Live
 from gpufence.control.jobspec import SubmitRequest, describe_errors
@@ -70,25 +75,50 @@ def job_dirs(data_dir: Path) -> list[tuple[int, Path]]:
     return sorted(out)
 
 
-def live_attempts(data_dir: Path) -> list[str]:
-    """``j3 attempt 1 (pid 123)`` for every attempt directory with a member that still runs."""
+def attempt_dirs(jdir: Path) -> list[tuple[int, Path]]:
+    """(attempt, path) of every ``attempt-N`` directory of a job (not its records dirs)."""
+    out = []
+    for adir in jdir.glob("attempt-*"):
+        n = adir.name.removeprefix("attempt-")
+        if n.isdigit() and not adir.name.endswith(RECORDS_SUFFIX):
+            out.append((int(n), adir))
+    return sorted(out)
+
+
+def member_cgroups(
+    containment: Containment | None, job_id: str, attempt: int, adir: Path, ranks: int
+) -> list[MemberCgroup | None]:
+    """The cgroups (by name: nothing the job wrote is trusted) of an attempt's members."""
+    if containment is None:
+        return []
+    return [
+        containment.driver.open(member_cgroup_name(job_id, attempt, adir, rank))
+        for rank in range(ranks)
+    ]
+
+
+def live_attempts(data_dir: Path, containment: Containment | None = None) -> list[str]:
+    """``j3 attempt 1 (pid 123)`` for every attempt directory with a member that still runs
+    (a launcher, what its dead launcher left in its process group, or anything in its cgroup)."""
     found = []
     for _n, jdir in job_dirs(data_dir):
-        for adir in sorted(jdir.glob("attempt-*")):
-            pids = live_member_pids(adir)
+        for attempt, adir in attempt_dirs(jdir):
+            ranks = max(recorded_ranks(adir), default=-1) + 1
+            cgroups = member_cgroups(containment, jdir.name, attempt, adir, max(ranks, 1))
+            pids = live_member_pids(adir, cgroups)
             if pids:
-                found.append(f"{jdir.name} {adir.name.replace('-', ' ')} (pid {pids[0]})")
+                found.append(f"{jdir.name} attempt {attempt} (pid {pids[0]})")
     return found
 
 
-def prepare_store(data_dir: Path) -> int:
+def prepare_store(data_dir: Path, containment: Containment | None = None) -> int:
     """Refuse a missing store whose jobs still run; return the id floor for a new store."""
     dirs = job_dirs(data_dir)
     floor = dirs[-1][0] if dirs else 0
     db = data_dir / st.DB_NAME
     missing = not db.exists() or db.stat().st_size == 0
     if missing and dirs:
-        live = live_attempts(data_dir)
+        live = live_attempts(data_dir, containment)
         if live:
             shown = ", ".join(live[:5]) + (f" and {len(live) - 5} more" if len(live) > 5 else "")
             raise StoreError(
@@ -107,8 +137,8 @@ def prepare_store(data_dir: Path) -> int:
     return floor
 
 
-def damaged_hint(data_dir: Path) -> str:
-    live = live_attempts(data_dir)
+def damaged_hint(data_dir: Path, containment: Containment | None = None) -> str:
+    live = live_attempts(data_dir, containment)
     if not live:
         return (
             "restore it from a backup, or move it away to start with an empty store; "
@@ -145,7 +175,7 @@ def spec_of(row: st.JobRow) -> tuple[SubmitRequest | None, str]:
 
 
 def _past_untracked_attempts(
-    data_dir: Path, row: st.JobRow, spec: SubmitRequest
+    data_dir: Path, row: st.JobRow, spec: SubmitRequest, containment: Containment | None
 ) -> tuple[int, str]:
     """A pending job whose attempt directory shows it was started: the store lost the Bind
     (its last writes, to a power cut or a failed disk). The attempt is stopped if it still
@@ -155,9 +185,10 @@ def _past_untracked_attempts(
     outcome = ""
     while True:
         adir = job_dir(data_dir, row.id) / f"attempt-{attempt}"
-        if not any(adir.glob("rank-*.pid")):
+        if not recorded_ranks(adir):
             return attempt, outcome
-        codes = settle_untracked_attempt(adir, spec.replicas)
+        cgroups = member_cgroups(containment, row.id, attempt, adir, spec.replicas)
+        codes = settle_untracked_attempt(adir, spec.replicas, cgroups)
         log.warning(
             "job %s attempt %d ran although the store lost its record (codes %s)",
             row.id,
@@ -232,8 +263,10 @@ def _kill_now(rec: Reconciler, launch: Launch) -> None:
         time.sleep(0.02)
 
 
-def recover(rec: Reconciler) -> dict[str, int]:
-    """Runs before the reconciler thread starts; returns counts by outcome for the log."""
+def recover(rec: Reconciler, containment: Containment | None = None) -> dict[str, int]:
+    """Runs before the reconciler thread starts; returns counts by outcome for the log.
+    ``containment``: the local executor's, whose cgroups hold the processes of attempts the
+    store lost (see ``_past_untracked_attempts``)."""
     counts = {"pending": 0, "adopted": 0, "ended-while-down": 0, "invalid": 0}
     events: list[Event] = []
     stops: list[tuple[str, int]] = []
@@ -257,7 +290,7 @@ def recover(rec: Reconciler) -> dict[str, int]:
             if spec is None:
                 invalid.append((row.id, st.REJECTED, why))
                 continue
-            attempt, outcome = _past_untracked_attempts(rec.data_dir, row, spec)
+            attempt, outcome = _past_untracked_attempts(rec.data_dir, row, spec, containment)
             if outcome:
                 untracked.append((row.id, attempt, outcome, spec.replicas))
                 if outcome == st.DONE:

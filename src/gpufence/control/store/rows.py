@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -104,3 +105,21 @@ def attempt_row(row: sqlite3.Row) -> AttemptRow:
         stop_reason=row["stop_reason"],
         requeue=bool(row["requeue"]),
     )
+
+
+@dataclass(frozen=True, slots=True)
+class StateChange:
+    """A job went from ``old`` (None: it was just added) to ``new``, with its labels as of the
+    change (handed to ``Store.observers`` once its transaction has committed)."""
+
+    job_id: str
+    old: str | None
+    new: str
+    partition: str
+    workload_class: str
+    queue: str
+    submitted_at: float
+    started_at: float | None
+
+
+Observer = Callable[[list[StateChange]], None]

@@ -1,9 +1,15 @@
 """Local executor: runs job attempts as real processes on this machine.
 
-Every gang member is one launcher (``launcher.py``) started in a new session, so the member's
-whole process tree is one process group that signals address as a unit. The launcher records
-``rank-R.pid`` / ``rank-R.exit`` in the attempt directory; those records let a restarted control
-plane re-attach to attempts that kept running (``adopt``) or learn how they ended.
+Every gang member is one launcher (``launcher.py``) leading its own process group, forked by the
+executor's fork server (``containment/forkserver.py``: ~1 ms instead of a fresh interpreter), so
+the member's process tree is one process group that signals address as a unit. With containment
+(``containment=``, what ``gpufence up`` passes unless ``--no-containment``) the job's processes are
+also in the member's own cgroup, created here before the spawn and joined by the launcher's child
+before it execs the job: signals and kills go to the cgroup, and the member is over (its GPUs free)
+only when the cgroup is empty. The launcher records ``rank-R.pid`` / ``rank-R.exit`` in the
+attempt's records directory (the control plane's, beside the job-owned attempt directory:
+``jobdirs.py``); those records let a restarted control plane re-attach to attempts that kept
+running (``adopt``, which re-opens their cgroups by name) or learn how they ended.
 
 One watcher thread (``watcher.AttemptWatcher``, which ``LocalExecutor`` extends) waits for
 member exits, SIGKILL deadlines and notice acks; exits are event-driven: ``on_exit`` fires within
@@ -19,13 +25,18 @@ Policy worth knowing:
 
 * a gang is all-or-nothing: when a member exits non-zero (or unknown) while others still run, the
   others get SIGTERM and, ``gang_grace_s`` later, SIGKILL;
-* when a member's main process (its launcher) has exited, whatever is left in its process group
-  (stray background children) is SIGKILLed at once, so nothing outlives the attempt on a GPU;
-* ``stop`` and ``notice`` signal process groups, never single processes.
+* when a member's main process (its launcher) has exited, whatever is left in its cgroup (or,
+  without containment, its process group) is SIGKILLed at once and counted as strays, so
+  nothing outlives the attempt on a GPU;
+* ``stop`` and ``notice`` signal cgroups (or process groups), never single processes;
+* a job with ``run_as`` gets its attempt and checkpoint directories (0700), its logs and notice
+  (0600) owned by that user, and runs as it, in its ``cwd`` (entered as that user) or else its
+  attempt directory.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -37,38 +48,46 @@ import time
 from pathlib import Path
 
 from gpufence.control import failpoints
+from gpufence.control.containment.cgroup import ContainmentError, MemberCgroup
+from gpufence.control.containment.forkserver import ForkServer, ForkServerError
+from gpufence.control.containment.members import Containment, launcher_args
+from gpufence.control.containment.spares import SparePool
 from gpufence.control.executors.interface import (
     AckCallback,
     ExitCallback,
     Launch,
     LaunchError,
+    Member,
     NodeCallback,
 )
-from gpufence.control.executors.jobdirs import prepare_launch_dirs
+from gpufence.control.executors.jobdirs import (
+    NOTICE_FILE,
+    owner_of,
+    prepare_launch_dirs,
+    working_dir,
+)
 from gpufence.control.executors.launcher import (
     atomic_write,
     err_file,
-    exit_file,
     out_file,
     pid_file,
-    reserved_exit_record,
+    pid_record,
 )
+from gpufence.control.executors.local.adoption import adopt_members, ready_attempt
 from gpufence.control.executors.memberenv import member_envs
 from gpufence.control.executors.processes import (
     MemberProcess,
-    SpawnError,
-    attach,
-    group_cpu,
     group_cpu_by_pgid,
-    kill_group_leftovers,
     killpg,
-    member_pgids,
+    launcher_argv,
     reap_now,
-    record_lost,
-    recorded_exit,
-    spawn_member,
 )
-from gpufence.control.executors.watcher import Attempt, AttemptWatcher, Key
+from gpufence.control.executors.watcher import (
+    Attempt,
+    AttemptWatcher,
+    Key,
+    empty_and_remove,
+)
 
 log = logging.getLogger("gpufence.executor")
 
@@ -85,12 +104,21 @@ class LocalExecutor(AttemptWatcher):
         python: str = sys.executable,
         *,
         gang_grace_s: float = GANG_GRACE_S,
+        containment: Containment | None = None,
     ) -> None:
         self.notice_signal = signal.Signals(notice_signal)
         self.python = python
+        self.containment = containment
+        """None: members run unconfined (no cgroups): ``gpufence up --no-containment``."""
         # blocked while the launcher starts; it unblocks them once it can survive them
         self._caught = {signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, self.notice_signal}
         self._starting: set[Key] = set()
+        self._forks = ForkServer(python)
+        self._spares: SparePool | None = None
+        if containment is not None:
+            containment.sweep()  # spare cgroups of a control plane killed earlier
+            if containment.driver.renames and containment.settings.prestarted > 0:
+                self._spares = SparePool(containment, self._forks, containment.settings.prestarted)
         super().__init__(gang_grace_s)  # starts the watcher thread
 
     # ------------------------------------------------------------------ public API
@@ -126,9 +154,7 @@ class LocalExecutor(AttemptWatcher):
                 self._watch_locked(att)
                 self._wake_locked()
         if closed:  # closed while we were spawning: leave no strays behind
-            for m in members:
-                killpg(m.pid, signal.SIGKILL)
-            reap_now(members)
+            self._abandon(members)
             raise LaunchError("the executor was closed while the attempt was starting")
         log.info(
             "started job %s attempt %d: %d member(s), pids %s",
@@ -147,13 +173,13 @@ class LocalExecutor(AttemptWatcher):
                 log.warning("notice for job %s attempt %d, which is not running", job_id, attempt)
                 return
             body = json.dumps({"reason": reason, "deadline_unix": deadline_unix})
-            try:
-                atomic_write(_notice_path(att.launch), body + "\n")
+            try:  # the job's user reads it; created without following links in its directory
+                atomic_write(_notice_path(att.launch), body + "\n", owner_of(att.launch.run_as))
             except OSError as exc:
                 log.error("job %s attempt %d: cannot write notice file: %s", job_id, attempt, exc)
             if signal_job:
                 for m in att.live():
-                    killpg(m.pid, self.notice_signal)
+                    self._signal_locked(m, self.notice_signal)
             if not att.acked:
                 att.ack_wanted = True
             self._wake_locked()
@@ -168,7 +194,7 @@ class LocalExecutor(AttemptWatcher):
             first = att.request_stop(time.monotonic() + max(0.0, grace_s))
             if first:
                 for m in att.live():
-                    killpg(m.pid, signal.SIGTERM)
+                    self._signal_locked(m, signal.SIGTERM)
             self._wake_locked()
         if first:
             log.info("stopping job %s attempt %d (grace %.1fs)", job_id, attempt, grace_s)
@@ -180,11 +206,11 @@ class LocalExecutor(AttemptWatcher):
                 raise RuntimeError("the executor is closed")
             if key in self._attempts or key in self._starting:
                 return True
-        members = adopt_members(launch)
+        members = adopt_members(launch, self.containment)
         att = Attempt(launch, members=members)
         alive = att.live()
         att.wall_base = time.monotonic()
-        att.cpu_base = group_cpu(member_pgids(members))
+        att.cpu_base = _cpu_seconds(members)
         with self._lock:
             if self._closing:
                 for m in members:
@@ -193,6 +219,9 @@ class LocalExecutor(AttemptWatcher):
                 raise RuntimeError("the executor is closed")
             self._attempts[key] = att
             self._watch_locked(att)
+            for m in members:  # launcher gone: what is left of the member goes too
+                if m.done and m.cgroup is not None:
+                    self._drain_start_locked(att, m, time.monotonic())
             self._dirty.add(key)  # all gone: the watcher reports the exit at once
             failed = [m for m in members if m.done and m.code != 0]
             if failed and alive:
@@ -213,16 +242,15 @@ class LocalExecutor(AttemptWatcher):
 
     def activity(self) -> dict[tuple[str, int], float]:
         with self._lock:
-            groups = {key: member_pgids(att.members) for key, att in self._attempts.items()}
-        per_group = group_cpu_by_pgid({pgid for pgids in groups.values() for pgid in pgids})
+            groups = {key: list(att.members) for key, att in self._attempts.items()}
+        cpus = {key: _cpu_seconds(members) for key, members in groups.items()}
         now = time.monotonic()
         out: dict[tuple[str, int], float] = {}
         with self._lock:
-            for key, pgids in groups.items():
+            for key, cpu in cpus.items():
                 att = self._attempts.get(key)
                 if att is None:
                     continue
-                cpu = sum(per_group.get(pgid, 0.0) for pgid in pgids)
                 dt = now - att.wall_base
                 n = max(1, len(att.members))
                 util = (cpu - att.cpu_base) / dt / n if dt > 0 else 0.0
@@ -239,24 +267,26 @@ class LocalExecutor(AttemptWatcher):
             if kill:
                 for att in self._attempts.values():
                     for m in att.live():
+                        self._kill_locked(m)
                         killpg(m.pid, signal.SIGKILL)
             self._wake_locked()
         if threading.current_thread() is not self._thread:
             self._thread.join()
+        if self._spares is not None:
+            self._spares.close()
+        self._forks.close()  # its launchers run on (kill=False) and are adopted next time
+        if self.containment is not None:
+            self.containment.release()
 
     # ------------------------------------------------------------------ spawning
     def _spawn(self, launch: Launch) -> list[MemberProcess]:
         adir = launch.attempt_dir.absolute()
-        prepare_launch_dirs(launch)  # 0700, owned by the job's run_as user
+        run_as = launch.run_as
+        # 0700, the job's user's; a new attempt directory gets its logs before it is handed over
+        fresh = prepare_launch_dirs(launch)
         ranks = range(len(launch.members))
-        for rank in ranks:
-            pid, pidfd = attach(adir, rank)
-            if pidfd is not None:
-                os.close(pidfd)
-                raise LaunchError(
-                    f"{adir} already has a live rank {rank} (pid {pid}): adopt it, don't start it"
-                )
-        prepare_attempt_dir(adir, len(launch.members))
+        # refused if it ran before; exit records reserved while the disk has room
+        ready_attempt(adir, run_as, ranks, fresh)
 
         envs = member_envs(launch, "127.0.0.1", _free_port(), inherit=os.environ)
         started: list[MemberProcess] = []
@@ -264,95 +294,99 @@ class LocalExecutor(AttemptWatcher):
             for member in sorted(launch.members, key=lambda m: m.rank):
                 if started:
                     failpoints.hit("executor.between-spawns")
-                started.append(self._spawn_member(launch, adir, member.rank, envs[member.rank]))
+                started.append(self._spawn_member(launch, adir, member, envs[member.rank]))
         except BaseException:
-            for m in started:
-                killpg(m.pid, signal.SIGKILL)
-            reap_now(started)
+            self._abandon(started)
             raise
         return started
 
-    def _spawn_member(
-        self, launch: Launch, adir: Path, rank: int, env: dict[str, str]
-    ) -> MemberProcess:
+    def _cgroup(self, launch: Launch, member: Member) -> MemberCgroup | None:
+        if self.containment is None:
+            return None
         try:
-            return spawn_member(
-                self.python, adir, rank, launch.command, env, launch.cwd, self._caught
-            )
-        except SpawnError as exc:
-            raise LaunchError(f"job {launch.job_id}: {exc}") from exc
+            return self.containment.create(launch, member)
+        except ContainmentError as exc:
+            raise LaunchError(f"job {launch.job_id} rank {member.rank}: {exc}") from exc
+
+    def _spawn_member(
+        self, launch: Launch, adir: Path, member: Member, env: dict[str, str]
+    ) -> MemberProcess:
+        """One member: in a pre-started one when the pool has one ready, else a new launcher
+        (forked by the fork server) whose child joins a new cgroup. The member's cgroup is
+        removed again if the spawn fails."""
+        rank, run_as = member.rank, launch.run_as
+        cwd = working_dir(launch)
+        err, pidf = err_file(adir, rank), pid_file(adir, rank)
+        ready = self._spares.take() if self._spares is not None else None
+        if ready is not None:
+            assert self.containment is not None and self._spares is not None
+            try:
+                cg: MemberCgroup | None = self.containment.claim(ready[0], launch, member)
+            except ContainmentError as exc:
+                log.warning(
+                    "job %s rank %d: pre-started member unusable: %s", launch.job_id, rank, exc
+                )
+                self._spares.drop(*ready)
+                ready = None
+        if ready is None:
+            cg = self._cgroup(launch, member)
+        # a spare has joined its cgroup already, and its child is told its user and cwd itself
+        confine = launcher_args(cg, run_as, cwd) if ready is None else []
+        argv = launcher_argv(adir, rank, launch.command, self._caught, confine)
+        try:
+            if ready is not None:
+                child = {
+                    "command": list(launch.command),
+                    "uid": run_as.uid if run_as is not None else None,
+                    "gid": run_as.gid if run_as is not None else None,
+                    "groups": list(run_as.groups) if run_as is not None else [],
+                    "cwd": str(cwd),
+                }
+                logs = (out_file(adir, rank), err)
+                spare = ready[1]
+                generation = spare.generation
+                pid = ForkServer.activate(spare, argv, env, logs, child)
+                # the launcher writes it too, but maybe not before we return (a busy machine):
+                # a crash then must still leave one, or the restart would take the member for
+                # never spawned while its job runs (written after the activation: the job's
+                # start does not wait for it)
+                with contextlib.suppress(OSError):  # a full disk: the launcher tries too
+                    atomic_write(pidf, pid_record(spare.pid, spare.start_time))
+            else:
+                pid, generation = self._forks.spawn(argv, env, err, pidf)
+        except ForkServerError as exc:
+            if cg is not None:
+                empty_and_remove([cg])
+            raise LaunchError(f"job {launch.job_id}: cannot start rank {rank}: {exc}") from exc
+        m = MemberProcess(rank, pid, None, None, cgroup=cg, forked=generation)
+        try:
+            m.pidfd = os.pidfd_open(pid)
+        except OSError as exc:
+            self._abandon([m])
+            raise LaunchError(f"job {launch.job_id}: pidfd_open failed for rank {rank}") from exc
+        if ready is not None and cg is not None and self._spares is not None:
+            self._spares.finish_later(cg)  # the job runs: the rest of the claim can wait
+        return m
+
+    def _reap_launcher(self, m: MemberProcess) -> int | None:
+        return self._forks.reap(m.pid, m.forked) if m.forked else None
+
+    def _abandon(self, members: list[MemberProcess]) -> None:
+        """Kill members that must not run after all (a failed or interrupted start)."""
+        groups = [m.cgroup for m in members if m.cgroup is not None]
+        for cg in groups:
+            with contextlib.suppress(ContainmentError):
+                cg.kill()
+        for m in members:
+            killpg(m.pid, signal.SIGKILL)
+        reap_now(members)
+        for m in members:
+            if m.forked:
+                self._forks.reap(m.pid, m.forked)
+        empty_and_remove(groups)
 
 
 # ---------------------------------------------------------------------- helpers
-def prepare_attempt_dir(adir: Path, ranks: int) -> None:
-    """Ready a fresh attempt directory: an attempt runs once, so one that has run before (a
-    record of any member) is refused rather than overwritten; logs are created, never
-    truncated; each member's exit record is reserved now, while the disk has room for it
-    (see ``launcher.write_exit_record``)."""
-    for rank in range(ranks):
-        for path in (pid_file(adir, rank), adir / f"rank-{rank}.started"):
-            if path.exists():
-                raise LaunchError(
-                    f"{adir} was started before ({path.name} exists): an attempt never runs twice"
-                )
-    try:
-        for name in ("notice", "ack"):
-            (adir / name).unlink(missing_ok=True)
-        for rank in range(ranks):
-            for path in (out_file(adir, rank), err_file(adir, rank)):
-                with open(path, "ab"):
-                    pass
-            atomic_write(exit_file(adir, rank), reserved_exit_record())
-    except OSError as exc:
-        raise LaunchError(f"cannot prepare {adir}: {exc}") from exc
-
-
-def adopt_members(launch: Launch) -> list[MemberProcess]:
-    """Re-find an attempt's members after a restart, making the attempt's state exact first:
-
-    * a member whose launcher is gone: whatever is left of its process group (the command,
-      its children) is killed and waited for, so it cannot run beside the attempt that
-      replaces this one; its code is the recorded one, else unknown (lost);
-    * a gang only partly spawned (the control plane died between two spawns: a rank has no
-      pid record at all): the spawned members are killed too and every code is unknown, so
-      the attempt is settled as lost and requeued as the next attempt, not failed.
-    """
-    adir = launch.attempt_dir
-    members: list[MemberProcess] = []
-    never_spawned = False
-    for rank in sorted(m.rank for m in launch.members):
-        pid, pidfd = attach(adir, rank)
-        m = MemberProcess(rank, pid, pidfd, None)
-        if pidfd is None:
-            never_spawned |= not pid_file(adir, rank).exists()
-            kill_group_leftovers(adir, rank)
-            m.done = True
-            m.code = recorded_exit(adir, rank)
-        members.append(m)
-    if never_spawned:
-        stop_half_spawned(launch, members)
-    return members
-
-
-def stop_half_spawned(launch: Launch, members: list[MemberProcess]) -> None:
-    alive = [m for m in members if not m.done]
-    if alive:
-        log.warning(
-            "job %s attempt %d was only partly spawned; stopping its %d started member(s) so "
-            "it is requeued as the next attempt",
-            launch.job_id,
-            launch.attempt,
-            len(alive),
-        )
-    for m in alive:
-        killpg(m.pid, signal.SIGKILL)
-    reap_now(alive)
-    for m in alive:
-        kill_group_leftovers(launch.attempt_dir, m.rank)
-        record_lost(launch.attempt_dir, m.rank, "killed at adoption: gang only partly spawned")
-        m.done, m.code = True, None  # killed by us, not ended: the attempt is lost
-
-
 def check_launch(launch: Launch) -> None:
     where = f"job {launch.job_id} attempt {launch.attempt}"
     if launch.attempt < 1:
@@ -368,6 +402,16 @@ def check_launch(launch: Launch) -> None:
         raise LaunchError(f"{where}: working directory {launch.cwd} does not exist")
 
 
+def _cpu_seconds(members: list[MemberProcess]) -> float:
+    """CPU seconds of members: their cgroups', else their process groups' (live processes)."""
+    per_group = group_cpu_by_pgid({m.pid for m in members if m.cgroup is None and m.pid > 1})
+    total = sum(per_group.values())
+    for m in members:
+        if m.cgroup is not None:
+            total += m.cgroup.cpu_seconds()
+    return total
+
+
 def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
@@ -376,4 +420,4 @@ def _free_port() -> int:
 
 
 def _notice_path(launch: Launch) -> Path:
-    return launch.attempt_dir / "notice"
+    return launch.attempt_dir / NOTICE_FILE

@@ -22,6 +22,8 @@ class RayMember:
     agent: Any
     done: bool = False
     code: int | None = None
+    oom: bool = False
+    strays: int = 0
 
 
 @dataclass(eq=False, slots=True)

@@ -36,11 +36,13 @@ import signal
 import threading
 import time
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from gpufence.control.containment.settings import ContainmentSettings
 from gpufence.control.executors.interface import (
     AckCallback,
     AttemptExit,
@@ -63,6 +65,7 @@ from gpufence.control.executors.ray.bookkeeping import (
     where,
 )
 from gpufence.control.executors.ray.health import NodeHealth
+from gpufence.control.executors.ray.nodecontain import member_nodes, template_nodes
 from gpufence.control.executors.ray.nodes import RayNode
 
 log = logging.getLogger("gpufence.executor.ray")
@@ -96,6 +99,7 @@ class RayExecutor(NodeHealth):
         lost_hold_s: float = LOST_HOLD_S,
         health_poll_s: float = 0.5,
         owns_ray: bool = False,
+        containment: ContainmentSettings | None = None,
     ) -> None:
         if not ray.is_initialized():
             raise RuntimeError("RayExecutor needs ray.init() first")
@@ -104,6 +108,8 @@ class RayExecutor(NodeHealth):
         self.lost_hold_s = lost_hold_s
         self.health_poll_s = health_poll_s
         self._owns_ray = owns_ray
+        self.containment = containment
+        """None: members run unconfined; else each node's agent contains them (its own mode)."""
         self._lock = threading.Lock()
         self._nodes = dict(nodes)
         self._up = dict.fromkeys(self._nodes, True)
@@ -182,14 +188,24 @@ class RayExecutor(NodeHealth):
                 placed.append((node, self._agent(node)))
         adir = str(launch.attempt_dir.absolute())
         cwd = str(launch.cwd) if launch.cwd is not None else None
+        contain = self.containment
         try:
             port = ray.get(placed[0][1].free_port.remote(), timeout=CALL_TIMEOUT_S)
             envs = member_envs(launch, placed[0][0].ip, int(port))
+            launch = self._with_device_nodes(launch)
             refs = [
                 agent.start.remote(
-                    adir, m.rank, list(launch.command), envs[m.rank], cwd, [self.notice_signal]
+                    adir,
+                    m.rank,
+                    list(launch.command),
+                    envs[m.rank],
+                    cwd,
+                    [self.notice_signal],
+                    launch,
+                    contain,
+                    template_nodes(contain, node.gpus) if contain is not None else (),
                 )
-                for m, (_node, agent) in zip(members, placed, strict=True)
+                for m, (node, agent) in zip(members, placed, strict=True)
             ]
             pids = ray.get(refs, timeout=CALL_TIMEOUT_S)
         except Exception as exc:
@@ -206,6 +222,17 @@ class RayExecutor(NodeHealth):
                 self._refs[rm.agent.run.remote(adir, rm.rank)] = (att, rm)
         self._wake.set()
         log.info("started job %s attempt %d on %s, pids %s", *key, where(att), pids)
+
+    def _with_device_nodes(self, launch: Launch) -> Launch:
+        """Fake GPUs: each member's device nodes from the template (real GPUs: the agent asks
+        NVML on its node)."""
+        contain = self.containment
+        if contain is None or contain.fake_gpu_devices is None:
+            return launch
+        members = tuple(
+            replace(m, device_nodes=member_nodes(contain, m.devices)) for m in launch.members
+        )
+        return replace(launch, members=members)
 
     def notice(
         self, job_id: str, attempt: int, reason: str, deadline_unix: float, signal_job: bool = True
@@ -251,7 +278,8 @@ class RayExecutor(NodeHealth):
         found: dict[int, tuple[bool, int | None]] = {}
         for rank, agent in agents.items():
             try:
-                alive, code = ray.get(agent.adopt.remote(adir, rank), timeout=CALL_TIMEOUT_S)
+                ref = agent.adopt.remote(adir, rank, launch, self.containment)
+                alive, code = ray.get(ref, timeout=CALL_TIMEOUT_S)
                 found[rank] = (bool(alive), code)
             except Exception as exc:
                 log.warning("job %s rank %d: its agent did not answer: %s", key[0], rank, exc)
@@ -358,9 +386,8 @@ class RayExecutor(NodeHealth):
             att.ack_refs.append(ref)
             self._ack_refs[ref] = att
 
-    def _member_ended_locked(
-        self, att: RayAttempt, m: RayMember, code: int | None, lost: bool
-    ) -> None:
+    def _member_ended_locked(self, att: RayAttempt, m: RayMember, outcome: Any, lost: bool) -> None:
+        code, m.oom, m.strays = _outcome(outcome)
         m.done, m.code = True, code
         if lost and not att.stop_requested and att.hold_until is None:
             att.hold_until = time.monotonic() + self.lost_hold_s
@@ -389,7 +416,11 @@ class RayExecutor(NodeHealth):
             adir = str(att.launch.attempt_dir.absolute())
             for agent, ranks in by_agent(att.members).values():
                 agent.forget.remote(adir, ranks)
-            ev = att.exit_event(tuple(m.code for m in att.members))
+            ev = att.exit_event(
+                tuple(m.code for m in att.members),
+                oom=any(m.oom for m in att.members),
+                strays_killed=sum(m.strays for m in att.members),
+            )
             out.append(ev)
             log.info("job %s attempt %d ended: codes %s", *key, list(ev.codes))
         return out
@@ -444,6 +475,18 @@ class RayExecutor(NodeHealth):
 
 
 # ---------------------------------------------------------------------- helpers
+def _outcome(value: Any) -> tuple[int | None, bool, int]:
+    """(code, oom, strays) from what an agent's ``run`` returned (None when it was lost)."""
+    if isinstance(value, dict):
+        code = value.get("code")
+        return (
+            code if isinstance(code, int) else None,
+            bool(value.get("oom")),
+            int(value.get("strays") or 0),
+        )
+    return (value if isinstance(value, int) else None), False, 0
+
+
 def _value(ref: Any) -> tuple[Any, bool]:
     """(result, lost): lost when the agent (or its node) died before answering."""
     try:

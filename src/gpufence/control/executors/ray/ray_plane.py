@@ -33,7 +33,10 @@ def ray_plane(
     data_dir: Path,
     address: str | None = None,
     check_integrity: bool = True,
+    contain: bool = True,
 ) -> ControlPlane:
+    """``contain``: every node agent puts its members in cgroups (each detects its own node's
+    cgroup mode; a node without containment refuses to start members)."""
     try:
         import ray
     except ImportError:
@@ -64,7 +67,12 @@ def ray_plane(
         gpus = sum(len(n.gpu_ids) for n in cluster.nodes)
         source = f"Ray cluster: {len(names)} node(s), {gpus} GPUs declared by `ray start`"
         discovery = Discovery(gpus=(), fake=True, driver=None, source=source)
-        executor = RayExecutor(names, cc.notice_signal, owns_ray=owns)
+        executor = RayExecutor(
+            names,
+            cc.notice_signal,
+            owns_ray=owns,
+            containment=cc.containment if contain else None,
+        )
         return ControlPlane(
             cluster, cc, discovery, data_dir, executor=executor, check_integrity=check_integrity
         )
