@@ -44,6 +44,7 @@ class Placing:
     reasons: PendingReasons
     mig: MigWork
     out: list[Decision] = field(default_factory=list)
+    walk_again: set[str] = field(default_factory=set)  # walked even if nothing else changed
 
 
 class PlaceMemo:
@@ -136,7 +137,7 @@ def place_partitions(st: Placing, memo: PlaceMemo) -> tuple[dict[str, bool], lis
     shapes = core.queues.shapes
     failed: dict[str, bool] = {}
     for p in order:
-        if not (shapes[p] and memo.dirty(st, p)):
+        if not (shapes[p] and (memo.dirty(st, p) or p in st.walk_again)):
             continue
         res = st.claims.reservations.get(p)
         failed[p] = place_partition(st, p)
@@ -259,7 +260,11 @@ def place_nominated(st: Placing, p: str) -> None:
         if isinstance(r, Placed):
             bind(st, rec, p, r, Reason.FITS)
         elif not _try_nominated(st, rec, nom.pools, nom.incident):
-            del st.claims.nominations[jid]  # the capacity went elsewhere: protection looks again
+            # the capacity went elsewhere (or its victims were not stopped after all): the job
+            # is walked again this cycle, so that its reason is true and protection looks again
+            del st.claims.nominations[jid]
+            st.reasons.forget(jid)
+            st.walk_again.add(p)
 
 
 def place_partition(st: Placing, p: str) -> bool:
