@@ -26,9 +26,13 @@ atexit.register(shutil.rmtree, _XDG, True)
 # CI explores the same examples every run (a red CI must mean a change broke something, not an
 # unlucky draw); locally hypothesis keeps drawing new examples to find new bugs.
 try:
-    from hypothesis import settings
+    from hypothesis import Phase, settings
 
     settings.register_profile("ci", derandomize=True, print_blob=True)
+    # a quick first look at a failing property: the first failing example, not the smallest
+    settings.register_profile("noshrink", phases=[Phase.explicit, Phase.generate])
+    if os.environ.get("HYPOTHESIS_PROFILE"):
+        settings.load_profile(os.environ["HYPOTHESIS_PROFILE"])
     if os.environ.get("CI"):
         settings.load_profile("ci")
 except ImportError:  # pragma: no cover - hypothesis is a test dependency
