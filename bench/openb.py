@@ -76,7 +76,7 @@ def run_seed(
     cluster = build_cluster(nodes, policy)
     sched = Scheduler(cluster, SchedulerConfig(seed=seed))
     typical = typical_counts(pods)
-    scorer = sched.ctx.engine.scorers[PARTITION]
+    scorer = sched.state.core.engine.scorers[PARTITION]
     wl = getattr(scorer, "workload", None)
     if isinstance(wl, TypicalWorkload):
         wl.set_counts(typical)

@@ -23,13 +23,17 @@ for _name in ("GPUFENCE_CONFIG", "GPUFENCE_CONTEXT"):
     os.environ.pop(_name, None)
 atexit.register(shutil.rmtree, _XDG, True)
 
-# CI explores the same examples every run (a red CI must mean a change broke something, not an
-# unlucky draw); locally hypothesis keeps drawing new examples to find new bugs.
+# By default every run explores the same examples (a red test run must mean a change broke
+# something, not an unlucky draw, and CI and a laptop see the same examples);
+# HYPOTHESIS_PROFILE=explore draws new examples each run to hunt for new counterexamples
+# (README, "Tests"), noshrink shows the first failing example quickly.
 try:
-    from hypothesis import settings
+    from hypothesis import Phase, settings
 
     settings.register_profile("ci", derandomize=True, print_blob=True)
-    if os.environ.get("CI"):
-        settings.load_profile("ci")
+    settings.register_profile("explore", derandomize=False, print_blob=True)
+    # a quick first look at a failing property: the first failing example, not the smallest
+    settings.register_profile("noshrink", phases=[Phase.explicit, Phase.generate])
+    settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE") or "ci")
 except ImportError:  # pragma: no cover - hypothesis is a test dependency
     pass

@@ -205,12 +205,6 @@ def test_an_oom_kill_ends_the_job_failed_with_reason_oom(
     assert "64M memory" in res.output
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="nothing stops a job at its limit yet: the core's stop at Job.time_limit_s "
-    "(Reason.TIME_LIMIT) is in the core branch, not merged here; this branch carries the limit "
-    "into Job and Launch and the executor's stop kills the whole cgroup once asked",
-)
 def test_a_job_over_its_time_limit_ends_with_reason_time_limit(
     flagging: tuple[str, FlaggingExecutor],
 ) -> None:

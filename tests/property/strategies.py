@@ -258,12 +258,17 @@ def jobs(draw: st.DrawFn, world: World, job_id: str, now: float) -> tuple[Job, f
     partition = p if not queue or draw(st.booleans()) else ""
     if rare(draw, 40):
         partition = "nowhere"
+    if rare(draw, 6):
+        queue = partition = ""  # routed: the first admitting partition that could hold it
     duration = draw(st.sampled_from((float("inf"), 3000.0, 300.0, 30.0, 1.0)))
     est: float | None = None
     if draw(st.booleans()):
         est = (duration if duration != float("inf") else 3600.0) * draw(
             st.sampled_from((0.5, 1.0, 1.5))
         )
+    limit: float | None = None
+    if rare(draw, 4):
+        limit = draw(st.sampled_from((1.0, 30.0, 200.0, 3000.0)))
     cpu = draw(st.sampled_from((0, 1000, 8000))) if rare(draw, 2) else 0
     if rare(draw, 30):
         cpu = 40000  # more than an 8-core node has
@@ -285,6 +290,7 @@ def jobs(draw: st.DrawFn, world: World, job_id: str, now: float) -> tuple[Job, f
         cpu_milli=cpu,
         mem_mib=mem_mib,
         gpu_types=types,
+        time_limit_s=limit,
     )
     return job, duration
 

@@ -231,7 +231,7 @@ def test_small_jobs_backfill_without_delaying_the_gang(
         new = sim.binds[n_binds:] if arrival is not None and arrival < now else []
         if arrival is None or GANG in sim.end_at:
             continue
-        res = sched.ctx.reservations.get("train")
+        res = sched.query.reservation("train")
         assert res is not None and res.job_id == GANG, sched.why_pending(GANG)
         if reserved_start is None:
             reserved_start = res.start

@@ -147,14 +147,17 @@ def test_small_jobs_fitting_outside_the_reservation_run() -> None:
 
 
 def test_overrunning_estimate_recomputes_the_reservation() -> None:
+    """r ran past its estimate: its end is unknown now, so the reservation is planned again
+    without counting on it (at infinity here: nothing else will free GPUs) and no backfill
+    is admitted on the old, wrong start."""
     s = gang_waiting()
     assert s.step([Tick()], 150) == []
     why = s.why_pending("g")
-    assert why is not None and why.message.endswith("GPUs reserved from t=150")
+    assert why is not None and why.message.endswith("GPUs reserved from when running jobs end")
     got = s.step(sub(job("s").gpus(2).est(10).build()), 151)
     assert got == []
     assert s.why_pending("s") == PendingReason(
-        Reason.RESERVED_FOR_GANG, "GPUs reserved for gang g (starts by t=151)"
+        Reason.RESERVED_FOR_GANG, "GPUs reserved for gang g (starts when running jobs end)"
     )
 
 

@@ -42,7 +42,7 @@ POLICY_CASES = [
             Bind("c", "f", (share(0, 1, 500, 1000),)),
             Bind("d", "f", (A(1, 2, 3),)),
         ],
-        PendingReason(Reason.FRAGMENTED, "no GPU in f fits 700m GPU +1000MiB"),
+        PendingReason(Reason.FRAGMENTED, "0.7 GPUs free in f, but no GPU fits 700m GPU +1000MiB"),
         id="best-fit packs the tightest GPU and strands 200m + 500m",
     ),
     pytest.param(

@@ -173,3 +173,43 @@ def test_node_down_stops_and_requeues_its_gang() -> None:
         Requeue("j", Reason.NODE_FAILURE, 2, "back in its queue"),
         Bind("j", "p", (an(1, 0, 1, 2, 3, 4, 5, 6, 7), an(2, 0, 1, 2, 3, 4, 5, 6, 7))),
     ]
+
+
+def _small_and_big_racks():  # type: ignore[no-untyped-def]
+    """r0: four 4-GPU nodes (GPUs 0-15, nodes 0-3); r1: three 8-GPU nodes (GPUs 16-39, 4-6).
+    r0 is the tighter rack for a 16-GPU gang, but the gang would span all four of its nodes
+    where r1 holds it on two."""
+    return (
+        ClusterBuilder()
+        .nodes("s", 4, gpus=4, rack="r0")
+        .nodes("b", 3, gpus=8, rack="r1")
+        .partition("p", ["s", "b"])
+        .build()
+    )
+
+
+@pytest.mark.parametrize(
+    ("gang", "expected"),
+    [
+        pytest.param(
+            job("g").gang(16, gpus=1).build(),
+            tuple(A(4, 16 + i) for i in range(8)) + tuple(A(5, 24 + i) for i in range(8)),
+            id="16 x 1",
+        ),
+        pytest.param(
+            job("g").gang(4, gpus=4).build(),
+            (
+                A(4, 16, 17, 18, 19),
+                A(4, 20, 21, 22, 23),
+                A(5, 24, 25, 26, 27),
+                A(5, 28, 29, 30, 31),
+            ),
+            id="4 x 4",
+        ),
+    ],
+)
+def test_a_gang_of_small_replicas_spans_the_fewest_nodes(
+    gang: Job, expected: tuple[A, ...]
+) -> None:  # type: ignore[valid-type]
+    s = make(_small_and_big_racks())
+    assert s.step(sub(gang), 0) == [Bind("g", "p", expected)]

@@ -73,9 +73,9 @@ def test_a_mig_gang_takes_one_instance_per_replica() -> None:
 
 def test_a_mig_gang_larger_than_the_free_instances_waits_whole() -> None:
     s = make(mig_cluster())
-    got = s.step(sub(job("g").mig("3g.40gb", replicas=5).build()), 0)
-    assert got == []
-    assert s.ledger.allocs == {}
+    s.step(sub(job("a").mig("3g.40gb").build()), 0)
+    assert s.step(sub(job("g").mig("3g.40gb", replicas=4).build()), 1) == []
+    assert list(s.ledger.allocs) == ["a"]
 
 
 def test_freed_instance_is_reused() -> None:
@@ -94,34 +94,26 @@ def test_freed_instance_is_reused() -> None:
     ]
 
 
-PENDING_CASES = [
+def test_static_mig_jobs_wait_for_a_free_instance_of_their_profile() -> None:
+    s = make(mig_cluster())
+    got = s.step(sub(*[job(f"x{i}").mig("3g.40gb").build() for i in range(5)]), 0)
+    assert [d.job_id for d in got] == ["x0", "x1", "x2", "x3"]
+    why = PendingReason(Reason.NO_FIT, "no free 3g.40gb MIG instance in m")
+    assert s.why_pending("x4") == why
+
+
+STATIC = " and its layout is static (mig.dynamic: false)"
+REJECT_CASES = [
     pytest.param(
         job("x").mig("1g.10gb").build(),
-        PendingReason(
-            Reason.MIG_LAYOUT,
-            "0 free 1g.10gb instances in m (needs 1); 4 free instances of other profiles",
-        ),
-        id="a profile missing from the static layout is a layout problem",
+        "MIG profile '1g.10gb' is not in the layout of partition m (3g.40gb, 3g.40gb)" + STATIC,
+        id="a profile missing from a static layout is rejected (it could never run)",
     ),
     pytest.param(
         job("x").mig("3g.40gb", replicas=5).build(),
-        PendingReason(
-            Reason.NO_FIT,
-            "no free 3g.40gb MIG instance in m",
-        ),
-        id="more replicas than instances of the profile is no-fit",
+        "needs 5 3g.40gb instances; partition m has 4" + STATIC,
+        id="more replicas than a static layout has instances of the profile is rejected",
     ),
-]
-
-
-@pytest.mark.parametrize(("pending", "why"), PENDING_CASES)
-def test_static_mig_pending_reasons(pending: Job, why: PendingReason) -> None:
-    s = make(mig_cluster())
-    assert s.step(sub(pending), 0) == []
-    assert s.why_pending(pending.id) == why
-
-
-REJECT_CASES = [
     pytest.param(
         job("x").mig("5g.50gb").partition("m").build(),
         "MIG profile '5g.50gb' does not exist on H100-80GB (valid: 1g.10gb, 1g.10gb+me, "
@@ -224,9 +216,9 @@ def test_dynamic_mig_never_repartitions_under_a_running_job() -> None:
 
 def test_static_mig_never_reconfigures() -> None:
     s = _busy_gpu0(dynamic=False)
-    assert s.step(sub(job("c").mig("1g.10gb").build()), 1) == []
-    why = s.why_pending("c")
-    assert why is not None and why.reason is Reason.MIG_LAYOUT
+    got = s.step(sub(job("c").mig("1g.10gb").build()), 1)
+    assert [(type(d).__name__, d.reason) for d in got] == [("Reject", Reason.NEVER_FITS)]
+    assert s.ledger.blocked == {}
 
 
 def test_unrequested_mig_reconfigured_event_is_ignored() -> None:

@@ -14,7 +14,8 @@ from gpufence.testing.builders import ClusterBuilder, MigConfig, SharingMode, jo
 
 
 def cluster():  # type: ignore[no-untyped-def]
-    """train: 2 nodes x 4 H100 (GPUs 0-7); notebooks: 1 node x 2 (8-9); mig: 1 A100-40GB (10)."""
+    """train: 2 nodes x 4 H100 (GPUs 0-7); notebooks: 1 node x 2 (8-9); mig: 1 A100-40GB (10),
+    dynamic layout (so a missing profile waits for a re-partition instead of being rejected)."""
     return (
         ClusterBuilder()
         .nodes("t", 2, gpus=4, cpu_cores=32, mem_gib=256)
@@ -27,7 +28,7 @@ def cluster():  # type: ignore[no-untyped-def]
             ["m"],
             admits=frozenset({W.BATCH}),
             sharing=SharingMode.MIG,
-            mig=MigConfig(layout=("3g.20gb", "3g.20gb")),
+            mig=MigConfig(layout=("3g.20gb", "3g.20gb"), dynamic=True),
         )
         .queue("team-a", "train", nominal_milli=4000, borrowing_limit_milli=2000)
         .queue("team-b", "train", nominal_milli=4000)

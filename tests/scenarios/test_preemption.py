@@ -141,10 +141,12 @@ def test_serving_job_waits_for_preemption_and_says_so() -> None:
     s = make(cluster())
     busy(s, ("t1", 2, 0, True), ("t2", 2, 1, True))
     s.step(sub(serving("sv1")), 1000)
-    assert s.why_pending("sv1") == PendingReason(Reason.WAITING_PREEMPTION, "waiting for t1")
+    assert s.why_pending("sv1") == PendingReason(
+        Reason.WAITING_PREEMPTION, "waiting for t1 to stop (notice deadline t=1120)"
+    )
     s.step([CheckpointAck("t1")], 1010)
     assert s.why_pending("sv1") == PendingReason(
-        Reason.WAITING_PREEMPTION, "waiting for noticed jobs to stop"
+        Reason.WAITING_PREEMPTION, "waiting for t1 to stop (stopping)"
     )
 
 

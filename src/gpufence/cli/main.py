@@ -21,6 +21,7 @@ from gpufence.cli.examples_verb import examples_app
 from gpufence.cli.extras import install_hint, require
 from gpufence.cli.helpstyle import use_metavars
 from gpufence.cli.observability_verb import observability_app
+from gpufence.sched import registry
 from gpufence.spec import SpecError, format_spec_error
 
 use_metavars()  # help without type tags: `--gpus N`, not `--gpus <int>`
@@ -180,7 +181,7 @@ def sim(
         typer.Option(
             "--placement",
             metavar="NAME",
-            help="fractional placement: best-fit, fgd, fence-pack, random",
+            help="fractional placement: " + ", ".join(registry.names("placement policy")),
         ),
     ] = None,
     strict: StrictOpt = False,

@@ -27,18 +27,22 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
-ACTIVE_STATES = ("pending", "starting", "running", "stopping")
-TERMINAL_STATES = ("done", "failed", "cancelled", "reclaimed", "rejected")
-STATE_STYLE = {
-    "pending": "yellow",
-    "starting": "cyan",
-    "running": "green",
-    "stopping": "magenta",
-    "done": "dim green",
-    "failed": "red",
-    "cancelled": "dim",
-    "reclaimed": "magenta",
-    "rejected": "red",
+from gpufence.model import lifecycle
+from gpufence.model.lifecycle import JobState
+
+# the states of the core's one job lifecycle table (model/lifecycle.py)
+ACTIVE_STATES = lifecycle.LIVE_STATES
+TERMINAL_STATES = lifecycle.TERMINAL_STATES
+STATE_STYLE: dict[str, str] = {
+    JobState.PENDING: "yellow",
+    JobState.STARTING: "cyan",
+    JobState.RUNNING: "green",
+    JobState.STOPPING: "magenta",
+    JobState.DONE: "dim green",
+    JobState.FAILED: "red",
+    JobState.CANCELLED: "dim",
+    JobState.RECLAIMED: "magenta",
+    JobState.REJECTED: "red",
     "free": "dim",
     "used": "green",
     "down": "red",
@@ -81,11 +85,21 @@ def when(t: float | None) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t)) if t else "-"
 
 
+# states whose stored reason says something (why it waits, failed, is stopping or was reclaimed)
+_SHOWS_REASON = (
+    JobState.PENDING,
+    JobState.FAILED,
+    JobState.REJECTED,
+    JobState.STOPPING,
+    JobState.RECLAIMED,
+)
+
+
 def job_reason(job: dict[str, Any]) -> str:
     pending = job.get("pending")
     if isinstance(pending, dict):
         return f"{pending.get('reason', '')}: {pending.get('message', '')}".strip(": ")
-    if job.get("state") in ("pending", "failed", "rejected", "stopping", "reclaimed"):
+    if job.get("state") in _SHOWS_REASON:
         reason, msg = job.get("reason") or "", job.get("message") or ""
         return f"{reason}: {msg}".strip(": ")
     return ""

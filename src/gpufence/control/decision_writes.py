@@ -157,8 +157,8 @@ def settle_stopped(rec: Reconciler, tx: st.Tx, events: list[Event], now: float) 
         core = rec.scheduler.jobs().get(ev.job_id)
         if core is None or core.state is JobState.PENDING:
             continue
-        state = st.RECLAIMED if core.state is JobState.RECLAIMED else st.FAILED
-        tx.set_job(ev.job_id, state=state, ended_at=now)
+        # reclaimed or failed, as the core's lifecycle table says a stop ends (after_stop)
+        tx.set_job(ev.job_id, state=core.state, ended_at=now)
 
 
 def write_poisoned(

@@ -19,7 +19,8 @@ from gpufence.control.store import database as st
 
 Query = Callable[[str, Sequence[object]], sqlite3.Cursor]
 JOB_ID = re.compile(r"j[0-9]+")
-_LIVE = f"state NOT IN ({','.join(repr(s) for s in st.TERMINAL)})"
+# str(s): a JobState's own repr is not an SQL string
+_LIVE = f"state NOT IN ({','.join(repr(str(s)) for s in st.TERMINAL)})"
 
 
 @dataclass(frozen=True, slots=True)

@@ -433,9 +433,7 @@ class Reconciler:
 
     def _partial(self) -> list[Decision]:
         """Decisions a step made before it raised (the ledger already reflects them)."""
-        ctx = getattr(self.scheduler, "ctx", None)
-        got = getattr(ctx, "decisions", None)
-        return list(got) if isinstance(got, list) else []
+        return self.scheduler.decisions_so_far()
 
     def _evict(self, jid: str, now: float) -> list[Decision]:
         """Take a poisoned job out of the scheduler, unless its processes still hold GPUs

@@ -12,9 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpufence.control.config import ADMIN
 from gpufence.control.tenantview import Owner, nodes_for, redact
-from gpufence.model.partition import SharingMode
 from gpufence.sched.jobs import JobState
-from gpufence.state.ledger import HOLD_PREFIX
 
 if TYPE_CHECKING:
     from gpufence.control.reconciler import Reconciler
@@ -22,34 +20,22 @@ if TYPE_CHECKING:
 
 def _gpu(r: Reconciler, gid: int) -> dict[str, Any]:
     sched = r.scheduler
-    led = sched.ledger
-    cluster = sched.cluster
-    gpu = cluster.gpus[gid]
-    owner = led.owner[gid]
-    jobs: list[str] = []
-    if owner is not None and not owner.startswith(HOLD_PREFIX):
-        jobs.append(owner)
-    jobs += [j for j in led.ts[gid] if j not in jobs]
-    jobs += [j for j in led.shares[gid] if j not in jobs]
+    gpu = sched.cluster.gpus[gid]
+    use = sched.query.gpu(gid)
     out: dict[str, Any] = {
         "index": gpu.index,
         "id": gid,
         "type": gpu.gpu_type,
         "partition": gpu.partition,
         "nvlink_domain": gpu.nvlink_domain,
-        "jobs": jobs,
-        "milli_used": led.milli[gid],
-        "state": "down" if not led.gpu_usable(gid) else ("used" if jobs else "free"),
+        "jobs": list(use.jobs),
+        "milli_used": use.milli_used,
+        "state": "down" if not use.usable else ("used" if use.jobs else "free"),
     }
-    mig = led.mig.get(gid)
-    if mig is not None:
-        out["mig"] = [
-            {"profile": inst.profile, "start": inst.start, "job": occ}
-            for inst, occ in zip(mig.instances, mig.occupant, strict=True)
-        ]
-        if any(occ is not None for occ in mig.occupant):
-            out["state"] = "used"
-            out["jobs"] = [occ for occ in mig.occupant if occ is not None]
+    if use.mig is not None:
+        if use.jobs:
+            out["state"] = "used"  # (even on a node that is down: its instances are held)
+        out["mig"] = [{"profile": m.profile, "start": m.start, "job": m.job} for m in use.mig]
     if r.gpu_board is not None:  # real GPUs: refused, MIG errors, MPS, foreign processes
         out.update(r.gpu_board.gpu(gid))
         if out.get("refused"):
@@ -71,18 +57,17 @@ def job_owner(r: Reconciler) -> Owner:
 
 
 def nodes(r: Reconciler, viewer: str = ADMIN) -> list[dict[str, Any]]:
-    cluster = r.scheduler.cluster
-    led = r.scheduler.ledger
+    sched = r.scheduler
     out = [
         {
             "name": n.name,
             "rack": n.rack,
-            "up": led.node_up[n.idx],
+            "up": sched.query.node_up(n.idx),
             "gpu_type": n.gpu_type,
             "fake": r.devices.discovery.fake,
             "gpus": [_gpu(r, g) for g in n.gpu_ids],
         }
-        for n in cluster.nodes
+        for n in sched.cluster.nodes
     ]
     if viewer != ADMIN:  # whose processes they are is for the admin to see
         for n in out:
@@ -97,17 +82,12 @@ def nodes(r: Reconciler, viewer: str = ADMIN) -> list[dict[str, Any]]:
 
 def largest_gang(r: Reconciler, partition: str) -> int:
     """Whole GPUs the largest single-node gang could get now (the fragmentation gauge)."""
-    buckets = r.scheduler.ledger.buckets.get(partition, [])
-    for k in range(len(buckets) - 1, 0, -1):
-        if buckets[k]:
-            return k
-    return 0
+    return r.scheduler.query.pool(partition).largest_gang
 
 
 def partitions(r: Reconciler) -> list[dict[str, Any]]:
     sched = r.scheduler
     cluster = sched.cluster
-    led = sched.ledger
     pending: Counter[str] = Counter()
     running: Counter[str] = Counter()
     borrowed: Counter[str] = Counter()
@@ -116,27 +96,25 @@ def partitions(r: Reconciler) -> list[dict[str, Any]]:
             pending[rec.home] += 1
         elif rec.state in (JobState.RUNNING, JobState.STOPPING):
             running[rec.home] += 1
-    for alloc in led.allocs.values():
-        if alloc.lent_from is not None:
-            borrowed[alloc.home] += alloc.job.total_gpus
+    for h in sched.query.holdings():
+        if h.lent_from is not None:
+            borrowed[h.home] += h.gpus
     out = []
     for name, part in cluster.partitions.items():
-        gids = cluster.partition_gpus[name]
+        use = sched.query.pool(name)
         out.append(
             {
                 "name": name,
                 "admits": sorted(str(c) for c in part.admits),
                 "sharing": str(part.sharing),
-                "capacity_gpus": len(gids),
-                "used_gpus": round(led.pool_used[name] / 1000, 3),
-                "free_whole_gpus": led.pool_free[name]
-                if part.sharing is not SharingMode.MIG
-                else 0,
-                "lent_gpus": led.lent[name],
+                "capacity_gpus": len(cluster.partition_gpus[name]),
+                "used_gpus": round(use.used_milli / 1000, 3),
+                "free_whole_gpus": use.free_whole_gpus,
+                "lent_gpus": use.lent_gpus,
                 "borrowed_gpus": borrowed[name],
                 "pending": pending[name],
                 "running": running[name],
-                "largest_gang": largest_gang(r, name),
+                "largest_gang": use.largest_gang,
                 "queues": list(cluster.partition_queues[name]),
             }
         )

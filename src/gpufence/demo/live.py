@@ -50,6 +50,7 @@ from gpufence.demo.joint_summary import joint_rows
 from gpufence.demo.story import SEED_CASE, SERVING_SURGE, STORY
 from gpufence.demo.webview import Dashboard
 from gpufence.progress import progress_bar
+from gpufence.spec.errors import number_ranges
 
 JOB = ("python", "-m", "gpufence.demo.programs")
 FakeNvmlFactory = Callable[[int], FakeDevices]
@@ -217,33 +218,75 @@ def sixty_six(
     return res
 
 
+# The fenced act's fences: how each is set up (its GPUs come from ``fence_layout``).
+_SERVING_PREEMPTION = {
+    "mode": "incident-only",
+    "budget": 2,
+    "window_s": 3600,
+    "min_runtime_s": 0,
+    "grace_s": 10,
+}
+_NOTEBOOK_RECLAIM = {"idle_threshold": 0.05, "idle_after_s": 3, "warning_s": 2}
+
+
+def fence_layout(whole: list[int]) -> dict[str, list[int]]:
+    """The whole GPUs (indices) of each fence of the fenced act on this machine: serving and
+    interactive a quarter each (at least one GPU), training the rest -- 0-1 / 2-5 / 6-7 on 8
+    GPUs, 0-3 / 4-11 / 12-15 on 16. Two GPUs: serving and training, which also holds the
+    notebooks; one GPU: one fence for everything."""
+    n = len(whole)
+    if n <= 1:
+        return {"shared": whole}
+    if n == 2:
+        return {"serving": whole[:1], "training": whole[1:]}
+    q = max(1, n // 4)
+    return {"serving": whole[:q], "training": whole[q : n - q], "interactive": whole[n - q :]}
+
+
 def fenced_spec(d: Discovery) -> dict[str, Any]:
+    """The fenced act's cluster spec for the machine ``d`` describes (GPUs in MIG mode keep
+    the partitions ``node_spec`` gives them)."""
     spec = copy.deepcopy(node_spec(d))
     group = spec["node_groups"][0]["name"]
     spec["name"] = "demo-fenced"
-    spec["partitions"] = {
-        "serving": {
-            "gpus": [f"{group}:0-1"],
+    whole = sorted(g.index for g in d.gpus if not g.mig_enabled)
+    mig = {k: v for k, v in spec["partitions"].items() if v.get("sharing") == "mig"}
+    layout = fence_layout(whole)
+
+    def on(indices: list[int]) -> list[str]:
+        return [f"{group}:{r}" for r in number_ranges(indices).split(",")]
+
+    parts: dict[str, Any] = {}
+    if "shared" in layout and whole:
+        parts["shared"] = {
+            "gpus": on(layout["shared"]),
+            "admits": ["serving", "training", "interactive", "batch"],
+            "sharing": "exclusive",  # (a fence cannot preempt from itself: no incident here)
+            "reclaim": _NOTEBOOK_RECLAIM,
+        }
+    if "serving" in layout:
+        parts["serving"] = {
+            "gpus": on(layout["serving"]),
             "admits": ["serving"],
             "sharing": "exclusive",
             "backfill": False,
-            "preemption": {
-                "mode": "incident-only",
-                "from": ["training"],
-                "budget": 2,
-                "window_s": 3600,
-                "min_runtime_s": 0,
-                "grace_s": 10,
-            },
-        },
-        "training": {"gpus": [f"{group}:2-5"], "admits": ["training"], "sharing": "exclusive"},
-        "interactive": {
-            "gpus": [f"{group}:6-7"],
+            "preemption": {**_SERVING_PREEMPTION, "from": ["training"]},
+        }
+        notebooks_here = "interactive" not in layout
+        parts["training"] = {
+            "gpus": on(layout["training"]),
+            "admits": ["training", "interactive"] if notebooks_here else ["training"],
+            "sharing": "exclusive",
+            **({"reclaim": _NOTEBOOK_RECLAIM} if notebooks_here else {}),
+        }
+    if "interactive" in layout:
+        parts["interactive"] = {
+            "gpus": on(layout["interactive"]),
             "admits": ["interactive"],
             "sharing": "exclusive",
-            "reclaim": {"idle_threshold": 0.05, "idle_after_s": 3, "warning_s": 2},
-        },
-    }
+            "reclaim": _NOTEBOOK_RECLAIM,
+        }
+    spec["partitions"] = {**parts, **mig}
     spec.pop("queues", None)
     return spec
 

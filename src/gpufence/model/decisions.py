@@ -23,6 +23,7 @@ class Reason(StrEnum):
     MIG_LAYOUT = "mig-layout"
     WAITING_PREEMPTION = "waiting-for-preemption"
     PREEMPTION_BUDGET = "preemption-budget"
+    MIN_RUNTIME = "min-runtime"  # preempting would make room, but the victims are too young
     RECONFIGURING = "mig-reconfiguring"
     QUEUED = "queued"
     HELD = "held"  # on hold until released (sched/gates.py)

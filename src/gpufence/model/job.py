@@ -91,6 +91,12 @@ class Job:
     array_cap: int = 0  # at most this many tasks of ``array_group`` queued or running (0: no cap)
 
     @property
+    def planned_runtime_s(self) -> float | None:
+        """What backfill and reservations plan with: the time limit when there is one (it is
+        enforced), else the user's estimate (None: unknown)."""
+        return self.time_limit_s if self.time_limit_s is not None else self.est_runtime_s
+
+    @property
     def total_gpus(self) -> int:
         """Whole GPUs (or GPU slots) the gang occupies at once."""
         return self.replicas * self.request.gpus

@@ -80,8 +80,9 @@ class Partition:
     lending: tuple[LendingRule, ...] = ()
     preemption: PreemptionPolicy = field(default_factory=PreemptionPolicy)
     reclaim: ReclaimPolicy | None = None
-    placement: str = "best-fit"  # placement policy for fractional requests
+    placement: str = "best-fit"  # placement policy for fractional requests (sched/registry.py)
     backfill: bool = True
+    queue_order: str = "fair-share"  # how pending jobs are ranked (sched/registry.py)
     slo: ServingSlo | None = None  # serving partitions only
 
 

@@ -1,4 +1,8 @@
-"""Quota admission with cohort semantics (as in Kueue): nominal quota, borrowing and lending limits.
+"""Admission: the rules a job must pass before it is placed, and the one built in, quota with
+cohort semantics (as in Kueue): nominal quota, borrowing and lending limits.
+
+Admission rules are registered in ``sched/registry.py`` (``ADMISSION``) and run in that order
+on every job the placement walk reaches; the first that refuses gives the job's pending reason.
 
 All queues of a partition form its cohort. A queue may use its nominal quota; beyond it, it may
 borrow up to its borrowing limit from what the other queues leave unused and are willing to lend
@@ -7,8 +11,36 @@ borrow up to its borrowing limit from what the other queues leave unused and are
 
 from __future__ import annotations
 
+from typing import Protocol
+
 from gpufence.model.cluster import Cluster
+from gpufence.model.decisions import Reason
+from gpufence.sched.jobs import JobRecord
 from gpufence.state.ledger import Ledger
+
+
+class Admission(Protocol):
+    """A rule a job must pass before it is placed. ``per_shape``: the answer is the same for
+    every job of a walk shape (it depends only on the queue and the request), so a refusal is
+    the whole shape's reason and the walk drops the shape; otherwise only the job is refused
+    and the walk tries the next job of its shape."""
+
+    reason: Reason  # the pending reason a refusal gives
+    per_shape: bool
+
+    def refuses(self, cluster: Cluster, ledger: Ledger, rec: JobRecord, charge: int) -> str | None:
+        """Why ``rec`` (charged ``charge`` milli-GPU to its queue) may not start now, or None."""
+        ...
+
+
+class CohortQuota:
+    """Nominal quota, borrowing and lending limits per queue (``quota_blocks``)."""
+
+    reason = Reason.QUOTA
+    per_shape = True  # shapes are per queue, and the charge is the request's
+
+    def refuses(self, cluster: Cluster, ledger: Ledger, rec: JobRecord, charge: int) -> str | None:
+        return quota_blocks(cluster, ledger, rec.queue, charge)
 
 
 def quota_blocks(cluster: Cluster, ledger: Ledger, queue: str, charge: int) -> str | None:

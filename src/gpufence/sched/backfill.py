@@ -1,9 +1,13 @@
 """Reservations for the head-of-line gang, so a stream of small jobs cannot starve it.
 
-The earliest start is found by a binary search over the running jobs' estimated end times: at a
-time T a node offers its free GPUs plus the GPUs of jobs expected to end by T. Jobs without an
-estimate are assumed to run forever, so a gang that needs their GPUs is reserved at T = inf: its
-GPUs are still held as they free up, and only jobs that cannot delay it (none, at inf) backfill.
+The earliest start is found by a binary search over the running jobs' expected end times
+(``JobRecord.expected_end``: the time limit when there is one -- it is enforced --, else the
+estimate): at a time T a node offers its free GPUs plus the GPUs of jobs expected to end by T.
+Jobs without either, or already past their estimate, are assumed to run forever, so a gang that
+needs their GPUs is reserved at T = inf: its GPUs are still held as they free up, and only jobs
+that cannot delay it (none, at inf) backfill. When a job overruns its estimate the start passes
+and the reservation is planned again (sched/place.py ``_valid``) without it, on GPUs that will
+free up, instead of waiting on it.
 """
 
 from __future__ import annotations
@@ -12,17 +16,18 @@ from bisect import bisect_right
 
 from gpufence.model.job import Job, RequestKind
 from gpufence.model.partition import SharingMode
-from gpufence.sched.context import Context, Reservation
+from gpufence.sched.book import JobBook
+from gpufence.sched.context import Core, Reservation
 from gpufence.sched.placement.whole import plan_on
 
 INF = float("inf")
 
 
-def reservable(ctx: Context, job: Job, pool: str) -> bool:
+def reservable(core: Core, job: Job, pool: str) -> bool:
     """Only gangs of more than one GPU reserve: a 1-GPU job fits on any GPU that frees up and
     queue order already gives it the first one, while its reservation would keep the partition's
     one reservation from the gang queued behind it (which a 1-GPU stream would then starve)."""
-    part = ctx.cluster.partitions[pool]
+    part = core.cluster.partitions[pool]
     return (
         part.backfill
         and part.sharing is SharingMode.EXCLUSIVE
@@ -31,17 +36,17 @@ def reservable(ctx: Context, job: Job, pool: str) -> bool:
     )
 
 
-def reserve(ctx: Context, job: Job, pool: str) -> Reservation | None:
-    led = ctx.ledger
-    c = ctx.cluster
-    now = ctx.now
+def reserve(core: Core, book: JobBook, job: Job, pool: str) -> Reservation | None:
+    led = core.ledger
+    c = core.cluster
+    now = core.now
     free: dict[int, list[int]] = {n: led.free_gpus(pool, n) for n in c.partition_nodes[pool]}
     free = {n: v for n, v in free.items() if led.node_up[n]}
     releases: list[tuple[float, int, tuple[int, ...]]] = []
     for jid, alloc in led.allocs.items():
         if alloc.pool != pool:
             continue
-        end = ctx.records[jid].expected_end(now)
+        end = book.records[jid].expected_end(now)
         for a in alloc.assignments:
             if led.node_up[a.node]:
                 releases.append((end, a.node, a.gpus))

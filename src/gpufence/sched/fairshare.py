@@ -76,8 +76,9 @@ class FairShare:
                 why = "lowest weighted share: its jobs are tried first among equal priorities"
             else:
                 ahead = ranked[rank - 2]
+                order = _compare(self.share(ahead, ledger), s, ahead)
                 why = (
-                    f"behind {ahead} (share {self.share(ahead, ledger):.2f} < {s:.2f}): "
+                    f"behind {ahead} ({order}): "
                     f"it holds {held:g} GPUs and used {self.usage[q] / 3.6e6:.1f} GPU-h "
                     f"(decayed) at weight {spec.weight:g}"
                 )
@@ -94,3 +95,15 @@ class FairShare:
                 )
             )
         return out
+
+
+def _compare(before: float, share: float, ahead: str) -> str:
+    """Why ``ahead`` (share ``before``) ranks before a queue with ``share``: with as many
+    decimals as it takes to show the difference, or the tie and its rule."""
+    if before == share:
+        return f"shares tied at {share:.2f}: ties go by queue name"
+    for digits in range(2, 10):
+        a, b = f"{before:.{digits}f}", f"{share:.{digits}f}"
+        if a != b:
+            return f"share {a} < {b}"
+    return f"share {before!r} < {share!r}"

@@ -13,10 +13,11 @@ A dependency that can never be met (an after-ok parent that failed, an after-not
 succeeded, a parent nobody knows) ends the dependent: ``advance`` returns it and the scheduler
 cancels it with ``Cancel(reason=dependency)``. Pure: the job book in, verdicts out.
 
-Hooks in ``scheduler.py`` (each marked ``# gates:``): ``admit`` at submit (instead of
-``queues.add``), ``restored`` after a ``JobRestored``, ``ended`` whenever a job leaves the
-pending/running world, ``hold``/``release``/``outcome`` for their events, ``advance`` once per
-step before the cycle, and ``why`` in ``why_pending``.
+Gates are phase 4 of the cycle (``cycle.py``: after the events, expiries and idle warnings,
+before placement), run by ``apply.open_gates``. Hooks in ``apply.py`` (each marked
+``# gates``): ``admit`` at submit (instead of ``queues.add``), ``restored`` after a
+``JobRestored``, ``ended`` whenever a job leaves the pending/running world,
+``hold``/``release``/``outcome`` for their events; ``why`` in ``Scheduler.why_pending``.
 """
 
 from __future__ import annotations
@@ -25,8 +26,10 @@ from dataclasses import dataclass, field
 
 from gpufence.model.decisions import PendingReason, Reason
 from gpufence.model.job import AfterKind
-from gpufence.sched.context import Context
+from gpufence.sched.book import JobBook
+from gpufence.sched.context import Claims, Core
 from gpufence.sched.jobs import TERMINAL, JobRecord, JobState
+from gpufence.sched.reasons import PendingReasons
 
 _ACTIVE = (JobState.RUNNING, JobState.STOPPING)
 _UNKNOWN = ("unknown", False)
@@ -55,7 +58,7 @@ class Gates:
     dirty: bool = False  # something a verdict depends on changed since the last advance
 
     # ------------------------------------------------------------------ hooks
-    def admit(self, ctx: Context, rec: JobRecord) -> bool:
+    def admit(self, rec: JobRecord) -> bool:
         """A newly accepted job: True when it goes to its queue now, else it waits here."""
         job = rec.job
         if job.array_group:
@@ -86,17 +89,19 @@ class Gates:
                 del self.arrays[rec.job.array_group]
         return self.waiting.pop(job_id, None) is not None
 
-    def hold(self, ctx: Context, job_id: str) -> None:
+    def hold(
+        self, core: Core, book: JobBook, claims: Claims, reasons: PendingReasons, job_id: str
+    ) -> None:
         """Hold a pending job: out of its queue (if there) until released."""
-        rec = ctx.records.get(job_id)
+        rec = book.records.get(job_id)
         if rec is None or rec.state is not JobState.PENDING:
             return  # only pending jobs are held; the front end refuses the rest
         self.held.add(job_id)
         self.dirty = True
         if job_id not in self.waiting:
-            ctx.queues.remove(job_id)
-            ctx.pending_reason.pop(job_id, None)
-            ctx.nominations.pop(job_id, None)
+            core.queues.remove(job_id)
+            reasons.forget(job_id)
+            claims.nominations.pop(job_id, None)
             self.waiting[job_id] = rec
         self.reasons[job_id] = _held()
 
@@ -113,17 +118,17 @@ class Gates:
         return self.reasons.get(job_id) if job_id in self.waiting else None
 
     # ------------------------------------------------------------------ per step
-    def advance(self, ctx: Context) -> list[Never]:
+    def advance(self, core: Core, book: JobBook) -> list[Never]:
         """Re-judge every gated job: release the free ones into their queues (array tasks up to
         their cap), return those that can never run. Skipped when nothing changed."""
         if not self.dirty or not self.waiting:
             self.dirty = False
             return []
         self.dirty = False
-        active = {g: _active(ctx, m) for g, m in self.arrays.items()}
+        active = {g: _active(core, book, m) for g, m in self.arrays.items()}
         never: list[Never] = []
         for jid, rec in list(self.waiting.items()):
-            blocked = self._dependencies(ctx, rec)
+            blocked = self._dependencies(book, rec)
             if isinstance(blocked, Never):  # held or not: it can never run
                 never.append(blocked)
                 continue
@@ -142,14 +147,14 @@ class Gates:
                 active[group] = active.get(group, 0) + 1
             del self.waiting[jid]
             self.reasons.pop(jid, None)
-            ctx.queues.add(rec)
+            core.queues.add(rec)
         return never
 
-    def _dependencies(self, ctx: Context, rec: JobRecord) -> PendingReason | Never | None:
+    def _dependencies(self, book: JobBook, rec: JobRecord) -> PendingReason | Never | None:
         """None when every dependency is met; what it waits for; or why it never will be."""
         waits: list[str] = []
         for kind, parent in rec.job.after:
-            ended = _outcome(ctx, self.outcomes, parent)
+            ended = _outcome(book, self.outcomes, parent)
             if ended == _UNKNOWN:
                 return Never(rec.job.id, f"dependency can never be met: {parent} is unknown")
             if ended is None:
@@ -171,19 +176,19 @@ def _held() -> PendingReason:
     return PendingReason(Reason.HELD, "held; release it to let it run")
 
 
-def _active(ctx: Context, members: dict[str, None]) -> int:
+def _active(core: Core, book: JobBook, members: dict[str, None]) -> int:
     """Tasks of an array that hold a slot of its cap: running, stopping, or queued."""
     n = 0
     for jid in members:
-        rec = ctx.records.get(jid)
-        if rec is not None and (rec.state in _ACTIVE or jid in ctx.queues):
+        rec = book.records.get(jid)
+        if rec is not None and (rec.state in _ACTIVE or jid in core.queues):
             n += 1
     return n
 
 
-def _outcome(ctx: Context, outcomes: dict[str, str], job_id: str) -> tuple[str, bool] | None:
+def _outcome(book: JobBook, outcomes: dict[str, str], job_id: str) -> tuple[str, bool] | None:
     """(how it ended, whether it succeeded) of a parent, or None while it has not ended."""
-    rec = ctx.records.get(job_id)
+    rec = book.records.get(job_id)
     if rec is not None:
         if rec.state not in TERMINAL:
             return None

@@ -9,6 +9,7 @@ rejected as ``invalid`` naming the field, so one poisoned job never raises out o
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from gpufence.model import mig as migmod
@@ -17,7 +18,9 @@ from gpufence.model.decisions import Reason
 from gpufence.model.job import MILLI_PER_GPU, Job, RequestKind
 from gpufence.model.partition import SharingMode
 from gpufence.sched.admission import quota_never_admits
-from gpufence.state.ledger import charge_milli
+from gpufence.state.ledger import MigGpu, charge_milli
+
+MigLayouts = Mapping[int, MigGpu]  # GPU -> its MIG state now (the ledger's)
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,23 +85,49 @@ def invalid(job: Job) -> Refused | None:
     return None
 
 
-def resolve(cluster: Cluster, job: Job) -> Accepted | Refused:
+def resolve(cluster: Cluster, job: Job, mig_now: MigLayouts | None = None) -> Accepted | Refused:
+    """The job's partition and queue. A job that names neither goes to the first partition
+    admitting its class that could ever hold it; it is refused only when none could."""
     bad = invalid(job)
     if bad is not None:
         return bad
     home, queue, err = _home_and_queue(cluster, job)
     if err is not None:
         return err
-    problem = _shape_problem(cluster, job, home)
-    if problem is not None:
-        return problem
-    never = quota_never_admits(cluster, queue, charge_milli(job, cluster, home))
-    if never is not None:
-        return Refused(Reason.NEVER_FITS, never)
-    return Accepted(home, queue)
+    cls = job.workload_class
+    routed = not home
+    homes = (
+        [p for p, part in cluster.partitions.items() if cls in part.admits] if routed else [home]
+    )
+    refusals: list[tuple[str, Refused]] = []
+    for p in homes:
+        q = queue or cluster.partition_queues[p][0]
+        problem = _shape_problem(cluster, job, p, mig_now)
+        if problem is None:
+            never = quota_never_admits(cluster, q, charge_milli(job, cluster, p))
+            if never is None:
+                return Accepted(p, q)
+            problem = Refused(Reason.NEVER_FITS, never)
+        refusals.append((p, problem))
+    # the partitions that offer this kind of request say the most about why it cannot run
+    kind = job.request.kind
+    if routed and any(_offers(cluster.partitions[p].sharing, kind) for p, _ in refusals):
+        refusals = [(p, r) for p, r in refusals if _offers(cluster.partitions[p].sharing, kind)]
+    if not routed or len(refusals) == 1:
+        return refusals[0][1]
+    why = "; ".join(f"{p}: {r.message}" for p, r in refusals)
+    reason = refusals[0][1].reason if len({r.reason for _, r in refusals}) == 1 else None
+    return Refused(reason or Reason.NEVER_FITS, f"no partition admitting {cls} can hold it ({why})")
+
+
+def _offers(sharing: SharingMode, kind: RequestKind) -> bool:
+    if (kind is RequestKind.MIG) != (sharing is SharingMode.MIG):
+        return False
+    return kind is not RequestKind.FRACTION or sharing is SharingMode.FRACTIONAL
 
 
 def _home_and_queue(cluster: Cluster, job: Job) -> tuple[str, str, Refused | None]:
+    """The partition and queue the job names (either may be "": routed by ``resolve``)."""
     cls = job.workload_class
     if job.replicas < 1:
         return "", "", Refused(Reason.INVALID, f"replicas must be >= 1 (got {job.replicas})")
@@ -110,22 +139,22 @@ def _home_and_queue(cluster: Cluster, job: Job) -> tuple[str, str, Refused | Non
         msg = f"partition '{home}' does not exist (known: {_known(cluster.partitions)})"
         return "", "", Refused(Reason.INVALID, msg)
     admitting = [p for p, part in cluster.partitions.items() if cls in part.admits]
-    if not home:
-        if not admitting:
-            return "", "", Refused(Reason.FENCE, f"no partition admits {cls} work")
-        home = admitting[0]
-    if cls not in cluster.partitions[home].admits:
+    if not home and not admitting:
+        return "", "", Refused(Reason.FENCE, f"no partition admits {cls} work")
+    if home and cls not in cluster.partitions[home].admits:
         msg = f"partition {home} does not admit {cls} (partitions admitting {cls}: "
         msg += (", ".join(admitting) or "none") + ")"
         return "", "", Refused(Reason.FENCE, msg)
-    queue = job.queue or cluster.partition_queues[home][0]
-    if cluster.queues[queue].partition != home:
-        msg = f"queue {queue} belongs to partition {cluster.queues[queue].partition}, not {home}"
+    if job.queue and cluster.queues[job.queue].partition != home:
+        q = job.queue
+        msg = f"queue {q} belongs to partition {cluster.queues[q].partition}, not {home}"
         return "", "", Refused(Reason.INVALID, msg)
-    return home, queue, None
+    return home, job.queue, None
 
 
-def _shape_problem(cluster: Cluster, job: Job, home: str) -> Refused | None:
+def _shape_problem(
+    cluster: Cluster, job: Job, home: str, mig_now: MigLayouts | None = None
+) -> Refused | None:
     part = cluster.partitions[home]
     req = job.request
     gids = cluster.partition_gpus[home]
@@ -147,7 +176,7 @@ def _shape_problem(cluster: Cluster, job: Job, home: str) -> Refused | None:
                     f"MIG profile '{req.mig_profile}' does not exist on {model} "
                     f"(valid: {', '.join(profiles)})",
                 )
-        return None
+        return _static_mig_problem(cluster, job, home, mig_now)
     if part.sharing is SharingMode.MIG:
         return Refused(Reason.NEVER_FITS, f"partition {home} only offers MIG instances")
     if req.kind is RequestKind.FRACTION:
@@ -192,3 +221,37 @@ def _shape_problem(cluster: Cluster, job: Job, home: str) -> Refused | None:
             Reason.NEVER_FITS, f"a replica needs more CPU/memory than any node of {home}"
         )
     return None
+
+
+def _static_mig_problem(
+    cluster: Cluster, job: Job, home: str, mig_now: MigLayouts | None = None
+) -> Refused | None:
+    """A partition whose MIG layout never changes (``dynamic: false``) offers exactly the
+    instances of its layout -- the ones read off the devices (``mig_now``: GPU -> its
+    instances, from ``MigLayoutRead``) where known: a profile it does not have, or more
+    replicas than it has instances of that profile, can never run."""
+    mig = cluster.partitions[home].mig
+    profile = job.request.mig_profile
+    if mig is None or mig.dynamic or profile is None:
+        return None
+    per_model: dict[str, int] = {}
+    have = 0
+    for g in cluster.partition_gpus[home]:
+        model = cluster.gpu_type_of(g).mig_model
+        if model is None:
+            continue
+        if mig_now is not None and g in mig_now:
+            have += sum(i.profile == profile for i in mig_now[g].instances)
+            continue
+        if model not in per_model:
+            planned = migmod.plan_layout(migmod.profiles_for(model), mig.layout)
+            per_model[model] = sum(i.profile == profile for i in planned)
+        have += per_model[model]
+    if have >= job.replicas:
+        return None
+    layout = ", ".join(mig.layout)
+    if have == 0:
+        why = f"MIG profile '{profile}' is not in the layout of partition {home} ({layout})"
+    else:
+        why = f"needs {job.replicas} {profile} instances; partition {home} has {have}"
+    return Refused(Reason.NEVER_FITS, f"{why} and its layout is static (mig.dynamic: false)")

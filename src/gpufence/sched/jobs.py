@@ -3,26 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import StrEnum
 
 from gpufence.model.decisions import Reason
 from gpufence.model.job import Job
+from gpufence.model.lifecycle import TERMINAL, JobState
 
-
-class JobState(StrEnum):
-    PENDING = "pending"
-    RUNNING = "running"
-    STOPPING = "stopping"  # told to stop; GPUs held until the front end confirms
-    DONE = "done"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
-    RECLAIMED = "reclaimed"  # idle interactive session whose GPUs were taken back
-    REJECTED = "rejected"
-
-
-TERMINAL = frozenset(
-    {JobState.DONE, JobState.FAILED, JobState.CANCELLED, JobState.RECLAIMED, JobState.REJECTED}
-)
+__all__ = ["TERMINAL", "JobRecord", "JobState", "Notice"]  # the states live in model/lifecycle
 
 
 @dataclass(slots=True)
@@ -45,13 +31,21 @@ class JobRecord:
     notice: Notice | None = None
     stop_reason: Reason | None = None
     requeue_on_stop: bool = False
+    service_gpu_s: float = 0.0  # GPU-seconds held in earlier attempts (attained service)
 
     def expected_end(self, now: float) -> float:
-        """When the running job should end by its estimate; overrunning jobs end 'now'."""
-        est = self.job.est_runtime_s
-        if est is None or self.started_at is None:
+        """When the running job should end: at its time limit (enforced; a job past it is
+        being stopped, 'now'), or by its estimate; inf when unknown -- no estimate, or the
+        estimate has already proved wrong (it ran past it), so nothing should wait on it."""
+        if self.started_at is None:
             return float("inf")
-        return max(self.started_at + est, now)
+        limit = self.job.time_limit_s
+        if limit is not None:
+            return max(self.started_at + limit, now)
+        est = self.job.est_runtime_s
+        if est is None or self.started_at + est < now:
+            return float("inf")
+        return self.started_at + est
 
     def work_at_risk(self, now: float) -> float:
         """Seconds of work a preemption would lose (since the last checkpoint or start)."""

@@ -3,20 +3,39 @@
 from __future__ import annotations
 
 import itertools
+from dataclasses import dataclass, field
 
 from gpufence.model import mig as migmod
-from gpufence.model.decisions import MigReconfigure, Reason
+from gpufence.model.decisions import Decision, MigReconfigure, Reason
 from gpufence.model.events import MigLayoutRead
 from gpufence.model.job import RequestKind
-from gpufence.sched.context import Context
+from gpufence.sched.context import Core
 from gpufence.sched.jobs import JobRecord
 from gpufence.sched.placement.fit import node_admits
+from gpufence.sched.reasons import PendingReasons
 
 
-def in_flight_offers(ctx: Context, pool: str, profile: str) -> bool:
+@dataclass(slots=True)
+class MigWork:
+    """Re-partitions in flight and what they were for."""
+
+    pending: dict[int, tuple[migmod.MigInstance, ...]] = field(default_factory=dict)  # GPU -> new
+    made_for: dict[int, str] = field(default_factory=dict)  # GPU -> job it was re-partitioned for
+    # MIG pool -> (pool version, idle GPUs that are not being re-partitioned)
+    idle: dict[str, tuple[int, list[int]]] = field(default_factory=dict)
+
+    def reconfigured(self, core: Core, gpu: int) -> None:
+        """The front end applied the layout asked for on ``gpu``: it is usable again."""
+        layout = self.pending.pop(gpu, None)
+        if layout is not None:
+            core.ledger.set_mig_layout(gpu, layout)
+            core.ledger.set_blocked(gpu, False)
+
+
+def in_flight_offers(core: Core, mig: MigWork, pool: str, profile: str) -> bool:
     return any(
-        ctx.cluster.gpus[g].partition == pool and any(i.profile == profile for i in inst)
-        for g, inst in ctx.mig_pending.items()
+        core.cluster.gpus[g].partition == pool and any(i.profile == profile for i in inst)
+        for g, inst in mig.pending.items()
     )
 
 
@@ -24,30 +43,32 @@ def _order(rec: JobRecord) -> tuple[int, float, str]:
     return (-rec.job.priority, rec.job.submit_time, rec.job.id)
 
 
-def _kept(ctx: Context, gpu: int, rec: JobRecord) -> bool:
+def _kept(core: Core, mig: MigWork, gpu: int, rec: JobRecord) -> bool:
     """The GPU was re-partitioned for a job that still waits and is ``rec`` itself (its layout
     is already what ``rec`` asked for) or ahead of it: taking it would undo that work, and two
     jobs taking each other's GPUs would re-partition them back and forth forever."""
-    owner = ctx.mig_for.get(gpu)
-    if owner is None or owner not in ctx.queues:
+    owner = mig.made_for.get(gpu)
+    if owner is None or owner not in core.queues:
         return False
-    return owner == rec.job.id or _order(ctx.queues.records[owner]) < _order(rec)
+    return owner == rec.job.id or _order(core.queues.records[owner]) < _order(rec)
 
 
-def repartition_for(ctx: Context, rec: JobRecord) -> bool:
+def repartition_for(
+    core: Core, mig: MigWork, reasons: PendingReasons, rec: JobRecord, out: list[Decision]
+) -> bool:
     """Start re-partitioning one idle GPU so that ``rec`` (and the MIG jobs queued behind it)
     fit. True when a MigReconfigure decision was emitted or one in flight will serve it."""
     pool = rec.home
-    part = ctx.cluster.partitions[pool]
+    part = core.cluster.partitions[pool]
     profile = rec.job.request.mig_profile
     if part.mig is None or not part.mig.dynamic or profile is None:
         return False
-    if in_flight_offers(ctx, pool, profile):
-        ctx.set_pending(
+    if in_flight_offers(core, mig, pool, profile):
+        reasons.set_job(
             rec.job.id, Reason.RECONFIGURING, f"a GPU is being re-partitioned for {profile}"
         )
         return True
-    led = ctx.ledger
+    led = core.ledger
     job = rec.job
     # one new GPU gives at most one more instance per replica's node: re-partitioning only
     # helps a gang whose other replicas already have free instances, and only on a node that
@@ -56,35 +77,35 @@ def repartition_for(ctx: Context, rec: JobRecord) -> bool:
     if job.replicas - free_now > 1:
         return False
     version = led.pool_version[pool]
-    cached = ctx.idle_mig.get(pool)
+    cached = mig.idle.get(pool)
     if cached is not None and cached[0] == version:
         idle_any = cached[1]  # nothing on the pool's nodes changed since the last look
     else:
         # (a GPU enters or leaves mig_pending only together with a ledger change on it)
         idle_any = [
             g
-            for g in ctx.cluster.partition_gpus[pool]
-            if led.mig[g].busy_count == 0 and g not in ctx.mig_pending and led.gpu_usable(g)
+            for g in core.cluster.partition_gpus[pool]
+            if led.mig[g].busy_count == 0 and g not in mig.pending and led.gpu_usable(g)
         ]
-        ctx.idle_mig[pool] = (version, idle_any)
+        mig.idle[pool] = (version, idle_any)
     if not idle_any:
         return False
     idle = [
         g
         for g in idle_any
-        if node_admits(led, job, ctx.cluster.gpus[g].node) and not _kept(ctx, g, rec)
+        if node_admits(led, job, core.cluster.gpus[g].node) and not _kept(core, mig, g, rec)
     ]
     if not idle:
         return False
     # the idle GPU whose current layout is least useful: fewest instances of the wanted profile
     gid = min(idle, key=lambda g: (sum(i.profile == profile for i in led.mig[g].instances), g))
-    model = ctx.cluster.gpu_type_of(gid).mig_model
+    model = core.cluster.gpu_type_of(gid).mig_model
     assert model is not None
     profiles = migmod.profiles_for(model)
     # the new layout serves this job first, then the MIG demand queued behind it, in order
     demand = (
         r.job.request.mig_profile or ""
-        for r in ctx.queues.of_home(pool)
+        for r in core.queues.of_home(pool)
         if r.job.request.kind is RequestKind.MIG and r.job.id != rec.job.id
     )
     layout: list[migmod.MigInstance] = []
@@ -103,11 +124,11 @@ def repartition_for(ctx: Context, rec: JobRecord) -> bool:
                 break
         if len(layout) >= migmod.MAX_INSTANCES:
             break
-    ctx.mig_pending[gid] = tuple(layout)
-    ctx.mig_for[gid] = rec.job.id
+    mig.pending[gid] = tuple(layout)
+    mig.made_for[gid] = rec.job.id
     led.set_blocked(gid, True)
     delay = part.mig.reconfigure_delay_s
-    ctx.decisions.append(
+    out.append(
         MigReconfigure(
             gpu=gid,
             layout=tuple(f"{i.profile}@{i.start}" for i in layout),
@@ -116,7 +137,7 @@ def repartition_for(ctx: Context, rec: JobRecord) -> bool:
             message=f"re-partition idle GPU {gid} for pending {profile} demand",
         )
     )
-    ctx.set_pending(rec.job.id, Reason.RECONFIGURING, f"GPU {gid} re-partitioning ({delay:g} s)")
+    reasons.set_job(rec.job.id, Reason.RECONFIGURING, f"GPU {gid} re-partitioning ({delay:g} s)")
     return True
 
 
@@ -130,21 +151,21 @@ def _read_layout(entries: tuple[str, ...]) -> list[migmod.MigInstance] | None:
     return out
 
 
-def apply_layout_read(ctx: Context, ev: MigLayoutRead) -> None:
+def apply_layout_read(core: Core, mig: MigWork, ev: MigLayoutRead) -> None:
     """A GPU's MIG layout as the front end read it off the device (at start-up, or after a
     re-partition failed part-way). It replaces what the ledger holds; a re-partition in flight
     on the GPU is dropped, so the job it was for is placed again this very cycle. A layout the
     hardware could not have (or one read while jobs run on the GPU) is not taken: the GPU is
     taken out of placement instead, as it is when ``usable`` is False."""
-    led = ctx.ledger
+    led = core.ledger
     gid = ev.gpu
-    if not 0 <= gid < len(ctx.cluster.gpus):
+    if not 0 <= gid < len(core.cluster.gpus):
         return
-    ctx.mig_pending.pop(gid, None)
-    ctx.mig_for.pop(gid, None)
+    mig.pending.pop(gid, None)
+    mig.made_for.pop(gid, None)
     usable = ev.usable
     st = led.mig.get(gid)
-    model = ctx.cluster.gpu_type_of(gid).mig_model
+    model = core.cluster.gpu_type_of(gid).mig_model
     if st is not None and model is not None and usable:
         layout = _read_layout(ev.layout)
         profiles = migmod.profiles_for(model)

@@ -1,128 +1,150 @@
-"""Taking capacity back: reclaim what a fence lent out, then (serving only) incident preemption.
+"""Phase 6 of a cycle: take capacity back for waiting work -- reclaim what a fence lent out,
+then (serving only) budgeted incident preemption of checkpointable work.
 
 Both start a handshake: victims get a Notice with a deadline; a CheckpointAck or the deadline
 turns it into a Stop; the GPUs come back when the front end reports JobStopped.
 
+When it runs (``protect``): after a placement pass with capacity failures that changed the
+picture (new waiting jobs, capacity back in its pool or a donor pool, lending, notices), or when
+an earlier run said it could find more by then (a victim ages past its minimum runtime, a
+budget slot frees up).
+
 Demand is handled as a batch per partition: the waiting jobs are walked in scheduling order inside
 one ledger fork; each job's victims are searched with the earlier jobs already (tentatively)
 placed, so a surge of ten replicas takes exactly the capacity ten replicas need, and every job
-of the batch waits for the victims it depends on.
+of the batch waits for the victims it depends on. Victim search: ``sched/victims.py``.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
+from dataclasses import dataclass, field
+from itertools import islice
 
-from gpufence.model.decisions import Notice, Reason
+from gpufence.model.decisions import Decision, Reason
 from gpufence.model.job import WorkloadClass
 from gpufence.model.partition import PreemptionMode, PreemptionPolicy
 from gpufence.sched.admission import quota_blocks
-from gpufence.sched.context import Context, Nomination
+from gpufence.sched.book import JobBook
+from gpufence.sched.context import Claims, Core, Nomination
 from gpufence.sched.jobs import JobRecord, JobState
-from gpufence.sched.jobs import Notice as NoticeState
-from gpufence.sched.placement.fit import Placed
-from gpufence.state.ledger import Allocation, Ledger, charge_milli
+from gpufence.sched.place import CAPACITY
+from gpufence.sched.reasons import PendingReasons
+from gpufence.sched.victims import (
+    eligible,
+    first_to_age,
+    place_tentatively,
+    running,
+    touches,
+    victims_for,
+)
+from gpufence.state.ledger import charge_milli
 
 INF = float("inf")
 MAX_BATCH = 256  # waiting jobs considered per partition per cycle
+MAX_YOUNG = 32  # candidates looked at when saying that victims are too young to be preempted
 
 
-def _place_tentatively(ctx: Context, rec: JobRecord, pool: str) -> bool:
-    # the interned request shape of a queued job: hashing the shape itself is dear
-    rid = ctx.queues.request_of(rec.job.id) if rec.job.id in ctx.queues else None
-    r = ctx.engine.place(ctx.ledger, rec.job, pool, request_id=rid)
-    if not isinstance(r, Placed):
-        return False
-    charge = charge_milli(rec.job, ctx.cluster, pool)
-    incident = pool != rec.home
-    ctx.ledger.allocate(
-        Allocation(rec.job, rec.home, rec.queue, pool, r.assignments, charge, None, incident)
-    )
-    return True
+@dataclass(slots=True)
+class ProtectionState:
+    """Per partition: incident preemptions in the budget window, when protection should look
+    again by itself, and the picture it last looked at."""
+
+    times: dict[str, deque[float]] = field(default_factory=dict)
+    after: dict[str, float] = field(default_factory=dict)
+    seen: dict[str, tuple[int, int, int, int, int]] = field(default_factory=dict)
+    unserved: dict[str, bool] = field(default_factory=dict)  # jobs it could not help last time
 
 
-def _victims_for(
-    ctx: Context, rec: JobRecord, pool: str, candidates: list[str]
-) -> list[str] | None:
-    """Fewest of ``candidates`` (in order, then pruned) whose release lets ``rec`` fit in
-    ``pool``; they are released in the ledger (the caller's fork) and ``rec`` placed there."""
-    led = ctx.ledger
-    chosen: list[str] = []
-    with led.fork():
-        for v in candidates:
-            led.release(v)
-            chosen.append(v)
-            if isinstance(ctx.engine.place(led, rec.job, pool), Placed):
-                break
-        else:
-            return None
-    for v in reversed(list(chosen)):
-        rest = [x for x in chosen if x != v]
-        with led.fork():
-            for x in rest:
-                led.release(x)
-            ok = isinstance(ctx.engine.place(led, rec.job, pool), Placed)
-        if ok:
-            chosen = rest
-    for v in chosen:
-        led.release(v)
-    placed = _place_tentatively(ctx, rec, pool)
-    assert placed, "victim search said it fits"
-    return chosen
+@dataclass(slots=True)
+class Protecting:
+    """What protection may touch: the core, the job book (notices), the claims (nominations),
+    pending reasons and its own state; ``out`` collects the phase's decisions."""
+
+    core: Core
+    book: JobBook
+    claims: Claims
+    reasons: PendingReasons
+    state: ProtectionState
+    out: list[Decision] = field(default_factory=list)
 
 
-def _running(ctx: Context, pred: Callable[[JobRecord], bool]) -> list[str]:
-    recs = [
-        r
-        for jid in ctx.ledger.allocs
-        if (r := ctx.records.get(jid)) is not None
-        and r.state is JobState.RUNNING
-        and r.notice is None
-        and pred(r)
-    ]
-    # lowest priority, least work lost, youngest first
-    recs.sort(
-        key=lambda r: (r.job.priority, r.work_at_risk(ctx.now), -(r.started_at or 0.0), r.job.id)
-    )
-    return [r.job.id for r in recs]
+def protect(st: Protecting, failed: dict[str, bool]) -> list[Decision]:
+    """Every partition that lent capacity out or may preempt, and has work waiting, when it is
+    due (see the module docstring)."""
+    core, book = st.core, st.book
+    led = core.ledger
+    for p, part in core.cluster.partitions.items():
+        lent = led.lent[p] > 0
+        incident = part.preemption.mode is not PreemptionMode.OFF
+        if not (lent or incident) or not core.queues.shapes[p]:
+            continue
+        donors = (p, *part.preemption.from_partitions)
+        picture = (
+            core.queues.added[p],
+            sum(led.freed[d] for d in donors),
+            led.lent[p],
+            len(book.noticed),
+            # a victim told to stop: the GPUs held for the job it was noticed for now show in
+            # the walk, which may tell a job behind that gang it waits for capacity
+            len(book.stopping),
+        )
+        due = core.now >= st.state.after.get(p, 0.0)
+        # (a changed picture matters after a walk that left jobs waiting, or when jobs it
+        # could not help last time still wait: victims may have appeared in a donor pool)
+        wanted = failed.get(p) or st.state.unserved.get(p)
+        if not due and (not wanted or st.state.seen.get(p) == picture):
+            continue
+        st.state.seen[p] = picture
+        st.state.after[p] = INF
+        candidates = (
+            r
+            for r in core.queues.ordered(p, core.share)
+            if (lent or r.job.workload_class is WorkloadClass.SERVING)
+            and r.job.id not in st.claims.nominations
+            and _waits_for_capacity(st.reasons, core, r)
+        )
+        waiting = list(islice(candidates, MAX_BATCH))
+        st.state.unserved[p] = bool(waiting) and protect_partition(st, p, waiting)
+    return st.out
 
 
-def _notice(
-    ctx: Context, victim: str, reason: Reason, grace: float, counted: bool, why: str
-) -> None:
-    vrec = ctx.records[victim]
-    deadline = ctx.now + grace
-    vrec.notice = NoticeState(reason, deadline, counted)
-    ctx.noticed[victim] = None
-    ctx.decisions.append(Notice(victim, reason, deadline, why))
-    if counted:
-        ctx.counters.preemptions[reason] += 1
-    else:
-        ctx.counters.reclaims[reason] += 1
+def _waits_for_capacity(reasons: PendingReasons, core: Core, rec: JobRecord) -> bool:
+    """Whether protection should look at ``rec``: it waits for capacity (or for the budget,
+    or for victims to age), or -- serving -- for quota at home: incident capacity freed in a
+    donor pool is not charged to its queue."""
+    why = reasons.why(rec.job.id, core.queues)
+    if why is None:
+        return False  # not yet considered ("queued")
+    if why.reason is Reason.QUOTA:
+        return rec.job.workload_class is WorkloadClass.SERVING
+    return why.reason in CAPACITY or why.reason in (Reason.PREEMPTION_BUDGET, Reason.MIN_RUNTIME)
 
 
-def protect_partition(ctx: Context, p: str, waiting: list[JobRecord]) -> None:
-    """Reclaim lent capacity, then (for serving) preempt in an incident, for ``waiting`` jobs."""
-    led = ctx.ledger
-    part = ctx.cluster.partitions[p]
+def protect_partition(st: Protecting, p: str, waiting: list[JobRecord]) -> bool:
+    """Reclaim lent capacity, then (for serving) preempt in an incident, for ``waiting`` jobs.
+    True when some of them could not be helped (no victims, or out of budget)."""
+    core, book, claims, reasons = st.core, st.book, st.claims, st.reasons
+    led = core.ledger
+    part = core.cluster.partitions[p]
     pol = part.preemption
     on_demand = pol.mode is PreemptionMode.ON_DEMAND
-    times = ctx.preempt_times.setdefault(p, deque())
-    while times and times[0] <= ctx.now - pol.window_s:
+    times = st.state.times.setdefault(p, deque())
+    while times and times[0] <= core.now - pol.window_s:
         times.popleft()
     taken: dict[str, None] = {}  # victims chosen in this batch, in order
     plan: list[tuple[JobRecord, tuple[str, ...], str, Reason]] = []
     counted = 0
     budget_hit: list[JobRecord] = []
     # victims already noticed or chosen in this batch -> the pool their GPUs come back to
-    inflight = {v: led.allocs[v].pool for v in ctx.noticed if v in led.allocs}
+    inflight = {v: led.allocs[v].pool for v in book.on_the_way_back() if v in led.allocs}
     lent_out = led.lent[p] > 0
     budget_left = (pol.budget - len(times)) if not on_demand else 1 << 30
     # candidate victims, in preference order, computed once per batch (they only shrink)
     lent_cands: list[str] | None = None
     donor_cands: dict[str, list[str]] = {}
-    hopeless: dict[int, None] = {}  # request shapes no victim set can help this cycle
+    # request shapes no victim set can help this cycle, and why, when the reason is not plain
+    hopeless: dict[int, tuple[Reason, str] | None] = {}
     # request shape -> ``changes`` when a job of it ran out of budget: until the batch changes
     # the fork (a placement, a victim search that found victims), the next one does too
     spent: dict[int, int] = {}
@@ -130,13 +152,17 @@ def protect_partition(ctx: Context, p: str, waiting: list[JobRecord]) -> None:
     pools = {p, *pol.from_partitions}  # where this batch places (and so what it can use)
     with led.fork():
         for v in inflight:  # capacity already on its way back counts as free
-            if _touches(led, led.allocs[v], pools):  # (idle sessions elsewhere need no undo)
+            if touches(led, led.allocs[v], pools):  # (idle sessions elsewhere need no undo)
                 led.release(v)
+        # ... except what the jobs already waiting for it will take: they go first
+        _place_nominated(st, pools)
         for rec in waiting[:MAX_BATCH]:
-            if rec.job.id in ctx.nominations or rec.state is not JobState.PENDING:
+            if rec.job.id in claims.nominations or rec.state is not JobState.PENDING:
                 continue
-            shape = ctx.queues.request_of(rec.job.id)
+            shape = core.queues.request_of(rec.job.id)
             if shape in hopeless:
+                if (blocker := hopeless[shape]) is not None:
+                    reasons.set_job(rec.job.id, *blocker)
                 continue
             if spent.get(shape) == changes:
                 budget_hit.append(rec)
@@ -146,22 +172,26 @@ def protect_partition(ctx: Context, p: str, waiting: list[JobRecord]) -> None:
             # (a home placement, lent GPUs reclaimed for it) needs the quota it has now.
             # Capacity freed by incident preemption in a donor pool is not charged.
             blocked = quota_blocks(
-                ctx.cluster, led, rec.queue, charge_milli(rec.job, ctx.cluster, p)
+                core.cluster, led, rec.queue, charge_milli(rec.job, core.cluster, p)
             )
             if blocked is not None:
-                ctx.set_pending(rec.job.id, Reason.QUOTA, blocked)
-            elif _place_tentatively(ctx, rec, p):
-                changes += 1
-                continue  # in-flight notices already cover it
-            covered = _covered_elsewhere(ctx, rec, pol, inflight)
+                reasons.set_job(rec.job.id, Reason.QUOTA, blocked)
+            elif place_tentatively(core, rec, p):
+                changes += 1  # capacity on its way back covers it: it waits for that
+                coming = {v: None for v, vp in inflight.items() if vp == p}
+                claims.nominations[rec.job.id] = Nomination(coming, (p,), False)
+                _waits(st, rec, coming)
+                continue
+            covered = _covered_elsewhere(core, rec, pol, inflight)
             if covered is not None:
                 changes += 1
-                ctx.nominations[rec.job.id] = Nomination(covered[1], (covered[0],), True)
+                claims.nominations[rec.job.id] = Nomination(covered[1], (covered[0],), True)
+                _waits(st, rec, covered[1])
                 continue
             if lent_out and blocked is None:
                 if lent_cands is None:
-                    lent_cands = _running(ctx, lambda r: led.allocs[r.job.id].lent_from == p)
-                got = _victims_for(ctx, rec, p, [v for v in lent_cands if v not in taken])
+                    lent_cands = running(core, book, lambda r: led.allocs[r.job.id].lent_from == p)
+                got = victims_for(core, rec, p, [v for v in lent_cands if v not in taken])
                 if got is not None:
                     changes += 1
                     taken.update(dict.fromkeys(got))
@@ -178,15 +208,19 @@ def protect_partition(ctx: Context, p: str, waiting: list[JobRecord]) -> None:
                 continue
             for pool in pol.from_partitions:
                 if pool not in donor_cands:
-                    donor_cands[pool] = _running(ctx, _eligible(ctx, pol, pool))
+                    donor_cands[pool] = running(core, book, eligible(core, pol, pool))
                 cands = [v for v in donor_cands[pool] if v not in taken]
-                got = _victims_for(ctx, rec, pool, cands)
+                mark = led.mark()
+                got = victims_for(core, rec, pool, cands)
                 if got is None:
+                    led.commit(mark)  # (nothing changed)
                     continue
-                changes += 1  # the victims are released and the job placed in the fork
                 if counted + len(got) > budget_left:
+                    led.rollback(mark)  # over budget: its victims stay candidates of the rest
                     budget_hit.append(rec)
                     break
+                led.commit(mark)
+                changes += 1  # the victims are released and the job placed in the fork
                 counted += len(got)
                 taken.update(dict.fromkeys(got))
                 inflight.update(dict.fromkeys(got, pool))
@@ -194,10 +228,14 @@ def protect_partition(ctx: Context, p: str, waiting: list[JobRecord]) -> None:
                 plan.append((rec, tuple(taken), pool, reason))
                 break
             else:
-                hopeless[shape] = None
-    ctx.protect_after[p] = _next_chance(ctx, pol, times, bool(budget_hit or hopeless))
+                young = _too_young(core, book, pol, rec, taken)
+                hopeless[shape] = (Reason.MIN_RUNTIME, young) if young is not None else None
+                if young is not None:
+                    reasons.set_job(rec.job.id, Reason.MIN_RUNTIME, young)
+    unserved = bool(budget_hit or hopeless)
+    st.state.after[p] = _next_chance(core, book, pol, times, unserved)
     for rec in budget_hit:
-        ctx.set_pending(
+        reasons.set_job(
             rec.job.id,
             Reason.PREEMPTION_BUDGET,
             f"fence {p} is full; incident preemption budget spent "
@@ -206,44 +244,99 @@ def protect_partition(ctx: Context, p: str, waiting: list[JobRecord]) -> None:
     noticed: dict[str, None] = {}
     for rec, victims, pool, reason in plan:
         for v in victims:
-            if v in noticed or v in ctx.noticed:
+            if v in noticed or v in book.noticed:
                 continue
             noticed[v] = None
-            vrec = ctx.records[v]
+            vrec = book.records[v]
             if reason is Reason.LENT_RECLAIM:
                 rule = next(r for r in part.lending if vrec.home in r.to)
                 why = f"partition {p} reclaims its lent GPUs for {rec.job.id}"
-                _notice(ctx, v, reason, rule.reclaim_deadline_s, False, why)
+                _notice(st, v, reason, rule.reclaim_deadline_s, False, why)
             else:
-                times.append(ctx.now)
+                times.append(core.now)
                 why = f"serving job {rec.job.id} needs GPUs its fence {p} cannot hold"
-                _notice(ctx, v, reason, pol.grace_s, True, why)
+                _notice(st, v, reason, pol.grace_s, True, why)
         incident = reason is not Reason.LENT_RECLAIM
-        ctx.nominations[rec.job.id] = Nomination(dict.fromkeys(victims), (pool,), incident)
-        ctx.set_pending(rec.job.id, Reason.WAITING_PREEMPTION, f"waiting for {', '.join(victims)}")
+        claims.nominations[rec.job.id] = Nomination(dict.fromkeys(victims), (pool,), incident)
+        _waits(st, rec, dict.fromkeys(victims))
+    return unserved
 
 
-def _touches(led: Ledger, alloc: Allocation, pools: set[str]) -> bool:
-    """Does ``alloc`` hold anything (GPUs, or CPU and memory of a node) that a placement in
-    ``pools`` could use?"""
-    if alloc.pool in pools:
-        return True
-    return any(q in pools for a in alloc.assignments for q in led.node_pools(a.node))
+def _too_young(
+    core: Core, book: JobBook, pol: PreemptionPolicy, rec: JobRecord, taken: dict[str, None]
+) -> str | None:
+    """When no victim may be preempted for ``rec`` only because the candidates have not run
+    ``min_runtime_s`` yet: which would make room, and from when they may be preempted."""
+    if pol.mode is not PreemptionMode.INCIDENT_ONLY or pol.min_runtime_s <= 0:
+        return None
+    led = core.ledger
+    for pool in pol.from_partitions:
+
+        def young(r: JobRecord, pool: str = pool) -> bool:
+            a = led.allocs[r.job.id]
+            serving = r.job.workload_class is WorkloadClass.SERVING
+            return a.pool == pool and not serving and r.job.checkpointable
+
+        # (a bounded look: the reason names the blocker; it must not cost a victim search over
+        # every job of a large donor pool on each cycle protection runs)
+        cands = [v for v in running(core, book, young) if v not in taken][:MAX_YOUNG]
+        with led.fork():
+            got = victims_for(core, rec, pool, cands)
+        if got:
+            at = max(book.records[v].started_at or 0.0 for v in got) + pol.min_runtime_s
+            return (
+                f"preempting {', '.join(got)} in {pool} would make room, but jobs run at "
+                f"least min_runtime_s {pol.min_runtime_s:g} before they are preempted "
+                f"(these may be from t={at:g})"
+            )
+    return None
+
+
+def _place_nominated(st: Protecting, pools: set[str]) -> None:
+    """In protection's fork: the jobs already nominated (waiting for victims noticed, or about
+    to bind on what is free) take their capacity first, so that it is not counted twice."""
+    book, core = st.book, st.core
+    for jid, nom in st.claims.nominations.items():
+        if book.records[jid].state is not JobState.PENDING:
+            continue
+        if not any(q in pools for q in nom.pools):
+            continue
+        rec = book.records[jid]
+        for q in nom.pools:
+            if place_tentatively(core, rec, q):
+                break
+
+
+def _waits(st: Protecting, rec: JobRecord, victims: dict[str, None]) -> None:
+    st.reasons.set_job(rec.job.id, Reason.WAITING_PREEMPTION, st.book.waiting_for(victims))
+
+
+def _notice(
+    st: Protecting, victim: str, reason: Reason, grace: float, counted: bool, why: str
+) -> None:
+    vrec = st.book.records[victim]
+    st.out.append(st.book.notice(vrec, reason, st.core.now + grace, counted, why))
+    if counted:
+        st.book.counters.preemptions[reason] += 1
+    else:
+        st.book.counters.reclaims[reason] += 1
 
 
 def _covered_elsewhere(
-    ctx: Context, rec: JobRecord, pol: PreemptionPolicy, inflight: dict[str, str]
+    core: Core, rec: JobRecord, pol: PreemptionPolicy, inflight: dict[str, str]
 ) -> tuple[str, dict[str, None]] | None:
     """A serving job that fits in a donor pool once the victims already noticed there stop."""
     if rec.job.workload_class is not WorkloadClass.SERVING or pol.mode is PreemptionMode.OFF:
         return None
     for pool in pol.from_partitions:
-        if _place_tentatively(ctx, rec, pool):
+        if place_tentatively(core, rec, pool):
             return pool, {v: None for v, vp in inflight.items() if vp == pool}
     return None
 
 
-def _next_chance(ctx: Context, pol: PreemptionPolicy, times: deque[float], waiting: bool) -> float:
+def _next_chance(
+    core: Core, book: JobBook, pol: PreemptionPolicy, times: deque[float], waiting: bool
+) -> float:
     """When protection could find something it cannot find now: a budget slot frees up, or a
     running job in a donor pool ages past the minimum runtime. inf when nothing waits."""
     if not waiting or pol.mode is PreemptionMode.OFF:
@@ -253,50 +346,7 @@ def _next_chance(ctx: Context, pol: PreemptionPolicy, times: deque[float], waiti
         if times and len(times) >= pol.budget:
             best = times[0] + pol.window_s
         for pool in pol.from_partitions:
-            aged = _first_to_age(ctx, pool, pol.min_runtime_s)
+            aged = first_to_age(core, book, pool, pol.min_runtime_s)
             if aged is not None:
                 best = min(best, aged)
     return best
-
-
-def _first_to_age(ctx: Context, pool: str, min_runtime_s: float) -> float | None:
-    """Earliest start + ``min_runtime_s`` still in the future among the checkpointable jobs
-    running in ``pool``. ``ctx.starts`` holds binds in start order; an entry at the front is
-    dropped for good when its job no longer runs there from that start (a later bind is a new
-    entry) or when it has aged past every policy's minimum runtime (time only moves on), and
-    the first valid entry still younger than ``min_runtime_s`` is the answer."""
-    starts = ctx.starts.get(pool)
-    if not starts:
-        return None
-    allocs = ctx.ledger.allocs
-    records = ctx.records
-    now = ctx.now
-    longest = ctx.donor_min_runtime[pool]
-
-    def valid(start: float, jid: str) -> bool:
-        a = allocs.get(jid)
-        return a is not None and a.pool == pool and records[jid].started_at == start
-
-    while starts and (starts[0][0] + longest <= now or not valid(*starts[0])):
-        starts.popleft()
-    for start, jid in starts:
-        if start + min_runtime_s > now and valid(start, jid):
-            return start + min_runtime_s
-    return None
-
-
-def _eligible(ctx: Context, pol: PreemptionPolicy, pool: str) -> Callable[[JobRecord], bool]:
-    on_demand = pol.mode is PreemptionMode.ON_DEMAND
-
-    def ok(r: JobRecord) -> bool:
-        a = ctx.ledger.allocs[r.job.id]
-        if a.pool != pool or r.job.workload_class is WorkloadClass.SERVING:
-            return False
-        if on_demand:
-            return True
-        started = r.started_at
-        return (
-            r.job.checkpointable and started is not None and ctx.now - started >= pol.min_runtime_s
-        )
-
-    return ok

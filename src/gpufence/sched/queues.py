@@ -1,4 +1,5 @@
-"""Pending jobs per queue and shape, walked in scheduling order (priority, then fair share).
+"""Pending jobs per queue and shape, walked in scheduling order: the partition's queue order
+(``sched/ordering.py``: by default priority), then fair share, then submit time.
 
 Jobs of one queue with the same priority, request shape and estimate bucket fit (or fail to fit)
 in exactly the same places, so a cycle walks *shape heads*: the first job of each shape. A shape
@@ -19,26 +20,32 @@ from bisect import bisect_left, insort
 from collections.abc import Callable, Iterator
 
 from gpufence.model.cluster import Cluster
+from gpufence.model.job import WorkloadClass
 from gpufence.sched.jobs import JobRecord
+from gpufence.sched.ordering import PriorityFairShare, QueueOrder
 
-_Key = tuple[int, float, int, str]  # (-priority, submit time, arrival seq, job id)
+_Key = tuple[int, float, int, str]  # (rank by the queue order, submit time, arrival seq, job id)
 ShapeKey = int  # interned (queue, priority, request shape, estimate bucket)
 
 
 def estimate_bucket(est: float | None) -> int | None:
-    """Runtime estimates in one power-of-two bucket, (2^(b-1), 2^b], are treated alike."""
+    """Planned run times (time limit, else estimate) in one power-of-two bucket,
+    (2^(b-1), 2^b], are treated alike."""
     return None if est is None else math.ceil(math.log2(max(est, 1.0)))
 
 
 class PendingQueues:
-    def __init__(self, cluster: Cluster) -> None:
+    def __init__(self, cluster: Cluster, orders: dict[str, QueueOrder] | None = None) -> None:
         self._cluster = cluster
+        # per home partition (default: priority, then fair share)
+        self._orders = orders or dict.fromkeys(cluster.partitions, PriorityFairShare())
         self._keys: dict[str, _Key] = {}
         self._shape_of: dict[str, int] = {}
         self._ids: dict[tuple[object, ...], int] = {}  # interned shape keys
         self._bucket: list[int | None] = []  # estimate bucket per shape id
         self._prio: list[int] = []  # priority per shape id
         self._gpus: list[int] = []  # GPUs per job (all replicas) per shape id
+        self._serving: list[bool] = []  # serving jobs, per shape id
         self._request_ids: dict[tuple[object, ...], int] = {}  # interned request shapes
         self._request_of: dict[str, int] = {}
         self._lists: dict[int, list[_Key]] = {}  # per shape, in scheduling order
@@ -58,7 +65,7 @@ class PendingQueues:
         return job_id in self.records
 
     def _intern(self, rec: JobRecord) -> int:
-        bucket = estimate_bucket(rec.job.est_runtime_s)
+        bucket = estimate_bucket(rec.job.planned_runtime_s)
         full = (rec.queue, rec.job.priority, rec.job.shape(), bucket)
         sid = self._ids.get(full)
         if sid is None:
@@ -66,11 +73,12 @@ class PendingQueues:
             self._bucket.append(bucket)
             self._prio.append(rec.job.priority)
             self._gpus.append(rec.job.total_gpus)
+            self._serving.append(rec.job.workload_class is WorkloadClass.SERVING)
         return sid
 
     def add(self, rec: JobRecord) -> None:
         self._seq += 1
-        key = (-rec.job.priority, rec.job.submit_time, self._seq, rec.job.id)
+        key = (self._orders[rec.home].rank(rec), rec.job.submit_time, self._seq, rec.job.id)
         sid = self._intern(rec)
         request = rec.job.shape()
         rid = self._request_ids.setdefault(request, len(self._request_ids))
@@ -133,6 +141,9 @@ class PendingQueues:
 
     def priority(self, sid: ShapeKey) -> int:
         return self._prio[sid]
+
+    def serving(self, sid: ShapeKey) -> bool:
+        return self._serving[sid]
 
     def gpus(self, sid: ShapeKey) -> int:
         """GPUs a job of the shape takes in all (0: CPU-only replicas)."""

@@ -8,16 +8,16 @@ from __future__ import annotations
 
 import heapq
 
+from gpufence.model.cluster import Cluster
 from gpufence.model.decisions import Notice, Reason
 from gpufence.model.job import WorkloadClass
-from gpufence.sched.context import Context
+from gpufence.sched.book import JobBook
 from gpufence.sched.jobs import JobRecord, JobState
-from gpufence.sched.jobs import Notice as NoticeState
 
 
-def _deadline(ctx: Context, rec: JobRecord) -> float | None:
+def _deadline(cluster: Cluster, rec: JobRecord) -> float | None:
     """When a running, un-noticed session crosses its idle threshold; None if it cannot."""
-    pol = ctx.cluster.partitions[rec.home].reclaim
+    pol = cluster.partitions[rec.home].reclaim
     if (
         pol is None
         or rec.job.workload_class is not WorkloadClass.INTERACTIVE
@@ -29,45 +29,44 @@ def _deadline(ctx: Context, rec: JobRecord) -> float | None:
     return None if last is None else last + pol.idle_after_s
 
 
-def track(ctx: Context, rec: JobRecord) -> None:
+def track(cluster: Cluster, book: JobBook, rec: JobRecord) -> None:
     """(Re)arm the idle deadline of a session: at bind, on activity, when a warning is withdrawn."""
-    t = _deadline(ctx, rec)
+    t = _deadline(cluster, rec)
     if t is not None:
-        heapq.heappush(ctx.idle_heap, (t, rec.job.id))
+        heapq.heappush(book.idle_heap, (t, rec.job.id))
 
 
-def _due(ctx: Context) -> tuple[float, JobRecord] | None:
+def _due(cluster: Cluster, book: JobBook) -> tuple[float, JobRecord] | None:
     """The earliest valid entry, dropping stale ones."""
-    heap = ctx.idle_heap
+    heap = book.idle_heap
     while heap:
         t, jid = heap[0]
-        rec = ctx.records.get(jid)
-        if rec is not None and jid in ctx.interactive and _deadline(ctx, rec) == t:
+        rec = book.records.get(jid)
+        if rec is not None and jid in book.interactive and _deadline(cluster, rec) == t:
             return t, rec
         heapq.heappop(heap)
     return None
 
 
-def warn_idle(ctx: Context) -> None:
+def warn_idle(cluster: Cluster, book: JobBook, now: float) -> list[Notice]:
     """Warn running interactive sessions idle for longer than their partition allows."""
-    while (due := _due(ctx)) is not None and due[0] <= ctx.now:
-        heapq.heappop(ctx.idle_heap)
+    out: list[Notice] = []
+    while (due := _due(cluster, book)) is not None and due[0] <= now:
+        heapq.heappop(book.idle_heap)
         _, rec = due
-        pol = ctx.cluster.partitions[rec.home].reclaim
+        pol = cluster.partitions[rec.home].reclaim
         assert pol is not None
-        jid = rec.job.id
         last = due[0] - pol.idle_after_s
-        deadline = ctx.now + pol.warning_s
-        rec.notice = NoticeState(Reason.IDLE, deadline, counted=False)
-        ctx.noticed[jid] = None
+        deadline = now + pol.warning_s
         msg = (
-            f"idle for {ctx.now - last:.0f} s (activity < {pol.idle_threshold:g}); "
-            f"GPUs reclaimed in {deadline - ctx.now:.0f} s unless it becomes active"
+            f"idle for {now - last:.0f} s (activity < {pol.idle_threshold:g}); "
+            f"GPUs reclaimed in {deadline - now:.0f} s unless it becomes active"
         )
-        ctx.decisions.append(Notice(jid, Reason.IDLE, deadline, msg))
+        out.append(book.notice(rec, Reason.IDLE, deadline, False, msg))
+    return out
 
 
-def idle_deadline(ctx: Context) -> float | None:
+def idle_deadline(cluster: Cluster, book: JobBook) -> float | None:
     """Earliest future time a running session would cross its idle threshold."""
-    due = _due(ctx)
+    due = _due(cluster, book)
     return due[0] if due is not None else None

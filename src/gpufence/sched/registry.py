@@ -1,21 +1,31 @@
 """The one explicit registry of scheduling plugins (no import side effects).
 
-Extension points and what implements them:
-  queue order   -> sched.queues.PendingQueues.ordered + sched.fairshare.FairShare
-  admission     -> sched.admission.quota_blocks (cohort quotas)
-  filter/place  -> sched.placement.{whole,mig_instances,fractional,timeslice} via
-                   sched.placement.dispatch
-  score         -> SCORERS below (fractional partitions choose one by name)
-  reserve       -> sched.backfill.reserve (head-of-line gang reservation)
-  post-filter   -> sched.protect (lent reclaim, incident / on-demand preemption)
-  permit        -> gang all-or-nothing: placers return a whole gang or nothing
-  reclaim       -> sched.reclaim (idle interactive sessions)
+Each extension point is a typed Protocol and a dict from the name a cluster spec uses to a
+factory; the spec's lists of valid names are these dicts' keys (``names``), so adding a policy
+is one module plus one line here.
+
+  queue order   QUEUE_ORDERS   sched/ordering.QueueOrder      partition ``queue_order:``
+  placement     PLACERS        sched/placement/fit.Placer     per sharing mode
+  score         SCORERS        sched/placement/scoring.Scorer fractional ``placement:``
+  admission     ADMISSION      sched/admission.Admission      run in order on every job placed
+
+Fixed parts of the cycle that are not (yet) pluggable: reserve/backfill (sched/backfill.py),
+post-filter = protection (sched/protect.py), permit = gangs all-or-nothing (placers return a
+whole gang or nothing), reclaim of idle sessions (sched/reclaim.py).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import TypeVar
 
+from gpufence.model.partition import Partition, SharingMode
+from gpufence.sched.admission import Admission, CohortQuota
+from gpufence.sched.las import LeastAttainedService
+from gpufence.sched.ordering import PriorityFairShare, QueueOrder
+from gpufence.sched.placement.fit import Placer
+from gpufence.sched.placement.fractional import FractionalPlacer
+from gpufence.sched.placement.mig_instances import MigPlacer
 from gpufence.sched.placement.scoring import (
     BestFit,
     FencePack,
@@ -23,19 +33,65 @@ from gpufence.sched.placement.scoring import (
     RandomFit,
     Scorer,
 )
+from gpufence.sched.placement.timeslice import TimeSlicePlacer
+from gpufence.sched.placement.whole import WholeGpuPlacer
+
+QUEUE_ORDERS: dict[str, Callable[[], QueueOrder]] = {
+    "fair-share": PriorityFairShare,
+    "las": LeastAttainedService,
+}
 
 SCORERS: dict[str, Callable[[int], Scorer]] = {
     "best-fit": lambda seed: BestFit(seed=seed),
-    "random": lambda seed: RandomFit(seed),
     "fgd": lambda seed: FragmentationGradient(seed=seed),
     "fence-pack": lambda seed: FencePack(seed=seed),
+    "random": lambda seed: RandomFit(seed),
 }
+
+# per sharing mode: a placer for a partition (and the seed of its scorer, where it has one)
+PLACERS: dict[SharingMode, Callable[[Partition, int], Placer]] = {
+    SharingMode.EXCLUSIVE: lambda part, seed: WholeGpuPlacer(),
+    SharingMode.MIG: lambda part, seed: MigPlacer(),
+    SharingMode.FRACTIONAL: lambda part, seed: FractionalPlacer(make_scorer(part.placement, seed)),
+    SharingMode.TIME_SLICE: lambda part, seed: TimeSlicePlacer(),
+}
+
+ADMISSION: dict[str, Callable[[], Admission]] = {
+    "quota": CohortQuota,
+}
+
+_KINDS: dict[str, Mapping[str, object]] = {
+    "queue order": QUEUE_ORDERS,
+    "placement policy": SCORERS,
+}
+T = TypeVar("T")
+
+
+def names(kind: str) -> tuple[str, ...]:
+    """The valid names of one kind of named plugin ("queue order", "placement policy"), in
+    registry order: what the cluster spec accepts."""
+    return tuple(_KINDS[kind])
+
+
+def _lookup(table: dict[str, T], kind: str, name: str) -> T:
+    try:
+        return table[name]
+    except KeyError:
+        known = ", ".join(sorted(table))
+        raise ValueError(f"unknown {kind} '{name}' (known: {known})") from None
 
 
 def make_scorer(name: str, seed: int) -> Scorer:
-    try:
-        factory = SCORERS[name]
-    except KeyError:
-        known = ", ".join(sorted(SCORERS))
-        raise ValueError(f"unknown placement policy '{name}' (known: {known})") from None
-    return factory(seed)
+    return _lookup(SCORERS, "placement policy", name)(seed)
+
+
+def make_queue_order(name: str) -> QueueOrder:
+    return _lookup(QUEUE_ORDERS, "queue order", name)()
+
+
+def make_placer(part: Partition, seed: int) -> Placer:
+    return PLACERS[part.sharing](part, seed)
+
+
+def admission_rules() -> tuple[Admission, ...]:
+    return tuple(factory() for factory in ADMISSION.values())

@@ -12,7 +12,8 @@ from __future__ import annotations
 from gpufence.model import mig as migmod
 from gpufence.model.events import JobRestored
 from gpufence.model.job import RequestKind
-from gpufence.sched.context import Context
+from gpufence.sched.book import JobBook
+from gpufence.sched.context import Core
 from gpufence.sched.intake import Refused, resolve
 from gpufence.sched.jobs import JobRecord, JobState
 from gpufence.sched.reclaim import track
@@ -23,10 +24,10 @@ class RestoreConflict(ValueError):
     """A restored job's GPUs are not free in the ledger (or do not exist)."""
 
 
-def _conflict(ctx: Context, ev: JobRestored) -> str | None:
-    led = ctx.ledger
+def _conflict(core: Core, ev: JobRestored) -> str | None:
+    led = core.ledger
     n_gpus = len(led.owner)
-    if ev.pool not in ctx.cluster.partitions:
+    if ev.pool not in core.cluster.partitions:
         return f"partition '{ev.pool}' is not in the cluster spec"
     if len(ev.assignments) != ev.job.replicas:
         return f"{len(ev.assignments)} assignments for {ev.job.replicas} replicas"
@@ -49,38 +50,42 @@ def _conflict(ctx: Context, ev: JobRestored) -> str | None:
     return None
 
 
-def restore(ctx: Context, ev: JobRestored) -> None:
+def restore(core: Core, book: JobBook, ev: JobRestored) -> None:
     job = ev.job
-    if job.id in ctx.records:
+    if job.id in book.records:
         raise RestoreConflict(f"job {job.id}: restored twice or after it was submitted")
-    got = resolve(ctx.cluster, job)
+    got = resolve(core.cluster, job, core.ledger.mig)
     if isinstance(got, Refused):
         raise RestoreConflict(f"job {job.id}: the cluster spec no longer admits it: {got.message}")
-    problem = _conflict(ctx, ev)
+    problem = _conflict(core, ev)
     if problem is not None:
         raise RestoreConflict(f"job {job.id}: {problem}")
     rec = JobRecord(job, got.home, got.queue, JobState.RUNNING, attempt=ev.attempt)
     rec.started_at = ev.started_at
-    rec.last_active = ctx.now
-    ctx.records[job.id] = rec
-    ctx.ledger.allocate(
+    rec.last_active = core.now
+    book.records[job.id] = rec
+    core.ledger.allocate(
         Allocation(
             job=job,
             home=got.home,
             queue=got.queue,
             pool=ev.pool,
             assignments=ev.assignments,
-            charge_milli=charge_milli(job, ctx.cluster, ev.pool),
+            charge_milli=charge_milli(job, core.cluster, ev.pool),
             lent_from=ev.lent_from,
             # outside its home without a lending rule = on capacity an incident freed
             incident=ev.pool != got.home and ev.lent_from is None,
         )
     )
-    ctx.engine.observe(job, got.home)
+    core.engine.observe(job, got.home)
     if ev.stopping is not None:
         rec.state = JobState.STOPPING
+        book.stopping[job.id] = None
         rec.stop_reason = ev.stopping
         rec.requeue_on_stop = ev.requeue
-    elif ctx.cluster.partitions[got.home].reclaim is not None:
-        ctx.interactive[job.id] = None
-        track(ctx, rec)
+    else:
+        home = core.cluster.partitions[got.home]
+        book.arm_limit(rec, home.preemption.grace_s)
+        if home.reclaim is not None:
+            book.interactive[job.id] = None
+            track(core.cluster, book, rec)

@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from gpufence.model.cluster import Cluster
+from gpufence.model.lifecycle import JobState
 from gpufence.sched.scheduler import SchedulerConfig
 from gpufence.sim.contention import Contention
 from gpufence.sim.generate import generate
@@ -128,7 +129,7 @@ def policy_metrics(
     rec: dict[str, int] = {str(k): int(v) for k, v in dict(c["reclaims"]).items()}  # type: ignore[call-overload]
     returned = 0.0
     for tr in result.jobs.values():
-        if tr.state == "reclaimed" and tr.end is not None and tr.first_start is not None:
+        if tr.state is JobState.RECLAIMED and tr.end is not None and tr.first_start is not None:
             left = tr.item.duration_s - (tr.end - tr.first_start)
             returned += max(0.0, left) * tr.item.job.total_gpus
     lost = lost_gpu_hours(result.lost_gpu_s)

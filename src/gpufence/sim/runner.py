@@ -45,6 +45,7 @@ from gpufence.model.events import (
     Tick,
 )
 from gpufence.model.job import Job
+from gpufence.model.lifecycle import TERMINAL, JobState, after_stop
 from gpufence.sched.scheduler import Scheduler, SchedulerConfig
 from gpufence.sim.contention import Released
 from gpufence.sim.event_queue import EventQueue
@@ -80,7 +81,7 @@ class JobTrace:
     submitted: float
     first_start: float | None = None
     end: float | None = None
-    state: str = "pending"
+    state: JobState = JobState.PENDING
     attempt: int = 0
     started: float | None = None  # start of the current attempt
     done_s: float = 0.0  # work kept (checkpointed) across attempts, in solo seconds
@@ -206,9 +207,9 @@ class Simulation:
     def cancel(self, job_id: str, now: float) -> JobCancelled | None:
         """For controllers: the front end cancels a job (stopping it if it runs)."""
         tr = self.jobs.get(job_id)
-        if tr is None or tr.state in ("done", "failed", "rejected", "cancelled", "reclaimed"):
+        if tr is None or tr.state in TERMINAL:
             return None
-        tr.state, tr.end, tr.started = "cancelled", now, None
+        tr.state, tr.end, tr.started = JobState.CANCELLED, now, None
         tr.attempt += 1  # invalidates the pending finish of the running attempt
         self._close(job_id, now)
         return JobCancelled(job_id)
@@ -304,7 +305,7 @@ class Simulation:
         if kind in ("finish", "ckpt") and payload[2] != tr.epoch:
             return None  # scheduled under an older rating of the attempt
         if kind == "finish":
-            tr.state, tr.end, tr.started = "done", now, None
+            tr.state, tr.end, tr.started = JobState.DONE, now, None
             self._close(jid, now)
             return JobFinished(jid)
         if kind == "ack":  # the checkpoint keeps all work so far; periodic ones restart
@@ -368,7 +369,7 @@ class Simulation:
         fresh = set(bound)
         for jid, f in factors.items():
             tr = self.jobs.get(jid)
-            if tr is None or tr.started is None or tr.state != "running":
+            if tr is None or tr.started is None or tr.state is not JobState.RUNNING:
                 continue
             speed = 1.0 / max(f, 1e-9)
             if jid in fresh:
@@ -394,7 +395,7 @@ class Simulation:
             tr = self.jobs[d.job_id]
             tr.attempt += 1
             tr.attempts += 1
-            tr.state = "running"
+            tr.state = JobState.RUNNING
             tr.started = now
             if tr.first_start is None:
                 tr.first_start = now
@@ -417,9 +418,8 @@ class Simulation:
                 if counts_as_loss(str(tr.item.job.workload_class), str(d.reason)):
                     lost = (now - tr.last_ckpt) * tr.item.job.total_gpus
                     self.lost_gpu_s.append((str(d.reason), lost))
-            tr.state = (
-                "stopping" if d.requeue else ("reclaimed" if d.reason is Reason.IDLE else "failed")
-            )
+            # the stop is confirmed at once here: a stop that ends the job ends it now
+            tr.state = JobState.STOPPING if d.requeue else after_stop(d.reason, requeue=False)
             if not d.requeue:
                 tr.end = now
             self.q.push(now, ("stopped", (d.job_id, tr.attempt)))
@@ -429,11 +429,11 @@ class Simulation:
                 self.q.push(now + tr.item.ack_after_s, ("ack", (d.job_id, tr.attempt)))
         elif isinstance(d, Reject):
             tr = self.jobs[d.job_id]
-            tr.state, tr.end = "rejected", now
+            tr.state, tr.end = JobState.REJECTED, now
         elif isinstance(d, Cancel):  # a dependency that can never be met (traces have none)
             tr = self.jobs[d.job_id]
-            tr.state, tr.end = "cancelled", now
+            tr.state, tr.end = JobState.CANCELLED, now
         elif isinstance(d, Requeue):
-            self.jobs[d.job_id].state = "pending"
+            self.jobs[d.job_id].state = JobState.PENDING
         elif isinstance(d, MigReconfigure):
             self.q.push(now + d.ready_after_s, ("mig", d.gpu))

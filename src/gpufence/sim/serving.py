@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from gpufence.model.events import Event
 from gpufence.model.job import GpuRequest, Job, WorkloadClass
+from gpufence.model.lifecycle import JobState
 from gpufence.sim.contention import Contention
 from gpufence.sim.latency import INF, Pools, mixture_quantile
 from gpufence.sim.runner import Simulation, WorkItem
@@ -90,15 +91,16 @@ class Fleet:
         self._record(now, sim)
         events: list[Event] = []
         target = self.desired(now)
-        self._alive = {j: None for j in self._alive if sim.jobs[j].state in ("pending", "running")}
+        live = (JobState.PENDING, JobState.RUNNING)
+        self._alive = {j: None for j in self._alive if sim.jobs[j].state in live}
         alive = list(self._alive)
         if target > len(alive):
             for _ in range(target - len(alive)):
                 events.append(sim.submit(self._replica(now), now))
         elif target < len(alive):
             # scale in: pending replicas first, then the newest running ones
-            pending = [j for j in alive if sim.jobs[j].state == "pending"]
-            running = [j for j in reversed(alive) if sim.jobs[j].state == "running"]
+            pending = [j for j in alive if sim.jobs[j].state is JobState.PENDING]
+            running = [j for j in reversed(alive) if sim.jobs[j].state is JobState.RUNNING]
             for jid in (pending + running)[: len(alive) - target]:
                 ev = sim.cancel(jid, now)
                 self._alive.pop(jid, None)
@@ -131,7 +133,7 @@ class Fleet:
         start = self._last
         s = self.svc
         ledger = sim.scheduler.ledger
-        running = [j for j in self._alive if sim.jobs[j].state == "running"]
+        running = [j for j in self._alive if sim.jobs[j].state is JobState.RUNNING]
         exp = self.contention.mean_replica_exposure(ledger, running, s.network_share)
         inflation = exp.mean_factor
         cv = math.sqrt(s.service_cv**2 + exp.extra_cv2)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
+from gpufence.model.lifecycle import TERMINAL, JobState
 from gpufence.sim.runner import JobTrace, SimResult
 from gpufence.telemetry.capacity import allocation_ratio
 from gpufence.telemetry.delays import JobTimes, completion_times, queue_delays
@@ -16,7 +17,7 @@ from gpufence.telemetry.distribution import percentile, percentiles
 
 __all__ = ["decision_line", "decision_text", "percentile", "percentiles", "summarize"]
 
-ENDED = frozenset({"cancelled", "rejected", "failed", "reclaimed"})
+ENDED = TERMINAL - {JobState.DONE}  # ended without completing
 
 
 def job_times(tr: JobTrace) -> JobTimes:
@@ -25,7 +26,7 @@ def job_times(tr: JobTrace) -> JobTimes:
         cls=str(tr.item.job.workload_class),
         submitted=tr.submitted,
         started=tr.first_start,
-        completed=tr.end if tr.state == "done" else None,
+        completed=tr.end if tr.state is JobState.DONE else None,
         ended=tr.state in ENDED,
     )
 
@@ -43,9 +44,9 @@ def summarize(result: SimResult, total_gpus: int, horizon: float | None = None) 
     span = max(result.end_time, 1e-9)
     return {
         "submitted": len(result.jobs),
-        "completed": states.get("done", 0),
-        "rejected": states.get("rejected", 0),
-        "pending_at_end": states.get("pending", 0),
+        "completed": states.get(JobState.DONE, 0),
+        "rejected": states.get(JobState.REJECTED, 0),
+        "pending_at_end": states.get(JobState.PENDING, 0),
         "states": dict(sorted(states.items())),
         "queue_delay_s": qd["started"],
         "queue_delay_all_s": qd["all"],

@@ -57,14 +57,29 @@ class Timeline:
         return [], (nxt if nxt <= self.horizon_s else None)
 
     def sample(self, now: float, sim: Simulation) -> Sample:
-        led = sim.scheduler.ledger
-        c = led.cluster
-        allocated = {p: v / 1000.0 for p, v in led.pool_used.items()}
+        query = sim.scheduler.query
+        c = sim.scheduler.cluster
+        pools = {p: query.pool(p) for p in c.partitions}
+        allocated = {p: use.used_milli / 1000.0 for p, use in pools.items()}
         busy = dict(allocated)
-        for jid, alloc in led.allocs.items():
-            if alloc.job.workload_class is WorkloadClass.INTERACTIVE:
-                act = _current_activity(sim, jid, now)
-                busy[alloc.pool] -= alloc.charge_milli / 1000.0 * (1.0 - act)
+        classes = [str(w) for w in WorkloadClass]
+        pending = dict.fromkeys(classes, 0)
+        running = dict(pending)
+        oldest = dict.fromkeys(classes, 0.0)
+        for h in query.holdings():
+            running[str(h.workload_class)] += 1
+            if h.workload_class is WorkloadClass.INTERACTIVE:
+                act = _current_activity(sim, h.job_id, now)
+                busy[h.pool] -= h.charge_milli / 1000.0 * (1.0 - act)
+        for job in query.pending():
+            cls = str(job.workload_class)
+            pending[cls] += 1
+            tr = sim.jobs.get(job.job_id)
+            if tr is not None and tr.first_start is None:
+                oldest[cls] = max(oldest[cls], now - tr.submitted)
+        # fragmentation: the telemetry definitions read free capacity per node / GPU off the
+        # ledger (read-only), recomputed only for pools whose nodes changed
+        led = sim.scheduler.ledger
         frag: dict[str, float] = {}
         gang: dict[str, int] = {}
         for p, part in c.partitions.items():
@@ -84,18 +99,6 @@ class Timeline:
                 mig = part.sharing is SharingMode.MIG
                 gang[p] = largest_placeable_gang(free) if not mig else 0
             self._pools[p] = (led.pool_version[p], frag[p], gang[p])
-        classes = [str(w) for w in WorkloadClass]
-        pending = dict.fromkeys(classes, 0)
-        running = dict(pending)
-        oldest = dict.fromkeys(classes, 0.0)
-        for rec in sim.scheduler.ctx.queues.records.values():
-            cls = str(rec.job.workload_class)
-            pending[cls] += 1
-            tr = sim.jobs.get(rec.job.id)
-            if tr is not None and tr.first_start is None:
-                oldest[cls] = max(oldest[cls], now - tr.submitted)
-        for alloc in led.allocs.values():
-            running[str(alloc.job.workload_class)] += 1
         # checkpoint writes since the last sample load the shared storage: each write moves
         # checkpoint_gb_per_gpu x GPUs of the job (sharded model + optimizer state) [I]
         new = sim.checkpoints[self._seen_ckpt :]

@@ -28,7 +28,9 @@
 #       time_slice_max: 4      # jobs per GPU; required for (and only for) time-slice, >= 2
 #       mig: {layout: ["3g.40gb", "2g.20gb", "1g.10gb@6"], dynamic: false,
 #             reconfigure_delay_s: 60}   # only with sharing: mig; "profile@start" pins a start
-#       placement: best-fit    # fractional placement: best-fit | fgd | fence-pack | random
+#       placement: best-fit    # fractional placement policy (sched/registry.py SCORERS)
+#       queue_order: fair-share  # how pending jobs are ranked: fair-share (priority, then
+#                              #   weighted fair share) or las (sched/registry.py QUEUE_ORDERS)
 #       backfill: true
 #       lending: [{to: [training], cap_gpus: 8, reclaim_deadline_s: 120,
 #                  checkpointable_only: true}]
@@ -45,7 +47,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from pydantic import (
     BaseModel,
@@ -61,6 +63,7 @@ from pydantic import (
     StringConstraints,
     WithJsonSchema,
 )
+from pydantic_core import PydanticCustomError
 
 from gpufence.model.hardware import Fabric
 from gpufence.model.job import MILLI_PER_GPU, WorkloadClass
@@ -75,12 +78,41 @@ from gpufence.model.partition import (
     ServingSlo,
     SharingMode,
 )
+from gpufence.sched import registry
 
 NAME_RE = r"[A-Za-z0-9][A-Za-z0-9_.-]*"
 # Names end up inside selectors ("g[0:2]:0-3") and node names, so brackets, colons and spaces
 # are kept out of them.
 Name = Annotated[str, StringConstraints(pattern=f"^{NAME_RE}$")]
-PlacementName = Literal["best-fit", "fgd", "fence-pack", "random"]
+
+
+def _registered(kind: str) -> Any:
+    """A validator for the name of a registered scheduling plugin: the registry
+    (sched/registry.py) is the only list of valid names; a wrong one fails like a literal,
+    naming the valid ones."""
+
+    def check(value: object) -> str:
+        valid = registry.names(kind)
+        if not isinstance(value, str) or value not in valid:
+            expected = ", ".join(repr(n) for n in valid)
+            raise PydanticCustomError(
+                "literal_error", "Input should be one of {expected}", {"expected": expected}
+            )
+        return value
+
+    return PlainValidator(check)
+
+
+PlacementName = Annotated[
+    str,
+    _registered("placement policy"),
+    WithJsonSchema({"enum": list(registry.names("placement policy"))}),
+]
+QueueOrderName = Annotated[
+    str,
+    _registered("queue order"),
+    WithJsonSchema({"enum": list(registry.names("queue order"))}),
+]
 
 _NODE_SEL_RE = re.compile(
     rf"^(?P<group>{NAME_RE})(?:\[(?:(?P<idx>-?\d+)|(?P<a>-?\d+)?(?P<colon>:)(?P<b>-?\d+)?)\])?$"
@@ -277,6 +309,7 @@ class PartitionSchema(PartitionFence):
     time_slice_max: int | None = None  # range checked in local_problems, knowing the sharing
     mig: MigSchema | None = None
     placement: PlacementName = "best-fit"
+    queue_order: QueueOrderName = "fair-share"
     backfill: bool = True
     lending: tuple[LendingSchema, ...] = ()
     preemption: PreemptionSchema | None = None
@@ -347,6 +380,7 @@ class PartitionSchema(PartitionFence):
             else None,
             placement=self.placement,
             backfill=self.backfill,
+            queue_order=self.queue_order,
             slo=ServingSlo(self.slo.p99_ms, self.slo.window_s, self.slo.contractual)
             if self.slo is not None
             else None,

@@ -56,10 +56,14 @@ def check(ledger: Ledger) -> list[str]:
                         problems.append(f"GPU {g} oversubscribed: {owner[g]} and {jid}")
                     owner[g] = jid
 
+    if any(ledger.pool_held.values()):
+        problems.append(f"GPUs counted on hold after the step: {ledger.pool_held}")
     for gpu in c.gpus:
         gid = gpu.gid
         held = ledger.owner[gid]
         if held is not None and held.startswith(HOLD_PREFIX):
+            # holds (reservations, nominations) last one placement pass, never past a step
+            problems.append(f"GPU {gid} still held for {held[len(HOLD_PREFIX) :]} after the step")
             held = None
         if held != owner.get(gid):
             problems.append(f"GPU {gid}: ledger owner {held} but allocations say {owner.get(gid)}")

@@ -75,7 +75,8 @@ class Ledger:
         self.queue_used: dict[str, int] = {q: 0 for q in cluster.queues}  # milli, own pool only
         self.queue_lent_used: dict[str, int] = {q: 0 for q in cluster.queues}
         # bumped whenever capacity comes back to a pool (a release, a node up, a MIG layout):
-        # a queue that failed to fit cannot fit before it changes. Never undone by rollback.
+        # a queue that failed to fit cannot fit before it changes. A what-if release is undone
+        # with the rest of its fork (readers compare values taken outside forks only).
         self.freed: dict[str, int] = {p: 0 for p in cluster.partitions}
         self._sharing = [cluster.partitions[g.partition].sharing for g in cluster.gpus]
         self._gpu_mem = [cluster.gpu_type_of(g.gid).memory_mib for g in cluster.gpus]
@@ -83,6 +84,7 @@ class Ledger:
         self.free_count: dict[tuple[str, int], int] = {}
         self.buckets: dict[str, list[dict[int, None]]] = {}
         self.pool_free: dict[str, int] = {p: 0 for p in cluster.partitions}
+        self.pool_held: dict[str, int] = {p: 0 for p in cluster.partitions}  # GPUs on hold
         self._undo: list[Callable[[], None]] | None = None
         self.version = 0  # bumped by every change of GPU or node state (caches key on it)
         # per pool: bumped by every change on a node hosting GPUs of that pool, so a cache of one
@@ -248,9 +250,13 @@ class Ledger:
         b[new][gpu.node] = None
         self.pool_free[gpu.partition] += new - old
 
-    def _set_owner(self, g: int, owner: str | None) -> None:
+    def _changed(self, node: int) -> None:
+        """Every primitive starts here: caches keyed on the ledger or a pool version go stale."""
         self.version += 1
-        self._touch(self._node_of[g])
+        self._touch(node)
+
+    def _set_owner(self, g: int, owner: str | None) -> None:
+        self._changed(self._node_of[g])
         prev = self.owner[g]
         was = self._is_free(g)
         self.owner[g] = owner
@@ -258,54 +264,36 @@ class Ledger:
         if self._undo is not None:  # only inside a transaction
             self._undo.append(lambda: self._set_owner(g, prev))
 
-    def _add_share(self, g: int, job: str, milli: int, mem: int) -> None:
-        self.version += 1
-        self._touch(self._node_of[g])
+    def _share(self, g: int, job: str, milli: int, mem: int) -> None:
+        """Add (milli > 0) or take back (milli < 0) a fractional share of GPU ``g``."""
+        self._changed(self._node_of[g])
         was = self._is_free(g)
         self.milli[g] += milli
         self.gmem[g] += mem
         # a multi-replica gang may put several replicas on one GPU: shares accumulate
-        self.shares[g][job] = self.shares[g].get(job, 0) + milli
-        self._reindex(g, was)
-        if self._undo is not None:  # only inside a transaction
-            self._undo.append(lambda: self._remove_share(g, job, milli, mem))
-
-    def _remove_share(self, g: int, job: str, milli: int, mem: int) -> None:
-        self.version += 1
-        self._touch(self._node_of[g])
-        was = self._is_free(g)
-        self.milli[g] -= milli
-        self.gmem[g] -= mem
-        left = self.shares[g][job] - milli
+        left = self.shares[g].get(job, 0) + milli
         if left:
             self.shares[g][job] = left
         else:
             del self.shares[g][job]
         self._reindex(g, was)
         if self._undo is not None:  # only inside a transaction
-            self._undo.append(lambda: self._add_share(g, job, milli, mem))
+            self._undo.append(lambda: self._share(g, job, -milli, -mem))
 
-    def _ts_add(self, g: int, job: str) -> None:
-        self.version += 1
-        self._touch(self._node_of[g])
+    def _time_slice(self, g: int, job: str, join: bool) -> None:
+        """``job`` joins (or leaves) the time-slice occupants of GPU ``g``."""
+        self._changed(self._node_of[g])
         was = self._is_free(g)
-        self.ts[g].append(job)
+        if join:
+            self.ts[g].append(job)
+        else:
+            self.ts[g].remove(job)
         self._reindex(g, was)
         if self._undo is not None:  # only inside a transaction
-            self._undo.append(lambda: self._ts_remove(g, job))
-
-    def _ts_remove(self, g: int, job: str) -> None:
-        self.version += 1
-        self._touch(self._node_of[g])
-        was = self._is_free(g)
-        self.ts[g].remove(job)
-        self._reindex(g, was)
-        if self._undo is not None:  # only inside a transaction
-            self._undo.append(lambda: self._ts_add(g, job))
+            self._undo.append(lambda: self._time_slice(g, job, not join))
 
     def _mig_occupy(self, g: int, idx: int, job: str | None) -> None:
-        self.version += 1
-        self._touch(self._node_of[g])
+        self._changed(self._node_of[g])
         st = self.mig[g]
         prev = st.occupant[idx]
         st.occupant[idx] = job
@@ -317,8 +305,7 @@ class Ledger:
             self._undo.append(lambda: self._mig_occupy(g, idx, prev))
 
     def _node_res(self, node: int, cpu: int, mem: int) -> None:
-        self.version += 1
-        self._touch(node)
+        self._changed(node)
         self.cpu_used[node] += cpu
         self.mem_used[node] += mem
         if self._undo is not None:  # only inside a transaction
@@ -339,8 +326,7 @@ class Ledger:
             self._undo.append(lambda: self._set_alloc(job_id, prev))
 
     def set_node_up(self, node: int, up: bool) -> None:
-        self.version += 1
-        self._touch(node)
+        self._changed(node)
         if up:
             for p in self.cluster.partitions:
                 self.freed[p] += 1
@@ -356,8 +342,7 @@ class Ledger:
             self._undo.append(lambda: self.set_node_up(node, prev))
 
     def set_blocked(self, g: int, blocked: bool) -> None:
-        self.version += 1
-        self._touch(self._node_of[g])
+        self._changed(self._node_of[g])
         self.freed[self.cluster.gpus[g].partition] += 1
         was = self._is_free(g)
         prev = g in self.blocked
@@ -370,8 +355,7 @@ class Ledger:
             self._undo.append(lambda: self.set_blocked(g, prev))
 
     def set_mig_layout(self, g: int, instances: Iterable[migmod.MigInstance]) -> None:
-        self.version += 1
-        self._touch(self._node_of[g])
+        self._changed(self._node_of[g])
         self.freed[self.cluster.gpus[g].partition] += 1
         st = self.mig[g]
         assert not st.busy(), "MIG layouts change only on idle GPUs"
@@ -386,68 +370,65 @@ class Ledger:
     # ------------------------------------------------------------------ holds
     def hold(self, g: int, tag: str) -> None:
         self._set_owner(g, HOLD_PREFIX + tag)
+        self._counter(self.pool_held, self.cluster.gpus[g].partition, 1)
 
     def unhold(self, g: int) -> None:
         owner = self.owner[g]
         assert owner is not None and owner.startswith(HOLD_PREFIX)
         self._set_owner(g, None)
+        self._counter(self.pool_held, self.cluster.gpus[g].partition, -1)
+
+    def holders(self, pool: str) -> dict[str, int]:
+        """Who the GPUs on hold in ``pool`` are held for, and how many (scans the pool: for
+        explanations only)."""
+        out: dict[str, int] = {}
+        if self.pool_held[pool]:
+            for g in self.cluster.partition_gpus[pool]:
+                owner = self.owner[g]
+                if owner is not None and owner.startswith(HOLD_PREFIX):
+                    tag = owner[len(HOLD_PREFIX) :]
+                    out[tag] = out.get(tag, 0) + 1
+        return out
 
     # ------------------------------------------------------------------ allocate / release
     def allocate(self, alloc: Allocation) -> None:
+        self._book(alloc, +1)
+
+    def release(self, job_id: str) -> Allocation:
+        alloc = self.allocs[job_id]
+        self._counter(self.freed, alloc.pool, 1)
+        self._book(alloc, -1)
+        return alloc
+
+    def _book(self, alloc: Allocation, sign: int) -> None:
+        """Take (+1) or give back (-1) everything ``alloc`` holds, in the same order both ways."""
         job = alloc.job
-        req = job.request
+        jid = job.id
+        fraction = job.request.kind is RequestKind.FRACTION
         for a in alloc.assignments:
-            self._node_res(a.node, job.cpu_milli, job.mem_mib)
+            self._node_res(a.node, sign * job.cpu_milli, sign * job.mem_mib)
             if a.mig_profile is not None:
                 st = self.mig[a.gpus[0]]
                 idx = st.instances.index(migmod.MigInstance(a.mig_profile, a.mig_start or 0))
-                self._mig_occupy(a.gpus[0], idx, job.id)
+                self._mig_occupy(a.gpus[0], idx, jid if sign > 0 else None)
             elif a.time_sliced:
                 for g in a.gpus:
-                    self._ts_add(g, job.id)
-            elif req.kind is RequestKind.FRACTION:
-                self._add_share(a.gpus[0], job.id, a.milli, a.gpu_mem_mib)
+                    self._time_slice(g, jid, sign > 0)
+            elif fraction:
+                self._share(a.gpus[0], jid, sign * a.milli, sign * a.gpu_mem_mib)
             else:
                 for g in a.gpus:
-                    self._set_owner(g, job.id)
-        self._counter(self.pool_used, alloc.pool, alloc.charge_milli)
+                    self._set_owner(g, jid if sign > 0 else None)
+        charge = sign * alloc.charge_milli
+        self._counter(self.pool_used, alloc.pool, charge)
         if alloc.lent_from is not None:
-            self._counter(self.lent, alloc.lent_from, job.total_gpus)
-            self._counter(self.queue_lent_used, alloc.queue, alloc.charge_milli)
+            self._counter(self.lent, alloc.lent_from, sign * job.total_gpus)
+            self._counter(self.queue_lent_used, alloc.queue, charge)
         elif not alloc.incident:
-            self._counter(self.queue_used, alloc.queue, alloc.charge_milli)
+            self._counter(self.queue_used, alloc.queue, charge)
         else:
-            self._counter(self.queue_lent_used, alloc.queue, alloc.charge_milli)
-        self._set_alloc(job.id, alloc)
-
-    def release(self, job_id: str) -> Allocation:
-        self.freed[self.allocs[job_id].pool] += 1
-        alloc = self.allocs[job_id]
-        job = alloc.job
-        for a in alloc.assignments:
-            self._node_res(a.node, -job.cpu_milli, -job.mem_mib)
-            if a.mig_profile is not None:
-                st = self.mig[a.gpus[0]]
-                idx = st.occupant.index(job_id)
-                self._mig_occupy(a.gpus[0], idx, None)
-            elif a.time_sliced:
-                for g in a.gpus:
-                    self._ts_remove(g, job_id)
-            elif job.request.kind is RequestKind.FRACTION:
-                self._remove_share(a.gpus[0], job_id, a.milli, a.gpu_mem_mib)
-            else:
-                for g in a.gpus:
-                    self._set_owner(g, None)
-        self._counter(self.pool_used, alloc.pool, -alloc.charge_milli)
-        if alloc.lent_from is not None:
-            self._counter(self.lent, alloc.lent_from, -job.total_gpus)
-            self._counter(self.queue_lent_used, alloc.queue, -alloc.charge_milli)
-        elif not alloc.incident:
-            self._counter(self.queue_used, alloc.queue, -alloc.charge_milli)
-        else:
-            self._counter(self.queue_lent_used, alloc.queue, -alloc.charge_milli)
-        self._set_alloc(job_id, None)
-        return alloc
+            self._counter(self.queue_lent_used, alloc.queue, charge)
+        self._set_alloc(jid, alloc if sign > 0 else None)
 
 
 def charge_milli(job: Job, cluster: Cluster, pool: str) -> int:

@@ -163,6 +163,11 @@ class JobBuilder:
         self._job = replace(self._job, est_runtime_s=seconds)
         return self
 
+    def limit(self, seconds: float) -> JobBuilder:
+        """A hard time limit per attempt (``Job.time_limit_s``)."""
+        self._job = replace(self._job, time_limit_s=seconds)
+        return self
+
     def cpu(self, milli: int, mem_mib: int = 0) -> JobBuilder:
         self._job = replace(self._job, cpu_milli=milli, mem_mib=mem_mib)
         return self

@@ -48,7 +48,7 @@ def _partitions(r: Reconciler) -> list[dict[str, Any]]:
         p["fragmentation"] = pool_fragmentation(free, str(part.sharing))
         pol = part.preemption
         if pol.mode is PreemptionMode.INCIDENT_ONLY:
-            times = sched.ctx.preempt_times.get(p["name"], ())
+            times = sched.query.preemption_times(p["name"])
             p["preemption_budget"] = pol.budget
             p["preemption_window_s"] = pol.window_s
             p["preemptions_in_window"] = sum(1 for t in times if t > sched.now - pol.window_s)

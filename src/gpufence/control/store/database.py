@@ -53,24 +53,26 @@ from gpufence.control.store.rows import (
     StateChange,
     select_job,
 )
+from gpufence.model import lifecycle
+from gpufence.model.lifecycle import JobState
 
 log = logging.getLogger("gpufence.store")
 DB_NAME = "gpufence.db"
 
-# Job states as the control plane reports them (the scheduler's, plus ``starting``: bound and
-# persisted, processes being spawned).
-PENDING = "pending"
-STARTING = "starting"
-RUNNING = "running"
-STOPPING = "stopping"
-DONE = "done"
-FAILED = "failed"
-CANCELLED = "cancelled"
-RECLAIMED = "reclaimed"
-REJECTED = "rejected"
-ACTIVE = (STARTING, RUNNING, STOPPING)
-TERMINAL = (DONE, FAILED, CANCELLED, RECLAIMED, REJECTED)
-STATES = (PENDING, *ACTIVE, *TERMINAL)
+# Job states as the control plane reports them: the one lifecycle table of the core
+# (``model/lifecycle.py``), ``starting`` included (bound and persisted, processes being spawned).
+PENDING = JobState.PENDING
+STARTING = JobState.STARTING
+RUNNING = JobState.RUNNING
+STOPPING = JobState.STOPPING
+DONE = JobState.DONE
+FAILED = JobState.FAILED
+CANCELLED = JobState.CANCELLED
+RECLAIMED = JobState.RECLAIMED
+REJECTED = JobState.REJECTED
+ACTIVE = lifecycle.ACTIVE
+TERMINAL = lifecycle.TERMINAL_STATES
+STATES = lifecycle.STATES
 
 
 SCHEMA_VERSION = migrations.SCHEMA_VERSION

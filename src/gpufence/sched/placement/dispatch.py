@@ -1,24 +1,22 @@
-"""Placement dispatch: pick the placement plugin for a pool's sharing mode and request kind."""
+"""Placement dispatch: each pool's placer (chosen by its sharing mode in ``sched/registry.py``),
+a fence check of the request kind against what the placer offers, and a cache of failures."""
 
 from __future__ import annotations
 
-from gpufence.model.cluster import Cluster
 from gpufence.model.decisions import Reason
-from gpufence.model.job import Job, RequestKind
-from gpufence.model.partition import SharingMode
-from gpufence.sched.placement.fit import NotPlaced, PlaceResult
-from gpufence.sched.placement.fractional import place_fractional
-from gpufence.sched.placement.mig_instances import place_mig
+from gpufence.model.job import Job
+from gpufence.sched.placement.fit import NotPlaced, Placer, PlaceResult, refusal
+from gpufence.sched.placement.fractional import FractionalPlacer
 from gpufence.sched.placement.scoring import Scorer
-from gpufence.sched.placement.timeslice import place_timeslice
-from gpufence.sched.placement.whole import place_whole
 from gpufence.state.ledger import Ledger
 
 
 class PlacementEngine:
-    def __init__(self, cluster: Cluster, scorers: dict[str, Scorer]) -> None:
-        self._cluster = cluster
-        self.scorers = scorers  # per fractional partition
+    def __init__(self, placers: dict[str, Placer]) -> None:
+        self._placers = placers  # per partition
+        self.scorers: dict[str, Scorer] = {  # per fractional partition
+            p: pl.scorer for p, pl in placers.items() if isinstance(pl, FractionalPlacer)
+        }
         self._failed: dict[tuple[object, ...], tuple[int, NotPlaced]] = {}
 
     def observe(self, job: Job, home: str) -> None:
@@ -54,20 +52,10 @@ class PlacementEngine:
         return got
 
     def _place(self, ledger: Ledger, job: Job, pool: str, max_gpus: int | None) -> PlaceResult:
-        sharing = self._cluster.partitions[pool].sharing
-        kind = job.request.kind
         if max_gpus is not None and job.total_gpus > max_gpus:
             return NotPlaced(Reason.NO_FIT, f"needs {job.total_gpus} GPUs, {max_gpus} lendable")
-        if kind is RequestKind.MIG:
-            if sharing is not SharingMode.MIG:
-                return NotPlaced(Reason.FENCE, f"{pool} has no MIG instances")
-            return place_mig(ledger, job, pool)
-        if sharing is SharingMode.MIG:
-            return NotPlaced(Reason.FENCE, f"{pool} offers only MIG instances")
-        if sharing is SharingMode.FRACTIONAL:
-            return place_fractional(ledger, job, pool, self.scorers[pool])
-        if kind is RequestKind.FRACTION:
-            return NotPlaced(Reason.FENCE, f"{pool} does not share GPUs by fraction")
-        if sharing is SharingMode.TIME_SLICE:
-            return place_timeslice(ledger, job, pool)
-        return place_whole(ledger, job, pool)
+        placer = self._placers[pool]
+        refused = refusal(pool, job.request.kind, placer.offers)
+        if refused is not None:
+            return NotPlaced(Reason.FENCE, refused)
+        return placer.place(ledger, job, pool)

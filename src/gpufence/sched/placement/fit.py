@@ -1,11 +1,12 @@
-"""Shared placement types and node filters."""
+"""Shared placement types, the placer Protocol and node filters."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 from gpufence.model.decisions import Assignment, Reason
-from gpufence.model.job import Job
+from gpufence.model.job import Job, RequestKind
 from gpufence.state.ledger import Ledger
 
 
@@ -41,3 +42,23 @@ def replicas_by_host(ledger: Ledger, job: Job, node: int) -> int:
     cpu = ledger.cpu_free(node) // job.cpu_milli if job.cpu_milli else 1 << 30
     mem = ledger.mem_free(node) // job.mem_mib if job.mem_mib else 1 << 30
     return min(cpu, mem)
+
+
+class Placer(Protocol):
+    """Placement for one sharing mode (registered per mode in ``sched/registry.py``): where a
+    whole gang of ``job`` fits in ``pool`` now, without changing the ledger, or why not."""
+
+    offers: frozenset[RequestKind]  # the request kinds a partition of this mode can hold
+
+    def place(self, ledger: Ledger, job: Job, pool: str) -> PlaceResult: ...
+
+
+def refusal(pool: str, kind: RequestKind, offers: frozenset[RequestKind]) -> str | None:
+    """Why a partition that offers ``offers`` cannot hold a request of ``kind`` (None: it can)."""
+    if kind in offers:
+        return None
+    if kind is RequestKind.MIG:
+        return f"{pool} has no MIG instances"
+    if RequestKind.MIG in offers:
+        return f"{pool} offers only MIG instances"
+    return f"{pool} does not share GPUs by fraction"

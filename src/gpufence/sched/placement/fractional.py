@@ -230,7 +230,7 @@ def place_fractional(ledger: Ledger, job: Job, pool: str, scorer: Scorer) -> Pla
     req = job.request
     # O(1) rejection before any array work: no GPU has this much left
     if req.kind is RequestKind.FRACTION and idx.max_free < req.milli:
-        return NotPlaced(_why(idx, job), f"no GPU in {pool} fits {req.describe()}")
+        return _why(idx, ledger, job, pool)
     pod = PodSpec.of(job)
     gmem = idx.gpu_mem_free(ledger) if req.gpu_mem_mib > 0 else None
     st = _State(idx.free, idx.cpu, idx.mem, gmem)
@@ -241,7 +241,7 @@ def place_fractional(ledger: Ledger, job: Job, pool: str, scorer: Scorer) -> Pla
     for _ in range(job.replicas):
         rows, fit = _feasible(idx, st, job, pod)
         if rows.size == 0:
-            return NotPlaced(_why(idx, job), f"no GPU in {pool} fits {req.describe()}")
+            return _why(idx, ledger, job, pool)
         if use_cache:
             sc = idx.scores(scorer, key)
             stale = rows[sc.version[rows] != idx.version[rows]]
@@ -325,11 +325,52 @@ def _apply(idx: PoolIndex, st: _State, row: int, a: Assignment, job: Job) -> _St
     return _State(free, cpu, mem, gmem)
 
 
-def _why(idx: PoolIndex, job: Job) -> Reason:
-    """No-fit when the pool lacks the capacity in aggregate, fragmented when it is scattered."""
-    free, cpu = idx.totals()
+def _why(idx: PoolIndex, ledger: Ledger, job: Job, pool: str) -> NotPlaced:
+    """What the pool lacks: GPU or host memory on any one GPU or node (no-fit), capacity in
+    aggregate (no-fit), or only a place where it is all together (fragmented)."""
     req = job.request
-    want = req.milli if req.kind is RequestKind.FRACTION else MILLI_PER_GPU * req.gpus
-    if free >= want * job.replicas and cpu >= job.cpu_milli * job.replicas:
-        return Reason.FRAGMENTED
-    return Reason.NO_FIT
+    up = idx.up
+    if req.gpu_mem_mib > 0:
+        most = int(idx.gpu_mem_free(ledger)[up].max(initial=0))
+        if most < req.gpu_mem_mib:
+            return NotPlaced(
+                Reason.NO_FIT,
+                f"needs {req.gpu_mem_mib} MiB of GPU memory on one GPU; the most free on a "
+                f"GPU of {pool} is {most} MiB",
+            )
+    if job.mem_mib > 0:
+        most = int(idx.mem[up].max(initial=0))
+        if most < job.mem_mib:
+            return NotPlaced(
+                Reason.NO_FIT,
+                f"needs {job.mem_mib} MiB of host memory; the most free on a node of {pool} "
+                f"is {most} MiB",
+            )
+    free, cpu = idx.totals()
+    want = (req.milli if req.kind is RequestKind.FRACTION else MILLI_PER_GPU * req.gpus) * (
+        job.replicas
+    )
+    if free >= want and cpu >= job.cpu_milli * job.replicas:
+        return NotPlaced(
+            Reason.FRAGMENTED,
+            f"{free / 1000:g} GPUs free in {pool}, but no GPU fits {req.describe()}",
+        )
+    return NotPlaced(
+        Reason.NO_FIT,
+        f"no GPU in {pool} fits {req.describe()}: needs {want / 1000:g} GPUs and "
+        f"{job.cpu_milli * job.replicas / 1000:g} CPUs, {free / 1000:g} GPUs and "
+        f"{cpu / 1000:g} CPUs free",
+    )
+
+
+class FractionalPlacer:
+    """Fractional partitions: milli-GPU shares, whole GPUs and CPU-only replicas, placed where
+    the partition's scorer (``placement: best-fit | fgd | ...``) says."""
+
+    offers = frozenset({RequestKind.WHOLE, RequestKind.FRACTION})
+
+    def __init__(self, scorer: Scorer) -> None:
+        self.scorer = scorer
+
+    def place(self, ledger: Ledger, job: Job, pool: str) -> PlaceResult:
+        return place_fractional(ledger, job, pool, self.scorer)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gpufence.model.decisions import Assignment, Reason
-from gpufence.model.job import Job
+from gpufence.model.job import Job, RequestKind
 from gpufence.sched.placement.fit import NotPlaced, Placed, PlaceResult, node_admits
 from gpufence.state.ledger import Ledger
 
@@ -64,3 +64,12 @@ def place_mig(ledger: Ledger, job: Job, pool: str) -> PlaceResult:
             f"{other} free instances of other profiles",
         )
     return NotPlaced(Reason.NO_FIT, f"no free {profile} MIG instance in {pool}")
+
+
+class MigPlacer:
+    """MIG partitions: GPU instances of a named profile, nothing else."""
+
+    offers = frozenset({RequestKind.MIG})
+
+    def place(self, ledger: Ledger, job: Job, pool: str) -> PlaceResult:
+        return place_mig(ledger, job, pool)

@@ -7,7 +7,7 @@ time-slicing slowdown (research/contention.md §4.2-3).
 from __future__ import annotations
 
 from gpufence.model.decisions import Assignment, Reason
-from gpufence.model.job import Job
+from gpufence.model.job import Job, RequestKind
 from gpufence.sched.placement.fit import NotPlaced, Placed, PlaceResult, node_admits
 from gpufence.state.ledger import Ledger
 
@@ -44,3 +44,12 @@ def place_timeslice(ledger: Ledger, job: Job, pool: str) -> PlaceResult:
             extra[g] = extra.get(g, 0) + 1
         out.append(Assignment(node=node, gpus=gpus, time_sliced=True))
     return Placed(tuple(out))
+
+
+class TimeSlicePlacer:
+    """Time-slice partitions: whole-GPU requests share GPUs in time, up to N jobs per GPU."""
+
+    offers = frozenset({RequestKind.WHOLE})
+
+    def place(self, ledger: Ledger, job: Job, pool: str) -> PlaceResult:
+        return place_timeslice(ledger, job, pool)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from gpufence.model.decisions import Assignment, Reason
-from gpufence.model.job import Job
+from gpufence.model.job import Job, RequestKind
 from gpufence.sched.placement.fit import (
     NotPlaced,
     Placed,
@@ -49,16 +49,13 @@ def _assign_from(
     return out
 
 
-def place_whole(ledger: Ledger, job: Job, pool: str, max_gpus: int | None = None) -> PlaceResult:
+def place_whole(ledger: Ledger, job: Job, pool: str) -> PlaceResult:
     per = job.request.gpus
     need = job.total_gpus
-    if max_gpus is not None and need > max_gpus:
-        return NotPlaced(Reason.NO_FIT, f"needs {need} GPUs, only {max_gpus} may be lent")
     free_total = ledger.pool_free[pool]
     if free_total < need:
-        return NotPlaced(
-            Reason.NO_FIT, f"needs {need} free GPUs, partition {pool} has {free_total} free"
-        )
+        text = f"partition {pool} has {free_total} free{held_for(ledger, pool)}"
+        return NotPlaced(Reason.NO_FIT, f"needs {need} free GPUs, {text}")
     buckets = ledger.buckets[pool]
     top = len(buckets) - 1
     # 1. the whole gang on one node, best fit (the fullest node that still fits)
@@ -89,6 +86,12 @@ def place_whole(ledger: Ledger, job: Job, pool: str, max_gpus: int | None = None
     return Placed(planned)
 
 
+def held_for(ledger: Ledger, pool: str) -> str:
+    """The idle GPUs of ``pool`` held for waiting jobs, as " (2 held for r1)", or ""."""
+    held = ledger.holders(pool)
+    return " (" + ", ".join(f"{n} held for {j}" for j, n in held.items()) + ")" if held else ""
+
+
 def plan_on(ledger: Ledger, job: Job, free: dict[int, list[int]]) -> tuple[Assignment, ...] | None:
     """Place a gang on a hypothetical view (node -> free GPUs), e.g. the GPUs free at a future
     time for a backfill reservation. Same rules as ``place_whole``; host limits ignored."""
@@ -108,8 +111,9 @@ def spread(
     gpus_of: Callable[[int], list[int]],
     host_limits: bool = True,
 ) -> tuple[Assignment, ...] | None:
-    """Replicas across nodes: the tightest single rack that holds the gang, else fewest racks;
-    inside a rack, the nodes with room for most replicas first (fewest nodes spanned)."""
+    """Replicas across nodes: in one rack when a rack can hold the gang -- the one where it
+    spans the fewest nodes, then the tightest such rack --, else over the fewest racks (the
+    roomiest first); inside a rack, the nodes with room for most replicas first."""
     per = job.request.gpus
     c = ledger.cluster
     racks: dict[str, list[tuple[int, int]]] = {}
@@ -119,12 +123,16 @@ def spread(
             cap = min(cap, replicas_by_host(ledger, job, node))
         if cap > 0:
             racks.setdefault(c.nodes[node].rack, []).append((node, cap))
+    for nodes in racks.values():
+        nodes.sort(key=lambda t: (-t[1], t[0]))
     rack_cap = {r: sum(cap for _, cap in v) for r, v in racks.items()}
     if sum(rack_cap.values()) < job.replicas:
         return None
     fits_one = [r for r in c.racks if rack_cap.get(r, 0) >= job.replicas]
     if fits_one:
-        chosen = [min(fits_one, key=lambda r: rack_cap[r])]
+        chosen = [
+            min(fits_one, key=lambda r: (_nodes_spanned(racks[r], job.replicas), rack_cap[r]))
+        ]
     else:
         chosen = []
         got = 0
@@ -136,10 +144,29 @@ def spread(
     out: list[Assignment] = []
     left = job.replicas
     for r in chosen:
-        for node, cap in sorted(racks[r], key=lambda t: (-t[1], t[0])):
+        for node, cap in racks[r]:
             take = min(cap, left)
             out.extend(_assign_from(ledger, node, gpus_of(node), take, per))
             left -= take
             if left == 0:
                 return tuple(out)
     raise AssertionError("rack capacity was counted but not found")  # pragma: no cover
+
+
+class WholeGpuPlacer:
+    """Exclusive partitions: whole GPUs, one job per GPU."""
+
+    offers = frozenset({RequestKind.WHOLE})
+
+    def place(self, ledger: Ledger, job: Job, pool: str) -> PlaceResult:
+        return place_whole(ledger, job, pool)
+
+
+def _nodes_spanned(nodes: list[tuple[int, int]], replicas: int) -> int:
+    """How many of ``nodes`` (node, replicas it can host; roomiest first) the gang needs."""
+    left = replicas
+    for i, (_, cap) in enumerate(nodes, 1):
+        left -= cap
+        if left <= 0:
+            return i
+    return len(nodes) + 1

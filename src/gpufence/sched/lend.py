@@ -1,0 +1,71 @@
+"""Phase 5 of a cycle: jobs that did not fit at home try the idle capacity other partitions lend
+them (only to the partitions a lending rule names, only checkpointable work where the rule says
+so, up to its cap). A lender with jobs of its own that failed for capacity lends nothing."""
+
+from __future__ import annotations
+
+from gpufence.model.decisions import Decision, Reason
+from gpufence.model.partition import SharingMode
+from gpufence.sched.jobs import JobRecord
+from gpufence.sched.place import Placing, bind
+from gpufence.sched.placement.fit import Placed
+
+
+def lend(st: Placing, failed: dict[str, bool]) -> list[Decision]:
+    led = st.core.ledger
+    starved = {p for p, short in failed.items() if short}
+    for p, short in failed.items():  # (in the walk's partition order, not the set's)
+        if not short:
+            continue
+        rules = [
+            (lp, rule)
+            for lp, part in st.core.cluster.partitions.items()
+            for rule in part.lending
+            if p in rule.to
+            and lp not in starved
+            and lp != p
+            and rule.cap_gpus > led.lent[lp]  # cap not reached
+            and part.sharing is not SharingMode.MIG  # borrowers bring whole-GPU work
+            # no whole GPU free in an exclusive or fractional lender: nothing to borrow
+            and (part.sharing is SharingMode.TIME_SLICE or led.pool_free[lp] > 0)
+        ]
+        if not rules:
+            continue
+        walk = st.core.queues.walk(p, st.core.share)
+        while (rec := walk.next()) is not None:
+            job = rec.job
+            if job.id in st.claims.nominations:
+                walk.skip()
+                continue
+            refused = []  # lenders whose rule is for checkpointable jobs only
+            for lp, rule in rules:
+                if rule.checkpointable_only and not job.checkpointable:
+                    refused.append(lp)
+                    continue
+                left = rule.cap_gpus - led.lent[lp]
+                r = st.core.engine.place(led, job, lp, max_gpus=left)
+                if isinstance(r, Placed):
+                    bind(st, rec, lp, r, Reason.LENT, f"borrowing idle GPUs of {lp}", lent_from=lp)
+                    walk.placed()
+                    break
+            else:
+                if len(refused) == len(rules):
+                    _not_lent(st, rec, refused)
+                walk.drop()
+    return st.out
+
+
+def _not_lent(st: Placing, rec: JobRecord, lenders: list[str]) -> None:
+    """A job that does not fit at home, where only checkpointable jobs may borrow: say so
+    (with its shape, which shares its checkpointability), with what is idle there."""
+    queues = st.core.queues
+    home = st.reasons.why(rec.job.id, queues)
+    idle = sum(st.core.ledger.pool_free[lp] for lp in lenders)
+    verb = "lends" if len(lenders) == 1 else "lend"
+    note = f"{', '.join(lenders)} {verb} {idle} idle GPUs to checkpointable jobs only"
+    if home is not None and note in home.message:
+        return  # said in an earlier cycle, and still true
+    reason = home.reason if home is not None else Reason.NO_FIT
+    message = f"{home.message}; {note}" if home is not None else note
+    st.reasons.set_shape(queues.shape_of(rec.job.id), reason, message)
+    st.reasons.set_job(rec.job.id, reason, message)

@@ -1,0 +1,174 @@
+"""Serving protection and reclaim under contention (issue 13, items 1 and 2): exact decisions
+through ``Scheduler.step``.
+
+1. protection fires while a gang holds the reservation of a full partition, and a second
+   replica arriving while the first waits gets its own victims at once (not one grace period
+   later);
+2. reclaiming lent capacity takes what the waiting serving demand needs and no more, and each
+   replica binds as soon as its own victim has stopped.
+"""
+
+from __future__ import annotations
+
+from scenario_harness import A, CheckpointAck, JobStopped, Tick, make, run, sub
+
+from gpufence.model.decisions import Bind, Notice, PendingReason, Reason, Requeue, Stop
+from gpufence.model.job import WorkloadClass as W
+from gpufence.testing.builders import (
+    ClusterBuilder,
+    LendingRule,
+    PreemptionMode,
+    PreemptionPolicy,
+    job,
+)
+
+SERVING = frozenset({W.SERVING})
+TRAINING = frozenset({W.TRAINING})
+
+
+def _serving(jid: str, gpus: int = 2, priority: int = 0):  # type: ignore[no-untyped-def]
+    return job(jid).gpus(gpus).cls("serving").priority(priority).build()
+
+
+def test_on_demand_preempts_while_a_gang_holds_the_reservation() -> None:
+    """One shared partition, full, with a gang reserved for when running jobs end: a serving
+    job arriving then preempts on demand (before: nothing, as long as the gang waited)."""
+    pol = PreemptionPolicy(mode=PreemptionMode.ON_DEMAND, from_partitions=("shared",))
+    s = make(
+        ClusterBuilder().nodes("n", 2, gpus=4).partition("shared", ["n"], preemption=pol).build()
+    )
+    fill = [job("t1").gpus(4).build(), job("t2").gpus(2).build(), job("t3").gpus(2).build()]
+    s.step(sub(*fill, job("g").gang(2, gpus=4).build()), 0.0)
+    assert s.query.reservation("shared") is not None
+    got = run(
+        s,
+        [
+            (10.0, sub(_serving("sv", priority=10))),
+            (20.0, [CheckpointAck("t2")]),
+            (21.0, [JobStopped("t2")]),
+        ],
+    )
+    why = "serving job sv needs GPUs its fence shared cannot hold"
+    assert got == [
+        [Notice("t2", Reason.ON_DEMAND_PREEMPTION, 130.0, why)],  # fewest GPU-seconds lost
+        [Stop("t2", Reason.ON_DEMAND_PREEMPTION, True, "checkpoint acknowledged")],
+        [
+            Requeue("t2", Reason.ON_DEMAND_PREEMPTION, 2, "back in its queue"),
+            Bind("sv", "shared", (A(1, 4, 5),), Reason.FITS),
+        ],
+    ]
+
+
+def _incident_cluster(lend: int = 0):  # type: ignore[no-untyped-def]
+    """serve: node s-0 (GPUs 0-3, full with sv0); train: nodes t-0, t-1 (GPUs 4-11)."""
+    pol = PreemptionPolicy(
+        mode=PreemptionMode.INCIDENT_ONLY,
+        from_partitions=("train",),
+        budget=8,
+        window_s=3600.0,
+        min_runtime_s=600.0,
+        grace_s=120.0,
+    )
+    lending = (LendingRule(to=("train",), cap_gpus=lend, reclaim_deadline_s=120.0),) if lend else ()
+    return (
+        ClusterBuilder()
+        .nodes("s", 1, gpus=4)
+        .nodes("t", 2, gpus=4)
+        .partition("serve", ["s"], admits=SERVING, preemption=pol, lending=lending)
+        .partition("train", ["t"], admits=TRAINING)
+        .build()
+    )
+
+
+def test_a_later_replica_gets_its_own_victim_at_once() -> None:
+    """r2 arrives while r1 waits for t0: r2 must not count on t0's GPUs (r1 will take them)
+    but notice t1 at once, so both replicas run one grace period after they arrived."""
+    s = make(_incident_cluster())
+    train = [job(f"t{i}").gpus(2).checkpointable().build() for i in range(4)]
+    s.step(sub(job("sv0").gpus(4).cls("serving").build(), *train), 0.0)
+    why = "serving job {} needs GPUs its fence serve cannot hold"
+    got = run(
+        s,
+        [
+            (1000.0, sub(_serving("r1"))),
+            (1010.0, sub(_serving("r2"))),
+            (1130.0, [Tick()]),  # both grace periods over: t0 and t1 stop
+            (1131.0, [JobStopped("t0"), JobStopped("t1")]),
+        ],
+    )
+    expired = "grace period expired without checkpoint ack"
+    assert got == [
+        [Notice("t0", Reason.INCIDENT_PREEMPTION, 1120.0, why.format("r1"))],
+        [Notice("t1", Reason.INCIDENT_PREEMPTION, 1130.0, why.format("r2"))],
+        [
+            Stop("t0", Reason.INCIDENT_PREEMPTION, True, expired),
+            Stop("t1", Reason.INCIDENT_PREEMPTION, True, expired),
+        ],
+        [
+            Requeue("t0", Reason.INCIDENT_PREEMPTION, 2, "back in its queue"),
+            Requeue("t1", Reason.INCIDENT_PREEMPTION, 2, "back in its queue"),
+            Bind("r1", "train", (A(1, 4, 5),), Reason.INCIDENT, FREED),
+            Bind("r2", "train", (A(1, 6, 7),), Reason.INCIDENT, FREED),
+        ],
+    ]
+
+
+FREED = "on GPUs of train freed by incident preemption"
+
+
+def test_reclaim_takes_only_what_serving_needs_and_each_replica_binds_on_its_own() -> None:
+    """Two replicas of 2 GPUs, arriving one cycle apart, in a fence whose 4 GPUs are lent to
+    ck1 and ck2: each reclaims one borrower; r1 binds when ck1 has stopped (its GPUs are not
+    held for r2), r2 when ck2 has; nothing else is reclaimed."""
+    s = make(_incident_cluster(lend=4))
+    own = [job("own0").gpus(4).build(), job("own1").gpus(4).build()]
+    ck = [job("ck1").gpus(2).checkpointable().build(), job("ck2").gpus(2).checkpointable().build()]
+    s.step(sub(*own, *ck), 0.0)
+    why = "partition serve reclaims its lent GPUs for {}"
+    got = run(
+        s,
+        [
+            (100.0, sub(_serving("r1"))),
+            (110.0, sub(_serving("r2"))),
+            (130.0, [CheckpointAck("ck1")]),
+            (131.0, [JobStopped("ck1")]),
+            (230.0, [Tick()]),
+            (231.0, [JobStopped("ck2")]),
+        ],
+    )
+    assert got == [
+        [Notice("ck1", Reason.LENT_RECLAIM, 220.0, why.format("r1"))],
+        [Notice("ck2", Reason.LENT_RECLAIM, 230.0, why.format("r2"))],
+        [Stop("ck1", Reason.LENT_RECLAIM, True, "checkpoint acknowledged")],
+        [
+            Requeue("ck1", Reason.LENT_RECLAIM, 2, "back in its queue"),
+            Bind("r1", "serve", (A(0, 0, 1),)),
+        ],
+        [Stop("ck2", Reason.LENT_RECLAIM, True, "grace period expired without checkpoint ack")],
+        [
+            Requeue("ck2", Reason.LENT_RECLAIM, 2, "back in its queue"),
+            Bind("r2", "serve", (A(0, 2, 3),)),
+        ],
+    ]
+    assert s.counters.reclaims[Reason.LENT_RECLAIM] == 2
+
+
+def test_a_job_waiting_for_a_victim_names_it_and_its_deadline() -> None:
+    s = make(_incident_cluster(lend=4))
+    own = [job("own0").gpus(4).build(), job("own1").gpus(4).build()]
+    s.step(sub(*own, job("ck1").gpus(4).checkpointable().build()), 0.0)
+    s.step(sub(_serving("r1")), 100.0)
+    msg = "waiting for ck1 to stop (notice deadline t=220)"
+    assert s.why_pending("r1") == PendingReason(Reason.WAITING_PREEMPTION, msg)
+
+
+def test_a_gang_reservation_holds_no_gpus_against_serving_in_a_protecting_fence() -> None:
+    """Equal priorities: the 2 free GPUs are held for the gang, but a serving job of the same
+    fence (which protects serving) takes them, and the gang is planned again."""
+    pol = PreemptionPolicy(mode=PreemptionMode.ON_DEMAND, from_partitions=("shared",))
+    s = make(
+        ClusterBuilder().nodes("n", 2, gpus=4).partition("shared", ["n"], preemption=pol).build()
+    )
+    s.step(sub(job("t1").gpus(4).build(), job("t2").gpus(2).build()), 0.0)
+    s.step(sub(job("g").gang(2, gpus=4).build()), 1.0)
+    assert s.step(sub(_serving("sv")), 2.0) == [Bind("sv", "shared", (A(1, 6, 7),))]

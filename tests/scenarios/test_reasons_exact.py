@@ -1,0 +1,108 @@
+"""Pending reasons that name the real blocker, with the numbers that make it true (issue 13,
+item 6): GPUs free but held (and for whom), GPU memory, the minimum runtime that blocks a
+preemption, a lending rule for checkpointable jobs only, and fair-share ties."""
+
+from __future__ import annotations
+
+from scenario_harness import make, sub
+
+from gpufence.model.decisions import PendingReason, Reason
+from gpufence.model.job import WorkloadClass as W
+from gpufence.sched.scheduler import Scheduler
+from gpufence.testing.builders import (
+    ClusterBuilder,
+    LendingRule,
+    PreemptionMode,
+    PreemptionPolicy,
+    SharingMode,
+    job,
+)
+
+SERVING = frozenset({W.SERVING})
+TRAINING = frozenset({W.TRAINING})
+
+
+def _fences(pol: PreemptionPolicy | None = None, lend: int = 0) -> Scheduler:
+    """serve: node s-0 (GPUs 0-3); train: node t-0 (GPUs 4-7)."""
+    lending = (LendingRule(to=("train",), cap_gpus=lend, reclaim_deadline_s=60.0),) if lend else ()
+    return make(
+        ClusterBuilder()
+        .nodes("s", 1, gpus=4)
+        .nodes("t", 1, gpus=4)
+        .partition(
+            "serve",
+            ["s"],
+            admits=SERVING,
+            preemption=pol or PreemptionPolicy(),
+            lending=lending,
+            backfill=False,
+        )
+        .partition("train", ["t"], admits=TRAINING)
+        .build()
+    )
+
+
+def test_free_gpus_held_for_a_waiting_job_are_counted_and_named() -> None:
+    """r1 (4 GPUs) reclaims ck's 2 lent GPUs and holds the 2 free ones; r2 is told so."""
+    s = _fences(lend=2)
+    s.step(sub(job("own").gpus(4).build(), job("ck").gpus(2).checkpointable().build()), 0.0)
+    s.step(sub(job("r1").gpus(4).cls("serving").build()), 10.0)
+    s.step(sub(job("r2").gpus(2).cls("serving").build()), 20.0)
+    assert s.why_pending("r2") == PendingReason(
+        Reason.NO_FIT, "needs 2 free GPUs, partition serve has 0 free (2 held for r1)"
+    )
+
+
+def test_a_memory_bound_fraction_is_no_fit_with_the_memory_numbers() -> None:
+    s = make(
+        ClusterBuilder()
+        .nodes("f", 1, gpus=1)
+        .partition("f", ["f"], sharing=SharingMode.FRACTIONAL)
+        .build()
+    )
+    s.step(sub(job("a").fraction(200, 61440).build(), job("b").fraction(300, 40960).build()), 0.0)
+    assert s.why_pending("b") == PendingReason(
+        Reason.NO_FIT,
+        "needs 40960 MiB of GPU memory on one GPU; the most free on a GPU of f is 20480 MiB",
+    )
+
+
+def test_a_preemption_blocked_by_the_minimum_runtime_says_so_and_until_when() -> None:
+    pol = PreemptionPolicy(
+        mode=PreemptionMode.INCIDENT_ONLY, from_partitions=("train",), budget=4, min_runtime_s=600
+    )
+    s = _fences(pol)
+    s.step(sub(job("sv0").gpus(4).cls("serving").build()), 0.0)
+    s.step(sub(job("t1").gpus(4).checkpointable().build()), 100.0)
+    s.step(sub(job("sv1").gpus(2).cls("serving").build()), 200.0)
+    assert s.why_pending("sv1") == PendingReason(
+        Reason.MIN_RUNTIME,
+        "preempting t1 in train would make room, but jobs run at least min_runtime_s 600 "
+        "before they are preempted (these may be from t=700)",
+    )
+    assert s.next_wakeup() == 700.0  # protection looks again then
+
+
+def test_a_job_refused_lent_gpus_for_not_checkpointing_is_told_why() -> None:
+    s = _fences(lend=4)
+    s.step(sub(job("own").gpus(4).build(), job("nc").gpus(2).build()), 0.0)
+    assert s.why_pending("nc") == PendingReason(
+        Reason.NO_FIT,
+        "needs 2 free GPUs, partition train has 0 free; GPUs reserved from when running jobs "
+        "end; serve lends 4 idle GPUs to checkpointable jobs only",
+    )
+
+
+def test_fair_share_ties_are_explained_as_ties() -> None:
+    s = make(
+        ClusterBuilder()
+        .nodes("t", 1, gpus=4)
+        .queue("a", "p")
+        .queue("b", "p")
+        .partition("p", ["t"])
+        .build()
+    )
+    s.step(sub(job("x").gpus(1).queue("a").build(), job("y").gpus(1).queue("b").build()), 0.0)
+    shares = s.fair_share("p")
+    assert [t.queue for t in shares] == ["a", "b"]
+    assert shares[1].explanation.startswith("behind a (shares tied at 1000.00: ties go by queue")
