@@ -15,7 +15,7 @@ import pytest
 from api_helpers import ADMIN, TOKEN_A, Server, call, submit, wait_state
 from pydantic import BaseModel
 
-from gpufence.control.http import schemas
+from gpufence.control.http import job_actions, schemas
 from gpufence.control.http.docs import ASSETS_URL
 
 PROBLEM = "application/problem+json"
@@ -105,6 +105,9 @@ STATUSES = [
     ("get", "/v1/dashboard/queue", {"401", "403", "422", "503"}),
     ("get", "/v1/dashboard/fairshare", {"401", "503"}),
     ("get", "/v1/dashboard/gpus", {"401", "503"}),
+    ("post", "/v1/jobs/{ref}/hold", {"401", "404", "409", "413", "422", "503"}),
+    ("post", "/v1/jobs/{ref}/release", {"401", "404", "409", "413", "422", "503"}),
+    ("get", "/v1/names/{ref}", {"401", "404", "422", "503"}),
 ]
 
 
@@ -154,6 +157,8 @@ def test_every_route_answers_in_its_model(server: Server) -> None:
         (ADMIN, "/v1/dashboard/fairshare", schemas.FairShareTables),
         (ADMIN, "/v1/dashboard/gpus", schemas.GpuMap),
         (TOKEN_A, "/v1/dashboard/gpus", schemas.GpuMap),
+        (ADMIN, "/v1/names/contract", job_actions.NameResponse),
+        (ADMIN, f"/v1/names/{jid}", job_actions.NameResponse),
     ]
     for token, path, model in routes:
         status, body, _ = call(server, "GET", path, token)
@@ -190,3 +195,34 @@ def test_docs_load_only_local_assets_and_they_are_served(server: Server, page: s
             assert resp.status == 200, ref
             assert len(resp.read()) > 100, ref
     assert any(r.startswith(ASSETS_URL) and r.endswith(".js") for r in refs)
+
+
+def test_issue_15_answers_are_in_their_models(server: Server) -> None:
+    """An array submitted on hold after another job, hold / release answers, and the held
+    job's document: each round-trips through its model (``held``, ``tasks``)."""
+    from gpufence.control.http.api import SubmitResponse
+
+    ok = [sys.executable, "-c", "print('hi')"]
+    slow = [sys.executable, "-c", "import time; time.sleep(60)"]  # its dependents stay pending
+    status, first = submit(server, {"command": slow, "gpus": 1, "name": "contract-parent"})
+    assert status == 201, first
+    _roundtrip(SubmitResponse, first)
+    assert "tasks" not in first, first
+    body = {"command": ok, "gpus": 1, "array": "0-2", "hold": True, "after_ok": [first["id"]]}
+    status, arr = submit(server, body)
+    assert status == 201, arr
+    _roundtrip(SubmitResponse, arr)
+    assert len(arr["tasks"]) == 3, arr
+    status, page, _ = call(server, "GET", f"/v1/jobs/{arr['id']}", ADMIN)
+    assert status == 200 and page["held"] is True, page
+    _roundtrip(schemas.JobDetail, page)
+    for action in ("release", "hold"):
+        status, res, _ = call(server, "POST", f"/v1/jobs/{arr['tasks'][1]}/{action}", ADMIN)
+        assert status == 200, res
+        _roundtrip(job_actions.ActionResponse, res)
+    status, listed, _ = call(server, "GET", "/v1/jobs?state=pending", ADMIN)
+    assert status == 200 and any(j["held"] for j in listed["jobs"]), listed
+    _roundtrip(schemas.JobList, listed)
+    for jid in [*arr["tasks"], first["id"]]:
+        status, res, _ = call(server, "POST", f"/v1/jobs/{jid}/cancel", ADMIN)
+        assert status == 200, res

@@ -278,8 +278,8 @@ def test_a_damaged_store_is_refused_unless_told_otherwise(tmp_path: Path) -> Non
     p = _plane(data)
     p.start()
     try:
-        for _ in range(200):
-            p.submit(_req("sleep", "0", gpus=1, name="x" * 100), ADMIN)
+        for i in range(200):  # long names fill pages; names are unique among jobs not ended
+            p.submit(_req("sleep", "0", gpus=1, name=f"{i:03d}" + "x" * 97), ADMIN)
     finally:
         p.close(kill_jobs=True)
     with sqlite3.connect(data / st.DB_NAME) as conn:

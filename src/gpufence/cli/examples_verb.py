@@ -6,7 +6,7 @@ clone is a link to ``src/gpufence/examples``), so a README command such as
 ``gpufence examples copy examples``, or with ``$(gpufence examples path mixed-64.yaml)``.
 
 ``examples list -o json``: ``{"dir": PATH, "examples": [{"name", "kind", "path", "about"}]}``
-(``kind``: cluster or scenario; ``about``: the file's first comment line).
+(``kind``: cluster, scenario, or job for a job file; ``about``: the file's first comment line).
 """
 
 from __future__ import annotations
@@ -48,6 +48,8 @@ def _about(path: Path) -> str:
 
 def _kind(path: Path) -> str:
     text = path.read_text(encoding="utf-8")
+    if "\napiVersion: gpufence/v1" in text:
+        return "job"  # a job file: gpufence submit -f
     return "scenario" if "\nhorizon_s:" in text else "cluster"
 
 
@@ -60,7 +62,7 @@ def _doc() -> dict[str, Any]:
 
 @examples_app.command("list")
 def list_examples(output: OutputOpt = "table") -> None:
-    """The examples: name, kind (cluster or scenario), what each is."""
+    """The examples: name, kind (cluster, scenario or job file), what each is."""
     fmt = check_format(output)
     doc = _doc()
     rows = [[e["name"], e["kind"], e["about"]] for e in doc["examples"]]

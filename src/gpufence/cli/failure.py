@@ -76,6 +76,8 @@ def failure_line(job: dict[str, Any], last_err: str | None = None) -> str | None
     message = job.get("message") or ""
     code = job.get("exit_code")
     spec = job.get("spec") or {}
+    if state == "cancelled" and reason == "dependency":
+        return f"cancelled: {message}" if message else "cancelled (dependency)"
     if state == "cancelled":
         return "cancelled" + (f" ({exit_text(code)})" if code not in (None, 0) else "")
     if state == "rejected":

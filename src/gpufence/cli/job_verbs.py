@@ -29,6 +29,7 @@ from gpufence.cli.connect import (
     fail,
 )
 from gpufence.cli.failure import failing_rank, failure_line
+from gpufence.cli.jobrefs import resolve_many, resolve_one
 from gpufence.cli.jobtables import attempts_table, fair_share_table, queue_table, status_grid
 from gpufence.cli.output import (
     CountOpt,
@@ -42,10 +43,12 @@ from gpufence.cli.output import (
     show,
     watch,
 )
-from gpufence.cli.render import ACTIVE_STATES, styled, when
-from gpufence.control.http.client import Client
+from gpufence.cli.render import ACTIVE_STATES, err_console, styled, when
+from gpufence.control.http.client import Client, ClientError
 
-JobArg = Annotated[str, typer.Argument(metavar="JOB", help="job id, e.g. j12", show_default=False)]
+JobArg = Annotated[
+    str, typer.Argument(metavar="JOB", help="job id (j12) or name", show_default=False)
+]
 LAST_ERR_BYTES = 4096
 
 
@@ -158,7 +161,7 @@ def status(
     fmt = check_format(output)
     client = client_for(url, token, data, context)
     with client_errors():
-        j = client.job(job_id)
+        j = client.job(resolve_one(client, job_id))
         err_line = None
         if j.get("state") == "failed" and (j.get("exit_code") or 0) > 0:
             err_line = last_err_line(client, j)
@@ -189,7 +192,7 @@ def explain(
     fmt = check_format(output)
     client = client_for(url, token, data, context)
     with client_errors():
-        e = client.explain(job_id)
+        e = client.explain(resolve_one(client, job_id))
 
     def draw(wide: bool) -> RenderableType:
         parts: list[RenderableType] = [
@@ -217,18 +220,130 @@ def explain(
     show(Frame(e, draw), fmt)
 
 
-# ------------------------------------------------------------------------------------ cancel
+# ----------------------------------------------------------------------- cancel, hold, release
+
+JobsArg = Annotated[
+    list[str] | None,
+    typer.Argument(metavar="JOB...", help="job ids or names", show_default=False),
+]
+CANCELLABLE = ("pending", "starting", "running")
 
 
 def cancel(
-    job_id: JobArg,
+    jobs: JobsArg = None,
+    name: Annotated[
+        str | None, typer.Option("--name", metavar="NAME", help="jobs with this name")
+    ] = None,
+    state: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--state",
+            metavar="STATE",
+            help="only jobs in this state (repeatable): pending, starting, running",
+        ),
+    ] = None,
+    partition: Annotated[
+        str | None, typer.Option("--partition", metavar="NAME", help="only this partition's jobs")
+    ] = None,
+    every: Annotated[
+        bool,
+        typer.Option("--all", help="let filters (or none) match every job you can cancel"),
+    ] = False,
     url: UrlOpt = None,
     token: TokenOpt = None,
     data: DataOpt = None,
     context: ContextOpt = None,
 ) -> None:
-    """Cancel a job (a running one is stopped: SIGTERM, grace period, SIGKILL)."""
+    """Cancel jobs by id or name, or every job --name/--state/--partition match (a running one
+    is stopped: SIGTERM, grace period, SIGKILL). Filters alone need --all when they would
+    match every job, and no argument at all needs --all."""
+    bad = [s for s in state or [] if s not in CANCELLABLE]
+    if bad:
+        raise fail(f"--state {bad[0]}: only {', '.join(CANCELLABLE)} jobs can be cancelled")
+    filtered = name is not None or state or partition is not None
+    if not jobs and not filtered and not every:
+        raise fail(
+            "give job ids or names, --name/--state/--partition, or --all to cancel every job"
+        )
     client = client_for(url, token, data, context)
     with client_errors():
-        res = client.cancel(job_id)
-    typer.echo(f"{res['id']}: {res['state']}")
+        if partition is not None:
+            check_partition(client, partition)
+        ids: list[str] = []
+        for ref in jobs or []:
+            ids += [i for i in resolve_many(client, ref) if i not in ids]
+        if not jobs:
+            states = state or list(CANCELLABLE)
+            listed, _, _ = page_all(
+                lambda after, n: client.jobs(states, partition, None, n, after), 0
+            )
+            ids = [str(j["id"]) for j in listed if name is None or j.get("name") == name]
+        elif filtered:
+            keep = {
+                str(j["id"])
+                for j in (client.job(i) for i in ids)
+                if (name is None or j.get("name") == name)
+                and (not state or j.get("state") in state)
+                and (partition is None or j.get("partition") == partition)
+            }
+            ids = [i for i in ids if i in keep]
+        if not ids:
+            raise fail("no job matches", 1)
+        failed = 0
+        for jid in ids:
+            try:
+                res = client.cancel(jid)
+                typer.echo(f"{res['id']}: {res['state']}")
+            except ClientError as exc:
+                failed += 1
+                err_console().print(f"{jid}: {exc}", markup=False, soft_wrap=True)
+    if failed:
+        raise typer.Exit(1)
+
+
+def _act(
+    refs: list[str], kind: str, url: str | None, token: str | None, data: Any, ctx: str | None
+) -> None:
+    client = client_for(url, token, data, ctx)
+    failed = 0
+    with client_errors():
+        for ref in refs:
+            try:
+                res = client.hold(ref) if kind == "hold" else client.release(ref)
+            except ClientError as exc:
+                if len(refs) == 1:
+                    raise
+                failed += 1
+                err_console().print(f"{ref}: {exc}", markup=False, soft_wrap=True)
+                continue
+            for j in res["jobs"]:
+                typer.echo(f"{j['id']}: {j['state']}{' (held)' if j['held'] else ''}")
+    if failed:
+        raise typer.Exit(1)
+
+
+HoldArgs = Annotated[
+    list[str], typer.Argument(metavar="JOB...", help="job ids or names", show_default=False)
+]
+
+
+def hold(
+    jobs: HoldArgs,
+    url: UrlOpt = None,
+    token: TokenOpt = None,
+    data: DataOpt = None,
+    context: ContextOpt = None,
+) -> None:
+    """Hold pending jobs: they stay pending (reason 'held') until released."""
+    _act(jobs, "hold", url, token, data, context)
+
+
+def release(
+    jobs: HoldArgs,
+    url: UrlOpt = None,
+    token: TokenOpt = None,
+    data: DataOpt = None,
+    context: ContextOpt = None,
+) -> None:
+    """Release held jobs: they may run again."""
+    _act(jobs, "release", url, token, data, context)

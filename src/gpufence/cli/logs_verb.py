@@ -33,6 +33,7 @@ from gpufence.cli.connect import (
     client_for,
     fail,
 )
+from gpufence.cli.jobrefs import resolve_one
 from gpufence.cli.render import TERMINAL_STATES, err_console
 from gpufence.control.http.client import Client
 
@@ -103,7 +104,9 @@ def _pick_attempt(jid: str, job: dict[str, Any], attempt: int | None) -> tuple[i
 
 
 def logs(
-    job_id: Annotated[str, typer.Argument(metavar="JOB", help="job id", show_default=False)],
+    job_id: Annotated[
+        str, typer.Argument(metavar="JOB", help="job id or name", show_default=False)
+    ],
     follow: Annotated[
         bool,
         typer.Option(
@@ -134,6 +137,7 @@ def logs(
     names = ["out"] if out_only else ["err"] if err_only else ["out", "err"]
     client = client_for(url, token, data, context)
     with client_errors():
+        job_id = resolve_one(client, job_id)
         job = client.job(job_id)
         replicas = int((job.get("spec") or {}).get("replicas") or 1)
         if not 0 <= rank < replicas:

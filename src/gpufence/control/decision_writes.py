@@ -13,11 +13,13 @@ from typing import TYPE_CHECKING
 from gpufence.control.executors.interface import Launch, Member
 from gpufence.control.gpus.devices import DeviceError, assignment_json
 from gpufence.control.inbox import Live, Pending
+from gpufence.control.job_writes import write_cancel_decision
 from gpufence.control.jobspec import StoredSpecError, from_stored
 from gpufence.control.launches import job_dir, launch_for
 from gpufence.control.store import database as st
 from gpufence.model.decisions import (
     Bind,
+    Cancel,
     Decision,
     MigReconfigure,
     Notice,
@@ -73,6 +75,8 @@ def write_decision(rec: Reconciler, tx: st.Tx, d: Decision, now: float, act: Pen
         )
         tx.log(now, d.job_id, "reject", str(d.reason), d.message)
         rec.telemetry.rejected(str(d.reason))
+    elif isinstance(d, Cancel):  # a dependency that can never be met
+        write_cancel_decision(tx, d, now)
     elif isinstance(d, MigReconfigure):
         tx.log(now, None, "mig-reconfigure", str(d.reason), f"GPU {d.gpu}: {d.layout}")
         # only schedules the work (NVML on a worker thread, a timer on fake GPUs), and the same

@@ -29,6 +29,8 @@ class SubmitResult:
     message: str = ""
     replayed: bool = False
     """The Idempotency-Key was seen before: this is the job it created then."""
+    tasks: tuple[str, ...] = ()
+    """An array: the id of every task, in index order (``job_id`` is the first)."""
 
 
 def reply(fut: Future[Any], value: object) -> None:
@@ -47,6 +49,23 @@ def reply(fut: Future[Any], value: object) -> None:
 
 class CancelError(ValueError):
     pass
+
+
+class InvalidField(ValueError):
+    """A request field that passed validation but cannot work here (HTTP 422 naming it)."""
+
+    def __init__(self, loc: tuple[str, ...], message: str) -> None:
+        super().__init__(message)
+        self.loc = loc
+
+
+@dataclass(slots=True)
+class Action:
+    """Hold or release a pending job (``job_actions.py``); answered with its new state."""
+
+    job_id: str
+    kind: str  # "hold" | "release"
+    future: Future[str]
 
 
 class IdempotencyConflict(ValueError):
@@ -172,4 +191,4 @@ class Unsaved:
     """Jobs the scheduler could not handle, and why."""
 
 
-Item = Submit | Cancel | Call | Ack | NodeEvent | AttemptExit | None
+Item = Submit | Cancel | Action | Call | Ack | NodeEvent | AttemptExit | None

@@ -9,6 +9,7 @@ the reconciler is exactly as it was.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from gpufence.control.executors.interface import AttemptExit
@@ -23,6 +24,7 @@ from gpufence.control.inbox import (
     Staged,
     Submit,
 )
+from gpufence.control.job_writes import array_tasks, insert_job, prepare, write_array
 from gpufence.control.jobspec import escape
 from gpufence.control.store import database as st
 from gpufence.model.events import (
@@ -33,6 +35,7 @@ from gpufence.model.events import (
     JobSubmitted,
     NodeDown,
     NodeUp,
+    OutcomeKnown,
 )
 from gpufence.sched.jobs import JobState
 
@@ -60,27 +63,21 @@ def write_submit(rec: Reconciler, tx: st.Tx, it: Submit, now: float, staged: Sta
                     )
                 )
                 return
-            staged.replies.append((it.future, rec.submit_result(jid, tx.job(jid), replayed=True)))
+            res = rec.submit_result(jid, tx.job(jid), replayed=True)
+            staged.replies.append((it.future, replace(res, tasks=array_tasks(tx, jid))))
             return
     # a request these raise on is undone with its savepoint (see Reconciler._inbox_tx)
-    what = req.request().describe()
-    jid = tx.add_job(
-        tenant=it.tenant,
-        spec=spec,
-        workload_class=str(req.workload_class),
-        partition=req.partition,
-        queue=req.queue,
-        submitted_at=now,
-        gpus=f"{req.replicas}x {what}" if req.replicas != 1 else what,
-        text=text,
-    )
+    ready, known = prepare(rec, tx, it.tenant, req)  # names, after_* -> ids (job_writes.py)
+    staged.events += known
+    if ready.array is not None:
+        jid = write_array(rec, tx, it, ready, now, staged)
+    else:  # the spec's text is reusable unless prepare rewrote the request
+        jid = insert_job(
+            rec, tx, it.tenant, ready, now, staged, text=text if ready is req else None
+        )
+        staged.submits.append((jid, it.future))
     if it.key is not None:
         tx.remember_key(it.tenant, it.key, jid, digest, now)
-    tx.log(now, jid, "submitted", "", f"by {it.tenant}: {what}")
-    staged.events.append(JobSubmitted(req.to_job(jid, now)))
-    staged.submits.append((jid, it.future))
-    cls = str(req.workload_class)
-    staged.effects.append(lambda: rec.telemetry.submitted(cls))
 
 
 def write_cancel(rec: Reconciler, tx: st.Tx, it: Cancel, now: float, staged: Staged) -> None:
@@ -149,6 +146,9 @@ def write_exit(rec: Reconciler, tx: st.Tx, ev: AttemptExit, now: float, staged: 
     staged.effects.append(forget)
     if live.orphan:
         settle_orphan(tx, live, jid, ev, now, staged)
+        ended = tx.job(jid).state
+        if ended in st.TERMINAL:  # the core never tracked it: its dependents need the outcome
+            staged.events.append(OutcomeKnown(jid, ended))
         return
     if live.cancel:
         staged.events.append(JobCancelled(jid))

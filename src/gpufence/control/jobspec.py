@@ -31,7 +31,8 @@ from pydantic import (
     model_validator,
 )
 
-from gpufence.model.job import GpuRequest, Job, WorkloadClass
+from gpufence.control.arrays import ArraySpecError, parse_array
+from gpufence.model.job import AfterKind, GpuRequest, Job, WorkloadClass
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")  # used with fullmatch
@@ -106,6 +107,30 @@ def _abs_path(value: str) -> str:
 
 
 Name = Annotated[str, Field(max_length=MAX_NAME), AfterValidator(_no_control)]
+MAX_DEPENDENCIES = 100
+JobRef = Annotated[str, Field(min_length=1, max_length=MAX_NAME), AfterValidator(_no_control)]
+"""A job id (``j12``) or a job name; names are resolved to ids when the job is accepted."""
+Deps = Annotated[list[JobRef], Field(max_length=MAX_DEPENDENCIES)]
+
+
+def _array_text(value: str) -> str:
+    try:
+        parse_array(value)
+    except ArraySpecError as exc:
+        raise ValueError(str(exc)) from None
+    return value
+
+
+class ArrayTask(BaseModel):
+    """Which task of which array a job is: set by gpufence on every task, never by a client."""
+
+    job: str = Field(description="id of the array (its first task)")
+    index: int = Field(ge=0, description="GPUFENCE_ARRAY_TASK_ID of this task")
+    cap: int = Field(default=0, ge=0, description="tasks of the array queued or running at once")
+
+    model_config = ConfigDict(extra="forbid")
+
+
 Arg = Annotated[str, AfterValidator(_arg_text)]
 
 
@@ -194,6 +219,29 @@ class SubmitRequest(BaseModel):
         default=3, ge=1, le=100, description="attempts when a run is lost (node failure, crash)"
     )
     tenant: Name | None = Field(default=None, description="admin only: submit on behalf of")
+    after_ok: Deps = Field(
+        default_factory=list,
+        description="start only after each of these jobs (ids or names) ended done; if one "
+        "ends otherwise this job is cancelled (reason 'dependency')",
+    )
+    after_any: Deps = Field(
+        default_factory=list, description="start only after each of these jobs ended, however"
+    )
+    after_not_ok: Deps = Field(
+        default_factory=list,
+        description="start only after each of these jobs ended without success (failed, "
+        "cancelled, ...); cancelled if one ends done",
+    )
+    hold: bool = Field(default=False, description="submit on hold: pending until released")
+    array: Annotated[str, Field(max_length=256), AfterValidator(_array_text)] | None = Field(
+        default=None,
+        description="a job array: one job per index ('0-99', '1,3,5-7', '0-20:2'), '%N' caps "
+        "how many run at once ('0-99%8'); each task gets GPUFENCE_ARRAY_TASK_ID and "
+        "GPUFENCE_ARRAY_JOB_ID",
+    )
+    array_task: ArrayTask | None = Field(
+        default=None, description="read-only: set by gpufence on each task of an array"
+    )
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True, allow_inf_nan=False)
 
@@ -293,7 +341,9 @@ class SubmitRequest(BaseModel):
             return GpuRequest.fraction(round(self.gpu_fraction * 1000), mem)
         return GpuRequest.whole(self.gpus)
 
-    def to_job(self, job_id: str, submitted_at: float) -> Job:
+    def to_job(self, job_id: str, submitted_at: float, held: bool | None = None) -> Job:
+        """The core's job; ``held``: whether it is on hold now (default: as submitted)."""
+        held = self.hold if held is None else held
         return Job(
             id=job_id,
             workload_class=self.workload_class,
@@ -308,7 +358,26 @@ class SubmitRequest(BaseModel):
             cpu_milli=self.cpu_milli,
             mem_mib=self.mem_mib,
             time_limit_s=self.time_limit_s,
+            after=self.dependencies(),
+            held=held,
+            array_group=self.array_task.job if self.array_task is not None else "",
+            array_cap=self.array_task.cap if self.array_task is not None else 0,
         )
+
+    def dependencies(self) -> tuple[tuple[AfterKind, str], ...]:
+        """``after_*`` as the core takes them (ids: names are resolved at submit)."""
+        return (
+            *((AfterKind.OK, j) for j in self.after_ok),
+            *((AfterKind.ANY, j) for j in self.after_any),
+            *((AfterKind.NOT_OK, j) for j in self.after_not_ok),
+        )
+
+    def array_env(self) -> dict[str, str]:
+        """The variables that tell an array task which one it is (none for other jobs)."""
+        t = self.array_task
+        if t is None:
+            return {}
+        return {"GPUFENCE_ARRAY_TASK_ID": str(t.index), "GPUFENCE_ARRAY_JOB_ID": t.job}
 
     def stored(self) -> dict[str, Any]:
         """The JSON kept in the store (and shown back to the user)."""

@@ -38,6 +38,7 @@ def launch_for(
     # NVML (discovery) numbers GPUs in PCI bus order; make CUDA agree
     env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
     env.update(spec.env)
+    env.update(spec.array_env())  # GPUFENCE_ARRAY_TASK_ID / _JOB_ID of an array task
     return Launch(
         job_id=job_id,
         attempt=attempt,

@@ -31,7 +31,7 @@ from gpufence.control.gpus.devices import DeviceMap, check_machine
 from gpufence.control.gpus.discovery import Discovery
 from gpufence.control.gpus.nvml import GpuApi
 from gpufence.control.gpus.runtime import GpuRuntime, Holders, open_gpu_api
-from gpufence.control.inbox import SubmitResult
+from gpufence.control.inbox import InvalidField, SubmitResult
 from gpufence.control.jobspec import SubmitRequest
 from gpufence.control.metrics import Telemetry
 from gpufence.control.observe import live_view, series_view
@@ -50,20 +50,13 @@ from gpufence.control.tenantview import Owner, redact
 from gpufence.model.cluster import Cluster
 from gpufence.sched.scheduler import Scheduler, SchedulerConfig
 
+__all__ = ["AccessError", "ControlPlane", "InvalidField"]
 log = logging.getLogger("gpufence.plane")
 CALL_TIMEOUT_S = 30.0
 
 
 class AccessError(PermissionError):
     """The caller's tenant may not do this (HTTP 403)."""
-
-
-class InvalidField(ValueError):
-    """A request field that passed validation but cannot work here (HTTP 422 naming it)."""
-
-    def __init__(self, loc: tuple[str, ...], message: str) -> None:
-        super().__init__(message)
-        self.loc = loc
 
 
 def open_store(

@@ -48,9 +48,11 @@ from gpufence.control.gpus.devices import DeviceMap
 from gpufence.control.gpus.mig_manager import MigManager, store_line
 from gpufence.control.inbox import (
     Ack,
+    Action,
     Call,
     Cancel,
     Clock,
+    InvalidField,
     Item,
     Live,
     NodeEvent,
@@ -63,6 +65,7 @@ from gpufence.control.inbox import (
     reply,
 )
 from gpufence.control.item_writes import write_cancel, write_observation, write_submit
+from gpufence.control.job_writes import write_action
 from gpufence.control.jobspec import SubmitRequest, escape
 from gpufence.control.metrics import Telemetry
 from gpufence.control.store import database as st
@@ -147,6 +150,12 @@ class Reconciler:
         self._inbox.put(Cancel(job_id, fut))
         return fut
 
+    def action(self, job_id: str, kind: str) -> Future[str]:
+        """Hold or release a pending job (``job_writes.write_action``)."""
+        fut: Future[str] = Future()
+        self._inbox.put(Action(job_id, kind, fut))
+        return fut
+
     def call(self, fn: Callable[[Reconciler], T]) -> Future[T]:
         """Run ``fn`` on the reconciler thread between cycles (read-only scheduler queries)."""
         fut: Future[T] = Future()
@@ -218,7 +227,7 @@ class Reconciler:
             except Exception:  # a bug must not silently stop every job: log loudly, keep going
                 log.exception("reconciler cycle failed")
                 for it in items:
-                    if isinstance(it, Submit | Cancel | Call) and not it.future.done():
+                    if isinstance(it, Submit | Cancel | Action | Call) and not it.future.done():
                         it.future.set_exception(RuntimeError("internal error; see server log"))
 
     def _timeout(self) -> float:
@@ -265,7 +274,7 @@ class Reconciler:
         now = self.clock()
         self.cycles += 1
         calls = [it for it in items if isinstance(it, Call)]
-        requests = [it for it in items if isinstance(it, Submit | Cancel)]
+        requests = [it for it in items if isinstance(it, Submit | Cancel | Action)]
         self._held += [it for it in items if isinstance(it, AttemptExit | Ack | NodeEvent)]
         try:
             if self._unsaved is not None:  # decided last time, the store refused it
@@ -312,14 +321,14 @@ class Reconciler:
                 value = exc
             reply(c.future, value)
 
-    def _inbox_tx(self, requests: list[Submit | Cancel], now: float) -> Staged:
+    def _inbox_tx(self, requests: list[Submit | Cancel | Action], now: float) -> Staged:
         """Phase 1: persist every request and held observation in one transaction."""
         staged = Staged()
         held = list(self._held)
         marks = list(self._running_unsaved)
         if not (requests or held or marks):
             return staged
-        durable = any(isinstance(r, Submit | Cancel) for r in requests)
+        durable = any(isinstance(r, Submit | Cancel | Action) for r in requests)
         with self.store.transaction(durable=durable) as tx:
             for jid, attempt in marks:
                 self._mark_running(tx, jid, attempt)
@@ -350,7 +359,7 @@ class Reconciler:
         return staged
 
     def _write_requests(
-        self, tx: st.Tx, requests: list[Submit | Cancel], now: float, staged: Staged
+        self, tx: st.Tx, requests: list[Submit | Cancel | Action], now: float, staged: Staged
     ) -> None:
         """Every request in one savepoint (the usual case: a batch of submits costs no more
         statements than its inserts); if one raises, the batch is undone and written again one
@@ -374,13 +383,19 @@ class Reconciler:
             except Exception as exc:
                 if _medium_fault(exc):
                     raise
-                what = "submit" if isinstance(r, Submit) else f"cancel of job {r.job_id}"
-                log.exception("%s could not be handled; refused", what)
+                if not isinstance(exc, InvalidField):  # a 422 for the client, not a bug
+                    kind = type(r).__name__.lower()
+                    what = "submit" if isinstance(r, Submit) else f"{kind} of job {r.job_id}"
+                    log.exception("%s could not be handled; refused", what)
                 staged.replies.append((r.future, exc))
 
-    def _write_request(self, tx: st.Tx, r: Submit | Cancel, now: float, staged: Staged) -> None:
+    def _write_request(
+        self, tx: st.Tx, r: Submit | Cancel | Action, now: float, staged: Staged
+    ) -> None:
         if isinstance(r, Submit):
             write_submit(self, tx, r, now, staged)
+        elif isinstance(r, Action):
+            write_action(self, tx, r, now, staged)
         else:
             write_cancel(self, tx, r, now, staged)
 

@@ -26,6 +26,9 @@ class Reason(StrEnum):
     MIN_RUNTIME = "min-runtime"  # preempting would make room, but the victims are too young
     RECONFIGURING = "mig-reconfiguring"
     QUEUED = "queued"
+    HELD = "held"  # on hold until released (sched/gates.py)
+    DEPENDENCY = "dependency"  # waits for other jobs to end; also why one is cancelled
+    ARRAY_LIMIT = "array-limit"  # its array already has its cap of tasks queued or running
     # why a job was stopped / noticed
     INCIDENT_PREEMPTION = "incident-preemption"
     ON_DEMAND_PREEMPTION = "on-demand-preemption"
@@ -108,6 +111,16 @@ class Reject:
 
 
 @dataclass(frozen=True, slots=True)
+class Cancel:
+    """The scheduler ended a pending job that can never run (a dependency that can never be
+    met): the front end records it ``cancelled`` with the reason."""
+
+    job_id: str
+    reason: Reason
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
 class MigReconfigure:
     """Re-partition an idle GPU; it is unusable until the front end reports MigReconfigured."""
 
@@ -118,7 +131,7 @@ class MigReconfigure:
     message: str = ""
 
 
-Decision = Bind | Notice | NoticeWithdrawn | Stop | Requeue | Reject | MigReconfigure
+Decision = Bind | Notice | NoticeWithdrawn | Stop | Requeue | Reject | Cancel | MigReconfigure
 
 
 @dataclass(frozen=True, slots=True)

@@ -64,6 +64,29 @@ class JobCancelled:
 
 
 @dataclass(frozen=True, slots=True)
+class JobHeld:
+    """The user put a pending job on hold: it waits (reason ``held``) until released."""
+
+    job_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class JobReleased:
+    """The user released a held job."""
+
+    job_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class OutcomeKnown:
+    """How a job the core does not track ended (before a front-end restart): what a dependency
+    on it needs to know. ``state``: the state it ended in (``done`` is success)."""
+
+    job_id: str
+    state: str
+
+
+@dataclass(frozen=True, slots=True)
 class CheckpointAck:
     """The job acknowledged a preemption/reclaim notice: its checkpoint is written."""
 
@@ -130,6 +153,9 @@ Event = (
     | JobFinished
     | JobStopped
     | JobCancelled
+    | JobHeld
+    | JobReleased
+    | OutcomeKnown
     | CheckpointAck
     | CheckpointWritten
     | Activity

@@ -15,6 +15,14 @@ class WorkloadClass(StrEnum):
     BATCH = "batch"
 
 
+class AfterKind(StrEnum):
+    """What a dependency waits for (``Job.after``), as Slurm's afterok / afterany / afternotok."""
+
+    OK = "after-ok"  # the parent ended done
+    ANY = "after-any"  # the parent ended, however
+    NOT_OK = "after-not-ok"  # the parent ended without success (failed, cancelled, ...)
+
+
 class RequestKind(StrEnum):
     WHOLE = "whole"  # whole GPUs (or one time-slice share per GPU in a time-slice partition)
     MIG = "mig"  # one MIG instance of a named profile
@@ -76,6 +84,11 @@ class Job:
     # hard wall-clock limit of one attempt (the job is stopped at it, reason ``time-limit``);
     # unlike ``est_runtime_s`` it is enforced, so backfill and reservations may trust it
     time_limit_s: float | None = None
+    # gates (sched/gates.py): a job with any of these set may wait outside the queues
+    after: tuple[tuple[AfterKind, str], ...] = ()  # (kind, parent job id)
+    held: bool = False  # submitted on hold: waits until released
+    array_group: str = ""  # the array this job is a task of ("" : none)
+    array_cap: int = 0  # at most this many tasks of ``array_group`` queued or running (0: no cap)
 
     @property
     def planned_runtime_s(self) -> float | None:

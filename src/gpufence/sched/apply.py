@@ -1,5 +1,6 @@
 """Phase 1 of a cycle: apply what the front end observed (submits, ends, stops, acks, activity,
-node and MIG changes, restores) to the job book, the queues and the ledger.
+node and MIG changes, restores, holds) to the job book, the queues and the ledger; and phase 4,
+``open_gates``: held, dependent and capped jobs that may run now join their queues (gates.py).
 
 Submission checks live in ``sched/intake.py``; a restart's restores in ``sched/restore.py``.
 """
@@ -8,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from gpufence.model.decisions import Decision, NoticeWithdrawn, Reason, Reject, Requeue
+from gpufence.model.decisions import Cancel, Decision, NoticeWithdrawn, Reason, Reject, Requeue
 from gpufence.model.events import (
     Activity,
     CheckpointAck,
@@ -16,6 +17,8 @@ from gpufence.model.events import (
     Event,
     JobCancelled,
     JobFinished,
+    JobHeld,
+    JobReleased,
     JobRestored,
     JobStopped,
     JobSubmitted,
@@ -23,12 +26,14 @@ from gpufence.model.events import (
     MigReconfigured,
     NodeDown,
     NodeUp,
+    OutcomeKnown,
     Tick,
     UsageRestored,
 )
 from gpufence.model.lifecycle import after_stop
 from gpufence.sched.book import JobBook
 from gpufence.sched.context import Claims, Core
+from gpufence.sched.gates import Gates
 from gpufence.sched.intake import Refused, resolve
 from gpufence.sched.jobs import TERMINAL, JobRecord, JobState
 from gpufence.sched.migdyn import MigWork, apply_layout_read
@@ -43,12 +48,26 @@ def apply_events(
     claims: Claims,
     reasons: PendingReasons,
     mig: MigWork,
+    gates: Gates,
     events: Iterable[Event],
     out: list[Decision],
 ) -> None:
     """Apply ``events`` in order; their decisions go to ``out`` as they are made."""
     for ev in events:
-        _apply(core, book, claims, reasons, mig, ev, out)
+        _apply(core, book, claims, reasons, mig, gates, ev, out)
+
+
+def open_gates(
+    core: Core, book: JobBook, claims: Claims, reasons: PendingReasons, gates: Gates
+) -> list[Decision]:
+    """Phase 4: gated jobs that may run now join their queues; one whose dependency can never
+    be met is cancelled, which may doom its own dependents: judged again until none is."""
+    out: list[Decision] = []
+    while nevers := gates.advance(core, book):
+        for never in nevers:
+            _end(core, book, claims, reasons, gates, book.records[never.job_id], JobState.CANCELLED)
+            out.append(Cancel(never.job_id, Reason.DEPENDENCY, never.message))
+    return out
 
 
 def _apply(
@@ -57,16 +76,28 @@ def _apply(
     claims: Claims,
     reasons: PendingReasons,
     mig: MigWork,
+    gates: Gates,
     ev: Event,
     out: list[Decision],
 ) -> None:
     if isinstance(ev, JobSubmitted):
-        _submit(core, book, ev, out)
+        _submit(core, book, gates, ev, out)
         return
     if isinstance(ev, Tick):
         return
     if isinstance(ev, JobRestored):
         restore(core, book, ev)
+        if ev.job.id in book.records:  # gates: a running array task fills a slot of its cap
+            gates.restored(book.records[ev.job.id])
+        return
+    if isinstance(ev, JobHeld):  # gates
+        gates.hold(core, book, claims, reasons, ev.job_id)
+        return
+    if isinstance(ev, JobReleased):  # gates
+        gates.release(ev.job_id)
+        return
+    if isinstance(ev, OutcomeKnown):  # gates
+        gates.outcome(ev.job_id, ev.state)
         return
     if isinstance(ev, UsageRestored):
         core.fairshare.restore(dict(ev.usage), ev.at, core.now)
@@ -95,13 +126,21 @@ def _apply(
             # (a time limit's notice ends the job all the same: it is not requeued)
             requeue = n.reason is not Reason.TIME_LIMIT
             out.append(book.stop(rec, n.reason, requeue, "exited during its notice", now))
-            _stopped(core, book, rec, out)
+            _stopped(core, book, gates, rec, out)
             return
-        _end(core, book, claims, reasons, rec, JobState.DONE if ev.succeeded else JobState.FAILED)
+        _end(
+            core,
+            book,
+            claims,
+            reasons,
+            gates,
+            rec,
+            JobState.DONE if ev.succeeded else JobState.FAILED,
+        )
     elif isinstance(ev, JobStopped):
-        _stopped(core, book, rec, out)
+        _stopped(core, book, gates, rec, out)
     elif isinstance(ev, JobCancelled):
-        _end(core, book, claims, reasons, rec, JobState.CANCELLED)
+        _end(core, book, claims, reasons, gates, rec, JobState.CANCELLED)
     elif isinstance(ev, CheckpointAck):
         rec.last_checkpoint = now
         n = rec.notice
@@ -114,7 +153,7 @@ def _apply(
         _activity(core, book, rec, ev.utilization, out)
 
 
-def _submit(core: Core, book: JobBook, ev: JobSubmitted, out: list[Decision]) -> None:
+def _submit(core: Core, book: JobBook, gates: Gates, ev: JobSubmitted, out: list[Decision]) -> None:
     job = ev.job
     if job.id in book.records:
         out.append(Reject(job.id, Reason.DUPLICATE, f"job id {job.id} already used"))
@@ -128,7 +167,8 @@ def _submit(core: Core, book: JobBook, ev: JobSubmitted, out: list[Decision]) ->
         return
     rec = JobRecord(job, got.home, got.queue)
     book.records[job.id] = rec
-    core.queues.add(rec)
+    if gates.admit(rec):  # gates: held / dependent / capped jobs wait outside the queues
+        core.queues.add(rec)
     core.engine.observe(job, got.home)
 
 
@@ -137,11 +177,14 @@ def _end(
     book: JobBook,
     claims: Claims,
     reasons: PendingReasons,
+    gates: Gates,
     rec: JobRecord,
     state: JobState,
 ) -> None:
+    gated = gates.ended(rec)  # gates: dependents and the array cap see it end
     if rec.state is JobState.PENDING:
-        core.queues.remove(rec.job.id)
+        if not gated:
+            core.queues.remove(rec.job.id)
         reasons.forget(rec.job.id)
         claims.nominations.pop(rec.job.id, None)
     else:
@@ -149,7 +192,7 @@ def _end(
     book.move(rec, state)
 
 
-def _stopped(core: Core, book: JobBook, rec: JobRecord, out: list[Decision]) -> None:
+def _stopped(core: Core, book: JobBook, gates: Gates, rec: JobRecord, out: list[Decision]) -> None:
     if rec.state is JobState.PENDING:
         return
     book.release(core, rec)
@@ -163,6 +206,7 @@ def _stopped(core: Core, book: JobBook, rec: JobRecord, out: list[Decision]) -> 
         out.append(Requeue(rec.job.id, reason, rec.attempt, "back in its queue"))
     else:
         book.move(rec, after_stop(rec.stop_reason or Reason.QUEUED, requeue=False))
+        gates.ended(rec)  # gates
 
 
 def _activity(

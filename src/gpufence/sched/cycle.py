@@ -4,9 +4,11 @@ returns its decisions; the pieces of state are named in ``SchedulerState``:
   1. apply events        sched/apply.py     submits, ends, stops, acks, activity, nodes, MIG
   2. expire deadlines    sched/expiry.py    time limits; a notice past its deadline -> a stop
   3. warn idle           sched/reclaim.py   idle interactive sessions get a warning
-  4. place partitions    sched/place.py     queue order, quota, placement, reservation, backfill
-  5. lend                sched/lend.py      idle capacity of lending partitions to their borrowers
-  6. reclaim / protect   sched/protect.py   lent capacity back; budgeted incident preemption
+  4. gates               sched/gates.py     held / dependent / array-capped jobs join their
+                                            queues, or are cancelled (apply.open_gates)
+  5. place partitions    sched/place.py     queue order, quota, placement, reservation, backfill
+  6. lend                sched/lend.py      idle capacity of lending partitions to their borrowers
+  7. reclaim / protect   sched/protect.py   lent capacity back; budgeted incident preemption
 """
 
 from __future__ import annotations
@@ -16,10 +18,11 @@ from dataclasses import dataclass, field
 
 from gpufence.model.decisions import Decision
 from gpufence.model.events import Event
-from gpufence.sched.apply import apply_events
+from gpufence.sched.apply import apply_events, open_gates
 from gpufence.sched.book import JobBook
 from gpufence.sched.context import Claims, Core
 from gpufence.sched.expiry import expire_limits, expire_notices
+from gpufence.sched.gates import Gates
 from gpufence.sched.lend import lend
 from gpufence.sched.migdyn import MigWork
 from gpufence.sched.place import PlaceMemo, Placing, place_partitions, release_holds
@@ -37,6 +40,7 @@ class SchedulerState:
     mig: MigWork  # MIG re-partitions in flight
     protection: ProtectionState  # incident budget windows and protection's retry times
     memo: PlaceMemo  # what placement saw last, to skip partitions where nothing changed
+    gates: Gates = field(default_factory=Gates)  # held / dependent / capped jobs wait here
     made: list[Decision] = field(default_factory=list)  # the last (or current) cycle's decisions
 
 
@@ -48,19 +52,21 @@ def run_cycle(s: SchedulerState, events: Iterable[Event], now: float) -> list[De
     # phase raises after earlier ones changed the state
     out = s.made = []
     # 1. apply events
-    apply_events(core, s.book, s.claims, s.reasons, s.mig, events, out)
+    apply_events(core, s.book, s.claims, s.reasons, s.mig, s.gates, events, out)
     # 2. expire time limits and notices
     out += expire_limits(s.book, now)
     out += expire_notices(s.book, now)
     # 3. warn idle
     out += warn_idle(core.cluster, s.book, now)
+    # 4. gates: jobs that may run now join their queues (before placement sees the queues)
+    out += open_gates(core, s.book, s.claims, s.reasons, s.gates)
     s.reasons.cycle += 1
-    # 4. place per partition (the GPUs victims are freeing stay held for the jobs they are
+    # 5. place per partition (the GPUs victims are freeing stay held for the jobs they are
     #    freed for through placement and lending)
     failed, held = place_partitions(Placing(core, s.book, s.claims, s.reasons, s.mig, out), s.memo)
-    # 5. lend
+    # 6. lend
     lend(Placing(core, s.book, s.claims, s.reasons, s.mig, out), failed)
     release_holds(core.ledger, held)
-    # 6. reclaim / protect
+    # 7. reclaim / protect
     protect(Protecting(core, s.book, s.claims, s.reasons, s.protection, out), failed)
     return out

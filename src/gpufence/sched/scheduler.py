@@ -121,6 +121,9 @@ class Scheduler:
         rec = s.book.records.get(job_id)
         if rec is None or rec.state is not JobState.PENDING:
             return None
+        gated = s.gates.why(job_id)  # gates: held / dependency / array-limit
+        if gated is not None:
+            return gated
         why = s.reasons.why(job_id, s.core.queues)
         return why or PendingReason(Reason.QUEUED, "not yet considered")
 

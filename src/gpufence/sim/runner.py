@@ -23,6 +23,7 @@ from typing import Protocol
 from gpufence.model.cluster import Cluster
 from gpufence.model.decisions import (
     Bind,
+    Cancel,
     Decision,
     MigReconfigure,
     Notice,
@@ -429,6 +430,9 @@ class Simulation:
         elif isinstance(d, Reject):
             tr = self.jobs[d.job_id]
             tr.state, tr.end = JobState.REJECTED, now
+        elif isinstance(d, Cancel):  # a dependency that can never be met (traces have none)
+            tr = self.jobs[d.job_id]
+            tr.state, tr.end = JobState.CANCELLED, now
         elif isinstance(d, Requeue):
             self.jobs[d.job_id].state = JobState.PENDING
         elif isinstance(d, MigReconfigure):

@@ -35,6 +35,7 @@ __all__ = [
     "load_cluster_text",
     "parse_gpu_selector",
     "parse_node_selector",
+    "parse_yaml_documents",
 ]
 
 _BOOL_TAG = "tag:yaml.org,2002:bool"
@@ -105,6 +106,35 @@ def _parse_yaml(text: str, source: str | None) -> tuple[object, dict[Path, int],
         raise SpecError([f"YAML error: {exc}"], source) from None
     finally:
         loader.dispose()
+
+
+def parse_yaml_documents(
+    text: str, source: str | None, kind: str = "file"
+) -> list[tuple[object, dict[Path, int], list[SpecIssue]]]:
+    """Every document of a multi-document YAML text (``---`` between them), each with the
+    source line of every field path and its duplicate keys, as cluster specs are read (YAML 1.2
+    booleans); a syntax error is a ``SpecError`` naming line and column."""
+    out: list[tuple[object, dict[Path, int], list[SpecIssue]]] = []
+    loader = _Loader(text)
+    try:
+        while loader.check_node():
+            node = loader.get_node()
+            if node is None:
+                continue
+            lines: dict[Path, int] = {}
+            issues: list[SpecIssue] = []
+            _index(node, (), lines, issues, set())
+            out.append((loader.construct_document(node), lines, issues))
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "unknown position"
+        what = exc.problem or exc.context or "invalid YAML"
+        raise SpecError([f"YAML syntax error at {where}: {what}"], source, kind) from None
+    except yaml.YAMLError as exc:
+        raise SpecError([f"YAML error: {exc}"], source, kind) from None
+    finally:
+        loader.dispose()
+    return out
 
 
 def load_cluster_text(text: str, source: str | None = None) -> Cluster:

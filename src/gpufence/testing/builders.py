@@ -7,7 +7,7 @@ from typing import Any
 
 from gpufence.model.cluster import Cluster
 from gpufence.model.hardware import Fabric, Gpu, GpuType, Node
-from gpufence.model.job import GpuRequest, Job, WorkloadClass
+from gpufence.model.job import AfterKind, GpuRequest, Job, WorkloadClass
 from gpufence.model.partition import (
     LendingRule,
     MigConfig,
@@ -178,6 +178,19 @@ class JobBuilder:
 
     def at(self, t: float) -> JobBuilder:
         self._job = replace(self._job, submit_time=t)
+        return self
+
+    def after(self, kind: AfterKind | str, *parents: str) -> JobBuilder:
+        deps = tuple((AfterKind(kind), p) for p in parents)
+        self._job = replace(self._job, after=self._job.after + deps)
+        return self
+
+    def held(self, flag: bool = True) -> JobBuilder:
+        self._job = replace(self._job, held=flag)
+        return self
+
+    def array(self, group: str, cap: int = 0) -> JobBuilder:
+        self._job = replace(self._job, array_group=group, array_cap=cap)
         return self
 
     def build(self) -> Job:

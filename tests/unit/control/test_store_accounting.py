@@ -33,9 +33,14 @@ V5_EXPECTED = [
 def test_a_version_5_store_is_upgraded_with_its_history_filled(tmp_path: Path) -> None:
     shutil.copy(FIXTURE, tmp_path / st.DB_NAME)
     s = st.Store(tmp_path)
-    assert s.schema_version() == st.SCHEMA_VERSION == 6
+    assert s.schema_version() == st.SCHEMA_VERSION == 7  # 6: accounting, 7: hold and names
     with s.reader() as r:
         rows = _by_id(r.history(now=10_000.0))
+        assert all(not row.held for row in r.jobs(states=()))  # none is on hold
+        names = r._c.execute(
+            "EXPLAIN QUERY PLAN SELECT id FROM jobs WHERE tenant = 'a' AND name = 'x'"
+        ).fetchall()
+        assert "jobs_tenant_name" in " ".join(str(tuple(p)) for p in names)
         plan = r._c.execute(  # the index the migration added is used
             "EXPLAIN QUERY PLAN SELECT id FROM jobs WHERE ended_at >= 5 ORDER BY ended_at"
         ).fetchall()

@@ -38,6 +38,7 @@ from gpufence.control.http.accounting_routes import accounting_router
 from gpufence.control.http.auth import tenant_dependency
 from gpufence.control.http.dashboard_routes import dashboard_router
 from gpufence.control.http.docs import install_docs
+from gpufence.control.http.job_actions import install_job_actions
 from gpufence.control.http.problems import (
     PROBLEM_JSON,
     FieldError,
@@ -73,6 +74,7 @@ class SubmitResponse(BaseModel):
     state: str
     reason: str = ""
     message: str = ""
+    tasks: list[str] = Field(default_factory=list, description="an array: every task's id")
 
 
 class CancelResponse(BaseModel):
@@ -302,6 +304,7 @@ def make_app(plane: ControlPlane) -> FastAPI:
 
     # ------------------------------------------------------------------ jobs
     install_submit(app, plane, job_json, SubmitResponse)
+    install_job_actions(app, plane)  # hold, release, names (job_actions.py)
     # added last, so outermost: the submit front (added by install_submit) sees bodies in limit
     app.add_middleware(LimitBody, limit=plane.config.max_request_bytes)
 

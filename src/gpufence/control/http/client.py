@@ -256,6 +256,20 @@ class Client:
         out: dict[str, Any] = self._json("POST", f"/v1/jobs/{_q(job_id)}/cancel")
         return out
 
+    def hold(self, ref: str) -> dict[str, Any]:
+        """``{jobs: [{id, state, held}]}``: every pending job ``ref`` (id or name) denotes."""
+        out: dict[str, Any] = self._json("POST", f"/v1/jobs/{_q(ref)}/hold")
+        return out
+
+    def release(self, ref: str) -> dict[str, Any]:
+        out: dict[str, Any] = self._json("POST", f"/v1/jobs/{_q(ref)}/release")
+        return out
+
+    def named(self, ref: str) -> list[dict[str, Any]]:
+        """The jobs a name (or id) denotes: ``[{id, tenant, state, array}]``."""
+        out: list[dict[str, Any]] = self._json("GET", f"/v1/names/{_q(ref)}")["jobs"]
+        return out
+
     def explain(self, job_id: str) -> dict[str, Any]:
         out: dict[str, Any] = self._json("GET", f"/v1/jobs/{_q(job_id)}/explain")
         return out

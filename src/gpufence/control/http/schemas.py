@@ -56,6 +56,7 @@ class JobSummary(_Out):
     exit_code: int | None
     gpus: str = Field(description="what it asks for in words, e.g. '2x 4 GPUs'")
     name: str | None
+    held: bool = Field(description="on hold (gpufence hold): pending until released")
     spec: SubmitRequest = Field(description="the accepted submit request, as stored")
     pending: PendingWhy | None = Field(default=None, description="why it waits (pending only)")
 

@@ -133,7 +133,14 @@ async def submit_response(
     except TimeoutError:
         raise TimeoutError("no answer from the reconciler") from None
     if res.state != st.REJECTED:
-        body = {"id": res.job_id, "state": res.state, "reason": res.reason, "message": res.message}
+        body: dict[str, Any] = {
+            "id": res.job_id,
+            "state": res.state,
+            "reason": res.reason,
+            "message": res.message,
+        }
+        if res.tasks:  # an array: every task's id
+            body["tasks"] = list(res.tasks)
         code = status.HTTP_200_OK if res.replayed else status.HTTP_201_CREATED
         try:
             return code, json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()

@@ -150,6 +150,12 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX jobs_accounting ON jobs(first_started_at, ended_at, state, gpu_s,
         submitted_at, tenant, partition, workload_class)
     """,
+    # 7: hold / release (a pending job's hold is state, not spec: it changes after submit), and
+    # job names looked up per tenant (names stand in for ids; unique among jobs not ended)
+    """
+    ALTER TABLE jobs ADD COLUMN held INTEGER NOT NULL DEFAULT 0;
+    CREATE INDEX jobs_tenant_name ON jobs(tenant, name);
+    """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -48,6 +48,10 @@ class Reader:
     def job(self, job_id: str) -> JobRow | None:
         return select_job(self._c, job_id)
 
+    def execute(self, sql: str, args: Sequence[object] = ()) -> sqlite3.Cursor:
+        """A read-only query of its own (``job_names.py``)."""
+        return self._c.execute(sql, args)
+
     def jobs(
         self,
         *,

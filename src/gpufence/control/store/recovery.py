@@ -55,7 +55,7 @@ from gpufence.control.reconciler import Reconciler
 from gpufence.control.store import database as st
 from gpufence.control.store.errors import StoreError
 from gpufence.model.decisions import Reason
-from gpufence.model.events import Event, JobRestored, JobSubmitted, UsageRestored
+from gpufence.model.events import Event, JobRestored, JobSubmitted, OutcomeKnown, UsageRestored
 
 log = logging.getLogger("gpufence.recovery")
 DROPPABLE = ("name", "est_runtime_s", "priority", "max_attempts")
@@ -263,6 +263,19 @@ def _kill_now(rec: Reconciler, launch: Launch) -> None:
         time.sleep(0.02)
 
 
+def ended_parents(rec: Reconciler, parents: set[str], live: set[str]) -> list[Event]:
+    """``OutcomeKnown`` of every dependency of a pending job that ended before this start (the
+    scheduler knows only what is pending or running): a dependent then runs, or is cancelled,
+    as it would have without the restart."""
+    out: list[Event] = []
+    with rec.store.reader() as r:
+        for pid in sorted(parents - live):
+            row = r.job(pid)
+            if row is not None and row.state in st.TERMINAL:
+                out.append(OutcomeKnown(pid, row.state))
+    return out
+
+
 def recover(rec: Reconciler, containment: Containment | None = None) -> dict[str, int]:
     """Runs before the reconciler thread starts; returns counts by outcome for the log.
     ``containment``: the local executor's, whose cgroups hold the processes of attempts the
@@ -281,6 +294,7 @@ def recover(rec: Reconciler, containment: Containment | None = None) -> dict[str
     invalid: list[tuple[str, str, str]] = []  # (job, state it ends in, why)
     repaired: list[tuple[str, SubmitRequest]] = []
     untracked: list[tuple[str, int, str, int]] = []  # (job, attempt now, how it ended, ranks)
+    parents: set[str] = set()  # of pending jobs: the core must know how ended ones ended
     for row in rows:
         spec, why = spec_of(row)
         if spec is not None and why == "repaired":
@@ -294,8 +308,10 @@ def recover(rec: Reconciler, containment: Containment | None = None) -> dict[str
             if outcome:
                 untracked.append((row.id, attempt, outcome, spec.replicas))
                 if outcome == st.DONE:
+                    events.append(OutcomeKnown(row.id, st.DONE))  # for its dependents
                     continue
-            events.append(JobSubmitted(spec.to_job(row.id, row.submitted_at)))
+            events.append(JobSubmitted(spec.to_job(row.id, row.submitted_at, held=row.held)))
+            parents.update(p for _kind, p in spec.dependencies())
             counts["pending"] += 1
             continue
         launch = _launch(rec, row, att, node_names, spec)
@@ -340,6 +356,7 @@ def recover(rec: Reconciler, containment: Containment | None = None) -> dict[str
         )
         if stopping:
             stops.append((row.id, att.attempt))
+    events[:0] = ended_parents(rec, parents, {row.id for row in rows})
     if invalid or repaired or untracked:
         now = time.time()
         with rec.store.transaction() as tx:

@@ -33,6 +33,8 @@ class JobRow:
     """What it asks for in words ('2x 4 GPUs'); None for rows from before it was stored."""
     spec_text: str = ""
     """The spec as stored (JSON text): list pages embed it without parsing it."""
+    held: bool = False
+    """On hold (``gpufence hold``): pending until released."""
 
     def public(self) -> dict[str, Any]:
         return {
@@ -49,6 +51,7 @@ class JobRow:
             "started_at": self.started_at,
             "ended_at": self.ended_at,
             "exit_code": self.exit_code,
+            "held": self.held,
             "spec": self.spec,
         }
 
@@ -71,7 +74,7 @@ class AttemptRow:
 
 JOB_COLUMNS = (
     "seq, id, tenant, spec, workload_class, partition, queue, state, reason, message, attempt,"
-    " submitted_at, started_at, ended_at, exit_code, cancel_requested, name, gpus"
+    " submitted_at, started_at, ended_at, exit_code, cancel_requested, name, gpus, held"
 )
 """In ``JobRow``'s field order: rows are read by position (a page of 1,000 jobs is read in a
 few milliseconds rather than tens)."""
@@ -80,7 +83,7 @@ few milliseconds rather than tens)."""
 def job_row(r: sqlite3.Row, parse_spec: bool = True) -> JobRow:
     return JobRow(
         r[0], r[1], r[2], json.loads(r[3]) if parse_spec else {}, r[4], r[5], r[6], r[7], r[8],
-        r[9], r[10], r[11], r[12], r[13], r[14], bool(r[15]), r[16], r[17], r[3],
+        r[9], r[10], r[11], r[12], r[13], r[14], bool(r[15]), r[16], r[17], r[3], bool(r[18]),
     )  # fmt: skip
 
 

@@ -1,0 +1,414 @@
+"""``gpufence submit``: a command, a script with ``#GPUFENCE`` directives, or a job file.
+
+* ``gpufence submit [OPTIONS] -- CMD ...`` submits CMD;
+* ``gpufence submit [OPTIONS] script.sh`` runs the script (through its ``#!`` line) with the
+  options of its ``#GPUFENCE`` lines; options on the command line win (``jobfile.py``);
+* ``gpufence submit -f jobs.yaml`` submits every document of a job file, all checked first.
+
+``--array`` makes one job per index, ``--after-ok/--after-any/--after-not-ok`` chain jobs (ids
+or names), ``--hold`` submits on hold, ``--wait`` waits for the end and exits with the job's
+code (``jobrefs.WAIT_CODES``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from typer._click.core import ParameterSource  # typer's own click (it vendors one)
+from typer._click.exceptions import ClickException
+
+from gpufence.cli.connect import (
+    ContextOpt,
+    DataOpt,
+    TokenOpt,
+    UrlOpt,
+    client_errors,
+    client_for,
+    fail,
+)
+from gpufence.cli.jobfile import DIRECTIVE, load_job_file, read_directives, script_command
+from gpufence.cli.jobrefs import WAIT_CODES, wait_exit, wait_for
+from gpufence.cli.render import err_console
+from gpufence.cli.units import parse_duration, parse_size
+from gpufence.control.http.client import Client, ClientError
+from gpufence.spec import SpecError, format_spec_error
+
+NOT_IN_DIRECTIVES = ("file", "url", "token", "data", "context", "wait")
+
+
+def _parse_env(pairs: list[str]) -> dict[str, str]:
+    env: dict[str, str] = {}
+    for p in pairs:
+        key, sep, value = p.partition("=")
+        if not sep or not key:
+            raise typer.BadParameter(f"{p!r} is not KEY=VALUE", param_hint="--env")
+        env[key] = value
+    return env
+
+
+def submit(
+    ctx: typer.Context,
+    command: Annotated[
+        list[str] | None,
+        typer.Argument(
+            metavar="CMD",
+            help="the command to run, after --: -- python train.py --lr 3e-4; or one script "
+            f"whose '{DIRECTIVE} --gpus 2 ...' lines at its top give options",
+            show_default=False,
+        ),
+    ] = None,
+    file: Annotated[
+        Path | None,
+        typer.Option(
+            "--file",
+            "-f",
+            metavar="JOBS.yaml",
+            help="submit the jobs of a job file (apiVersion: gpufence/v1, kind: Job; several "
+            "documents allowed; README 'Job files, scripts, arrays and dependencies')",
+            show_default=False,
+        ),
+    ] = None,
+    gpus: Annotated[
+        int | None, typer.Option("--gpus", metavar="N", help="whole GPUs per replica")
+    ] = None,
+    mig: Annotated[
+        str | None,
+        typer.Option("--mig", metavar="PROFILE", help="one MIG instance per replica, e.g. 1g.10gb"),
+    ] = None,
+    gpu_fraction: Annotated[
+        float | None,
+        typer.Option("--gpu-fraction", metavar="F", help="a share of one GPU, 0 < F < 1"),
+    ] = None,
+    gpu_mem: Annotated[
+        float | None,
+        typer.Option("--gpu-mem", metavar="GIB", help="GiB of GPU memory with --gpu-fraction"),
+    ] = None,
+    replicas: Annotated[
+        int | None,
+        typer.Option("--replicas", metavar="R", help="gang size: R members placed together"),
+    ] = None,
+    partition: Annotated[
+        str | None,
+        typer.Option(
+            "--partition",
+            metavar="NAME",
+            help="partition (fence) to run in [default: one that admits its class]",
+        ),
+    ] = None,
+    queue: Annotated[
+        str | None,
+        typer.Option(
+            "--queue", metavar="NAME", help="queue to wait in [default: the tenant's queue]"
+        ),
+    ] = None,
+    priority: Annotated[
+        int | None,
+        typer.Option(
+            "--priority", metavar="P", help="higher runs first within its queue [default: 0]"
+        ),
+    ] = None,
+    checkpointable: Annotated[
+        bool,
+        typer.Option(
+            "--checkpointable",
+            help="it checkpoints on notice (may be preempted, lent capacity, requeued)",
+        ),
+    ] = False,
+    est_runtime: Annotated[
+        float | None,
+        typer.Option(
+            "--est-runtime", metavar="SECONDS", help="estimated runtime (s), for backfill"
+        ),
+    ] = None,
+    cpus: Annotated[
+        float | None,
+        typer.Option(
+            "--cpus",
+            metavar="N",
+            help="CPU cores per replica (placed, and the job is held to them)",
+        ),
+    ] = None,
+    mem: Annotated[
+        str | None,
+        typer.Option(
+            "--mem",
+            metavar="SIZE",
+            help="host memory per replica, e.g. 8G (over it the job is OOM-killed)",
+        ),
+    ] = None,
+    time_limit: Annotated[
+        str | None,
+        typer.Option(
+            "--time-limit",
+            metavar="DURATION",
+            help="stop each attempt after this long, e.g. 90 (s), 30m, 2h, 1d, 01:30:00",
+        ),
+    ] = None,
+    slo_p99_ms: Annotated[
+        float | None,
+        typer.Option(
+            "--slo-p99-ms", metavar="MS", help="serving: the p99 latency (ms) it serves users at"
+        ),
+    ] = None,
+    metrics_url: Annotated[
+        str | None,
+        typer.Option(
+            "--metrics-url",
+            metavar="URL",
+            help="serving: the replica's Prometheus endpoint; gpufence reads its latency "
+            "histogram (*_request_duration_seconds) from it",
+        ),
+    ] = None,
+    metrics_port: Annotated[
+        int | None,
+        typer.Option(
+            "--metrics-port",
+            metavar="PORT",
+            help="serving: as --metrics-url, http://<its node>:PORT/metrics",
+        ),
+    ] = None,
+    latency_metric: Annotated[
+        str | None,
+        typer.Option(
+            "--latency-metric",
+            metavar="NAME",
+            help="serving: the histogram to read [default: any *_request_duration_seconds]",
+        ),
+    ] = None,
+    env: Annotated[
+        list[str] | None,
+        typer.Option("--env", metavar="KEY=VALUE", help="an environment variable (repeatable)"),
+    ] = None,
+    workload_class: Annotated[
+        str | None,
+        typer.Option(
+            "--class",
+            metavar="CLASS",
+            help="training (default), serving, interactive or batch",
+        ),
+    ] = None,
+    name: Annotated[
+        str | None,
+        typer.Option(
+            "--name",
+            metavar="NAME",
+            help="a name for it, usable wherever its id is (unique among your jobs not ended)",
+        ),
+    ] = None,
+    max_attempts: Annotated[
+        int | None,
+        typer.Option(
+            "--max-attempts",
+            metavar="N",
+            help="runs at most N times (requeues after a lost node or restart) [default: 3]",
+        ),
+    ] = None,
+    cwd: Annotated[
+        str | None,
+        typer.Option("--cwd", metavar="DIR", help="working directory [default: the current one]"),
+    ] = None,
+    tenant: Annotated[
+        str | None,
+        typer.Option("--tenant", metavar="NAME", help="admin only: submit on behalf of a tenant"),
+    ] = None,
+    array: Annotated[
+        str | None,
+        typer.Option(
+            "--array",
+            metavar="SPEC",
+            help="one job per index: 0-99, 1,3,5-7, 0-20:2; %N caps how many run at once "
+            "(0-99%8); each gets GPUFENCE_ARRAY_TASK_ID and GPUFENCE_ARRAY_JOB_ID",
+        ),
+    ] = None,
+    after_ok: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--after-ok",
+            metavar="JOB[,JOB]",
+            help="start after these jobs (ids or names) succeeded; cancelled if one fails",
+        ),
+    ] = None,
+    after_any: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--after-any", metavar="JOB[,JOB]", help="start after these jobs ended, however"
+        ),
+    ] = None,
+    after_not_ok: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--after-not-ok",
+            metavar="JOB[,JOB]",
+            help="start after these jobs ended without success; cancelled if one succeeds",
+        ),
+    ] = None,
+    hold: Annotated[
+        bool, typer.Option("--hold", help="submit on hold: pending until 'gpufence release'")
+    ] = False,
+    wait: Annotated[
+        bool,
+        typer.Option(
+            "--wait", help="wait until the job ends and exit with its code: " + WAIT_CODES
+        ),
+    ] = False,
+    url: UrlOpt = None,
+    token: TokenOpt = None,
+    data: DataOpt = None,
+    context: ContextOpt = None,
+) -> None:
+    """Submit a job (a command, a script with #GPUFENCE lines, or -f a job file); prints its id
+    (an array: the array's id, its first task's). A job that can never run is rejected: exit 1."""
+    params = dict(ctx.params)
+    client = client_for(url, token, data, context)
+    if file is not None:
+        if command:
+            raise fail("give either -f JOBS.yaml or a command, not both")
+        given = [p for p in params if p not in ("file", "wait", "url", "token", "data", "context")
+                 and ctx.get_parameter_source(p) is ParameterSource.COMMANDLINE]  # fmt: skip
+        if given:
+            flags = ", ".join("--" + p.replace("_", "-") for p in given)
+            raise fail(f"-f takes every field from the job file; drop {flags} or put it there")
+        submit_file(client, file, wait)
+        return
+    if not command:
+        raise fail("give the command after --, a script, or -f JOBS.yaml")
+    if len(command) == 1 and Path(command[0]).is_file():
+        script = Path(command[0])
+        params = with_directives(ctx, script, params)
+        params["command"] = script_command(script)
+    body = build_body(params)
+    ids = submit_one(client, body)
+    if wait:
+        raise typer.Exit(wait_exit(wait_for(client, ids)))
+
+
+def build_body(params: dict[str, Any]) -> dict[str, Any]:
+    """The submit body of the verb's options (``params``: the click parameters)."""
+    p = params
+    body: dict[str, Any] = {"command": p["command"], "cwd": p["cwd"] or os.getcwd()}
+    mem, time_limit, env = p["mem"], p["time_limit"], p["env"]
+    try:
+        mem_bytes = parse_size(mem) if mem is not None else None
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--mem") from None
+    try:
+        time_limit_s = parse_duration(time_limit) if time_limit is not None else None
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--time-limit") from None
+    optional: dict[str, Any] = {
+        "gpus": p["gpus"],
+        "mig": p["mig"],
+        "gpu_fraction": p["gpu_fraction"],
+        "gpu_mem_gib": p["gpu_mem"],
+        "replicas": p["replicas"],
+        "partition": p["partition"],
+        "queue": p["queue"],
+        "priority": p["priority"],
+        "est_runtime_s": p["est_runtime"],
+        "cpus": p["cpus"],
+        "mem_bytes": mem_bytes,
+        "time_limit_s": time_limit_s,
+        "slo_p99_ms": p["slo_p99_ms"],
+        "metrics_url": p["metrics_url"],
+        "metrics_port": p["metrics_port"],
+        "latency_metric": p["latency_metric"],
+        "class": p["workload_class"],
+        "name": p["name"],
+        "max_attempts": p["max_attempts"],
+        "tenant": p["tenant"],
+    }
+    body.update({k: v for k, v in optional.items() if v is not None})
+    if p["mig"] is not None or p["gpu_fraction"] is not None:
+        body.setdefault("gpus", 1)
+    if p["checkpointable"]:
+        body["checkpointable"] = True
+    if env:
+        body["env"] = _parse_env(env)
+    if p["array"] is not None:
+        body["array"] = p["array"]
+    for key in ("after_ok", "after_any", "after_not_ok"):
+        refs = [r.strip() for item in p[key] or [] for r in item.split(",") if r.strip()]
+        if refs:
+            body[key] = refs
+    if p["hold"]:
+        body["hold"] = True
+    return body
+
+
+def with_directives(ctx: typer.Context, script: Path, params: dict[str, Any]) -> dict[str, Any]:
+    """``params`` with the script's ``#GPUFENCE`` options under those of the command line."""
+    try:
+        directives = read_directives(script)
+    except SpecError as exc:
+        raise fail(format_spec_error(exc).removeprefix("error: ")) from None
+    out = dict(params)
+    for line, args in directives:
+        try:  # one line at a time, so that an error names its line
+            sub = ctx.command.make_context(ctx.info_name, [*args, "--", "x"], parent=ctx.parent)
+        except ClickException as exc:
+            msg = f"{script}:{line}: {DIRECTIVE} {' '.join(args)}: {exc.format_message()}"
+            raise fail(msg) from None
+        for name, value in sub.params.items():
+            if (
+                name == "command"
+                or sub.get_parameter_source(name) is not ParameterSource.COMMANDLINE
+            ):
+                continue
+            if name in NOT_IN_DIRECTIVES:
+                raise fail(f"{script}:{line}: --{name.replace('_', '-')} is not for a directive")
+            if ctx.get_parameter_source(name) is ParameterSource.COMMANDLINE:
+                continue  # the command line wins
+            if name == "env":  # repeatable: every directive's variables add up
+                out[name] = [*(out.get(name) or []), *value]
+            else:
+                out[name] = value
+    return out
+
+
+def submit_one(client: Client, body: dict[str, Any]) -> list[str]:
+    """Submit; print the id (and, for an array, its tasks on stderr). Every job's id."""
+    with client_errors():
+        res = client.submit(body)
+    typer.echo(res["id"])
+    tasks = [str(t) for t in res.get("tasks") or []]
+    if tasks:
+        err_console().print(
+            f"array {res['id']}: {len(tasks)} task(s), {tasks[0]}..{tasks[-1]}", markup=False
+        )
+    if res.get("state") == "pending" and res.get("reason"):
+        err_console().print(f"pending ({res['reason']}): {res.get('message', '')}", markup=False)
+    return tasks or [str(res["id"])]
+
+
+def submit_file(client: Client, path: Path, wait: bool) -> None:
+    """Every job of the file, or none: all documents are checked first; if the server refuses
+    one (a name in use, an unknown dependency, a job no partition can hold), the jobs of the
+    file already submitted are cancelled again and the command fails."""
+    try:
+        docs = load_job_file(path, os.getcwd())
+    except SpecError as exc:
+        err_console().print(format_spec_error(exc), markup=False, soft_wrap=True)
+        raise typer.Exit(2) from None
+    done: list[str] = []
+    for doc in docs:
+        try:
+            done += submit_quiet(client, doc.body)
+        except ClientError as exc:
+            for jid in done:
+                with contextlib.suppress(ClientError):
+                    client.cancel(jid)
+            undone = f"; cancelled again: {', '.join(done)}" if done else ""
+            raise fail(f"{path}:{doc.line}: {exc}{undone}", 2 if exc.bad_input else 1) from None
+    for jid in done:
+        typer.echo(jid)
+    if wait:
+        raise typer.Exit(wait_exit(wait_for(client, done)))
+
+
+def submit_quiet(client: Client, body: dict[str, Any]) -> list[str]:
+    res = client.submit(body)
+    return [str(t) for t in res.get("tasks") or []] or [str(res["id"])]

@@ -1,0 +1,48 @@
+"""Job arrays: ``0-99``, ``1,3,5-7``, ``0-99%8`` -> the task indices and the concurrency cap.
+
+Each index becomes one job (its own id) whose environment carries ``GPUFENCE_ARRAY_TASK_ID``
+(the index) and ``GPUFENCE_ARRAY_JOB_ID`` (the id of the array's first task, which every task
+shares). ``%N`` caps how many tasks are queued or running at once; the scheduling core enforces
+it (``sched/gates.py``), the control plane only passes it on.
+"""
+
+from __future__ import annotations
+
+import re
+
+MAX_TASKS = 10_000
+MAX_INDEX = 1_000_000
+_RANGE = re.compile(r"(\d+)(?:-(\d+)(?::(\d+))?)?")
+
+
+class ArraySpecError(ValueError):
+    pass
+
+
+def parse_array(text: str) -> tuple[tuple[int, ...], int]:
+    """(indices in ascending order, cap or 0) of an array spec; ``ArraySpecError`` says what is
+    wrong with it (and what a right one looks like)."""
+    body, _, cap_text = text.strip().partition("%")
+    example = "e.g. 0-99, 1,3,5-7, 0-99%8 or 0-20:2 (every second index)"
+    cap = 0
+    if cap_text:
+        if not cap_text.isdigit() or int(cap_text) < 1:
+            raise ArraySpecError(f"the cap after % must be a whole number >= 1 ({example})")
+        cap = int(cap_text)
+    indices: set[int] = set()
+    for part in body.split(","):
+        m = _RANGE.fullmatch(part.strip())
+        if m is None:
+            what = repr(part.strip()) if part.strip() else "an empty item"
+            raise ArraySpecError(f"{what} is not an index or range ({example})")
+        lo = int(m.group(1))
+        hi = int(m.group(2)) if m.group(2) is not None else lo
+        step = int(m.group(3)) if m.group(3) is not None else 1
+        if hi < lo or step < 1:
+            raise ArraySpecError(f"range {part.strip()!r} is empty ({example})")
+        if hi > MAX_INDEX:
+            raise ArraySpecError(f"indices go up to {MAX_INDEX} (got {hi})")
+        if (hi - lo) // step + 1 + len(indices) > MAX_TASKS:
+            raise ArraySpecError(f"an array has at most {MAX_TASKS} tasks")
+        indices.update(range(lo, hi + 1, step))
+    return tuple(sorted(indices)), cap

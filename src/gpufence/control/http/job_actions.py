@@ -1,0 +1,122 @@
+"""Routes for hold / release and job names (issue 15), kept apart from ``api.py``.
+
+``POST /v1/jobs/{ref}/hold`` and ``/release`` take an id or a name (a name of an array holds
+or releases every task of it that is pending); ``GET /v1/names/{name}`` says which jobs a name
+denotes. A tenant reaches only its own jobs (another tenant's name is simply unknown: 404).
+Status codes: 200; 401 missing or bad token; 404 no such job or name; 409 a job that is not
+pending (hold) or not held (release); 413 a body over the limit; 422 a reference that is too
+long or not text; 503 the store or the reconciler is unavailable.
+"""
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, FastAPI, Path, status
+from fastapi.exceptions import HTTPException
+from pydantic import BaseModel, Field
+
+from gpufence.control import job_names
+from gpufence.control.http.auth import tenant_dependency
+from gpufence.control.http.problems import error_responses
+from gpufence.control.inbox import CancelError
+from gpufence.control.jobspec import MAX_NAME
+from gpufence.control.plane import CALL_TIMEOUT_S, ControlPlane
+from gpufence.control.store import database as st
+
+Ref = Annotated[
+    str, Path(min_length=1, max_length=MAX_NAME, description="a job id (j12) or a job name")
+]
+
+_DONE = {"hold": "held", "release": "released"}
+
+
+class ActionItem(BaseModel):
+    id: str
+    state: str = Field(description="the job's state after the action (pending)")
+    held: bool
+
+
+class ActionResponse(BaseModel):
+    """The jobs the reference denoted and where each stands now."""
+
+    jobs: list[ActionItem]
+
+
+class NamedJob(BaseModel):
+    id: str
+    tenant: str
+    state: str
+    array: str | None = Field(description="the array (its first task's id) it is a task of")
+
+
+class NameResponse(BaseModel):
+    name: str
+    jobs: list[NamedJob] = Field(
+        description="jobs not ended with this name, else the latest one (every task of it "
+        "for an array), in submission order"
+    )
+
+
+def lookup(plane: ControlPlane, tenant: str, ref: str) -> list[job_names.Named]:
+    """The jobs ``ref`` denotes for ``tenant`` (404 if none)."""
+    try:
+        with plane.store.reader() as r:
+            return job_names.resolve(r.execute, tenant, ref)
+    except job_names.UnknownJob as exc:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, detail=str(exc)) from None
+
+
+def install_job_actions(app: FastAPI, plane: ControlPlane) -> None:
+    """Add the routes to ``app`` (FastAPI reads the annotations at definition: no
+    ``from __future__ import annotations`` in this module)."""
+    Tenant = Annotated[str, Depends(tenant_dependency(plane.config))]
+    router = APIRouter(tags=["jobs"])
+    # every status each can give (413: a POST body over the limit, as for any POST)
+    posted = error_responses(401, 404, 409, 413, 422, 503)
+
+    def act(ref: str, tenant: str, kind: str) -> ActionResponse:
+        found = lookup(plane, tenant, ref)
+        targets = [n for n in found if n.state == st.PENDING] if len(found) > 1 else found
+        if not targets:
+            raise CancelError(
+                f"no job of '{ref}' is pending: only pending jobs can be {_DONE[kind]}"
+            )
+        out: list[ActionItem] = []
+        errors: list[str] = []
+        for n in targets:
+            fut = plane.reconciler.action(n.id, kind)
+            try:
+                state = fut.result(CALL_TIMEOUT_S)
+            except CancelError as exc:
+                if len(targets) == 1:
+                    raise
+                errors.append(str(exc))
+                continue
+            out.append(ActionItem(id=n.id, state=state, held=kind == "hold"))
+        if not out:
+            raise CancelError("; ".join(errors))
+        return ActionResponse(jobs=out)
+
+    @router.post("/v1/jobs/{ref}/hold", response_model=ActionResponse, responses=posted)
+    def hold(ref: Ref, tenant: Tenant) -> ActionResponse:
+        """Hold a pending job: it stays pending (reason ``held``) until released."""
+        return act(ref, tenant, "hold")
+
+    @router.post("/v1/jobs/{ref}/release", response_model=ActionResponse, responses=posted)
+    def release(ref: Ref, tenant: Tenant) -> ActionResponse:
+        """Release a held job: it may run again when nothing else holds it back."""
+        return act(ref, tenant, "release")
+
+    @router.get(
+        "/v1/names/{ref}",
+        response_model=NameResponse,
+        responses=error_responses(401, 404, 422, 503),
+    )
+    def name(ref: Ref, tenant: Tenant) -> NameResponse:
+        """The jobs a name (or an id) denotes: what the CLI resolves names with."""
+        found = lookup(plane, tenant, ref)
+        return NameResponse(
+            name=ref,
+            jobs=[NamedJob(id=n.id, tenant=n.tenant, state=n.state, array=n.array) for n in found],
+        )
+
+    app.include_router(router)

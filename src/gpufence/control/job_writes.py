@@ -1,0 +1,199 @@
+"""The store side of names, dependencies, arrays and hold/release (issue 15).
+
+``prepare`` runs inside the inbox transaction, before a submit is inserted: it checks the job's
+name (unique per tenant among jobs not ended), resolves ``after_*`` references (ids or names) to
+ids — a reference to no job of the tenant is a 422 naming the field — and tells the core how
+parents it no longer tracks ended (``OutcomeKnown``: they finished before a restart).
+``write_array`` inserts one job per index of an array. ``write_action`` holds or releases a
+pending job; ``write_cancel_decision`` persists a dependent the core cancelled.
+"""
+
+from __future__ import annotations
+
+import json
+from concurrent.futures import Future
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from gpufence.control import job_names
+from gpufence.control.arrays import parse_array
+from gpufence.control.inbox import (
+    Action,
+    CancelError,
+    InvalidField,
+    Staged,
+    Submit,
+    SubmitResult,
+    reply,
+)
+from gpufence.control.jobspec import ArrayTask, SubmitRequest
+from gpufence.control.store import database as st
+from gpufence.model.decisions import Cancel
+from gpufence.model.events import Event, JobHeld, JobReleased, JobSubmitted, OutcomeKnown
+from gpufence.sched.jobs import JobState
+
+if TYPE_CHECKING:
+    from gpufence.control.reconciler import Reconciler
+
+DEPENDENCY_FIELDS = ("after_ok", "after_any", "after_not_ok")
+_DONE = {"hold": "held", "release": "released"}
+
+
+def prepare(
+    rec: Reconciler, tx: st.Tx, tenant: str, req: SubmitRequest
+) -> tuple[SubmitRequest, list[Event]]:
+    """``req`` with its dependencies as ids, and what the core must learn first."""
+    if req.array_task is not None:
+        raise InvalidField(("body", "array_task"), "is set by gpufence; submit with 'array'")
+    if req.name is not None:
+        problem = job_names.name_problem(req.name)
+        if problem is not None:
+            raise InvalidField(("body", "name"), problem)
+        holder = job_names.live_holder(tx.execute, tenant, req.name)
+        if holder is not None:
+            raise InvalidField(
+                ("body", "name"),
+                f"'{req.name}' is the name of {holder.id} ({holder.state}); names are unique "
+                "per tenant among jobs that have not ended: pick another name, or cancel "
+                f"{holder.id} first",
+            )
+    if not (req.after_ok or req.after_any or req.after_not_ok):
+        return req, []  # the common case stays as cheap as it was (the submit hot path)
+    known: list[Event] = []
+    update: dict[str, list[str]] = {}
+    core = rec.scheduler.jobs()
+    for field in DEPENDENCY_FIELDS:
+        refs: list[str] = getattr(req, field)
+        ids: list[str] = []
+        for ref in refs:
+            try:
+                found = job_names.resolve(tx.execute, tenant, ref)
+            except job_names.UnknownJob as exc:
+                raise InvalidField(("body", field), f"{exc} among the jobs of {tenant}") from None
+            for n in found:
+                if n.id in ids:
+                    continue
+                ids.append(n.id)
+                if n.id not in core and n.state in st.TERMINAL:
+                    known.append(OutcomeKnown(n.id, n.state))
+        update[field] = ids
+    return req.model_copy(update=update), known
+
+
+def write_array(
+    rec: Reconciler, tx: st.Tx, it: Submit, req: SubmitRequest, now: float, staged: Staged
+) -> str:
+    """Insert every task of ``req.array``; the first task's id names the array. The client's
+    future gets the first task's answer with every task's id."""
+    assert req.array is not None
+    indices, cap = parse_array(req.array)
+    ids: list[str] = []
+    for index in indices:
+        first = ids[0] if ids else "?"
+        task = req.model_copy(update={"array_task": ArrayTask(job=first, index=index, cap=cap)})
+        jid = insert_job(rec, tx, it.tenant, task, now, staged, defer_event=not ids)
+        if not ids:  # the array is named by its first task, known only once it is inserted
+            task = task.model_copy(update={"array_task": ArrayTask(job=jid, index=index, cap=cap)})
+            tx.set_spec(jid, task.stored())
+            staged.events.append(JobSubmitted(task.to_job(jid, now)))
+        ids.append(jid)
+    tx.log(now, ids[0], "array", "", f"{len(ids)} task(s) {ids[0]}..{ids[-1]}, cap {cap or '-'}")
+    first_answer: Future[SubmitResult] = Future()
+    staged.submits.append((ids[0], first_answer))
+    for jid in ids[1:]:
+        staged.submits.append((jid, Future()))
+    user = it.future
+    tasks = tuple(ids)
+
+    def answer(f: Future[SubmitResult]) -> None:
+        exc = f.exception()  # through reply: a caller that gave up has cancelled its future
+        reply(user, exc if exc is not None else replace(f.result(), tasks=tasks))
+
+    first_answer.add_done_callback(answer)
+    return ids[0]
+
+
+def insert_job(
+    rec: Reconciler,
+    tx: st.Tx,
+    tenant: str,
+    req: SubmitRequest,
+    now: float,
+    staged: Staged,
+    defer_event: bool = False,
+    text: str | None = None,
+) -> str:
+    """One new pending job in the store, and (unless ``defer_event``) its ``JobSubmitted``;
+    ``text``: the spec's ``spec_text`` if the caller has it."""
+    what = req.request().describe()
+    jid = tx.add_job(
+        tenant=tenant,
+        spec=req.stored(),
+        workload_class=str(req.workload_class),
+        partition=req.partition,
+        queue=req.queue,
+        submitted_at=now,
+        gpus=f"{req.replicas}x {what}" if req.replicas != 1 else what,
+        text=text,
+    )
+    if req.hold:
+        tx.set_job(jid, held=1)
+    tx.log(now, jid, "submitted", "", f"by {tenant}: {what}")
+    if not defer_event:
+        staged.events.append(JobSubmitted(req.to_job(jid, now)))
+    cls = str(req.workload_class)
+    staged.effects.append(lambda: rec.telemetry.submitted(cls))
+    return jid
+
+
+def array_tasks(tx: st.Tx, first: str) -> tuple[str, ...]:
+    """Every task of the array ``first`` names, in order (none when it is no array): what a
+    replayed submit (the same Idempotency-Key) answers with. The tasks were inserted one after
+    the other in one transaction, so they are the rows from ``first`` on; their specs are read
+    here, not by SQLite's JSON functions (a spec an older version stored with ``Infinity`` is
+    malformed JSON to SQLite, which reports that as a damaged database)."""
+    row = tx.job(first)
+    task, array = row.spec.get("array_task"), row.spec.get("array")
+    if not isinstance(task, dict) or task.get("job") != first or not isinstance(array, str):
+        return ()
+    count = len(parse_array(array)[0])
+    rows = tx.execute(
+        "SELECT id, spec FROM jobs WHERE seq >= ? ORDER BY seq LIMIT ?", (row.seq, count)
+    ).fetchall()
+    return tuple(
+        str(jid) for jid, spec in rows if json.loads(spec).get("array_task", {}).get("job") == first
+    )
+
+
+def write_action(rec: Reconciler, tx: st.Tx, it: Action, now: float, staged: Staged) -> None:
+    core = rec.scheduler.jobs().get(it.job_id)
+    row = tx.job(it.job_id)
+    if core is None or core.state is not JobState.PENDING or row.state != st.PENDING:
+        staged.replies.append(
+            (
+                it.future,
+                CancelError(
+                    f"job {it.job_id} is {row.state}: only pending jobs can be {_DONE[it.kind]}"
+                ),
+            )
+        )
+        return
+    if it.kind == "hold":
+        if not row.held:
+            tx.set_job(it.job_id, held=1)
+            tx.log(now, it.job_id, "hold", "held", "held by the user")
+            staged.events.append(JobHeld(it.job_id))
+        staged.replies.append((it.future, st.PENDING))
+        return
+    if not row.held:
+        staged.replies.append((it.future, CancelError(f"job {it.job_id} is not held")))
+        return
+    tx.set_job(it.job_id, held=0)
+    tx.log(now, it.job_id, "release", "", "released by the user")
+    staged.events.append(JobReleased(it.job_id))
+    staged.replies.append((it.future, st.PENDING))
+
+
+def write_cancel_decision(tx: st.Tx, d: Cancel, now: float) -> None:
+    tx.set_job(d.job_id, state=st.CANCELLED, reason=str(d.reason), message=d.message, ended_at=now)
+    tx.log(now, d.job_id, "cancel", str(d.reason), d.message)
