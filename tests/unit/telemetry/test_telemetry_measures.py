@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from gpufence.control.views import largest_gang
 from gpufence.sched.placement.scoring import PodSpec, TypicalWorkload, node_frag
-from gpufence.state.ledger import Ledger
+from gpufence.sched.scheduler import Scheduler
 from gpufence.telemetry.capacity import (
     Demand,
     NodeFree,
@@ -118,12 +118,13 @@ def test_the_definition_is_the_cores_fgd_model(
 
 def test_the_control_planes_largest_gang_gauge_is_this_definition() -> None:
     c = ClusterBuilder().nodes("n", 3, gpus=8).partition("p", ["n"]).build()
-    led = Ledger(c)
+    scheduler = Scheduler(c)  # the gauge reads the scheduler's read-only query surface
+    led = scheduler.ledger
     led.hold(0, "@hold:x")
     for g in range(8, 13):
         led.hold(g, "@hold:y")
     led.set_node_up(2, False)
-    reconciler = SimpleNamespace(scheduler=SimpleNamespace(ledger=led))
+    reconciler = SimpleNamespace(scheduler=scheduler)
     rows = [
         [1000 if led.is_free(g) else 0 for g in c.node_partition_gpus[("p", n)]]
         for n in c.partition_nodes["p"]
