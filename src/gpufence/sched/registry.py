@@ -17,24 +17,39 @@ whole gang or nothing), reclaim of idle sessions (sched/reclaim.py).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from gpufence.model.partition import Partition, SharingMode
 from gpufence.sched.admission import Admission, CohortQuota
 from gpufence.sched.las import LeastAttainedService
 from gpufence.sched.ordering import PriorityFairShare, QueueOrder
 from gpufence.sched.placement.fit import Placer
-from gpufence.sched.placement.fractional import FractionalPlacer
 from gpufence.sched.placement.mig_instances import MigPlacer
-from gpufence.sched.placement.scoring import (
-    BestFit,
-    FencePack,
-    FragmentationGradient,
-    RandomFit,
-    Scorer,
-)
 from gpufence.sched.placement.timeslice import TimeSlicePlacer
 from gpufence.sched.placement.whole import WholeGpuPlacer
+
+if TYPE_CHECKING:
+    from gpufence.sched.placement.scoring import Scorer
+
+# The fractional placer and the scorers need numpy; they are imported when a scheduler makes
+# one, not when the spec asks for the valid names: `gpufence validate` and the other client
+# verbs run on the base install, which has no numpy (README, "What to install").
+
+
+def _scorer(cls: str, seed: int) -> Scorer:
+    from gpufence.sched.placement import scoring
+
+    if cls == "RandomFit":
+        return scoring.RandomFit(seed)
+    made: Scorer = getattr(scoring, cls)(seed=seed)
+    return made
+
+
+def _fractional(part: Partition, seed: int) -> Placer:
+    from gpufence.sched.placement.fractional import FractionalPlacer
+
+    return FractionalPlacer(make_scorer(part.placement, seed))
+
 
 QUEUE_ORDERS: dict[str, Callable[[], QueueOrder]] = {
     "fair-share": PriorityFairShare,
@@ -42,17 +57,17 @@ QUEUE_ORDERS: dict[str, Callable[[], QueueOrder]] = {
 }
 
 SCORERS: dict[str, Callable[[int], Scorer]] = {
-    "best-fit": lambda seed: BestFit(seed=seed),
-    "fgd": lambda seed: FragmentationGradient(seed=seed),
-    "fence-pack": lambda seed: FencePack(seed=seed),
-    "random": lambda seed: RandomFit(seed),
+    "best-fit": lambda seed: _scorer("BestFit", seed),
+    "fgd": lambda seed: _scorer("FragmentationGradient", seed),
+    "fence-pack": lambda seed: _scorer("FencePack", seed),
+    "random": lambda seed: _scorer("RandomFit", seed),
 }
 
 # per sharing mode: a placer for a partition (and the seed of its scorer, where it has one)
 PLACERS: dict[SharingMode, Callable[[Partition, int], Placer]] = {
     SharingMode.EXCLUSIVE: lambda part, seed: WholeGpuPlacer(),
     SharingMode.MIG: lambda part, seed: MigPlacer(),
-    SharingMode.FRACTIONAL: lambda part, seed: FractionalPlacer(make_scorer(part.placement, seed)),
+    SharingMode.FRACTIONAL: _fractional,
     SharingMode.TIME_SLICE: lambda part, seed: TimeSlicePlacer(),
 }
 
