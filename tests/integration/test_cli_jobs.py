@@ -399,6 +399,17 @@ def test_names_unique_among_jobs_not_ended(cli: Cli, server: Server) -> None:
     assert r.exit_code == 2 and "no job named 'no-such-name'" in r.output, r.output
 
 
+def test_serving_replicas_share_their_deployment_name(cli: Cli, server: Server) -> None:
+    # serving jobs with one name are one deployment (issue 16 measures its p99 over them)
+    s = ("--hold", "--class", "serving", "--name", "chat-dep")
+    a = submit(cli, *s, "--", "true")
+    b = submit(cli, *s, "--", "true")
+    r = cli("submit", "--hold", "--name", "chat-dep", "--", "true")  # not a replica: refused
+    assert r.exit_code == 2 and f"is the name of {a}" in r.output, r.output
+    out = ok(cli("cancel", "chat-dep"))  # the name denotes every replica
+    assert out.split("\n")[:2] == [f"{a}: cancelled", f"{b}: cancelled"], out
+
+
 def test_cancel_several_and_by_filter(cli: Cli, server: Server) -> None:
     a = submit(cli, "--hold", "--name", "multi-a", "--", "true")
     b = submit(cli, "--hold", "--name", "multi-b", "--", "true")

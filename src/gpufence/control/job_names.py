@@ -1,9 +1,11 @@
 """Job names: unique per tenant among jobs that have not ended, accepted wherever an id is.
 
 A name may be reused once the job that had it has ended (as a Slurm user reuses a job name
-every day); the tasks of one array share the array's name, so a name denotes one job or one
-array. A name never looks like an id (``j`` and digits), so ``j12`` is always the id. Lookups
-run on a store connection (a reader for API threads, the inbox transaction for submits).
+every day); the tasks of one array share the array's name, and so do the replicas of one
+serving deployment (serving jobs with the same name are one deployment: its p99 and SLO
+attainment are measured together), so a name denotes one job, one array or one deployment.
+A name never looks like an id (``j`` and digits), so ``j12`` is always the id. Lookups run on
+a store connection (a reader for API threads, the inbox transaction for submits).
 """
 
 from __future__ import annotations
@@ -48,11 +50,13 @@ def name_problem(name: str) -> str | None:
     return None
 
 
-def live_holder(q: Query, tenant: str, name: str) -> Named | None:
-    """A job of ``tenant`` that has not ended and is called ``name``."""
+def live_holder(q: Query, tenant: str, name: str, serving: bool = False) -> Named | None:
+    """A job of ``tenant`` that has not ended and is called ``name`` (for a ``serving`` job:
+    one that is not a serving replica, which would share the deployment's name)."""
+    replicas = " AND workload_class != 'serving'" if serving else ""
     row = q(
-        f"SELECT id, tenant, state, spec FROM jobs WHERE tenant=? AND name=? AND {_LIVE} "
-        "ORDER BY seq LIMIT 1",
+        f"SELECT id, tenant, state, spec FROM jobs WHERE tenant=? AND name=? AND {_LIVE}"
+        f"{replicas} ORDER BY seq LIMIT 1",
         (tenant, name),
     ).fetchone()
     return _named(row) if row is not None else None

@@ -49,12 +49,14 @@ def prepare(
         problem = job_names.name_problem(req.name)
         if problem is not None:
             raise InvalidField(("body", "name"), problem)
-        holder = job_names.live_holder(tx.execute, tenant, req.name)
+        serving = str(req.workload_class) == "serving"  # replicas of one deployment share it
+        holder = job_names.live_holder(tx.execute, tenant, req.name, serving)
         if holder is not None:
             raise InvalidField(
                 ("body", "name"),
                 f"'{req.name}' is the name of {holder.id} ({holder.state}); names are unique "
-                "per tenant among jobs that have not ended: pick another name, or cancel "
+                "per tenant among jobs that have not ended (serving replicas of one "
+                "deployment excepted): pick another name, or cancel "
                 f"{holder.id} first",
             )
     if not (req.after_ok or req.after_any or req.after_not_ok):
