@@ -1,5 +1,5 @@
 """openb (Alibaba GPU v2023) loader: real rows from fixtures (the full traces' counts are checked
-by ``bench/trace_counts.py``, which reads ../shared)."""
+by ``bench/trace_counts.py``, a benchmark, never by a test)."""
 
 from __future__ import annotations
 

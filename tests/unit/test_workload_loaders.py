@@ -1,5 +1,5 @@
 """Trace loaders: real rows (tests/fixtures) and bad input (the full traces' counts are checked by
-``bench/trace_counts.py``, which reads ../shared)."""
+``bench/trace_counts.py``, a benchmark, never by a test)."""
 
 from __future__ import annotations
 

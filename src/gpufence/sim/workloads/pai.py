@@ -5,8 +5,8 @@ Git-LFS backup github.com/qzweng/clusterdata-cluster-trace-gpu-v2020-data). Lice
 cite Weng et al., "MLaaS in the Wild: Workload Analysis and Scheduling in Large-Scale
 Heterogeneous GPU Clusters", NSDI'22.
 
-Format: the upstream CSVs have NO header line (column names live in separate ``*.header`` files,
-copied to ``shared/traces/alibaba-gpu-v2020/table_headers.csv``); a header line holding the column
+Format: the upstream CSVs have NO header line (column names live in separate ``*.header`` files
+in alibaba/clusterdata's cluster-trace-gpu-v2020); a header line holding the column
 names is accepted too. Empty cells are common (tasks that never started or ended, CPU-only tasks
 with no ``plan_gpu``). Plain or gzip files.
 

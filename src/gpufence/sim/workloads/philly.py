@@ -27,7 +27,7 @@ Fields used and assumptions:
   kept in no field but can filter (``statuses``);
 * ``vc`` can become the queue name (``vc_as_queue``); every job is ``WorkloadClass.TRAINING``.
 
-``philly_runtimes`` reads ``shared/traces/philly/philly_runtime_seconds.csv`` (one column
+``philly_runtimes`` reads a ``philly_runtime_seconds.csv`` given by path (one column
 ``runtime``, seconds; 83,154 values, median 1,186 s; taken from the PAI v2020 analysis notebook,
 derivation undocumented) and :func:`sample_runtimes` draws from it (bootstrap).
 """

@@ -62,7 +62,7 @@ from gpufence.sim.workloads.demand import (
 #   with KV-cache reads and kernel/scheduling overheads a time per output token of ~15 ms.
 # * overhead: tokenisation, scheduling and network per request, ~20 ms.
 # Linear form as in Llumnix (prefill(L) = a*L + b, decode per step) and DistServe's M/D/1 prefill
-# analysis; see ../shared/research/contention.md §3.2 and §4.4.
+# analysis (Zhong et al., DistServe, OSDI'24, arXiv 2401.09670 §3.1).
 PREFILL_S_PER_TOKEN = 1.0e-4
 DECODE_S_PER_TOKEN = 0.015
 OVERHEAD_S = 0.02
