@@ -40,7 +40,7 @@ from pathlib import Path
 from gpufence.control.containment.cgroup import ContainmentError
 from gpufence.control.containment.members import Containment, member_cgroup_name
 from gpufence.control.containment.settings import ContainmentSettings
-from gpufence.control.executors.launcher import RECORDS_SUFFIX
+from gpufence.control.executors.member_records import RECORDS_SUFFIX
 from gpufence.control.http.client import Client
 from gpufence.demo import joblogs
 

@@ -25,8 +25,8 @@ from gpufence.control.containment.cgroupv2 import V2Driver
 from gpufence.control.containment.members import Containment
 from gpufence.control.containment.settings import ContainmentSettings
 from gpufence.control.executors.interface import RunAs
-from gpufence.control.executors.launcher import pid_file
 from gpufence.control.executors.local.local_executor import LocalExecutor
+from gpufence.control.executors.member_records import pid_file
 from unix_users import unix_users
 
 MODES = ("v1", "v2")

@@ -11,7 +11,7 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from gpufence.control.executors.launcher import records_dir
+from gpufence.control.executors.member_records import records_dir
 from gpufence.control.http.client import Client
 from gpufence.testing.waiting import until
 
@@ -76,7 +76,7 @@ def attempt_dir(data: Path, job: str, attempt: int) -> Path:
 
 def record_file(data: Path, job: str, attempt: int, rank: int, kind: str) -> Path:
     """The launcher's ``rank-R.<kind>`` record (pid, started, exit): in the attempt's records
-    directory (the control plane's, ``launcher.records_dir``)."""
+    directory (the control plane's, ``member_records.records_dir``)."""
     return records_dir(attempt_dir(data, job, attempt)) / f"rank-{rank}.{kind}"
 
 

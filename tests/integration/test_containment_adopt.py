@@ -25,8 +25,8 @@ from gpufence.control.containment.cgroup import CgroupDriver
 from gpufence.control.containment.members import Containment, cgroup_name
 from gpufence.control.containment.settings import ContainmentSettings
 from gpufence.control.executors.interface import Launch
-from gpufence.control.executors.launcher import exit_file, started_file
 from gpufence.control.executors.local.local_executor import LocalExecutor
+from gpufence.control.executors.member_records import exit_file, started_file
 from gpufence.testing.waiting import file_appears
 
 DAEMON_THEN_WAIT = """

@@ -31,7 +31,7 @@ from containment_helpers import (
 from executor_helpers import Recorder, make_launch
 
 from gpufence.control.containment.cgroup import CgroupDriver
-from gpufence.control.executors.launcher import records_dir
+from gpufence.control.executors.member_records import records_dir
 from gpufence.testing.waiting import file_appears
 
 WHO = """

@@ -1,8 +1,8 @@
 """Issue 11, case 2 (launcher side): an exit record survives a data disk that takes no writes.
 
-``launcher.write_exit_record`` on a real file system: into the space reserved at spawn when the
-disk is full, into the spool when it is read-only, and it keeps trying (the launcher lives on,
-so the member still looks alive and nothing replaces it) while neither can be written.
+``member_records.write_exit_record`` on a real file system: into the space reserved at spawn
+when the disk is full, into the spool when it is read-only, and it keeps trying (the launcher
+lives on, so the member still looks alive and nothing replaces it) while neither can be written.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from disks import SmallDisk, require_root, small_disk
 
-from gpufence.control.executors.launcher import (
+from gpufence.control.executors.member_records import (
     SPOOL_ENV,
     atomic_write,
     exit_file,
@@ -89,7 +89,7 @@ def test_a_spool_someone_else_could_write_is_neither_read_nor_written(
 ) -> None:
     """``/dev/shm`` is writable by every user: a job that makes the spool directory first (or
     one left group/other-writable) could plant exit records there to have a restarted control
-    plane settle an attempt as done. Such a spool is ignored (``launcher.private_spool``)."""
+    plane settle an attempt as done. Such a spool is ignored (``member_records.private_spool``)."""
     squat = tmp_path / "spool"
     squat.mkdir()
     squat.chmod(0o777)

@@ -34,14 +34,14 @@ from gpufence.control.containment.members import Containment
 from gpufence.control.containment.settings import ContainmentSettings
 from gpufence.control.executors.interface import RunAs
 from gpufence.control.executors.jobdirs import prepare_job_dirs, reset_attempt
-from gpufence.control.executors.launcher import (
-    EXIT_NOT_CONTAINED,
+from gpufence.control.executors.launcher import EXIT_NOT_CONTAINED
+from gpufence.control.executors.local.local_executor import LocalExecutor
+from gpufence.control.executors.member_records import (
     exit_file,
     pid_record,
     proc_start_time,
     records_dir,
 )
-from gpufence.control.executors.local.local_executor import LocalExecutor
 from gpufence.control.executors.processes import LAUNCHER
 from gpufence.testing.waiting import file_appears
 

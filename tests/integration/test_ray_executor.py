@@ -40,7 +40,7 @@ from ray.cluster_utils import Cluster  # noqa: E402
 
 from gpufence.control.config import ADMIN, cluster_from_spec_dict, control_config  # noqa: E402
 from gpufence.control.containment.settings import ContainmentSettings  # noqa: E402
-from gpufence.control.executors.launcher import exit_file, pid_file  # noqa: E402
+from gpufence.control.executors.member_records import exit_file, pid_file  # noqa: E402
 from gpufence.control.executors.ray.local_cluster import LocalNode, local_ray_cluster  # noqa: E402
 from gpufence.control.executors.ray.nodes import auto_names, cluster_spec, nodes_now  # noqa: E402
 from gpufence.control.executors.ray.ray_executor import RayExecutor  # noqa: E402

@@ -31,7 +31,7 @@ from gpufence.control.store import database as st
 from gpufence.demo import joblogs
 from gpufence.testing.waiting import until
 
-SPOOL_ENV = "GPUFENCE_EXIT_SPOOL"  # = launcher.SPOOL_ENV, spelled out: the launcher is stdlib-only
+SPOOL_ENV = "GPUFENCE_EXIT_SPOOL"  # = member_records.SPOOL_ENV
 # no output at the end: a job printing to a full disk would fail on its own
 SHORT = {"command": ["sleep", "1.5"], "gpus": 1}
 LONG = {"command": ["sleep", "60"], "gpus": 1}

@@ -42,8 +42,8 @@ import yaml
 
 from gpufence.control.containment.cgroup import ContainmentError
 from gpufence.control.containment.members import Containment
-from gpufence.control.executors.launcher import exit_file
 from gpufence.control.executors.leftovers import kill_cgroup, live_member_pids, recorded_ranks
+from gpufence.control.executors.member_records import exit_file
 from gpufence.control.failpoints import POINTS
 from gpufence.control.gpus.discovery import fake_gpus, node_spec
 from gpufence.control.http.client import Client, ClientError

@@ -34,7 +34,7 @@ from gpufence.control.containment.cgroup import (
 )
 from gpufence.control.containment.devicerules import DeviceRule
 from gpufence.control.executors.interface import Limits
-from gpufence.control.executors.launcher import proc_stat_fields
+from gpufence.control.executors.member_records import proc_stat_fields
 
 REQUIRED = ("cpu", "memory", "pids", "freezer")
 OPTIONAL = ("cpuacct", "devices")

@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from gpufence.control.containment import prestart
-from gpufence.control.executors import launcher
+from gpufence.control.executors import launcher, member_records
 
 _HEADER = struct.Struct(">I")
 _BLOCKED = {signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2, signal.SIGHUP}
@@ -185,7 +185,7 @@ def _arm(sock: socket.socket, join_dirs: list[str]) -> int | None:
     os.close(cr)
     _own_group(pid)
     try:
-        data = json.dumps({"pid": pid, "start": launcher.proc_start_time(pid)}).encode()
+        data = json.dumps({"pid": pid, "start": member_records.proc_start_time(pid)}).encode()
         socket.send_fds(sock, [_HEADER.pack(len(data)) + data], [lw, cw])
     finally:
         os.close(lw)
@@ -195,7 +195,7 @@ def _arm(sock: socket.socket, join_dirs: list[str]) -> int | None:
 
 def _spawn(sock: socket.socket, msg: dict[str, Any]) -> dict[str, Any]:
     try:
-        err = launcher.open_log(msg["err"])  # in the job's directory: no link followed
+        err = member_records.open_log(msg["err"])  # in the job's directory: no link followed
     except OSError as exc:
         return {"error": f"cannot open {msg['err']}: {exc.strerror or exc}"}
     try:
@@ -220,10 +220,12 @@ def _spawn(sock: socket.socket, msg: dict[str, Any]) -> dict[str, Any]:
             os._exit(code & 0xFF)
     os.close(err)
     _own_group(pid)
-    start = launcher.proc_start_time(pid)
+    start = member_records.proc_start_time(pid)
     if start is not None and msg.get("pid_file"):
         with contextlib.suppress(OSError):
-            launcher.atomic_write(Path(msg["pid_file"]), launcher.pid_record(pid, start))
+            member_records.atomic_write(
+                Path(msg["pid_file"]), member_records.pid_record(pid, start)
+            )
     return {"pid": pid}
 
 
@@ -284,7 +286,7 @@ class ForkServer:
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 # its launchers read the spool and failpoint variables for themselves
-                env={"PATH": os.environ.get("PATH", os.defpath), **launcher.launcher_env()},
+                env={"PATH": os.environ.get("PATH", os.defpath), **member_records.launcher_env()},
                 # its launchers stay here; each job enters its own directory as its own user
                 cwd="/",
                 start_new_session=True,  # Ctrl-C on `gpufence up` does not reach it

@@ -9,7 +9,7 @@ executor renames the spare cgroup to the member's name (cgroup v1 allows a renam
 processes inside; the limits and device rules are written then) and writes to both at once:
 ``L`` gets the member's launcher arguments and runs ``launcher.main`` (pid record, logs, the exit
 record later) with a spawner that only waits for ``C``'s exec; ``C`` gets the command, its
-environment, working directory, log paths and user, opens its logs (``launcher.open_log``),
+environment, working directory, log paths and user, opens its logs (``member_records.open_log``),
 switches user, enters the working directory as that user, restores default signal dispositions
 and execs, exactly as a freshly forked child would. Waking both
 together keeps the hand-off to one process wake-up. If the executor goes away first, ``L`` and
@@ -27,7 +27,7 @@ import signal
 import struct
 from typing import Any, NoReturn
 
-from gpufence.control.executors import launcher
+from gpufence.control.executors import launcher, member_records
 
 HEADER = struct.Struct(">I")
 
@@ -80,7 +80,7 @@ def run_launcher(activation: int, command: int, join_dirs: list[str]) -> NoRetur
         null = os.open(os.devnull, os.O_RDWR)
         os.dup2(null, 0)
         os.dup2(null, 1)
-        err = launcher.open_log(msg["err"])  # in the job's directory: no link followed
+        err = member_records.open_log(msg["err"])  # in the job's directory: no link followed
         os.dup2(err, 2)
 
         def spawn(
@@ -115,7 +115,7 @@ def _run_child(command: int, report: int, join_dirs: list[str]) -> NoReturn:  # 
         if failed is not None:
             os.write(report, f"c{failed}".encode())
             os._exit(launcher.EXIT_NOT_CONTAINED)
-        out, err = launcher.open_log(msg["out"]), launcher.open_log(msg["err"])
+        out, err = member_records.open_log(msg["out"]), member_records.open_log(msg["err"])
         confine = launcher.Confine()
         confine.uid, confine.gid = msg["uid"], msg["gid"]
         confine.groups = [int(g) for g in msg["groups"]]

@@ -16,7 +16,7 @@ owned by the user it belongs to, or the launch is refused: a directory a job cou
 link must never be written by the root server.
 
 The launcher's records say which process group a restarted control plane signals and kills,
-and how the job ended, so they live in a directory of the server's (``launcher.records_dir``):
+and how the job ended, so they live in a directory of the server's (``member_records.records_dir``):
 the job cannot forge them. (Attempts started before that have them in ``attempt-N`` itself:
 ``processes.py`` trusts those only where no other user could have written them.)
 
@@ -24,11 +24,12 @@ the job cannot forge them. (Attempts started before that have them in ``attempt-
 writes there as the server must not follow them: a fresh attempt directory gets its log files
 while it is still the server's (created, then handed over with ``fchown``), an old one has them
 unlinked and created anew (``O_EXCL | O_NOFOLLOW``, relative to the directory's descriptor); the
-launcher opens them with ``launcher.open_log`` (no link followed, a regular singly-linked file
-only), and files the server writes later (the notice) are created under a random name with
-``O_EXCL | O_NOFOLLOW`` and renamed into place (``launcher.atomic_write``). Readers as the server
-use ``open_job_file`` (the API's log reads): every component opened with ``O_NOFOLLOW`` relative
-to the server-owned ``DATA/jobs``, and only a regular file with a single link accepted.
+launcher opens them with ``member_records.open_log`` (no link followed, a regular
+singly-linked file only), and files the server writes later (the notice) are created under a
+random name with ``O_EXCL | O_NOFOLLOW`` and renamed into place (``member_records.atomic_write``).
+Readers as the server use ``open_job_file`` (the API's log reads): every component opened
+with ``O_NOFOLLOW`` relative to the server-owned ``DATA/jobs``, and only a regular file with a
+single link accepted.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from gpufence.control.executors.interface import Launch, LaunchError, RunAs
-from gpufence.control.executors.launcher import (
+from gpufence.control.executors.member_records import (
     err_file,
     exit_file,
     out_file,

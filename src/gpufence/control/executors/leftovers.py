@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpufence.control.containment.cgroup import ContainmentError, MemberCgroup
-from gpufence.control.executors.launcher import (
+from gpufence.control.executors.member_records import (
     atomic_write,
     exit_file,
     proc_start_time,

@@ -4,8 +4,8 @@ A member is one launcher (``launcher.py``) started as the leader of a new proces
 process tree is one process group (pgid == launcher pid), and, with containment, the job's processes
 are in the member's cgroup (``MemberProcess.cgroup``), which also holds those that left the process
 group (``setsid``, daemons). The launcher records ``rank-R.pid`` / ``rank-R.exit`` in the attempt's
-records directory (the control plane's; ``launcher.records_dir``); ``attach`` re-finds a recorded
-member that still runs (guarding against pid reuse with the recorded start time) and
+records directory (the control plane's; ``member_records.records_dir``); ``attach`` re-finds a
+recorded member that still runs (guarding against pid reuse with the recorded start time) and
 ``recorded_exit`` reads how one ended. Processes are waited for and reaped through pidfds, which
 also work for processes that are not our children.
 """
@@ -26,7 +26,7 @@ from typing import Any
 
 from gpufence.control.containment.cgroup import MemberCgroup
 from gpufence.control.executors import launcher as _launcher
-from gpufence.control.executors.launcher import (
+from gpufence.control.executors.member_records import (
     atomic_write,
     err_file,
     exit_file,
@@ -129,7 +129,7 @@ def _code(rec: dict[str, Any] | None) -> int | None:
 def recorded_exit(adir: Path, rank: int) -> int | None:
     """The member's recorded exit code: from ``rank-R.exit`` in the records directory or, where
     the launcher could not write there (full / read-only disk), from the spool (only a private
-    one: ``launcher.private_spool``); None if it has none."""
+    one: ``member_records.private_spool``); None if it has none."""
     where = _record(adir, rank, exit_file(adir, rank))
     code = _code(read_json(where)) if where is not None else None
     if code is None and private_spool() is not None:

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Protocol
 
-from gpufence.control.executors.launcher import proc_stat_fields
+from gpufence.control.executors.member_records import proc_stat_fields
 from gpufence.control.executors.processes import recorded_pid
 from gpufence.control.gpus.board import GpuBoard
 from gpufence.control.gpus.nvml import ProcessInfo

@@ -29,7 +29,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpufence.control.executors.launcher import atomic_write, proc_start_time, proc_stat_fields
+from gpufence.control.executors.member_records import (
+    atomic_write,
+    proc_start_time,
+    proc_stat_fields,
+)
 from gpufence.control.gpus.board import GpuBoard
 from gpufence.control.metrics import Telemetry
 

@@ -40,12 +40,12 @@ from gpufence.control.containment.cgroup import MemberCgroup
 from gpufence.control.containment.members import Containment, member_cgroup_name
 from gpufence.control.executors.interface import Launch, Member
 from gpufence.control.executors.jobdirs import JOBS_DIR
-from gpufence.control.executors.launcher import RECORDS_SUFFIX
 from gpufence.control.executors.leftovers import (
     live_member_pids,
     recorded_ranks,
     settle_untracked_attempt,
 )
+from gpufence.control.executors.member_records import RECORDS_SUFFIX
 from gpufence.control.executors.processes import prune_spool
 from gpufence.control.gpus.devices import assignment_from_json
 from gpufence.control.inbox import Live

@@ -2,7 +2,7 @@
 
 Before a start (``ready_attempt``): an attempt runs once, so a directory with a record of an
 earlier start is refused rather than overwritten; the exit record of each member is *reserved*
-(``launcher.reserved_exit_record``) in the records directory while the disk has room for it.
+(``member_records.reserved_exit_record``) in the records directory while the disk has room for it.
 
 After a restart (``adopt_members``): the members are found again from their records, with their
 cgroups (by name), and the attempt's state is made exact before anything is settled: whatever a
@@ -22,14 +22,14 @@ from gpufence.control.containment.cgroup import ContainmentError
 from gpufence.control.containment.members import Containment
 from gpufence.control.executors.interface import Launch, LaunchError, RunAs
 from gpufence.control.executors.jobdirs import reset_attempt
-from gpufence.control.executors.launcher import (
+from gpufence.control.executors.leftovers import kill_leftovers, record_lost
+from gpufence.control.executors.member_records import (
     atomic_write,
     exit_file,
     pid_file,
     reserved_exit_record,
     started_file,
 )
-from gpufence.control.executors.leftovers import kill_leftovers, record_lost
 from gpufence.control.executors.processes import (
     MemberProcess,
     attach,

@@ -66,14 +66,14 @@ from gpufence.control.executors.jobdirs import (
     prepare_launch_dirs,
     working_dir,
 )
-from gpufence.control.executors.launcher import (
+from gpufence.control.executors.local.adoption import adopt_members, ready_attempt
+from gpufence.control.executors.member_records import (
     atomic_write,
     err_file,
     out_file,
     pid_file,
     pid_record,
 )
-from gpufence.control.executors.local.adoption import adopt_members, ready_attempt
 from gpufence.control.executors.memberenv import member_envs
 from gpufence.control.executors.processes import (
     MemberProcess,

@@ -47,11 +47,7 @@ from gpufence.control.executors.jobdirs import (
     prepare_job_dirs,
     reset_attempt,
 )
-from gpufence.control.executors.launcher import (
-    atomic_write,
-    exit_file,
-    reserved_exit_record,
-)
+from gpufence.control.executors.member_records import atomic_write, exit_file, reserved_exit_record
 from gpufence.control.executors.memberenv import inherited_env
 from gpufence.control.executors.processes import (
     MemberProcess,
