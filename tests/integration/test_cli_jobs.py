@@ -12,22 +12,16 @@ import json
 import os
 import subprocess
 import sys
-import threading
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
-from typer.testing import CliRunner
+from cli_server import Cli, CliServer, cli_for, cli_server
 
-from gpufence.cli.main import app
-from gpufence.control.config import SERVER_FILE
 from gpufence.control.gpus.discovery import fake_gpus
-from gpufence.control.http.client import Client, ClientError
-from gpufence.control.http.server import build_plane, serve
+from gpufence.control.http.client import ClientError
 from gpufence.demo.live import fenced_spec
 from gpufence.testing.waiting import until_value
 
@@ -35,49 +29,19 @@ ADMIN = "jobs-admin-token-0123456789"
 PY = sys.executable
 
 
-@dataclass
-class Server:
-    url: str
-    data: Path
-    client: Client
+Server = CliServer
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    root = tmp_path_factory.mktemp("jobs")
     spec = fenced_spec(fake_gpus(8))
     spec["control"] = {"auth": {"admin_token": ADMIN}, "stop_grace_s": 1}
-    cfg = root / "cluster.yaml"
-    cfg.write_text(yaml.safe_dump(spec), encoding="utf-8")
-    data = root / "data"
-    plane = build_plane(cfg, data, 8, "H100-80GB")
-    ready, stop = threading.Event(), threading.Event()
-    thread = threading.Thread(
-        target=serve,
-        args=(plane, "127.0.0.1", 0, ready, stop),
-        kwargs={"kill_jobs": True, "log_level": "warning"},
-        daemon=True,
-    )
-    thread.start()
-    assert ready.wait(30), "server did not start"
-    url = json.loads((data / SERVER_FILE).read_text())["url"]
-    yield Server(url, data, Client(url=url, token=ADMIN))
-    stop.set()
-    thread.join(30)
-
-
-Cli = Callable[..., Any]
+    yield from cli_server(tmp_path_factory.mktemp("jobs"), spec, ADMIN)
 
 
 @pytest.fixture
 def cli(server: Server) -> Cli:
-    runner = CliRunner()
-    env = {"GPUFENCE_URL": server.url, "GPUFENCE_TOKEN": ADMIN, "GPUFENCE_DATA": None}
-
-    def run(*args: str, **kw: Any) -> Any:
-        return runner.invoke(app, list(args), env={**env, **kw.pop("env", {})}, **kw)
-
-    return run
+    return cli_for(server, ADMIN)
 
 
 def env_of(server: Server) -> dict[str, str]:

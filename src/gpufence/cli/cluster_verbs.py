@@ -37,6 +37,7 @@ from gpufence.cli.output import (
     IntervalOpt,
     LimitOpt,
     OutputOpt,
+    WatchFlag,
     check_format,
     check_watch,
     document_text,
@@ -45,10 +46,6 @@ from gpufence.cli.output import (
 )
 from gpufence.cli.render import ACTIVE_STATES, err_console, out_console
 from gpufence.control.http.client import Client
-
-WatchFlag = Annotated[
-    bool, typer.Option("--watch", "-w", help="refresh every --interval seconds until Ctrl-C")
-]
 
 
 def _show_or_watch(fetch: Any, fmt: str, watching: bool, interval: float, count: int) -> None:

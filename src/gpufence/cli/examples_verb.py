@@ -11,15 +11,14 @@ clone is a link to ``src/gpufence/examples``), so a README command such as
 
 from __future__ import annotations
 
-import shutil
 from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from gpufence.cli.connect import fail
 from gpufence.cli.output import Frame, OutputOpt, check_format, show
+from gpufence.cli.packaged import copy_files, find_file
 from gpufence.cli.render import Col, build_table
 
 examples_app = typer.Typer(
@@ -81,16 +80,7 @@ def path(
     if name is None:
         typer.echo(str(examples_dir()))
         return
-    typer.echo(str(_find(name)))
-
-
-def _find(name: str) -> Path:
-    files = _files()
-    for p in files:
-        if name in (p.name, p.stem):
-            return p
-    known = ", ".join(p.name for p in files)
-    raise fail(f"no example '{name}' (known: {known})")
+    typer.echo(str(find_file(_files(), name, "example")))
 
 
 @examples_app.command("copy")
@@ -103,12 +93,4 @@ def copy(
     ] = False,
 ) -> None:
     """Copy every example into DIR, so the README's `examples/...` commands work there."""
-    if dest.exists() and not dest.is_dir():
-        raise fail(f"{dest} exists and is not a directory")
-    clash = [p.name for p in _files() if (dest / p.name).exists()]
-    if clash and not force:
-        raise fail(f"{dest} already has {', '.join(clash)}: pass --force to overwrite")
-    dest.mkdir(parents=True, exist_ok=True)
-    for p in _files():
-        shutil.copyfile(p, dest / p.name)
-    typer.echo(f"copied {len(_files())} examples to {dest}")
+    copy_files(_files(), dest, force, "examples")

@@ -14,15 +14,14 @@ shipped in the package (``gpufence/observability``), for a Grafana import and Pr
 
 from __future__ import annotations
 
-import shutil
 from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from gpufence.cli.connect import fail
 from gpufence.cli.output import Frame, OutputOpt, check_format, show
+from gpufence.cli.packaged import copy_files, find_file
 from gpufence.cli.render import Col, build_table
 
 observability_app = typer.Typer(
@@ -70,11 +69,7 @@ def path(
     if name is None:
         typer.echo(str(observability_dir()))
         return
-    for p in _files():
-        if name in (p.name, p.stem):
-            typer.echo(str(p))
-            return
-    raise fail(f"no file '{name}' (known: {', '.join(p.name for p in _files())})")
+    typer.echo(str(find_file(_files(), name, "file")))
 
 
 @observability_app.command("copy")
@@ -83,12 +78,4 @@ def copy(
     force: Annotated[bool, typer.Option("--force", help="overwrite files already there")] = False,
 ) -> None:
     """Copy the dashboard and the rules into DIR (to edit thresholds, or to mount them)."""
-    if dest.exists() and not dest.is_dir():
-        raise fail(f"{dest} exists and is not a directory")
-    clash = [p.name for p in _files() if (dest / p.name).exists()]
-    if clash and not force:
-        raise fail(f"{dest} already has {', '.join(clash)}: pass --force to overwrite")
-    dest.mkdir(parents=True, exist_ok=True)
-    for p in _files():
-        shutil.copyfile(p, dest / p.name)
-    typer.echo(f"copied {len(_files())} files to {dest}")
+    copy_files(_files(), dest, force, "files")

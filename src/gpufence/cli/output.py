@@ -51,6 +51,9 @@ WatchOpt = Annotated[
         help="refresh every --interval seconds until Ctrl-C (json: one document per line)",
     ),
 ]
+WatchFlag = Annotated[
+    bool, typer.Option("--watch", "-w", help="refresh every --interval seconds until Ctrl-C")
+]
 IntervalOpt = Annotated[
     float, typer.Option("--interval", metavar="SECONDS", help="seconds between refreshes")
 ]
