@@ -225,6 +225,8 @@ class Workload:
 class Stats:
     steps: int = 0
     step_s: float = 0.0
+    # CPU time of the thread in step() (steadier than wall time on a shared machine)
+    step_cpu_s: float = 0.0
     step_times: list[float] = field(default_factory=list)
     binds: int = 0
     decisions: Counter[str] = field(default_factory=Counter)
@@ -318,6 +320,7 @@ class Driver:
 
     def step(self, events: list[Event]) -> None:
         prof = self.profiler
+        c0 = time.thread_time()
         t0 = time.perf_counter()
         if prof is not None:
             prof.enable()
@@ -328,6 +331,7 @@ class Driver:
         st = self.stats
         st.steps += 1
         st.step_s += dt
+        st.step_cpu_s += time.thread_time() - c0
         st.step_times.append(dt)
         self._apply(decisions)
 
@@ -454,7 +458,9 @@ def main(argv: list[str] | None = None) -> int:
         print_profile(drv.profiler, st.step_s)
     kinds = " ".join(f"{k}={v}" for k, v in sorted(st.decisions.items()))
     print(
-        f"steps={st.steps} step_s={st.step_s:.2f} binds={st.binds} (lent {st.lent_binds}) "
+        f"steps={st.steps} step_s={st.step_s:.2f} step_cpu_s={st.step_cpu_s:.2f} "
+        f"(binds per CPU second in step: {st.binds / max(st.step_cpu_s, 1e-9):.0f}) "
+        f"binds={st.binds} (lent {st.lent_binds}) "
         f"decisions={sum(st.decisions.values())} [{kinds}] "
         f"mean_cycle_ms={1000 * st.step_s / max(1, st.steps):.3f} "
         f"max_cycle_ms={1000 * max(st.step_times, default=0):.1f}"

@@ -43,9 +43,8 @@ def reserve(core: Core, book: JobBook, job: Job, pool: str) -> Reservation | Non
     free: dict[int, list[int]] = {n: led.free_gpus(pool, n) for n in c.partition_nodes[pool]}
     free = {n: v for n, v in free.items() if led.node_up[n]}
     releases: list[tuple[float, int, tuple[int, ...]]] = []
-    for jid, alloc in led.allocs.items():
-        if alloc.pool != pool:
-            continue
+    for jid in led.pool_allocs[pool]:
+        alloc = led.allocs[jid]
         end = book.records[jid].expected_end(now)
         for a in alloc.assignments:
             if led.node_up[a.node]:

@@ -18,6 +18,7 @@ of the batch waits for the victims it depends on. Victim search: ``sched/victims
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import islice
 
@@ -99,7 +100,7 @@ def protect(st: Protecting, failed: dict[str, bool]) -> list[Decision]:
         st.state.after[p] = INF
         candidates = (
             r
-            for r in core.queues.ordered(p, core.share)
+            for r in core.queues.ordered(p, _shares_now(core))
             if (lent or r.job.workload_class is WorkloadClass.SERVING)
             and r.job.id not in st.claims.nominations
             and _waits_for_capacity(st.reasons, core, r)
@@ -107,6 +108,20 @@ def protect(st: Protecting, failed: dict[str, bool]) -> list[Decision]:
         waiting = list(islice(candidates, MAX_BATCH))
         st.state.unserved[p] = bool(waiting) and protect_partition(st, p, waiting)
     return st.out
+
+
+def _shares_now(core: Core) -> Callable[[str], float]:
+    """Each queue's fair share, computed once: the ledger does not change while a batch is
+    gathered, and the walk asks for a queue's share at every step."""
+    shares: dict[str, float] = {}
+
+    def share(q: str) -> float:
+        got = shares.get(q)
+        if got is None:
+            got = shares[q] = core.share(q)
+        return got
+
+    return share
 
 
 def _waits_for_capacity(reasons: PendingReasons, core: Core, rec: JobRecord) -> bool:
@@ -208,7 +223,7 @@ def protect_partition(st: Protecting, p: str, waiting: list[JobRecord]) -> bool:
                 continue
             for pool in pol.from_partitions:
                 if pool not in donor_cands:
-                    donor_cands[pool] = running(core, book, eligible(core, pol, pool))
+                    donor_cands[pool] = running(core, book, eligible(core, pol, pool), pool)
                 cands = [v for v in donor_cands[pool] if v not in taken]
                 mark = led.mark()
                 got = victims_for(core, rec, pool, cands)
@@ -279,7 +294,7 @@ def _too_young(
 
         # (a bounded look: the reason names the blocker; it must not cost a victim search over
         # every job of a large donor pool on each cycle protection runs)
-        cands = [v for v in running(core, book, young) if v not in taken][:MAX_YOUNG]
+        cands = [v for v in running(core, book, young, pool) if v not in taken][:MAX_YOUNG]
         with led.fork():
             got = victims_for(core, rec, pool, cands)
         if got:

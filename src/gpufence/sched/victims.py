@@ -62,11 +62,15 @@ def victims_for(core: Core, rec: JobRecord, pool: str, candidates: list[str]) ->
     return chosen
 
 
-def running(core: Core, book: JobBook, pred: Callable[[JobRecord], bool]) -> list[str]:
-    """Running, un-noticed jobs ``pred`` accepts, in victim preference order."""
+def running(
+    core: Core, book: JobBook, pred: Callable[[JobRecord], bool], pool: str | None = None
+) -> list[str]:
+    """Running, un-noticed jobs ``pred`` accepts (only those occupying ``pool`` if given), in
+    victim preference order."""
+    led = core.ledger
     recs = [
         r
-        for jid in core.ledger.allocs
+        for jid in (led.allocs if pool is None else led.pool_allocs[pool])
         if (r := book.records.get(jid)) is not None
         and r.state is JobState.RUNNING
         and r.notice is None

@@ -70,6 +70,8 @@ class Ledger:
         self.mem_used: list[int] = [0] * n_nodes
         self.node_up: list[bool] = [True] * n_nodes
         self.allocs: dict[str, Allocation] = {}
+        # the same allocations by the pool they occupy (victim searches look at one pool)
+        self.pool_allocs: dict[str, dict[str, None]] = {p: {} for p in cluster.partitions}
         self.pool_used: dict[str, int] = {p: 0 for p in cluster.partitions}  # milli by pool
         self.lent: dict[str, int] = {p: 0 for p in cluster.partitions}  # whole GPUs lent out
         self.queue_used: dict[str, int] = {q: 0 for q in cluster.queues}  # milli, own pool only
@@ -85,6 +87,7 @@ class Ledger:
         self.buckets: dict[str, list[dict[int, None]]] = {}
         self.pool_free: dict[str, int] = {p: 0 for p in cluster.partitions}
         self.pool_held: dict[str, int] = {p: 0 for p in cluster.partitions}  # GPUs on hold
+        self._held: dict[str, dict[str, set[int]]] = {}  # pool -> hold tag -> its GPUs
         self._undo: list[Callable[[], None]] | None = None
         self.version = 0  # bumped by every change of GPU or node state (caches key on it)
         # per pool: bumped by every change on a node hosting GPUs of that pool, so a cache of one
@@ -318,10 +321,14 @@ class Ledger:
 
     def _set_alloc(self, job_id: str, alloc: Allocation | None) -> None:
         prev = self.allocs.get(job_id)
+        # (mirrors ``allocs`` exactly, order included: a pool's jobs iterate as in ``allocs``)
+        if prev is not None and (alloc is None or alloc.pool != prev.pool):
+            del self.pool_allocs[prev.pool][job_id]
         if alloc is None:
             del self.allocs[job_id]
         else:
             self.allocs[job_id] = alloc
+            self.pool_allocs[alloc.pool][job_id] = None
         if self._undo is not None:  # only inside a transaction
             self._undo.append(lambda: self._set_alloc(job_id, prev))
 
@@ -370,25 +377,37 @@ class Ledger:
     # ------------------------------------------------------------------ holds
     def hold(self, g: int, tag: str) -> None:
         self._set_owner(g, HOLD_PREFIX + tag)
-        self._counter(self.pool_held, self.cluster.gpus[g].partition, 1)
+        pool = self.cluster.gpus[g].partition
+        self._counter(self.pool_held, pool, 1)
+        self._index_hold(pool, tag, g, True)
 
     def unhold(self, g: int) -> None:
         owner = self.owner[g]
         assert owner is not None and owner.startswith(HOLD_PREFIX)
         self._set_owner(g, None)
-        self._counter(self.pool_held, self.cluster.gpus[g].partition, -1)
+        pool = self.cluster.gpus[g].partition
+        self._counter(self.pool_held, pool, -1)
+        self._index_hold(pool, owner[len(HOLD_PREFIX) :], g, False)
+
+    def _index_hold(self, pool: str, tag: str, g: int, add: bool) -> None:
+        per = self._held.setdefault(pool, {})
+        if add:
+            per.setdefault(tag, set()).add(g)
+        else:
+            gids = per[tag]
+            gids.discard(g)
+            if not gids:
+                del per[tag]
+        if self._undo is not None:  # only inside a transaction
+            self._undo.append(lambda: self._index_hold(pool, tag, g, not add))
 
     def holders(self, pool: str) -> dict[str, int]:
-        """Who the GPUs on hold in ``pool`` are held for, and how many (scans the pool: for
-        explanations only)."""
-        out: dict[str, int] = {}
-        if self.pool_held[pool]:
-            for g in self.cluster.partition_gpus[pool]:
-                owner = self.owner[g]
-                if owner is not None and owner.startswith(HOLD_PREFIX):
-                    tag = owner[len(HOLD_PREFIX) :]
-                    out[tag] = out.get(tag, 0) + 1
-        return out
+        """Who the GPUs on hold in ``pool`` are held for, and how many, in the order of their
+        lowest GPU id (what a scan of the pool would find first)."""
+        per = self._held.get(pool)
+        if not per:
+            return {}
+        return {tag: len(per[tag]) for tag in sorted(per, key=lambda t: min(per[t]))}
 
     # ------------------------------------------------------------------ allocate / release
     def allocate(self, alloc: Allocation) -> None:

@@ -88,6 +88,9 @@ class PoolIndex:
         self._gmem_cap: IntArr | None = None
         self._gmem_slots: IntArr = np.zeros(0, dtype=np.int64)
         self._gmem_gids: list[int] = []
+        self._gmem: IntArr = np.zeros(0, dtype=np.int64)
+        self._gmem_at = -1  # ledger version of ``_gmem``
+        self._most: tuple[int, int, int] = (-1, 0, 0)  # (ledger version, GPU mem, host mem)
         self._totals: tuple[int, int, int] = (-1, 0, 0)  # (clock, free milli, CPU) of up rows
         self._synced = -1
         self._row_of = {int(n): r for r, n in enumerate(rows)}
@@ -175,11 +178,23 @@ class PoolIndex:
             flat = self.gids.ravel()
             self._gmem_slots = np.flatnonzero(flat != len(c.gpus))
             self._gmem_gids = flat[self._gmem_slots].tolist()
+        if self._gmem_at == ledger.version:  # (read-only to callers: gangs copy it)
+            return self._gmem
         gmem = ledger.gmem
         used = np.zeros(self.gids.size, dtype=np.int64)
         used[self._gmem_slots] = [gmem[g] for g in self._gmem_gids]
         out: IntArr = self._gmem_cap - used.reshape(self.gids.shape)
+        self._gmem, self._gmem_at = out, ledger.version
         return out
+
+    def most_free(self, ledger: Ledger) -> tuple[int, int]:
+        """The most GPU memory free on one GPU and host memory on one node, over the up nodes
+        (what a failure's reason quotes; recomputed only after the ledger changed)."""
+        if self._most[0] != ledger.version:
+            up = self.up
+            gmem = int(self.gpu_mem_free(ledger)[up].max(initial=0))
+            self._most = (ledger.version, gmem, int(self.mem[up].max(initial=0)))
+        return self._most[1], self._most[2]
 
     def totals(self) -> tuple[int, int]:
         """Free milli-GPU and CPU over the up nodes (recounted only after a change)."""
@@ -329,9 +344,9 @@ def _why(idx: PoolIndex, ledger: Ledger, job: Job, pool: str) -> NotPlaced:
     """What the pool lacks: GPU or host memory on any one GPU or node (no-fit), capacity in
     aggregate (no-fit), or only a place where it is all together (fragmented)."""
     req = job.request
-    up = idx.up
+    most_gmem, most_mem = idx.most_free(ledger)
     if req.gpu_mem_mib > 0:
-        most = int(idx.gpu_mem_free(ledger)[up].max(initial=0))
+        most = most_gmem
         if most < req.gpu_mem_mib:
             return NotPlaced(
                 Reason.NO_FIT,
@@ -339,7 +354,7 @@ def _why(idx: PoolIndex, ledger: Ledger, job: Job, pool: str) -> NotPlaced:
                 f"GPU of {pool} is {most} MiB",
             )
     if job.mem_mib > 0:
-        most = int(idx.mem[up].max(initial=0))
+        most = most_mem
         if most < job.mem_mib:
             return NotPlaced(
                 Reason.NO_FIT,
