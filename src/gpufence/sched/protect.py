@@ -249,9 +249,9 @@ def protect_partition(st: Protecting, p: str, waiting: list[JobRecord]) -> bool:
                     reasons.set_job(rec.job.id, Reason.MIN_RUNTIME, young)
     unserved = bool(budget_hit or hopeless)
     st.state.after[p] = _next_chance(core, book, pol, times, unserved)
-    for rec in budget_hit:
-        reasons.set_job(
-            rec.job.id,
+    if budget_hit:
+        reasons.set_jobs(
+            [rec.job.id for rec in budget_hit],
             Reason.PREEMPTION_BUDGET,
             f"fence {p} is full; incident preemption budget spent "
             f"({len(times) + counted} of {pol.budget} in {pol.window_s:g} s)",
@@ -359,7 +359,8 @@ def _next_chance(
     best = INF
     if pol.mode is PreemptionMode.INCIDENT_ONLY:
         if times and len(times) >= pol.budget:
-            best = times[0] + pol.window_s
+            # (no victim aging past the minimum runtime helps before a budget slot frees up)
+            return times[0] + pol.window_s
         for pool in pol.from_partitions:
             aged = first_to_age(core, book, pool, pol.min_runtime_s)
             if aged is not None:

@@ -156,15 +156,32 @@ class PendingQueues:
         return Walk(self, partition, share)
 
     def ordered(self, partition: str, share: Callable[[str], float]) -> Iterator[JobRecord]:
-        """Every job of a partition in scheduling order (for views and small batches; the
-        placement pass uses ``walk``)."""
-        w = self.walk(partition, share)
-        while (rec := w.next()) is not None:
-            yield rec
-            if rec.job.id in self.records:
-                w.skip()
-            else:
-                w.placed()
+        """Every job of a partition in the order a walk visits them when none binds: by the
+        queue order's rank, then the queue's fair share (``share`` is asked once per queue),
+        then the rest of the key. For views and protection's batches; the queues must not
+        change while it is iterated (the placement pass uses ``walk``).
+
+        A walk merges each queue's shapes by key (so a queue yields its jobs sorted by key)
+        and the queues by (head's rank, share, name); merging those sorted streams here gives
+        the same order without the walk's per-job heap upkeep."""
+        streams: list[Iterator[tuple[int, float, str, _Key]]] = []
+        for q in self._cluster.partition_queues[partition]:
+            shapes = self._queue_shapes[q]
+            if not shapes:
+                continue
+            lists = [self._lists[s] for s in shapes]
+            keys = iter(lists[0]) if len(lists) == 1 else heapq.merge(*lists)
+            streams.append(_tagged(keys, share(q), q))
+        records = self.records
+        for _, _, _, key in heapq.merge(*streams):
+            yield records[key[3]]
+
+
+def _tagged(
+    keys: Iterator[_Key], share: float, queue: str
+) -> Iterator[tuple[int, float, str, _Key]]:
+    for k in keys:
+        yield (k[0], share, queue, k)
 
 
 class Walk:

@@ -35,6 +35,12 @@ class PendingReasons:
     def set_job(self, job_id: str, reason: Reason, message: str) -> None:
         self.job[job_id] = (self.cycle, PendingReason(reason, message))
 
+    def set_jobs(self, job_ids: list[str], reason: Reason, message: str) -> None:
+        """The same reason for many jobs (one answer object shared: answers are immutable)."""
+        answer = (self.cycle, PendingReason(reason, message))
+        for jid in job_ids:
+            self.job[jid] = answer
+
     def set_shape(self, shape: ShapeKey, reason: Reason, message: str) -> None:
         self.shape[shape] = (self.cycle, PendingReason(reason, message))
 
