@@ -40,6 +40,7 @@ class JobBook:
         self.counters = Counters()
         self.noticed: dict[str, None] = {}  # running jobs with a notice
         self.stopping: dict[str, None] = {}  # told to stop, GPUs not yet released
+        self.inflight_changes = 0  # bumped whenever ``noticed`` or ``stopping`` changes here
         self.interactive: dict[str, None] = {}  # running, reclaim-eligible
         self.idle_heap: list[tuple[float, str]] = []  # (idle deadline, job), see sched/reclaim
         # time limits: (when, 0 = notice / 1 = stop, job, start of the attempt), lazily invalid
@@ -116,11 +117,13 @@ class JobBook:
         """Ask a running job to wrap up (checkpoint, or be warned) before ``deadline``."""
         rec.notice = NoticeState(reason, deadline, counted)
         self.noticed[rec.job.id] = None
+        self.inflight_changes += 1
         return Notice(rec.job.id, reason, deadline, why)
 
     def withdraw(self, rec: JobRecord) -> None:
         rec.notice = None
         self.noticed.pop(rec.job.id, None)
+        self.inflight_changes += 1
 
     def stop(self, rec: JobRecord, reason: Reason, requeue: bool, message: str, now: float) -> Stop:
         if rec.notice is not None and rec.notice.counted:
@@ -128,6 +131,7 @@ class JobBook:
         self.withdraw(rec)
         self.move(rec, JobState.STOPPING)
         self.stopping[rec.job.id] = None
+        self.inflight_changes += 1
         rec.stop_reason = reason
         rec.requeue_on_stop = requeue
         return Stop(rec.job.id, reason, requeue, message)
@@ -139,6 +143,8 @@ class JobBook:
             core.ledger.release(jid)
             if rec.started_at is not None:
                 rec.service_gpu_s += (core.now - rec.started_at) * rec.job.total_gpus
+        if jid in self.noticed or jid in self.stopping:
+            self.inflight_changes += 1
         self.noticed.pop(jid, None)
         self.stopping.pop(jid, None)
         self.interactive.pop(jid, None)

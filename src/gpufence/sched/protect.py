@@ -20,11 +20,10 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from itertools import islice
 
 from gpufence.model.decisions import Decision, Reason
 from gpufence.model.job import WorkloadClass
-from gpufence.model.partition import PreemptionMode, PreemptionPolicy
+from gpufence.model.partition import PreemptionMode, PreemptionPolicy, SharingMode
 from gpufence.sched.admission import quota_blocks
 from gpufence.sched.book import JobBook
 from gpufence.sched.context import Claims, Core, Nomination
@@ -55,6 +54,9 @@ class ProtectionState:
     after: dict[str, float] = field(default_factory=dict)
     seen: dict[str, tuple[int, int, int, int, int]] = field(default_factory=dict)
     unserved: dict[str, bool] = field(default_factory=dict)  # jobs it could not help last time
+    # per partition: (noticed, stopping) jobs near it, as of ``inflight_key``
+    inflight: dict[str, tuple[int, int]] = field(default_factory=dict)
+    inflight_key: tuple[int, int, int] = (-1, -1, -1)
 
 
 @dataclass(slots=True)
@@ -73,22 +75,22 @@ class Protecting:
 def protect(st: Protecting, failed: dict[str, bool]) -> list[Decision]:
     """Every partition that lent capacity out or may preempt, and has work waiting, when it is
     due (see the module docstring)."""
-    core, book = st.core, st.book
+    core = st.core
     led = core.ledger
     for p, part in core.cluster.partitions.items():
         lent = led.lent[p] > 0
         incident = part.preemption.mode is not PreemptionMode.OFF
         if not (lent or incident) or not core.queues.shapes[p]:
             continue
-        donors = (p, *part.preemption.from_partitions)
         picture = (
             core.queues.added[p],
-            sum(led.freed[d] for d in donors),
+            led.freed[p] + sum(_freed_usable(core, d) for d in part.preemption.from_partitions),
             led.lent[p],
-            len(book.noticed),
-            # a victim told to stop: the GPUs held for the job it was noticed for now show in
-            # the walk, which may tell a job behind that gang it waits for capacity
-            len(book.stopping),
+            # jobs noticed, and victims told to stop (the GPUs held for the job one was noticed
+            # for now show in the walk, which may tell a job behind that gang it waits for
+            # capacity) -- those whose GPUs a placement for ``p`` could use: an idle session
+            # warned in another fence changes nothing here
+            *_inflight_near(st, p),
         )
         due = core.now >= st.state.after.get(p, 0.0)
         # (a changed picture matters after a walk that left jobs waiting, or when jobs it
@@ -98,16 +100,43 @@ def protect(st: Protecting, failed: dict[str, bool]) -> list[Decision]:
             continue
         st.state.seen[p] = picture
         st.state.after[p] = INF
-        candidates = (
-            r
-            for r in core.queues.ordered(p, _shares_now(core))
-            if (lent or r.job.workload_class is WorkloadClass.SERVING)
-            and r.job.id not in st.claims.nominations
-            and _waits_for_capacity(st.reasons, core, r)
-        )
-        waiting = list(islice(candidates, MAX_BATCH))
+        waiting = _gather(st, p, lent)
         st.state.unserved[p] = bool(waiting) and protect_partition(st, p, waiting)
     return st.out
+
+
+def _inflight_near(st: Protecting, p: str) -> tuple[int, int]:
+    """How many noticed and how many stopping jobs hold something a placement in ``p`` or its
+    donor pools could use (recounted only after the notices or stops changed)."""
+    book, led = st.book, st.core.ledger
+    key = (book.inflight_changes, len(book.noticed), len(book.stopping))
+    memo = st.state.inflight
+    if st.state.inflight_key != key:
+        memo.clear()
+        st.state.inflight_key = key
+    got = memo.get(p)
+    if got is None:
+        part = st.core.cluster.partitions[p]
+        pools = {p, *part.preemption.from_partitions}
+        allocs = led.allocs
+
+        def near(jobs: dict[str, None]) -> int:
+            held = (allocs.get(j) for j in jobs)
+            return sum(1 for a in held if a is not None and touches(led, a, pools))
+
+        got = memo[p] = (near(book.noticed), near(book.stopping))
+    return got
+
+
+def _freed_usable(core: Core, pool: str) -> int:
+    """A donor pool's releases, as far as they can matter to protection: a whole-GPU pool
+    with no GPU free now (its own walk took what came back) has nothing a serving job could
+    be placed on without victims, whatever it released; victims on their way back are
+    counted by the notices in the picture."""
+    led = core.ledger
+    if core.cluster.partitions[pool].sharing is SharingMode.EXCLUSIVE and not led.pool_free[pool]:
+        return -1
+    return led.freed[pool]
 
 
 def _shares_now(core: Core) -> Callable[[str], float]:
@@ -124,16 +153,32 @@ def _shares_now(core: Core) -> Callable[[str], float]:
     return share
 
 
-def _waits_for_capacity(reasons: PendingReasons, core: Core, rec: JobRecord) -> bool:
-    """Whether protection should look at ``rec``: it waits for capacity (or for the budget,
-    or for victims to age), or -- serving -- for quota at home: incident capacity freed in a
-    donor pool is not charged to its queue."""
-    why = reasons.why(rec.job.id, core.queues)
-    if why is None:
-        return False  # not yet considered ("queued")
-    if why.reason is Reason.QUOTA:
-        return rec.job.workload_class is WorkloadClass.SERVING
-    return why.reason in CAPACITY or why.reason in (Reason.PREEMPTION_BUDGET, Reason.MIN_RUNTIME)
+_LOOKS = frozenset((*CAPACITY, Reason.PREEMPTION_BUDGET, Reason.MIN_RUNTIME))
+
+
+def _gather(st: Protecting, p: str, lent: bool) -> list[JobRecord]:
+    """The first ``MAX_BATCH`` jobs of ``p`` in scheduling order that protection should look
+    at: not nominated yet, serving unless ``p`` lent capacity out, and waiting for capacity
+    (or for the budget, or for victims to age), or -- serving -- for quota at home: incident
+    capacity freed in a donor pool is not charged to its queue. A job not yet considered
+    ("queued", no reason) waits for the placement pass."""
+    queues, reasons, noms = st.core.queues, st.reasons, st.claims.nominations
+    serving_cls = WorkloadClass.SERVING
+    out: list[JobRecord] = []
+    for rec in queues.ordered(p, _shares_now(st.core)):
+        job = rec.job
+        serving = job.workload_class is serving_cls
+        if not (lent or serving) or job.id in noms:
+            continue
+        why = reasons.newest(job.id, queues.shape_of(job.id), rec.home)
+        if why is None:
+            continue
+        looks = serving if why.reason is Reason.QUOTA else why.reason in _LOOKS
+        if looks:
+            out.append(rec)
+            if len(out) == MAX_BATCH:
+                break
+    return out
 
 
 def protect_partition(st: Protecting, p: str, waiting: list[JobRecord]) -> bool:

@@ -25,6 +25,7 @@ from gpufence.sched.jobs import JobRecord
 from gpufence.sched.ordering import PriorityFairShare, QueueOrder
 
 _Key = tuple[int, float, int, str]  # (rank by the queue order, submit time, arrival seq, job id)
+SORT_UP_TO = 2048  # ``ordered`` sorts a partition this small at once, else merges lazily
 ShapeKey = int  # interned (queue, priority, request shape, estimate bucket)
 
 
@@ -164,15 +165,27 @@ class PendingQueues:
         A walk merges each queue's shapes by key (so a queue yields its jobs sorted by key)
         and the queues by (head's rank, share, name); merging those sorted streams here gives
         the same order without the walk's per-job heap upkeep."""
-        streams: list[Iterator[tuple[int, float, str, _Key]]] = []
-        for q in self._cluster.partition_queues[partition]:
-            shapes = self._queue_shapes[q]
-            if not shapes:
-                continue
-            lists = [self._lists[s] for s in shapes]
-            keys = iter(lists[0]) if len(lists) == 1 else heapq.merge(*lists)
-            streams.append(_tagged(keys, share(q), q))
+        per_queue = [
+            (q, [self._lists[s] for s in shapes])
+            for q in self._cluster.partition_queues[partition]
+            if (shapes := self._queue_shapes[q])
+        ]
         records = self.records
+        total = sum(len(lst) for _, lists in per_queue for lst in lists)
+        if total <= SORT_UP_TO:  # small: one sort in C beats a lazy merge in Python
+            tagged: list[tuple[int, float, str, _Key]] = []
+            for q, lists in per_queue:
+                sh = share(q)
+                for lst in lists:
+                    tagged += [(k[0], sh, q, k) for k in lst]
+            tagged.sort()
+            for t in tagged:
+                yield records[t[3][3]]
+            return
+        streams = [
+            _tagged(iter(lists[0]) if len(lists) == 1 else heapq.merge(*lists), share(q), q)
+            for q, lists in per_queue
+        ]
         for _, _, _, key in heapq.merge(*streams):
             yield records[key[3]]
 

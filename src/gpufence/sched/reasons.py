@@ -32,6 +32,17 @@ class PendingReasons:
                     best = other
         return best[1] if best is not None else None
 
+    def newest(self, job_id: str, shape: ShapeKey, home: str) -> PendingReason | None:
+        """``why`` for a job the caller knows is queued, with its shape and home partition."""
+        best = self.job.get(job_id)
+        other = self.shape.get(shape)
+        if other is not None and (best is None or other[0] > best[0]):
+            best = other
+        other = self.partition.get(home)
+        if other is not None and (best is None or other[0] > best[0]):
+            best = other
+        return best[1] if best is not None else None
+
     def set_job(self, job_id: str, reason: Reason, message: str) -> None:
         self.job[job_id] = (self.cycle, PendingReason(reason, message))
 

@@ -89,8 +89,8 @@ class PoolIndex:
         self._gmem_slots: IntArr = np.zeros(0, dtype=np.int64)
         self._gmem_gids: list[int] = []
         self._gmem: IntArr = np.zeros(0, dtype=np.int64)
-        self._gmem_at = -1  # ledger version of ``_gmem``
-        self._most: tuple[int, int, int] = (-1, 0, 0)  # (ledger version, GPU mem, host mem)
+        self._gmem_at = -1  # the pool's version (ledger.pool_version) of ``_gmem``
+        self._most: tuple[int, int, int] = (-1, 0, 0)  # (pool version, GPU mem, host mem)
         self._totals: tuple[int, int, int] = (-1, 0, 0)  # (clock, free milli, CPU) of up rows
         self._synced = -1
         self._row_of = {int(n): r for r, n in enumerate(rows)}
@@ -178,22 +178,25 @@ class PoolIndex:
             flat = self.gids.ravel()
             self._gmem_slots = np.flatnonzero(flat != len(c.gpus))
             self._gmem_gids = flat[self._gmem_slots].tolist()
-        if self._gmem_at == ledger.version:  # (read-only to callers: gangs copy it)
+        # (read-only to callers: gangs copy it; only a change on this pool's nodes moves it)
+        at = ledger.pool_version[self.pool]
+        if self._gmem_at == at:
             return self._gmem
         gmem = ledger.gmem
         used = np.zeros(self.gids.size, dtype=np.int64)
         used[self._gmem_slots] = [gmem[g] for g in self._gmem_gids]
         out: IntArr = self._gmem_cap - used.reshape(self.gids.shape)
-        self._gmem, self._gmem_at = out, ledger.version
+        self._gmem, self._gmem_at = out, at
         return out
 
     def most_free(self, ledger: Ledger) -> tuple[int, int]:
         """The most GPU memory free on one GPU and host memory on one node, over the up nodes
         (what a failure's reason quotes; recomputed only after the ledger changed)."""
-        if self._most[0] != ledger.version:
+        at = ledger.pool_version[self.pool]
+        if self._most[0] != at:
             up = self.up
             gmem = int(self.gpu_mem_free(ledger)[up].max(initial=0))
-            self._most = (ledger.version, gmem, int(self.mem[up].max(initial=0)))
+            self._most = (at, gmem, int(self.mem[up].max(initial=0)))
         return self._most[1], self._most[2]
 
     def totals(self) -> tuple[int, int]:
