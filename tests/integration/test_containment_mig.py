@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import errno
 import json
+import os
 import sys
 import textwrap
 from collections.abc import Iterator
@@ -24,10 +25,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from containment_helpers import mknod
+from containment_helpers import mknod, need_root
 
 from gpufence.control.config import ADMIN, cluster_from_spec_dict, control_config
+from gpufence.control.containment import bpfdev
 from gpufence.control.containment.cgroup import CgroupDriver
+from gpufence.control.containment.devicerules import DeviceRule
 from gpufence.control.containment.members import Containment
 from gpufence.control.containment.settings import ContainmentSettings
 from gpufence.control.gpus.devnodes import all_nodes
@@ -70,6 +73,16 @@ OPENS = """
             out[path] = errno.errorcode[exc.errno]
     print(json.dumps({"mig": os.environ["CUDA_VISIBLE_DEVICES"], "opened": out}))
 """
+
+
+def test_a_device_program_of_many_scattered_rules_loads() -> None:
+    """Hundreds of rules that make no runs (the worst case for the program's size) load: the
+    verifier's log, which overflowed its buffer past ~20 rules, is asked for only on failure."""
+    need_root()
+    why = bpfdev.probe()
+    if why is not None:
+        pytest.skip(why)
+    os.close(bpfdev.load([DeviceRule("c", 236, 2 * m) for m in range(500)]))
 
 
 def _free_major() -> int:

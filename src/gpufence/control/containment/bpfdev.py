@@ -101,32 +101,43 @@ def _bpf(cmd: int, attr: bytes) -> int:
     return res
 
 
-def load(deny: Sequence[DeviceRule]) -> int:
-    """Load the program; its fd (the caller closes it)."""
-    code = program(deny)
+def _load(code: bytes, log: ctypes.Array[ctypes.c_char] | None) -> int:
     insns = ctypes.create_string_buffer(code, len(code))
     license_ = ctypes.create_string_buffer(b"GPL")
-    log = ctypes.create_string_buffer(4096)
     attr = struct.pack(
         "<IIQQIIQII16sII",
         _BPF_PROG_TYPE_CGROUP_DEVICE,
         len(code) // 8,
         ctypes.addressof(insns),
         ctypes.addressof(license_),
-        1,  # log_level: the verifier says why, if it refuses
-        len(log),
-        ctypes.addressof(log),
+        0 if log is None else 1,  # log_level
+        0 if log is None else len(log),
+        0 if log is None else ctypes.addressof(log),
         0,  # kern_version
         0,  # prog_flags
         b"gpufence_dev",
         0,  # prog_ifindex
         0,  # expected_attach_type
     )
+    return _bpf(_BPF_PROG_LOAD, attr)
+
+
+def load(deny: Sequence[DeviceRule]) -> int:
+    """Load the program; its fd (the caller closes it). Loaded without the verifier's log:
+    with one, a program that the verifier accepts is refused (ENOSPC) once its log outgrows the
+    buffer, which ~20 scattered rules did; the log is asked for only to say why a load
+    failed."""
+    code = program(deny)
     try:
-        return _bpf(_BPF_PROG_LOAD, attr)
-    except BpfError as exc:
-        why = log.value.decode(errors="replace").strip().splitlines()
-        raise BpfError(exc.errno, f"{exc.strerror}{': ' + why[-1] if why else ''}") from None
+        return _load(code, None)
+    except BpfError as first:
+        log = ctypes.create_string_buffer(1 << 16)
+        try:
+            return _load(code, log)  # refused again, but now saying why
+        except BpfError:
+            why = log.value.decode(errors="replace").strip().splitlines()
+            tail = f": {why[-1]}" if why else ""
+            raise BpfError(first.errno, f"{first.strerror}{tail}") from None
 
 
 def attach(cgroup_dir: Path, deny: Sequence[DeviceRule]) -> None:
