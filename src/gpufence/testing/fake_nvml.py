@@ -20,6 +20,9 @@ detection run in CI without a GPU:
   counters ``nvlink_tx_kib`` / ``nvlink_rx_kib`` (KiB since "boot"; ``FakeGpu.send`` moves
   them), each answered through the same NVML call and error codes as on hardware (no NVLink:
   the field's own NVML_ERROR_NOT_SUPPORTED; no utilisation in MIG mode);
+* GPU and compute instance IDs as NVML gives them (``nvmlDeviceGetGpuInstanceId`` /
+  ``nvmlDeviceGetComputeInstanceId`` of a MIG device); with ``caps`` (``testing/fake_caps.py``)
+  the driver's capability files follow every instance created or destroyed, as on hardware;
 * ``fail_next(name, code, after=n)`` makes a later call of ``name`` fail with ``code`` (e.g. an
   NVML error mid-reconfigure); ``root=False`` refuses every MIG change with NO_PERMISSION.
 
@@ -58,6 +61,7 @@ from gpufence.control.gpus.nvml import (
 from gpufence.model import mig as migmod
 from gpufence.spec import cluster_from_dict
 from gpufence.spec.catalogue import CATALOGUE
+from gpufence.testing.fake_caps import FakeCaps
 
 SWITCH = "00000000:c1:00.0"  # an NVSwitch: a remote end that is none of the GPUs
 _SLICES_BY_CI_PROFILE = {v: k for k, v in NVML_CI_PROFILE_BY_SLICES.items()}
@@ -232,6 +236,7 @@ class FakeNvml:
         gi_permission: bool = True,
         fail_on: str | None = None,
         root: bool = True,
+        caps: FakeCaps | None = None,
     ) -> None:
         self.gpus = list(gpus)
         self.init_error = init_error
@@ -241,6 +246,8 @@ class FakeNvml:
         self.calls: list[str] = []
         self.faults: dict[str, list[int]] = {}
         self._serial = itertools.count(1)
+        self.caps = caps
+        self._sync_caps()
 
     def fail_next(
         self, name: str, code: int = NVML_ERROR_UNKNOWN, times: int = 1, after: int = 0
@@ -273,8 +280,17 @@ class FakeNvml:
             raise err(NVML_ERROR_NO_PERMISSION)
 
     # -- discovery (NvmlApi) -------------------------------------------------------------------
+    def _sync_caps(self) -> None:
+        """The capability files of every instance now (a test may have set ``migs``)."""
+        if self.caps is not None:
+            self.caps.sync(
+                [(i, x.gi_id, None) for i, g in enumerate(self.gpus) for x in g.gpu_instances()]
+                + [(i, m.gi_id, m.ci_id) for i, g in enumerate(self.gpus) for m in g.migs]
+            )
+
     def nvmlInit(self) -> None:
         self._log("nvmlInit")
+        self._sync_caps()
         if self.init_error is not None:
             raise err(self.init_error)
 
@@ -461,6 +477,7 @@ class FakeNvml:
         used = {x.gi_id for x in g.gpu_instances()}
         gi_id = next(i for i in itertools.count(1) if i not in used)
         g.bare_gis.append(FakeGi(gi_id, profile_id, placement.start, placement.size))
+        self._sync_caps()
         return GiHandle(handle.gpu, gi_id)
 
     def nvmlGpuInstanceDestroy(self, gpu_instance: object) -> None:
@@ -471,6 +488,7 @@ class FakeNvml:
         if busy or any(m.gi_id == gi.gi_id for m in g.migs):
             raise err(NVML_ERROR_IN_USE)
         g.bare_gis = [x for x in g.bare_gis if x.gi_id != gi.gi_id]
+        self._sync_caps()
 
     def nvmlGpuInstanceGetComputeInstanceProfileInfo(
         self, gpu_instance: object, profile: int, eng_profile: int
@@ -501,6 +519,7 @@ class FakeNvml:
         uuid = f"MIG-fake{next(self._serial):04d}-{g.bus[-7:-5]}{gi.gi_id:02d}-{ci_id:02d}"
         mem = round(p.memory_gib * 1024)
         g.migs.append(FakeMig(uuid, gi.gi_id, gi.profile_id, gi.start, gi.size, slices, mem, ci_id))
+        self._sync_caps()
         return CiHandle(self.gpus.index(g), gi.gi_id, ci_id)
 
     def nvmlGpuInstanceGetComputeInstances(
@@ -529,6 +548,7 @@ class FakeNvml:
         if all(m.gi_id != h.gi_id for m in g.migs) and all(x.gi_id != h.gi_id for x in g.bare_gis):
             m = gone[0]
             g.bare_gis.append(FakeGi(m.gi_id, m.profile_id, m.start, m.size))
+        self._sync_caps()
 
 
 def bus(i: int) -> str:

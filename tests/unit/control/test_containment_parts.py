@@ -19,6 +19,7 @@ from gpufence.control.containment.settings import ContainmentSchema, Containment
 from gpufence.control.executors.interface import Launch, Member, RunAs
 from gpufence.control.gpus.devnodes import mig_nodes, with_fake_nodes
 from gpufence.control.gpus.discovery import fake_gpus
+from gpufence.control.gpus.records import CapsTree
 
 HYBRID = """\
 cgroup /sys/fs/cgroup/cpu cgroup rw,nosuid,nodev,noexec,relatime,cpu 0 0
@@ -135,11 +136,11 @@ def test_mig_capability_nodes_come_from_procfs(tmp_path: Path) -> None:
     (gi / "ci0").mkdir(parents=True)
     (gi / "access").write_text("DeviceFileMinor: 21\nDeviceFileMode: 292\n")
     (gi / "ci0" / "access").write_text("DeviceFileMinor: 22\n")
-    assert mig_nodes(3, 2, 0, caps=tmp_path) == (
+    assert mig_nodes(3, 2, 0, caps=CapsTree(proc=tmp_path)) == (
         "/dev/nvidia-caps/nvidia-cap21",
         "/dev/nvidia-caps/nvidia-cap22",
     )
-    assert mig_nodes(3, 9, 0, caps=tmp_path) == ()
+    assert mig_nodes(3, 9, 0, caps=CapsTree(proc=tmp_path)) == ()
 
 
 def test_discovery_names_each_gpus_device_node_by_its_minor_number() -> None:

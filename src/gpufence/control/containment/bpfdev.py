@@ -2,8 +2,10 @@
 
 cgroup v2 has no ``devices.deny`` file; the kernel asks a ``BPF_PROG_TYPE_CGROUP_DEVICE``
 program attached to the cgroup instead. This module assembles that program (a handful of
-instructions: compare the device's type, major and minor with each denied rule; a match returns
-0 = refuse, anything else 1 = allow), loads it with the ``bpf(2)`` system call through ctypes and
+instructions: compare the device's type, major and minor with each denied rule, or with each run
+of consecutive minors, such as the ~135 MIG capability devices of one GPU, so the program stays
+far below the kernel's 4,096-instruction limit; a match returns 0 = refuse, anything else
+1 = allow), loads it with the ``bpf(2)`` system call through ctypes and
 attaches it to the member's cgroup with ``BPF_F_ALLOW_MULTI`` (programs on parent cgroups, e.g.
 systemd's, still apply). The attachment lives as long as the cgroup; the program fd is closed
 after attaching.
@@ -32,6 +34,8 @@ _ATTR_SIZE = 128  # >= every field we pass; the kernel wants the rest zeroed
 _LDX_MEM_W = 0x61  # dst = *(u32 *)(src + off)
 _AND64_K = 0x57  # dst &= imm
 _JNE_K = 0x55  # if dst != imm: pc += off
+_JGT_K = 0x25  # if dst > imm (unsigned): pc += off
+_JLT_K = 0xA5  # if dst < imm (unsigned): pc += off
 _MOV64_K = 0xB7  # dst = imm
 _EXIT = 0x95
 _DEV_CHAR, _DEV_BLOCK = 2, 1  # BPF_DEVCG_DEV_*: the low 16 bits of access_type
@@ -45,6 +49,18 @@ def _insn(code: int, dst: int = 0, src: int = 0, off: int = 0, imm: int = 0) -> 
     return struct.pack("<BBhi", code, (src << 4) | dst, off, imm)
 
 
+def runs(deny: Sequence[DeviceRule]) -> list[tuple[str, int, int, int]]:
+    """The rules as (kind, major, first minor, last minor): rules next to each other with
+    consecutive minors of one major make one run (``devicerules.denied`` gives them sorted)."""
+    out: list[tuple[str, int, int, int]] = []
+    for r in deny:
+        if out and out[-1][:2] == (r.kind, r.major) and out[-1][3] + 1 == r.minor:
+            out[-1] = (r.kind, r.major, out[-1][2], r.minor)
+        else:
+            out.append((r.kind, r.major, r.minor, r.minor))
+    return out
+
+
 def program(deny: Sequence[DeviceRule]) -> bytes:
     """The eBPF instructions: r1 = struct bpf_cgroup_dev_ctx {access_type, major, minor}."""
     out = [
@@ -53,12 +69,18 @@ def program(deny: Sequence[DeviceRule]) -> bytes:
         _insn(_LDX_MEM_W, 3, 1, 4),  # r3 = major
         _insn(_LDX_MEM_W, 4, 1, 8),  # r4 = minor
     ]
-    for rule in deny:
-        kind = _DEV_CHAR if rule.kind == "c" else _DEV_BLOCK
-        out += [  # each test skips to the next rule on a mismatch
-            _insn(_JNE_K, 2, off=4, imm=kind),
-            _insn(_JNE_K, 3, off=3, imm=rule.major),
-            _insn(_JNE_K, 4, off=2, imm=rule.minor),
+    for kind_name, major, first, last in runs(deny):
+        kind = _DEV_CHAR if kind_name == "c" else _DEV_BLOCK
+        # each test skips to the next rule on a mismatch
+        if first == last:
+            minor = [_insn(_JNE_K, 4, off=2, imm=first)]
+        else:
+            minor = [_insn(_JLT_K, 4, off=3, imm=first), _insn(_JGT_K, 4, off=2, imm=last)]
+        skip = len(minor) + 2
+        out += [
+            _insn(_JNE_K, 2, off=skip + 1, imm=kind),
+            _insn(_JNE_K, 3, off=skip, imm=major),
+            *minor,
             _insn(_MOV64_K, 0, imm=0),
             _insn(_EXIT),
         ]
@@ -79,32 +101,43 @@ def _bpf(cmd: int, attr: bytes) -> int:
     return res
 
 
-def load(deny: Sequence[DeviceRule]) -> int:
-    """Load the program; its fd (the caller closes it)."""
-    code = program(deny)
+def _load(code: bytes, log: ctypes.Array[ctypes.c_char] | None) -> int:
     insns = ctypes.create_string_buffer(code, len(code))
     license_ = ctypes.create_string_buffer(b"GPL")
-    log = ctypes.create_string_buffer(4096)
     attr = struct.pack(
         "<IIQQIIQII16sII",
         _BPF_PROG_TYPE_CGROUP_DEVICE,
         len(code) // 8,
         ctypes.addressof(insns),
         ctypes.addressof(license_),
-        1,  # log_level: the verifier says why, if it refuses
-        len(log),
-        ctypes.addressof(log),
+        0 if log is None else 1,  # log_level
+        0 if log is None else len(log),
+        0 if log is None else ctypes.addressof(log),
         0,  # kern_version
         0,  # prog_flags
         b"gpufence_dev",
         0,  # prog_ifindex
         0,  # expected_attach_type
     )
+    return _bpf(_BPF_PROG_LOAD, attr)
+
+
+def load(deny: Sequence[DeviceRule]) -> int:
+    """Load the program; its fd (the caller closes it). Loaded without the verifier's log:
+    with one, a program that the verifier accepts is refused (ENOSPC) once its log outgrows the
+    buffer, which ~20 scattered rules did; the log is asked for only to say why a load
+    failed."""
+    code = program(deny)
     try:
-        return _bpf(_BPF_PROG_LOAD, attr)
-    except BpfError as exc:
-        why = log.value.decode(errors="replace").strip().splitlines()
-        raise BpfError(exc.errno, f"{exc.strerror}{': ' + why[-1] if why else ''}") from None
+        return _load(code, None)
+    except BpfError as first:
+        log = ctypes.create_string_buffer(1 << 16)
+        try:
+            return _load(code, log)  # refused again, but now saying why
+        except BpfError:
+            why = log.value.decode(errors="replace").strip().splitlines()
+            tail = f": {why[-1]}" if why else ""
+            raise BpfError(first.errno, f"{first.strerror}{tail}") from None
 
 
 def attach(cgroup_dir: Path, deny: Sequence[DeviceRule]) -> None:

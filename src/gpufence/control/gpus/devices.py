@@ -3,17 +3,20 @@
 Whole GPUs, fractional shares and time-slices name the GPU's index on its node. A MIG instance
 is named by its MIG device UUID: the real one (same GPU, profile and placement start) found by
 discovery and kept current by the MIG manager as it creates and destroys instances
-(``set_mig``), or, on fake GPUs, a stable made-up one. A fractional share on a GPU that runs an
+(``set_mig``, which also records the instance's capability devices, the nodes a job on it may
+open), or, on fake GPUs, a stable made-up one. A fractional share on a GPU that runs an
 MPS daemon (``set_mps``) names the GPU by its UUID, as MPS clients must, and carries its limits
 (``share``). Assignments are stored as JSON so a restart can rebuild the exact same allocation.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict
 from typing import Any
 
 from gpufence.control.executors.interface import GpuShare
+from gpufence.control.gpus.devnodes import mig_nodes
 from gpufence.control.gpus.discovery import Discovery, spec_gpu_type
 from gpufence.model.cluster import Cluster
 from gpufence.model.decisions import Assignment
@@ -38,16 +41,32 @@ class DeviceMap:
             for m in g.mig_devices
         }
         self._gpu_nodes = {g.index: g.device_nodes for g in discovery.gpus}
+        self._minor = {g.index: g.minor for g in discovery.gpus}
         self._uuid = {g.index: g.uuid for g in discovery.gpus}
         self._memory = {g.index: g.memory_mib for g in discovery.gpus}
         self._mps: dict[int, str] = {}  # global GPU id -> MPS pipe directory
 
-    def set_mig(self, index: int, uuids: dict[tuple[str, int], str]) -> None:
-        """The MIG devices GPU ``index`` has now: (profile, start) -> MIG UUID."""
+    def set_mig(
+        self,
+        index: int,
+        uuids: Mapping[tuple[str, int], str],
+        ids: Mapping[tuple[str, int], tuple[int, int | None]] | None = None,
+    ) -> None:
+        """The MIG devices GPU ``index`` has now: (profile, start) -> MIG UUID, and with
+        ``ids`` -> (GPU instance ID, compute instance ID), from which their capability devices
+        are read (an instance the GPU no longer has loses its nodes; one created since gets
+        its own)."""
         # built whole, then swapped in: the GPU sampler thread reads it (gpu_of)
         new = {k: v for k, v in self._mig.items() if k[0] != index}
         new.update({(index, p, s): u for (p, s), u in uuids.items()})
         self._mig = new
+        minor = self._minor.get(index)
+        if ids is None or minor is None:
+            return  # no capability devices to name (fake GPUs, or NVML gave no minor number)
+        nodes = {k: v for k, v in self._mig_nodes.items() if k[0] != index}
+        for (p, s), (gi, ci) in ids.items():
+            nodes[(index, p, s)] = mig_nodes(minor, gi, ci, self.discovery.caps)
+        self._mig_nodes = nodes
 
     def set_mps(self, gid: int, pipe_dir: str | None) -> None:
         """GPU ``gid`` runs an MPS control daemon listening in ``pipe_dir`` (None: it does not)."""

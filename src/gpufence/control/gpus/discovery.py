@@ -17,7 +17,7 @@ import contextlib
 import re
 from collections.abc import Sequence
 
-from gpufence.control.gpus.devnodes import gpu_node, mig_nodes
+from gpufence.control.gpus.devnodes import DRIVER, gpu_node, mig_nodes
 from gpufence.control.gpus.nodespec import node_spec, spec_gpu_type
 from gpufence.control.gpus.nvml import (
     NO_GPU_HINT,
@@ -39,7 +39,13 @@ from gpufence.control.gpus.nvml import (
     maybe,
     mig_profile_name,
 )
-from gpufence.control.gpus.records import DiscoveredGpu, Discovery, DiscoveryError, MigDevice
+from gpufence.control.gpus.records import (
+    CapsTree,
+    DiscoveredGpu,
+    Discovery,
+    DiscoveryError,
+    MigDevice,
+)
 from gpufence.model.mig import MIG_CATALOGUE
 from gpufence.spec.catalogue import CATALOGUE, builtin_gpu_types
 from gpufence.spec.errors import name_list, number_ranges, suggest
@@ -93,7 +99,12 @@ def _init_failure(exc: NvmlError) -> str:
 
 
 def _mig_devices(
-    api: NvmlApi, index: int, handle: object, gpu_type: str | None, minor: int | None
+    api: NvmlApi,
+    index: int,
+    handle: object,
+    gpu_type: str | None,
+    minor: int | None,
+    caps: CapsTree,
 ) -> tuple[MigDevice, ...]:
     model = CATALOGUE[gpu_type].mig_model if gpu_type is not None else None
     profiles = MIG_CATALOGUE.get(model) if model else None
@@ -126,7 +137,7 @@ def _mig_devices(
             )
         start = None if info is None else int(info.placement.start)
         ci_id = maybe(api.nvmlDeviceGetComputeInstanceId, mig)
-        nodes = () if minor is None or gi_id is None else mig_nodes(minor, gi_id, ci_id)
+        nodes = () if minor is None or gi_id is None else mig_nodes(minor, gi_id, ci_id, caps)
         out.append(MigDevice(uuid, name, start, nodes))
     return tuple(sorted(out, key=lambda m: (m.start is None, m.start or 0, m.profile, m.uuid)))
 
@@ -171,15 +182,16 @@ def _nvlink_peers(
     return peers
 
 
-def discover(nvml: NvmlApi | None = None) -> Discovery:
-    """This machine's GPUs as NVML reports them; DiscoveryError says why there are none."""
+def discover(nvml: NvmlApi | None = None, caps: CapsTree = DRIVER) -> Discovery:
+    """This machine's GPUs as NVML reports them; DiscoveryError says why there are none.
+    ``caps``: where the driver publishes MIG capabilities (tests give their own tree)."""
     api: NvmlApi = nvml if nvml is not None else PynvmlApi()
     try:
         api.nvmlInit()
     except NvmlError as exc:
         raise DiscoveryError(_init_failure(exc)) from exc
     try:
-        return _discover(api)
+        return _discover(api, caps)
     except NvmlError as exc:
         raise DiscoveryError(f"GPU discovery failed: NVML: {exc}") from exc
     finally:
@@ -187,7 +199,7 @@ def discover(nvml: NvmlApi | None = None) -> Discovery:
             api.nvmlShutdown()
 
 
-def _discover(api: NvmlApi) -> Discovery:
+def _discover(api: NvmlApi, caps: CapsTree) -> Discovery:
     driver = as_text(api.nvmlSystemGetDriverVersion())
     nvml_version = maybe(api.nvmlSystemGetNVMLVersion)
     count = api.nvmlDeviceGetCount()
@@ -201,6 +213,7 @@ def _discover(api: NvmlApi) -> Discovery:
     remotes: list[list[str | None]] = []
     reported: list[bool] = []
     nodes: list[tuple[str, ...]] = []
+    minors: list[int | None] = []
     for i in range(count):
         try:
             handle = api.nvmlDeviceGetHandleByIndex(i)
@@ -211,13 +224,14 @@ def _discover(api: NvmlApi) -> Discovery:
             mode = maybe(api.nvmlDeviceGetMigMode, handle)
             mig_enabled = mode is not None and int(mode[0]) == NVML_DEVICE_MIG_ENABLE
             minor = maybe(api.nvmlDeviceGetMinorNumber, handle)
-            migs = _mig_devices(api, i, handle, gpu_type, minor) if mig_enabled else ()
+            migs = _mig_devices(api, i, handle, gpu_type, minor, caps) if mig_enabled else ()
             pci = maybe(api.nvmlDeviceGetPciInfo, handle)
             has_links, ends = _nvlink_remotes(api, handle)
         except NvmlError as exc:
             raise DiscoveryError(f"GPU discovery failed on GPU {i}: NVML: {exc}") from exc
         rows.append((i, uuid, model, gpu_type, memory_mib, mig_enabled, migs))
         nodes.append(() if minor is None else (gpu_node(minor),))
+        minors.append(None if minor is None else int(minor))
         buses.append(None if pci is None else _bus_key(pci))
         remotes.append(ends)
         reported.append(has_links)
@@ -228,12 +242,14 @@ def _discover(api: NvmlApi) -> Discovery:
             nvlink_peers=tuple(sorted(peers[k])),
             nvlink_reported=reported[k],
             device_nodes=nodes[k],
+            minor=minors[k],
         )
         for k, row in enumerate(rows)
     )
     version = as_text(nvml_version) if nvml_version is not None else None
     head = f"NVML {version} (driver {driver})" if version else f"NVIDIA driver {driver}"
-    return Discovery(gpus, fake=False, driver=driver, source=f"{head}: {_summary(gpus)}")
+    source = f"{head}: {_summary(gpus)}"
+    return Discovery(gpus, fake=False, driver=driver, source=source, caps=caps)
 
 
 def _summary(gpus: Sequence[DiscoveredGpu]) -> str:

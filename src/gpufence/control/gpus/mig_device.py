@@ -1,7 +1,8 @@
 """One GPU's MIG instances through NVML: read them, and change them into a target layout.
 
 ``read_instances`` lists every GPU instance (GI) of a GPU with its profile, placement, compute
-instances (CIs) and the UUID of its MIG device. ``apply_layout`` turns the GPU into a target
+instances (CIs), and the UUID and GI / CI ids of its MIG device (the ids name its capability
+devices: ``devnodes.mig_nodes``). ``apply_layout`` turns the GPU into a target
 layout ("profile@start" instances, each a GI with one full-width CI): GIs already in the target
 are kept (their UUIDs stay), the others are destroyed -- never one a process runs on -- and the
 missing ones are created with their explicit placement, largest first (the driver's own order
@@ -26,6 +27,7 @@ from gpufence.control.gpus.nvml import (
     GpuApi,
     NvmlError,
     as_text,
+    maybe,
 )
 from gpufence.model.mig import MigInstance, MigProfile
 
@@ -56,6 +58,7 @@ class DeviceInstance:
     size: int
     compute_instances: int
     uuid: str | None  # the MIG device of its one compute instance (None: no CI, or several)
+    ci_id: int | None = None  # that compute instance's id (None: NVML would not say)
     handle: object = field(default=None, compare=False, repr=False)
     ci_handles: tuple[object, ...] = field(default=(), compare=False, repr=False)
 
@@ -87,9 +90,10 @@ def _compute_instances(api: GpuApi, gi: object) -> list[object]:
     return out
 
 
-def _mig_uuids(api: GpuApi, handle: object) -> dict[int, list[str]]:
-    """GPU instance ID -> UUIDs of its MIG devices (one per compute instance)."""
-    out: dict[int, list[str]] = {}
+def _mig_uuids(api: GpuApi, handle: object) -> dict[int, list[tuple[str, int | None]]]:
+    """GPU instance ID -> (UUID, compute instance ID) of its MIG devices (one per compute
+    instance)."""
+    out: dict[int, list[tuple[str, int | None]]] = {}
     for k in range(api.nvmlDeviceGetMaxMigDeviceCount(handle)):
         try:
             mig = api.nvmlDeviceGetMigDeviceHandleByIndex(handle, k)
@@ -98,7 +102,9 @@ def _mig_uuids(api: GpuApi, handle: object) -> dict[int, list[str]]:
                 continue  # an empty slot
             raise
         gi_id = int(api.nvmlDeviceGetGpuInstanceId(mig))
-        out.setdefault(gi_id, []).append(as_text(api.nvmlDeviceGetUUID(mig)))
+        ci_id = maybe(api.nvmlDeviceGetComputeInstanceId, mig)
+        uuid = as_text(api.nvmlDeviceGetUUID(mig))
+        out.setdefault(gi_id, []).append((uuid, None if ci_id is None else int(ci_id)))
     return out
 
 
@@ -120,6 +126,7 @@ def read_instances(
             info = api.nvmlGpuInstanceGetInfo(gi)
             cis = _compute_instances(api, gi)
             mine = uuids.get(int(info.id), [])
+            one = mine[0] if len(cis) == 1 and len(mine) == 1 else None
             out.append(
                 DeviceInstance(
                     gi_id=int(info.id),
@@ -128,7 +135,8 @@ def read_instances(
                     start=int(info.placement.start),
                     size=int(info.placement.size),
                     compute_instances=len(cis),
-                    uuid=mine[0] if len(cis) == 1 and len(mine) == 1 else None,
+                    uuid=None if one is None else one[0],
+                    ci_id=None if one is None else one[1],
                     handle=gi,
                     ci_handles=tuple(cis),
                 )
@@ -146,6 +154,15 @@ def uuids_of(instances: Sequence[DeviceInstance]) -> dict[tuple[str, int], str]:
         (d.profile, d.start): d.uuid
         for d in instances
         if d.complete and d.profile is not None and d.uuid is not None
+    }
+
+
+def ids_of(instances: Sequence[DeviceInstance]) -> dict[tuple[str, int], tuple[int, int | None]]:
+    """(profile, start) -> (GPU instance ID, compute instance ID) of the complete instances."""
+    return {
+        (d.profile, d.start): (d.gi_id, d.ci_id)
+        for d in instances
+        if d.complete and d.profile is not None
     }
 
 

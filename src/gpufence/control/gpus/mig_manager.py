@@ -6,7 +6,9 @@ ones with their placements), so the reconciler never waits on the driver. When i
 reconciler is woken; its next cycle takes the result (``ready``):
 
 * success: the MIG UUIDs just created go into the ``DeviceMap`` (what jobs then get in
-  ``CUDA_VISIBLE_DEVICES``) and the core hears ``MigReconfigured``;
+  ``CUDA_VISIBLE_DEVICES``), with their GPU / compute instance IDs, which name the capability
+  devices a job on the instance may open (those of destroyed instances go), and the core hears
+  ``MigReconfigured``;
 * failure: the GPU's instances are read again and the core hears ``MigLayoutRead`` with what the
   GPU really has, so the job the re-partition was for is placed again; the failure is counted
   (``/metrics``, ``nodes``) and the next try on that GPU waits (5 s, doubling to 5 min).
@@ -33,6 +35,7 @@ from gpufence.control.gpus.mig_device import (
     DeviceInstance,
     MigApplyError,
     apply_layout,
+    ids_of,
     layout_of,
     read_instances,
     uuids_of,
@@ -77,6 +80,7 @@ class _Result:
     ok: bool
     layout: tuple[str, ...]
     uuids: dict[tuple[str, int], str] = field(default_factory=dict)
+    ids: dict[tuple[str, int], tuple[int, int | None]] = field(default_factory=dict)
     error: str = ""
     usable: bool = True
 
@@ -195,7 +199,7 @@ class MigManager:
         layout = list(layout_of(instances))
         uuids = uuids_of(instances)
         lost = self._reconcile(index, instances, claims, layout, uuids)
-        self.devices.set_mig(index, uuids)
+        self.devices.set_mig(index, uuids, ids_of(instances))
         log.info("GPU %d: MIG instances [%s]", index, ", ".join(layout) or "none")
         if lost:
             return self._refuse(gid, f"GPU {index}: {lost}", tuple(layout))
@@ -288,7 +292,7 @@ class MigManager:
     def _finished(self, res: _Result, now: float) -> Event:
         gid = res.gpu
         self.in_flight.discard(gid)
-        self.devices.set_mig(res.index, res.uuids)
+        self.devices.set_mig(res.index, res.uuids, res.ids)
         self.board.set(gid, mig_status=None)
         if res.ok:
             self._failures.pop(gid, None)
@@ -342,15 +346,14 @@ class MigManager:
         except NvmlError as exc:
             why = f"{error + '; ' if error else ''}its MIG instances cannot be read ({exc})"
             return _Result(job.gpu, job.index, False, (), error=why, usable=False)
-        layout, uuids = layout_of(instances), uuids_of(instances)
+        layout, uuids, ids = layout_of(instances), uuids_of(instances), ids_of(instances)
         if not error and sorted(layout) != wanted:
             error = f"NVML reported success, but the GPU has [{', '.join(layout)}]"
         if error:
-            return _Result(job.gpu, job.index, False, layout, uuids, error)
+            return _Result(job.gpu, job.index, False, layout, uuids, ids, error)
         order = {e: k for k, e in enumerate(_entry(i) for i in job.target)}
-        return _Result(
-            job.gpu, job.index, True, tuple(sorted(layout, key=order.__getitem__)), uuids
-        )
+        layout = tuple(sorted(layout, key=order.__getitem__))
+        return _Result(job.gpu, job.index, True, layout, uuids, ids)
 
     def close(self) -> None:
         if self._thread is not None:
