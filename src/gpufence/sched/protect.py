@@ -203,6 +203,7 @@ def protect_partition(st: Protecting, p: str, waiting: list[JobRecord]) -> bool:
     # candidate victims, in preference order, computed once per batch (they only shrink)
     lent_cands: list[str] | None = None
     donor_cands: dict[str, list[str]] = {}
+    young_cands: dict[str, list[str]] = {}  # the same for ``_too_young``
     # request shapes no victim set can help this cycle, and why, when the reason is not plain
     hopeless: dict[int, tuple[Reason, str] | None] = {}
     # request shape -> ``changes`` when a job of it ran out of budget: until the batch changes
@@ -288,7 +289,7 @@ def protect_partition(st: Protecting, p: str, waiting: list[JobRecord]) -> bool:
                 plan.append((rec, tuple(taken), pool, reason))
                 break
             else:
-                young = _too_young(core, book, pol, rec, taken)
+                young = _too_young(core, book, pol, rec, taken, young_cands)
                 hopeless[shape] = (Reason.MIN_RUNTIME, young) if young is not None else None
                 if young is not None:
                     reasons.set_job(rec.job.id, Reason.MIN_RUNTIME, young)
@@ -323,10 +324,17 @@ def protect_partition(st: Protecting, p: str, waiting: list[JobRecord]) -> bool:
 
 
 def _too_young(
-    core: Core, book: JobBook, pol: PreemptionPolicy, rec: JobRecord, taken: dict[str, None]
+    core: Core,
+    book: JobBook,
+    pol: PreemptionPolicy,
+    rec: JobRecord,
+    taken: dict[str, None],
+    cands_of: dict[str, list[str]],
 ) -> str | None:
     """When no victim may be preempted for ``rec`` only because the candidates have not run
-    ``min_runtime_s`` yet: which would make room, and from when they may be preempted."""
+    ``min_runtime_s`` yet: which would make room, and from when they may be preempted.
+    ``cands_of``: the batch's candidates per pool, in preference order (computed once: while
+    a batch runs no job starts or gets a notice, and what it releases is in ``taken``)."""
     if pol.mode is not PreemptionMode.INCIDENT_ONLY or pol.min_runtime_s <= 0:
         return None
     led = core.ledger
@@ -339,7 +347,9 @@ def _too_young(
 
         # (a bounded look: the reason names the blocker; it must not cost a victim search over
         # every job of a large donor pool on each cycle protection runs)
-        cands = [v for v in running(core, book, young, pool) if v not in taken][:MAX_YOUNG]
+        if pool not in cands_of:
+            cands_of[pool] = running(core, book, young, pool)
+        cands = [v for v in cands_of[pool] if v not in taken][:MAX_YOUNG]
         with led.fork():
             got = victims_for(core, rec, pool, cands)
         if got:
