@@ -3,6 +3,7 @@ partition admitting its class that could ever hold it, and is rejected only when
 
 from __future__ import annotations
 
+import pytest
 from scenario_harness import A, make, sub
 
 from gpufence.model.decisions import Bind, Reason, Reject
@@ -68,3 +69,70 @@ def test_a_job_naming_its_partition_is_not_rerouted() -> None:
     s = make(cluster())
     got = s.step(sub(job("e").gpus(1).cls("batch").partition("notebooks").build()), 0.0)
     assert got == [Reject("e", Reason.NEVER_FITS, "partition notebooks only offers MIG instances")]
+
+
+def tenant_cluster():  # type: ignore[no-untyped-def]
+    """A batch partition (first: routing tries it first) whose only queue is vision's, and a
+    training partition whose queues are owned by tenants (vision first)."""
+    return (
+        ClusterBuilder()
+        .nodes("t", 1, gpus=4)
+        .nodes("b", 1, gpus=2)
+        .partition("batch", ["b"], admits=frozenset({W.BATCH}))
+        .partition("training", ["t"], admits=frozenset({W.TRAINING, W.BATCH}))
+        .queue("vision", "training", tenant="vision")
+        .queue("nlp", "training", tenant="nlp")
+        .queue("vision-batch", "batch", tenant="vision")
+        .build()
+    )
+
+
+def _queue_of(s, job_id: str) -> str:  # type: ignore[no-untyped-def]
+    return str(s.ledger.allocs[job_id].queue)  # the queue its GPUs are charged to
+
+
+@pytest.mark.parametrize(
+    ("tenant", "queue"),
+    [
+        ("nlp", "nlp"),  # its own queue, although another tenant's comes first
+        ("vision", "vision"),
+        ("", "vision"),  # the admin's (and a simulation's) job: the partition's first queue
+    ],
+)
+def test_a_job_naming_no_queue_goes_to_its_tenants_queue(tenant: str, queue: str) -> None:
+    s = make(tenant_cluster())
+    got = s.step(sub(job("j").gpus(1).tenant(tenant).build()), 0.0)
+    assert [d.job_id for d in got if isinstance(d, Bind)] == ["j"]
+    assert _queue_of(s, "j") == queue
+
+
+def test_a_tenant_with_no_queue_it_may_use_is_refused_with_the_fix() -> None:
+    s = make(tenant_cluster())
+    got = s.step(sub(job("j").gpus(1).tenant("audio").build()), 0.0)
+    assert got == [
+        Reject(
+            "j",
+            Reason.INVALID,
+            "partition training has no queue of tenant audio and none without an owner (its "
+            "queues: vision (tenant vision), nlp (tenant nlp)); name a queue you may use with "
+            "--queue",
+        )
+    ]
+
+
+def test_routing_skips_a_partition_where_the_tenant_has_no_queue() -> None:
+    # batch work of nlp pinned to the batch partition, where nlp has no queue, is refused;
+    # routed, it lands in training, in nlp's own queue
+    s = make(tenant_cluster())
+    pinned = job("p").gpus(1).cls("batch").partition("batch").tenant("nlp").build()
+    routed = job("r").gpus(1).cls("batch").tenant("nlp").build()
+    got = s.step(sub(pinned, routed), 0.0)
+    assert [d for d in got if isinstance(d, Reject)] == [
+        Reject(
+            "p",
+            Reason.INVALID,
+            "partition batch has no queue of tenant nlp and none without an owner (its "
+            "queues: vision-batch (tenant vision)); name a queue you may use with --queue",
+        )
+    ]
+    assert _queue_of(s, "r") == "nlp"

@@ -65,7 +65,8 @@ class Job:
     """A unit of work: a gang of ``replicas`` identical replicas, placed all-or-nothing.
 
     ``partition`` and ``queue`` may be left empty: the scheduler resolves the queue's partition, or
-    the first partition admitting the job's class, and the partition's default queue.
+    the first partition admitting the job's class, and the partition's default queue for the
+    job's tenant (``default_queue`` in sched/intake.py).
     """
 
     id: str
@@ -89,6 +90,9 @@ class Job:
     held: bool = False  # submitted on hold: waits until released
     array_group: str = ""  # the array this job is a task of ("" : none)
     array_cap: int = 0  # at most this many tasks of ``array_group`` queued or running (0: no cap)
+    # the tenant that submitted it ("" : the admin, or a simulation): a job naming no queue goes
+    # to a queue of its tenant's, else to one nobody owns -- never into another tenant's quota
+    tenant: str = ""
 
     @property
     def planned_runtime_s(self) -> float | None:

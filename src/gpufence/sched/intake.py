@@ -101,7 +101,10 @@ def resolve(cluster: Cluster, job: Job, mig_now: MigLayouts | None = None) -> Ac
     )
     refusals: list[tuple[str, Refused]] = []
     for p in homes:
-        q = queue or cluster.partition_queues[p][0]
+        q = queue or default_queue(cluster, p, job.tenant)
+        if q is None:
+            refusals.append((p, _no_queue_for(cluster, p, job.tenant)))
+            continue
         problem = _shape_problem(cluster, job, p, mig_now)
         if problem is None:
             never = quota_never_admits(cluster, q, charge_milli(job, cluster, p))
@@ -118,6 +121,31 @@ def resolve(cluster: Cluster, job: Job, mig_now: MigLayouts | None = None) -> Ac
     why = "; ".join(f"{p}: {r.message}" for p, r in refusals)
     reason = refusals[0][1].reason if len({r.reason for _, r in refusals}) == 1 else None
     return Refused(reason or Reason.NEVER_FITS, f"no partition admitting {cls} can hold it ({why})")
+
+
+def default_queue(cluster: Cluster, partition: str, tenant: str) -> str | None:
+    """The queue a job of ``tenant`` naming none goes to in ``partition``: the first of the
+    tenant's own queues there, else the first queue nobody owns; the admin's and the
+    simulator's jobs (tenant "") the partition's first queue. None: every queue there is
+    another tenant's, whose quota a job must never be charged to unasked."""
+    names = cluster.partition_queues[partition]
+    if not tenant:
+        return names[0]
+    owners = [(q, cluster.queues[q].tenant) for q in names]
+    return next((q for q, t in owners if t == tenant), None) or next(
+        (q for q, t in owners if not t), None
+    )
+
+
+def _no_queue_for(cluster: Cluster, partition: str, tenant: str) -> Refused:
+    owned = ", ".join(
+        f"{q} (tenant {cluster.queues[q].tenant})" for q in cluster.partition_queues[partition]
+    )
+    return Refused(
+        Reason.INVALID,
+        f"partition {partition} has no queue of tenant {tenant} and none without an owner "
+        f"(its queues: {owned}); name a queue you may use with --queue",
+    )
 
 
 def _offers(sharing: SharingMode, kind: RequestKind) -> bool:

@@ -151,6 +151,10 @@ class JobBuilder:
         self._job = replace(self._job, partition=p)
         return self
 
+    def tenant(self, t: str) -> JobBuilder:
+        self._job = replace(self._job, tenant=t)
+        return self
+
     def priority(self, p: int) -> JobBuilder:
         self._job = replace(self._job, priority=p)
         return self
