@@ -93,6 +93,7 @@ def _reject_field(req: SubmitRequest, reason: str, message: str) -> str:
 
 
 JobJson = Callable[[st.JobRow], dict[str, Any]]
+_ANSWER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))  # built once, not per call
 SUBMIT_PATH = "/v1/jobs"
 _JSON = [(b"content-type", b"application/json")]
 
@@ -140,7 +141,7 @@ async def submit_response(
             body["tasks"] = list(res.tasks)
         code = status.HTTP_200_OK if res.replayed else status.HTTP_201_CREATED
         try:
-            return code, json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+            return code, _ANSWER.encode(body).encode()
         except UnicodeEncodeError:  # a message with a lone surrogate: escaped, never a 500
             return SafeJSONResponse(body, status_code=code)
     row = await run_in_threadpool(plane.job, res.job_id, tenant)
