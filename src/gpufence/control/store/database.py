@@ -97,6 +97,10 @@ def _connect(path: Path) -> sqlite3.Connection:
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("PRAGMA synchronous=FULL")  # per transaction: see Store.transaction
     conn.execute("PRAGMA foreign_keys=ON")
+    # the journals of savepoints and statements (a batch of submits is one savepoint) in
+    # memory, not a temporary file created, written and deleted per transaction: they only
+    # serve a rollback inside the transaction (the WAL, fsynced, is what survives a crash)
+    conn.execute("PRAGMA temp_store=MEMORY")
     return conn
 
 
