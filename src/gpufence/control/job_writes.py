@@ -31,6 +31,7 @@ from gpufence.control.jobspec import ArrayTask, SubmitRequest
 from gpufence.control.store import database as st
 from gpufence.model.decisions import Cancel
 from gpufence.model.events import Event, JobHeld, JobReleased, JobSubmitted, OutcomeKnown
+from gpufence.model.job import Job, RequestKind
 from gpufence.sched.intake import Accepted, resolve
 from gpufence.sched.jobs import JobState
 
@@ -137,8 +138,7 @@ def insert_job(
     jid = tx.next_id()
     job = req.to_job(jid, now)
     asked = (req.partition, req.queue)
-    got = resolve(rec.scheduler.cluster, job, rec.scheduler.ledger.mig)
-    home = (got.home, got.queue) if isinstance(got, Accepted) else asked
+    home = predicted_home(rec, job)
     what = job.request.describe()
     spec, text = stored if stored is not None else (req.stored(), None)
     added = tx.add_job(
@@ -158,9 +158,32 @@ def insert_job(
     tx.log(now, jid, "submitted", "", f"by {tenant}: {what}")
     if not defer_event:
         staged.events.append(JobSubmitted(job))
-    cls = str(req.workload_class)
-    staged.effects.append(lambda: rec.telemetry.submitted(cls))
+    staged.effects.append(rec.telemetry.submitted_counter(str(req.workload_class)).inc)
     return jid
+
+
+HOMES_SEEN_MAX = 1024
+
+
+def predicted_home(rec: Reconciler, job: Job) -> tuple[str, str]:
+    """(partition, queue) the core's ``resolve`` gives ``job`` (or what it asked for, if it
+    refuses it), remembered per kind of request: jobs of one shape asking for the same
+    partition and queue go to the same home. A MIG request is resolved each time (a static
+    layout read off the devices can change its answer); a wrong guess costs a rewrite."""
+    mig = job.request.kind is RequestKind.MIG
+    key = (job.partition, job.queue, job.shape())
+    home = None if mig else rec.homes_seen.get(key)
+    if home is not None:
+        return home
+    got = resolve(rec.scheduler.cluster, job, rec.scheduler.ledger.mig)
+    if not isinstance(got, Accepted):
+        return (job.partition, job.queue)
+    home = (got.home, got.queue)
+    if not mig:
+        if len(rec.homes_seen) >= HOMES_SEEN_MAX:
+            rec.homes_seen.clear()
+        rec.homes_seen[key] = home
+    return home
 
 
 def array_tasks(tx: st.Tx, first: str) -> tuple[str, ...]:

@@ -140,6 +140,8 @@ class Reconciler:
         self._running_unsaved: list[tuple[str, int]] = []  # spawned, 'running' not persisted
         self._retry_at: float | None = None
         self.poisoned: dict[str, str] = {}  # every job set aside so far, and why
+        # the home the core resolved for a kind of request (job_writes.predicted_home)
+        self.homes_seen: dict[tuple[object, ...], tuple[str, str]] = {}
         # run on this thread after every cycle, on its settled ledger (dcgm job-mapping files)
         self.after_cycle: list[Callable[[Reconciler], None]] = []
         executor.set_callbacks(self._on_exit, self._on_ack)
