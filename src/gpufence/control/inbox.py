@@ -147,6 +147,16 @@ class Pending:
 Observation = AttemptExit | Ack | NodeEvent
 
 
+@dataclass(frozen=True, slots=True)
+class Home:
+    """A new job's partition and queue as inserted (those the core will resolve, predicted
+    with its own ``resolve``) and as the request named them (kept for a job it rejects)."""
+
+    job_id: str
+    stored: tuple[str, str]
+    asked: tuple[str, str]
+
+
 @dataclass(slots=True)
 class Staged:
     """What one inbox transaction wrote, applied in memory only once it committed."""
@@ -159,6 +169,8 @@ class Staged:
     """In-memory changes that must follow the commit (never precede it)."""
     stops: list[tuple[str, int]] = field(default_factory=list)
     exits: int = 0
+    homes: list[Home] = field(default_factory=list)
+    """Where each new job was stored (``job_writes.insert_job``)."""
 
     def mark(self) -> tuple[int, ...]:
         """Where each list ends now: ``rewind`` drops what was staged after it."""
@@ -169,12 +181,13 @@ class Staged:
             len(self.effects),
             len(self.stops),
             self.exits,
+            len(self.homes),
         )
 
     def rewind(self, mark: tuple[int, ...]) -> None:
         """Undo what was staged since ``mark`` (its writes were rolled back)."""
         del self.events[mark[0] :], self.submits[mark[1] :], self.replies[mark[2] :]
-        del self.effects[mark[3] :], self.stops[mark[4] :]
+        del self.effects[mark[3] :], self.stops[mark[4] :], self.homes[mark[6] :]
         self.exits = mark[5]
 
 
@@ -189,6 +202,7 @@ class Unsaved:
     stops: list[tuple[str, int]]
     poisoned: dict[str, str]
     """Jobs the scheduler could not handle, and why."""
+    homes: list[Home] = field(default_factory=list)
 
 
 Item = Submit | Cancel | Action | Call | Ack | NodeEvent | AttemptExit | None

@@ -47,37 +47,43 @@ def write_submit(rec: Reconciler, tx: st.Tx, it: Submit, now: float, staged: Sta
     req = it.req
     spec = req.stored()
     text = st.spec_text(spec)
-    digest = st.request_hash(spec, text) if it.key is not None else ""
+    # the key is bound to the id the job is about to get: nothing inserts a job in between,
+    # and a request refused below is undone with its savepoint, key included
+    claimed = tx.next_id()
     if it.key is not None:
-        seen = tx.idempotent(it.tenant, it.key)
-        if seen is not None:
-            jid, was = seen
-            if was != digest:
-                staged.replies.append(
-                    (
-                        it.future,
-                        IdempotencyConflict(
-                            "this Idempotency-Key was used for a different request "
-                            f"(job {jid}); use a new key for a new job"
-                        ),
-                    )
-                )
-                return
-            res = rec.submit_result(jid, tx.job(jid), replayed=True)
-            staged.replies.append((it.future, replace(res, tasks=array_tasks(tx, jid))))
+        digest = st.request_hash(spec, text)
+        if not tx.claim_key(it.tenant, it.key, claimed, digest, now):
+            replay(rec, tx, it, it.key, digest, staged)
             return
     # a request these raise on is undone with its savepoint (see Reconciler._inbox_tx)
     ready, known = prepare(rec, tx, it.tenant, req)  # names, after_* -> ids (job_writes.py)
     staged.events += known
     if ready.array is not None:
         jid = write_array(rec, tx, it, ready, now, staged)
-    else:  # the spec's text is reusable unless prepare rewrote the request
+    else:  # the spec and its text are reusable unless prepare rewrote the request
         jid = insert_job(
-            rec, tx, it.tenant, ready, now, staged, text=text if ready is req else None
+            rec, tx, it.tenant, ready, now, staged, stored=(spec, text) if ready is req else None
         )
         staged.submits.append((jid, it.future))
-    if it.key is not None:
-        tx.remember_key(it.tenant, it.key, jid, digest, now)
+    if jid != claimed:
+        raise st.StoreError(f"job {jid} was inserted under another id than {claimed}")
+
+
+def replay(rec: Reconciler, tx: st.Tx, it: Submit, key: str, digest: str, staged: Staged) -> None:
+    """An Idempotency-Key seen before: the job it created then, or 422 for another request."""
+    seen = tx.idempotent(it.tenant, key)
+    if seen is None:
+        raise st.StoreError(f"Idempotency-Key {escape(key)} refused but not in the store")
+    jid, was = seen
+    if was != digest:
+        conflict = IdempotencyConflict(
+            "this Idempotency-Key was used for a different request "
+            f"(job {jid}); use a new key for a new job"
+        )
+        staged.replies.append((it.future, conflict))
+        return
+    res = rec.submit_result(jid, tx.job(jid), replayed=True)
+    staged.replies.append((it.future, replace(res, tasks=array_tasks(tx, jid))))
 
 
 def write_cancel(rec: Reconciler, tx: st.Tx, it: Cancel, now: float, staged: Staged) -> None:

@@ -13,13 +13,14 @@ from __future__ import annotations
 import json
 from concurrent.futures import Future
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from gpufence.control import job_names
 from gpufence.control.arrays import parse_array
 from gpufence.control.inbox import (
     Action,
     CancelError,
+    Home,
     InvalidField,
     Staged,
     Submit,
@@ -30,6 +31,8 @@ from gpufence.control.jobspec import ArrayTask, SubmitRequest
 from gpufence.control.store import database as st
 from gpufence.model.decisions import Cancel
 from gpufence.model.events import Event, JobHeld, JobReleased, JobSubmitted, OutcomeKnown
+from gpufence.model.job import Job, RequestKind
+from gpufence.sched.intake import Accepted, resolve
 from gpufence.sched.jobs import JobState
 
 if TYPE_CHECKING:
@@ -123,29 +126,64 @@ def insert_job(
     now: float,
     staged: Staged,
     defer_event: bool = False,
-    text: str | None = None,
+    stored: tuple[dict[str, Any], str] | None = None,
 ) -> str:
     """One new pending job in the store, and (unless ``defer_event``) its ``JobSubmitted``;
-    ``text``: the spec's ``spec_text`` if the caller has it."""
-    what = req.request().describe()
-    jid = tx.add_job(
+    ``stored``: ``req.stored()`` and its ``spec_text`` if the caller has them.
+
+    The row gets the partition and queue the core will give the job, predicted with the
+    core's own ``resolve`` on the same cluster and ledger: the decisions transaction then
+    rewrites only the homes the prediction got wrong (``Reconciler._save``), not every new
+    row (an UPDATE of each job's row and indexes, as costly as its insert)."""
+    jid = tx.next_id()
+    job = req.to_job(jid, now)
+    asked = (req.partition, req.queue)
+    home = predicted_home(rec, job)
+    what = job.request.describe()
+    spec, text = stored if stored is not None else (req.stored(), None)
+    added = tx.add_job(
         tenant=tenant,
-        spec=req.stored(),
+        spec=spec,
         workload_class=str(req.workload_class),
-        partition=req.partition,
-        queue=req.queue,
+        partition=home[0],
+        queue=home[1],
         submitted_at=now,
         gpus=f"{req.replicas}x {what}" if req.replicas != 1 else what,
         text=text,
     )
+    assert added == jid
+    staged.homes.append(Home(jid, home, asked))
     if req.hold:
         tx.set_job(jid, held=1)
     tx.log(now, jid, "submitted", "", f"by {tenant}: {what}")
     if not defer_event:
-        staged.events.append(JobSubmitted(req.to_job(jid, now)))
-    cls = str(req.workload_class)
-    staged.effects.append(lambda: rec.telemetry.submitted(cls))
+        staged.events.append(JobSubmitted(job))
+    staged.effects.append(rec.telemetry.submitted_counter(str(req.workload_class)).inc)
     return jid
+
+
+HOMES_SEEN_MAX = 1024
+
+
+def predicted_home(rec: Reconciler, job: Job) -> tuple[str, str]:
+    """(partition, queue) the core's ``resolve`` gives ``job`` (or what it asked for, if it
+    refuses it), remembered per kind of request: jobs of one shape asking for the same
+    partition and queue go to the same home. A MIG request is resolved each time (a static
+    layout read off the devices can change its answer); a wrong guess costs a rewrite."""
+    mig = job.request.kind is RequestKind.MIG
+    key = (job.partition, job.queue, job.shape())
+    home = None if mig else rec.homes_seen.get(key)
+    if home is not None:
+        return home
+    got = resolve(rec.scheduler.cluster, job, rec.scheduler.ledger.mig)
+    if not isinstance(got, Accepted):
+        return (job.partition, job.queue)
+    home = (got.home, got.queue)
+    if not mig:
+        if len(rec.homes_seen) >= HOMES_SEEN_MAX:
+            rec.homes_seen.clear()
+        rec.homes_seen[key] = home
+    return home
 
 
 def array_tasks(tx: st.Tx, first: str) -> tuple[str, ...]:

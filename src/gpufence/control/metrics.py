@@ -74,6 +74,7 @@ class Telemetry:
         # the most recent gaps, for the demo summary (bounded: a server runs for months)
         self.handoffs: deque[float] = deque(maxlen=10_000)
         self._since: dict[str, tuple[str, float]] = {}  # job id -> (state, entered at)
+        self._submitted: dict[str, Counter] = {}  # class -> its child of submitted_total
         self._lock = threading.Lock()
         self._waits: dict[str, list[float]] = {}  # class -> waits of the starts since drained
 
@@ -100,7 +101,14 @@ class Telemetry:
 
     # ------------------------------------------------------------------ events
     def submitted(self, cls: str) -> None:
-        self.submitted_total.labels(cls).inc()
+        self.submitted_counter(cls).inc()
+
+    def submitted_counter(self, cls: str) -> Counter:
+        """The submitted-jobs counter of one class (looked up once: every submit counts)."""
+        child = self._submitted.get(cls)
+        if child is None:
+            child = self._submitted[cls] = self.submitted_total.labels(cls)
+        return child
 
     def rejected(self, reason: str) -> None:
         self.rejected_total.labels(reason).inc()
@@ -127,13 +135,15 @@ class Telemetry:
         (after a restart, a state entered before it counts from submit / start)."""
         now = self.clock()
         for c in changes:
-            lab = {"partition": c.partition, "queue": c.queue, "class": c.workload_class}
-            if c.new in TERMINAL:
-                self.finished_total.labels(**lab, outcome=c.new).inc()
-            entered = self._entered(c)
-            if entered is not None and c.old in TIMED_STATES:
-                self.state_time.labels(state=c.old, **lab).observe(max(0.0, now - entered))
-            if c.new in TERMINAL:
+            ended, timed = c.new in TERMINAL, c.old in TIMED_STATES
+            if ended or timed:  # not a new job's first state (a submit: the usual change)
+                lab = {"partition": c.partition, "queue": c.queue, "class": c.workload_class}
+                if ended:
+                    self.finished_total.labels(**lab, outcome=c.new).inc()
+                entered = self._entered(c) if timed else None
+                if entered is not None:
+                    self.state_time.labels(state=c.old, **lab).observe(max(0.0, now - entered))
+            if ended:
                 self._since.pop(c.job_id, None)
             else:
                 self._since[c.job_id] = (c.new, now)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import time
 from concurrent.futures import Future
 from pathlib import Path
@@ -232,7 +233,7 @@ class ControlPlane:
         """Jobs run on this machine: a ``cwd`` that is not a directory here fails at submit,
         not at launch (Ray runs them elsewhere: checked there)."""
         local = isinstance(self.executor, LocalExecutor)
-        if local and req.cwd is not None and not Path(req.cwd).is_dir():
+        if local and req.cwd is not None and not os.path.isdir(req.cwd):  # no Path: hot path
             raise InvalidField(("body", "cwd"), f"{req.cwd} is not a directory on this machine")
 
     def _check_queue(self, req: SubmitRequest, tenant: str) -> None:

@@ -62,23 +62,42 @@ def _num(x: float) -> str:
     return str(int(x)) if float(x).is_integer() and abs(x) < 1e15 else f"{x:g}"
 
 
+_NUMBERS: tuple[tuple[str, float, float, bool], ...] = (
+    ("est_runtime_s", 0.0, MAX_SECONDS, True),
+    ("time_limit_s", 0.0, MAX_SECONDS, True),
+    ("submit_time", -MAX_SECONDS, MAX_SECONDS, False),
+    ("priority", -MAX_COUNT, MAX_COUNT, False),
+    # below their minimum, replicas / gpus / milli get their own messages further on
+    ("replicas", -MAX_COUNT, MAX_COUNT, False),
+    ("cpu_milli", 0, MAX_COUNT, False),
+    ("mem_mib", 0, MAX_COUNT, False),
+    ("gpus", -MAX_COUNT, MAX_COUNT, False),
+    ("milli", -MAX_COUNT, MAX_COUNT, False),
+    ("gpu_mem_mib", 0, MAX_COUNT, False),
+)
+"""(field, lo, hi, optional) of every number ``invalid`` checks, in the order it reports them."""
+
+
 def invalid(job: Job) -> Refused | None:
     """A field of ``job`` the core cannot compute with, named, or None."""
     req = job.request
-    checks: tuple[tuple[str, object, float, float, bool], ...] = (
-        ("est_runtime_s", job.est_runtime_s, 0.0, MAX_SECONDS, True),
-        ("time_limit_s", job.time_limit_s, 0.0, MAX_SECONDS, True),
-        ("submit_time", job.submit_time, -MAX_SECONDS, MAX_SECONDS, False),
-        ("priority", job.priority, -MAX_COUNT, MAX_COUNT, False),
-        # below their minimum, replicas / gpus / milli get their own messages further on
-        ("replicas", job.replicas, -MAX_COUNT, MAX_COUNT, False),
-        ("cpu_milli", job.cpu_milli, 0, MAX_COUNT, False),
-        ("mem_mib", job.mem_mib, 0, MAX_COUNT, False),
-        ("gpus", req.gpus, -MAX_COUNT, MAX_COUNT, False),
-        ("milli", req.milli, -MAX_COUNT, MAX_COUNT, False),
-        ("gpu_mem_mib", req.gpu_mem_mib, 0, MAX_COUNT, False),
+    values = (
+        job.est_runtime_s,
+        job.time_limit_s,
+        job.submit_time,
+        job.priority,
+        job.replicas,
+        job.cpu_milli,
+        job.mem_mib,
+        req.gpus,
+        req.milli,
+        req.gpu_mem_mib,
     )
-    for field, value, lo, hi, optional in checks:
+    for (field, lo, hi, optional), value in zip(_NUMBERS, values, strict=True):
+        # the usual value, a plain int or float in range, costs one comparison (every job
+        # submitted passes here); anything else gets _bad_number's full verdict
+        if (value.__class__ is int or value.__class__ is float) and lo <= value <= hi:
+            continue
         problem = _bad_number(field, value, lo, hi, optional)
         if problem is not None:
             return Refused(Reason.INVALID, problem)

@@ -30,12 +30,12 @@ from fastapi.exceptions import HTTPException
 from fastapi.openapi.utils import get_openapi
 from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import AfterValidator, BaseModel, Field
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gpufence import __version__
 from gpufence.control.http import schemas as out
 from gpufence.control.http.accounting_routes import accounting_router
 from gpufence.control.http.auth import tenant_dependency
+from gpufence.control.http.body_limit import LimitBody
 from gpufence.control.http.dashboard_routes import dashboard_router
 from gpufence.control.http.docs import install_docs
 from gpufence.control.http.job_actions import install_job_actions
@@ -48,7 +48,7 @@ from gpufence.control.http.problems import (
     problem,
     safe,
 )
-from gpufence.control.http.submission import IDEMPOTENCY_KEY, install_submit
+from gpufence.control.http.submission import IDEMPOTENCY_KEY, FrontedAPI, install_submit
 from gpufence.control.http.telemetry_routes import telemetry_router
 from gpufence.control.inbox import CancelError, IdempotencyConflict
 from gpufence.control.jobspec import MAX_NAME, SubmitRequest
@@ -152,74 +152,6 @@ def _query_text(value: str) -> str:
 QueryText = Annotated[str, Field(max_length=MAX_NAME), AfterValidator(_query_text)]
 
 
-DRAIN_MAX_BYTES = 64 << 20
-
-
-class LimitBody:
-    """ASGI middleware: a request body over ``limit`` bytes gets 413 before any route sees it
-    (``Content-Length`` is checked first; a chunked body is counted as it streams)."""
-
-    def __init__(self, app: ASGIApp, limit: int) -> None:
-        self.app = app
-        self.limit = limit
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        for name, value in scope.get("headers", ()):
-            if name == b"content-length":
-                try:
-                    too_big = int(value) > self.limit
-                except ValueError:
-                    too_big = False
-                if too_big:
-                    await self._refuse(scope, receive, send)
-                    return
-        chunks: list[bytes] = []
-        size = 0
-        more = True
-        while more:
-            msg = await receive()
-            if msg["type"] != "http.request":
-                break
-            body = msg.get("body", b"")
-            size += len(body)
-            if size > self.limit:
-                await self._refuse(scope, receive, send)
-                return
-            chunks.append(body)
-            more = bool(msg.get("more_body"))
-        whole = b"".join(chunks)
-        sent = False
-
-        async def replay() -> Message:
-            nonlocal sent
-            if not sent:
-                sent = True
-                return {"type": "http.request", "body": whole, "more_body": False}
-            return await receive()
-
-        await self.app(scope, replay, send)
-
-    async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
-        # read (and drop) what the client is still sending, up to a bound: answering while it
-        # writes would reset the connection and it would see a broken pipe, not the 413
-        drained = 0
-        while drained <= DRAIN_MAX_BYTES:
-            msg = await receive()
-            if msg["type"] != "http.request":
-                break
-            drained += len(msg.get("body", b""))
-            if not msg.get("more_body"):
-                break
-        resp = problem(
-            413,
-            f"the request body is larger than {self.limit} bytes (control.max_request_bytes)",
-        )
-        await resp(scope, receive, send)
-
-
 def ok(model: type[BaseModel]) -> dict[int | str, dict[str, Any]]:
     """The documented 200 of a route that builds its JSON itself (``schemas.py``)."""
     return {200: {"model": model, "description": "OK"}}
@@ -248,8 +180,8 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
     return doc
 
 
-def make_app(plane: ControlPlane) -> FastAPI:
-    app = FastAPI(
+def make_app(plane: ControlPlane) -> FrontedAPI:
+    app = FrontedAPI(
         title="gpufence",
         version=__version__,
         description=(
@@ -305,7 +237,6 @@ def make_app(plane: ControlPlane) -> FastAPI:
     # ------------------------------------------------------------------ jobs
     install_submit(app, plane, job_json, SubmitResponse)
     install_job_actions(app, plane)  # hold, release, names (job_actions.py)
-    # added last, so outermost: the submit front (added by install_submit) sees bodies in limit
     app.add_middleware(LimitBody, limit=plane.config.max_request_bytes)
 
     @app.get(

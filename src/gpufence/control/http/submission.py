@@ -1,9 +1,9 @@
 """``POST /v1/jobs``: the one route on the hot path, kept lean.
 
-It is served by ``SubmitFront``, an ASGI layer in front of FastAPI's routing that reads the
-scope's headers and body itself: FastAPI's routing, dependency injection and exception
-middleware cost more per request than everything else a submit does (on a small machine: the
-difference between hundreds and a thousand submits a second). The FastAPI route stays
+It is served by ``SubmitFront``, which the app (``FrontedAPI``) hands the request before any of
+FastAPI's own machinery: its routing, dependency injection, middleware stack and telemetry probe
+cost more per request than everything else a submit does (on a small machine: the difference
+between hundreds and a thousand submits a second). The FastAPI route stays
 registered: it is what the OpenAPI document describes (``SUBMIT_DOC``) and it answers any
 request the front passes on (e.g. another root path); both call the same ``submit_response``.
 The behaviour is the API's: bearer auth (401), the body validated as ``SubmitRequest`` (422
@@ -14,7 +14,6 @@ The answer is awaited on the event loop (the reconciler's future), not in a work
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import json
 import re
@@ -24,9 +23,11 @@ from typing import Any
 from fastapi import FastAPI, Request, Response, status
 from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
+from starlette.middleware.errors import ServerErrorMiddleware
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gpufence.control.http.auth import tenant_of_header
+from gpufence.control.http.body_limit import refuse, too_long
 from gpufence.control.http.problems import (
     FieldError,
     SafeJSONResponse,
@@ -34,7 +35,7 @@ from gpufence.control.http.problems import (
     field_errors,
     problem,
 )
-from gpufence.control.inbox import SubmitResult
+from gpufence.control.http.replybox import reply_box
 from gpufence.control.jobspec import SubmitRequest
 from gpufence.control.plane import CALL_TIMEOUT_S, ControlPlane
 from gpufence.control.store import database as st
@@ -92,6 +93,7 @@ def _reject_field(req: SubmitRequest, reason: str, message: str) -> str:
 
 
 JobJson = Callable[[st.JobRow], dict[str, Any]]
+_ANSWER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))  # built once, not per call
 SUBMIT_PATH = "/v1/jobs"
 _JSON = [(b"content-type", b"application/json")]
 
@@ -125,13 +127,9 @@ async def submit_response(
             UNPROCESSABLE, f"{errors[0].field}: {errors[0].message}{more}", errors=errors
         )
     fut = plane.submit_future(req, tenant, key)
-    try:
-        # one timer (wait_for also wraps a task); on timeout the future is cancelled, which
-        # the reconciler takes as "the caller gave up" (inbox.reply): the submit still lands
-        async with asyncio.timeout(CALL_TIMEOUT_S):
-            res: SubmitResult = await asyncio.wrap_future(fut)
-    except TimeoutError:
-        raise TimeoutError("no answer from the reconciler") from None
+    # on timeout the future is cancelled, which the reconciler takes as "the caller gave up"
+    # (inbox.reply): the submit still lands
+    res = await reply_box().result(fut, CALL_TIMEOUT_S, "no answer from the reconciler")
     if res.state != st.REJECTED:
         body: dict[str, Any] = {
             "id": res.job_id,
@@ -143,7 +141,7 @@ async def submit_response(
             body["tasks"] = list(res.tasks)
         code = status.HTTP_200_OK if res.replayed else status.HTTP_201_CREATED
         try:
-            return code, json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+            return code, _ANSWER.encode(body).encode()
         except UnicodeEncodeError:  # a message with a lone surrogate: escaped, never a 500
             return SafeJSONResponse(body, status_code=code)
     row = await run_in_threadpool(plane.job, res.job_id, tenant)
@@ -169,35 +167,51 @@ def _as_response(answer: Response | tuple[int, bytes]) -> Response:
 
 
 class SubmitFront:
-    """ASGI middleware: ``POST /v1/jobs`` answered here, everything else passed on.
+    """``POST /v1/jobs``, answered ahead of FastAPI (``FrontedAPI`` hands it the request).
 
-    It sits inside ``LimitBody`` (which has read the body and refused one too large) and
-    inside Starlette's ``ServerErrorMiddleware`` (an unexpected exception is still the 500
-    problem, logged); the exceptions a submit raises on purpose are answered by the handler the
-    app registered for their class, as FastAPI's exception middleware would have."""
+    It does what the middleware it skips would have done for this route: the request-size
+    limit (413, ``body_limit.py``), and, wrapped in Starlette's ``ServerErrorMiddleware`` with
+    the app's own 500 handler, an unexpected exception is still the 500 problem, logged; the
+    exceptions a submit raises on purpose are answered by the handler the app registered for
+    their class, as FastAPI's exception middleware would have."""
 
-    def __init__(self, app: ASGIApp, plane: ControlPlane, job_json: JobJson, api: FastAPI) -> None:
-        self.app = app
+    def __init__(self, plane: ControlPlane, job_json: JobJson, api: FastAPI, limit: int) -> None:
         self.plane = plane
         self.job_json = job_json
         self.api = api
+        self.limit = limit
+        self._guarded: ASGIApp | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["method"] != "POST" or scope["path"] != SUBMIT_PATH:
-            await self.app(scope, receive, send)
-            return
+        if self._guarded is None:  # the app's handlers are all registered by the first request
+            handler = self.api.exception_handlers.get(500) or self.api.exception_handlers.get(
+                Exception
+            )
+            self._guarded = ServerErrorMiddleware(self._serve, handler, self.api.debug)
+        await self._guarded(scope, receive, send)
+
+    async def _serve(self, scope: Scope, receive: Receive, send: Send) -> None:
         authorization = key = None
         for name, value in scope["headers"]:
             if name == b"authorization":
                 authorization = value.decode("latin-1")
             elif name == b"idempotency-key":
                 key = value.decode("latin-1")
+            elif name == b"content-length" and too_long(value, self.limit):
+                await refuse(scope, receive, send, self.limit)
+                return
         chunks = []
+        size = 0
         while True:
             msg = await receive()
             if msg["type"] != "http.request":
                 return  # the client went away: nothing was submitted
-            chunks.append(msg.get("body", b""))
+            chunk = msg.get("body", b"")
+            size += len(chunk)
+            if size > self.limit:
+                await refuse(scope, receive, send, self.limit)
+                return
+            chunks.append(chunk)
             if not msg.get("more_body"):
                 break
         try:
@@ -230,10 +244,30 @@ class SubmitFront:
         raise exc
 
 
+class FrontedAPI(FastAPI):
+    """FastAPI with ``POST /v1/jobs`` handed to its ``SubmitFront`` before any of FastAPI's own
+    machinery (its telemetry probe, body limit and middleware stack cost more per request than
+    a submit's own work); every other request goes the usual way."""
+
+    submit_front: SubmitFront | None = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        front = self.submit_front
+        if (
+            front is not None
+            and scope["type"] == "http"
+            and scope["path"] == SUBMIT_PATH
+            and scope["method"] == "POST"
+        ):
+            await front(scope, receive, send)
+            return
+        await super().__call__(scope, receive, send)
+
+
 def install_submit(
-    app: FastAPI, plane: ControlPlane, job_json: JobJson, response_model: Any
+    app: FrontedAPI, plane: ControlPlane, job_json: JobJson, response_model: Any
 ) -> None:
-    """The FastAPI route (OpenAPI, fallback) and ``SubmitFront`` in front of the routing."""
+    """The FastAPI route (OpenAPI, fallback) and the app's ``SubmitFront``."""
 
     @app.post(
         SUBMIT_PATH,
@@ -259,4 +293,4 @@ def install_submit(
         )
         return _as_response(answer)
 
-    app.add_middleware(SubmitFront, plane=plane, job_json=job_json, api=app)
+    app.submit_front = SubmitFront(plane, job_json, app, plane.config.max_request_bytes)

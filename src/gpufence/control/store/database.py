@@ -97,6 +97,10 @@ def _connect(path: Path) -> sqlite3.Connection:
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("PRAGMA synchronous=FULL")  # per transaction: see Store.transaction
     conn.execute("PRAGMA foreign_keys=ON")
+    # the journals of savepoints and statements (a batch of submits is one savepoint) in
+    # memory, not a temporary file created, written and deleted per transaction: they only
+    # serve a rollback inside the transaction (the WAL, fsynced, is what survives a crash)
+    conn.execute("PRAGMA temp_store=MEMORY")
     return conn
 
 
@@ -141,9 +145,12 @@ def _text_or_none(value: object) -> str | None:
     return value
 
 
+_CANONICAL = json.JSONEncoder(sort_keys=True)  # json.dumps(sort_keys=True), built once
+
+
 def spec_text(spec: dict[str, Any]) -> str:
     """A spec as the store keeps it: canonical JSON (sorted keys)."""
-    return json.dumps(spec, sort_keys=True)
+    return _CANONICAL.encode(spec)
 
 
 def request_hash(spec: dict[str, Any], text: str | None = None) -> str:
@@ -390,10 +397,7 @@ class Tx:
         transaction (read once per transaction: the insert advances it, nothing else writes
         it meanwhile). ``job_id`` only for tests that need a given name; ``text``: the spec's
         ``spec_text`` if the caller has it."""
-        if self._seq is None:
-            row = self._c.execute("SELECT seq FROM sqlite_sequence WHERE name='jobs'").fetchone()
-            self._seq = int(row[0]) if row else 0
-        seq = self._seq + 1
+        seq = self._last_seq() + 1
         jid = job_id or f"j{seq}"
         name = spec.get("name")
         self._c.execute(
@@ -419,6 +423,16 @@ class Tx:
         self._seq = seq
         return jid
 
+    def _last_seq(self) -> int:
+        if self._seq is None:
+            row = self._c.execute("SELECT seq FROM sqlite_sequence WHERE name='jobs'").fetchone()
+            self._seq = int(row[0]) if row else 0
+        return self._seq
+
+    def next_id(self) -> str:
+        """The id ``add_job`` gives the next job of this transaction."""
+        return f"j{self._last_seq() + 1}"
+
     def idempotent(self, tenant: str, key: str) -> tuple[str, str] | None:
         """(job id, request hash) an Idempotency-Key of this tenant already stands for."""
         row = self._c.execute(
@@ -426,11 +440,15 @@ class Tx:
         ).fetchone()
         return (str(row[0]), str(row[1])) if row else None
 
-    def remember_key(self, tenant: str, key: str, job_id: str, request: str, at: float) -> None:
-        self._c.execute(
-            "INSERT INTO idempotency(tenant, key, job_id, request, at) VALUES(?,?,?,?,?)",
+    def claim_key(self, tenant: str, key: str, job_id: str, request: str, at: float) -> bool:
+        """Bind an Idempotency-Key of this tenant to ``job_id``, unless it stands for a job
+        already (False: ``idempotent`` says which). One statement for the usual new key."""
+        cur = self._c.execute(
+            "INSERT INTO idempotency(tenant, key, job_id, request, at) VALUES(?,?,?,?,?)"
+            " ON CONFLICT(tenant, key) DO NOTHING",
             (tenant, key, job_id, request, at),
         )
+        return cur.rowcount == 1
 
     def set_spec(self, job_id: str, spec: dict[str, Any]) -> None:
         """Replace a stored spec (recovery's repair of one an older version accepted)."""
