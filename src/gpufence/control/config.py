@@ -159,6 +159,11 @@ class ControlConfig:
 ADMIN = "admin"
 
 
+def core_tenant(tenant: str) -> str:
+    """A tenant as the scheduling core knows it: the admin is nobody's tenant ("")."""
+    return "" if tenant == ADMIN else tenant
+
+
 def _admin_digest(auth: AuthSchema, data_dir: Path, traversable: bool) -> bytes:
     """The admin token's digest: configured (clear or hashed), from an env var, or from the
     token file (generated on first start; ``TokenError`` if it is unusable)."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from gpufence.control.config import core_tenant
 from gpufence.control.executors.interface import AttemptExit
 from gpufence.control.executors.processes import forget_spooled_exits
 from gpufence.control.inbox import (
@@ -194,7 +195,7 @@ def settle_orphan(
         why = "lost while the control plane was down" if lost else "stopped for requeue"
         tx.set_job(jid, state=st.PENDING, attempt=live.attempt + 1, started_at=None)
         tx.log(now, jid, "requeued", "recovery", f"attempt {live.attempt} {why}")
-        staged.events.append(JobSubmitted(live.spec.to_job(jid, now)))
+        staged.events.append(JobSubmitted(live.spec.to_job(jid, now, core_tenant(live.tenant))))
     elif lost:
         why = f"attempt {live.attempt} lost and max_attempts ({live.spec.max_attempts}) used"
         tx.set_job(jid, state=st.FAILED, ended_at=now, reason="lost", message=why)

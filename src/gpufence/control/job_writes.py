@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpufence.control import job_names
 from gpufence.control.arrays import parse_array
+from gpufence.control.config import core_tenant
 from gpufence.control.inbox import (
     Action,
     CancelError,
@@ -100,7 +101,7 @@ def write_array(
         if not ids:  # the array is named by its first task, known only once it is inserted
             task = task.model_copy(update={"array_task": ArrayTask(job=jid, index=index, cap=cap)})
             tx.set_spec(jid, task.stored())
-            staged.events.append(JobSubmitted(task.to_job(jid, now)))
+            staged.events.append(JobSubmitted(task.to_job(jid, now, core_tenant(it.tenant))))
         ids.append(jid)
     tx.log(now, ids[0], "array", "", f"{len(ids)} task(s) {ids[0]}..{ids[-1]}, cap {cap or '-'}")
     first_answer: Future[SubmitResult] = Future()
@@ -136,7 +137,7 @@ def insert_job(
     rewrites only the homes the prediction got wrong (``Reconciler._save``), not every new
     row (an UPDATE of each job's row and indexes, as costly as its insert)."""
     jid = tx.next_id()
-    job = req.to_job(jid, now)
+    job = req.to_job(jid, now, core_tenant(tenant))
     asked = (req.partition, req.queue)
     home = predicted_home(rec, job)
     what = job.request.describe()
@@ -167,11 +168,11 @@ HOMES_SEEN_MAX = 1024
 
 def predicted_home(rec: Reconciler, job: Job) -> tuple[str, str]:
     """(partition, queue) the core's ``resolve`` gives ``job`` (or what it asked for, if it
-    refuses it), remembered per kind of request: jobs of one shape asking for the same
-    partition and queue go to the same home. A MIG request is resolved each time (a static
+    refuses it), remembered per kind of request: jobs of one shape and tenant asking for the
+    same partition and queue go to the same home. A MIG request is resolved each time (a static
     layout read off the devices can change its answer); a wrong guess costs a rewrite."""
     mig = job.request.kind is RequestKind.MIG
-    key = (job.partition, job.queue, job.shape())
+    key = (job.partition, job.queue, job.tenant, job.shape())
     home = None if mig else rec.homes_seen.get(key)
     if home is not None:
         return home

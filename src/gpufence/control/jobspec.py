@@ -341,8 +341,13 @@ class SubmitRequest(BaseModel):
             return GpuRequest.fraction(round(self.gpu_fraction * 1000), mem)
         return GpuRequest.whole(self.gpus)
 
-    def to_job(self, job_id: str, submitted_at: float, held: bool | None = None) -> Job:
-        """The core's job; ``held``: whether it is on hold now (default: as submitted)."""
+    def to_job(
+        self, job_id: str, submitted_at: float, tenant: str, held: bool | None = None
+    ) -> Job:
+        """The core's job; ``tenant``: who submitted it, as the core knows tenants
+        (``config.core_tenant``: the admin's jobs carry none; a job naming no queue goes to its
+        tenant's queue, sched/intake.py); ``held``: whether it is on hold now (default: as
+        submitted)."""
         held = self.hold if held is None else held
         return Job(
             id=job_id,
@@ -362,6 +367,7 @@ class SubmitRequest(BaseModel):
             held=held,
             array_group=self.array_task.job if self.array_task is not None else "",
             array_cap=self.array_task.cap if self.array_task is not None else 0,
+            tenant=tenant,
         )
 
     def dependencies(self) -> tuple[tuple[AfterKind, str], ...]:

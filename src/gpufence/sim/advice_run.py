@@ -164,7 +164,7 @@ def run_history(sc: Scenario, run: PolicyRun) -> History:
         jobs.append(
             JobSpan(
                 id=jid,
-                tenant=q.tenant if q is not None else job.queue,
+                tenant=(q.tenant or q.name) if q is not None else job.queue,
                 workload_class=str(job.workload_class),
                 partition=home,
                 gpus=_gpus(job),

@@ -269,7 +269,9 @@ class _Builder:
                 msg += f"(it declares none): rename this queue or declare a queue for {pname!r}"
                 self.err(("queues", first[pname], "name"), msg)
                 continue
-            specs = specs or [QueueSpec(name=pname, partition=pname, tenant=pname)]
+            # (a partition declaring no queue has one nobody owns: every tenant's job naming
+            # no queue may go there)
+            specs = specs or [QueueSpec(name=pname, partition=pname)]
             queues.update((s.name, s) for s in specs)
         return queues
 

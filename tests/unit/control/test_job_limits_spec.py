@@ -23,11 +23,11 @@ def _req(**fields: Any) -> SubmitRequest:
 
 
 def test_fields_become_the_core_job() -> None:
-    job = _req(cpus=2.5, mem_bytes=3 * GIB + 1, time_limit_s=90).to_job("j1", 0.0)
+    job = _req(cpus=2.5, mem_bytes=3 * GIB + 1, time_limit_s=90).to_job("j1", 0.0, "")
     assert job.cpu_milli == 2500
     assert job.mem_mib == 3 * 1024 + 1, "rounded up: never less than asked"
     assert job.time_limit_s == 90
-    plain = _req().to_job("j2", 0.0)
+    plain = _req().to_job("j2", 0.0, "")
     assert (plain.cpu_milli, plain.mem_mib, plain.time_limit_s) == (0, 0, None)
 
 

@@ -36,6 +36,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from gpufence.control.config import core_tenant
 from gpufence.control.containment.cgroup import MemberCgroup
 from gpufence.control.containment.members import Containment, member_cgroup_name
 from gpufence.control.executors.interface import Launch, Member
@@ -310,7 +311,11 @@ def recover(rec: Reconciler, containment: Containment | None = None) -> dict[str
                 if outcome == st.DONE:
                     events.append(OutcomeKnown(row.id, st.DONE))  # for its dependents
                     continue
-            events.append(JobSubmitted(spec.to_job(row.id, row.submitted_at, held=row.held)))
+            events.append(
+                JobSubmitted(
+                    spec.to_job(row.id, row.submitted_at, core_tenant(row.tenant), held=row.held)
+                )
+            )
             parents.update(p for _kind, p in spec.dependencies())
             counts["pending"] += 1
             continue
@@ -344,7 +349,7 @@ def recover(rec: Reconciler, containment: Containment | None = None) -> dict[str
             stop_reason = stop_reason or Reason.QUEUED
         events.append(
             JobRestored(
-                job=spec.to_job(row.id, row.submitted_at),
+                job=spec.to_job(row.id, row.submitted_at, core_tenant(row.tenant)),
                 pool=att.pool,
                 assignments=tuple(assignment_from_json(a) for a in att.assignments),
                 attempt=att.attempt,
