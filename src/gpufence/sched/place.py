@@ -45,6 +45,7 @@ class Placing:
     mig: MigWork
     out: list[Decision] = field(default_factory=list)
     walk_again: set[str] = field(default_factory=set)  # walked even if nothing else changed
+    reserved: set[str] = field(default_factory=set)  # a reservation was made in their walk
 
 
 class PlaceMemo:
@@ -141,9 +142,10 @@ def place_partitions(st: Placing, memo: PlaceMemo) -> tuple[dict[str, bool], lis
             continue
         res = st.claims.reservations.get(p)
         failed[p] = place_partition(st, p)
-        if res is not None and p not in st.claims.reservations:
+        if (res is not None or p in st.reserved) and p not in st.claims.reservations:
             # the reservation ended during the walk (its gang bound, or a job ahead of it took
-            # its GPUs): the shapes told to wait for it earlier in the walk may fit now
+            # its GPUs), also one the walk itself made: the shapes told to wait for it earlier
+            # in the walk may fit now (or wait for the gang's next reservation)
             failed[p] = place_partition(st, p) or failed[p]
     return failed, held
 
@@ -377,6 +379,7 @@ def place_partition(st: Placing, p: str) -> bool:
             held = _hold(st, res)
             if res is not None:
                 claims.reservations[p] = res
+                st.reserved.add(p)
                 _holds_reservation(st, rec, sk, r, res)
                 starved = True
                 walk.drop()
