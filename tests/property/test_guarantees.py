@@ -120,6 +120,14 @@ def protection_liveness(sched: Scheduler, _: list[Event], __: list[Decision], no
         why = sched.why_pending(first.job.id)
         if why is not None and why.reason is Reason.RESERVED_FOR_GANG:
             continue  # behind a serving gang that holds the reservation: it goes first
+        if why is not None and why.reason is Reason.RECONFIGURING:
+            # an idle GPU is being re-partitioned for it (a MigReconfigure made for it or in
+            # flight with its profile): it is served on idle capacity, without protection, when
+            # the re-partition is done. The guarantee is about jobs that wait for capacity only
+            # protection (or capacity already coming back) can give, so it does not apply; it
+            # was stated as "every un-nominated serving job" and found failing on a job whose
+            # re-partition was under way while a stopping job's MIG instances came back
+            continue
         used = [t for t in s.protection.times.get(p, ()) if t > now - pol.window_s]
         on_demand = pol.mode is PreemptionMode.ON_DEMAND
         budget = 1 << 30 if on_demand else pol.budget - len(used)
