@@ -27,7 +27,7 @@ from strategies import World, worlds
 
 from gpufence.model.cluster import Cluster
 from gpufence.model.decisions import Decision, Notice, Reason, Reject
-from gpufence.model.events import CheckpointAck, Event, JobStopped, JobSubmitted, Tick
+from gpufence.model.events import CheckpointAck, Event, JobFinished, JobStopped, JobSubmitted, Tick
 from gpufence.model.job import WorkloadClass
 from gpufence.model.partition import LendingRule, PreemptionMode, PreemptionPolicy
 from gpufence.sched.admission import quota_blocks
@@ -426,3 +426,40 @@ def test_guarantees_hold_when_serving_passes_a_reservation_made_in_the_same_walk
         (1.0, [Tick()]),
     ]
     _check_stream(sched, stream, [work_conservation, protection_liveness])
+
+
+def test_guarantees_hold_when_a_ready_nominated_job_could_take_a_waiting_ones_gpu() -> None:
+    """The counterexample test_guarantees_where_lending_meets_protection found (shrunk by
+    hand): serving gang w waits for borrower b with free GPU 3 planned for it; serving v,
+    nominated on a free GPU of p1, must bind there, not on GPU 3, or w waits for a victim that
+    no longer makes room for it."""
+    pol = PreemptionPolicy(
+        mode=PreemptionMode.INCIDENT_ONLY, from_partitions=("p1",), budget=4, grace_s=30.0
+    )
+    rule = LendingRule(to=("p1",), cap_gpus=4, reclaim_deadline_s=120.0)
+    cluster = (
+        ClusterBuilder("lend")
+        .nodes("s", 2, 2, rack="r0")
+        .nodes("t", 1, 2, rack="r0")
+        .partition(
+            "p0", ["s"], admits=frozenset({WorkloadClass.SERVING}), lending=(rule,), preemption=pol
+        )
+        .partition("p1", ["t"], admits=frozenset({WorkloadClass.TRAINING}))
+        .build()
+    )
+    fill = [job("o1").gpus(1).build(), job("o2").gpus(1).build()]
+    b = job("b").gang(3, gpus=1).checkpointable().build()
+    w = job("w").gang(2, gpus=2).cls("serving").priority(2).build()
+    v = job("v").gpus(1).cls("serving").priority(1).build()
+    stream: list[tuple[float, list[Event]]] = [
+        (0.0, [JobSubmitted(j) for j in (*fill, b)]),
+        (10.0, [JobSubmitted(w)]),
+        (20.0, [JobFinished("o2")]),
+        (30.0, [JobSubmitted(v)]),
+        (31.0, [Tick()]),
+        (40.0, [CheckpointAck("b")]),
+        (41.0, [JobStopped("b")]),
+    ]
+    sched = Scheduler(cluster, SchedulerConfig(validate=True))
+    _check_stream(sched, stream, [work_conservation, protection_liveness, minimal_reclaim])
+    assert sched.job("w").state is JobState.RUNNING

@@ -10,9 +10,10 @@ through ``Scheduler.step``.
 
 from __future__ import annotations
 
-from scenario_harness import A, CheckpointAck, JobStopped, Tick, make, run, sub
+import pytest
+from scenario_harness import A, CheckpointAck, JobFinished, JobStopped, Step, Tick, make, run, sub
 
-from gpufence.model.decisions import Bind, Notice, PendingReason, Reason, Requeue, Stop
+from gpufence.model.decisions import Bind, Decision, Notice, PendingReason, Reason, Requeue, Stop
 from gpufence.model.job import WorkloadClass as W
 from gpufence.testing.builders import (
     ClusterBuilder,
@@ -172,3 +173,105 @@ def test_a_gang_reservation_holds_no_gpus_against_serving_in_a_protecting_fence(
     s.step(sub(job("t1").gpus(4).build(), job("t2").gpus(2).build()), 0.0)
     s.step(sub(job("g").gang(2, gpus=4).build()), 1.0)
     assert s.step(sub(_serving("sv")), 2.0) == [Bind("sv", "shared", (A(1, 6, 7),))]
+
+
+def _lend_cluster():  # type: ignore[no-untyped-def]
+    """serve: nodes s-0 (GPUs 0-1), s-1 (2-3), all lendable to train (t-0, GPUs 4-5)."""
+    pol = PreemptionPolicy(
+        mode=PreemptionMode.INCIDENT_ONLY, from_partitions=("train",), budget=4, grace_s=30.0
+    )
+    lend = LendingRule(to=("train",), cap_gpus=4, reclaim_deadline_s=120.0)
+    return (
+        ClusterBuilder()
+        .nodes("s", 2, gpus=2)
+        .nodes("t", 1, gpus=2)
+        .partition("serve", ["s"], admits=SERVING, preemption=pol, lending=(lend,))
+        .partition("train", ["t"], admits=TRAINING)
+        .build()
+    )
+
+
+LENT = "borrowing idle GPUs of serve"
+RECLAIM = "partition serve reclaims its lent GPUs for {}"
+ACKED = "checkpoint acknowledged"
+_W = job("w").gang(2, gpus=2).cls("serving").priority(2).build()
+_B = job("b").gang(3, gpus=1).checkpointable().build()
+_ONE = [job(f"b{i}").gpus(1).checkpointable().build() for i in range(4)]
+
+READY_CASES = [
+    pytest.param(
+        [
+            (0.0, sub(job("o1").gpus(1).build(), job("o2").gpus(1).build(), _B)),
+            (10.0, sub(_W)),
+            (20.0, [JobFinished("o2")]),
+            (30.0, sub(_serving("v", gpus=1, priority=1))),
+            (31.0, [Tick()]),
+            (40.0, [CheckpointAck("b")]),
+            (41.0, [JobStopped("b")]),
+        ],
+        [
+            [
+                Bind("o1", "train", (A(2, 4),)),
+                Bind("o2", "train", (A(2, 5),)),
+                Bind("b", "serve", (A(0, 0), A(0, 1), A(1, 2)), Reason.LENT, LENT, "serve"),
+            ],
+            [Notice("b", Reason.LENT_RECLAIM, 130.0, RECLAIM.format("w"))],
+            [],
+            [],  # GPU 3 is held for w: v is nominated on the free GPU 5 of train
+            [Bind("v", "train", (A(2, 5),), Reason.INCIDENT, FREED)],  # before: GPU 3 of serve
+            [Stop("b", Reason.LENT_RECLAIM, True, ACKED)],
+            [
+                Requeue("b", Reason.LENT_RECLAIM, 2, "back in its queue"),
+                Bind("w", "serve", (A(0, 0, 1), A(1, 2, 3))),
+            ],
+        ],
+        id="a job nominated on free donor capacity leaves the GPU held for a waiting gang",
+    ),
+    pytest.param(
+        [
+            (0.0, sub(job("o").gpus(2).build(), *_ONE)),
+            (10.0, sub(_serving("r1"), _serving("r2"))),
+            (12.0, [Tick()]),  # r1 and r2 are both planned on GPUs 0-1 (r2 waits for b0-b3)
+            (20.0, [CheckpointAck("b0"), CheckpointAck("b1")]),
+            (21.0, [JobStopped("b0"), JobStopped("b1")]),
+        ],
+        [
+            [
+                Bind("o", "train", (A(2, 4, 5),)),
+                *(
+                    Bind(f"b{i}", "serve", (A(i // 2, i),), Reason.LENT, LENT, "serve")
+                    for i in range(4)
+                ),
+            ],
+            [
+                Notice(f"b{i}", Reason.LENT_RECLAIM, 130.0, RECLAIM.format(f"r{1 + i // 2}"))
+                for i in range(4)
+            ],
+            [],
+            [
+                Stop("b0", Reason.LENT_RECLAIM, True, ACKED),
+                Stop("b1", Reason.LENT_RECLAIM, True, ACKED),
+            ],
+            [
+                Requeue("b0", Reason.LENT_RECLAIM, 2, "back in its queue"),
+                Requeue("b1", Reason.LENT_RECLAIM, 2, "back in its queue"),
+                Bind("r1", "serve", (A(0, 0, 1),)),
+            ],
+        ],
+        id="a ready job takes the GPUs planned for it, though planned for a waiting one too",
+    ),
+]
+
+
+@pytest.mark.parametrize(("steps", "expected"), READY_CASES)
+def test_jobs_whose_victims_stopped_bind_without_taking_what_a_waiting_job_was_given(
+    steps: list[Step], expected: list[list[Decision]]
+) -> None:
+    """Nominated jobs whose victims have stopped (or that need none) bind first, while the free
+    GPUs planned for the jobs still waiting are held, except those planned for a ready job
+    too (jobs nominated in one batch wait for all its victims, so their plans may overlap).
+    Before, nothing was held while they bound: v took the GPU held for w in the walk, and w
+    waited for b, whose GPUs no longer made room for it (found by
+    test_guarantees_where_lending_meets_protection)."""
+    s = make(_lend_cluster())
+    assert run(s, steps) == expected

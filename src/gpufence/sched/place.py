@@ -101,6 +101,30 @@ def hold_for_nominations(st: Placing) -> list[int]:
     return held
 
 
+def _hold_standing_plans(st: Placing) -> list[int]:
+    """While the nominated jobs whose victims have stopped bind, the free GPUs of the plans
+    still standing for the jobs that wait are held -- but not those planned for a ready job
+    too (the jobs nominated in one batch wait for all its victims, so their plans may
+    overlap, and the ready job goes first): a ready job (one nominated on capacity already
+    free in a donor pool, say) binding at home must not take a GPU the walk held for a
+    waiting job last cycle, leaving that job waiting for victims that no longer make room
+    for it. The caller gives the holds back once the ready jobs are placed."""
+    led = st.core.ledger
+    noms, plans = st.claims.nominations, st.claims.plans
+    waiting = {j: nom for j, nom in noms.items() if j in plans and st.book.waiting_on(nom)}
+    ready = {g for j, plan in plans.items() if j in noms and j not in waiting for g in plan}
+    held: list[int] = []
+    for jid, nom in waiting.items():
+        plan = plans[jid]
+        if not all(led.is_free(g) or led.owner[g] in nom.victims for g in plan):
+            continue  # no longer stands: planned again after the ready jobs are placed
+        for g in plan:
+            if g not in ready and led.is_free(g):
+                led.hold(g, jid)
+                held.append(g)
+    return held
+
+
 def _planned(st: Placing, rec: JobRecord, nom: Nomination) -> list[int]:
     """The GPUs ``rec`` would get once its victims have stopped (what-if, in a fork)."""
     core = st.core
@@ -124,16 +148,19 @@ def release_holds(led: Ledger, held: list[int]) -> None:
 def place_partitions(st: Placing, memo: PlaceMemo) -> tuple[dict[str, bool], list[int]]:
     """Every partition with pending work that could fit now, those with a job waiting for an
     incident preemption first: the nominated jobs whose victims have stopped bind first (on
-    what the victims freed), then the GPUs that waiting nominated jobs will run on are held
-    for them, then each partition's queue is walked. Returns, per partition walked, whether a
-    job failed for capacity (what lending and protection then look at), and the holds."""
+    what the victims freed, not on what is held for the jobs still waiting), then the GPUs
+    that waiting nominated jobs will run on are held for them, then each partition's queue is
+    walked. Returns, per partition walked, whether a job failed for capacity (what lending
+    and protection then look at), and the holds."""
     core = st.core
     first = [st.book.records[j].home for j, n in st.claims.nominations.items() if n.incident]
     order = list(dict.fromkeys([*first, *core.cluster.partitions]))
     held: list[int] = []
     if st.claims.nominations:
+        standing = _hold_standing_plans(st)
         for p in order:
             place_nominated(st, p)
+        release_holds(core.ledger, standing)
         held = hold_for_nominations(st)
     shapes = core.queues.shapes
     failed: dict[str, bool] = {}
