@@ -28,7 +28,7 @@ from strategies import World, worlds
 from gpufence.model.cluster import Cluster
 from gpufence.model.decisions import Decision, Notice, Reason, Reject
 from gpufence.model.events import CheckpointAck, Event, JobFinished, JobStopped, JobSubmitted, Tick
-from gpufence.model.job import WorkloadClass
+from gpufence.model.job import Job, WorkloadClass
 from gpufence.model.partition import LendingRule, PreemptionMode, PreemptionPolicy
 from gpufence.sched.admission import quota_blocks
 from gpufence.sched.jobs import JobRecord, JobState
@@ -188,11 +188,16 @@ def minimal_reclaim(sched: Scheduler, _: list[Event], ds: list[Decision], now: f
 def routing_completeness(
     sched: Scheduler, events: list[Event], ds: list[Decision], now: float
 ) -> None:
-    routed = {
-        e.job.id: e.job
-        for e in events
-        if isinstance(e, JobSubmitted) and not e.job.partition and not e.job.queue
-    }
+    # A step may submit one id twice (the streams draw duplicate ids): only the first
+    # submission of an id can be refused for what it asks (the later ones are duplicates),
+    # so a refusal is matched to the first. Keying every routed submission by id matched the
+    # refusal of a pinned job that could never fit to a routed duplicate that could, and
+    # reported a routing failure where the router never saw the refused job.
+    first: dict[str, Job] = {}
+    for e in events:
+        if isinstance(e, JobSubmitted):
+            first.setdefault(e.job.id, e.job)
+    routed = {jid: j for jid, j in first.items() if not j.partition and not j.queue}
     for d in ds:
         if not isinstance(d, Reject) or d.job_id not in routed:
             continue
@@ -463,3 +468,15 @@ def test_guarantees_hold_when_a_ready_nominated_job_could_take_a_waiting_ones_gp
     sched = Scheduler(cluster, SchedulerConfig(validate=True))
     _check_stream(sched, stream, [work_conservation, protection_liveness, minimal_reclaim])
     assert sched.job("w").state is JobState.RUNNING
+
+
+def test_routing_check_matches_a_refusal_to_the_first_submission_of_its_id() -> None:
+    """A pinned gang that can never fit, then a routed job under the same id in the same step
+    (a duplicate): the refusal is the pinned job's, not a routing failure."""
+    cluster = ClusterBuilder().nodes("n", 1, 2).partition("p0", ["n"]).build()
+    sched = Scheduler(cluster, SchedulerConfig(validate=True))
+    pinned = job("j1").gang(3, gpus=2).partition("p0").build()
+    stream: list[tuple[float, list[Event]]] = [
+        (0.0, [JobSubmitted(pinned), JobSubmitted(job("j1").gpus(1).build())])
+    ]
+    _check_stream(sched, stream, [routing_completeness])
