@@ -27,7 +27,15 @@ from strategies import World, worlds
 
 from gpufence.model.cluster import Cluster
 from gpufence.model.decisions import Decision, Notice, Reason, Reject
-from gpufence.model.events import CheckpointAck, Event, JobFinished, JobStopped, JobSubmitted, Tick
+from gpufence.model.events import (
+    CheckpointAck,
+    Event,
+    JobCancelled,
+    JobFinished,
+    JobStopped,
+    JobSubmitted,
+    Tick,
+)
 from gpufence.model.job import Job, WorkloadClass
 from gpufence.model.partition import LendingRule, PreemptionMode, PreemptionPolicy
 from gpufence.sched.admission import quota_blocks
@@ -480,3 +488,34 @@ def test_routing_check_matches_a_refusal_to_the_first_submission_of_its_id() -> 
         (0.0, [JobSubmitted(pinned), JobSubmitted(job("j1").gpus(1).build())])
     ]
     _check_stream(sched, stream, [routing_completeness])
+
+
+def test_guarantees_hold_when_a_waiting_jobs_holds_go() -> None:
+    """The counterexample test_guarantees_where_lending_meets_protection found next (shrunk by
+    hand): GPUs of p1 held for serving gang w, waiting for its incident victim v, keep b
+    waiting; w is cancelled, and b must not wait on with its GPUs free."""
+    pol = PreemptionPolicy(
+        mode=PreemptionMode.INCIDENT_ONLY, from_partitions=("p1",), budget=4, min_runtime_s=0.0
+    )
+    cluster = (
+        ClusterBuilder("lend")
+        .nodes("s", 2, 2, rack="r0")
+        .nodes("t", 2, 2, rack="r0")
+        .partition("p0", ["s"], admits=frozenset({WorkloadClass.SERVING}), preemption=pol)
+        .partition("p1", ["t"], admits=frozenset({WorkloadClass.TRAINING}))
+        .build()
+    )
+    fill = [
+        job("s0").gpus(1).cls("serving").build(),
+        job("s1").gpus(1).cls("serving").build(),
+        job("v").gpus(1).checkpointable().build(),
+    ]
+    w = job("w").gang(2, gpus=2).cls("serving").build()
+    stream: list[tuple[float, list[Event]]] = [
+        (0.0, [JobSubmitted(j) for j in fill]),
+        (10.0, [JobSubmitted(w)]),
+        (11.0, [JobSubmitted(job("b").gpus(1).build())]),
+        (12.0, [JobCancelled("w")]),
+    ]
+    sched = Scheduler(cluster, SchedulerConfig(validate=True))
+    _check_stream(sched, stream, [work_conservation, protection_liveness])

@@ -11,9 +11,22 @@ through ``Scheduler.step``.
 from __future__ import annotations
 
 import pytest
-from scenario_harness import A, CheckpointAck, JobFinished, JobStopped, Step, Tick, make, run, sub
+from scenario_harness import (
+    A,
+    CheckpointAck,
+    JobCancelled,
+    JobFinished,
+    JobStopped,
+    NodeDown,
+    Step,
+    Tick,
+    make,
+    run,
+    sub,
+)
 
 from gpufence.model.decisions import Bind, Decision, Notice, PendingReason, Reason, Requeue, Stop
+from gpufence.model.events import Event
 from gpufence.model.job import WorkloadClass as W
 from gpufence.testing.builders import (
     ClusterBuilder,
@@ -275,3 +288,58 @@ def test_jobs_whose_victims_stopped_bind_without_taking_what_a_waiting_job_was_g
     test_guarantees_where_lending_meets_protection)."""
     s = make(_lend_cluster())
     assert run(s, steps) == expected
+
+
+@pytest.mark.parametrize(
+    "event",
+    [
+        pytest.param(JobCancelled("w"), id="the waiting job is cancelled"),
+        pytest.param(NodeDown("t-1"), id="a node of its plan fails: it fits there no more"),
+    ],
+)
+def test_gpus_no_longer_held_for_a_waiting_job_go_to_the_queue_at_once(event: Event) -> None:
+    """Gang w (2x2) waits for v's incident preemption with GPUs 5-7 of train held for it, so
+    b (1 GPU of train) waits. When the holds go (w cancelled, or its plan lost with a node),
+    b binds in that cycle: before, nothing was released in train, so the partition was not
+    walked again and b waited, with its GPUs free, until something else changed (found by
+    test_guarantees_where_lending_meets_protection: work conservation)."""
+    pol = PreemptionPolicy(
+        mode=PreemptionMode.INCIDENT_ONLY,
+        from_partitions=("train",),
+        budget=4,
+        min_runtime_s=0.0,
+        grace_s=30.0,
+    )
+    s = make(
+        ClusterBuilder()
+        .nodes("s", 2, gpus=2)
+        .nodes("t", 2, gpus=2)
+        .partition("serve", ["s"], admits=SERVING, preemption=pol)
+        .partition("train", ["t"], admits=TRAINING)
+        .build()
+    )
+    fill = [
+        _serving("s0", gpus=1),
+        _serving("s1", gpus=1),
+        job("v").gpus(1).checkpointable().build(),
+    ]
+    got = run(
+        s,
+        [
+            (0.0, sub(*fill)),
+            (10.0, sub(job("w").gang(2, gpus=2).cls("serving").build())),
+            (11.0, sub(job("b").gpus(1).build())),
+            (12.0, [event]),
+        ],
+    )
+    why = "serving job w needs GPUs its fence serve cannot hold"
+    assert got == [
+        [
+            Bind("s0", "serve", (A(0, 0),)),
+            Bind("s1", "serve", (A(0, 1),)),
+            Bind("v", "train", (A(2, 4),)),
+        ],
+        [Notice("v", Reason.INCIDENT_PREEMPTION, 40.0, why)],
+        [],  # b: "needs 1 free GPUs, partition train has 0 free (3 held for w)"
+        [Bind("b", "train", (A(2, 5),))],
+    ]

@@ -52,21 +52,27 @@ class PlaceMemo:
     """What placement remembers between cycles to skip partitions where nothing could fit."""
 
     def __init__(self, cluster: Cluster) -> None:
-        self.seen: dict[str, tuple[int, int]] = {}  # partition -> (freed, arrivals) versions
+        # partition -> (freed, arrivals) versions, and the GPUs of its pools held for waiting
+        # nominated jobs when it was last walked
+        self.seen: dict[str, tuple[int, int, tuple[int, ...]]] = {}
         # partitions whose lent capacity a partition's jobs may borrow
         self.lenders: dict[str, list[str]] = {
             p: [lp for lp, part in cluster.partitions.items() for r in part.lending if p in r.to]
             for p in cluster.partitions
         }
 
-    def dirty(self, st: Placing, p: str) -> bool:
+    def dirty(self, st: Placing, p: str, held: list[int]) -> bool:
         """Could anything in partition ``p``'s queue fit now that did not last cycle? Only if
-        capacity came back to a pool it may use, jobs arrived, its reservation fell due, or a
-        waiting job's victims stopped."""
+        capacity came back to a pool it may use, jobs arrived, its reservation fell due, a
+        waiting job's victims stopped, or the GPUs held for waiting nominated jobs (``held``,
+        this cycle's) changed in its pools -- a nomination that ended (its job cancelled, say)
+        gives back GPUs that no release counts."""
         core = st.core
         led = core.ledger
         pools = [p, *self.lenders[p]]
-        seen = (sum(led.freed[q] for q in pools), core.queues.added[p])
+        gpus = core.cluster.gpus
+        on_hold = tuple(g for g in held if gpus[g].partition in pools)
+        seen = (sum(led.freed[q] for q in pools), core.queues.added[p], on_hold)
         res = st.claims.reservations.get(p)
         due = res is not None and core.now > res.start
         nominated = any(st.book.records[j].home == p for j in st.claims.nominations)
@@ -165,7 +171,7 @@ def place_partitions(st: Placing, memo: PlaceMemo) -> tuple[dict[str, bool], lis
     shapes = core.queues.shapes
     failed: dict[str, bool] = {}
     for p in order:
-        if not (shapes[p] and (memo.dirty(st, p) or p in st.walk_again)):
+        if not (shapes[p] and (memo.dirty(st, p, held) or p in st.walk_again)):
             continue
         res = st.claims.reservations.get(p)
         failed[p] = place_partition(st, p)
