@@ -34,6 +34,8 @@ from gpufence.model.events import (
     JobFinished,
     JobStopped,
     JobSubmitted,
+    NodeDown,
+    NodeUp,
     Tick,
 )
 from gpufence.model.job import Job, WorkloadClass
@@ -519,3 +521,40 @@ def test_guarantees_hold_when_a_waiting_jobs_holds_go() -> None:
     ]
     sched = Scheduler(cluster, SchedulerConfig(validate=True))
     _check_stream(sched, stream, [work_conservation, protection_liveness])
+
+
+def test_guarantees_hold_when_a_waiting_jobs_victims_no_longer_make_room() -> None:
+    """The other counterexample of that run (shrunk by hand): gang w waits for v; a node of
+    its plan fails and comes back, and meanwhile x took what v was to free. w must be
+    protected again at once (x noticed), not wait for v in vain."""
+    pol = PreemptionPolicy(
+        mode=PreemptionMode.INCIDENT_ONLY,
+        from_partitions=("p1",),
+        budget=4,
+        min_runtime_s=0.0,
+        grace_s=30.0,
+    )
+    cluster = (
+        ClusterBuilder("lend")
+        .nodes("s", 2, 2, rack="r0")
+        .nodes("t", 2, 2, rack="r0")
+        .partition("p0", ["s"], admits=frozenset({WorkloadClass.SERVING}), preemption=pol)
+        .partition("p1", ["t"], admits=frozenset({WorkloadClass.TRAINING}))
+        .build()
+    )
+    fill = [job(f"s{i}").gpus(1).cls("serving").build() for i in range(2)]
+    v, x = (job(j).gpus(1).checkpointable().build() for j in ("v", "x"))
+    stream: list[tuple[float, list[Event]]] = [
+        (0.0, [JobSubmitted(j) for j in (*fill, v)]),
+        (10.0, [JobSubmitted(job("w").gang(2, gpus=2).cls("serving").build())]),
+        (11.0, [NodeDown("t-1")]),
+        (12.0, [JobSubmitted(x)]),
+        (13.0, [NodeUp("t-1")]),
+        (40.0, [Tick()]),
+        (41.0, [JobStopped("v")]),
+        (43.0, [Tick()]),
+        (44.0, [JobStopped("x")]),
+    ]
+    sched = Scheduler(cluster, SchedulerConfig(validate=True))
+    _check_stream(sched, stream, [work_conservation, protection_liveness, minimal_reclaim])
+    assert sched.job("w").state is JobState.RUNNING

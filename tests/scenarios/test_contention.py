@@ -18,6 +18,7 @@ from scenario_harness import (
     JobFinished,
     JobStopped,
     NodeDown,
+    NodeUp,
     Step,
     Tick,
     make,
@@ -342,4 +343,65 @@ def test_gpus_no_longer_held_for_a_waiting_job_go_to_the_queue_at_once(event: Ev
         [Notice("v", Reason.INCIDENT_PREEMPTION, 40.0, why)],
         [],  # b: "needs 1 free GPUs, partition train has 0 free (3 held for w)"
         [Bind("b", "train", (A(2, 5),))],
+    ]
+
+
+def test_a_job_whose_victims_no_longer_make_room_is_protected_again_at_once() -> None:
+    """Gang w waits for v's incident preemption (plan: both train nodes). t-1 fails: no plan
+    holds anything, so x binds on t-0's other GPU; t-1 comes back, and v alone no longer makes
+    room for w. w gives up waiting for v and protection notices x at once: w runs one grace
+    period later. Before, w waited for v; v, requeued, bound again on the GPU it freed, and
+    both were noticed only then -- three preemptions, and w ran 28 s later (found by
+    test_guarantees_where_lending_meets_protection: protection liveness)."""
+    pol = PreemptionPolicy(
+        mode=PreemptionMode.INCIDENT_ONLY,
+        from_partitions=("train",),
+        budget=4,
+        min_runtime_s=0.0,
+        grace_s=30.0,
+    )
+    s = make(
+        ClusterBuilder()
+        .nodes("s", 2, gpus=2)
+        .nodes("t", 2, gpus=2)
+        .partition("serve", ["s"], admits=SERVING, preemption=pol)
+        .partition("train", ["t"], admits=TRAINING)
+        .build()
+    )
+    v, x = (job(j).gpus(1).checkpointable().build() for j in ("v", "x"))
+    got = run(
+        s,
+        [
+            (0.0, sub(_serving("s0", gpus=1), _serving("s1", gpus=1), v)),
+            (10.0, sub(job("w").gang(2, gpus=2).cls("serving").build())),
+            (11.0, [NodeDown("t-1")]),
+            (12.0, sub(x)),
+            (13.0, [NodeUp("t-1")]),
+            (14.0, [Tick()]),
+            (40.0, [Tick()]),
+            (41.0, [JobStopped("v")]),
+            (43.0, [Tick()]),
+            (44.0, [JobStopped("x")]),
+        ],
+    )
+    why = "serving job w needs GPUs its fence serve cannot hold"
+    expired = "grace period expired without checkpoint ack"
+    assert got == [
+        [
+            Bind("s0", "serve", (A(0, 0),)),
+            Bind("s1", "serve", (A(0, 1),)),
+            Bind("v", "train", (A(2, 4),)),
+        ],
+        [Notice("v", Reason.INCIDENT_PREEMPTION, 40.0, why)],
+        [],
+        [Bind("x", "train", (A(2, 5),))],
+        [Notice("x", Reason.INCIDENT_PREEMPTION, 43.0, why)],
+        [],
+        [Stop("v", Reason.INCIDENT_PREEMPTION, True, expired)],
+        [Requeue("v", Reason.INCIDENT_PREEMPTION, 2, "back in its queue")],
+        [Stop("x", Reason.INCIDENT_PREEMPTION, True, expired)],
+        [
+            Requeue("x", Reason.INCIDENT_PREEMPTION, 2, "back in its queue"),
+            Bind("w", "train", (A(2, 4, 5), A(3, 6, 7)), Reason.INCIDENT, FREED),
+        ],
     ]

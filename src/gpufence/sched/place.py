@@ -92,19 +92,34 @@ def hold_for_nominations(st: Placing) -> list[int]:
     plans = st.claims.plans
     for jid in [j for j in plans if j not in st.claims.nominations]:
         del plans[jid]
-    for jid, nom in st.claims.nominations.items():
+    for jid, nom in list(st.claims.nominations.items()):
         if not st.book.waiting_on(nom):
             continue
         plan = plans.get(jid)
         # the plan made earlier stands while each of its GPUs is still free or its victims'
-        # (re-planning every waiting job on every cycle costs a placement each)
-        if plan is None or not all(led.is_free(g) or led.owner[g] in nom.victims for g in plan):
+        # (re-planning every waiting job on every cycle costs a placement each); an empty one
+        # (no room even once they have stopped) is made again
+        if not plan or not all(led.is_free(g) or led.owner[g] in nom.victims for g in plan):
             plan = plans[jid] = _planned(st, st.book.records[jid], nom)
+        if not plan and not _pool_node_down(st, nom):
+            # its victims will not make room for it (what they free went elsewhere while a
+            # node was down, say): waiting for them is in vain, so the job is walked again
+            # this cycle and protection looks again (with a node of its pools down the plan
+            # may count on it once it is back, and it waits)
+            del st.claims.nominations[jid], plans[jid]
+            st.reasons.forget(jid)
+            st.walk_again.add(st.book.records[jid].home)
+            continue
         for g in plan:
             if led.is_free(g):
                 led.hold(g, jid)
                 held.append(g)
     return held
+
+
+def _pool_node_down(st: Placing, nom: Nomination) -> bool:
+    c, led = st.core.cluster, st.core.ledger
+    return any(not led.node_up[c.gpus[g].node] for q in nom.pools for g in c.partition_gpus[q])
 
 
 def _hold_standing_plans(st: Placing) -> list[int]:
