@@ -10,7 +10,7 @@ from scenario_harness import A, JobFinished, Tick, flat, make, sub
 from gpufence.model.decisions import Bind, PendingReason, Reason
 from gpufence.model.job import Job
 from gpufence.sched.scheduler import Scheduler
-from gpufence.testing.builders import ClusterBuilder, job
+from gpufence.testing.builders import ClusterBuilder, PreemptionMode, PreemptionPolicy, job
 
 
 def one_node(gpus: int = 8, backfill: bool = True):  # type: ignore[no-untyped-def]
@@ -175,3 +175,48 @@ def test_every_job_behind_the_gang_gets_a_reason() -> None:
     s.step(sub(*[job(f"s{i}").gpus(1).build() for i in range(5)]), 2)
     for i in range(5):
         assert s.why_pending(f"s{i}") == PendingReason(Reason.RESERVED_FOR_GANG, RESERVED)
+
+
+def _protecting_node():  # type: ignore[no-untyped-def]
+    """One node of 8 GPUs in a fence that protects serving (on-demand preemption from itself,
+    as the simulator's preempt-on-demand builds it): serving passes a gang's reservation."""
+    pol = PreemptionPolicy(mode=PreemptionMode.ON_DEMAND, from_partitions=("p",), grace_s=0.0)
+    return ClusterBuilder().nodes("n", 1, gpus=8).partition("p", ["n"], preemption=pol).build()
+
+
+PASS_CASES = [
+    pytest.param(
+        [(0.0, ["a", "g"]), (1.0, ["b", "sv"])],
+        id="the reservation was made in an earlier cycle",
+    ),
+    pytest.param(
+        [(0.0, ["a", "g", "b", "sv"])],
+        id="the reservation was made earlier in the same walk",
+    ),
+]
+
+
+@pytest.mark.parametrize("arrivals", PASS_CASES)
+def test_serving_passing_the_reservation_leaves_no_gpu_idle_behind_it(
+    arrivals: list[tuple[float, list[str]]],
+) -> None:
+    """a (priority 1) takes a GPU, gang g (2x4) reserves the node, b waits for g, serving sv
+    passes the reservation (ending it): the partition is walked again, so g reserves again and
+    b waits for it. Before, a reservation made in the same walk and ended by sv left no
+    reservation and b un-walked with 6 GPUs free, until something else changed (found by
+    test_guarantees_in_one_shared_partition: work conservation)."""
+    jobs = {
+        "a": job("a").gpus(1).priority(1).build(),
+        "g": job("g").gang(2, gpus=4).build(),
+        "b": job("b").gpus(1).build(),
+        "sv": job("sv").gpus(1).cls("serving").build(),
+    }
+    s = make(_protecting_node())
+    got = flat(s, [(t, sub(*(jobs[j] for j in names))) for t, names in arrivals])
+    assert got == [Bind("a", "p", (A(0, 0),)), Bind("sv", "p", (A(0, 1),))]
+    res = s.query.reservation("p")
+    assert res is not None and res.job_id == "g"
+    assert s.why_pending("b") == PendingReason(
+        Reason.RESERVED_FOR_GANG, "GPUs reserved for gang g (starts when running jobs end)"
+    )
+    assert s.step([Tick()], 2.0) == []

@@ -10,9 +10,24 @@ through ``Scheduler.step``.
 
 from __future__ import annotations
 
-from scenario_harness import A, CheckpointAck, JobStopped, Tick, make, run, sub
+import pytest
+from scenario_harness import (
+    A,
+    CheckpointAck,
+    JobCancelled,
+    JobFinished,
+    JobStopped,
+    NodeDown,
+    NodeUp,
+    Step,
+    Tick,
+    make,
+    run,
+    sub,
+)
 
-from gpufence.model.decisions import Bind, Notice, PendingReason, Reason, Requeue, Stop
+from gpufence.model.decisions import Bind, Decision, Notice, PendingReason, Reason, Requeue, Stop
+from gpufence.model.events import Event
 from gpufence.model.job import WorkloadClass as W
 from gpufence.testing.builders import (
     ClusterBuilder,
@@ -172,3 +187,221 @@ def test_a_gang_reservation_holds_no_gpus_against_serving_in_a_protecting_fence(
     s.step(sub(job("t1").gpus(4).build(), job("t2").gpus(2).build()), 0.0)
     s.step(sub(job("g").gang(2, gpus=4).build()), 1.0)
     assert s.step(sub(_serving("sv")), 2.0) == [Bind("sv", "shared", (A(1, 6, 7),))]
+
+
+def _lend_cluster():  # type: ignore[no-untyped-def]
+    """serve: nodes s-0 (GPUs 0-1), s-1 (2-3), all lendable to train (t-0, GPUs 4-5)."""
+    pol = PreemptionPolicy(
+        mode=PreemptionMode.INCIDENT_ONLY, from_partitions=("train",), budget=4, grace_s=30.0
+    )
+    lend = LendingRule(to=("train",), cap_gpus=4, reclaim_deadline_s=120.0)
+    return (
+        ClusterBuilder()
+        .nodes("s", 2, gpus=2)
+        .nodes("t", 1, gpus=2)
+        .partition("serve", ["s"], admits=SERVING, preemption=pol, lending=(lend,))
+        .partition("train", ["t"], admits=TRAINING)
+        .build()
+    )
+
+
+LENT = "borrowing idle GPUs of serve"
+RECLAIM = "partition serve reclaims its lent GPUs for {}"
+ACKED = "checkpoint acknowledged"
+_W = job("w").gang(2, gpus=2).cls("serving").priority(2).build()
+_B = job("b").gang(3, gpus=1).checkpointable().build()
+_ONE = [job(f"b{i}").gpus(1).checkpointable().build() for i in range(4)]
+
+READY_CASES = [
+    pytest.param(
+        [
+            (0.0, sub(job("o1").gpus(1).build(), job("o2").gpus(1).build(), _B)),
+            (10.0, sub(_W)),
+            (20.0, [JobFinished("o2")]),
+            (30.0, sub(_serving("v", gpus=1, priority=1))),
+            (31.0, [Tick()]),
+            (40.0, [CheckpointAck("b")]),
+            (41.0, [JobStopped("b")]),
+        ],
+        [
+            [
+                Bind("o1", "train", (A(2, 4),)),
+                Bind("o2", "train", (A(2, 5),)),
+                Bind("b", "serve", (A(0, 0), A(0, 1), A(1, 2)), Reason.LENT, LENT, "serve"),
+            ],
+            [Notice("b", Reason.LENT_RECLAIM, 130.0, RECLAIM.format("w"))],
+            [],
+            [],  # GPU 3 is held for w: v is nominated on the free GPU 5 of train
+            [Bind("v", "train", (A(2, 5),), Reason.INCIDENT, FREED)],  # before: GPU 3 of serve
+            [Stop("b", Reason.LENT_RECLAIM, True, ACKED)],
+            [
+                Requeue("b", Reason.LENT_RECLAIM, 2, "back in its queue"),
+                Bind("w", "serve", (A(0, 0, 1), A(1, 2, 3))),
+            ],
+        ],
+        id="a job nominated on free donor capacity leaves the GPU held for a waiting gang",
+    ),
+    pytest.param(
+        [
+            (0.0, sub(job("o").gpus(2).build(), *_ONE)),
+            (10.0, sub(_serving("r1"), _serving("r2"))),
+            (12.0, [Tick()]),  # r1 and r2 are both planned on GPUs 0-1 (r2 waits for b0-b3)
+            (20.0, [CheckpointAck("b0"), CheckpointAck("b1")]),
+            (21.0, [JobStopped("b0"), JobStopped("b1")]),
+        ],
+        [
+            [
+                Bind("o", "train", (A(2, 4, 5),)),
+                *(
+                    Bind(f"b{i}", "serve", (A(i // 2, i),), Reason.LENT, LENT, "serve")
+                    for i in range(4)
+                ),
+            ],
+            [
+                Notice(f"b{i}", Reason.LENT_RECLAIM, 130.0, RECLAIM.format(f"r{1 + i // 2}"))
+                for i in range(4)
+            ],
+            [],
+            [
+                Stop("b0", Reason.LENT_RECLAIM, True, ACKED),
+                Stop("b1", Reason.LENT_RECLAIM, True, ACKED),
+            ],
+            [
+                Requeue("b0", Reason.LENT_RECLAIM, 2, "back in its queue"),
+                Requeue("b1", Reason.LENT_RECLAIM, 2, "back in its queue"),
+                Bind("r1", "serve", (A(0, 0, 1),)),
+            ],
+        ],
+        id="a ready job takes the GPUs planned for it, though planned for a waiting one too",
+    ),
+]
+
+
+@pytest.mark.parametrize(("steps", "expected"), READY_CASES)
+def test_jobs_whose_victims_stopped_bind_without_taking_what_a_waiting_job_was_given(
+    steps: list[Step], expected: list[list[Decision]]
+) -> None:
+    """Nominated jobs whose victims have stopped (or that need none) bind first, while the free
+    GPUs planned for the jobs still waiting are held, except those planned for a ready job
+    too (jobs nominated in one batch wait for all its victims, so their plans may overlap).
+    Before, nothing was held while they bound: v took the GPU held for w in the walk, and w
+    waited for b, whose GPUs no longer made room for it (found by
+    test_guarantees_where_lending_meets_protection)."""
+    s = make(_lend_cluster())
+    assert run(s, steps) == expected
+
+
+@pytest.mark.parametrize(
+    "event",
+    [
+        pytest.param(JobCancelled("w"), id="the waiting job is cancelled"),
+        pytest.param(NodeDown("t-1"), id="a node of its plan fails: it fits there no more"),
+    ],
+)
+def test_gpus_no_longer_held_for_a_waiting_job_go_to_the_queue_at_once(event: Event) -> None:
+    """Gang w (2x2) waits for v's incident preemption with GPUs 5-7 of train held for it, so
+    b (1 GPU of train) waits. When the holds go (w cancelled, or its plan lost with a node),
+    b binds in that cycle: before, nothing was released in train, so the partition was not
+    walked again and b waited, with its GPUs free, until something else changed (found by
+    test_guarantees_where_lending_meets_protection: work conservation)."""
+    pol = PreemptionPolicy(
+        mode=PreemptionMode.INCIDENT_ONLY,
+        from_partitions=("train",),
+        budget=4,
+        min_runtime_s=0.0,
+        grace_s=30.0,
+    )
+    s = make(
+        ClusterBuilder()
+        .nodes("s", 2, gpus=2)
+        .nodes("t", 2, gpus=2)
+        .partition("serve", ["s"], admits=SERVING, preemption=pol)
+        .partition("train", ["t"], admits=TRAINING)
+        .build()
+    )
+    fill = [
+        _serving("s0", gpus=1),
+        _serving("s1", gpus=1),
+        job("v").gpus(1).checkpointable().build(),
+    ]
+    got = run(
+        s,
+        [
+            (0.0, sub(*fill)),
+            (10.0, sub(job("w").gang(2, gpus=2).cls("serving").build())),
+            (11.0, sub(job("b").gpus(1).build())),
+            (12.0, [event]),
+        ],
+    )
+    why = "serving job w needs GPUs its fence serve cannot hold"
+    assert got == [
+        [
+            Bind("s0", "serve", (A(0, 0),)),
+            Bind("s1", "serve", (A(0, 1),)),
+            Bind("v", "train", (A(2, 4),)),
+        ],
+        [Notice("v", Reason.INCIDENT_PREEMPTION, 40.0, why)],
+        [],  # b: "needs 1 free GPUs, partition train has 0 free (3 held for w)"
+        [Bind("b", "train", (A(2, 5),))],
+    ]
+
+
+def test_a_job_whose_victims_no_longer_make_room_is_protected_again_at_once() -> None:
+    """Gang w waits for v's incident preemption (plan: both train nodes). t-1 fails: no plan
+    holds anything, so x binds on t-0's other GPU; t-1 comes back, and v alone no longer makes
+    room for w. w gives up waiting for v and protection notices x at once: w runs one grace
+    period later. Before, w waited for v; v, requeued, bound again on the GPU it freed, and
+    both were noticed only then -- three preemptions, and w ran 28 s later (found by
+    test_guarantees_where_lending_meets_protection: protection liveness)."""
+    pol = PreemptionPolicy(
+        mode=PreemptionMode.INCIDENT_ONLY,
+        from_partitions=("train",),
+        budget=4,
+        min_runtime_s=0.0,
+        grace_s=30.0,
+    )
+    s = make(
+        ClusterBuilder()
+        .nodes("s", 2, gpus=2)
+        .nodes("t", 2, gpus=2)
+        .partition("serve", ["s"], admits=SERVING, preemption=pol)
+        .partition("train", ["t"], admits=TRAINING)
+        .build()
+    )
+    v, x = (job(j).gpus(1).checkpointable().build() for j in ("v", "x"))
+    got = run(
+        s,
+        [
+            (0.0, sub(_serving("s0", gpus=1), _serving("s1", gpus=1), v)),
+            (10.0, sub(job("w").gang(2, gpus=2).cls("serving").build())),
+            (11.0, [NodeDown("t-1")]),
+            (12.0, sub(x)),
+            (13.0, [NodeUp("t-1")]),
+            (14.0, [Tick()]),
+            (40.0, [Tick()]),
+            (41.0, [JobStopped("v")]),
+            (43.0, [Tick()]),
+            (44.0, [JobStopped("x")]),
+        ],
+    )
+    why = "serving job w needs GPUs its fence serve cannot hold"
+    expired = "grace period expired without checkpoint ack"
+    assert got == [
+        [
+            Bind("s0", "serve", (A(0, 0),)),
+            Bind("s1", "serve", (A(0, 1),)),
+            Bind("v", "train", (A(2, 4),)),
+        ],
+        [Notice("v", Reason.INCIDENT_PREEMPTION, 40.0, why)],
+        [],
+        [Bind("x", "train", (A(2, 5),))],
+        [Notice("x", Reason.INCIDENT_PREEMPTION, 43.0, why)],
+        [],
+        [Stop("v", Reason.INCIDENT_PREEMPTION, True, expired)],
+        [Requeue("v", Reason.INCIDENT_PREEMPTION, 2, "back in its queue")],
+        [Stop("x", Reason.INCIDENT_PREEMPTION, True, expired)],
+        [
+            Requeue("x", Reason.INCIDENT_PREEMPTION, 2, "back in its queue"),
+            Bind("w", "train", (A(2, 4, 5), A(3, 6, 7)), Reason.INCIDENT, FREED),
+        ],
+    ]

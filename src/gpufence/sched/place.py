@@ -45,27 +45,34 @@ class Placing:
     mig: MigWork
     out: list[Decision] = field(default_factory=list)
     walk_again: set[str] = field(default_factory=set)  # walked even if nothing else changed
+    reserved: set[str] = field(default_factory=set)  # a reservation was made in their walk
 
 
 class PlaceMemo:
     """What placement remembers between cycles to skip partitions where nothing could fit."""
 
     def __init__(self, cluster: Cluster) -> None:
-        self.seen: dict[str, tuple[int, int]] = {}  # partition -> (freed, arrivals) versions
+        # partition -> (freed, arrivals) versions, and the GPUs of its pools held for waiting
+        # nominated jobs when it was last walked
+        self.seen: dict[str, tuple[int, int, tuple[int, ...]]] = {}
         # partitions whose lent capacity a partition's jobs may borrow
         self.lenders: dict[str, list[str]] = {
             p: [lp for lp, part in cluster.partitions.items() for r in part.lending if p in r.to]
             for p in cluster.partitions
         }
 
-    def dirty(self, st: Placing, p: str) -> bool:
+    def dirty(self, st: Placing, p: str, held: list[int]) -> bool:
         """Could anything in partition ``p``'s queue fit now that did not last cycle? Only if
-        capacity came back to a pool it may use, jobs arrived, its reservation fell due, or a
-        waiting job's victims stopped."""
+        capacity came back to a pool it may use, jobs arrived, its reservation fell due, a
+        waiting job's victims stopped, or the GPUs held for waiting nominated jobs (``held``,
+        this cycle's) changed in its pools -- a nomination that ended (its job cancelled, say)
+        gives back GPUs that no release counts."""
         core = st.core
         led = core.ledger
         pools = [p, *self.lenders[p]]
-        seen = (sum(led.freed[q] for q in pools), core.queues.added[p])
+        gpus = core.cluster.gpus
+        on_hold = tuple(g for g in held if gpus[g].partition in pools)
+        seen = (sum(led.freed[q] for q in pools), core.queues.added[p], on_hold)
         res = st.claims.reservations.get(p)
         due = res is not None and core.now > res.start
         nominated = any(st.book.records[j].home == p for j in st.claims.nominations)
@@ -85,16 +92,55 @@ def hold_for_nominations(st: Placing) -> list[int]:
     plans = st.claims.plans
     for jid in [j for j in plans if j not in st.claims.nominations]:
         del plans[jid]
-    for jid, nom in st.claims.nominations.items():
+    for jid, nom in list(st.claims.nominations.items()):
         if not st.book.waiting_on(nom):
             continue
         plan = plans.get(jid)
         # the plan made earlier stands while each of its GPUs is still free or its victims'
-        # (re-planning every waiting job on every cycle costs a placement each)
-        if plan is None or not all(led.is_free(g) or led.owner[g] in nom.victims for g in plan):
+        # (re-planning every waiting job on every cycle costs a placement each); an empty one
+        # (no room even once they have stopped) is made again
+        if not plan or not all(led.is_free(g) or led.owner[g] in nom.victims for g in plan):
             plan = plans[jid] = _planned(st, st.book.records[jid], nom)
+        if not plan and not _pool_node_down(st, nom):
+            # its victims will not make room for it (what they free went elsewhere while a
+            # node was down, say): waiting for them is in vain, so the job is walked again
+            # this cycle and protection looks again (with a node of its pools down the plan
+            # may count on it once it is back, and it waits)
+            del st.claims.nominations[jid], plans[jid]
+            st.reasons.forget(jid)
+            st.walk_again.add(st.book.records[jid].home)
+            continue
         for g in plan:
             if led.is_free(g):
+                led.hold(g, jid)
+                held.append(g)
+    return held
+
+
+def _pool_node_down(st: Placing, nom: Nomination) -> bool:
+    c, led = st.core.cluster, st.core.ledger
+    return any(not led.node_up[c.gpus[g].node] for q in nom.pools for g in c.partition_gpus[q])
+
+
+def _hold_standing_plans(st: Placing) -> list[int]:
+    """While the nominated jobs whose victims have stopped bind, the free GPUs of the plans
+    still standing for the jobs that wait are held -- but not those planned for a ready job
+    too (the jobs nominated in one batch wait for all its victims, so their plans may
+    overlap, and the ready job goes first): a ready job (one nominated on capacity already
+    free in a donor pool, say) binding at home must not take a GPU the walk held for a
+    waiting job last cycle, leaving that job waiting for victims that no longer make room
+    for it. The caller gives the holds back once the ready jobs are placed."""
+    led = st.core.ledger
+    noms, plans = st.claims.nominations, st.claims.plans
+    waiting = {j: nom for j, nom in noms.items() if j in plans and st.book.waiting_on(nom)}
+    ready = {g for j, plan in plans.items() if j in noms and j not in waiting for g in plan}
+    held: list[int] = []
+    for jid, nom in waiting.items():
+        plan = plans[jid]
+        if not all(led.is_free(g) or led.owner[g] in nom.victims for g in plan):
+            continue  # no longer stands: planned again after the ready jobs are placed
+        for g in plan:
+            if g not in ready and led.is_free(g):
                 led.hold(g, jid)
                 held.append(g)
     return held
@@ -123,27 +169,31 @@ def release_holds(led: Ledger, held: list[int]) -> None:
 def place_partitions(st: Placing, memo: PlaceMemo) -> tuple[dict[str, bool], list[int]]:
     """Every partition with pending work that could fit now, those with a job waiting for an
     incident preemption first: the nominated jobs whose victims have stopped bind first (on
-    what the victims freed), then the GPUs that waiting nominated jobs will run on are held
-    for them, then each partition's queue is walked. Returns, per partition walked, whether a
-    job failed for capacity (what lending and protection then look at), and the holds."""
+    what the victims freed, not on what is held for the jobs still waiting), then the GPUs
+    that waiting nominated jobs will run on are held for them, then each partition's queue is
+    walked. Returns, per partition walked, whether a job failed for capacity (what lending
+    and protection then look at), and the holds."""
     core = st.core
     first = [st.book.records[j].home for j, n in st.claims.nominations.items() if n.incident]
     order = list(dict.fromkeys([*first, *core.cluster.partitions]))
     held: list[int] = []
     if st.claims.nominations:
+        standing = _hold_standing_plans(st)
         for p in order:
             place_nominated(st, p)
+        release_holds(core.ledger, standing)
         held = hold_for_nominations(st)
     shapes = core.queues.shapes
     failed: dict[str, bool] = {}
     for p in order:
-        if not (shapes[p] and (memo.dirty(st, p) or p in st.walk_again)):
+        if not (shapes[p] and (memo.dirty(st, p, held) or p in st.walk_again)):
             continue
         res = st.claims.reservations.get(p)
         failed[p] = place_partition(st, p)
-        if res is not None and p not in st.claims.reservations:
+        if (res is not None or p in st.reserved) and p not in st.claims.reservations:
             # the reservation ended during the walk (its gang bound, or a job ahead of it took
-            # its GPUs): the shapes told to wait for it earlier in the walk may fit now
+            # its GPUs), also one the walk itself made: the shapes told to wait for it earlier
+            # in the walk may fit now (or wait for the gang's next reservation)
             failed[p] = place_partition(st, p) or failed[p]
     return failed, held
 
@@ -377,6 +427,7 @@ def place_partition(st: Placing, p: str) -> bool:
             held = _hold(st, res)
             if res is not None:
                 claims.reservations[p] = res
+                st.reserved.add(p)
                 _holds_reservation(st, rec, sk, r, res)
                 starved = True
                 walk.drop()
