@@ -26,14 +26,17 @@ ADMIN = "admin-token-0123456789"
 TOKEN_A = "tenant-a-token-0123"
 TOKEN_B = "tenant-b-token-0123"
 
-CONFIG = f"""
-name: api-test
-node_groups:
+NODES = """node_groups:
   - name: h100
     count: 1
     gpus_per_node: 8
     gpu_type: H100-80GB
-    nvlink_domains: [8]
+    nvlink_domains: [8]"""
+"""One node of 8 fake H100s (the ``h100`` group), for the servers' cluster specs."""
+
+CONFIG = f"""
+name: api-test
+{NODES}
 partitions:
   shared:
     nodes: [h100]

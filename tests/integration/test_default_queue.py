@@ -6,19 +6,24 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from api_helpers import ADMIN, TOKEN_A, TOKEN_B, Server, call, run_server, submit, wait_state
+from api_helpers import (
+    ADMIN,
+    NODES,
+    TOKEN_A,
+    TOKEN_B,
+    Server,
+    call,
+    run_server,
+    submit,
+    wait_state,
+)
 
 TOKEN_C = "tenant-c-token-0123"
 
 # team-b's queue comes first: the partition's first queue was everyone's default before
 CONFIG = f"""
 name: default-queue-test
-node_groups:
-  - name: h100
-    count: 1
-    gpus_per_node: 8
-    gpu_type: H100-80GB
-    nvlink_domains: [8]
+{NODES}
 partitions:
   training:
     nodes: [h100]

@@ -42,6 +42,24 @@ async def refuse(scope: Scope, receive: Receive, send: Send, limit: int) -> None
     await resp(scope, receive, send)
 
 
+async def read_body(receive: Receive, limit: int) -> tuple[bytes, bool | None]:
+    """The request body as it streams in, and whether it came whole: True, False when the
+    client went away first (what came is returned), None when it grew past ``limit``."""
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        msg = await receive()
+        if msg["type"] != "http.request":
+            return b"".join(chunks), False
+        chunk = msg.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            return b"", None
+        chunks.append(chunk)
+        if not msg.get("more_body"):
+            return b"".join(chunks), True
+
+
 class LimitBody:
     """ASGI middleware: a request body over ``limit`` bytes gets 413 before any route sees it
     (``Content-Length`` is checked first; a chunked body is counted as it streams)."""
@@ -58,21 +76,10 @@ class LimitBody:
             if name == b"content-length" and too_long(value, self.limit):
                 await refuse(scope, receive, send, self.limit)
                 return
-        chunks: list[bytes] = []
-        size = 0
-        more = True
-        while more:
-            msg = await receive()
-            if msg["type"] != "http.request":
-                break
-            body = msg.get("body", b"")
-            size += len(body)
-            if size > self.limit:
-                await refuse(scope, receive, send, self.limit)
-                return
-            chunks.append(body)
-            more = bool(msg.get("more_body"))
-        whole = b"".join(chunks)
+        whole, complete = await read_body(receive, self.limit)
+        if complete is None:
+            await refuse(scope, receive, send, self.limit)
+            return
         sent = False
 
         async def replay() -> Message:

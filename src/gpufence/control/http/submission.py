@@ -27,7 +27,7 @@ from starlette.middleware.errors import ServerErrorMiddleware
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gpufence.control.http.auth import tenant_of_header
-from gpufence.control.http.body_limit import refuse, too_long
+from gpufence.control.http.body_limit import read_body, refuse, too_long
 from gpufence.control.http.problems import (
     FieldError,
     SafeJSONResponse,
@@ -200,24 +200,14 @@ class SubmitFront:
             elif name == b"content-length" and too_long(value, self.limit):
                 await refuse(scope, receive, send, self.limit)
                 return
-        chunks = []
-        size = 0
-        while True:
-            msg = await receive()
-            if msg["type"] != "http.request":
-                return  # the client went away: nothing was submitted
-            chunk = msg.get("body", b"")
-            size += len(chunk)
-            if size > self.limit:
-                await refuse(scope, receive, send, self.limit)
-                return
-            chunks.append(chunk)
-            if not msg.get("more_body"):
-                break
+        body, complete = await read_body(receive, self.limit)
+        if complete is None:
+            await refuse(scope, receive, send, self.limit)
+            return
+        if not complete:
+            return  # the client went away: nothing was submitted
         try:
-            answer = await submit_response(
-                self.plane, self.job_json, authorization, key, b"".join(chunks)
-            )
+            answer = await submit_response(self.plane, self.job_json, authorization, key, body)
         except Exception as exc:
             answer = await self._handled(scope, exc)
         if isinstance(answer, Response):
