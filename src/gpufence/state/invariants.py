@@ -58,6 +58,11 @@ def check(ledger: Ledger) -> list[str]:
 
     if any(ledger.pool_held.values()):
         problems.append(f"GPUs counted on hold after the step: {ledger.pool_held}")
+    if any(ledger.holders(p) for p in c.partitions):
+        problems.append("hold tags still indexed after the step")
+    by_pool = {jid: pool for pool, jobs in ledger.pool_allocs.items() for jid in jobs}
+    if by_pool != {jid: a.pool for jid, a in ledger.allocs.items()}:
+        problems.append("the ledger's allocations by pool differ from its allocations")
     for gpu in c.gpus:
         gid = gpu.gid
         held = ledger.owner[gid]
