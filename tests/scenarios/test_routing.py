@@ -136,3 +136,21 @@ def test_routing_skips_a_partition_where_the_tenant_has_no_queue() -> None:
         )
     ]
     assert _queue_of(s, "r") == "nlp"
+
+
+def test_a_queue_labelled_with_no_known_tenant_is_nobodys() -> None:
+    # the control plane knows vision and nlp: "ops" labels a queue for fair share only, so
+    # audio's job may go there (and may name it, control/plane.py); the simulator (no tenants
+    # given) treats every label as a tenant's
+    c = (
+        ClusterBuilder()
+        .nodes("t", 1, gpus=4)
+        .partition("training", ["t"], admits=frozenset({W.TRAINING}))
+        .queue("ops", "training", tenant="ops")
+        .build()
+    )
+    s = make(c, tenants=frozenset({"vision", "nlp"}))
+    s.step(sub(job("j").gpus(1).tenant("audio").build()), 0.0)
+    assert _queue_of(s, "j") == "ops"
+    got = make(c).step(sub(job("k").gpus(1).tenant("audio").build()), 0.0)
+    assert [d.reason for d in got if isinstance(d, Reject)] == [Reason.INVALID]

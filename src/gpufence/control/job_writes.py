@@ -176,7 +176,9 @@ def predicted_home(rec: Reconciler, job: Job) -> tuple[str, str]:
     home = None if mig else rec.homes_seen.get(key)
     if home is not None:
         return home
-    got = resolve(rec.scheduler.cluster, job, rec.scheduler.ledger.mig)
+    got = resolve(
+        rec.scheduler.cluster, job, rec.scheduler.ledger.mig, rec.scheduler.config.tenants
+    )
     if not isinstance(got, Accepted):
         return (job.partition, job.queue)
     home = (got.home, got.queue)

@@ -121,7 +121,9 @@ class ControlPlane:
         )
         # validation re-checks every invariant after each cycle: cheap at one machine's scale,
         # and a control plane should stop rather than double-book a GPU
-        self.scheduler = Scheduler(cluster, SchedulerConfig(validate=validate))
+        # (queue labels that are no configured tenant are nobody's: sched/intake.default_queue)
+        tenants = frozenset(config.tenants)
+        self.scheduler = Scheduler(cluster, SchedulerConfig(validate=validate, tenants=tenants))
         devices = DeviceMap(cluster, discovery)
         # MIG instances, MPS daemons and foreign processes on this machine's real GPUs
         api = open_gpu_api(discovery, nvml)

@@ -159,7 +159,7 @@ def _submit(core: Core, book: JobBook, gates: Gates, ev: JobSubmitted, out: list
         out.append(Reject(job.id, Reason.DUPLICATE, f"job id {job.id} already used"))
         book.counters.rejects += 1
         return
-    got = resolve(core.cluster, job, core.ledger.mig)
+    got = resolve(core.cluster, job, core.ledger.mig, core.tenants)
     if isinstance(got, Refused):
         book.records[job.id] = JobRecord(job, "", "", JobState.REJECTED)
         out.append(Reject(job.id, got.reason, got.message))

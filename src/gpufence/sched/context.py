@@ -30,6 +30,7 @@ class Core:
     fairshare: FairShare
     engine: PlacementEngine
     admission: tuple[Admission, ...] = ()  # rules every job passes before it is placed
+    tenants: frozenset[str] | None = None  # who queue labels may name (SchedulerConfig.tenants)
     now: float = 0.0
 
     def share(self, queue: str) -> float:

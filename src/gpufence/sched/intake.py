@@ -104,7 +104,12 @@ def invalid(job: Job) -> Refused | None:
     return None
 
 
-def resolve(cluster: Cluster, job: Job, mig_now: MigLayouts | None = None) -> Accepted | Refused:
+def resolve(
+    cluster: Cluster,
+    job: Job,
+    mig_now: MigLayouts | None = None,
+    tenants: frozenset[str] | None = None,
+) -> Accepted | Refused:
     """The job's partition and queue. A job that names neither goes to the first partition
     admitting its class that could ever hold it; it is refused only when none could."""
     bad = invalid(job)
@@ -120,7 +125,7 @@ def resolve(cluster: Cluster, job: Job, mig_now: MigLayouts | None = None) -> Ac
     )
     refusals: list[tuple[str, Refused]] = []
     for p in homes:
-        q = queue or default_queue(cluster, p, job.tenant)
+        q = queue or default_queue(cluster, p, job.tenant, tenants)
         if q is None:
             refusals.append((p, _no_queue_for(cluster, p, job.tenant)))
             continue
@@ -142,18 +147,25 @@ def resolve(cluster: Cluster, job: Job, mig_now: MigLayouts | None = None) -> Ac
     return Refused(reason or Reason.NEVER_FITS, f"no partition admitting {cls} can hold it ({why})")
 
 
-def default_queue(cluster: Cluster, partition: str, tenant: str) -> str | None:
+def default_queue(
+    cluster: Cluster, partition: str, tenant: str, tenants: frozenset[str] | None = None
+) -> str | None:
     """The queue a job of ``tenant`` naming none goes to in ``partition``: the first of the
-    tenant's own queues there, else the first queue nobody owns; the admin's and the
-    simulator's jobs (tenant "") the partition's first queue. None: every queue there is
-    another tenant's, whose quota a job must never be charged to unasked."""
+    tenant's own queues there, else the first queue nobody owns (no label, or one that names
+    none of ``tenants``, when given); the admin's and the simulator's jobs (tenant "") the
+    partition's first queue. None: every queue there is another tenant's, whose quota a job
+    must never be charged to unasked."""
     names = cluster.partition_queues[partition]
     if not tenant:
         return names[0]
-    owners = [(q, cluster.queues[q].tenant) for q in names]
+    owners = [(q, _owner(cluster.queues[q].tenant, tenants)) for q in names]
     return next((q for q, t in owners if t == tenant), None) or next(
         (q for q, t in owners if not t), None
     )
+
+
+def _owner(label: str, tenants: frozenset[str] | None) -> str:
+    return label if tenants is None or label in tenants else ""
 
 
 def _no_queue_for(cluster: Cluster, partition: str, tenant: str) -> Refused:

@@ -54,7 +54,7 @@ def restore(core: Core, book: JobBook, ev: JobRestored) -> None:
     job = ev.job
     if job.id in book.records:
         raise RestoreConflict(f"job {job.id}: restored twice or after it was submitted")
-    got = resolve(core.cluster, job, core.ledger.mig)
+    got = resolve(core.cluster, job, core.ledger.mig, core.tenants)
     if isinstance(got, Refused):
         raise RestoreConflict(f"job {job.id}: the cluster spec no longer admits it: {got.message}")
     problem = _conflict(core, ev)

@@ -43,6 +43,10 @@ class SchedulerConfig:
     fair_share_half_life_s: float = 86400.0
     seed: int = 0  # for the `random` placement policy; nothing else draws randomness
     validate: bool = False  # check every invariant after every step (tests, debugging)
+    # the tenants a queue's ``tenant`` label may name (the control plane's tenants): a queue
+    # labelled with anything else is nobody's, so any job naming no queue may go there. None
+    # (the simulator): every label is a tenant
+    tenants: frozenset[str] | None = None
 
 
 class Scheduler:
@@ -59,6 +63,7 @@ class Scheduler:
             fairshare=FairShare(cluster, self.config.fair_share_half_life_s),
             engine=PlacementEngine({p: make_placer(part, seed) for p, part in parts.items()}),
             admission=admission_rules(),
+            tenants=self.config.tenants,
         )
         self.state = SchedulerState(
             core=core,
