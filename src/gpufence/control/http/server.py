@@ -297,6 +297,10 @@ def serve(
                 log.info("adopted %d running jobs from the last run", plane.recovered["adopted"])
             config = uvicorn.Config(
                 make_app(plane),
+                # uvloop and httptools where installed (the server extra installs both):
+                # their C loop and parser are most of a submit's budget in pure Python
+                loop="auto",
+                http="auto",
                 lifespan="off",
                 log_level=log_level,
                 timeout_graceful_shutdown=5,
