@@ -28,9 +28,11 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
+import multiprocessing as mp
 import os
 import random
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -76,6 +78,68 @@ class Conn:
         return resp.status, resp.read()
 
 
+class LeanConn:
+    """A light HTTP/1.1 client for the submits: one keep-alive socket, the request written in
+    one ``send``, the answer read by its ``Content-Length``. http.client costs ~0.5 ms of CPU
+    per request, which on a 2-core machine takes a good part of the cores from the server it
+    measures (``--client http.client`` measures with it)."""
+
+    def __init__(self, url: str, token: str) -> None:
+        u = urllib.parse.urlsplit(url)
+        self.addr = (u.hostname or "127.0.0.1", u.port or 80)
+        self.head = (
+            f"POST /v1/jobs HTTP/1.1\r\nHost: {u.netloc}\r\nAuthorization: Bearer {token}\r\n"
+            "Content-Type: application/json\r\n"
+        ).encode()
+        self.sock = self._connect()
+        self.buf = b""
+
+    def _connect(self) -> socket.socket:
+        sock = socket.create_connection(self.addr, timeout=60)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return sock
+
+    def submit(self, body: bytes, key: str) -> tuple[int, bytes]:
+        req = b"%sIdempotency-Key: %s\r\nContent-Length: %d\r\n\r\n%s" % (
+            self.head,
+            key.encode(),
+            len(body),
+            body,
+        )
+        try:
+            return self._exchange(req)
+        except OSError:  # the same key again: a retry cannot make a second job
+            self.sock.close()
+            self.sock, self.buf = self._connect(), b""
+            return self._exchange(req)
+
+    def _exchange(self, req: bytes) -> tuple[int, bytes]:
+        self.sock.sendall(req)
+        while (end := self.buf.find(b"\r\n\r\n")) < 0:
+            self._more()
+        head, self.buf = self.buf[:end].decode("latin-1"), self.buf[end + 4 :]
+        lines = head.split("\r\n")
+        status = int(lines[0].split(" ", 2)[1])
+        fields = dict(line.split(":", 1) for line in lines[1:])
+        size = {k.strip().lower(): v.strip() for k, v in fields.items()}.get("content-length")
+        if size is None:
+            raise OSError(f"answer {status} without Content-Length")
+        n = int(size)
+        while len(self.buf) < n:
+            self._more()
+        body, self.buf = self.buf[:n], self.buf[n:]
+        if "close" in head.lower().split("connection:", 1)[-1][:20]:
+            self.sock.close()
+            self.sock, self.buf = self._connect(), b""
+        return status, body
+
+    def _more(self) -> None:
+        data = self.sock.recv(65536)
+        if not data:
+            raise OSError("connection closed by the server")
+        self.buf += data
+
+
 def _up(data: Path) -> tuple[subprocess.Popen[bytes], Client]:
     cmd = [sys.executable, "-m", "gpufence", "up", "--fake-gpus", "8", "--data", str(data)]
     cmd += ["--port", "0", "--log-level", "warning"]
@@ -93,6 +157,19 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--clients", type=int, default=8)
     ap.add_argument("--jobs", type=int, default=10_000)
+    ap.add_argument(
+        "--client",
+        choices=("lean", "http.client"),
+        default="lean",
+        help="the submitting clients' HTTP code: a light one (default; see LeanConn) or the "
+        "standard library's http.client (costs the 2 cores more CPU)",
+    )
+    ap.add_argument(
+        "--threads",
+        action="store_true",
+        help="the clients as threads of this process (sharing one GIL: their CPU is "
+        "serialized) rather than a process each",
+    )
     ap.add_argument("--lists", type=int, default=200)
     ap.add_argument(
         "--list-clients",
@@ -113,6 +190,34 @@ def main() -> int:
                 proc.wait(60)
             except subprocess.TimeoutExpired:
                 proc.kill()
+
+
+Result = tuple[list[float], list[str], list[str], float]  # latencies, ids, errors, CPU s
+
+
+def submitter(url: str, token: str, body: bytes, n: int, start: Any, lean_client: bool) -> Result:
+    """One client: ``n`` submits on one keep-alive connection, each with its own key."""
+    lean = LeanConn(url, token) if lean_client else None
+    conn = Conn(url, token)
+    latencies: list[float] = []
+    acked: list[str] = []
+    errors: list[str] = []
+    start.wait()
+    cpu0 = time.process_time()
+    for _ in range(n):
+        t0 = time.perf_counter()
+        key = str(uuid.uuid4())
+        if lean is not None:
+            status, raw = lean.submit(body, key)
+            out = json.loads(raw)
+        else:
+            status, out = conn.request("POST", "/v1/jobs", body, {"Idempotency-Key": key})
+        latencies.append(time.perf_counter() - t0)
+        if status != 201:
+            errors.append(f"{status}: {out}")
+            continue
+        acked.append(out["id"])
+    return latencies, acked, errors, time.process_time() - cpu0
 
 
 def cpu_s(pid: int) -> float:
@@ -139,35 +244,44 @@ def run(client: Client, args: argparse.Namespace, server_pid: int) -> int:
 def measure(client: Client, args: argparse.Namespace, server_pid: int) -> int:
     token = client.token()
     body = json.dumps({"command": ["true"], "gpus": 1, "cwd": "/"}).encode()
-    latencies: list[list[float]] = [[] for _ in range(args.clients)]
-    acked: list[list[str]] = [[] for _ in range(args.clients)]
-    errors: list[str] = []
+    lean = args.client == "lean"
     per = [args.jobs // args.clients + (i < args.jobs % args.clients) for i in range(args.clients)]
-    start = threading.Barrier(args.clients + 1)
+    if args.threads:  # one process: the clients share one GIL (their own CPU is serialized)
+        results: list[Result] = [([], [], [], 0.0) for _ in range(args.clients)]
+        start: Any = threading.Barrier(args.clients + 1)
 
-    def submitter(i: int) -> None:
-        conn = Conn(client.url, token)
+        def one(i: int) -> None:
+            results[i] = submitter(client.url, token, body, per[i], start, lean)
+
+        workers = [threading.Thread(target=one, args=(i,)) for i in range(args.clients)]
+        for w in workers:
+            w.start()
         start.wait()
-        for _ in range(per[i]):
-            t0 = time.perf_counter()
-            status, out = conn.request(
-                "POST", "/v1/jobs", body, {"Idempotency-Key": str(uuid.uuid4())}
-            )
-            latencies[i].append(time.perf_counter() - t0)
-            if status != 201:
-                errors.append(f"{status}: {out}")
-                continue
-            acked[i].append(out["id"])
+        t0, server0 = time.perf_counter(), cpu_s(server_pid)
+        for w in workers:
+            w.join()
+    else:  # a process per client, as separate clients are (each on one connection)
+        ctx = mp.get_context("fork")  # inherits the barrier and the queue
+        start = ctx.Barrier(args.clients + 1)
+        out: Any = ctx.SimpleQueue()
 
-    threads = [threading.Thread(target=submitter, args=(i,)) for i in range(args.clients)]
-    for t in threads:
-        t.start()
-    start.wait()
-    t0, server0, client0 = time.perf_counter(), cpu_s(server_pid), time.process_time()
-    for t in threads:
-        t.join()
+        def proc(n: int) -> None:
+            out.put(submitter(client.url, token, body, n, start, lean))
+
+        procs = [ctx.Process(target=proc, args=(per[i],)) for i in range(args.clients)]
+        for p in procs:
+            p.start()
+        start.wait()
+        t0, server0 = time.perf_counter(), cpu_s(server_pid)
+        results = [out.get() for _ in procs]
+        for p in procs:
+            p.join()
     wall = time.perf_counter() - t0
-    server_cpu, client_cpu = cpu_s(server_pid) - server0, time.process_time() - client0
+    server_cpu = cpu_s(server_pid) - server0
+    client_cpu = sum(r[3] for r in results)
+    latencies = [r[0] for r in results]
+    acked = [r[1] for r in results]
+    errors = [e for r in results for e in r[2]]
     ids = [j for a in acked for j in a]
     submit_lat = [x for lat in latencies for x in lat]
     rate = len(ids) / wall
