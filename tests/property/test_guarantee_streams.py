@@ -212,3 +212,37 @@ def test_guarantees_hold_when_a_node_failure_leaves_what_comes_back_to_the_next_
     sched = Scheduler(cluster, SchedulerConfig(validate=True))
     _check_stream(sched, stream, [work_conservation, protection_liveness])
     assert sched.job("b").state is JobState.RUNNING
+
+
+def test_guarantees_hold_when_one_batch_nominates_two_jobs_on_shared_victims() -> None:
+    """test_guarantees_in_one_shared_partition, seed 503 (shrunk by hand): r1 and r2 are
+    nominated in one batch, r2 on all its victims; t exits during its notice and is requeued.
+    What t freed must stay r2's, so that b's stop makes room for both."""
+    pol = PreemptionPolicy(
+        mode=PreemptionMode.ON_DEMAND, from_partitions=("p0",), budget=4, grace_s=120.0
+    )
+    cluster = (
+        ClusterBuilder("shared")
+        .nodes("n", 1, 8, rack="r0")
+        .partition("p0", ["n"], preemption=pol, backfill=True)
+        .build()
+    )
+    fill = [
+        job("b").gang(3, gpus=1).priority(3).build(),
+        job("t").gpus(3).priority(3).checkpointable().build(),
+        job("f").gpus(2).build(),
+    ]
+    serving = [
+        job("r1").gang(3, gpus=1).cls("serving").priority(2).build(),
+        job("r2").gang(2, gpus=2).cls("serving").priority(2).build(),
+    ]
+    stream: list[tuple[float, list[Event]]] = [
+        (0.0, [JobSubmitted(j) for j in fill]),
+        (1.0, [JobSubmitted(j) for j in serving]),
+        (2.0, [JobFinished("f")]),
+        (130.0, [JobFinished("t", False)]),
+        (140.0, [JobStopped("b")]),
+    ]
+    sched = Scheduler(cluster, SchedulerConfig(validate=True))
+    _check_stream(sched, stream, [work_conservation, protection_liveness])
+    assert all(sched.job(j).state is JobState.RUNNING for j in ("r1", "r2"))

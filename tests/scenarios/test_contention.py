@@ -443,3 +443,61 @@ def test_a_node_failure_lets_protection_give_the_capacity_coming_back_to_the_nex
         ],
     ]
     assert s.job("b").state is JobState.RUNNING and s.job("b1").state is JobState.PENDING
+
+
+def test_jobs_nominated_in_one_batch_are_planned_on_different_gpus() -> None:
+    """r1 (3x1) and r2 (2x2) arrive together: r1 waits for b, r2 for b, f and t (a batch's
+    jobs wait for all of its victims). r2's plan leaves b's GPUs to r1, so when t exits
+    during its notice (and is requeued), the GPUs it freed are held for r2, and both bind
+    once b has stopped. Before, r2 was planned on b's GPUs too: nothing held what t freed, t
+    bound again on it, and was noticed a second time for r2 (found by
+    test_guarantees_in_one_shared_partition, seed 503: protection liveness)."""
+    pol = PreemptionPolicy(mode=PreemptionMode.ON_DEMAND, from_partitions=("p",), grace_s=120.0)
+    s = make(ClusterBuilder().nodes("n", 1, gpus=8).partition("p", ["n"], preemption=pol).build())
+    fill = [
+        job("b").gang(3, gpus=1).priority(3).build(),
+        job("t").gpus(3).priority(3).checkpointable().build(),
+        job("f").gpus(2).build(),
+    ]
+    r1 = job("r1").gang(3, gpus=1).cls("serving").priority(2).build()
+    r2 = job("r2").gang(2, gpus=2).cls("serving").priority(2).build()
+    got = run(
+        s,
+        [
+            (0.0, sub(*fill)),
+            (1.0, sub(r1, r2)),
+            (2.0, [JobFinished("f")]),
+            (130.0, [JobFinished("t", False)]),
+            (140.0, [JobStopped("b")]),
+        ],
+    )
+    why = "serving job {} needs GPUs its fence p cannot hold"
+    assert got == [
+        [
+            Bind("b", "p", (A(0, 0), A(0, 1), A(0, 2))),
+            Bind("t", "p", (A(0, 3, 4, 5),)),
+            Bind("f", "p", (A(0, 6, 7),)),
+        ],
+        [
+            Notice("b", Reason.ON_DEMAND_PREEMPTION, 121.0, why.format("r1")),
+            Notice("f", Reason.ON_DEMAND_PREEMPTION, 121.0, why.format("r2")),
+            Notice("t", Reason.ON_DEMAND_PREEMPTION, 121.0, why.format("r2")),
+        ],
+        [],
+        [
+            Stop("t", Reason.ON_DEMAND_PREEMPTION, True, "exited during its notice"),
+            Requeue("t", Reason.ON_DEMAND_PREEMPTION, 2, "back in its queue"),
+            Stop(
+                "b",
+                Reason.ON_DEMAND_PREEMPTION,
+                True,
+                "grace period expired without checkpoint ack",
+            ),
+        ],
+        [
+            Requeue("b", Reason.ON_DEMAND_PREEMPTION, 2, "back in its queue"),
+            Bind("r1", "p", (A(0, 0), A(0, 1), A(0, 2))),
+            Bind("r2", "p", (A(0, 3, 4), A(0, 5, 6))),
+        ],
+    ]
+    assert s.job("t").state is JobState.PENDING
