@@ -29,6 +29,7 @@ from scenario_harness import (
 from gpufence.model.decisions import Bind, Decision, Notice, PendingReason, Reason, Requeue, Stop
 from gpufence.model.events import Event
 from gpufence.model.job import WorkloadClass as W
+from gpufence.sched.jobs import JobState
 from gpufence.testing.builders import (
     ClusterBuilder,
     LendingRule,
@@ -405,3 +406,98 @@ def test_a_job_whose_victims_no_longer_make_room_is_protected_again_at_once() ->
             Bind("w", "train", (A(2, 4, 5), A(3, 6, 7)), Reason.INCIDENT, FREED),
         ],
     ]
+
+
+def test_a_node_failure_lets_protection_give_the_capacity_coming_back_to_the_next_job() -> None:
+    """Serving a (5x1) waits for b1 (3 GPUs, priority 3) to stop; serving b (3x1) cannot be
+    helped (a goes first). b1 is stopping when node n-0 fails: a no longer fits on what b1
+    frees, so protection looks again and gives it to b, which binds when b1 has stopped.
+    Before, a node failure did not change the picture protection looks at: b was not
+    nominated, b1 (requeued, priority 3) bound again on the GPUs it freed and was noticed a
+    second time, for b (found by test_guarantees_in_one_shared_partition: protection
+    liveness)."""
+    pol = PreemptionPolicy(mode=PreemptionMode.ON_DEMAND, from_partitions=("p",), grace_s=30.0)
+    s = make(ClusterBuilder().nodes("n", 3, gpus=2).partition("p", ["n"], preemption=pol).build())
+    b1 = job("b1").gang(3, gpus=1).priority(3).build()
+    got = run(
+        s,
+        [
+            (0.0, sub(b1, job("o").gpus(1).build())),
+            (1.0, sub(job("a").gang(5, gpus=1).cls("serving").build())),
+            (2.0, sub(job("b").gang(3, gpus=1).cls("serving").build())),
+            (3.0, [CheckpointAck("b1")]),
+            (4.0, [NodeDown("n-0")]),
+            (5.0, [JobStopped("b1")]),
+        ],
+    )
+    why = "serving job a needs GPUs its fence p cannot hold"
+    assert got == [
+        [Bind("b1", "p", (A(0, 0), A(0, 1), A(1, 2))), Bind("o", "p", (A(1, 3),))],
+        [Notice("b1", Reason.ON_DEMAND_PREEMPTION, 31.0, why)],
+        [],
+        [Stop("b1", Reason.ON_DEMAND_PREEMPTION, True, ACKED)],
+        [],
+        [
+            Requeue("b1", Reason.ON_DEMAND_PREEMPTION, 2, "back in its queue"),
+            Bind("b", "p", (A(2, 4), A(2, 5), A(1, 2))),
+        ],
+    ]
+    assert s.job("b").state is JobState.RUNNING and s.job("b1").state is JobState.PENDING
+
+
+def test_jobs_nominated_in_one_batch_are_planned_on_different_gpus() -> None:
+    """r1 (3x1) and r2 (2x2) arrive together: r1 waits for b, r2 for b, f and t (a batch's
+    jobs wait for all of its victims). r2's plan leaves b's GPUs to r1, so when t exits
+    during its notice (and is requeued), the GPUs it freed are held for r2, and both bind
+    once b has stopped. Before, r2 was planned on b's GPUs too: nothing held what t freed, t
+    bound again on it, and was noticed a second time for r2 (found by
+    test_guarantees_in_one_shared_partition, seed 503: protection liveness)."""
+    pol = PreemptionPolicy(mode=PreemptionMode.ON_DEMAND, from_partitions=("p",), grace_s=120.0)
+    s = make(ClusterBuilder().nodes("n", 1, gpus=8).partition("p", ["n"], preemption=pol).build())
+    fill = [
+        job("b").gang(3, gpus=1).priority(3).build(),
+        job("t").gpus(3).priority(3).checkpointable().build(),
+        job("f").gpus(2).build(),
+    ]
+    r1 = job("r1").gang(3, gpus=1).cls("serving").priority(2).build()
+    r2 = job("r2").gang(2, gpus=2).cls("serving").priority(2).build()
+    got = run(
+        s,
+        [
+            (0.0, sub(*fill)),
+            (1.0, sub(r1, r2)),
+            (2.0, [JobFinished("f")]),
+            (130.0, [JobFinished("t", False)]),
+            (140.0, [JobStopped("b")]),
+        ],
+    )
+    why = "serving job {} needs GPUs its fence p cannot hold"
+    assert got == [
+        [
+            Bind("b", "p", (A(0, 0), A(0, 1), A(0, 2))),
+            Bind("t", "p", (A(0, 3, 4, 5),)),
+            Bind("f", "p", (A(0, 6, 7),)),
+        ],
+        [
+            Notice("b", Reason.ON_DEMAND_PREEMPTION, 121.0, why.format("r1")),
+            Notice("f", Reason.ON_DEMAND_PREEMPTION, 121.0, why.format("r2")),
+            Notice("t", Reason.ON_DEMAND_PREEMPTION, 121.0, why.format("r2")),
+        ],
+        [],
+        [
+            Stop("t", Reason.ON_DEMAND_PREEMPTION, True, "exited during its notice"),
+            Requeue("t", Reason.ON_DEMAND_PREEMPTION, 2, "back in its queue"),
+            Stop(
+                "b",
+                Reason.ON_DEMAND_PREEMPTION,
+                True,
+                "grace period expired without checkpoint ack",
+            ),
+        ],
+        [
+            Requeue("b", Reason.ON_DEMAND_PREEMPTION, 2, "back in its queue"),
+            Bind("r1", "p", (A(0, 0), A(0, 1), A(0, 2))),
+            Bind("r2", "p", (A(0, 3, 4), A(0, 5, 6))),
+        ],
+    ]
+    assert s.job("t").state is JobState.PENDING

@@ -92,15 +92,21 @@ def hold_for_nominations(st: Placing) -> list[int]:
     plans = st.claims.plans
     for jid in [j for j in plans if j not in st.claims.nominations]:
         del plans[jid]
+    taken: set[int] = set()  # planned for the jobs nominated before
     for jid, nom in list(st.claims.nominations.items()):
         if not st.book.waiting_on(nom):
             continue
         plan = plans.get(jid)
         # the plan made earlier stands while each of its GPUs is still free or its victims'
-        # (re-planning every waiting job on every cycle costs a placement each); an empty one
-        # (no room even once they have stopped) is made again
-        if not plan or not all(led.is_free(g) or led.owner[g] in nom.victims for g in plan):
-            plan = plans[jid] = _planned(st, st.book.records[jid], nom)
+        # and none is planned for a job nominated before (re-planning every waiting job on
+        # every cycle costs a placement each); an empty one (no room even once they have
+        # stopped) is made again
+        if (
+            not plan
+            or not all(led.is_free(g) or led.owner[g] in nom.victims for g in plan)
+            or not taken.isdisjoint(plan)
+        ):
+            plan = plans[jid] = _planned(st, st.book.records[jid], nom, taken)
         if not plan and not _pool_node_down(st, nom):
             # its victims will not make room for it (what they free went elsewhere while a
             # node was down, say): waiting for them is in vain, so the job is walked again
@@ -110,6 +116,7 @@ def hold_for_nominations(st: Placing) -> list[int]:
             st.reasons.forget(jid)
             st.walk_again.add(st.book.records[jid].home)
             continue
+        taken.update(plan)
         for g in plan:
             if led.is_free(g):
                 led.hold(g, jid)
@@ -146,14 +153,20 @@ def _hold_standing_plans(st: Placing) -> list[int]:
     return held
 
 
-def _planned(st: Placing, rec: JobRecord, nom: Nomination) -> list[int]:
-    """The GPUs ``rec`` would get once its victims have stopped (what-if, in a fork)."""
+def _planned(st: Placing, rec: JobRecord, nom: Nomination, taken: set[int]) -> list[int]:
+    """The GPUs ``rec`` would get once its victims have stopped (what-if, in a fork), but
+    not those ``taken`` by the plans of the jobs nominated before it: the jobs nominated in
+    one batch of protection wait for all of its victims, and the GPUs a later one planned
+    on the earlier ones' share would be left free for anyone when those bind."""
     core = st.core
     led = core.ledger
     with led.fork():
         for v in nom.victims:
             if v in led.allocs:
                 led.release(v)
+        for g in taken:
+            if led.is_free(g):
+                led.hold(g, rec.job.id)
         for pool in nom.pools:
             r = core.engine.place(led, rec.job, pool)
             if isinstance(r, Placed):

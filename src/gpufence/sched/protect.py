@@ -52,7 +52,7 @@ class ProtectionState:
 
     times: dict[str, deque[float]] = field(default_factory=dict)
     after: dict[str, float] = field(default_factory=dict)
-    seen: dict[str, tuple[int, int, int, int, int]] = field(default_factory=dict)
+    seen: dict[str, tuple[int, int, int, int, int, int]] = field(default_factory=dict)
     unserved: dict[str, bool] = field(default_factory=dict)  # jobs it could not help last time
     # per partition: (noticed, stopping) jobs near it, as of ``inflight_key``
     inflight: dict[str, tuple[int, int]] = field(default_factory=dict)
@@ -91,6 +91,9 @@ def protect(st: Protecting, failed: dict[str, bool]) -> list[Decision]:
             # capacity) -- those whose GPUs a placement for ``p`` could use: an idle session
             # warned in another fence changes nothing here
             *_inflight_near(st, p),
+            # a node failing: the jobs nominated first may no longer fit on what is coming
+            # back, which is then left for the others
+            led.nodes_down,
         )
         due = core.now >= st.state.after.get(p, 0.0)
         # (a changed picture matters after a walk that left jobs waiting, or when jobs it
