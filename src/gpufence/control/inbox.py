@@ -79,6 +79,9 @@ class Submit:
     future: Future[SubmitResult]
     key: str | None = None
     """The client's Idempotency-Key (per tenant): the same key returns the same job."""
+    stored: tuple[dict[str, Any], str] | None = None
+    """``req.stored()`` and its ``spec_text``, made on the caller's thread (``Reconciler.submit``)
+    while the cycle waits for the batch's other requests, not in the cycle for each."""
 
 
 @dataclass(slots=True)

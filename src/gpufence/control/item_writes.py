@@ -10,7 +10,7 @@ the reconciler is exactly as it was.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from gpufence.control.config import core_tenant
 from gpufence.control.executors.interface import AttemptExit
@@ -26,7 +26,7 @@ from gpufence.control.inbox import (
     Submit,
 )
 from gpufence.control.job_writes import array_tasks, insert_job, prepare, write_array
-from gpufence.control.jobspec import escape
+from gpufence.control.jobspec import SubmitRequest, escape
 from gpufence.control.store import database as st
 from gpufence.model.events import (
     CheckpointAck,
@@ -44,10 +44,24 @@ if TYPE_CHECKING:
     from gpufence.control.reconciler import Reconciler
 
 
+def stored_spec(req: SubmitRequest) -> tuple[dict[str, Any], str] | None:
+    """The spec as the store keeps it and its text, made on the submitting thread
+    (``Submit.stored``: while the cycle waits for its batch, not in it); one that raises is
+    made again by ``write_submit``, which refuses that request alone."""
+    try:
+        spec = req.stored()
+        return spec, st.spec_text(spec)
+    except Exception:
+        return None
+
+
 def write_submit(rec: Reconciler, tx: st.Tx, it: Submit, now: float, staged: Staged) -> None:
     req = it.req
-    spec = req.stored()
-    text = st.spec_text(spec)
+    if it.stored is not None:
+        spec, text = it.stored
+    else:
+        spec = req.stored()
+        text = st.spec_text(spec)
     # the key is bound to the id the job is about to get: nothing inserts a job in between,
     # and a request refused below is undone with its savepoint, key included
     claimed = tx.next_id()

@@ -46,6 +46,7 @@ from gpufence.control.gpus.activity import job_activity
 from gpufence.control.gpus.board import GpuBoard
 from gpufence.control.gpus.devices import DeviceMap
 from gpufence.control.gpus.mig_manager import MigManager, store_line
+from gpufence.control.group_commit import GroupCommit
 from gpufence.control.inbox import (
     Ack,
     Action,
@@ -65,7 +66,7 @@ from gpufence.control.inbox import (
     Unsaved,
     reply,
 )
-from gpufence.control.item_writes import write_cancel, write_observation, write_submit
+from gpufence.control.item_writes import stored_spec, write_cancel, write_observation, write_submit
 from gpufence.control.job_writes import write_action
 from gpufence.control.jobspec import SubmitRequest, escape
 from gpufence.control.metrics import Telemetry
@@ -86,7 +87,7 @@ from gpufence.sched.scheduler import Scheduler
 log = logging.getLogger("gpufence.reconciler")
 USAGE_SAVE_S = 30.0  # fair-share usage is saved this often (and at a clean stop)
 RETRY_S = 1.0  # while the store refuses writes, held observations are retried this often
-GATHER_S = 0.002  # how long a request waits for others to share its commit (see _wait)
+GATHER_S = 0.002  # at most this long a request waits for others to share its commit
 GATHER_MAX = 256  # a batch this large commits at once
 T = TypeVar("T")
 
@@ -121,6 +122,7 @@ class Reconciler:
         self.clock = clock or Clock()
         self.live: dict[str, Live] = {}
         self._inbox: queue.SimpleQueue[Item] = queue.SimpleQueue()
+        self.gather = GroupCommit(GATHER_S, GATHER_MAX)
         # carries out MigReconfigure (NVML on real GPUs, a timer on fake ones): mig_manager.py
         self.mig = mig if mig is not None else MigManager(scheduler.cluster, devices)
         self.mig.set_wake(lambda: self._inbox.put(Call(lambda _r: None, Future())))
@@ -152,12 +154,14 @@ class Reconciler:
         self, req: SubmitRequest, tenant: str, key: str | None = None
     ) -> Future[SubmitResult]:
         fut: Future[SubmitResult] = Future()
-        self._inbox.put(Submit(req, tenant, fut, key))
+        self._inbox.put(Submit(req, tenant, fut, key, stored_spec(req)))
+        self.gather.arrived(self._inbox.qsize)
         return fut
 
     def cancel(self, job_id: str) -> Future[str]:
         fut: Future[str] = Future()
         self._inbox.put(Cancel(job_id, fut))
+        self.gather.arrived(self._inbox.qsize)
         return fut
 
     def action(self, job_id: str, kind: str) -> Future[str]:
@@ -259,20 +263,16 @@ class Reconciler:
         except queue.Empty:
             return []
         items: list[Item] = [first]
-        # group commit: a request waits GATHER_S for the ones its neighbours are about to
-        # send, so that one fsync and one scheduling step serve them all (taking only what is
-        # queued right now gave batches of 2-3 from 8 clients: the HTTP thread was still
-        # parsing the others). It sleeps rather than wait on the inbox: a wait would wake
-        # this thread for every request put meanwhile, and each wake-up takes the GIL from
-        # the HTTP thread that is parsing the next ones (batches of 5-6 instead of 7-8, and
-        # more CPU per submit)
+        # group commit: a submit or cancel waits for its neighbours' (group_commit.py)
         if isinstance(first, Submit | Cancel):
-            time.sleep(GATHER_S)
+            self.gather.wait(self._inbox.qsize)
         while len(items) < GATHER_MAX:
             try:
                 items.append(self._inbox.get_nowait())
             except queue.Empty:
                 break
+        if isinstance(first, Submit | Cancel):
+            self.gather.taken(sum(isinstance(it, Submit | Cancel) for it in items))
         return items
 
     # ------------------------------------------------------------------ one cycle

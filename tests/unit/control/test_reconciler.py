@@ -294,8 +294,10 @@ def test_a_batch_of_submits_with_one_that_raises_keeps_the_others_in_order(
 def test_a_request_waits_for_the_ones_sent_right_after_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Group commit: the reconciler's wait takes a submit and then, within ``GATHER_S``, the
-    submits that follow it (one fsync for all); an observation alone does not wait."""
+    """Group commit: after a batch of two, the reconciler's wait takes a submit and then the
+    one that follows it (one fsync for both), and starts the cycle as soon as it is there, not
+    at the end of the window; a lone submit after a batch of one waits for nothing; an
+    observation alone does not wait."""
     import threading
     import time
 
@@ -303,17 +305,26 @@ def test_a_request_waits_for_the_ones_sent_right_after_it(
     from gpufence.control.inbox import Ack, Submit
     from gpufence.control.jobspec import SubmitRequest
 
-    monkeypatch.setattr(rmod, "GATHER_S", 2.0)  # generous: a loaded machine is slow to send
+    monkeypatch.setattr(rmod, "GATHER_S", 30.0)  # generous: a loaded machine is slow to send
     rig = ReconcilerRig.make(tmp_path, shared(4))
     rec = rig.rec
     req = SubmitRequest(command=["true"], gpus=1)
+    rec.gather.target = 2  # the last batch held two
     rec.submit(req, "admin")
     later = threading.Timer(0.1, lambda: rec.submit(req, "admin"))
     later.start()
+    t0 = time.monotonic()
     items = rec._wait()
     later.join()
     assert [type(it) for it in items] == [Submit, Submit]
+    assert time.monotonic() - t0 < 20.0  # woken by the second, not by the 30 s window
+    assert rec.gather.target == 2
+    rec.gather.target = 1
+    rec.submit(req, "admin")
+    t0 = time.monotonic()
+    assert [type(it) for it in rec._wait()] == [Submit]
+    assert time.monotonic() - t0 < 20.0
     rec._inbox.put(Ack("j1", 1))
     t0 = time.monotonic()
     assert [type(it) for it in rec._wait()] == [Ack]
-    assert time.monotonic() - t0 < 1.0
+    assert time.monotonic() - t0 < 20.0
