@@ -174,10 +174,11 @@ def write_exit(rec: Reconciler, tx: st.Tx, ev: AttemptExit, now: float, staged: 
     if live.cancel:
         staged.events.append(JobCancelled(jid))
         tx.set_job(jid, state=st.CANCELLED, ended_at=now, exit_code=code)
-    elif live.stopping:
+    elif live.stopping and not (ev.succeeded and not ev.stopped):
         staged.events.append(JobStopped(jid))  # the core requeues it or ends it
         tx.set_job(jid, exit_code=code)
-    else:
+    else:  # a stop decided but not yet asked of it: every member exited 0 on its own first
+        # (the work is done; a job that exits 0 on the stop's SIGTERM is requeued above)
         staged.events.append(JobFinished(jid, ev.succeeded))
         if ev.succeeded:
             tx.set_job(jid, state=st.DONE, ended_at=now, exit_code=code, reason="", message=strays)

@@ -141,10 +141,13 @@ class FakeExecutor:
         attempt: int = 1,
         codes: tuple[int | None, ...] = (0,),
         strict: bool = True,
+        before_stop: bool = False,
     ) -> None:
         """Report that the attempt ended with ``codes`` (one per rank). ``strict=False`` also
         reports an attempt that is not running (a duplicate or stale report, which a real
-        executor never sends: for tests of the reconciler's guard against them)."""
+        executor never sends: for tests of the reconciler's guard against them).
+        ``before_stop``: the exit was seen before a stop was asked of it, and reaches the
+        reconciler after it decided the stop (an exit racing a stop)."""
         key = (job_id, attempt)
         if strict and key not in self._running:
             raise AssertionError(f"{_k(key)} is not running in the fake executor")
@@ -155,7 +158,7 @@ class FakeExecutor:
             attempt,
             succeeded=bool(codes) and all(c == 0 for c in codes),
             codes=codes,
-            stopped=key in self._stopped,
+            stopped=key in self._stopped and not before_stop,
         )
         assert self._on_exit is not None, "set_callbacks was never called"
         self._on_exit(ev)

@@ -120,6 +120,43 @@ def test_notice_and_stop_are_committed_before_they_are_sent(tmp_path: Path) -> N
     assert rig.ex.calls[-1] == f"start {surge.job_id}/1"  # its GPUs went to the surge at once
 
 
+def test_an_attempt_that_finished_before_its_stop_is_done_not_run_again(tmp_path: Path) -> None:
+    """A checkpointable job acks its notice at its last step and exits 0: its exit was seen
+    before the stop was asked of it, and is read after the scheduler decided that stop. The
+    attempt finished its work: the job is done, not requeued to run again (found by
+    bench/crash_points.py: 'j14 completed 2x (attempts [2, 3])')."""
+    rig = ReconcilerRig.make(tmp_path, fenced())
+    rig.submit(**SERVE)
+    train = rig.submit(command=["train"], gpus=3, checkpointable=True).job_id
+    surge = rig.submit(**SERVE)
+    rig.ex.ack(train)
+    rig.cycle()
+    assert rig.ex.stops == [StopCall(train, 1, rig.config.stop_grace_s)]
+    rig.ex.exit(train, 1, (0,), before_stop=True)
+    rig.cycle()
+    row = rig.job(train)
+    assert (row.state, row.attempt, row.exit_code) == (st.DONE, 1, 0)
+    assert "requeue" not in rig.event_kinds(train)
+    assert not rig.ex.is_running(train, 2)
+    assert rig.job(surge.job_id).state == st.RUNNING  # the GPUs it gave back went to the surge
+
+
+def test_an_attempt_that_exits_0_on_its_stop_is_requeued(tmp_path: Path) -> None:
+    """Exit 0 after the stop was asked of it (a graceful exit on SIGTERM) is no proof the work
+    is done: the job is requeued, as one killed by the signal is."""
+    rig = ReconcilerRig.make(tmp_path, fenced())
+    rig.submit(**SERVE)
+    train = rig.submit(command=["train"], gpus=3, checkpointable=True).job_id
+    rig.submit(**SERVE)
+    rig.ex.ack(train)
+    rig.cycle()
+    rig.ex.exit(train, 1, (0,))
+    rig.cycle()
+    row = rig.job(train)
+    assert (row.state, row.attempt) == (st.PENDING, 2)
+    assert rig.event_kinds(train)[-2:] == ["exited", "requeue"]
+
+
 def test_a_notice_without_ack_becomes_a_stop_at_its_deadline(tmp_path: Path) -> None:
     rig = ReconcilerRig.make(tmp_path, fenced())
     rig.submit(**SERVE)
