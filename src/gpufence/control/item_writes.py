@@ -44,24 +44,25 @@ if TYPE_CHECKING:
     from gpufence.control.reconciler import Reconciler
 
 
+def spec_and_text(req: SubmitRequest) -> tuple[dict[str, Any], str]:
+    """The spec as the store keeps it, and its canonical text."""
+    spec = req.stored()
+    return spec, st.spec_text(spec)
+
+
 def stored_spec(req: SubmitRequest) -> tuple[dict[str, Any], str] | None:
-    """The spec as the store keeps it and its text, made on the submitting thread
-    (``Submit.stored``: while the cycle waits for its batch, not in it); one that raises is
-    made again by ``write_submit``, which refuses that request alone."""
+    """``spec_and_text``, made on the submitting thread (``Submit.stored``: while the cycle
+    waits for its batch, not in it); None where it raises: ``write_submit`` makes it again
+    and refuses that request alone."""
     try:
-        spec = req.stored()
-        return spec, st.spec_text(spec)
+        return spec_and_text(req)
     except Exception:
         return None
 
 
 def write_submit(rec: Reconciler, tx: st.Tx, it: Submit, now: float, staged: Staged) -> None:
     req = it.req
-    if it.stored is not None:
-        spec, text = it.stored
-    else:
-        spec = req.stored()
-        text = st.spec_text(spec)
+    spec, text = it.stored or spec_and_text(req)
     # the key is bound to the id the job is about to get: nothing inserts a job in between,
     # and a request refused below is undone with its savepoint, key included
     claimed = tx.next_id()

@@ -328,6 +328,28 @@ def test_a_batch_of_submits_with_one_that_raises_keeps_the_others_in_order(
     assert again.result(0).job_id == "j2" and again.result(0).replayed
 
 
+def test_a_spec_that_cannot_be_stored_is_refused_in_the_cycle_alone(tmp_path: Path) -> None:
+    """``Reconciler.submit`` makes the stored spec on the caller's thread; one that raises there
+    does not raise to the caller: the cycle makes it again, refuses that request alone (the
+    error is its answer) and stores the others."""
+    from pydantic_core import PydanticSerializationError
+
+    from gpufence.control.jobspec import SubmitRequest
+
+    rig = ReconcilerRig.make(tmp_path, shared(4))
+    good = SubmitRequest(command=["true"], gpus=1)
+    bad = SubmitRequest.model_construct(command=["true"], gpus=1, env={"A": object()})
+    futs = [rig.rec.submit(r, "admin") for r in (good, bad, good)]
+    items = rig.rec._wait()
+    assert len(items) == 3 and items[1].stored is None  # type: ignore[union-attr]
+    rig.rec.cycle(items)
+    assert [futs[0].result(0).job_id, futs[2].result(0).job_id] == ["j1", "j2"]
+    with pytest.raises(PydanticSerializationError):
+        futs[1].result(0)
+    with rig.rec.store.reader() as r:
+        assert [j.id for j in r.jobs()] == ["j1", "j2"]
+
+
 def test_a_request_waits_for_the_ones_sent_right_after_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
