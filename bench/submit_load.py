@@ -120,15 +120,15 @@ class LeanConn:
         head, self.buf = self.buf[:end].decode("latin-1"), self.buf[end + 4 :]
         lines = head.split("\r\n")
         status = int(lines[0].split(" ", 2)[1])
-        fields = dict(line.split(":", 1) for line in lines[1:])
-        size = {k.strip().lower(): v.strip() for k, v in fields.items()}.get("content-length")
+        fields = {k.strip().lower(): v.strip() for k, v in (x.split(":", 1) for x in lines[1:])}
+        size = fields.get("content-length")
         if size is None:
             raise OSError(f"answer {status} without Content-Length")
         n = int(size)
         while len(self.buf) < n:
             self._more()
         body, self.buf = self.buf[:n], self.buf[n:]
-        if "close" in head.lower().split("connection:", 1)[-1][:20]:
+        if fields.get("connection", "").lower() == "close":
             self.sock.close()
             self.sock, self.buf = self._connect(), b""
         return status, body

@@ -292,6 +292,26 @@ def test_jobs_whose_victims_stopped_bind_without_taking_what_a_waiting_job_was_g
     assert run(s, steps) == expected
 
 
+def _hold_cluster():  # type: ignore[no-untyped-def]
+    """serve: nodes s-0, s-1 (GPUs 0-3), preempting train at once (grace 30 s); train: nodes
+    t-0, t-1 (GPUs 4-7)."""
+    pol = PreemptionPolicy(
+        mode=PreemptionMode.INCIDENT_ONLY,
+        from_partitions=("train",),
+        budget=4,
+        min_runtime_s=0.0,
+        grace_s=30.0,
+    )
+    return (
+        ClusterBuilder()
+        .nodes("s", 2, gpus=2)
+        .nodes("t", 2, gpus=2)
+        .partition("serve", ["s"], admits=SERVING, preemption=pol)
+        .partition("train", ["t"], admits=TRAINING)
+        .build()
+    )
+
+
 @pytest.mark.parametrize(
     "event",
     [
@@ -305,21 +325,7 @@ def test_gpus_no_longer_held_for_a_waiting_job_go_to_the_queue_at_once(event: Ev
     b binds in that cycle: before, nothing was released in train, so the partition was not
     walked again and b waited, with its GPUs free, until something else changed (found by
     test_guarantees_where_lending_meets_protection: work conservation)."""
-    pol = PreemptionPolicy(
-        mode=PreemptionMode.INCIDENT_ONLY,
-        from_partitions=("train",),
-        budget=4,
-        min_runtime_s=0.0,
-        grace_s=30.0,
-    )
-    s = make(
-        ClusterBuilder()
-        .nodes("s", 2, gpus=2)
-        .nodes("t", 2, gpus=2)
-        .partition("serve", ["s"], admits=SERVING, preemption=pol)
-        .partition("train", ["t"], admits=TRAINING)
-        .build()
-    )
+    s = make(_hold_cluster())
     fill = [
         _serving("s0", gpus=1),
         _serving("s1", gpus=1),
@@ -354,21 +360,7 @@ def test_a_job_whose_victims_no_longer_make_room_is_protected_again_at_once() ->
     period later. Before, w waited for v; v, requeued, bound again on the GPU it freed, and
     both were noticed only then -- three preemptions, and w ran 28 s later (found by
     test_guarantees_where_lending_meets_protection: protection liveness)."""
-    pol = PreemptionPolicy(
-        mode=PreemptionMode.INCIDENT_ONLY,
-        from_partitions=("train",),
-        budget=4,
-        min_runtime_s=0.0,
-        grace_s=30.0,
-    )
-    s = make(
-        ClusterBuilder()
-        .nodes("s", 2, gpus=2)
-        .nodes("t", 2, gpus=2)
-        .partition("serve", ["s"], admits=SERVING, preemption=pol)
-        .partition("train", ["t"], admits=TRAINING)
-        .build()
-    )
+    s = make(_hold_cluster())
     v, x = (job(j).gpus(1).checkpointable().build() for j in ("v", "x"))
     got = run(
         s,
