@@ -81,7 +81,7 @@ def test_escaped_processes_are_killed_before_the_exit_is_reported(
         assert (launcher_born(launch.attempt_dir) < before) == bool(
             spares
         )  # the launcher was pre-started (or not)
-        assert ev == AttemptExit("job-1", 1, True, (0,), False, strays_killed=3)
+        assert ev == AttemptExit("job-1", 1, True, (0,), False, strays_killed=3, stop_reached=False)
         assert rec.alive_at_exit == []  # none ran on when the GPUs were given back
         assert not any(alive(p) for p in pids)
         wait_for_removal(driver, cgroup_name(launch, 0))

@@ -62,7 +62,7 @@ def test_environment_devices_and_cwd(
     )
     ex.start(launch)
     _, ev = rec.exit()
-    assert ev == AttemptExit("envjob", 2, True, (0,), False)
+    assert ev == AttemptExit("envjob", 2, True, (0,), False, stop_reached=False)
     env = json.loads((launch.checkpoint_dir / "env-0").read_text())
     assert env["CUDA_VISIBLE_DEVICES"] == "0,3"
     assert env["GPUFENCE_JOB_ID"] == "envjob"
@@ -147,7 +147,8 @@ def test_exit_code_and_prompt_on_exit(
     ex.start(launch)
     assert ex.running() == [("job-1", 1)]
     seen_at, ev = rec.exit()
-    assert ev == AttemptExit("job-1", 1, code == 0, (code,), False)
+    reached = False if code == 0 else None  # the launcher's record, read for exit 0 only
+    assert ev == AttemptExit("job-1", 1, code == 0, (code,), False, stop_reached=reached)
     ended = recorded(launch, 0, "exit")
     assert ended["code"] == code
     assert 0 <= seen_at - ended["ended_unix"] < 0.5

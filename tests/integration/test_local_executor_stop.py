@@ -61,6 +61,25 @@ def test_stop_plain_process_ends_on_sigterm(
     assert ev == AttemptExit("job-1", 1, False, (-signal.SIGTERM,), True)
 
 
+def test_an_exit_0_on_the_stops_sigterm_is_reported_as_reached_by_the_stop(
+    tmp_path: Path, ex: LocalExecutor, rec: Recorder
+) -> None:
+    """A graceful exit on SIGTERM: every member at 0, but the stop reached it (its launcher's
+    record says so), so the control plane requeues it rather than calling it done."""
+    script = """
+        import os, signal, sys, time
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+        open(os.path.join(os.environ["GPUFENCE_CHECKPOINT_DIR"], "ready"), "w").close()
+        time.sleep(30)
+    """
+    launch = make_launch(tmp_path, script)
+    ex.start(launch)
+    file_appears(launch.checkpoint_dir / "ready")
+    ex.stop("job-1", 1, grace_s=5.0)
+    _, ev = rec.exit()
+    assert ev == AttemptExit("job-1", 1, True, (0,), True, stop_reached=True)
+
+
 def test_stop_of_unknown_attempt_is_a_no_op(ex: LocalExecutor, rec: Recorder) -> None:
     ex.stop("nope", 1, grace_s=0.1)
     ex.notice("nope", 1, "preempt", time.time() + 10)
@@ -105,6 +124,7 @@ def test_notice_then_ack(tmp_path: Path, rec: Recorder, sig: signal.Signals) -> 
         assert ack["signal"] == sig and ack["reason"] == "preempted by job-9"
         exited_at, ev = rec.exit()
         assert ev.succeeded and not ev.stopped
+        assert ev.stop_reached is False  # the notice's signal is not a stop
         assert exited_at >= acked_at
         assert rec.acks.empty()  # once
     finally:

@@ -175,11 +175,12 @@ def write_exit(rec: Reconciler, tx: st.Tx, ev: AttemptExit, now: float, staged: 
     if live.cancel:
         staged.events.append(JobCancelled(jid))
         tx.set_job(jid, state=st.CANCELLED, ended_at=now, exit_code=code)
-    elif live.stopping and not (ev.succeeded and not ev.stopped):
+    elif live.stopping and not finished_first(ev):
         staged.events.append(JobStopped(jid))  # the core requeues it or ends it
         tx.set_job(jid, exit_code=code)
-    else:  # a stop decided but not yet asked of it: every member exited 0 on its own first
-        # (the work is done; a job that exits 0 on the stop's SIGTERM is requeued above)
+    else:  # also a stop decided that no member's command lived to get: every one exited 0
+        # on its own first (the work is done; one that exits 0 on the stop's SIGTERM is
+        # requeued above)
         staged.events.append(JobFinished(jid, ev.succeeded))
         if ev.succeeded:
             tx.set_job(jid, state=st.DONE, ended_at=now, exit_code=code, reason="", message=strays)
@@ -205,8 +206,11 @@ def settle_orphan(
     whose launcher died): not in the scheduler, settled here."""
     lost = any(c is None for c in ev.codes)
     code = exit_code(ev.codes)
+    done_first = ev.succeeded and ev.stop_reached is False  # its work was done: never rerun
     if live.cancel:
         tx.set_job(jid, state=st.CANCELLED, ended_at=now, exit_code=code)
+    elif done_first:
+        tx.set_job(jid, state=st.DONE, ended_at=now, exit_code=code)
     elif (lost or (live.stopping and live.requeue)) and live.attempt < live.spec.max_attempts:
         why = "lost while the control plane was down" if lost else "stopped for requeue"
         tx.set_job(jid, state=st.PENDING, attempt=live.attempt + 1, started_at=None)
@@ -222,6 +226,13 @@ def settle_orphan(
     else:
         reason, msg = failure(ev, live, f"attempt {ev.attempt} exited with {list(ev.codes)}")
         tx.set_job(jid, state=st.FAILED, ended_at=now, exit_code=code, reason=reason, message=msg)
+
+
+def finished_first(ev: AttemptExit) -> bool:
+    """Every member exited 0 before a stop could end it: asked of the executor only after
+    (``stopped`` False), or asked but, as every launcher recorded, reaching no command before
+    it exited (``stop_reached`` False). Its work is done: it is never run again."""
+    return ev.succeeded and (not ev.stopped or ev.stop_reached is False)
 
 
 def exit_code(codes: tuple[int | None, ...]) -> int | None:

@@ -55,6 +55,8 @@ class FakeExecutor:
     """See the module docstring. Not thread-safe: tests drive it from one thread."""
 
     adopt_results: dict[Key, AdoptResult] = field(default_factory=dict)
+    adopt_stop_reached: dict[Key, bool] = field(default_factory=dict)
+    """For an attempt that ``adopt`` finds ended: its exit's ``stop_reached`` (None if absent)."""
     fail_start: dict[str, str] = field(default_factory=dict)
     activity_sample: dict[Key, float] = field(default_factory=dict)
     """What ``activity()`` returns (CPU utilisation per running attempt)."""
@@ -121,7 +123,9 @@ class FakeExecutor:
             return True
         codes = found if isinstance(found, tuple) else (None,) * len(launch.members)
         self._running[key] = launch
-        self.exit(launch.job_id, launch.attempt, codes)
+        self.exit(
+            launch.job_id, launch.attempt, codes, stop_reached=self.adopt_stop_reached.get(key)
+        )
         return False
 
     def running(self) -> list[Key]:
@@ -142,12 +146,14 @@ class FakeExecutor:
         codes: tuple[int | None, ...] = (0,),
         strict: bool = True,
         before_stop: bool = False,
+        stop_reached: bool | None = None,
     ) -> None:
         """Report that the attempt ended with ``codes`` (one per rank). ``strict=False`` also
         reports an attempt that is not running (a duplicate or stale report, which a real
         executor never sends: for tests of the reconciler's guard against them).
         ``before_stop``: the exit was seen before a stop was asked of it, and reaches the
-        reconciler after it decided the stop (an exit racing a stop)."""
+        reconciler after it decided the stop (an exit racing a stop). ``stop_reached``: what
+        the launchers' records say of the stop signal (None: no such records)."""
         key = (job_id, attempt)
         if strict and key not in self._running:
             raise AssertionError(f"{_k(key)} is not running in the fake executor")
@@ -159,6 +165,7 @@ class FakeExecutor:
             succeeded=bool(codes) and all(c == 0 for c in codes),
             codes=codes,
             stopped=key in self._stopped and not before_stop,
+            stop_reached=stop_reached,
         )
         assert self._on_exit is not None, "set_callbacks was never called"
         self._on_exit(ev)

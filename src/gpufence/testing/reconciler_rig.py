@@ -161,13 +161,17 @@ class ReconcilerRig:
 
     # ------------------------------------------------------------------ crash and restart
     def restart(
-        self, spec: dict[str, Any], adopt: dict[Key, AdoptResult] | None = None
+        self,
+        spec: dict[str, Any],
+        adopt: dict[Key, AdoptResult] | None = None,
+        stop_reached: dict[Key, bool] | None = None,
     ) -> tuple[ReconcilerRig, dict[str, int]]:
         """The control plane dies (nothing is cleaned up) and starts again on the same data
-        directory: a new rig whose executor finds ``adopt`` (see ``FakeExecutor``), recovered
-        from the store. Returns the new rig and recovery's counts; its first ``cycle()`` applies
-        what recovery found."""
-        ex = FakeExecutor(adopt_results=dict(adopt or {}))
+        directory: a new rig whose executor finds ``adopt`` (see ``FakeExecutor``; with
+        ``stop_reached`` what the launchers of an attempt that ended recorded of a stop),
+        recovered from the store. Returns the new rig and recovery's counts; its first
+        ``cycle()`` applies what recovery found."""
+        ex = FakeExecutor(adopt_results=dict(adopt or {}), adopt_stop_reached=stop_reached or {})
         self.store.close()
         new = ReconcilerRig.make(
             self.data_dir,

@@ -157,6 +157,31 @@ def test_an_attempt_that_exits_0_on_its_stop_is_requeued(tmp_path: Path) -> None
     assert rig.event_kinds(train)[-2:] == ["exited", "requeue"]
 
 
+@pytest.mark.parametrize(
+    ("stop_reached", "state", "attempt"),
+    [(False, st.DONE, 1), (True, st.PENDING, 2), (None, st.PENDING, 2)],
+)
+def test_an_exit_0_after_the_stop_was_asked_is_done_only_if_the_stop_reached_no_member(
+    tmp_path: Path, stop_reached: bool | None, state: str, attempt: int
+) -> None:
+    """The stop was asked of the executor, but the command had exited 0 before the signal
+    reached it (the launchers record it: ``stop_reached`` False): the work is done, the job
+    is not run again. A stop that reached it (True), or no such record (None: an older
+    launcher, the Ray executor), is a graceful exit on SIGTERM: requeued, as before."""
+    rig = ReconcilerRig.make(tmp_path, fenced())
+    rig.submit(**SERVE)
+    train = rig.submit(command=["train"], gpus=3, checkpointable=True).job_id
+    rig.submit(**SERVE)
+    rig.ex.ack(train)
+    rig.cycle()
+    assert rig.ex.stops == [StopCall(train, 1, rig.config.stop_grace_s)]
+    rig.ex.exit(train, 1, (0,), stop_reached=stop_reached)
+    rig.cycle()
+    row = rig.job(train)
+    assert (row.state, row.attempt) == (state, attempt)
+    assert ("requeue" in rig.event_kinds(train)) == (state == st.PENDING)
+
+
 def test_a_notice_without_ack_becomes_a_stop_at_its_deadline(tmp_path: Path) -> None:
     rig = ReconcilerRig.make(tmp_path, fenced())
     rig.submit(**SERVE)
@@ -295,6 +320,36 @@ def test_recovery_adopts_what_runs_settles_what_ended_and_requeues_what_was_lost
     new.ex.exit(lost, 1, (0,), strict=False)  # a late report of the lost attempt: ignored
     new.cycle()
     assert (new.job(lost).state, new.job(lost).attempt) == (st.RUNNING, 2)
+
+
+@pytest.mark.parametrize(
+    ("stop_reached", "state", "attempt"),
+    [(False, st.DONE, 1), (True, st.RUNNING, 2), (None, st.RUNNING, 2)],
+)
+def test_an_attempt_stopped_for_requeue_that_ended_while_down_runs_again_only_if_stopped(
+    tmp_path: Path, stop_reached: bool | None, state: str, attempt: int
+) -> None:
+    """A checkpointable job is being stopped for requeue when the control plane dies; its
+    member exits 0 meanwhile. Recovery settles it from its launcher's record: a stop that
+    reached no member (False) means it finished its work first: done, never run again; one
+    that reached it (True), or no such record (None), is requeued as the next attempt (and,
+    its GPUs free, started)."""
+    spec = fenced()
+    rig = ReconcilerRig.make(tmp_path, spec)
+    serve = rig.submit(**SERVE).job_id
+    train = rig.submit(command=["train"], gpus=3, checkpointable=True).job_id
+    rig.submit(**SERVE)
+    rig.ex.ack(train)
+    rig.cycle()
+    assert rig.job(train).state == st.STOPPING
+    reached = {} if stop_reached is None else {(train, 1): stop_reached}
+    adopt: dict[tuple[str, int], Any] = {(serve, 1): True, (train, 1): (0,)}
+    new, counts = rig.restart(spec, adopt=adopt, stop_reached=reached)
+    assert counts["ended-while-down"] == 1
+    new.cycle()
+    row = new.job(train)
+    assert (row.state, row.attempt) == (state, attempt)  # requeued: started again at once
+    assert (f"start {train}/2" in new.ex.calls) == (attempt == 2)
 
 
 # ---------------------------------------------------------------------- group commit

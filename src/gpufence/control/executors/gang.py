@@ -51,7 +51,11 @@ class GangState:
         return False
 
     def exit_event(
-        self, codes: tuple[int | None, ...], oom: bool = False, strays_killed: int = 0
+        self,
+        codes: tuple[int | None, ...],
+        oom: bool = False,
+        strays_killed: int = 0,
+        stop_reached: bool | None = None,
     ) -> AttemptExit:
         ok = bool(codes) and all(c == 0 for c in codes)
         return AttemptExit(
@@ -62,4 +66,5 @@ class GangState:
             self.stop_requested,
             oom=oom,
             strays_killed=strays_killed,
+            stop_reached=stop_reached,
         )

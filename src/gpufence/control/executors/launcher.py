@@ -15,10 +15,11 @@ local executor's fork server (``containment/forkserver.py``) has it imported alr
 The launcher leads the member's process group (the executor starts it in a new session, the
 fork server in a new process group). It
 
-1. ignores SIGTERM, SIGINT, SIGUSR1 and every ``--catch`` signal (no-op handlers, which ``exec``
-   resets for the user command): a signal to the group reaches the command, the launcher lives
-   on to record the exit. The executor starts it with those signals *blocked*; it forwards any
-   that came before the command existed, then unblocks them, so an early stop is not lost;
+1. survives SIGTERM, SIGINT, SIGUSR1 and every ``--catch`` signal (handlers that only note
+   them, which ``exec`` resets for the user command): a signal to the group reaches the
+   command, the launcher lives on to record the exit. The executor starts it with those
+   signals *blocked*; it forwards any that came before the command existed, then unblocks
+   them, so an early stop is not lost;
 2. writes ``rank-R.pid`` (``pid``, ``start_time`` = field 22 of ``/proc/<pid>/stat``, the guard
    against pid reuse). Its records (``.pid``, ``.started``, ``.exit``) go to ``ATTEMPT_DIR.records``
    (``records_dir``), the control plane's, not the job user's attempt directory: a record the
@@ -30,9 +31,12 @@ fork server in a new process group). It
    outside the cgroup with the control plane's identity: killing the cgroup never loses the
    exit record;
 4. waits, writes ``rank-R.exit`` (``code``, ``ended_unix``; negative code = killed by that
-   signal) and exits with the code (128 + signal for a signal death). A command that cannot be
-   executed gets 127 (not found) or 126, one that cannot be contained (cgroup, user switch or
-   working directory refused, a log that is not a plain file) 125, and a line in ``rank-R.err``.
+   signal; ``stop``: whether a stop, SIGTERM or SIGINT, had reached the group before the command
+   exited: an attempt whose members all exited 0 with no stop reaching them finished its work,
+   and is done even if the control plane had just decided to stop it) and exits with the code
+   (128 + signal for a signal death). A command that cannot be executed gets 127 (not found)
+   or 126, one that cannot be contained (cgroup, user switch or working directory refused, a
+   log that is not a plain file) 125, and a line in ``rank-R.err``.
 
 The exit record survives a full or failing data disk (``write_exit_record``), or a completed job
 would run again after a restart: the executor *reserves* it at spawn (``EXIT_RESERVED`` bytes,
@@ -277,8 +281,26 @@ def _kill_cgroup(dirs: list[str], limit_s: float = FENCE_GRACE_S) -> None:
         time.sleep(0.005)
 
 
-def _noop(_signum: int, _frame: object) -> None:
-    """Survive the signal; the user command in the same group receives it too."""
+STOPS = frozenset({signal.SIGTERM, signal.SIGINT})
+"""The signals that stop a member (the checkpoint notice, SIGUSR1 or ``--catch``, does not)."""
+_seen: set[int] = set()
+"""The caught signals that reached this launcher (``_survive``)."""
+
+
+def _survive(signum: int, _frame: object) -> None:
+    """Survive the signal (the user command in the same group receives it too), noting it."""
+    _seen.add(signum)
+
+
+def _stop_reached() -> bool:
+    """Whether a stop signal reached the group before the command's exit was reaped.
+
+    The control plane signals the whole group at once (killpg): a command that exits *because*
+    of a stop got it no earlier than this launcher, in which it was pending from then on. It is
+    taken by the C-level handler at the latest when ``waitpid`` returns, and this call (a
+    Python function: the interpreter runs pending handlers on entering it) runs ``_survive``
+    first; ``sigpending`` covers a stop that came while the signals were still blocked."""
+    return bool(_seen & STOPS) or bool(signal.sigpending() & STOPS)
 
 
 Spawner = Callable[[list[str], dict[str, str], int, int, Confine], int]
@@ -353,8 +375,9 @@ def main(
     # Blocked first (the executor already starts us with them blocked; this covers a launcher run
     # by hand), then survivable: a pending one is forwarded once the user command exists.
     signal.pthread_sigmask(signal.SIG_BLOCK, caught)
+    _seen.clear()  # a forked launcher (the fork server's child) starts with none seen
     for sig in caught:
-        signal.signal(sig, _noop)
+        signal.signal(sig, _survive)
 
     # descriptors the control plane leaked to us (not close-on-exec) must not reach the command
     _close_fds(keep_fds)
@@ -381,6 +404,7 @@ def main(
         write_exit_record(attempt_dir, rank, EXIT_NOT_CONTAINED, time.time())
         return EXIT_NOT_CONTAINED
     code: int
+    stop_reached: bool | None = None  # the command never ran: no stop could reach it
     try:
         child = (spawn or _spawn)(command, job_env, out_fd, err_fd, confine)
     except SpawnFailure as exc:
@@ -406,12 +430,13 @@ def main(
         signal.pthread_sigmask(signal.SIG_UNBLOCK, caught)  # later ones: our no-op handlers
         if fence_parent is not None:
             fenced = _wait_or_fence(child, fence_parent)
-        _, status = os.waitpid(child, 0)  # PEP 475: retried after a no-op handler runs
+        _, status = os.waitpid(child, 0)  # PEP 475: retried after _survive runs
         code = os.waitstatus_to_exitcode(status)
+        stop_reached = fenced or _stop_reached()
     finally:
         os.close(out_fd)
         os.close(err_fd)
-    write_exit_record(attempt_dir, rank, code, time.time())
+    write_exit_record(attempt_dir, rank, code, time.time(), stop_reached)
     _failpoint("launcher.after-exit-record")
     if fenced:  # nobody is left to clean up after us: the rest of the group goes too (and we)
         _kill_cgroup(confine.cgroups)

@@ -108,9 +108,12 @@ def pid_record(pid: int, start_time: int) -> str:
     return f'{{"pid": {int(pid)}, "start_time": {int(start_time)}}}\n'
 
 
-def exit_record(code: int, ended_unix: float) -> str:
-    """Content of ``rank-R.exit``."""
-    return f'{{"code": {int(code)}, "ended_unix": {float(ended_unix)!r}}}\n'
+def exit_record(code: int, ended_unix: float, stop_reached: bool | None = None) -> str:
+    """Content of ``rank-R.exit``. ``stop``: whether a stop signal (SIGTERM/SIGINT to the
+    group) had reached the member before its command exited; absent where unknown (an older
+    launcher, a record written for it at recovery)."""
+    stop = "" if stop_reached is None else f', "stop": {"true" if stop_reached else "false"}'
+    return f'{{"code": {int(code)}, "ended_unix": {float(ended_unix)!r}{stop}}}\n'
 
 
 EXIT_RESERVED = 256
@@ -171,12 +174,14 @@ def _overwrite_reserved(path: Path, text: str) -> None:
         os.close(fd)
 
 
-def write_exit_record(attempt_dir: Path, rank: int, code: int, ended_unix: float) -> str:
+def write_exit_record(
+    attempt_dir: Path, rank: int, code: int, ended_unix: float, stop_reached: bool | None = None
+) -> str:
     """Record how the member ended, whatever state the data disk is in; returns where.
 
     In order: into the reserved record in place, as a new file (atomic), to the spool; if none
     works, wait and try again (with backoff, up to 5 s apart) for as long as it takes."""
-    text = exit_record(code, ended_unix)
+    text = exit_record(code, ended_unix, stop_reached)
     path = exit_file(attempt_dir, rank)
     tries = 0
     while True:

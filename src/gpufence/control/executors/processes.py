@@ -126,15 +126,36 @@ def _code(rec: dict[str, Any] | None) -> int | None:
     return code if isinstance(code, int) and not isinstance(code, bool) else None
 
 
-def recorded_exit(adir: Path, rank: int) -> int | None:
-    """The member's recorded exit code: from ``rank-R.exit`` in the records directory or, where
-    the launcher could not write there (full / read-only disk), from the spool (only a private
+def _exit_record(adir: Path, rank: int) -> dict[str, Any] | None:
+    """The member's exit record with a code: ``rank-R.exit`` in the records directory or, where
+    the launcher could not write there (full / read-only disk), the spool's (only a private
     one: ``member_records.private_spool``); None if it has none."""
     where = _record(adir, rank, exit_file(adir, rank))
-    code = _code(read_json(where)) if where is not None else None
-    if code is None and private_spool() is not None:
-        code = _code(read_json(spool_file(adir, rank)))
-    return code
+    rec = read_json(where) if where is not None else None
+    if _code(rec) is None and private_spool() is not None:
+        rec = read_json(spool_file(adir, rank))
+    return rec if _code(rec) is not None else None
+
+
+def recorded_exit(adir: Path, rank: int) -> int | None:
+    """The member's recorded exit code (``_exit_record``); None if it has none."""
+    return _code(_exit_record(adir, rank))
+
+
+def recorded_stop(adir: Path, rank: int) -> bool | None:
+    """Whether a stop signal had reached the member before its command exited, as its launcher
+    recorded it; None where unknown (no record, or one without ``stop``)."""
+    stop = (_exit_record(adir, rank) or {}).get("stop")
+    return stop if isinstance(stop, bool) else None
+
+
+def stop_reached(adir: Path, ranks: int) -> bool | None:
+    """``recorded_stop`` over an attempt's members: True if it reached any, False if every one
+    recorded that it reached none, else None (unknown)."""
+    seen = [recorded_stop(adir, rank) for rank in range(ranks)]
+    if any(s is True for s in seen):
+        return True
+    return False if seen and all(s is False for s in seen) else None
 
 
 def recorded_pid(adir: Path, rank: int) -> tuple[int, int] | None:

@@ -50,6 +50,7 @@ from gpufence.control.executors.processes import (
     reap_now,
     recorded_exit,
     settle,
+    stop_reached,
     waitid,
 )
 
@@ -317,10 +318,18 @@ class AttemptWatcher:
             if att is None or not all(m.over for m in att.members):
                 continue
             del self._attempts[key]
+            codes = tuple(m.code for m in att.members)
+            # read only where it decides something: every member exited 0 (item_writes)
+            reached = (
+                stop_reached(att.launch.attempt_dir, len(codes))
+                if codes and all(c == 0 for c in codes)
+                else None
+            )
             ev = att.exit_event(
-                tuple(m.code for m in att.members),
+                codes,
                 oom=any(m.oom for m in att.members),
                 strays_killed=sum(m.strays for m in att.members),
+                stop_reached=reached,
             )
             emptied += [m.cgroup for m in att.members if m.cgroup is not None]
             log.info(
