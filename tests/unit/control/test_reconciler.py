@@ -157,6 +157,19 @@ def test_an_attempt_that_exits_0_on_its_stop_is_requeued(tmp_path: Path) -> None
     assert rig.event_kinds(train)[-2:] == ["exited", "requeue"]
 
 
+def _stopping_for_a_surge(rig: ReconcilerRig) -> tuple[str, str]:
+    """A serving job, a checkpointable training job on the rest, and a serving surge: the
+    training job acks its notice and is being stopped for requeue. (serving id, training id)"""
+    serve = rig.submit(**SERVE).job_id
+    train = rig.submit(command=["train"], gpus=3, checkpointable=True).job_id
+    rig.submit(**SERVE)
+    rig.ex.ack(train)
+    rig.cycle()
+    assert rig.ex.stops == [StopCall(train, 1, rig.config.stop_grace_s)]
+    assert rig.job(train).state == st.STOPPING
+    return serve, train
+
+
 @pytest.mark.parametrize(
     ("stop_reached", "state", "attempt"),
     [(False, st.DONE, 1), (True, st.PENDING, 2), (None, st.PENDING, 2)],
@@ -169,12 +182,7 @@ def test_an_exit_0_after_the_stop_was_asked_is_done_only_if_the_stop_reached_no_
     is not run again. A stop that reached it (True), or no such record (None: an older
     launcher, the Ray executor), is a graceful exit on SIGTERM: requeued, as before."""
     rig = ReconcilerRig.make(tmp_path, fenced())
-    rig.submit(**SERVE)
-    train = rig.submit(command=["train"], gpus=3, checkpointable=True).job_id
-    rig.submit(**SERVE)
-    rig.ex.ack(train)
-    rig.cycle()
-    assert rig.ex.stops == [StopCall(train, 1, rig.config.stop_grace_s)]
+    _, train = _stopping_for_a_surge(rig)
     rig.ex.exit(train, 1, (0,), stop_reached=stop_reached)
     rig.cycle()
     row = rig.job(train)
@@ -324,7 +332,7 @@ def test_recovery_adopts_what_runs_settles_what_ended_and_requeues_what_was_lost
 
 @pytest.mark.parametrize(
     ("stop_reached", "state", "attempt"),
-    [(False, st.DONE, 1), (True, st.RUNNING, 2), (None, st.RUNNING, 2)],
+    [(False, st.DONE, 1), (True, st.RUNNING, 2), (None, st.RUNNING, 2)],  # started at once
 )
 def test_an_attempt_stopped_for_requeue_that_ended_while_down_runs_again_only_if_stopped(
     tmp_path: Path, stop_reached: bool | None, state: str, attempt: int
@@ -336,12 +344,7 @@ def test_an_attempt_stopped_for_requeue_that_ended_while_down_runs_again_only_if
     its GPUs free, started)."""
     spec = fenced()
     rig = ReconcilerRig.make(tmp_path, spec)
-    serve = rig.submit(**SERVE).job_id
-    train = rig.submit(command=["train"], gpus=3, checkpointable=True).job_id
-    rig.submit(**SERVE)
-    rig.ex.ack(train)
-    rig.cycle()
-    assert rig.job(train).state == st.STOPPING
+    serve, train = _stopping_for_a_surge(rig)
     reached = {} if stop_reached is None else {(train, 1): stop_reached}
     adopt: dict[tuple[str, int], Any] = {(serve, 1): True, (train, 1): (0,)}
     new, counts = rig.restart(spec, adopt=adopt, stop_reached=reached)
