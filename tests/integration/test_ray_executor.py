@@ -279,6 +279,7 @@ def test_notice_ack_and_stop_through_the_ray_executor(ray_cluster: Cluster, tmp_
         until(lambda: len(exits) == 1, 20, "the stopped attempt's exit")
         assert exits[0].stopped and not exits[0].succeeded
         assert exits[0].codes == (-signal.SIGTERM,)
+        assert exits[0].stop_reached is True  # its launcher's record, sent back by the agent
     finally:
         ex.close(kill=True)
 

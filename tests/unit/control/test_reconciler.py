@@ -180,7 +180,7 @@ def test_an_exit_0_after_the_stop_was_asked_is_done_only_if_the_stop_reached_no_
     """The stop was asked of the executor, but the command had exited 0 before the signal
     reached it (the launchers record it: ``stop_reached`` False): the work is done, the job
     is not run again. A stop that reached it (True), or no such record (None: an older
-    launcher, the Ray executor), is a graceful exit on SIGTERM: requeued, as before."""
+    launcher, a member lost with its node), is a graceful exit on SIGTERM: requeued."""
     rig = ReconcilerRig.make(tmp_path, fenced())
     _, train = _stopping_for_a_surge(rig)
     rig.ex.exit(train, 1, (0,), stop_reached=stop_reached)

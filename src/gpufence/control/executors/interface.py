@@ -109,8 +109,8 @@ class AttemptExit:
     """Processes left behind after a member's main process exited, killed by the executor."""
     stop_reached: bool | None = None
     """Whether a stop signal reached any member before its command exited, as the launchers
-    recorded it (False: it reached none of them); None where unknown (no such records: the
-    Ray executor, an older launcher). With every member at 0 and False, the attempt finished
+    recorded it (False: it reached none of them); None where unknown (an older launcher's
+    records, a member lost with its node). With every member at 0 and False, the attempt finished
     its work before the stop could end it, whatever ``stopped`` says."""
 
 

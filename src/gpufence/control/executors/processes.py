@@ -19,7 +19,7 @@ import selectors
 import signal
 import subprocess
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -150,9 +150,13 @@ def recorded_stop(adir: Path, rank: int) -> bool | None:
 
 
 def stop_reached(adir: Path, ranks: int) -> bool | None:
-    """``recorded_stop`` over an attempt's members: True if it reached any, False if every one
-    recorded that it reached none, else None (unknown)."""
-    seen = [recorded_stop(adir, rank) for rank in range(ranks)]
+    """``recorded_stop`` over an attempt's members (``combined_stop``)."""
+    return combined_stop([recorded_stop(adir, rank) for rank in range(ranks)])
+
+
+def combined_stop(seen: Sequence[bool | None]) -> bool | None:
+    """An attempt's ``stop_reached`` from its members': True if a stop reached any, False if
+    every one recorded that it reached none, else None (unknown)."""
     if any(s is True for s in seen):
         return True
     return False if seen and all(s is False for s in seen) else None

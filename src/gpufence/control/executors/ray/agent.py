@@ -56,6 +56,7 @@ from gpufence.control.executors.processes import (
     group_cpu_by_pgid,
     killpg,
     recorded_exit,
+    recorded_stop,
     settle,
     spawn_member,
     waitid,
@@ -218,12 +219,17 @@ class NodeAgent:
 
     async def run(self, attempt_dir: str, rank: int) -> dict[str, Any]:
         """Wait for the member to be over (with a cgroup: until it is empty); its outcome:
-        ``code`` (negative = signal; None = unknown), ``oom``, ``strays`` (killed)."""
+        ``code`` (negative = signal; None = unknown), ``oom``, ``strays`` (killed), ``stop``
+        (a stop reached it before its command exited; None = unknown)."""
         m = self._members.get(member_key(attempt_dir, rank))
         if m is None:
-            return {"code": recorded_exit(Path(attempt_dir), rank), "oom": False, "strays": 0}
-        await m.done.wait()
-        return m.outcome()
+            out = {"code": recorded_exit(Path(attempt_dir), rank), "oom": False, "strays": 0}
+        else:
+            await m.done.wait()
+            out = m.outcome()
+        # what its launcher recorded of a stop (``AttemptExit.stop_reached``): it is on this node
+        out["stop"] = recorded_stop(Path(attempt_dir), rank)
+        return out
 
     async def signal(self, attempt_dir: str, ranks: list[int], signum: int) -> None:
         """Send ``signum`` to these members (those still running): their cgroups (SIGKILL:

@@ -24,6 +24,8 @@ class RayMember:
     code: int | None = None
     oom: bool = False
     strays: int = 0
+    stop: bool | None = None
+    """Whether a stop reached it before its command exited (its launcher's record)."""
 
 
 @dataclass(eq=False, slots=True)

@@ -54,7 +54,7 @@ from gpufence.control.executors.interface import (
 )
 from gpufence.control.executors.local.local_executor import check_launch
 from gpufence.control.executors.memberenv import member_envs
-from gpufence.control.executors.processes import recorded_exit
+from gpufence.control.executors.processes import combined_stop, recorded_exit
 from gpufence.control.executors.ray.agent import NodeAgent
 from gpufence.control.executors.ray.bookkeeping import (
     Key,
@@ -387,7 +387,7 @@ class RayExecutor(NodeHealth):
             self._ack_refs[ref] = att
 
     def _member_ended_locked(self, att: RayAttempt, m: RayMember, outcome: Any, lost: bool) -> None:
-        code, m.oom, m.strays = _outcome(outcome)
+        code, m.oom, m.strays, m.stop = _outcome(outcome)
         m.done, m.code = True, code
         if lost and not att.stop_requested and att.hold_until is None:
             att.hold_until = time.monotonic() + self.lost_hold_s
@@ -420,6 +420,7 @@ class RayExecutor(NodeHealth):
                 tuple(m.code for m in att.members),
                 oom=any(m.oom for m in att.members),
                 strays_killed=sum(m.strays for m in att.members),
+                stop_reached=combined_stop([m.stop for m in att.members]),
             )
             out.append(ev)
             log.info("job %s attempt %d ended: codes %s", *key, list(ev.codes))
@@ -475,16 +476,18 @@ class RayExecutor(NodeHealth):
 
 
 # ---------------------------------------------------------------------- helpers
-def _outcome(value: Any) -> tuple[int | None, bool, int]:
-    """(code, oom, strays) from what an agent's ``run`` returned (None when it was lost)."""
+def _outcome(value: Any) -> tuple[int | None, bool, int, bool | None]:
+    """(code, oom, strays, stop) from what an agent's ``run`` returned (None when it was lost;
+    ``stop`` None from an agent that does not send it)."""
     if isinstance(value, dict):
-        code = value.get("code")
+        code, stop = value.get("code"), value.get("stop")
         return (
             code if isinstance(code, int) else None,
             bool(value.get("oom")),
             int(value.get("strays") or 0),
+            stop if isinstance(stop, bool) else None,
         )
-    return (value if isinstance(value, int) else None), False, 0
+    return (value if isinstance(value, int) else None), False, 0, None
 
 
 def _value(ref: Any) -> tuple[Any, bool]:
