@@ -182,6 +182,8 @@ def write_exit(rec: Reconciler, tx: st.Tx, ev: AttemptExit, now: float, staged: 
         # on its own first (the work is done; one that exits 0 on the stop's SIGTERM is
         # requeued above)
         staged.events.append(JobFinished(jid, ev.succeeded))
+        if live.stopping and ev.succeeded:
+            not_stopped(tx, jid, ev.attempt)
         if ev.succeeded:
             tx.set_job(jid, state=st.DONE, ended_at=now, exit_code=code, reason="", message=strays)
         elif ev.codes:
@@ -210,6 +212,7 @@ def settle_orphan(
     if live.cancel:
         tx.set_job(jid, state=st.CANCELLED, ended_at=now, exit_code=code)
     elif done_first:
+        not_stopped(tx, jid, ev.attempt)
         tx.set_job(jid, state=st.DONE, ended_at=now, exit_code=code)
     elif (lost or (live.stopping and live.requeue)) and live.attempt < live.spec.max_attempts:
         why = "lost while the control plane was down" if lost else "stopped for requeue"
@@ -226,6 +229,12 @@ def settle_orphan(
     else:
         reason, msg = failure(ev, live, f"attempt {ev.attempt} exited with {list(ev.codes)}")
         tx.set_job(jid, state=st.FAILED, ended_at=now, exit_code=code, reason=reason, message=msg)
+
+
+def not_stopped(tx: st.Tx, jid: str, attempt: int) -> None:
+    """The stop decided for this attempt ended none of it (``finished_first``): it is not
+    counted as stopped (accounting's ``preemptions``); the stop's event stays in the log."""
+    tx.set_attempt(jid, attempt, stop_reason=None, requeue=False)
 
 
 def finished_first(ev: AttemptExit) -> bool:

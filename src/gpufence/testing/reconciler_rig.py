@@ -159,6 +159,14 @@ class ReconcilerRig:
         with self.store.reader() as r:
             return [e["kind"] for e in r.events(job_id=job_id)]
 
+    def preemptions(self, job_id: str) -> int:
+        """The job's ``preemptions`` in accounting (``gpufence history``)."""
+        with self.store.reader() as r:
+            rows = [h for h in r.history(now=self.now) if h["id"] == job_id]
+        assert rows, f"job {job_id} is not in the history"
+        count: int = rows[0]["preemptions"]
+        return count
+
     # ------------------------------------------------------------------ crash and restart
     def restart(
         self,

@@ -137,6 +137,7 @@ def test_an_attempt_that_finished_before_its_stop_is_done_not_run_again(tmp_path
     row = rig.job(train)
     assert (row.state, row.attempt, row.exit_code) == (st.DONE, 1, 0)
     assert "requeue" not in rig.event_kinds(train)
+    assert rig.preemptions(train) == 0  # the stop ended none of it: not counted
     assert not rig.ex.is_running(train, 2)
     assert rig.job(surge.job_id).state == st.RUNNING  # the GPUs it gave back went to the surge
 
@@ -188,6 +189,7 @@ def test_an_exit_0_after_the_stop_was_asked_is_done_only_if_the_stop_reached_no_
     row = rig.job(train)
     assert (row.state, row.attempt) == (state, attempt)
     assert ("requeue" in rig.event_kinds(train)) == (state == st.PENDING)
+    assert rig.preemptions(train) == (0 if state == st.DONE else 1)
 
 
 def test_a_notice_without_ack_becomes_a_stop_at_its_deadline(tmp_path: Path) -> None:
@@ -353,6 +355,7 @@ def test_an_attempt_stopped_for_requeue_that_ended_while_down_runs_again_only_if
     row = new.job(train)
     assert (row.state, row.attempt) == (state, attempt)  # requeued: started again at once
     assert (f"start {train}/2" in new.ex.calls) == (attempt == 2)
+    assert new.preemptions(train) == (0 if state == st.DONE else 1)
 
 
 # ---------------------------------------------------------------------- group commit
