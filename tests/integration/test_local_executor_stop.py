@@ -80,6 +80,19 @@ def test_an_exit_0_on_the_stops_sigterm_is_reported_as_reached_by_the_stop(
     assert ev == AttemptExit("job-1", 1, True, (0,), True, stop_reached=True)
 
 
+def test_with_sigterm_as_the_notice_the_records_tell_no_stop(tmp_path: Path, rec: Recorder) -> None:
+    """A notice sent as SIGTERM looks like a stop to the launcher: its record then tells
+    nothing (None), and the control plane goes by whether it had asked the stop."""
+    ex = LocalExecutor(notice_signal=signal.SIGTERM)
+    ex.set_callbacks(rec.on_exit, rec.on_ack)
+    try:
+        ex.start(make_launch(tmp_path, command=("true",)))
+        _, ev = rec.exit()
+        assert ev == AttemptExit("job-1", 1, True, (0,), False, stop_reached=None)
+    finally:
+        ex.close(kill=True)
+
+
 def test_stop_of_unknown_attempt_is_a_no_op(ex: LocalExecutor, rec: Recorder) -> None:
     ex.stop("nope", 1, grace_s=0.1)
     ex.notice("nope", 1, "preempt", time.time() + 10)

@@ -238,10 +238,14 @@ def not_stopped(tx: st.Tx, jid: str, attempt: int) -> None:
 
 
 def finished_first(ev: AttemptExit) -> bool:
-    """Every member exited 0 before a stop could end it: asked of the executor only after
-    (``stopped`` False), or asked but, as every launcher recorded, reaching no command before
-    it exited (``stop_reached`` False). Its work is done: it is never run again."""
-    return ev.succeeded and (not ev.stopped or ev.stop_reached is False)
+    """Every member exited 0 before a stop could end it. The launchers' records say so where
+    they tell (``stop_reached`` False; True: a stop reached one, also one sent by the control
+    plane before a restart, which this executor has not asked again yet); where they do not,
+    the stop was not yet asked of this executor (``stopped`` False). Its work is done: it is
+    never run again."""
+    if not ev.succeeded:
+        return False
+    return ev.stop_reached is False or (ev.stop_reached is None and not ev.stopped)
 
 
 def exit_code(codes: tuple[int | None, ...]) -> int | None:

@@ -172,19 +172,27 @@ def _stopping_for_a_surge(rig: ReconcilerRig) -> tuple[str, str]:
 
 
 @pytest.mark.parametrize(
-    ("stop_reached", "state", "attempt"),
-    [(False, st.DONE, 1), (True, st.PENDING, 2), (None, st.PENDING, 2)],
+    ("before_stop", "stop_reached", "state", "attempt"),
+    [
+        (False, False, st.DONE, 1),
+        (False, True, st.PENDING, 2),
+        (False, None, st.PENDING, 2),
+        (True, True, st.PENDING, 2),
+        (True, None, st.DONE, 1),
+    ],
 )
-def test_an_exit_0_after_the_stop_was_asked_is_done_only_if_the_stop_reached_no_member(
-    tmp_path: Path, stop_reached: bool | None, state: str, attempt: int
+def test_an_exit_0_while_stopping_is_done_only_if_the_stop_reached_no_member(
+    tmp_path: Path, before_stop: bool, stop_reached: bool | None, state: str, attempt: int
 ) -> None:
-    """The stop was asked of the executor, but the command had exited 0 before the signal
-    reached it (the launchers record it: ``stop_reached`` False): the work is done, the job
-    is not run again. A stop that reached it (True), or no such record (None: an older
-    launcher, a member lost with its node), is a graceful exit on SIGTERM: requeued."""
+    """The command exited 0 before the stop's signal reached it (the launchers record it:
+    ``stop_reached`` False): the work is done, the job is not run again, even though the stop
+    was asked of the executor. A stop that reached it (True) is a graceful exit on SIGTERM:
+    requeued, also where this executor had not asked it yet (a stop sent before a restart).
+    With no such record (None: an older launcher, a member lost with its node) whether the
+    executor had asked decides, as before."""
     rig = ReconcilerRig.make(tmp_path, fenced())
     _, train = _stopping_for_a_surge(rig)
-    rig.ex.exit(train, 1, (0,), stop_reached=stop_reached)
+    rig.ex.exit(train, 1, (0,), before_stop=before_stop, stop_reached=stop_reached)
     rig.cycle()
     row = rig.job(train)
     assert (row.state, row.attempt) == (state, attempt)

@@ -80,6 +80,7 @@ if not __package__:
 
 from gpufence.control.executors.member_records import (  # noqa: E402
     LAUNCHER_ENV,
+    STOPS,
     atomic_write,
     err_file,
     open_log,
@@ -281,8 +282,6 @@ def _kill_cgroup(dirs: list[str], limit_s: float = FENCE_GRACE_S) -> None:
         time.sleep(0.005)
 
 
-STOPS = frozenset({signal.SIGTERM, signal.SIGINT})
-"""The signals that stop a member (the checkpoint notice, SIGUSR1 or ``--catch``, does not)."""
 _seen: set[int] = set()
 """The caught signals that reached this launcher (``_survive``)."""
 

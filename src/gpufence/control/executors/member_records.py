@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import signal
 import stat as _stat
 import time
 from pathlib import Path
@@ -115,6 +116,9 @@ def exit_record(code: int, ended_unix: float, stop_reached: bool | None = None) 
     stop = "" if stop_reached is None else f', "stop": {"true" if stop_reached else "false"}'
     return f'{{"code": {int(code)}, "ended_unix": {float(ended_unix)!r}{stop}}}\n'
 
+
+STOPS = frozenset({signal.SIGTERM, signal.SIGINT})
+"""The signals that stop a member (the checkpoint notice, SIGUSR1 by default, does not)."""
 
 EXIT_RESERVED = 256
 """Bytes reserved for ``rank-R.exit`` at spawn; the record is overwritten into them."""

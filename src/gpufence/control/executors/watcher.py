@@ -94,6 +94,10 @@ def _ignore_ack(job_id: str, attempt: int) -> None:
 class AttemptWatcher:
     """The attempts that run and the thread that watches them (see the module docstring)."""
 
+    records_tell_stops = True
+    """Whether the launchers' records tell a stop from a notice (``stop_reached``): not where
+    the notice signal is itself SIGTERM or SIGINT (``LocalExecutor`` sets it)."""
+
     def __init__(self, gang_grace_s: float) -> None:
         self.gang_grace_s = gang_grace_s
         self._lock = threading.Lock()
@@ -135,16 +139,18 @@ class AttemptWatcher:
 
     # ------------------------------------------------------------------ signalling members
     def _signal_locked(self, m: MemberProcess, sig: signal.Signals) -> None:
-        """A catchable signal to the member: its process group, or with containment every
-        process of its cgroup plus the launcher (which passes on one that came before the job's
-        first process had joined the cgroup)."""
+        """A catchable signal to the member: its process group, or with containment the
+        launcher (which passes on one that came before the job's first process had joined the
+        cgroup) and then every process of its cgroup. The launcher first: it records whether a
+        stop reached the member before the command exited (``stop_reached``), so it must have
+        the signal before the command can act on it."""
         if m.cgroup is None:
             killpg(m.pid, sig)
             return
-        m.cgroup.signal(sig)
         if m.pid > 1 and not m.done:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(m.pid, sig)
+        m.cgroup.signal(sig)
 
     def _kill_locked(self, m: MemberProcess) -> None:
         """SIGKILL to the member's job: its cgroup (the launcher lives on to record the exit),
@@ -322,7 +328,7 @@ class AttemptWatcher:
             # read only where it decides something: every member exited 0 (item_writes)
             reached = (
                 stop_reached(att.launch.attempt_dir, len(codes))
-                if codes and all(c == 0 for c in codes)
+                if self.records_tell_stops and codes and all(c == 0 for c in codes)
                 else None
             )
             ev = att.exit_event(

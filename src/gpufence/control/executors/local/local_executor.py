@@ -68,6 +68,7 @@ from gpufence.control.executors.jobdirs import (
 )
 from gpufence.control.executors.local.adoption import adopt_members, ready_attempt
 from gpufence.control.executors.member_records import (
+    STOPS,
     atomic_write,
     err_file,
     out_file,
@@ -107,6 +108,7 @@ class LocalExecutor(AttemptWatcher):
         containment: Containment | None = None,
     ) -> None:
         self.notice_signal = signal.Signals(notice_signal)
+        self.records_tell_stops = self.notice_signal not in STOPS
         self.python = python
         self.containment = containment
         """None: members run unconfined (no cgroups): ``gpufence up --no-containment``."""

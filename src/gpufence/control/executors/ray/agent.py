@@ -247,10 +247,10 @@ class NodeAgent:
             with contextlib.suppress(ContainmentError):
                 if sig == signal.SIGKILL:
                     cg.kill()
-                else:
-                    cg.signal(sig)
+                else:  # the launcher first: it records whether a stop reached the member
                     with contextlib.suppress(ProcessLookupError):
                         os.kill(m.proc.pid, sig)
+                    cg.signal(sig)
 
     async def notice(
         self, attempt_dir: str, ranks: list[int], body: str, signum: int | None

@@ -53,6 +53,7 @@ from gpufence.control.executors.interface import (
     report,
 )
 from gpufence.control.executors.local.local_executor import check_launch
+from gpufence.control.executors.member_records import STOPS
 from gpufence.control.executors.memberenv import member_envs
 from gpufence.control.executors.processes import combined_stop, recorded_exit
 from gpufence.control.executors.ray.agent import NodeAgent
@@ -104,6 +105,9 @@ class RayExecutor(NodeHealth):
         if not ray.is_initialized():
             raise RuntimeError("RayExecutor needs ray.init() first")
         self.notice_signal = signal.Signals(notice_signal)
+        # a notice sent as SIGTERM/SIGINT looks like a stop to the launchers: their records
+        # then tell nothing (stop_reached None: the executor's own "asked" decides)
+        self._records_tell_stops = self.notice_signal not in STOPS
         self.gang_grace_s = gang_grace_s
         self.lost_hold_s = lost_hold_s
         self.health_poll_s = health_poll_s
@@ -420,7 +424,11 @@ class RayExecutor(NodeHealth):
                 tuple(m.code for m in att.members),
                 oom=any(m.oom for m in att.members),
                 strays_killed=sum(m.strays for m in att.members),
-                stop_reached=combined_stop([m.stop for m in att.members]),
+                stop_reached=(
+                    combined_stop([m.stop for m in att.members])
+                    if self._records_tell_stops
+                    else None
+                ),
             )
             out.append(ev)
             log.info("job %s attempt %d ended: codes %s", *key, list(ev.codes))
