@@ -109,8 +109,12 @@ def _run_child(command: int, report: int, join_dirs: list[str]) -> NoReturn:  # 
             break
     try:
         msg = read_frame(command)
-        if msg is None:
-            os._exit(0)  # never used: nothing ran
+        if msg is None:  # never used: nothing ran. If L was woken meanwhile (the executor
+            # died between its two writes) it reads this and records the member as lost: an
+            # exit 0 here would look like a job that ran and succeeded
+            with contextlib.suppress(OSError):
+                os.write(report, b"lthe command never reached it (its executor went away)")
+            os._exit(launcher.EXIT_NOT_EXECUTABLE)
         os.close(command)
         if failed is not None:
             os.write(report, f"c{failed}".encode())

@@ -92,6 +92,7 @@ from gpufence.control.executors.member_records import (  # noqa: E402
     records_dir,
     started_file,
     write_exit_record,
+    write_lost_record,
 )
 
 
@@ -118,6 +119,13 @@ class SpawnFailure(Exception):
         super().__init__(message)
         self.code = code
         self.message = message
+
+
+class SpawnLost(SpawnFailure):
+    """The command never reached the member (a pre-started one whose executor went away
+    between waking its launcher and handing its first process the command): nothing of the
+    job ran. Recorded with no code, as a lost member, so the attempt is run again rather than
+    settled by an exit code of ours: 0 would call a job that never ran done."""
 
 
 def join_cgroup(directory: str) -> None:
@@ -228,6 +236,8 @@ def await_exec(pid: int, report: int, command: list[str]) -> int:
         raise SpawnFailure(EXIT_NOT_CONTAINED, text[1:])
     if text[0] == "n":
         raise SpawnFailure(EXIT_NOT_FOUND, f"command not found: {command[0]!r}: {text[1:]}")
+    if text[0] == "l":
+        raise SpawnLost(EXIT_NOT_EXECUTABLE, text[1:])
     raise SpawnFailure(EXIT_NOT_EXECUTABLE, f"cannot execute {command[0]!r}: {text[1:]}")
 
 
@@ -404,8 +414,13 @@ def main(
         return EXIT_NOT_CONTAINED
     code: int
     stop_reached: bool | None = None  # the command never ran: no stop could reach it
+    lost: str | None = None
     try:
         child = (spawn or _spawn)(command, job_env, out_fd, err_fd, confine)
+    except SpawnLost as exc:
+        code, lost = exc.code, exc.message
+        with contextlib.suppress(OSError):
+            os.write(err_fd, f"gpufence launcher: {exc.message}\n".encode())
     except SpawnFailure as exc:
         code = exc.code
         with contextlib.suppress(OSError):  # a full disk must not cost the exit record
@@ -435,6 +450,9 @@ def main(
     finally:
         os.close(out_fd)
         os.close(err_fd)
+    if lost is not None:
+        write_lost_record(attempt_dir, rank, lost, time.time())
+        return code
     write_exit_record(attempt_dir, rank, code, time.time(), stop_reached)
     _failpoint("launcher.after-exit-record")
     if fenced:  # nobody is left to clean up after us: the rest of the group goes too (and we)

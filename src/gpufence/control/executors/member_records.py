@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import os
 import signal
 import stat as _stat
@@ -201,6 +202,19 @@ def write_exit_record(
                 return "spool"
         time.sleep(min(5.0, 0.05 * 2**tries))
         tries += 1
+
+
+def write_lost_record(attempt_dir: Path, rank: int, why: str, ended_unix: float) -> None:
+    """A member that ended without running its command in a way that says nothing of the job
+    (``launcher.SpawnLost``): no code (readers take it as lost), and why. Best effort: with no
+    record at all the member reads as lost too."""
+    text = json.dumps({"code": None, "ended_unix": ended_unix, "lost": why}) + "\n"
+    path = exit_file(attempt_dir, rank)
+    with contextlib.suppress(OSError):
+        _overwrite_reserved(path, text)
+        return
+    with contextlib.suppress(OSError):
+        atomic_write(path, text, fsync=True)
 
 
 def proc_stat_fields(pid: int) -> list[str] | None:
