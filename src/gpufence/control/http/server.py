@@ -45,7 +45,6 @@ from gpufence.control.gpus.discovery import (
 )
 from gpufence.control.gpus.nodespec import host_resources
 from gpufence.control.http.api import make_app
-from gpufence.control.http.one_write import OneWriteHTTP
 from gpufence.control.plane import ControlPlane
 from gpufence.control.privatefs import write_private
 from gpufence.control.store.errors import StoreError, StoreUnavailable
@@ -176,8 +175,7 @@ def _bind(host: str, port: int) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     # proto given explicitly: asyncio sets TCP_NODELAY on accepted sockets only when their
     # proto says TCP; without it every response waited ~40 ms for the client's delayed ACK
-    # (uvicorn writes the head and the body of a response separately unless one_write.py
-    # joins them, as it does for a small head: Nagle held the body)
+    # (uvicorn writes the head and the body of a response separately: Nagle held the body)
     sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -302,7 +300,7 @@ def serve(
                 # uvloop and httptools where installed (the server extra installs both):
                 # their C loop and parser are most of a submit's budget in pure Python
                 loop="auto",
-                http=OneWriteHTTP,  # uvicorn's "auto" protocol, a response in one write
+                http="auto",
                 lifespan="off",
                 # nothing here reads a client's address, and X-Forwarded-For from any local
                 # process would only spoof the one uvicorn logs: its middleware is skipped
