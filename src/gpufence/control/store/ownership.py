@@ -100,6 +100,9 @@ class FileLock:
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        # set first: __del__ runs on a half-made lock too (the refusal below, an open that
+        # failed), and must find nothing to release rather than raise AttributeError
+        self._fd: int | None = None
         fd = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, PRIVATE_FILE)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -109,7 +112,7 @@ class FileLock:
                 f"another gpufence control plane uses the store {path}; stop it first or "
                 "start this one with another --data (two on one store would run jobs twice)"
             ) from None
-        self._fd: int | None = fd
+        self._fd = fd
         st = os.fstat(fd)
         self.identity = (st.st_dev, st.st_ino)
 
