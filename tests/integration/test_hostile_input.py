@@ -46,6 +46,11 @@ NUMBERS = [
     (b'{"command": ["true"], "gpu_fraction": NaN}', "body.gpu_fraction"),
     (b'{"command": ["true"], "gpus": 1e400}', "body.gpus"),
     (b'{"command": ["true"], "priority": 100000000000000000000000}', "body.priority"),
+    # JSON true/false is no number and 1 / "yes" no flag (lax parsing read "gpus": true as 1)
+    (b'{"command": ["true"], "gpus": true}', "body.gpus"),
+    (b'{"command": ["true"], "est_runtime_s": false}', "body.est_runtime_s"),
+    (b'{"command": ["true"], "checkpointable": 1}', "body.checkpointable"),
+    (b'{"command": ["true"], "hold": "yes"}', "body.hold"),
 ]
 
 
@@ -68,7 +73,7 @@ STRINGS = [
     ({"command": ["true"], "cwd": "relative/dir"}, "body.cwd", "absolute"),
     ({"command": ["true"], "cwd": "/tmp\nFORGED LOG LINE"}, "body.cwd", "control"),
     ({"command": ["true"], "cwd": "/nonexistent/gpufence-test"}, "body.cwd", "not a directory"),
-    ({"command": ["true"], "env": {"FOO\n": "x"}}, "body.env", "not a valid"),
+    ({"command": ["true"], "env": {"FOO\n": "x"}}, "body.env", "'FOO\\x0a' is not a valid"),
     ({"command": ["true"], "env": {"FOO": "a\x00b"}}, "body.env.FOO", "NUL"),
     ({"command": ["true"], "env": {"\ud800": "x"}}, "body.env", "surrogate"),
     ({"command": ["true"], "name": "bad\nname"}, "body.name", "control"),

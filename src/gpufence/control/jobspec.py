@@ -144,6 +144,25 @@ def escape(text: object) -> str:
     return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", s)
 
 
+# the submit body's numeric and true/false fields: their JSON types are checked before pydantic's
+# lax conversion (see SubmitRequest._number_not_bool and _flag_is_bool)
+_NUMBERS = (
+    "gpus",
+    "gpu_fraction",
+    "gpu_mem_gib",
+    "replicas",
+    "priority",
+    "est_runtime_s",
+    "cpus",
+    "mem_bytes",
+    "time_limit_s",
+    "slo_p99_ms",
+    "metrics_port",
+    "max_attempts",
+)
+_FLAGS = ("checkpointable", "hold")
+
+
 class SubmitRequest(BaseModel):
     command: list[Arg] = Field(
         min_length=1, max_length=MAX_ARGS, description="argv of each replica (no shell)"
@@ -245,6 +264,22 @@ class SubmitRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True, allow_inf_nan=False)
 
+    @field_validator(*_NUMBERS, mode="before")
+    @classmethod
+    def _number_not_bool(cls, value: object) -> object:
+        # JSON true/false is no number: lax validation would read "gpus": true as 1 GPU
+        if isinstance(value, bool):
+            raise ValueError(f"must be a number, not {str(value).lower()}")
+        return value
+
+    @field_validator(*_FLAGS, mode="before")
+    @classmethod
+    def _flag_is_bool(cls, value: object) -> object:
+        # only true/false: lax validation would read 1, "yes" or "off" as a flag
+        if not isinstance(value, bool):
+            raise ValueError("must be true or false")
+        return value
+
     @field_validator("command")
     @classmethod
     def _argv0(cls, command: list[str]) -> list[str]:
@@ -259,7 +294,7 @@ class SubmitRequest(BaseModel):
             _utf8(k)
             if len(k) > 256 or not _ENV_NAME.fullmatch(k):
                 raise ValueError(
-                    f"{escape(k)!r} is not a valid environment variable name "
+                    f"'{escape(k)}' is not a valid environment variable name "
                     "(letters, digits and _, not starting with a digit)"
                 )
             if k in RESERVED_ENV or k.startswith("GPUFENCE_"):
