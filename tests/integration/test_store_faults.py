@@ -11,6 +11,7 @@ them instead of running it again.
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 from collections.abc import Iterator
@@ -115,9 +116,14 @@ def _fault_while_jobs_end(srv: Server, disk: SmallDisk, spool: Path) -> None:
 
 
 def test_a_full_disk_holds_exits_until_the_store_is_back(
-    srv: Server, disk: SmallDisk, spool: Path
+    srv: Server, disk: SmallDisk, spool: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    _fault_while_jobs_end(srv, disk, spool)
+    with caplog.at_level(logging.INFO, logger="gpufence.store"):
+        _fault_while_jobs_end(srv, disk, spool)
+    said = [r.getMessage() for r in caplog.records if r.name == "gpufence.store"]
+    # the log says when the fault began and when it was over, once each
+    assert said.count("store unavailable: disk full") == 1, said
+    assert said.count("store takes writes again (it was store unavailable: disk full)") == 1, said
 
 
 def test_the_cli_retries_a_submit_through_a_full_disk(srv: Server, disk: SmallDisk) -> None:

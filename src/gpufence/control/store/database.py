@@ -290,7 +290,10 @@ class Store:
             except BaseException:
                 self._rollback()
                 raise
-            self._broken = None
+            if self._broken is not None:
+                # the operator saw the ERROR line; say as plainly when it is over
+                log.warning("store takes writes again (it was %s)", self._broken)
+                self._broken = None
         failpoints.hit("store.after-commit")
         for observe in self.observers if tx.changes else ():
             try:
