@@ -12,7 +12,7 @@ import logging
 from typing import Any
 
 import pytest
-from api_helpers import ADMIN, Server, call, wait_state
+from api_helpers import ADMIN, Server, call, submit, wait_state
 
 from gpufence.cli.up import escape_control_characters
 from gpufence.control.jobspec import escape
@@ -180,3 +180,39 @@ def test_idempotency_key_returns_the_same_job(server: Server) -> None:
     wait_state(server, first["id"], ("done",))
     listed = call(server, "GET", "/v1/jobs?limit=10000", ADMIN)[1]["jobs"]
     assert sum(j["name"] == "idem" for j in listed) == 1
+
+
+def test_deeply_nested_and_non_utf8_bodies_are_422(server: Server) -> None:
+    before = job_count(server)
+    deep = b'{"command": ' + b"[" * 5000 + b"]" * 5000 + b"}"  # the decoder's recursion limit
+    bom = b"\xef\xbb\xbf" + json.dumps({"command": ["true"]}).encode()
+    utf16 = json.dumps({"command": ["true"]}).encode("utf-16")
+    for raw in (deep, bom, utf16):
+        status, out, headers = post_raw(server, raw)
+        assert status == 422, (raw[:20], out)
+        invalid(out, headers, "body")
+    assert job_count(server) == before
+
+
+def test_dependencies_past_the_limit_once_arrays_expand_are_refused_at_submit(
+    server: Server,
+) -> None:
+    """A name expanding to 101 array tasks: refused with 422 at submit. Stored, the spec
+    failed its own 100-item check when the job was to start (and at every restart)."""
+    status, arr = submit(
+        server, {"command": ["true"], "name": "wide", "array": "0-100", "hold": True}
+    )
+    assert status == 201, arr
+    before = job_count(server)
+    status, out, headers = call(
+        server, "POST", "/v1/jobs", body={"command": ["true"], "after_ok": ["wide"]}
+    )
+    assert status == 422, out
+    invalid(out, headers, "body.after_ok")
+    assert "more than 100" in out["detail"], out
+    assert job_count(server) == before
+    # within the limit it is taken, and the same tasks named twice count once
+    status, out = submit(server, {"command": ["true"], "after_any": [arr["id"]] * 2, "hold": True})
+    assert status == 201, out
+    status, job, _ = call(server, "GET", f"/v1/jobs/{out['id']}")
+    assert job["spec"]["after_any"] == [arr["id"]], job["spec"]

@@ -28,7 +28,7 @@ from gpufence.control.inbox import (
     SubmitResult,
     reply,
 )
-from gpufence.control.jobspec import ArrayTask, SubmitRequest
+from gpufence.control.jobspec import MAX_DEPENDENCIES, ArrayTask, SubmitRequest, escape
 from gpufence.control.store import database as st
 from gpufence.model.decisions import Cancel
 from gpufence.model.events import Event, JobHeld, JobReleased, JobSubmitted, OutcomeKnown
@@ -71,17 +71,28 @@ def prepare(
     for field in DEPENDENCY_FIELDS:
         refs: list[str] = getattr(req, field)
         ids: list[str] = []
+        seen: set[str] = set()  # a set: a name can expand to a 10,000-task array
         for ref in refs:
             try:
                 found = job_names.resolve(tx.execute, tenant, ref)
             except job_names.UnknownJob as exc:
                 raise InvalidField(("body", field), f"{exc} among the jobs of {tenant}") from None
             for n in found:
-                if n.id in ids:
+                if n.id in seen:
                     continue
+                seen.add(n.id)
                 ids.append(n.id)
                 if n.id not in core and n.state in st.TERMINAL:
                     known.append(OutcomeKnown(n.id, n.state))
+            if len(ids) > MAX_DEPENDENCIES:
+                # refused here: stored longer, the spec would fail its own check at launch
+                # and at the next start (the job accepted, then failed as 'invalid')
+                raise InvalidField(
+                    ("body", field),
+                    f"'{escape(ref)}' brings the jobs it names to more than {MAX_DEPENDENCIES} "
+                    "(an array counts each task): depend on fewer jobs, or on one job that "
+                    "itself waits for the array",
+                )
         update[field] = ids
     return req.model_copy(update=update), known
 

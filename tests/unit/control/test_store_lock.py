@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import gc
+import os
+import signal
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from gpufence.control.store.errors import StoreError
-from gpufence.control.store.ownership import FileLock
+from gpufence.control.store.ownership import FileLock, Owner
 
 
 def test_second_lock_is_refused_cleanly_and_released_lock_can_be_taken(tmp_path: Path) -> None:
@@ -30,3 +33,26 @@ def test_second_lock_is_refused_cleanly_and_released_lock_can_be_taken(tmp_path:
     finally:
         sys.unraisablehook = old_hook
     assert unraisable == [], [u.exc_value for u in unraisable]
+
+
+def test_a_zombie_owner_is_not_alive() -> None:
+    """A killed server nobody reaped is a zombie: its owner row must read as dead."""
+    pid = os.fork()
+    if pid == 0:  # the child: wait to be killed
+        time.sleep(60)
+        os._exit(0)
+    try:
+        me = Owner.me()
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+        start = int(stat[stat.rfind(b")") + 2 :].split()[19])
+        owner = Owner(pid, start, me.boot_id, me.host, me.since)
+        assert owner.alive()
+        os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while b") Z" not in Path(f"/proc/{pid}/stat").read_bytes():  # killed, not yet reaped
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        assert not owner.alive()
+    finally:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)

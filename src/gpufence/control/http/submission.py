@@ -113,9 +113,12 @@ async def submit_response(
             f"header.{IDEMPOTENCY_KEY}", "must be 1-255 visible ASCII characters", "pattern"
         )
     try:
-        obj = json.loads(raw)
+        # decoded as UTF-8 first: json.loads of bytes would also take UTF-16/32 and a BOM
+        obj = json.loads(raw.decode("utf-8"))
     except ValueError:  # also a body that is not UTF-8
         return _invalid("body", "the body is not valid JSON text (UTF-8)", "json_invalid")
+    except RecursionError:  # '[[[[...' nested ~1000 deep: the decoder's stack, not a 500
+        return _invalid("body", "the body's JSON is nested too deeply", "json_invalid")
     try:
         req = SubmitRequest.model_validate(obj)
     except ValidationError as exc:

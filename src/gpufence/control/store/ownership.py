@@ -42,6 +42,10 @@ def _start_time(pid: int) -> int | None:
     except OSError:
         return None
     fields = data[data.rfind(b")") + 2 :].split()
+    if fields[:1] == [b"Z"]:
+        # a zombie (a killed server whose parent never reaps it, as in a container without an
+        # init) runs nothing and holds no lock: it must not keep the store from a new server
+        return None
     return int(fields[19]) if len(fields) > 19 else None
 
 
