@@ -216,3 +216,14 @@ def test_dependencies_past_the_limit_once_arrays_expand_are_refused_at_submit(
     assert status == 201, out
     status, job, _ = call(server, "GET", f"/v1/jobs/{out['id']}")
     assert job["spec"]["after_any"] == [arr["id"]], job["spec"]
+
+
+@pytest.mark.parametrize(
+    "query",
+    ["step=inf", "step=nan", "since=-1.7e308&until=1.7e308", "since=-1e308&until=1e308&step=1e308",
+     "until=inf", "since=nan"],
+)  # fmt: skip
+def test_series_range_out_of_bounds_is_422(server: Server, query: str) -> None:
+    status, out, headers = call(server, "GET", f"/v1/series?{query}")
+    assert status == 422, (query, out)
+    invalid(out, headers, "query.")

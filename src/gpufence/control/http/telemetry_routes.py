@@ -29,6 +29,7 @@ from gpufence.control.observe.series_view import SeriesQueryError
 from gpufence.control.plane import AccessError, ControlPlane, InvalidField, NotServingError
 
 MAX_LATENCY_MS = 3_600_000.0
+MAX_TIME = 1e12  # seconds since the epoch, as accounting's bound: far past any date, finite
 
 
 class LatencyPush(BaseModel):
@@ -65,13 +66,20 @@ def telemetry_router(plane: ControlPlane) -> APIRouter:
         tenant: Tenant,
         since: Annotated[
             float | None,
-            Query(description="unix seconds; default: 15 minutes before until (or the start)"),
+            Query(
+                ge=0,
+                le=MAX_TIME,
+                description="unix seconds; default: 15 minutes before until (or the start)",
+            ),
         ] = None,
-        until: Annotated[float | None, Query(description="unix seconds; default: now")] = None,
+        until: Annotated[
+            float | None, Query(ge=0, le=MAX_TIME, description="unix seconds; default: now")
+        ] = None,
         step: Annotated[
             float | None,
             Query(
                 gt=0,
+                le=MAX_TIME,  # finite: step=inf made the axis NaN (a 500)
                 description="bucket width in seconds; default: the range / 300, never "
                 "below the sampling step (control.telemetry.series_step_s)",
             ),
