@@ -63,11 +63,13 @@ CountOpt = Annotated[
         "--count", metavar="N", help="with --watch: stop after N frames (0: until Ctrl-C)"
     ),
 ]
+MAX_LIMIT = 1_000_000_000
 LimitOpt = Annotated[
     int,
     typer.Option(
         "--limit",
         metavar="N",
+        max=MAX_LIMIT,  # beyond it Python's slicing overflowed (a traceback, not an error)
         help="show at most N rows (0: all); the rest are counted in a footer",
     ),
 ]

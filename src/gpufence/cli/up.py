@@ -172,7 +172,9 @@ def up(
     except SpecError as e:
         err_console().print(format_spec_error(e), markup=False, soft_wrap=True)
         raise typer.Exit(2) from None
-    except (StartupError, ValueError, FileNotFoundError) as e:
+    except (StartupError, ValueError, OSError) as e:
+        # OSError: a --data that is a file, a directory it may not write, a full disk: the
+        # operator gets the reason in one line, not a traceback
         err_console().print(f"error: {e}", markup=False, soft_wrap=True)
         raise typer.Exit(2) from None
 
