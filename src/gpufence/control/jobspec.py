@@ -24,6 +24,7 @@ from urllib.parse import urlsplit
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     ValidationError,
@@ -144,23 +145,25 @@ def escape(text: object) -> str:
     return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", s)
 
 
-# the submit body's numeric and true/false fields: their JSON types are checked before pydantic's
-# lax conversion (see SubmitRequest._number_not_bool and _flag_is_bool)
-_NUMBERS = (
-    "gpus",
-    "gpu_fraction",
-    "gpu_mem_gib",
-    "replicas",
-    "priority",
-    "est_runtime_s",
-    "cpus",
-    "mem_bytes",
-    "time_limit_s",
-    "slo_p99_ms",
-    "metrics_port",
-    "max_attempts",
-)
-_FLAGS = ("checkpointable", "hold")
+def _number_not_bool(value: object) -> object:
+    # JSON true/false is no number: lax validation would read "gpus": true as 1 GPU
+    if isinstance(value, bool):
+        raise ValueError(f"must be a number, not {str(value).lower()}")
+    return value
+
+
+def _flag_is_bool(value: object) -> object:
+    # only true/false: lax validation would read 1, "yes" or "off" as a flag
+    if not isinstance(value, bool):
+        raise ValueError("must be true or false")
+    return value
+
+
+# the JSON types of the submit body, checked before pydantic's lax conversion: on the type, so
+# a field added later gets the check by being declared with it
+Int = Annotated[int, BeforeValidator(_number_not_bool)]
+Float = Annotated[float, BeforeValidator(_number_not_bool)]
+Flag = Annotated[bool, BeforeValidator(_flag_is_bool)]
 
 
 class SubmitRequest(BaseModel):
@@ -169,46 +172,46 @@ class SubmitRequest(BaseModel):
     )
     name: Name | None = None
     workload_class: WorkloadClass = Field(default=WorkloadClass.TRAINING, alias="class")
-    gpus: int = Field(default=1, ge=0, le=1024, description="whole GPUs per replica")
+    gpus: Int = Field(default=1, ge=0, le=1024, description="whole GPUs per replica")
     mig: Name | None = Field(default=None, description="one MIG instance of this profile")
-    gpu_fraction: float | None = Field(default=None, gt=0.0, lt=1.0)
-    gpu_mem_gib: float | None = Field(
+    gpu_fraction: Float | None = Field(default=None, gt=0.0, lt=1.0)
+    gpu_mem_gib: Float | None = Field(
         default=None, gt=0.0, le=MAX_GPU_MEM_GIB, description="GiB, with gpu_fraction"
     )
-    replicas: int = Field(default=1, ge=1, le=4096)
+    replicas: Int = Field(default=1, ge=1, le=4096)
     partition: Annotated[str, Field(max_length=MAX_NAME), AfterValidator(_no_control)] = ""
     queue: Annotated[str, Field(max_length=MAX_NAME), AfterValidator(_no_control)] = ""
-    priority: int = Field(default=0, ge=-1000, le=1000)
-    checkpointable: bool = False
-    est_runtime_s: float | None = Field(
+    priority: Int = Field(default=0, ge=-1000, le=1000)
+    checkpointable: Flag = False
+    est_runtime_s: Float | None = Field(
         default=None, gt=0.0, le=MAX_RUNTIME_S, description="seconds, at most ten years"
     )
     env: dict[str, Arg] = Field(default_factory=dict, max_length=MAX_ENV)
     cwd: (
         Annotated[str, Field(min_length=1, max_length=MAX_PATH), AfterValidator(_abs_path)] | None
     ) = Field(default=None, description="absolute working directory of every replica")
-    cpus: float | None = Field(
+    cpus: Float | None = Field(
         default=None,
         ge=0.001,
         le=MAX_CPUS,
         description="CPU cores per replica (fractions allowed): placed on a node that has them "
         "free, and the member is limited to them",
     )
-    mem_bytes: int | None = Field(
+    mem_bytes: Int | None = Field(
         default=None,
         ge=MIB,
         le=MAX_MEM_BYTES,
         description="host memory per replica in bytes: placed on a node that has it free; a "
         "member over it is OOM-killed (job failed, reason 'oom')",
     )
-    time_limit_s: float | None = Field(
+    time_limit_s: Float | None = Field(
         default=None,
         gt=0.0,
         le=MAX_TIME_LIMIT_S,
         description="wall-clock limit of one attempt in seconds: stopped at it (notice first "
         "if checkpointable), reason 'time-limit'",
     )
-    slo_p99_ms: float | None = Field(
+    slo_p99_ms: Float | None = Field(
         default=None,
         gt=0.0,
         le=3_600_000.0,
@@ -223,7 +226,7 @@ class SubmitRequest(BaseModel):
         "gpufence scrapes for a latency histogram; HOST must be loopback or in "
         "control.telemetry.scrape_hosts",
     )
-    metrics_port: int | None = Field(
+    metrics_port: Int | None = Field(
         default=None,
         ge=1,
         le=65535,
@@ -234,7 +237,7 @@ class SubmitRequest(BaseModel):
         max_length=200,
         description="serving: the histogram to read (default: any *_request_duration_seconds)",
     )
-    max_attempts: int = Field(
+    max_attempts: Int = Field(
         default=3, ge=1, le=100, description="attempts when a run is lost (node failure, crash)"
     )
     tenant: Name | None = Field(default=None, description="admin only: submit on behalf of")
@@ -251,7 +254,7 @@ class SubmitRequest(BaseModel):
         description="start only after each of these jobs ended without success (failed, "
         "cancelled, ...); cancelled if one ends done",
     )
-    hold: bool = Field(default=False, description="submit on hold: pending until released")
+    hold: Flag = Field(default=False, description="submit on hold: pending until released")
     array: Annotated[str, Field(max_length=256), AfterValidator(_array_text)] | None = Field(
         default=None,
         description="a job array: one job per index ('0-99', '1,3,5-7', '0-20:2'), '%N' caps "
@@ -263,22 +266,6 @@ class SubmitRequest(BaseModel):
     )
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True, allow_inf_nan=False)
-
-    @field_validator(*_NUMBERS, mode="before")
-    @classmethod
-    def _number_not_bool(cls, value: object) -> object:
-        # JSON true/false is no number: lax validation would read "gpus": true as 1 GPU
-        if isinstance(value, bool):
-            raise ValueError(f"must be a number, not {str(value).lower()}")
-        return value
-
-    @field_validator(*_FLAGS, mode="before")
-    @classmethod
-    def _flag_is_bool(cls, value: object) -> object:
-        # only true/false: lax validation would read 1, "yes" or "off" as a flag
-        if not isinstance(value, bool):
-            raise ValueError("must be true or false")
-        return value
 
     @field_validator("command")
     @classmethod

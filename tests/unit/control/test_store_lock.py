@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import os
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -37,22 +38,19 @@ def test_second_lock_is_refused_cleanly_and_released_lock_can_be_taken(tmp_path:
 
 def test_a_zombie_owner_is_not_alive() -> None:
     """A killed server nobody reaped is a zombie: its owner row must read as dead."""
-    pid = os.fork()
-    if pid == 0:  # the child: wait to be killed
-        time.sleep(60)
-        os._exit(0)
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         me = Owner.me()
-        stat = Path(f"/proc/{pid}/stat").read_bytes()
+        stat = Path(f"/proc/{child.pid}/stat").read_bytes()
         start = int(stat[stat.rfind(b")") + 2 :].split()[19])
-        owner = Owner(pid, start, me.boot_id, me.host, me.since)
+        owner = Owner(child.pid, start, me.boot_id, me.host, me.since)
         assert owner.alive()
-        os.kill(pid, signal.SIGKILL)
+        os.kill(child.pid, signal.SIGKILL)  # killed, and not reaped until child.wait() below
         deadline = time.monotonic() + 10
-        while b") Z" not in Path(f"/proc/{pid}/stat").read_bytes():  # killed, not yet reaped
-            assert time.monotonic() < deadline
+        while b") Z" not in Path(f"/proc/{child.pid}/stat").read_bytes():
+            assert time.monotonic() < deadline, "the child did not become a zombie"
             time.sleep(0.01)
         assert not owner.alive()
     finally:
-        os.kill(pid, signal.SIGKILL)
-        os.waitpid(pid, 0)
+        child.kill()
+        child.wait()

@@ -21,6 +21,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, HTTPException, Query, status
 from pydantic import BaseModel, Field, field_validator
 
+from gpufence.control.http.accounting_routes import MAX_TIME
 from gpufence.control.http.auth import tenant_dependency
 from gpufence.control.http.problems import ERRORS_ALL, error_responses
 from gpufence.control.observe.observatory import MAX_PUSH
@@ -29,7 +30,6 @@ from gpufence.control.observe.series_view import SeriesQueryError
 from gpufence.control.plane import AccessError, ControlPlane, InvalidField, NotServingError
 
 MAX_LATENCY_MS = 3_600_000.0
-MAX_TIME = 1e12  # seconds since the epoch, as accounting's bound: far past any date, finite
 
 
 class LatencyPush(BaseModel):
