@@ -30,7 +30,7 @@ from containment_helpers import (
 )
 from executor_helpers import Recorder, make_launch
 
-from gpufence.control.containment.cgroup import CgroupDriver
+from gpufence.control.containment.cgroup import CgroupDriver, ContainmentError
 from gpufence.control.containment.members import cgroup_name
 from gpufence.control.executors.interface import AttemptExit, Launch, Limits, Member
 from gpufence.control.executors.member_records import exit_file
@@ -262,3 +262,24 @@ def _run(
         wait_spares(driver, prestarted if driver.renames else 0)
         ex.start(launch)
         return rec.exit(timeout=timeout)[1]
+
+
+def test_a_claim_takes_over_an_empty_leftover_of_its_name_but_not_a_populated_one(
+    v1: CgroupDriver,
+) -> None:
+    """A member cgroup name comes back when a job id is used again (a data directory deleted
+    and recreated): an empty leftover is replaced; one that still holds processes is refused,
+    never joined."""
+    leftover = v1.create("j1.a1.r0.000000000000", Limits(), ())
+    member = v1.claim(v1.create("spare-1-1", Limits(), ()), leftover.name, Limits(), ())
+    assert member.name == leftover.name and member.empty()
+    v1.finish(member)
+    sleeper = subprocess.Popen(["sleep", "30"])
+    try:
+        for d in member.join_dirs:  # as the launcher joins: every hierarchy
+            (Path(d) / "cgroup.procs").write_text(str(sleeper.pid))
+        with pytest.raises(ContainmentError, match="already holds processes"):
+            v1.claim(v1.create("spare-1-2", Limits(), ()), member.name, Limits(), ())
+    finally:
+        sleeper.kill()
+        sleeper.wait()

@@ -229,8 +229,16 @@ class Submitter(threading.Thread):
         self.data, self.jobs, self.gap_s = data, jobs, gap_s
         self.acked: list[str] = []
         self.stop_flag = threading.Event()
+        self.refused: str | None = None
+        """A submit the server refused for good (a 500, a 422): the run has failed."""
 
     def run(self) -> None:
+        try:
+            self._submit_all()
+        except ClientError as exc:
+            self.refused = str(exc)
+
+    def _submit_all(self) -> None:
         for req in self.jobs:
             key = str(uuid.uuid4())
             while not self.stop_flag.is_set():
@@ -239,7 +247,7 @@ class Submitter(threading.Thread):
                     continue
                 try:
                     self.acked.append(
-                        Client(data_dir=self.data).submit(req, key, retries_s=())["id"]
+                        Client(data_dir=self.data).submit(req, key, patience_s=0)["id"]
                     )
                     break
                 except ClientError as exc:
@@ -302,17 +310,19 @@ def run_once(root: Path, seed: int, crashes: int, scale: int = 1, timeout_s: flo
         server.stop()
         kill_leftovers(data)
     check(data, sub.acked, report)
+    if sub.refused is not None:
+        report.lost.append(f"a submit was refused, the rest never sent: {sub.refused}")
     return report
 
 
-def kill_leftovers(data: Path) -> None:
+def kill_leftovers(data: Path, only: str | None = None) -> None:
     """Jobs outlive their server by design; a run that ran out of time must not leave any
-    (nor their cgroups, when the server ran with containment)."""
+    (nor their cgroups, when the server ran with containment). ``only``: that job's alone."""
     try:
         containment: Containment | None = Containment.detect()
     except ContainmentError:
         containment = None
-    for jdir in data.glob("jobs/j*"):
+    for jdir in data.glob(f"jobs/{only or 'j*'}"):
         for attempt, adir in attempt_dirs(jdir):
             ranks = max(recorded_ranks(adir), default=0) + 1
             for cg in member_cgroups(containment, jdir.name, attempt, adir, ranks):

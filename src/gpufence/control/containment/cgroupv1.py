@@ -215,6 +215,11 @@ class V1Driver:
         after the job was started (no process moves either way: see ``prestart.py``)."""
         assert isinstance(spare, V1Member)
         new = self._dirs(name)
+        for d in new.values():  # left by an earlier life of this name (a crash, a lost store)
+            if d.is_dir():
+                if read_pids(d / "cgroup.procs"):
+                    raise ContainmentError(f"cgroup {d} already holds processes")
+                remove_dir(d)
         try:
             os.rename(spare._dirs["freezer"], new["freezer"])
         except OSError as exc:

@@ -291,7 +291,10 @@ def serve(
 
         started = False
         try:
-            plane.start()
+            try:
+                plane.start()
+            except StoreError as exc:  # recovery's refusals (store.strangers): one line, exit 2
+                raise StartupError(str(exc)) from None
             started = True
             if plane.recovered.get("adopted"):
                 log.info("adopted %d running jobs from the last run", plane.recovered["adopted"])

@@ -55,6 +55,7 @@ from gpufence.control.launches import job_dir, launch_for
 from gpufence.control.reconciler import Reconciler
 from gpufence.control.store import database as st
 from gpufence.control.store.errors import StoreError
+from gpufence.control.store.strangers import refuse_strangers
 from gpufence.model.decisions import Reason
 from gpufence.model.events import Event, JobRestored, JobSubmitted, OutcomeKnown, UsageRestored
 
@@ -281,6 +282,8 @@ def recover(rec: Reconciler, containment: Containment | None = None) -> dict[str
     """Runs before the reconciler thread starts; returns counts by outcome for the log.
     ``containment``: the local executor's, whose cgroups hold the processes of attempts the
     store lost (see ``_past_untracked_attempts``)."""
+    # before anything is adopted: a store older than its data directory is refused
+    refuse_strangers(rec.store, rec.data_dir, containment)
     counts = {"pending": 0, "adopted": 0, "ended-while-down": 0, "invalid": 0}
     events: list[Event] = []
     stops: list[tuple[str, int]] = []

@@ -1,0 +1,141 @@
+"""Jobs that still run but that the store does not know: refused at start-up.
+
+A store restored from an older backup, or a data directory emptied or recreated while its jobs
+ran, opens without error, but it does not know the attempts started after it was saved. Their
+processes still hold GPUs; a control plane starting on that store would see those GPUs free and
+put other jobs on them (issue 11: never double-book). So before recovery adopts anything, every
+attempt of this data directory with a live member is compared with the store:
+
+* a job the store does not have at all, or an attempt of a running job other than the one the
+  store says runs, is a *stranger*;
+* a job the store has ended is not looked at (a store only moves forward: an older copy never
+  ends a job the newer one still ran), nor a pending one (recovery settles an attempt the store
+  lost the start of: ``recovery._past_untracked_attempts``).
+
+Live members are found from the attempt directories (pid files guarded by start time) and, with
+containment, from the member cgroups under the cgroup parent whose name carries the hash of one
+of this data directory's attempt paths: a deleted data directory leaves those behind, so its jobs
+are still found. Any stranger refuses the start with what to do; nothing is killed, because only
+the operator knows whether the store or the processes are the truth.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from pathlib import Path
+
+from gpufence.control.containment.members import Containment, member_cgroup_name
+from gpufence.control.executors.jobdirs import JOBS_DIR
+from gpufence.control.executors.leftovers import live_member_pids, recorded_ranks
+from gpufence.control.launches import job_dir
+from gpufence.control.store import database as st
+from gpufence.control.store.errors import StoreError
+
+log = logging.getLogger("gpufence.recovery")
+
+_MEMBER = re.compile(
+    r"^(?P<job>j\d{1,18})\.a(?P<attempt>\d{1,9})\.r(?P<rank>\d{1,6})\.[0-9a-f]{12}$"
+)
+SHOWN = 5
+
+
+def _attempts_on_disk(data_dir: Path, job_id: str) -> list[int]:
+    out = []
+    for adir in job_dir(data_dir, job_id).glob("attempt-*"):
+        n = adir.name.removeprefix("attempt-")
+        if n.isdigit():
+            out.append(int(n))
+    return sorted(out)
+
+
+def _job_ids_on_disk(data_dir: Path) -> list[str]:
+    try:
+        names = [p.name for p in (data_dir / JOBS_DIR).iterdir()]
+    except OSError:
+        return []
+    return [n for n in names if n.startswith("j") and n[1:].isdigit()]
+
+
+def _ours_in_cgroups(data_dir: Path, containment: Containment) -> dict[tuple[str, int], int]:
+    """(job, attempt) -> a pid, for every populated member cgroup named for an attempt
+    directory of this data directory (whether or not the directory is still there)."""
+    out: dict[tuple[str, int], int] = {}
+    for name in containment.driver.names():
+        m = _MEMBER.match(name)
+        if m is None:
+            continue
+        jid, attempt, rank = m["job"], int(m["attempt"]), int(m["rank"])
+        adir = job_dir(data_dir, jid) / f"attempt-{attempt}"
+        if member_cgroup_name(jid, attempt, adir, rank) != name:
+            continue  # another data directory's
+        cg = containment.driver.open(name)
+        pids = cg.pids() if cg is not None else []
+        if pids:
+            out.setdefault((jid, attempt), pids[0])
+    return out
+
+
+def live_strangers(
+    data_dir: Path, known: dict[str, tuple[str, int]], containment: Containment | None
+) -> list[str]:
+    """``j12 attempt 1 (pid 345)`` for every live attempt the store does not know.
+    ``known``: job id -> (state, attempt) of every job in the store."""
+
+    def stranger(jid: str, attempt: int) -> bool:
+        state, current = known.get(jid, ("", 0))
+        if state in st.TERMINAL or state == st.PENDING:
+            return False
+        return not state or attempt != current
+
+    found: dict[tuple[str, int], int] = {}
+    if containment is not None:
+        for key, pid in _ours_in_cgroups(data_dir, containment).items():
+            if stranger(*key):
+                found[key] = pid
+    for jid in _job_ids_on_disk(data_dir):
+        state, _ = known.get(jid, ("", 0))
+        if state in st.TERMINAL or state == st.PENDING:
+            continue
+        for attempt in _attempts_on_disk(data_dir, jid):
+            if (jid, attempt) in found or not stranger(jid, attempt):
+                continue
+            adir = job_dir(data_dir, jid) / f"attempt-{attempt}"
+            if not recorded_ranks(adir):
+                continue
+            pids = live_member_pids(adir)
+            if pids:
+                found[(jid, attempt)] = pids[0]
+    order = sorted(found, key=lambda k: (int(k[0][1:]), k[1]))
+    return [f"{jid} attempt {attempt} (pid {found[(jid, attempt)]})" for jid, attempt in order]
+
+
+def refuse_strangers(store: st.Store, data_dir: Path, containment: Containment | None) -> None:
+    """``StoreError`` naming the live attempts the store does not know, with what to do."""
+    with store.reader() as r:
+        known = {
+            str(row["id"]): (str(row["state"]), int(row["attempt"]))
+            for row in r.execute("SELECT id, state, attempt FROM jobs")
+        }
+    live = live_strangers(data_dir, known, containment)
+    if not live:
+        unknown = [j for j in _job_ids_on_disk(data_dir) if j not in known]
+        if unknown:
+            log.warning(
+                "%d job director%s in %s belong to no job of the store (restored from an older "
+                "backup?); none of them runs, their logs are kept and new ids continue after them",
+                len(unknown),
+                "y" if len(unknown) == 1 else "ies",
+                data_dir / JOBS_DIR,
+            )
+        return
+    shown = ", ".join(live[:SHOWN]) + (
+        f" and {len(live) - SHOWN} more" if len(live) > SHOWN else ""
+    )
+    raise StoreError(
+        f"jobs of this data directory still run that the store {store.path} does not know: "
+        f"{shown}. The store is older than its data directory (restored from a backup, or "
+        "replaced?); starting on it would put other jobs on their GPUs. Put the newest store "
+        "back, or stop those processes (kill -- -PID, or `kill` every pid in their cgroup) "
+        "and start again."
+    )
