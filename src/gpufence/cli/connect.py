@@ -199,7 +199,10 @@ def client_for(
     if target.token is None:
         err_console().print(f"error: {no_token_message(target)}", markup=False, soft_wrap=True)
         raise typer.Exit(1)
-    return Client(url=target.url, token=target.token, data_dir=target.data)
+    # a URL read from DATA/server.json is left for the client to read: it reads it again after
+    # a lost answer, when the server may have restarted on another port (Client.submit)
+    local = target.url_source.endswith("server.json")
+    return Client(url=None if local else target.url, token=target.token, data_dir=target.data)
 
 
 @contextlib.contextmanager

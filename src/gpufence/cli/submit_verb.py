@@ -34,7 +34,12 @@ from gpufence.cli.jobfile import DIRECTIVE, load_job_file, read_directives, scri
 from gpufence.cli.jobrefs import WAIT_CODES, wait_exit, wait_for
 from gpufence.cli.render import err_console
 from gpufence.cli.units import parse_duration, parse_size
-from gpufence.control.http.client import Client, ClientError
+from gpufence.control.http.client import (
+    IDEMPOTENCY_KEY_PATTERN,
+    SUBMIT_PATIENCE_S,
+    Client,
+    ClientError,
+)
 from gpufence.spec import SpecError, format_spec_error
 
 NOT_IN_DIRECTIVES = ("file", "url", "token", "data", "context", "wait")
@@ -255,6 +260,16 @@ def submit(
             "--wait", help="wait until the job ends and exit with its code: " + WAIT_CODES
         ),
     ] = False,
+    idempotency_key: Annotated[
+        str | None,
+        typer.Option(
+            "--idempotency-key",
+            metavar="KEY",
+            help="submitting again with the same KEY returns the job made the first time, "
+            "never a second one [default: a fresh one per submit, reused by its retries]",
+            show_default=False,
+        ),
+    ] = None,
     url: UrlOpt = None,
     token: TokenOpt = None,
     data: DataOpt = None,
@@ -280,8 +295,12 @@ def submit(
         script = Path(command[0])
         params = with_directives(ctx, script, params)
         params["command"] = script_command(script)
+    if idempotency_key is not None and not IDEMPOTENCY_KEY_PATTERN.fullmatch(idempotency_key):
+        raise typer.BadParameter(
+            "must be 1-255 visible ASCII characters (no spaces)", param_hint="--idempotency-key"
+        )
     body = build_body(params)
-    ids = submit_one(client, body)
+    ids = submit_one(client, body, idempotency_key)
     if wait:
         raise typer.Exit(wait_exit(wait_for(client, ids)))
 
@@ -369,10 +388,23 @@ def with_directives(ctx: typer.Context, script: Path, params: dict[str, Any]) ->
     return out
 
 
-def submit_one(client: Client, body: dict[str, Any]) -> list[str]:
+def submit_one(client: Client, body: dict[str, Any], key: str | None = None) -> list[str]:
     """Submit; print the id (and, for an array, its tasks on stderr). Every job's id."""
+    told: list[bool] = []
+
+    def retrying(exc: ClientError) -> None:
+        if not told:  # once: the user should know why it waits, not see every try
+            told.append(True)
+            err_console().print(
+                f"{exc}\nthe job may have reached the server: trying again with the same "
+                f"Idempotency-Key for up to {SUBMIT_PATIENCE_S:.0f} s (a second job is never "
+                "made)",
+                markup=False,
+                soft_wrap=True,
+            )
+
     with client_errors():
-        res = client.submit(body)
+        res = client.submit(body, key, on_retry=retrying)
     typer.echo(res["id"])
     tasks = [str(t) for t in res.get("tasks") or []]
     if tasks:

@@ -36,6 +36,7 @@ from gpufence.control.http import schemas as out
 from gpufence.control.http.accounting_routes import accounting_router
 from gpufence.control.http.auth import tenant_dependency
 from gpufence.control.http.body_limit import LimitBody
+from gpufence.control.http.client import IDEMPOTENCY_KEY
 from gpufence.control.http.dashboard_routes import dashboard_router
 from gpufence.control.http.docs import install_docs
 from gpufence.control.http.job_actions import install_job_actions
@@ -48,7 +49,7 @@ from gpufence.control.http.problems import (
     problem,
     safe,
 )
-from gpufence.control.http.submission import IDEMPOTENCY_KEY, FrontedAPI, install_submit
+from gpufence.control.http.submission import FrontedAPI, install_submit
 from gpufence.control.http.telemetry_routes import telemetry_router
 from gpufence.control.inbox import CancelError, IdempotencyConflict
 from gpufence.control.jobspec import MAX_NAME, SubmitRequest

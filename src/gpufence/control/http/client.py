@@ -10,21 +10,32 @@ where DATA is ``$GPUFENCE_DATA`` or ``~/.gpufence`` (also the default ``--data``
 Errors are ``ClientError`` with a message fit for the terminal: the server's problem document
 (its ``detail``, or each ``field: message`` of a 422), or what to do when there is no server.
 
-``submit`` sends an ``Idempotency-Key`` (a fresh UUID per job) and retries, with the same key,
-when the answer was lost or the server could not take it (no connection, a timeout, 502/503/504):
-a retry never creates a second job.
+``submit`` sends an ``Idempotency-Key`` (a fresh UUID per job, or the caller's) and retries
+with the same key, so a retry never creates a second job. How long it tries depends on what it
+knows:
+
+* no server was ever reached (connection refused, unknown host): it fails at once -- nothing
+  was sent, so nothing exists, and the user should hear "no server" without a wait;
+* the request may have arrived but its answer was lost (the connection dropped mid-request, a
+  timeout, 502/504): the job may exist. This is the control plane crashing after its commit,
+  and a restart takes seconds, so it tries for ``SUBMIT_PATIENCE_S`` (through the refused
+  connections of the restart, re-reading ``DATA/server.json`` for the new address). If that is
+  not enough, the error says the job may exist and gives the key to submit again with;
+* 503 (the store cannot write: nothing was created): a few short tries (``BUSY_RETRIES_S``).
 """
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
+import re
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from email.message import Message
 from pathlib import Path
@@ -36,9 +47,14 @@ DEFAULT_URL = "http://127.0.0.1:7878"
 TIMEOUT_S = 40.0  # above the plane's own 30 s wait on the reconciler
 START_HINT = "start one with `gpufence up --fake-gpus 8` (or `gpufence up` on a GPU machine)"
 IDEMPOTENCY_KEY = "Idempotency-Key"
-SUBMIT_RETRIES_S = (0.2, 0.5, 1.0, 2.0)
-"""Pauses between the tries of a submit whose answer was lost (about 4 s in all)."""
+IDEMPOTENCY_KEY_PATTERN = re.compile(r"[\x21-\x7e]{1,255}")
+"""What the server accepts as a key (1-255 visible ASCII characters)."""
+SUBMIT_PATIENCE_S = 30.0
+"""How long a submit whose answer was lost keeps trying (a control plane restarts in seconds)."""
+BUSY_RETRIES_S = (0.2, 0.5, 1.0, 2.0)
+"""Pauses between the tries of a submit the server answered 503 (about 4 s in all)."""
 RETRYABLE = (502, 503, 504)
+MAX_PAUSE_S = 2.0
 
 
 def default_data_dir() -> Path:
@@ -49,7 +65,12 @@ class ClientError(Exception):
     """A request failed; ``str()`` is the message for the user."""
 
     def __init__(
-        self, message: str, status: int | None = None, detail: Any = None, retry: bool = False
+        self,
+        message: str,
+        status: int | None = None,
+        detail: Any = None,
+        retry: bool = False,
+        unsent: bool = False,
     ) -> None:
         super().__init__(message)
         self.status = status
@@ -57,6 +78,8 @@ class ClientError(Exception):
         self.retry = retry or status in RETRYABLE
         """The request may not have reached the server, or it could not take it now: with an
         Idempotency-Key, sending it again is safe."""
+        self.unsent = unsent
+        """No server was reached at all (connection refused, unknown host): nothing was sent."""
 
     @property
     def bad_input(self) -> bool:
@@ -121,6 +144,8 @@ class Client:
     ) -> None:
         data = data_dir or default_data_dir()
         self._data = data
+        self._url_given = bool(url or os.environ.get("GPUFENCE_URL"))
+        """Else the URL is the data directory's server's: re-read after a restart (``_reread``)."""
         self.url = (
             url or os.environ.get("GPUFENCE_URL") or _read_server_url(data) or DEFAULT_URL
         ).rstrip("/")
@@ -174,12 +199,23 @@ class Client:
                 raise ClientError(
                     f"the gpufence server at {self.url} did not answer in time", retry=True
                 ) from None
+            # refused, or no such host: the request never left (a reset or a dropped
+            # connection may have delivered it)
+            unsent = isinstance(reason, (ConnectionRefusedError, OSError)) and not isinstance(
+                reason, (ConnectionResetError, ConnectionAbortedError, BrokenPipeError)
+            )
             raise ClientError(
-                f"no gpufence server at {self.url} ({reason}): {START_HINT}", retry=True
+                f"no gpufence server at {self.url} ({reason}): {START_HINT}",
+                retry=True,
+                unsent=unsent,
             ) from None
         except TimeoutError:
             raise ClientError(
                 f"the gpufence server at {self.url} did not answer in time", retry=True
+            ) from None
+        except http.client.HTTPException as exc:  # a cut-off answer: the server went away
+            raise ClientError(
+                f"the gpufence server at {self.url} broke off its answer ({exc!r})", retry=True
             ) from None
 
     def _http_error(self, exc: urllib.error.HTTPError) -> ClientError:
@@ -216,23 +252,58 @@ class Client:
         self,
         request: dict[str, Any],
         idempotency_key: str | None = None,
-        retries_s: Sequence[float] = SUBMIT_RETRIES_S,
+        patience_s: float = SUBMIT_PATIENCE_S,
+        on_retry: Callable[[ClientError], None] | None = None,
     ) -> dict[str, Any]:
         """201 -> ``{id, state, reason, message}``; a scheduler reject raises ``Rejected``.
 
         Sent with an Idempotency-Key (``idempotency_key``, else a fresh UUID) and retried with
-        it after each pause of ``retries_s`` while the answer is lost or the server busy: the
-        job is created once, whatever happened to the earlier tries."""
-        headers = {IDEMPOTENCY_KEY: idempotency_key or str(uuid.uuid4())}
-        pauses = list(retries_s)
+        it as the module docstring says (``patience_s``: how long once the job may exist;
+        ``on_retry``: told of each failed try before the pause): the job is created once,
+        whatever happened to the earlier tries."""
+        key = idempotency_key or str(uuid.uuid4())
+        headers = {IDEMPOTENCY_KEY: key}
+        deadline = time.monotonic() + patience_s
+        busy = list(BUSY_RETRIES_S)
+        maybe_sent = False
+        pause = BUSY_RETRIES_S[0]
         while True:
             try:
                 out: dict[str, Any] = self._json("POST", "/v1/jobs", body=request, headers=headers)
                 return out
             except ClientError as exc:
-                if not exc.retry or not pauses:
+                if not exc.retry or (exc.unsent and not maybe_sent):
+                    raise  # an answer, or no server at all: nothing to wait for
+                if exc.status == 503 and not maybe_sent:
+                    if not busy:
+                        raise
+                    pause = busy.pop(0)
+                else:
+                    maybe_sent = True
+                if time.monotonic() + pause > deadline:
+                    if maybe_sent:
+                        raise ClientError(
+                            f"{exc}; the job may have been created before the answer was lost: "
+                            f"submit it again with --idempotency-key {key} to get that job "
+                            "(never a second one)",
+                            exc.status,
+                            exc.detail,
+                            retry=True,
+                        ) from None
                     raise
-            time.sleep(pauses.pop(0))
+                if on_retry is not None:
+                    on_retry(exc)
+            time.sleep(pause)
+            pause = min(pause * 2, MAX_PAUSE_S)
+            self._reread()
+
+    def _reread(self) -> None:
+        """After a lost answer: the data directory's server may have restarted elsewhere
+        (``gpufence up --port 0``): take the address it wrote, if any."""
+        if not self._url_given:
+            url = _read_server_url(self._data)
+            if url:
+                self.url = url.rstrip("/")
 
     def jobs(
         self,

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import inspect
 import json
-import re
 from collections.abc import Callable
 from typing import Any
 
@@ -28,6 +27,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gpufence.control.http.auth import tenant_of_header
 from gpufence.control.http.body_limit import read_body, refuse, too_long
+from gpufence.control.http.client import IDEMPOTENCY_KEY, IDEMPOTENCY_KEY_PATTERN
 from gpufence.control.http.problems import (
     FieldError,
     SafeJSONResponse,
@@ -40,8 +40,6 @@ from gpufence.control.jobspec import SubmitRequest
 from gpufence.control.plane import CALL_TIMEOUT_S, ControlPlane
 from gpufence.control.store import database as st
 
-IDEMPOTENCY_KEY = "Idempotency-Key"
-_KEY = re.compile(r"[\x21-\x7e]{1,255}")
 UNPROCESSABLE = 422
 
 SUBMIT_DOC: dict[str, Any] = {
@@ -108,7 +106,7 @@ async def submit_response(
     """The answer to one submit: (status, JSON body) when accepted, else a problem response.
     Raises what the app's exception handlers answer (401, 403, 422 of a field, 503)."""
     tenant = tenant_of_header(plane.config, authorization)
-    if key is not None and not _KEY.fullmatch(key):
+    if key is not None and not IDEMPOTENCY_KEY_PATTERN.fullmatch(key):
         return _invalid(
             f"header.{IDEMPOTENCY_KEY}", "must be 1-255 visible ASCII characters", "pattern"
         )
