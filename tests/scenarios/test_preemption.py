@@ -21,6 +21,7 @@ from scenario_harness import (
 )
 
 from gpufence.model.decisions import Bind, Notice, PendingReason, Reason, Requeue, Stop
+from gpufence.model.events import PreemptionsRestored
 from gpufence.model.job import WorkloadClass as W
 from gpufence.sched.jobs import JobState
 from gpufence.sched.scheduler import Scheduler
@@ -244,6 +245,38 @@ def test_preemption_budget_per_window() -> None:
     assert s.step([Tick()], 4599) == []
     assert s.step([Tick()], 4600) == [
         Notice("t2", Reason.INCIDENT_PREEMPTION, 4720.0, WHY.format("sv2"))
+    ]
+
+
+@pytest.mark.parametrize(
+    ("saved", "first_notice_at"),
+    [
+        ({"serve": (900.0,)}, 4500),  # spent at 900: back one window later
+        ({"serve": (800.0, 900.0)}, 4500),  # over budget (a smaller one now): both must go
+        ({}, 1000),  # nothing saved: the budget is whole
+        ({"train": (900.0,)}, 1000),  # another partition's window
+        ({"serve": (float("nan"), float("inf"), 2000.0)}, 1000),  # not preemptions made by then
+    ],
+)
+def test_a_restored_budget_window_counts_as_if_never_restarted(
+    saved: dict[str, tuple[float, ...]], first_notice_at: float
+) -> None:
+    """``PreemptionsRestored`` (a front end's saved windows, handed back after a restart)
+    counts like preemptions made by this scheduler; values it could not have made are
+    ignored."""
+    s = make(cluster(budget=1))
+    busy(s, ("t1", 2, 0, True), ("t2", 2, 1, True))
+    restored = PreemptionsRestored(tuple(saved.items()))
+    got = s.step([restored, *sub(serving("sv1"))], 1000)
+    if first_notice_at == 1000:
+        assert got == [Notice("t1", Reason.INCIDENT_PREEMPTION, 1120.0, WHY.format("sv1"))]
+        return
+    assert got == []
+    why = s.why_pending("sv1")
+    assert why is not None and why.reason is Reason.PREEMPTION_BUDGET
+    assert s.step([Tick()], first_notice_at - 1) == []
+    assert s.step([Tick()], first_notice_at) == [
+        Notice("t1", Reason.INCIDENT_PREEMPTION, first_notice_at + 120.0, WHY.format("sv1"))
     ]
 
 

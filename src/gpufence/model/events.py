@@ -42,6 +42,15 @@ class UsageRestored:
 
 
 @dataclass(frozen=True, slots=True)
+class PreemptionsRestored:
+    """A front end restarted: when the incident preemptions still counted against each
+    partition's budget were made, as it saved them. Without it a restart would hand every fence
+    a fresh budget (a crash loop would preempt without limit)."""
+
+    times: tuple[tuple[str, tuple[float, ...]], ...]
+
+
+@dataclass(frozen=True, slots=True)
 class JobFinished:
     """The job's processes exited on their own (success or failure)."""
 
@@ -150,6 +159,7 @@ Event = (
     JobSubmitted
     | JobRestored
     | UsageRestored
+    | PreemptionsRestored
     | JobFinished
     | JobStopped
     | JobCancelled

@@ -27,6 +27,7 @@ from gpufence.model.events import (
     NodeDown,
     NodeUp,
     OutcomeKnown,
+    PreemptionsRestored,
     Tick,
     UsageRestored,
 )
@@ -37,6 +38,7 @@ from gpufence.sched.gates import Gates
 from gpufence.sched.intake import Refused, resolve
 from gpufence.sched.jobs import TERMINAL, JobRecord, JobState
 from gpufence.sched.migdyn import MigWork, apply_layout_read
+from gpufence.sched.protect import ProtectionState
 from gpufence.sched.reasons import PendingReasons
 from gpufence.sched.reclaim import track
 from gpufence.sched.restore import restore
@@ -51,10 +53,11 @@ def apply_events(
     gates: Gates,
     events: Iterable[Event],
     out: list[Decision],
+    protection: ProtectionState | None = None,
 ) -> None:
     """Apply ``events`` in order; their decisions go to ``out`` as they are made."""
     for ev in events:
-        _apply(core, book, claims, reasons, mig, gates, ev, out)
+        _apply(core, book, claims, reasons, mig, gates, ev, out, protection)
 
 
 def open_gates(
@@ -79,6 +82,7 @@ def _apply(
     gates: Gates,
     ev: Event,
     out: list[Decision],
+    protection: ProtectionState | None,
 ) -> None:
     if isinstance(ev, JobSubmitted):
         _submit(core, book, gates, ev, out)
@@ -101,6 +105,10 @@ def _apply(
         return
     if isinstance(ev, UsageRestored):
         core.fairshare.restore(dict(ev.usage), ev.at, core.now)
+        return
+    if isinstance(ev, PreemptionsRestored):  # protection's own state (None: no protection)
+        if protection is not None:
+            protection.restore(ev.times, core.now)
         return
     if isinstance(ev, NodeDown | NodeUp):
         _node(core, book, ev.node, isinstance(ev, NodeUp), out)

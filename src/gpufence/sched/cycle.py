@@ -52,7 +52,7 @@ def run_cycle(s: SchedulerState, events: Iterable[Event], now: float) -> list[De
     # phase raises after earlier ones changed the state
     out = s.made = []
     # 1. apply events
-    apply_events(core, s.book, s.claims, s.reasons, s.mig, s.gates, events, out)
+    apply_events(core, s.book, s.claims, s.reasons, s.mig, s.gates, events, out, s.protection)
     # 2. expire time limits and notices
     out += expire_limits(s.book, now)
     out += expire_notices(s.book, now)

@@ -17,6 +17,7 @@ of the batch waits for the victims it depends on. Victim search: ``sched/victims
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -57,6 +58,15 @@ class ProtectionState:
     # per partition: (noticed, stopping) jobs near it, as of ``inflight_key``
     inflight: dict[str, tuple[int, int]] = field(default_factory=dict)
     inflight_key: tuple[int, int, int] = (-1, -1, -1)
+
+    def restore(self, saved: tuple[tuple[str, tuple[float, ...]], ...], now: float) -> None:
+        """Take back the budget windows a front end saved before a restart (with any made
+        since), so the restart does not refill them. Times not finite or after ``now`` are
+        not preemptions this state could have made: ignored."""
+        for p, times in saved:
+            kept = {t for t in times if math.isfinite(t) and t <= now}
+            if kept:
+                self.times[p] = deque(sorted(kept | set(self.times.get(p, ()))))
 
 
 @dataclass(slots=True)

@@ -456,3 +456,34 @@ def test_a_request_waits_for_the_ones_sent_right_after_it(
     t0 = time.monotonic()
     assert [type(it) for it in rec._wait()] == [Ack]
     assert time.monotonic() - t0 < 20.0
+
+
+def test_a_spent_preemption_budget_stays_spent_after_a_restart(tmp_path: Path) -> None:
+    """Budget 1 an hour: one incident preemption spends it. A control plane that restarts
+    (a crash loop) must not hand the fence a fresh budget: the next surge waits."""
+    spec = fenced()
+    spec["partitions"]["serving"]["preemption"]["budget"] = 1
+    rig = ReconcilerRig.make(tmp_path, spec)
+    serve = rig.submit(**SERVE).job_id
+    train = rig.submit(command=["train"], gpus=3, checkpointable=True).job_id
+    surge = rig.submit(**SERVE).job_id
+    assert [n.job_id for n in rig.ex.notices] == [train]  # the one preemption the budget has
+    rig.ex.ack(train)
+    rig.cycle()
+    rig.ex.exit(train, 1, (-15,))
+    rig.cycle()
+    assert rig.job(surge).state == st.STARTING or rig.job(surge).state == st.RUNNING
+    rig.cancel(surge)
+    rig.ex.exit(surge, 1, (-15,))
+    rig.cycle()
+    assert (rig.job(train).attempt, rig.job(train).state) in ((2, st.STARTING), (2, st.RUNNING))
+    rig.advance(60)
+
+    new, _ = rig.restart(spec, adopt={(serve, 1): True, (train, 2): True})
+    new.cycle()
+    again = new.submit(**SERVE)
+    assert again.state == st.PENDING and again.reason == "preemption-budget", again
+    assert new.ex.notices == []
+    new.advance(3600)  # the window slides past the first preemption: the budget is back
+    new.cycle()
+    assert [n.job_id for n in new.ex.notices] == [train]

@@ -383,6 +383,14 @@ class Tx:
             [(q, float(v), at) for q, v in sorted(usage.items())],
         )
 
+    def save_preemptions(self, times: dict[str, list[float]]) -> None:
+        """Replace the saved incident-preemption budget windows (partition -> when each
+        counted preemption was made) with these."""
+        self._c.execute(
+            "INSERT OR REPLACE INTO meta(key, value) VALUES('preemptions', ?)",
+            (json.dumps(times, sort_keys=True),),
+        )
+
     def add_job(
         self,
         *,

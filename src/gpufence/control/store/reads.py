@@ -5,6 +5,7 @@ the reconciler writes (WAL) and never take the writer's lock.
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from collections.abc import Sequence
 from pathlib import Path
@@ -162,6 +163,22 @@ class Reader:
         if not rows:
             return None
         return {r["queue"]: float(r["usage"]) for r in rows}, max(float(r["at"]) for r in rows)
+
+    def preemptions(self) -> dict[str, list[float]]:
+        """The saved budget windows (``Tx.save_preemptions``); empty if never saved or if
+        what is there is not a mapping of partition -> list of times."""
+        row = self._c.execute("SELECT value FROM meta WHERE key='preemptions'").fetchone()
+        try:
+            raw = json.loads(row["value"]) if row else {}
+        except ValueError:
+            return {}
+        if not isinstance(raw, dict):
+            return {}
+        return {
+            str(p): [float(t) for t in ts if isinstance(t, int | float)]
+            for p, ts in raw.items()
+            if isinstance(ts, list)
+        }
 
     def counts(self) -> dict[str, int]:
         rows = self._c.execute("SELECT state, COUNT(*) AS n FROM jobs GROUP BY state")

@@ -25,6 +25,10 @@ For every job the store says is not finished:
 
 Fair-share usage comes back as it was last saved (every 30 s and at a clean stop, see
 ``reconciler.USAGE_SAVE_S``), decayed to now; GPUs held while the plane was down are not charged.
+Incident preemption budgets come back exactly (saved with each counted notice,
+``decision_writes.budget_windows``): a crash loop does not refill them.
+
+Before any of this, a store older than its data directory is refused (``strangers``).
 """
 
 from __future__ import annotations
@@ -57,7 +61,14 @@ from gpufence.control.store import database as st
 from gpufence.control.store.errors import StoreError
 from gpufence.control.store.strangers import refuse_strangers
 from gpufence.model.decisions import Reason
-from gpufence.model.events import Event, JobRestored, JobSubmitted, OutcomeKnown, UsageRestored
+from gpufence.model.events import (
+    Event,
+    JobRestored,
+    JobSubmitted,
+    OutcomeKnown,
+    PreemptionsRestored,
+    UsageRestored,
+)
 
 log = logging.getLogger("gpufence.recovery")
 DROPPABLE = ("name", "est_runtime_s", "priority", "max_attempts")
@@ -292,9 +303,12 @@ def recover(rec: Reconciler, containment: Containment | None = None) -> dict[str
         rows = r.jobs(states=(st.PENDING, *st.ACTIVE), limit=10**9)
         attempts = {row.id: r.attempt(row.id, row.attempt) for row in rows}
         saved = r.usage()
+        budgets = r.preemptions()
     if saved is not None:  # fair-share history first, so the first cycle already ranks by it
         usage, at = saved
         events.append(UsageRestored(tuple(sorted(usage.items())), at))
+    if budgets:  # spent incident preemption budgets stay spent
+        events.append(PreemptionsRestored(tuple((p, tuple(t)) for p, t in sorted(budgets.items()))))
     invalid: list[tuple[str, str, str]] = []  # (job, state it ends in, why)
     repaired: list[tuple[str, SubmitRequest]] = []
     untracked: list[tuple[str, int, str, int]] = []  # (job, attempt now, how it ended, ranks)
