@@ -7,6 +7,7 @@ attack (``1e400`` parses as infinity, ``NaN``, ``"\\ud800"``).
 
 from __future__ import annotations
 
+import http.client
 import json
 import logging
 from typing import Any
@@ -51,6 +52,10 @@ NUMBERS = [
     (b'{"command": ["true"], "est_runtime_s": false}', "body.est_runtime_s"),
     (b'{"command": ["true"], "checkpointable": 1}', "body.checkpointable"),
     (b'{"command": ["true"], "hold": "yes"}', "body.hold"),
+    # a string is no number either ("5_0" was read as 50, "1e3" as 1000)
+    (b'{"command": ["true"], "priority": "5_0"}', "body.priority"),
+    (b'{"command": ["true"], "gpus": "2"}', "body.gpus"),
+    (b'{"command": ["true"], "est_runtime_s": "1e3"}', "body.est_runtime_s"),
 ]
 
 
@@ -79,6 +84,17 @@ STRINGS = [
     ({"command": ["true"], "name": "bad\nname"}, "body.name", "control"),
     ({"command": ["true"], "queue": "\ud800"}, "body.queue", "surrogate"),
     ({"command": ["true"] * 5000}, "body.command", "at most"),
+    # names are read by people and are parts of URLs
+    ({"command": ["true"], "name": ""}, "body.name", "empty"),
+    ({"command": ["true"], "name": "a/b"}, "body.name", "'/'"),
+    ({"command": ["true"], "name": "invoice\u202etxt.exe"}, "body.name", "U+202E"),
+    ({"command": ["true"], "name": "two\u2028lines"}, "body.name", "U+2028"),
+    ({"command": ["true"], "queue": "q\u200b"}, "body.queue", "U+200B"),
+    ({"command": ["true"], "after_ok": ["x/y"]}, "body.after_ok.0", "'/'"),
+    # array specs: ASCII digits, a cap that is a number in range
+    ({"command": ["true"], "array": "0-3%"}, "body.array", "cap"),
+    ({"command": ["true"], "array": "0-3%99999999999"}, "body.array", "cap"),
+    ({"command": ["true"], "array": "\u0663"}, "body.array", "not an index"),
 ]
 
 
@@ -156,7 +172,29 @@ def test_hostile_queries_and_paths(server: Server, path: str, status_code: int) 
         assert headers["content-type"] == PROBLEM and out["status"] == status
 
 
+def test_several_authorization_headers_are_refused_by_every_route(server: Server) -> None:
+    """One route read the first header and the submit route the last: a request could be one
+    tenant for one and another for the other. Now none reads either."""
+    for method, path, body in (
+        ("POST", "/v1/jobs", b'{"command": ["true"]}'),
+        ("GET", "/v1/jobs", None),
+    ):
+        conn = http.client.HTTPConnection(server.url.removeprefix("http://"), timeout=30)
+        conn.putrequest(method, path)
+        conn.putheader("Authorization", f"Bearer {ADMIN}")
+        conn.putheader("Authorization", "Bearer someone-else")
+        if body is not None:
+            conn.putheader("Content-Type", "application/json")
+            conn.putheader("Content-Length", str(len(body)))
+        conn.endheaders(body)
+        resp = conn.getresponse()
+        out = json.loads(resp.read())
+        conn.close()
+        assert resp.status == 401 and "one Authorization header" in out["detail"], (path, out)
+
+
 def test_log_lines_escape_user_text() -> None:
+    assert escape("name\u202eexe.txt\u2028x") == "name\\u202eexe.txt\\u2028x"
     assert escape("/tmp\n2025-01-01 INFO forged") == "/tmp\\x0a2025-01-01 INFO forged"
     assert escape("\ud800x") == "\\ud800x"
     assert escape("naïve é") == "naïve é"

@@ -12,7 +12,9 @@ import re
 
 MAX_TASKS = 10_000
 MAX_INDEX = 1_000_000
-_RANGE = re.compile(r"(\d+)(?:-(\d+)(?::(\d+))?)?")
+# ASCII digits only: \d would take '٣' (Arabic-Indic three), which int() reads as 3
+_RANGE = re.compile(r"([0-9]{1,18})(?:-([0-9]{1,18})(?::([0-9]{1,18}))?)?")
+_CAP = re.compile(r"[0-9]{1,18}")
 
 
 class ArraySpecError(ValueError):
@@ -22,12 +24,14 @@ class ArraySpecError(ValueError):
 def parse_array(text: str) -> tuple[tuple[int, ...], int]:
     """(indices in ascending order, cap or 0) of an array spec; ``ArraySpecError`` says what is
     wrong with it (and what a right one looks like)."""
-    body, _, cap_text = text.strip().partition("%")
+    body, percent, cap_text = text.strip().partition("%")
     example = "e.g. 0-99, 1,3,5-7, 0-99%8 or 0-20:2 (every second index)"
     cap = 0
-    if cap_text:
-        if not cap_text.isdigit() or int(cap_text) < 1:
-            raise ArraySpecError(f"the cap after % must be a whole number >= 1 ({example})")
+    if percent:
+        if not _CAP.fullmatch(cap_text) or not 1 <= int(cap_text) <= MAX_TASKS:
+            raise ArraySpecError(
+                f"the cap after % must be a whole number from 1 to {MAX_TASKS} ({example})"
+            )
         cap = int(cap_text)
     indices: set[int] = set()
     for part in body.split(","):

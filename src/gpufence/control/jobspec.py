@@ -60,6 +60,10 @@ MAX_GPU_MEM_GIB = 4096.0
 
 # C0 controls, DEL and C1 controls; tab, newline and carriage return are told apart below
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+# what is invisible or moves text in a terminal or a log viewer: line and paragraph separators,
+# zero-width characters, bidirectional overrides and isolates (U+202E shows 'exe.txt' as
+# 'txt.exe'), the BOM
+_INVISIBLE = re.compile(r"[\u2028\u2029\u200b-\u200f\u202a-\u202e\u2060-\u2069\ufeff]")
 _CONTROL_NOT_WS = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
 
 
@@ -85,6 +89,27 @@ def _no_control(value: str) -> str:
     return value
 
 
+def _name_text(value: str) -> str:
+    """A job name, partition, queue or dependency: as a path, and also not empty, no '/' (it
+    is a path segment of the API's URLs) and nothing invisible (a name is read by people)."""
+    _no_control(value)
+    if not value.strip():
+        raise ValueError("must not be empty or only spaces")
+    if "/" in value:
+        raise ValueError("cannot contain '/' (names are parts of the API's URLs)")
+    m = _INVISIBLE.search(value)
+    if m is not None:
+        raise ValueError(
+            f"contains the invisible character U+{ord(m.group()):04X} at position {m.start()}"
+        )
+    return value
+
+
+def _label_text(value: str) -> str:
+    """A partition or queue: a name, or "" for the default one."""
+    return _name_text(value) if value else value
+
+
 def _arg_text(value: str) -> str:
     """An argv item or env value: valid UTF-8, no NUL; tab/newline/CR allowed (scripts)."""
     _utf8(value)
@@ -107,9 +132,9 @@ def _abs_path(value: str) -> str:
     return value
 
 
-Name = Annotated[str, Field(max_length=MAX_NAME), AfterValidator(_no_control)]
+Name = Annotated[str, Field(max_length=MAX_NAME), AfterValidator(_name_text)]
 MAX_DEPENDENCIES = 100
-JobRef = Annotated[str, Field(min_length=1, max_length=MAX_NAME), AfterValidator(_no_control)]
+JobRef = Annotated[str, Field(min_length=1, max_length=MAX_NAME), AfterValidator(_name_text)]
 """A job id (``j12``) or a job name; names are resolved to ids when the job is accepted."""
 Deps = Annotated[list[JobRef], Field(max_length=MAX_DEPENDENCIES)]
 
@@ -142,13 +167,17 @@ def escape(text: object) -> str:
     if s.isprintable() and s.isascii():
         return s
     s = s.encode("utf-8", "backslashreplace").decode("utf-8")
-    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", s)
+    s = _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", s)
+    return _INVISIBLE.sub(lambda m: f"\\u{ord(m.group()):04x}", s)
 
 
 def _number_not_bool(value: object) -> object:
-    # JSON true/false is no number: lax validation would read "gpus": true as 1 GPU
+    # JSON true/false is no number: lax validation would read "gpus": true as 1 GPU; nor is a
+    # string ("5_0" read as 50, "1e3" as 1000: what a typo in a script would pass unnoticed)
     if isinstance(value, bool):
         raise ValueError(f"must be a number, not {str(value).lower()}")
+    if isinstance(value, str | bytes):
+        raise ValueError(f"must be a number, not the string {value!r}")
     return value
 
 
@@ -179,8 +208,8 @@ class SubmitRequest(BaseModel):
         default=None, gt=0.0, le=MAX_GPU_MEM_GIB, description="GiB, with gpu_fraction"
     )
     replicas: Int = Field(default=1, ge=1, le=4096)
-    partition: Annotated[str, Field(max_length=MAX_NAME), AfterValidator(_no_control)] = ""
-    queue: Annotated[str, Field(max_length=MAX_NAME), AfterValidator(_no_control)] = ""
+    partition: Annotated[str, Field(max_length=MAX_NAME), AfterValidator(_label_text)] = ""
+    queue: Annotated[str, Field(max_length=MAX_NAME), AfterValidator(_label_text)] = ""
     priority: Int = Field(default=0, ge=-1000, le=1000)
     checkpointable: Flag = False
     est_runtime_s: Float | None = Field(

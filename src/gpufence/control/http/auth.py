@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Annotated
 
-from fastapi import Depends, HTTPException, status
+from fastapi import Depends, HTTPException, Request, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from gpufence.control.config import ControlConfig
@@ -30,9 +30,18 @@ def unauthorized(detail: str) -> HTTPException:
     return HTTPException(status.HTTP_401_UNAUTHORIZED, detail=detail, headers=CHALLENGE)
 
 
+ONE_ONLY = "\x00several"
+"""What a route that reads its headers itself passes for a request with more than one
+``Authorization`` header: refused as the dependency refuses it (one route reading the first and
+another the last would let a request be two tenants)."""
+SEVERAL = "send one Authorization header, not several"
+
+
 def tenant_of_header(config: ControlConfig, authorization: str | None) -> str:
     """The tenant of an ``Authorization`` header value (401 if missing or unknown): the same
     rules as the dependency, for routes that read their headers themselves."""
+    if authorization == ONE_ONLY:
+        raise unauthorized(SEVERAL)
     scheme, _, token = (authorization or "").partition(" ")
     if not token or scheme.lower() != "bearer":
         raise unauthorized("missing bearer token: send 'Authorization: Bearer <token>'")
@@ -46,8 +55,11 @@ def tenant_dependency(config: ControlConfig) -> Callable[..., Awaitable[str]]:
     """A FastAPI dependency returning the caller's tenant ("admin" for the admin token)."""
 
     async def tenant(  # async: no worker thread for a dictionary lookup
+        request: Request,
         creds: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
     ) -> str:
+        if len(request.headers.getlist("authorization")) > 1:
+            raise unauthorized(SEVERAL)
         if creds is None:
             raise unauthorized("missing bearer token: send 'Authorization: Bearer <token>'")
         token = creds.credentials

@@ -25,7 +25,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.middleware.errors import ServerErrorMiddleware
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from gpufence.control.http.auth import tenant_of_header
+from gpufence.control.http.auth import ONE_ONLY, tenant_of_header
 from gpufence.control.http.body_limit import read_body, refuse, too_long
 from gpufence.control.http.client import IDEMPOTENCY_KEY, IDEMPOTENCY_KEY_PATTERN
 from gpufence.control.http.problems import (
@@ -195,7 +195,8 @@ class SubmitFront:
         authorization = key = None
         for name, value in scope["headers"]:
             if name == b"authorization":
-                authorization = value.decode("latin-1")
+                # two of them (a proxy adding one?) are read by nobody: see auth.ONE_ONLY
+                authorization = ONE_ONLY if authorization is not None else value.decode("latin-1")
             elif name == b"idempotency-key":
                 key = value.decode("latin-1")
             elif name == b"content-length" and too_long(value, self.limit):
@@ -275,10 +276,11 @@ def install_submit(
         """Submit a job (body: ``SubmitRequest``). A job that no partition can ever hold is
         rejected here, with why. With an Idempotency-Key, retrying after a lost answer
         (timeout, crash) is safe."""
+        given = request.headers.getlist("authorization")
         answer = await submit_response(
             plane,
             job_json,
-            request.headers.get("authorization"),
+            ONE_ONLY if len(given) > 1 else (given[0] if given else None),
             request.headers.get(IDEMPOTENCY_KEY),
             await request.body(),
         )
