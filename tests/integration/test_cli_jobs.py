@@ -252,7 +252,11 @@ def test_job_file_with_two_documents(cli: Cli, server: Server, tmp_path: Path) -
 
 
 FILE_ERRORS = [
-    pytest.param(BAD_FILE, "jobs.yaml:10: gpus: 'lots' is not valid", id="bad field line 10"),
+    pytest.param(
+        BAD_FILE,
+        "jobs.yaml:10: gpus: must be a number, not the string 'lots'",
+        id="bad field line 10",
+    ),
     pytest.param(
         BAD_FILE.replace("apiVersion: gpufence/v1\nkind: Job\nname: bad-two", "kind: Job\nname: x"),
         "jobs.yaml:6: apiVersion: required field is missing",

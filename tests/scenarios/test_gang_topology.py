@@ -7,6 +7,7 @@ import pytest
 from scenario_harness import A, JobFinished, JobStopped, NodeDown, flat, make, sub
 
 from gpufence.model.decisions import Bind, Reason, Requeue, Stop
+from gpufence.model.events import JobLost
 from gpufence.model.job import Job
 from gpufence.testing.builders import ClusterBuilder, job
 
@@ -172,6 +173,27 @@ def test_node_down_stops_and_requeues_its_gang() -> None:
         Stop("j", Reason.NODE_FAILURE, True, "node g0-0 failed"),
         Requeue("j", Reason.NODE_FAILURE, 2, "back in its queue"),
         Bind("j", "p", (an(1, 0, 1, 2, 3, 4, 5, 6, 7), an(2, 0, 1, 2, 3, 4, 5, 6, 7))),
+    ]
+
+
+def test_a_lost_gang_is_stopped_and_requeued_at_once() -> None:
+    """``JobLost`` (a member's launcher died: the job's outcome unknown) ends the attempt and
+    requeues the job as the next one, its GPUs free in the same cycle (nothing is left to
+    stop). (Like every exit, a front end sends it only for the attempt that runs.)"""
+    s = make(racks(nodes_per_rack=(3,)))
+    got = flat(
+        s,
+        [
+            (0, sub(job("j").gang(2, 8).build(), job("w").gpus(8).build())),
+            (5, [JobLost("j", "attempt 1 lost")]),
+        ],
+    )
+    assert got == [
+        Bind("j", "p", (an(0, 0, 1, 2, 3, 4, 5, 6, 7), an(1, 0, 1, 2, 3, 4, 5, 6, 7))),
+        Bind("w", "p", (an(2, 0, 1, 2, 3, 4, 5, 6, 7),)),
+        Stop("j", Reason.LOST, True, "attempt 1 lost"),
+        Requeue("j", Reason.LOST, 2, "back in its queue"),
+        Bind("j", "p", (an(0, 0, 1, 2, 3, 4, 5, 6, 7), an(1, 0, 1, 2, 3, 4, 5, 6, 7))),
     ]
 
 

@@ -32,6 +32,7 @@ from gpufence.model.events import (
     CheckpointAck,
     JobCancelled,
     JobFinished,
+    JobLost,
     JobStopped,
     JobSubmitted,
     NodeDown,
@@ -172,9 +173,20 @@ def write_exit(rec: Reconciler, tx: st.Tx, ev: AttemptExit, now: float, staged: 
         if ended in st.TERMINAL:  # the core never tracked it: its dependents need the outcome
             staged.events.append(OutcomeKnown(jid, ended))
         return
+    lost = bool(ev.codes) and any(c is None for c in ev.codes)
     if live.cancel:
         staged.events.append(JobCancelled(jid))
         tx.set_job(jid, state=st.CANCELLED, ended_at=now, exit_code=code)
+    elif lost and not live.stopping and live.attempt < live.spec.max_attempts:
+        # its launcher died before it could record the job's exit (the executor says None):
+        # the outcome is unknown, as for an attempt lost while the control plane was down
+        why = f"attempt {ev.attempt} lost: its launcher died without the job's exit"
+        tx.log(now, jid, "lost", "lost", why)
+        staged.events.append(JobLost(jid, why))
+    elif lost and not live.stopping:
+        staged.events.append(JobFinished(jid, False))
+        why = f"attempt {live.attempt} lost and max_attempts ({live.spec.max_attempts}) used"
+        tx.set_job(jid, state=st.FAILED, ended_at=now, reason="lost", message=why)
     elif live.stopping and not finished_first(ev):
         staged.events.append(JobStopped(jid))  # the core requeues it or ends it
         tx.set_job(jid, exit_code=code)

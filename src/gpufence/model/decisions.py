@@ -37,6 +37,7 @@ class Reason(StrEnum):
     NODE_FAILURE = "node-failure"
     ACTIVE_AGAIN = "active-again"
     TIME_LIMIT = "time-limit"  # the attempt reached its job's time limit
+    LOST = "lost"  # its processes were lost: the launcher died without the job's exit
     # why a job was rejected
     INVALID = "invalid"
     NEVER_FITS = "never-fits"

@@ -59,6 +59,17 @@ class JobFinished:
 
 
 @dataclass(frozen=True, slots=True)
+class JobLost:
+    """The attempt's processes are gone without an exit of their own (its launcher was killed
+    by someone else: the OOM killer, an operator): its outcome is unknown, so it is stopped and
+    requeued as the next attempt, as a node failure would. A front end sends it only while the
+    job has attempts left (``max_attempts``); after that, a failed ``JobFinished``."""
+
+    job_id: str
+    message: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class JobStopped:
     """A job the scheduler told to stop (Stop decision) has released its GPUs."""
 
@@ -161,6 +172,7 @@ Event = (
     | UsageRestored
     | PreemptionsRestored
     | JobFinished
+    | JobLost
     | JobStopped
     | JobCancelled
     | JobHeld

@@ -18,6 +18,7 @@ from gpufence.model.events import (
     JobCancelled,
     JobFinished,
     JobHeld,
+    JobLost,
     JobReleased,
     JobRestored,
     JobStopped,
@@ -147,6 +148,11 @@ def _apply(
         )
     elif isinstance(ev, JobStopped):
         _stopped(core, book, gates, rec, out)
+    elif isinstance(ev, JobLost):
+        if rec.state is JobState.RUNNING:  # (stopping already: that stop says what comes next)
+            why = ev.message or "its processes were lost"
+            out.append(book.stop(rec, Reason.LOST, True, why, now))
+        _stopped(core, book, gates, rec, out)  # (pending: a late report; nothing to do)
     elif isinstance(ev, JobCancelled):
         _end(core, book, claims, reasons, gates, rec, JobState.CANCELLED)
     elif isinstance(ev, CheckpointAck):

@@ -279,7 +279,23 @@ class AttemptWatcher:
         recorded = recorded_exit(att.launch.attempt_dir, m.rank)
         if status is None and recorded is None and m.forked:  # its server knows how it died
             status = self._reap_launcher(m)
-        settle(m, recorded if recorded is not None else status)
+        code = recorded if recorded is not None else status
+        if recorded is None and not att.stop_requested and not att.gang_failed:
+            # the launcher itself died (the OOM killer, an operator's kill -9) before it could
+            # record the job's exit: how the job ended is unknown, so the attempt is lost (and
+            # requeued), as one lost while the control plane was down -- not failed with the
+            # launcher's signal, which says nothing about the job
+            log.warning(
+                "job %s attempt %d rank %d: its launcher (pid %d) ended (%s) without recording "
+                "the job's exit: the attempt is lost",
+                att.launch.job_id,
+                att.launch.attempt,
+                m.rank,
+                m.pid,
+                status,
+            )
+            code = None
+        settle(m, code)
         if m.cgroup is not None:
             self._drain_start_locked(att, m, time.monotonic())
         self._dirty.add(att.key)
