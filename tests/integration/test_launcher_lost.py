@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from pathlib import Path
 
+import pytest
 from server_proc import JOB, alive, client, record, stop, up
 
 from gpufence.testing.crashrun import kill_leftovers
@@ -49,6 +51,31 @@ def test_a_launcher_killed_while_the_plane_runs_requeues_the_attempt(tmp_path: P
         os.kill(int(str(record(data, other, 1, 0, "pid")["pid"])), signal.SIGKILL)
         until(lambda: c.job(other)["state"] == "failed", 30, "failed")
         assert c.job(other)["reason"] == "lost", c.job(other)
+    finally:
+        stop(server)
+        kill_leftovers(data)
+
+
+def test_an_exit_found_after_a_restart_is_charged_until_the_job_ended(tmp_path: Path) -> None:
+    """A job that ends while the control plane is down: its end is the launcher's record,
+    not the restart (accounting would charge the GPU-time of the whole outage)."""
+    data = tmp_path / "data"
+    data.mkdir()
+    server = up(data)
+    try:
+        c = client(data)
+        jid = str(c.submit({"command": [*JOB, "sleep", "1"], "gpus": 1})["id"])
+        until(lambda: c.job(jid)["state"] == "running", 30, "running")
+        os.kill(server.pid, signal.SIGKILL)
+        server.wait(20)
+        until(lambda: "ended_unix" in record(data, jid, 1, 0, "exit"), 30, "the job's exit")
+        ended = float(str(record(data, jid, 1, 0, "exit")["ended_unix"]))
+        time.sleep(3)  # the outage goes on after the job ended
+        server = up(data)
+        job = client(data).job(jid)
+        assert job["state"] == "done" and job["ended_at"] == pytest.approx(ended, abs=0.01), job
+        (row,) = [h for h in client(data).history() if h["id"] == jid]
+        assert row["elapsed_s"] < 3.0, row  # ~1 s of sleep, not 4+ s with the outage
     finally:
         stop(server)
         kill_leftovers(data)

@@ -145,13 +145,24 @@ def write_observation(
         staged.events.append(NodeUp(it.node) if it.up else NodeDown(it.node))
 
 
+def ended_time(tx: st.Tx, ev: AttemptExit, now: float) -> float:
+    """When the attempt ended: its launchers' record (an exit found only after a restart
+    ended before it, and the GPUs were not used meanwhile), kept within [its start, now];
+    ``now`` where unknown."""
+    if ev.ended_at is None or ev.ended_at >= now:
+        return now
+    started = tx.job(ev.job_id).started_at
+    return max(ev.ended_at, started) if started is not None else ev.ended_at
+
+
 def write_exit(rec: Reconciler, tx: st.Tx, ev: AttemptExit, now: float, staged: Staged) -> None:
     live = rec.live.get(ev.job_id)
     if live is None or live.attempt != ev.attempt:
         return  # a stale report (an earlier attempt, or a job already settled)
     jid = ev.job_id
     code = exit_code(ev.codes)
-    tx.set_attempt(jid, ev.attempt, state="exited", ended_at=now, exit_codes=list(ev.codes))
+    end = ended_time(tx, ev, now)
+    tx.set_attempt(jid, ev.attempt, state="exited", ended_at=end, exit_codes=list(ev.codes))
     msg = f"attempt {ev.attempt} exited with {list(ev.codes)}"
     tx.log(now, jid, "exited", "oom" if ev.oom else "", msg)
     strays = strays_note(ev)
@@ -176,7 +187,7 @@ def write_exit(rec: Reconciler, tx: st.Tx, ev: AttemptExit, now: float, staged: 
     lost = bool(ev.codes) and any(c is None for c in ev.codes)
     if live.cancel:
         staged.events.append(JobCancelled(jid))
-        tx.set_job(jid, state=st.CANCELLED, ended_at=now, exit_code=code)
+        tx.set_job(jid, state=st.CANCELLED, ended_at=end, exit_code=code)
     elif lost and not live.stopping and live.attempt < live.spec.max_attempts:
         # its launcher died before it could record the job's exit (the executor says None):
         # the outcome is unknown, as for an attempt lost while the control plane was down
@@ -186,7 +197,7 @@ def write_exit(rec: Reconciler, tx: st.Tx, ev: AttemptExit, now: float, staged: 
     elif lost and not live.stopping:
         staged.events.append(JobFinished(jid, False))
         why = f"attempt {live.attempt} lost and max_attempts ({live.spec.max_attempts}) used"
-        tx.set_job(jid, state=st.FAILED, ended_at=now, reason="lost", message=why)
+        tx.set_job(jid, state=st.FAILED, ended_at=end, reason="lost", message=why)
     elif live.stopping and not finished_first(ev):
         staged.events.append(JobStopped(jid))  # the core requeues it or ends it
         tx.set_job(jid, exit_code=code)
@@ -197,19 +208,19 @@ def write_exit(rec: Reconciler, tx: st.Tx, ev: AttemptExit, now: float, staged: 
         if live.stopping and ev.succeeded:
             not_stopped(tx, jid, ev.attempt)
         if ev.succeeded:
-            tx.set_job(jid, state=st.DONE, ended_at=now, exit_code=code, reason="", message=strays)
+            tx.set_job(jid, state=st.DONE, ended_at=end, exit_code=code, reason="", message=strays)
         elif ev.codes:
             reason, msg = failure(ev, live, msg)
             tx.set_job(
                 jid,
                 state=st.FAILED,
-                ended_at=now,
+                ended_at=end,
                 exit_code=code,
                 reason=reason,
                 message="; ".join(x for x in (msg, strays) if x),
             )
         else:  # never started (launch or device error): keep the message that says why
-            tx.set_job(jid, state=st.FAILED, ended_at=now)
+            tx.set_job(jid, state=st.FAILED, ended_at=end)
 
 
 def settle_orphan(
@@ -219,13 +230,14 @@ def settle_orphan(
     processes were killed before anything else ran on its GPUs (a half-spawned gang, a member
     whose launcher died): not in the scheduler, settled here."""
     lost = any(c is None for c in ev.codes)
+    end = ended_time(tx, ev, now)
     code = exit_code(ev.codes)
     done_first = ev.succeeded and ev.stop_reached is False  # its work was done: never rerun
     if live.cancel:
-        tx.set_job(jid, state=st.CANCELLED, ended_at=now, exit_code=code)
+        tx.set_job(jid, state=st.CANCELLED, ended_at=end, exit_code=code)
     elif done_first:
         not_stopped(tx, jid, ev.attempt)
-        tx.set_job(jid, state=st.DONE, ended_at=now, exit_code=code)
+        tx.set_job(jid, state=st.DONE, ended_at=end, exit_code=code)
     elif (lost or (live.stopping and live.requeue)) and live.attempt < live.spec.max_attempts:
         why = "lost while the control plane was down" if lost else "stopped for requeue"
         tx.set_job(jid, state=st.PENDING, attempt=live.attempt + 1, started_at=None)
@@ -233,14 +245,14 @@ def settle_orphan(
         staged.events.append(JobSubmitted(live.spec.to_job(jid, now, core_tenant(live.tenant))))
     elif lost:
         why = f"attempt {live.attempt} lost and max_attempts ({live.spec.max_attempts}) used"
-        tx.set_job(jid, state=st.FAILED, ended_at=now, reason="lost", message=why)
+        tx.set_job(jid, state=st.FAILED, ended_at=end, reason="lost", message=why)
     elif live.stopping:
-        tx.set_job(jid, state=st.FAILED, ended_at=now, exit_code=code)
+        tx.set_job(jid, state=st.FAILED, ended_at=end, exit_code=code)
     elif ev.succeeded:
-        tx.set_job(jid, state=st.DONE, ended_at=now, exit_code=code)
+        tx.set_job(jid, state=st.DONE, ended_at=end, exit_code=code)
     else:
         reason, msg = failure(ev, live, f"attempt {ev.attempt} exited with {list(ev.codes)}")
-        tx.set_job(jid, state=st.FAILED, ended_at=now, exit_code=code, reason=reason, message=msg)
+        tx.set_job(jid, state=st.FAILED, ended_at=end, exit_code=code, reason=reason, message=msg)
 
 
 def not_stopped(tx: st.Tx, jid: str, attempt: int) -> None:

@@ -56,6 +56,7 @@ class GangState:
         oom: bool = False,
         strays_killed: int = 0,
         stop_reached: bool | None = None,
+        ended_at: float | None = None,
     ) -> AttemptExit:
         ok = bool(codes) and all(c == 0 for c in codes)
         return AttemptExit(
@@ -67,4 +68,5 @@ class GangState:
             oom=oom,
             strays_killed=strays_killed,
             stop_reached=stop_reached,
+            ended_at=ended_at,
         )

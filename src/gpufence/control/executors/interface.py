@@ -112,6 +112,10 @@ class AttemptExit:
     recorded it (False: it reached none of them); None where unknown (an older launcher's
     records, a member lost with its node). With every member at 0 and False, the attempt finished
     its work before the stop could end it, whatever ``stopped`` says."""
+    ended_at: float | None = None
+    """Unix time the last member's command ended, from the launchers' exit records; None where
+    unknown (a member without a record, an executor that does not read them). What accounting
+    charges up to: an exit found only after a restart did not run while the plane was down."""
 
 
 class LaunchError(RuntimeError):

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import selectors
 import signal
@@ -140,6 +141,14 @@ def _exit_record(adir: Path, rank: int) -> dict[str, Any] | None:
 def recorded_exit(adir: Path, rank: int) -> int | None:
     """The member's recorded exit code (``_exit_record``); None if it has none."""
     return _code(_exit_record(adir, rank))
+
+
+def recorded_end(adir: Path, rank: int) -> float | None:
+    """When the member's command ended, as its launcher recorded it; None if unknown."""
+    t = (_exit_record(adir, rank) or {}).get("ended_unix")
+    if isinstance(t, bool) or not isinstance(t, int | float) or not math.isfinite(t):
+        return None
+    return float(t)
 
 
 def recorded_stop(adir: Path, rank: int) -> bool | None:

@@ -48,6 +48,7 @@ from gpufence.control.executors.processes import (
     MemberProcess,
     killpg,
     reap_now,
+    recorded_end,
     recorded_exit,
     settle,
     stop_reached,
@@ -347,11 +348,15 @@ class AttemptWatcher:
                 if self.records_tell_stops and codes and all(c == 0 for c in codes)
                 else None
             )
+            ends = [recorded_end(att.launch.attempt_dir, m.rank) for m in att.members]
             ev = att.exit_event(
                 codes,
                 oom=any(m.oom for m in att.members),
                 strays_killed=sum(m.strays for m in att.members),
                 stop_reached=reached,
+                ended_at=max(t for t in ends if t is not None)
+                if ends and None not in ends
+                else None,
             )
             emptied += [m.cgroup for m in att.members if m.cgroup is not None]
             log.info(
