@@ -202,7 +202,11 @@ def client_for(
     # a URL read from DATA/server.json is left for the client to read: it reads it again after
     # a lost answer, when the server may have restarted on another port (Client.submit)
     local = target.url_source.endswith("server.json")
-    return Client(url=None if local else target.url, token=target.token, data_dir=target.data)
+    try:
+        return Client(url=None if local else target.url, token=target.token, data_dir=target.data)
+    except ClientError as exc:  # a URL that is no http(s) URL
+        err_console().print(f"error: {exc} ({target.url_source})", markup=False, soft_wrap=True)
+        raise typer.Exit(2) from None
 
 
 @contextlib.contextmanager

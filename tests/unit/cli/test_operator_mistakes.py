@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -34,3 +35,49 @@ def test_a_limit_past_any_list_is_a_usage_error(verb: str, tmp_path: Path) -> No
     assert out.returncode == 2, out
     assert "Invalid value for '--limit'" in out.stderr, out.stderr
     assert "Traceback" not in out.stderr, out.stderr
+
+
+def test_a_url_without_a_scheme_is_named_with_the_fix(tmp_path: Path) -> None:
+    out = _gpufence("queue", "--url", "127.0.0.1:7878", "--token", "t")
+    assert out.returncode == 2, out
+    assert "must start with http:// or https://" in out.stderr, out.stderr
+    assert "http://127.0.0.1:7878" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_a_server_that_is_not_gpufence_is_named_as_such(tmp_path: Path) -> None:
+    """A 404 page of another web server is no gpufence answer (it said 'File not found')."""
+    srv = subprocess.Popen(
+        [sys.executable, "-m", "http.server", "0", "--bind", "127.0.0.1"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        cwd=tmp_path,
+    )
+    try:
+        assert srv.stdout is not None
+        line = srv.stdout.readline()  # "Serving HTTP on 127.0.0.1 port N (http://...)"
+        port = line.split(" port ")[1].split()[0]
+        out = _gpufence("queue", "--url", f"http://127.0.0.1:{port}", "--token", "t")
+    finally:
+        srv.kill()
+        srv.wait()
+    assert out.returncode != 0, out
+    assert "without a gpufence error: is it a gpufence server" in out.stderr, out.stderr
+
+
+def test_a_data_dir_without_its_server_file_says_so(tmp_path: Path) -> None:
+    """The operator deleted DATA/server.json (or the server stopped): the default URL is tried,
+    and the error says why that one, instead of only 'no server at 127.0.0.1:7878'."""
+    (tmp_path / "admin.token").write_text("t\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUFENCE_")}
+    out = _gpufence("queue", "--data", str(tmp_path), env=env)
+    assert out.returncode == 1, out
+    assert f"{tmp_path / 'server.json'} is missing" in out.stderr, out.stderr
+
+
+def test_fake_gpus_past_one_machine_is_refused_before_anything_is_made(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    out = _gpufence("up", "--fake-gpus", "100000", "--port", "0", "--data", str(data))
+    assert out.returncode == 2, out
+    assert "--fake-gpus needs a number of GPUs from 1 to 256" in out.stderr, out.stderr
+    assert not data.exists()

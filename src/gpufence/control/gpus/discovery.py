@@ -267,10 +267,18 @@ def _summary(gpus: Sequence[DiscoveredGpu]) -> str:
     return text
 
 
+MAX_FAKE_GPUS = 256
+"""Made-up GPUs of one machine: far more than any real one holds (start-up and device-rule work
+grow with the count; a typo of 10**6 would stall ``gpufence up`` for minutes)."""
+
+
 def fake_gpus(n: int, gpu_type: str = "H100-80GB") -> Discovery:
     """``n`` made-up GPUs of a catalogue type on this machine (the --fake-gpus mode)."""
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise DiscoveryError(f"--fake-gpus needs a number of GPUs of at least 1 (got {n!r})")
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_FAKE_GPUS:
+        raise DiscoveryError(
+            f"--fake-gpus needs a number of GPUs from 1 to {MAX_FAKE_GPUS} (one machine's; "
+            f"got {n!r})"
+        )
     if gpu_type not in CATALOGUE:
         types = builtin_gpu_types()
         raise DiscoveryError(

@@ -149,6 +149,12 @@ class Client:
         self.url = (
             url or os.environ.get("GPUFENCE_URL") or _read_server_url(data) or DEFAULT_URL
         ).rstrip("/")
+        if urllib.parse.urlsplit(self.url).scheme not in ("http", "https"):
+            raise ClientError(
+                f"the server URL must start with http:// or https://, not {self.url!r} "
+                f"(e.g. http://{self.url.split('://')[-1]})",
+                400,
+            )
         self._token = token or os.environ.get("GPUFENCE_TOKEN") or None
         self.timeout = timeout
 
@@ -205,7 +211,7 @@ class Client:
                 reason, (ConnectionResetError, ConnectionAbortedError, BrokenPipeError)
             )
             raise ClientError(
-                f"no gpufence server at {self.url} ({reason}): {START_HINT}",
+                f"no gpufence server at {self.url} ({reason}): {self._start_hint()}",
                 retry=True,
                 unsent=unsent,
             ) from None
@@ -218,6 +224,17 @@ class Client:
                 f"the gpufence server at {self.url} broke off its answer ({exc!r})", retry=True
             ) from None
 
+    def _start_hint(self) -> str:
+        """What to do: start a server, or -- a data directory with a token but no
+        ``server.json`` (its server stopped, or the file was deleted) -- start or check its."""
+        if self.url == DEFAULT_URL and (self._data / TOKEN_FILE).exists():
+            return (
+                f"{self._data / SERVER_FILE} is missing, so the default URL was tried: is "
+                f"`gpufence up --data {self._data}` running? (It writes that file; else pass "
+                "--url.)"
+            )
+        return START_HINT
+
     def _http_error(self, exc: urllib.error.HTTPError) -> ClientError:
         try:
             payload = json.loads(exc.read() or b"null")
@@ -227,7 +244,15 @@ class Client:
         if code == 422 and isinstance(payload, dict) and isinstance(payload.get("job"), dict):
             reason = str(payload.get("reason") or "")
             return Rejected(str(payload.get("detail", "")), reason, dict(payload["job"]))
-        msg = format_problem(payload) if isinstance(payload, dict) else str(exc.reason)
+        if not isinstance(payload, dict):  # no problem document: not a gpufence server
+            path = urllib.parse.urlsplit(exc.url).path if isinstance(exc.url, str) else ""
+            return ClientError(
+                f"{self.url} answered {code} {exc.reason} to {path or 'the request'}, without a "
+                "gpufence error: is it a gpufence server (`gpufence up` prints its URL)?",
+                code,
+                payload,
+            )
+        msg = format_problem(payload)
         if code == 401:
             msg = f"unauthorized: {msg} (check --token / GPUFENCE_TOKEN)"
         elif code == 403:
