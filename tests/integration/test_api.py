@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from api_helpers import (
     ADMIN,
+    CONFIG,
     PRINT_DEVICES,
     SLEEPER,
     TOKEN_A,
@@ -22,6 +23,7 @@ from api_helpers import (
     Server,
     call,
     gone,
+    run_server,
     submit,
     wait_state,
 )
@@ -218,6 +220,20 @@ def test_metrics_are_prometheus_text(server: Server) -> None:
     assert "gpufence_queue_delay_seconds" in text
     assert 'gpufence_queue_pending_jobs{class="batch",partition="shared",queue="shared"}' in text
     assert 'gpufence_partition_capacity_gpus{partition="shared"} 8.0' in text
+
+
+def test_metrics_can_be_closed_to_all_but_the_admin(tmp_path: Path) -> None:
+    """``/metrics`` names tenants and jobs: with ``telemetry.metrics_auth: admin`` a tenant's
+    token or none gets 401, the admin token (what a Prometheus scrape config sends) the text."""
+    config = CONFIG.replace(
+        "  stop_grace_s: 2", "  stop_grace_s: 2\n  telemetry: {metrics_auth: admin}"
+    )
+    for srv in run_server(tmp_path, config):
+        for token in (None, TOKEN_A):
+            status, out, _ = call(srv, "GET", "/metrics", token=token)
+            assert status == 401 and "admin token" in out["detail"], out
+        status, text, _ = call(srv, "GET", "/metrics", token=ADMIN)
+        assert status == 200 and "gpufence_queue_delay_seconds" in text
 
 
 def test_nodes_and_partitions_shapes(server: Server) -> None:

@@ -3,8 +3,9 @@
 Every ``/v1`` route needs ``Authorization: Bearer <token>``: a tenant sees and cancels only its
 own jobs (403 otherwise), the admin token sees everything. The web dashboard's page and assets
 (``/``, ``/ui/*``: no data, the page asks for a token) are open, and so are ``/metrics``
-(Prometheus) and ``/healthz``, as scrapers and load balancers expect: put the server behind a
-proxy if queue sizes per partition must stay private.
+(Prometheus) and ``/healthz``, as scrapers and load balancers expect; ``/metrics`` names
+tenants, queues and jobs, so ``control.telemetry.metrics_auth: admin`` closes it to all but the
+admin token where the machine's other users must not see them.
 
 Status codes: 201 job accepted (pending or already starting); 200 the same ``Idempotency-Key``
 again (the job the first request created); 422 invalid body or query (``field`` names it) *or*
@@ -32,9 +33,10 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import AfterValidator, BaseModel, Field
 
 from gpufence import __version__
+from gpufence.control.config import ADMIN
 from gpufence.control.http import schemas as out
 from gpufence.control.http.accounting_routes import accounting_router
-from gpufence.control.http.auth import tenant_dependency
+from gpufence.control.http.auth import tenant_dependency, unauthorized
 from gpufence.control.http.body_limit import LimitBody
 from gpufence.control.http.client import IDEMPOTENCY_KEY
 from gpufence.control.http.dashboard_routes import dashboard_router
@@ -450,11 +452,21 @@ def make_app(plane: ControlPlane) -> FrontedAPI:
             200: {
                 "description": "Prometheus text exposition format",
                 "content": {CONTENT_TYPE_LATEST: {"schema": {"type": "string"}}},
-            }
+            },
+            **error_responses(401),
         },
     )
-    def metrics() -> Response:
-        """Prometheus exposition (unauthenticated, as scrapers expect)."""
+    def metrics(request: Request) -> Response:
+        """Prometheus exposition: open, as scrapers expect, unless
+        ``control.telemetry.metrics_auth: admin`` (then the admin token, 401 without it)."""
+        if plane.config.telemetry.metrics_auth == "admin":
+            given = request.headers.getlist("authorization")
+            scheme, _, token = (given[0] if len(given) == 1 else "").partition(" ")
+            ok = scheme.lower() == "bearer" and token.isascii()
+            if not ok or plane.config.tenant_of(token.strip()) != ADMIN:
+                raise unauthorized(
+                    "/metrics needs the admin token (control.telemetry.metrics_auth)"
+                )
         return Response(plane.metrics(), media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/healthz", tags=["ops"], response_model=out.Health)

@@ -15,6 +15,8 @@ control:
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
@@ -27,6 +29,10 @@ class TelemetrySettings(BaseModel):
     scrape_hosts: tuple[str, ...] = ()
     net_devices: tuple[str, ...] | None = None
     dcgm_job_mapping_dir: str | None = Field(default=None, min_length=1)
+    metrics_auth: Literal["open", "admin"] = "open"
+    """``/metrics`` names tenants, queues and jobs. ``open`` (as scrapers expect) on a machine
+    whose users may all see that; ``admin`` asks for the admin token (Prometheus:
+    ``authorization: {credentials_file: DATA/admin.token}``)."""
 
     @model_validator(mode="after")
     def _sizes(self) -> TelemetrySettings:
