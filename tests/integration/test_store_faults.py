@@ -94,6 +94,8 @@ def _fault_while_jobs_end(srv: Server, disk: SmallDisk, spool: Path) -> None:
         status, out, _ = call(srv, "POST", f"/v1/jobs/{long['id']}/cancel")
         assert status == 503, out
         assert call(srv, "GET", "/healthz", token=None)[1]["store"] != "ok"
+        status, out, _ = call(srv, "GET", "/readyz", token=None)  # alive, but not ready
+        assert status == 503 and out["detail"] == "store unavailable: disk full", out
         until(lambda: srv.plane.reconciler.held >= 3, 10, "the 3 exits held in memory")
         assert all(state(srv, j) == "running" for j in short)  # not persisted yet
     finally:
@@ -101,6 +103,7 @@ def _fault_while_jobs_end(srv: Server, disk: SmallDisk, spool: Path) -> None:
     # the store is back: what was held is persisted, GPUs are freed, the API works again
     until(lambda: all(state(srv, j) == "done" for j in short), 15, "held exits persisted")
     assert call(srv, "GET", "/healthz", token=None)[1]["store"] == "ok"
+    assert call(srv, "GET", "/readyz", token=None)[0] == 200
     status, out, _ = call(srv, "POST", f"/v1/jobs/{long['id']}/cancel")
     assert status == 200, out
     until(lambda: state(srv, long["id"]) == "cancelled", 15, "cancelled")

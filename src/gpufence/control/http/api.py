@@ -479,6 +479,20 @@ def make_app(plane: ControlPlane) -> FrontedAPI:
             "store": "ok" if broken is None else str(broken),
         }
 
+    @app.get(
+        "/readyz",
+        tags=["ops"],
+        response_model=out.Health,
+        responses=error_responses(503),
+    )
+    def readyz() -> Any:
+        """Readiness: 200 while the store takes writes, else 503 with why (a load balancer or a
+        probe sends no submits then); ``/healthz`` stays 200 while the process lives."""
+        broken = plane.store.broken
+        if broken is not None:
+            return problem(503, str(broken), slug="store-unavailable", headers={"Retry-After": "1"})
+        return {"ok": True, "version": __version__, "store": "ok"}
+
     app.include_router(accounting_router(plane))
     install_docs(app)
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
