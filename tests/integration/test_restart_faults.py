@@ -292,6 +292,13 @@ def test_a_damaged_store_is_refused_unless_told_otherwise(tmp_path: Path) -> Non
     assert server.wait(60) == 2
     text = last_log(data)
     assert "is damaged" in text and "--skip-integrity-check" in text and "Traceback" not in text
+    # told to skip the check, start-up still reads the damaged pages: no way out is offered
+    # that the operator just took
+    server = up(data, "--skip-integrity-check", expect_running=False)
+    assert server.wait(60) == 2
+    text = last_log(data)
+    assert "cannot start on it as it is" in text and ".recover" in text, text
+    assert "--skip-integrity-check" not in text.split("error:")[-1], text
 
 
 def test_a_missing_store_keeps_ids_and_logs_of_the_old_one(tmp_path: Path) -> None:

@@ -75,7 +75,8 @@ def open_store(
         return st.Store(data_dir, check_integrity=check_integrity, id_floor=floor)
     except st.StoreError as exc:
         if "damaged" in str(exc):
-            raise st.StoreError(f"{exc}\n  {damaged_hint(data_dir, containment)}") from None
+            hint = damaged_hint(data_dir, containment, skipped=not check_integrity)
+            raise st.StoreError(f"{exc}\n  {hint}") from None
         raise
     except OSError as exc:  # the data directory itself: read-only, full, no permission
         gone = unavailable(exc)

@@ -150,8 +150,21 @@ def prepare_store(data_dir: Path, containment: Containment | None = None) -> int
     return floor
 
 
-def damaged_hint(data_dir: Path, containment: Containment | None = None) -> str:
+def damaged_hint(
+    data_dir: Path, containment: Containment | None = None, skipped: bool = False
+) -> str:
+    """What to do about a damaged store. ``skipped``: --skip-integrity-check was given and
+    start-up still failed (the damage is in what it must read): that is no way out."""
     live = live_attempts(data_dir, containment)
+    salvage = f"`sqlite3 {data_dir / st.DB_NAME} .recover` salvages what is readable"
+    if skipped:
+        way = "the damage is in what start-up must read, so it cannot start on it as it is"
+        if live:
+            return (
+                f"{way}; jobs of this data directory still run ({', '.join(live[:3])}): "
+                f"restore the store from a backup ({salvage})"
+            )
+        return f"{way}: restore it from a backup, or move it away ({salvage})"
     if not live:
         return (
             "restore it from a backup, or move it away to start with an empty store; "
