@@ -36,9 +36,9 @@ def test_fields_become_the_core_job() -> None:
     [
         ({"cpus": 0}, "cpus", "greater than or equal to 0.001"),
         ({"cpus": -1}, "cpus", "greater than or equal"),
-        ({"cpus": "two"}, "cpus", "valid number"),
+        ({"cpus": "two"}, "cpus", "must be a number, not the string"),
         ({"mem_bytes": 1000}, "mem_bytes", "greater than or equal to 1048576"),
-        ({"mem_bytes": "4G"}, "mem_bytes", "valid integer"),
+        ({"mem_bytes": "4G"}, "mem_bytes", "must be a number, not the string"),
         ({"mem_bytes": 1.5}, "mem_bytes", "valid integer"),
         ({"time_limit_s": 0}, "time_limit_s", "greater than 0"),
         ({"time_limit_s": 10**9}, "time_limit_s", "less than or equal"),
