@@ -134,7 +134,7 @@ def up(
     require("server", "gpufence up")
     if executor == "ray":
         require("ray", "gpufence up --executor ray")
-    from gpufence.control.http.server import StartupError, build_plane, serve
+    from gpufence.control.http.server import StartupError, build_plane, listen_on, serve
     from gpufence.control.privatefs import set_private_umask
     from gpufence.spec import SpecError, format_spec_error
 
@@ -153,6 +153,8 @@ def up(
     try:
         if config is not None:
             _lint(config, strict)
+        # the port first: one in use stops here, before a data directory or store is made
+        listening = listen_on(host, port)
         plane = build_plane(
             config,
             data_dir,
@@ -168,7 +170,7 @@ def up(
         threading.Thread(
             target=announce, args=(ready, data_dir, name), name="announce", daemon=True
         ).start()
-        serve(plane, host, port, ready=ready, log_level=log_level.lower())
+        serve(plane, host, port, ready=ready, log_level=log_level.lower(), listening=listening)
     except SpecError as e:
         err_console().print(format_spec_error(e), markup=False, soft_wrap=True)
         raise typer.Exit(2) from None

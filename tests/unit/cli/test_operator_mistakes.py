@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -80,4 +81,16 @@ def test_fake_gpus_past_one_machine_is_refused_before_anything_is_made(tmp_path:
     out = _gpufence("up", "--fake-gpus", "100000", "--port", "0", "--data", str(data))
     assert out.returncode == 2, out
     assert "--fake-gpus needs a number of GPUs from 1 to 256" in out.stderr, out.stderr
+    assert not data.exists()
+
+
+def test_a_port_in_use_stops_up_before_it_makes_a_data_directory(tmp_path: Path) -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen(1)
+        port = busy.getsockname()[1]
+        data = tmp_path / "data"
+        out = _gpufence("up", "--fake-gpus", "1", "--port", str(port), "--data", str(data))
+    assert out.returncode == 2, out
+    assert f"cannot listen on 127.0.0.1:{port}" in out.stderr, out.stderr
     assert not data.exists()

@@ -190,6 +190,11 @@ def _bind(host: str, port: int) -> socket.socket:
     return sock
 
 
+def listen_on(host: str, port: int) -> socket.socket:
+    """The listening socket for ``serve(listening=...)``; ``StartupError`` if it cannot be."""
+    return _bind(host, port)
+
+
 def _client_host(host: str) -> str:
     if host in ("0.0.0.0", ""):
         return "127.0.0.1"
@@ -265,16 +270,19 @@ def serve(
     stop: threading.Event | None = None,
     kill_jobs: bool = False,
     log_level: str = "info",
+    listening: socket.socket | None = None,
 ) -> None:
     """Serve ``plane`` over HTTP until SIGINT/SIGTERM (main thread) or ``stop`` is set.
 
     ``ready`` is set once the server accepts connections and ``DATA/server.json`` is written.
     On the way out the plane is closed; running jobs keep running unless ``kill_jobs``.
+    ``listening``: a socket already bound (``listen_on``, before the plane was built: a port in
+    use then stops ``gpufence up`` before it makes a data directory); else ``host:port`` now.
     """
     data_dir = plane.data_dir
     with contextlib.ExitStack() as stack:
         try:
-            sock = stack.enter_context(_bind(host, port))
+            sock = stack.enter_context(listening or _bind(host, port))
         except BaseException:
             plane.close(kill_jobs=False)  # never started: nothing of it runs yet
             raise
