@@ -45,6 +45,7 @@ from gpufence.control.gpus.discovery import (
 )
 from gpufence.control.gpus.nodespec import host_resources
 from gpufence.control.http.api import make_app
+from gpufence.control.http.slow_clients import http_protocol
 from gpufence.control.plane import ControlPlane
 from gpufence.control.privatefs import write_private
 from gpufence.control.store.errors import StoreError, StoreUnavailable
@@ -311,7 +312,7 @@ def serve(
                 # uvloop and httptools where installed (the server extra installs both):
                 # their C loop and parser are most of a submit's budget in pure Python
                 loop="auto",
-                http="auto",
+                http=http_protocol(),  # uvicorn's choice, closing slow-loris connections
                 lifespan="off",
                 # nothing here reads a client's address, and X-Forwarded-For from any local
                 # process would only spoof the one uvicorn logs: its middleware is skipped
