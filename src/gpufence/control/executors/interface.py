@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
@@ -112,10 +112,11 @@ class AttemptExit:
     recorded it (False: it reached none of them); None where unknown (an older launcher's
     records, a member lost with its node). With every member at 0 and False, the attempt finished
     its work before the stop could end it, whatever ``stopped`` says."""
-    ended_at: float | None = None
+    ended_at: float | None = field(default=None, compare=False)
     """Unix time the last member's command ended, from the launchers' exit records; None where
     unknown (a member without a record, an executor that does not read them). What accounting
-    charges up to: an exit found only after a restart did not run while the plane was down."""
+    charges up to: an exit found only after a restart did not run while the plane was down.
+    (Not compared: two reports of one exit are equal whenever each was read.)"""
 
 
 class LaunchError(RuntimeError):
