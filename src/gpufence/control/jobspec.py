@@ -78,14 +78,17 @@ def _utf8(value: str) -> str:
     return value
 
 
+def _refuse(pattern: re.Pattern[str], value: str, what: str) -> None:
+    """``ValueError`` naming the first character of ``value`` that ``pattern`` finds."""
+    m = pattern.search(value)
+    if m is not None:
+        raise ValueError(f"contains the {what} U+{ord(m.group()):04X} at position {m.start()}")
+
+
 def _no_control(value: str) -> str:
     """A name or a path: valid UTF-8, no control character at all."""
     _utf8(value)
-    m = _CONTROL.search(value)
-    if m is not None:
-        raise ValueError(
-            f"contains the control character U+{ord(m.group()):04X} at position {m.start()}"
-        )
+    _refuse(_CONTROL, value, "control character")
     return value
 
 
@@ -97,11 +100,7 @@ def _name_text(value: str) -> str:
         raise ValueError("must not be empty or only spaces")
     if "/" in value:
         raise ValueError("cannot contain '/' (names are parts of the API's URLs)")
-    m = _INVISIBLE.search(value)
-    if m is not None:
-        raise ValueError(
-            f"contains the invisible character U+{ord(m.group()):04X} at position {m.start()}"
-        )
+    _refuse(_INVISIBLE, value, "invisible character")
     return value
 
 
@@ -115,11 +114,7 @@ def _arg_text(value: str) -> str:
     _utf8(value)
     if "\x00" in value:
         raise ValueError(f"contains a NUL byte at position {value.index(chr(0))}")
-    m = _CONTROL_NOT_WS.search(value)
-    if m is not None:
-        raise ValueError(
-            f"contains the control character U+{ord(m.group()):04X} at position {m.start()}"
-        )
+    _refuse(_CONTROL_NOT_WS, value, "control character")
     if len(value.encode("utf-8")) > MAX_ARG_BYTES:
         raise ValueError(f"is longer than {MAX_ARG_BYTES} bytes")
     return value
