@@ -114,9 +114,9 @@ def test_fake_pcie_type_has_no_nvlink() -> None:
     )
 
 
-@pytest.mark.parametrize("n", [0, -2])
+@pytest.mark.parametrize("n", [0, -2, 257, 10**6])
 def test_fake_gpus_count_is_checked(n: int) -> None:
-    with pytest.raises(DiscoveryError, match=r"--fake-gpus needs a number of GPUs of at least 1"):
+    with pytest.raises(DiscoveryError, match=r"--fake-gpus needs a number of GPUs from 1 to 256"):
         fake_gpus(n)
 
 
