@@ -14,6 +14,7 @@ overlapped or disagreed.
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 import tempfile
 import time
@@ -28,6 +29,13 @@ def main() -> int:
     ap.add_argument("--per-run", type=int, default=15, help="crashes planned per run")
     ap.add_argument("--scale", type=int, default=4, help="workload copies per run")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument(
+        "--keep-failed",
+        type=Path,
+        metavar="DIR",
+        help="copy the data directory of each run that found a problem to DIR/seed-N (its "
+        "store, job logs and server logs, to find out why)",
+    )
     args = ap.parse_args()
     total = Report()
     seed = args.seed
@@ -35,6 +43,8 @@ def main() -> int:
     while total.crash_points < args.crash_points:
         with tempfile.TemporaryDirectory(prefix="gpufence-crash-") as tmp:
             r = run_once(Path(tmp) / "run", seed=seed, crashes=args.per_run, scale=args.scale)
+            if not r.ok and args.keep_failed is not None:
+                shutil.copytree(Path(tmp) / "run", args.keep_failed / f"seed-{seed}", symlinks=True)
         total.add(r)
         elapsed = time.monotonic() - t0
         print(

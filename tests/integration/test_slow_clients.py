@@ -73,3 +73,18 @@ def test_kept_alive_connections_and_slow_requests_still_work(server: Server) -> 
     finally:
         sock.close()
     assert call(server, "GET", "/healthz", token=None)[0] == 200
+
+
+def test_a_body_that_trickles_in_is_cut_and_submits_nothing(server: Server) -> None:
+    sock = _connect(server)
+    try:
+        head = (
+            "POST /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            f"Authorization: Bearer {ADMIN}\r\nContent-Length: 100000\r\n\r\n"
+        )
+        sock.sendall(head.encode() + b'{"command": ["true"], "name": "')
+        assert _closed(sock, 10.0)
+    finally:
+        sock.close()
+    status, out, _ = call(server, "GET", "/v1/jobs?limit=100")
+    assert status == 200 and out["jobs"] == [], out

@@ -281,11 +281,12 @@ class AttemptWatcher:
         if status is None and recorded is None and m.forked:  # its server knows how it died
             status = self._reap_launcher(m)
         code = recorded if recorded is not None else status
-        if recorded is None and not att.stop_requested and not att.gang_failed:
-            # the launcher itself died (the OOM killer, an operator's kill -9) before it could
-            # record the job's exit: how the job ended is unknown, so the attempt is lost (and
-            # requeued), as one lost while the control plane was down -- not failed with the
-            # launcher's signal, which says nothing about the job
+        killed = status is not None and status < 0
+        if recorded is None and killed and not att.stop_requested and not att.gang_failed:
+            # the launcher itself was killed (the OOM killer, an operator's kill -9) before it
+            # could record the job's exit: how the job ended is unknown, so the attempt is lost
+            # (and requeued), as one lost while the control plane was down -- not failed with
+            # the launcher's signal, which says nothing about the job
             log.warning(
                 "job %s attempt %d rank %d: its launcher (pid %d) ended (%s) without recording "
                 "the job's exit: the attempt is lost",

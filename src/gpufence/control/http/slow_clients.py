@@ -9,7 +9,9 @@ per connection, as many as it likes, by sending a byte every few seconds.
 server uses) with one timer per connection: every ``CHECK_S`` it looks whether a request is in
 flight (its ``cycle`` has not completed its response). A connection with none in flight for
 ``HEAD_TIMEOUT_S`` -- since it was opened or since its last response -- is closed: a client that
-is sending a request head has had that long to finish it. Requests being served are never cut.
+is sending a request head has had that long to finish it. So is one whose request body is still
+coming ``HEAD_TIMEOUT_S`` after its head (the limit is 1 MiB: seconds at any honest speed).
+Requests being served (their body in) are never cut.
 """
 
 from __future__ import annotations
@@ -28,17 +30,22 @@ def guarded(protocol: type[Any]) -> type[Any]:
     class Guarded(protocol):  # type: ignore[misc]
         def connection_made(self, transport: asyncio.Transport) -> None:
             super().connection_made(transport)
-            self._idle_since = self.loop.time()
-            self._seen_cycle: object = None
+            self._idle_since = self._began = self.loop.time()
+            self._seen_cycle: Any = None
             self._guard = self.loop.call_later(CHECK_S, self._check)
 
         def _check(self) -> None:
             now = self.loop.time()
-            cycle = self.cycle
-            if cycle is not None and (not cycle.response_complete or cycle is not self._seen_cycle):
-                # a request in flight, or one served since the last look: not idle
+            cycle: Any = self.cycle
+            if cycle is not self._seen_cycle:  # a request came since the last look
                 self._seen_cycle = cycle
-                self._idle_since = now
+                self._idle_since = self._began = now
+            elif cycle is not None and not cycle.response_complete:
+                if not getattr(cycle, "more_body", False):
+                    self._idle_since = now  # being served: never cut
+                elif now - self._began >= HEAD_TIMEOUT_S:
+                    self.transport.close()  # its body has trickled in for that long
+                    return
             elif now - self._idle_since >= HEAD_TIMEOUT_S:
                 self.transport.close()
                 return
