@@ -43,9 +43,9 @@ import signal
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from gpufence.advice.inputs import AdviceSettings
 from gpufence.control.containment.settings import (
@@ -86,11 +86,32 @@ class _Secret(BaseModel):
         return self.token if self.token is not None else os.environ.get(self.token_env or "")
 
 
+def tenant_names(names: dict[str, Any]) -> dict[str, Any]:
+    """Tenant names as keys: not the admin's (a tenant called ``admin`` would be the admin:
+    tokens map to names), not empty, no whitespace, control characters or '/'."""
+    for name in names:
+        if name.strip().lower() == ADMIN:
+            raise ValueError(
+                f"{name!r} is reserved for the admin token (control.auth.admin_token): a tenant "
+                "of that name would have the admin's rights; rename the tenant"
+            )
+        if not name or any(c.isspace() or not c.isprintable() or c == "/" for c in name):
+            raise ValueError(
+                f"tenant name {name!r} must be non-empty, without spaces, control characters or '/'"
+            )
+    return names
+
+
 class AuthSchema(BaseModel):
     model_config = ConfigDict(extra="forbid")
     admin_token: str | None = Field(default=None, min_length=8)
     admin_token_env: str | None = None
     tenants: dict[str, _Secret] = Field(default_factory=dict)
+
+    @field_validator("tenants")
+    @classmethod
+    def _names(cls, v: dict[str, _Secret]) -> dict[str, _Secret]:
+        return tenant_names(v)
 
 
 class TenantSchema(BaseModel):
@@ -102,6 +123,12 @@ class ControlSchema(BaseModel):
     model_config = ConfigDict(extra="forbid")
     auth: AuthSchema = Field(default_factory=AuthSchema)
     tenants: dict[str, TenantSchema] = Field(default_factory=dict)
+
+    @field_validator("tenants")
+    @classmethod
+    def _names(cls, v: dict[str, TenantSchema]) -> dict[str, TenantSchema]:
+        return tenant_names(v)
+
     run_as: str | None = Field(default=None, min_length=1)
     allow_run_as_root: bool = False
     job_env_inherit: list[str] = Field(default_factory=list)

@@ -233,3 +233,26 @@ def test_job_env_inherit_and_pids_limit_reach_the_config(tmp_path: Path) -> None
     assert control_config(_control(), tmp_path).containment.pids_max == 16384
     with pytest.raises(SpecError, match=r"control\.job_pids_limit"):
         control_config(_control(job_pids_limit=1), tmp_path)
+
+
+@pytest.mark.parametrize("name", ["admin", "Admin", " admin", "ADMIN"])
+@pytest.mark.parametrize("where", ["auth", "tenants"])
+def test_a_tenant_named_admin_is_refused(tmp_path: Path, name: str, where: str) -> None:
+    """Tokens map to names: a tenant called 'admin' would have the admin's rights."""
+    control = _control()
+    if where == "auth":
+        control["auth"]["tenants"][name] = {"token": "evil-tenant-token-0123"}
+    else:
+        control["tenants"] = {name: {}}
+    with pytest.raises(SpecError) as exc:
+        control_config(control, tmp_path)
+    assert any("reserved for the admin token" in i for i in _issues(exc)), _issues(exc)
+
+
+@pytest.mark.parametrize("name", ["", "a b", "a/b", "a\x1bb"])
+def test_a_tenant_name_that_cannot_be_told_apart_is_refused(tmp_path: Path, name: str) -> None:
+    control = _control()
+    control["auth"]["tenants"][name] = {"token": "odd-tenant-token-0123"}
+    with pytest.raises(SpecError) as exc:
+        control_config(control, tmp_path)
+    assert any("must be non-empty" in i for i in _issues(exc)), _issues(exc)
