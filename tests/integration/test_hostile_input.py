@@ -10,6 +10,7 @@ from __future__ import annotations
 import http.client
 import json
 import logging
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -218,6 +219,45 @@ def test_idempotency_key_returns_the_same_job(server: Server) -> None:
     wait_state(server, first["id"], ("done",))
     listed = call(server, "GET", "/v1/jobs?limit=10000", ADMIN)[1]["jobs"]
     assert sum(j["name"] == "idem" for j in listed) == 1
+
+
+def test_two_idempotency_keys_are_refused(server: Server) -> None:
+    """One code path kept the first header, the other the last: refused, as for Authorization."""
+    before = job_count(server)
+    conn = http.client.HTTPConnection(server.url.removeprefix("http://"), timeout=30)
+    body = b'{"command": ["true"]}'
+    conn.putrequest("POST", "/v1/jobs")
+    for name, value in (
+        ("Authorization", f"Bearer {ADMIN}"),
+        ("Content-Type", "application/json"),
+        ("Content-Length", str(len(body))),
+        ("Idempotency-Key", "k-first"),
+        ("Idempotency-Key", "k-second"),
+    ):
+        conn.putheader(name, value)
+    conn.endheaders(body)
+    resp = conn.getresponse()
+    out = json.loads(resp.read())
+    conn.close()
+    assert resp.status == 422 and out["field"] == "header.Idempotency-Key", out
+    assert job_count(server) == before
+
+
+def test_a_retry_gets_its_job_even_if_its_cwd_is_gone_since(server: Server, tmp_path: Path) -> None:
+    """The key is looked up before the machine's state: the retry of an accepted submit is told
+    about the job it made, not that its directory no longer exists."""
+    cwd = tmp_path / "work"
+    cwd.mkdir()
+    body = json.dumps({"command": ["true"], "cwd": str(cwd), "hold": True}).encode()
+    key = {"Idempotency-Key": "cwd-gone-0001"}
+    status, first, _ = post_raw(server, body, key)
+    assert status == 201, first
+    cwd.rmdir()
+    status, again, _ = post_raw(server, body, key)
+    assert status == 200 and again["id"] == first["id"], again
+    status, out, _ = post_raw(server, body)  # without the key: a new submit, checked
+    assert status == 422 and out["field"] == "body.cwd", out
+    call(server, "POST", f"/v1/jobs/{first['id']}/cancel")
 
 
 def test_deeply_nested_and_non_utf8_bodies_are_422(server: Server) -> None:

@@ -229,8 +229,21 @@ class ControlPlane:
                 raise AccessError("only the admin may submit on behalf of another tenant")
             tenant = req.tenant
         self._check_queue(req, tenant)
-        self._check_cwd(req)
+        try:
+            self._check_cwd(req)
+        except InvalidField:
+            # a retry of a submit that was accepted (its answer lost) gets that job, whatever
+            # happened to the directory since: the key is looked up before the machine's state
+            if idempotency_key is None or not self._key_used(tenant, idempotency_key):
+                raise
         return self.reconciler.submit(req, tenant, idempotency_key)
+
+    def _key_used(self, tenant: str, key: str) -> bool:
+        with self.store.reader() as r:
+            row = r.execute(
+                "SELECT 1 FROM idempotency WHERE tenant=? AND key=?", (tenant, key)
+            ).fetchone()
+        return row is not None
 
     def _check_cwd(self, req: SubmitRequest) -> None:
         """Jobs run on this machine: a ``cwd`` that is not a directory here fails at submit,

@@ -93,6 +93,8 @@ def _reject_field(req: SubmitRequest, reason: str, message: str) -> str:
 JobJson = Callable[[st.JobRow], dict[str, Any]]
 _ANSWER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))  # built once, not per call
 SUBMIT_PATH = "/v1/jobs"
+SEVERAL_KEYS = "\x00several"
+"""Stands for a request with more than one Idempotency-Key header (no key has a NUL)."""
 _JSON = [(b"content-type", b"application/json")]
 
 
@@ -106,6 +108,10 @@ async def submit_response(
     """The answer to one submit: (status, JSON body) when accepted, else a problem response.
     Raises what the app's exception handlers answer (401, 403, 422 of a field, 503)."""
     tenant = tenant_of_header(plane.config, authorization)
+    if key == SEVERAL_KEYS:
+        return _invalid(
+            f"header.{IDEMPOTENCY_KEY}", "send one Idempotency-Key, not several", "several"
+        )
     if key is not None and not IDEMPOTENCY_KEY_PATTERN.fullmatch(key):
         return _invalid(
             f"header.{IDEMPOTENCY_KEY}", "must be 1-255 visible ASCII characters", "pattern"
@@ -197,8 +203,8 @@ class SubmitFront:
             if name == b"authorization":
                 # two of them (a proxy adding one?) are read by nobody: see auth.ONE_ONLY
                 authorization = ONE_ONLY if authorization is not None else value.decode("latin-1")
-            elif name == b"idempotency-key":
-                key = value.decode("latin-1")
+            elif name == b"idempotency-key":  # two: which one? neither (422, as FastAPI's)
+                key = SEVERAL_KEYS if key is not None else value.decode("latin-1")
             elif name == b"content-length" and too_long(value, self.limit):
                 await refuse(scope, receive, send, self.limit)
                 return
@@ -277,11 +283,12 @@ def install_submit(
         rejected here, with why. With an Idempotency-Key, retrying after a lost answer
         (timeout, crash) is safe."""
         given = request.headers.getlist("authorization")
+        keys = request.headers.getlist(IDEMPOTENCY_KEY)
         answer = await submit_response(
             plane,
             job_json,
             ONE_ONLY if len(given) > 1 else (given[0] if given else None),
-            request.headers.get(IDEMPOTENCY_KEY),
+            SEVERAL_KEYS if len(keys) > 1 else (keys[0] if keys else None),
             await request.body(),
         )
         return _as_response(answer)
