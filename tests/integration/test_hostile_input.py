@@ -90,6 +90,13 @@ STRINGS = [
     ({"command": ["true"], "name": "a/b"}, "body.name", "'/'"),
     ({"command": ["true"], "name": "invoice\u202etxt.exe"}, "body.name", "U+202E"),
     ({"command": ["true"], "name": "two\u2028lines"}, "body.name", "U+2028"),
+    ({"command": ["true"], "name": "\u3164"}, "body.name", "U+3164"),  # a blank-looking letter
+    ({"command": ["true"], "name": "a\u00adb"}, "body.name", "U+00AD"),
+    ({"command": ["true"], "name": "e\u0301"}, "body.name", "NFC"),
+    ({"command": ["true"], "name": "j1 "}, "body.name", "start or end with a space"),
+    ({"command": ["true"], "name": ".."}, "body.name", "'..'"),
+    ({"command": ["true"], "name": "J1"}, "body.name", "looks like a job id"),
+    ({"command": ["true"], "name": "j\u0663"}, "body.name", "looks like a job id"),
     ({"command": ["true"], "queue": "q\u200b"}, "body.queue", "U+200B"),
     ({"command": ["true"], "after_ok": ["x/y"]}, "body.after_ok.0", "'/'"),
     # array specs: ASCII digits, a cap that is a number in range

@@ -41,9 +41,15 @@ def is_id(ref: str) -> bool:
     return JOB_ID.fullmatch(ref) is not None
 
 
+def _looks_like_id(name: str) -> bool:
+    """'J12', 'j١٢' (other digits): not an id, but read as one in a listing."""
+    head, rest = name[:1], name[1:]
+    return head in ("j", "J") and rest.isdigit()
+
+
 def name_problem(name: str) -> str | None:
     """Why ``name`` cannot be a job name (None: it can)."""
-    if is_id(name):
+    if is_id(name) or _looks_like_id(name):
         return f"'{name}' looks like a job id (j and digits); pick a name that does not"
     if "," in name:
         return "a name cannot contain ',' (lists of names are comma-separated)"

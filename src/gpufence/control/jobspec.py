@@ -18,6 +18,7 @@ submit with the reason. ``escape`` makes user text safe for a log line.
 from __future__ import annotations
 
 import re
+import unicodedata
 from typing import Annotated, Any
 from urllib.parse import urlsplit
 
@@ -98,10 +99,31 @@ def _name_text(value: str) -> str:
     _no_control(value)
     if not value.strip():
         raise ValueError("must not be empty or only spaces")
-    if "/" in value:
-        raise ValueError("cannot contain '/' (names are parts of the API's URLs)")
-    _refuse(_INVISIBLE, value, "invisible character")
+    if value != value.strip():
+        raise ValueError("must not start or end with a space")
+    if "/" in value or value in (".", ".."):
+        raise ValueError("cannot contain '/' or be '.' or '..' (names are parts of URLs)")
+    if not value.isascii():
+        _readable(value)
     return value
+
+
+# Hangul and braille fillers (letters by category, blank on screen)
+_FILLERS = frozenset("\u115f\u1160\u3164\uffa0\u2800")
+
+
+def _readable(value: str) -> None:
+    """Non-ASCII names: what people read is what is stored -- composed (NFC), no format,
+    private-use, unassigned or separator characters but the plain space, no fillers or
+    variation selectors (a name that looks blank, or like another)."""
+    if unicodedata.normalize("NFC", value) != value:
+        raise ValueError("must be in composed form (Unicode NFC): e.g. 'é', not 'e' + U+0301")
+    for i, c in enumerate(value):
+        cat = unicodedata.category(c)
+        hidden = cat in ("Cf", "Co", "Cn", "Cs", "Zl", "Zp") or (cat == "Zs" and c != " ")
+        selector = "\ufe00" <= c <= "\ufe0f" or "\U000e0100" <= c <= "\U000e01ef"
+        if hidden or selector or c in _FILLERS:
+            raise ValueError(f"contains the invisible character U+{ord(c):04X} at position {i}")
 
 
 def _label_text(value: str) -> str:
