@@ -16,7 +16,9 @@ import json
 import os
 import re
 import secrets
+import shutil
 import stat
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -385,3 +387,26 @@ def test_log_reads_never_follow_a_link_the_job_planted(server: Server) -> None:
     assert server.tokens["admin"].encode() not in out
     assert out == b"", "a symlink is not followed"
     assert b"url" not in err and err == b"", "a hard link to the server's file is not served"
+
+
+def test_a_cwd_cannot_probe_which_private_directories_exist(server: Server) -> None:
+    """The cwd check runs as the job's user: a private directory it cannot enter (the server's
+    private root, which exists) and a path that does not exist get the same answer, so the
+    server's root cannot be used to learn which exist; one the user can enter is taken."""
+    private = Path(tempfile.mkdtemp(prefix="gf-private-"))  # root's, 0700
+    (private / "inside").mkdir()
+    answers = []
+    for cwd in (str(private / "inside"), str(private / "no-such")):
+        status, out, _ = server.call(
+            "POST", "/v1/jobs", "vision", {"command": ["true"], "cwd": cwd}
+        )
+        assert status == 422 and out["field"] == "body.cwd", out
+        answers.append(out["detail"].replace(cwd, "CWD"))
+    assert answers[0] == answers[1], answers
+    assert "can enter" in answers[0]
+    status, out, _ = server.call(
+        "POST", "/v1/jobs", "vision", {"command": ["true"], "cwd": "/tmp", "hold": True}
+    )
+    assert status == 201, out
+    server.call("POST", f"/v1/jobs/{out['id']}/cancel", "vision")
+    shutil.rmtree(private)

@@ -43,7 +43,7 @@ from gpufence.control.observe.prom_collectors import LiveCollector
 from gpufence.control.observe.series_model import SeriesResponse
 from gpufence.control.privatefs import dir_mode, ensure_dir, tighten_existing
 from gpufence.control.reconciler import Reconciler
-from gpufence.control.runas import blocking_dir
+from gpufence.control.runas import blocking_dir, can_enter
 from gpufence.control.store import database as st
 from gpufence.control.store.errors import unavailable
 from gpufence.control.store.recovery import damaged_hint, prepare_store, recover
@@ -230,7 +230,7 @@ class ControlPlane:
             tenant = req.tenant
         self._check_queue(req, tenant)
         try:
-            self._check_cwd(req)
+            self._check_cwd(req, tenant)
         except InvalidField:
             # a retry of a submit that was accepted (its answer lost) gets that job, whatever
             # happened to the directory since: the key is looked up before the machine's state
@@ -245,12 +245,22 @@ class ControlPlane:
             ).fetchone()
         return row is not None
 
-    def _check_cwd(self, req: SubmitRequest) -> None:
-        """Jobs run on this machine: a ``cwd`` that is not a directory here fails at submit,
-        not at launch (Ray runs them elsewhere: checked there)."""
-        local = isinstance(self.executor, LocalExecutor)
-        if local and req.cwd is not None and not os.path.isdir(req.cwd):  # no Path: hot path
-            raise InvalidField(("body", "cwd"), f"{req.cwd} is not a directory on this machine")
+    def _check_cwd(self, req: SubmitRequest, tenant: str) -> None:
+        """Jobs run on this machine: a ``cwd`` its user could not enter fails at submit, not at
+        launch (Ray runs them elsewhere: checked there). Asked as that user (``can_enter``):
+        the same answer for "missing" and "not yours", so a submit cannot probe through the
+        server's root which private directories exist."""
+        if req.cwd is None or not isinstance(self.executor, LocalExecutor):
+            return
+        who = self.config.run_as_for(tenant)
+        if who is None:  # the server's own user: one stat (the hot path)
+            if not os.path.isdir(req.cwd):
+                raise InvalidField(("body", "cwd"), f"{req.cwd} is not a directory on this machine")
+        elif not can_enter(req.cwd, who):
+            raise InvalidField(
+                ("body", "cwd"),
+                f"{req.cwd} is not a directory that the job's user ({who.user}) can enter",
+            )
 
     def _check_queue(self, req: SubmitRequest, tenant: str) -> None:
         """Queues owned by a configured tenant take that tenant's jobs only (and the admin's)."""
