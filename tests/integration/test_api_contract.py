@@ -150,6 +150,7 @@ def test_every_route_answers_in_its_model(server: Server) -> None:
         (ADMIN, "/v1/history", schemas.HistoryPage),
         (ADMIN, "/v1/usage?by=partition", schemas.UsageReport),
         (ADMIN, "/healthz", schemas.Health),
+        (ADMIN, "/readyz", schemas.Health),
         (ADMIN, "/v1/dashboard/whoami", schemas.Whoami),
         (TOKEN_A, "/v1/dashboard/whoami", schemas.Whoami),
         (ADMIN, "/v1/dashboard/queue?state=done", schemas.QueuePage),
@@ -164,6 +165,8 @@ def test_every_route_answers_in_its_model(server: Server) -> None:
         status, body, _ = call(server, "GET", path, token)
         assert status == 200, (path, body)
         _roundtrip(model, body)
+    # the cluster file's path is the server's: the admin's to see, not a tenant's
+    assert call(server, "GET", "/v1/advice", TOKEN_A)[1]["spec"] is None
 
 
 REF = re.compile(r"""(?:src|href)=["']([^"']+)["']|url:\s*['"]([^'"]+)['"]""")

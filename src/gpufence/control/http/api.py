@@ -440,7 +440,8 @@ def make_app(plane: ControlPlane) -> FrontedAPI:
         return {
             "advice": [a.to_json() for a in items],
             "scope": plane.advice_scope(tenant),
-            "spec": plane.advice_source,  # the cluster file the paths and lines refer to
+            # the cluster file the paths and lines refer to: the server's path, the admin's
+            "spec": plane.advice_source if tenant == ADMIN else None,
         }
 
     # ------------------------------------------------------------------ open

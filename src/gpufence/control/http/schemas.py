@@ -235,7 +235,10 @@ class AdviceOut(_Out):
 class AdviceList(_Out):
     advice: list[AdviceOut]
     scope: str
-    spec: str | None = Field(description="the cluster file the paths and lines refer to")
+    spec: str | None = Field(
+        description="the cluster file the paths and lines refer to (the admin only: a path on "
+        "the server)"
+    )
 
 
 class Health(_Out):
