@@ -364,9 +364,10 @@ def test_the_same_idempotency_key_after_a_crash_returns_the_same_job(tmp_path: P
 
 
 def test_attempts_the_store_lost_are_settled_from_their_records(tmp_path: Path) -> None:
-    """A power cut (or a disk repaired by fsck) can take the store's last, non-durable writes:
-    a Bind, an exit. The job is ``pending`` again while its attempt directory shows the run.
-    A completed run must not run again; one still running is stopped and replaced."""
+    """A disk repaired by fsck (or a store restored from a backup) can lack the store's last
+    writes: a Bind, an exit. The job is ``pending`` again while its attempt directory shows the
+    run. A completed run must not run again; one still running is not guessed about: the
+    start is refused naming it (store.strangers), and once it is stopped it is replaced."""
     data = tmp_path / "data"
     p = _plane(data)
     p.start()
@@ -384,9 +385,15 @@ def test_attempts_the_store_lost_are_settled_from_their_records(tmp_path: Path) 
     command = int(record(data, running, 1, 0, "started")["pid"])  # type: ignore[call-overload]
     assert alive(command)
     p2 = _plane(data)
+    with pytest.raises(st.StoreError, match=f"{running} attempt 1"):
+        p2.start()
+    p2.close()
+    assert alive(command), "refused, not killed"
+    kill_leftovers(data, only=running)  # the operator stops it
+    p2 = _plane(data)
     p2.start()
     try:
-        assert not alive(command), "the untracked attempt still runs"
+        assert not alive(command)
         assert _state(p2, done) == st.DONE
         until(lambda: _attempt(p2, running) == 2, 10, "attempt 2 of the lost one")
         time.sleep(0.5)

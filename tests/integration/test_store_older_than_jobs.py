@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from server_proc import JOB, client, kill9, last_log, record, stop, up
+from server_proc import JOB, alive, client, kill9, last_log, record, stop, up
 
 from gpufence.control.store import database as st
 from gpufence.testing.crashrun import kill_leftovers
@@ -122,4 +122,51 @@ def test_a_deleted_data_directory_leaves_cgroups_that_refuse_the_start(tmp_path:
         assert f"{jid} attempt 1 (pid " in text and "does not know" in text, text
     finally:
         kill9(server)
+        kill_leftovers(data)
+
+
+def test_a_released_job_the_backup_has_held_is_refused_not_killed(tmp_path: Path) -> None:
+    """The backup says pending (held); the job was released since and runs. Its bind was
+    committed before it started, so only a newer store knew it: refused, not killed."""
+    data = tmp_path / "data"
+    data.mkdir()
+    backup = tmp_path / "backup.db"
+    server = up(data)
+    try:
+        c = client(data)
+        jid = str(c.submit({"command": [*JOB, "sleep", "60"], "gpus": 1, "hold": True})["id"])
+        _backup(data, backup)
+        c.release(jid)
+        until(lambda: c.job(jid)["state"] == "running", 30, "running")
+        kill9(server)
+        _restore(data, backup)
+        server = up(data, expect_running=False)
+        assert server.wait(60) == 2
+        assert f"{jid} attempt 1 (pid " in last_log(data)
+        assert alive(int(str(record(data, jid, 1, 0, "pid")["pid"])))  # not killed
+    finally:
+        kill9(server)
+        kill_leftovers(data)
+
+
+def test_jobs_on_gpus_the_cluster_no_longer_has_refuse_the_start(tmp_path: Path) -> None:
+    """Restarted with fewer --fake-gpus while a job runs on GPUs 2-3: it was cancelled (its
+    restore failed, with a traceback); now `up` names it and exits, and it runs on."""
+    data = tmp_path / "data"
+    data.mkdir()
+    server = up(data, gpus=4)
+    try:
+        first = _running(data, [*JOB, "sleep", "60"], 2)
+        second = _running(data, [*JOB, "sleep", "60"], 2)
+        kill9(server)
+        server = up(data, gpus=2, expect_running=False)
+        assert server.wait(60) == 2
+        text = last_log(data)
+        assert "GPUs this cluster does not have" in text and f"{second} attempt 1" in text, text
+        assert f"{first} attempt" not in text.split("does not have")[-1]  # GPUs 0-1 still exist
+        assert "Traceback" not in text
+        server = up(data, gpus=4)  # the cluster they run on: adopted, as ever
+        assert client(data).job(second)["state"] == "running"
+    finally:
+        stop(server)
         kill_leftovers(data)

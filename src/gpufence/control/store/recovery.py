@@ -59,7 +59,7 @@ from gpufence.control.launches import job_dir, launch_for
 from gpufence.control.reconciler import Reconciler
 from gpufence.control.store import database as st
 from gpufence.control.store.errors import StoreError
-from gpufence.control.store.strangers import refuse_strangers
+from gpufence.control.store.strangers import refuse_misplaced, refuse_strangers
 from gpufence.model.decisions import Reason
 from gpufence.model.events import (
     Event,
@@ -204,9 +204,10 @@ def _past_untracked_attempts(
     data_dir: Path, row: st.JobRow, spec: SubmitRequest, containment: Containment | None
 ) -> tuple[int, str]:
     """A pending job whose attempt directory shows it was started: the store lost the Bind
-    (its last writes, to a power cut or a failed disk). The attempt is stopped if it still
-    runs and settled from its records: ``(attempt, "done")`` if every rank completed, else
-    ``(next attempt, "lost")``; ``(attempt, "")`` when nothing was started."""
+    (its last writes, to a power cut or a failed disk). The attempt is settled from its
+    records (one that still runs was refused before: ``strangers``; what is left of it is
+    stopped): ``(attempt, "done")`` if every rank completed, else ``(next attempt, "lost")``;
+    ``(attempt, "")`` when nothing was started."""
     attempt = row.attempt
     outcome = ""
     while True:
@@ -317,6 +318,7 @@ def recover(rec: Reconciler, containment: Containment | None = None) -> dict[str
         attempts = {row.id: r.attempt(row.id, row.attempt) for row in rows}
         saved = r.usage()
         budgets = r.preemptions()
+    refuse_misplaced(rec, rows, attempts, containment)  # before anything is adopted
     if saved is not None:  # fair-share history first, so the first cycle already ranks by it
         usage, at = saved
         events.append(UsageRestored(tuple(sorted(usage.items())), at))

@@ -8,9 +8,14 @@ attempt of this data directory with a live member is compared with the store:
 
 * a job the store does not have at all, or an attempt of a running job other than the one the
   store says runs, is a *stranger*;
+* so is an attempt of a job the store has pending: a bind is committed before its spawn, so only
+  a newer store knew it (the release of a held job, say, made after the backup);
 * a job the store has ended is not looked at (a store only moves forward: an older copy never
-  ends a job the newer one still ran), nor a pending one (recovery settles an attempt the store
-  lost the start of: ``recovery._past_untracked_attempts``).
+  ends a job the newer one still ran).
+
+Also refused (``refuse_misplaced``): attempts that still run on GPUs the cluster no longer has
+(``--fake-gpus`` or the cluster file changed across a restart): they could be neither restored
+nor stopped cleanly, and their GPUs would be handed out again.
 
 Live members are found from the attempt directories (pid files guarded by start time) and, with
 containment, from the member cgroups under the cgroup parent whose name carries the hash of one
@@ -24,13 +29,19 @@ from __future__ import annotations
 import logging
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from gpufence.control.containment.members import Containment, member_cgroup_name
 from gpufence.control.executors.jobdirs import JOBS_DIR
 from gpufence.control.executors.leftovers import live_member_pids, recorded_ranks
+from gpufence.control.gpus.devices import assignment_from_json
 from gpufence.control.launches import job_dir
 from gpufence.control.store import database as st
 from gpufence.control.store.errors import StoreError
+
+if TYPE_CHECKING:
+    from gpufence.control.reconciler import Reconciler
+    from gpufence.model.cluster import Cluster
 
 log = logging.getLogger("gpufence.recovery")
 
@@ -84,8 +95,10 @@ def live_strangers(
 
     def stranger(jid: str, attempt: int) -> bool:
         state, current = known.get(jid, ("", 0))
-        if state in st.TERMINAL or state == st.PENDING:
+        if state in st.TERMINAL:
             return False
+        if state == st.PENDING:  # its bind was committed before any spawn: a newer store's
+            return attempt >= current
         return not state or attempt != current
 
     found: dict[tuple[str, int], int] = {}
@@ -95,7 +108,7 @@ def live_strangers(
                 found[key] = pid
     for jid in _job_ids_on_disk(data_dir):
         state, _ = known.get(jid, ("", 0))
-        if state in st.TERMINAL or state == st.PENDING:
+        if state in st.TERMINAL:
             continue
         for attempt in _attempts_on_disk(data_dir, jid):
             if (jid, attempt) in found or not stranger(jid, attempt):
@@ -139,3 +152,54 @@ def refuse_strangers(store: st.Store, data_dir: Path, containment: Containment |
         "back, or stop those processes (kill -- -PID, or `kill` every pid in their cgroup) "
         "and start again."
     )
+
+
+def misplaced(cluster: Cluster, pool: str, assignments: list[dict[str, Any]]) -> str | None:
+    """Why a stored attempt's placement does not fit ``cluster`` (None: it does)."""
+    if pool not in cluster.partitions:
+        return f"partition {pool!r} is not in the cluster spec"
+    for raw in assignments:
+        a = assignment_from_json(raw)
+        for g in a.gpus:
+            if not 0 <= g < len(cluster.gpus) or cluster.gpus[g].node != a.node:
+                return f"GPU {g} of node {a.node} does not exist"
+    return None
+
+
+def refuse_misplaced(
+    rec: Reconciler,
+    rows: list[st.JobRow],
+    attempts: dict[str, st.AttemptRow | None],
+    containment: Containment | None,
+) -> None:
+    """``StoreError`` naming the running attempts whose GPUs this cluster does not have."""
+    found = []
+    for row in rows:
+        att = attempts.get(row.id)
+        if row.state not in st.ACTIVE or att is None:
+            continue
+        why = misplaced(rec.scheduler.cluster, att.pool, att.assignments)
+        if why is None:
+            continue
+        adir = job_dir(rec.data_dir, row.id) / f"attempt-{att.attempt}"
+        ranks = max(len(att.assignments), 1)
+        cgroups = (
+            [
+                containment.driver.open(member_cgroup_name(row.id, att.attempt, adir, r))
+                for r in range(ranks)
+            ]
+            if containment is not None
+            else []
+        )
+        pids = live_member_pids(adir, cgroups)
+        if pids:
+            found.append(f"{row.id} attempt {att.attempt} (pid {pids[0]}: {why})")
+    if found:
+        shown = ", ".join(found[:SHOWN]) + (
+            f" and {len(found) - SHOWN} more" if len(found) > SHOWN else ""
+        )
+        raise StoreError(
+            f"jobs still run on GPUs this cluster does not have: {shown}. The cluster changed "
+            "since they were placed (--fake-gpus, or the cluster file); start with the one they "
+            "run on, or stop them (kill -- -PID) and start again."
+        )
