@@ -225,6 +225,11 @@ def test_a_store_deleted_under_a_running_plane_stops_its_writes(tmp_path: Path) 
         until(lambda: c.job(jid)["state"] == "running", 20, "running")
         for f in data.glob("gpufence.db*"):
             f.unlink()
+        # readiness says so at once, before any write has failed on it
+        with pytest.raises(urllib.error.HTTPError) as err:
+            urllib.request.urlopen(f"{c.url}/readyz", timeout=30)
+        assert err.value.code == 503
+        assert "deleted or moved" in json.loads(err.value.read())["detail"]
         req = urllib.request.Request(
             f"{c.url}/v1/jobs",
             data=b'{"command": ["true"]}',

@@ -473,12 +473,8 @@ def make_app(plane: ControlPlane) -> FrontedAPI:
     @app.get("/healthz", tags=["ops"], response_model=out.Health)
     def healthz() -> dict[str, Any]:
         """Liveness, and whether the store takes writes (``store``: ``ok`` or the reason)."""
-        broken = plane.store.broken
-        return {
-            "ok": True,
-            "version": __version__,
-            "store": "ok" if broken is None else str(broken),
-        }
+        why = plane.store.problem()
+        return {"ok": True, "version": __version__, "store": why or "ok"}
 
     @app.get(
         "/readyz",
@@ -489,9 +485,9 @@ def make_app(plane: ControlPlane) -> FrontedAPI:
     def readyz() -> Any:
         """Readiness: 200 while the store takes writes, else 503 with why (a load balancer or a
         probe sends no submits then); ``/healthz`` stays 200 while the process lives."""
-        broken = plane.store.broken
-        if broken is not None:
-            return problem(503, str(broken), slug="store-unavailable", headers={"Retry-After": "1"})
+        why = plane.store.problem()
+        if why is not None:
+            return problem(503, why, slug="store-unavailable", headers={"Retry-After": "1"})
         return {"ok": True, "version": __version__, "store": "ok"}
 
     app.include_router(accounting_router(plane))

@@ -324,6 +324,19 @@ class Store:
         """Why the last write failed, until one succeeds again."""
         return self._broken
 
+    def problem(self) -> str | None:
+        """Why the store takes no writes now (None: it does): the last write's failure, or its
+        file gone from its path (deleted, or the data directory moved) though nothing was
+        written since -- what readiness reports, without waiting for a write to fail."""
+        if self._broken is not None:
+            return str(self._broken)
+        if not self._file_lock.still_at_path():
+            return (
+                f"store unavailable: the database file {self.path} was deleted or moved while "
+                "in use; restart the control plane on the data directory where it is now"
+            )
+        return None
+
     def job(self, job_id: str) -> JobRow | None:
         """Read through the writer's connection (the reconciler's own reads)."""
         with self._lock:
