@@ -31,17 +31,26 @@ def _jobs_in_store(data: Path) -> list[str]:
         return [row.id for row in r.jobs(limit=1000)]
 
 
-def test_a_submit_lost_to_a_crash_is_retried_through_the_restart(tmp_path: Path) -> None:
+@pytest.mark.parametrize("how", ["--data", "export line"])
+def test_a_submit_lost_to_a_crash_is_retried_through_the_restart(tmp_path: Path, how: str) -> None:
+    """``how`` the CLI finds the server: ``--data`` (DATA/server.json), or the line `gpufence up`
+    prints for a shell (GPUFENCE_URL with GPUFENCE_DATA: the URL's port is gone after the
+    restart, the data directory's server.json has the new one)."""
     data = tmp_path / "data"
     data.mkdir()
     # the control plane dies right after the submit is committed, before it answers
     server = up(data, env={"GPUFENCE_FAILPOINTS": "reconciler.after-inbox-commit=crash"})
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUFENCE_")}
+    args = ["--data", str(data)]
+    if how == "export line":
+        env |= {"GPUFENCE_URL": client(data).url, "GPUFENCE_DATA": str(data)}
+        args = []
     cli = subprocess.Popen(
-        [*CLI, "submit", "--data", str(data), "--", "true"],
+        [*CLI, "submit", *args, "--", "true"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env={k: v for k, v in os.environ.items() if not k.startswith("GPUFENCE_")},
+        env=env,
     )
     try:
         assert server.wait(30) == -9, last_log(data)

@@ -201,9 +201,18 @@ def client_for(
         raise typer.Exit(1)
     # a URL read from DATA/server.json is left for the client to read: it reads it again after
     # a lost answer, when the server may have restarted on another port (Client.submit)
+    # after a lost answer the client re-reads DATA/server.json (a restart may change the port)
+    # when the URL is that file's, or $GPUFENCE_URL beside a data directory (what `gpufence up`
+    # prints for a shell: the port it names is gone after a restart); never an explicit --url
     local = target.url_source.endswith("server.json")
+    follow = local or (target.url_source == "$GPUFENCE_URL" and target.data is not None)
     try:
-        return Client(url=None if local else target.url, token=target.token, data_dir=target.data)
+        return Client(
+            url=None if local else target.url,
+            token=target.token,
+            data_dir=target.data,
+            follow=follow,
+        )
     except ClientError as exc:  # a URL that is no http(s) URL
         err_console().print(f"error: {exc} ({target.url_source})", markup=False, soft_wrap=True)
         raise typer.Exit(2) from None

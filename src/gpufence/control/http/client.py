@@ -141,11 +141,15 @@ class Client:
         token: str | None = None,
         data_dir: Path | None = None,
         timeout: float = TIMEOUT_S,
+        follow: bool | None = None,
     ) -> None:
+        """``follow``: after a lost answer, take the address the data directory's server wrote
+        (it may have restarted on another port); default: when no URL was given, i.e. the URL
+        is that server's."""
         data = data_dir or default_data_dir()
         self._data = data
-        self._url_given = bool(url or os.environ.get("GPUFENCE_URL"))
-        """Else the URL is the data directory's server's: re-read after a restart (``_reread``)."""
+        given = bool(url or os.environ.get("GPUFENCE_URL"))
+        self._follow = not given if follow is None else follow
         self.url = (
             url or os.environ.get("GPUFENCE_URL") or _read_server_url(data) or DEFAULT_URL
         ).rstrip("/")
@@ -325,7 +329,7 @@ class Client:
     def _reread(self) -> None:
         """After a lost answer: the data directory's server may have restarted elsewhere
         (``gpufence up --port 0``): take the address it wrote, if any."""
-        if not self._url_given:
+        if self._follow:
             url = _read_server_url(self._data)
             if url:
                 self.url = url.rstrip("/")
