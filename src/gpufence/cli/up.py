@@ -182,11 +182,26 @@ def up(
 
 
 def default_context_name(data_dir: Path) -> str:
-    """'default' for the default data dir, else the dir's name made a valid context name."""
-    if data_dir.expanduser().resolve() == default_data_dir().resolve():
+    """'default' for ``~/.gpufence`` (the built-in default: not $GPUFENCE_DATA, which names
+    whatever server a shell last used), else the dir's name made a valid context name -- with
+    a number added while that name is another data directory's context (``data``, ``data-2``:
+    two planes whose dirs share a name must not overwrite each other's context)."""
+    from gpufence.cli.clientconfig import ConfigError, load
+
+    here = data_dir.expanduser().resolve()
+    if here == Path("~/.gpufence").expanduser().resolve():
         return "default"
-    name = re.sub(r"[^A-Za-z0-9._-]+", "-", data_dir.resolve().name).strip("-.") or "default"
-    return name[:63]
+    base = re.sub(r"[^A-Za-z0-9._-]+", "-", here.name).strip("-.") or "data"
+    base = base[:56]
+    try:
+        taken = {n: c.data for n, c in load().contexts.items()}
+    except (ConfigError, OSError):
+        return base  # remember_server will say what is wrong with the file
+    name, n = base, 1
+    while name in taken and taken[name] is not None and Path(str(taken[name])) != here:
+        n += 1
+        name = f"{base}-{n}"
+    return name
 
 
 def export_line(url: str, data_dir: Path) -> str:

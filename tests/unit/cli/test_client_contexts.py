@@ -143,3 +143,24 @@ def test_context_verbs(home: Path) -> None:
     assert r.exit_code == 0 and load().current is None and set(load().contexts) == {"a"}
     r = runner.invoke(app, ["queue", "--context", "zzz"])
     assert r.exit_code == 2 and "no context 'zzz'" in r.output and "known: a" in r.output
+
+
+def test_up_names_contexts_apart_and_default_is_only_the_home_dir(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two data dirs named 'data' get 'data' and 'data-2' (the second replaced the first's
+    context); $GPUFENCE_DATA exported by an earlier `up` does not make another dir 'default'."""
+    from gpufence.cli.up import default_context_name
+
+    first, second = home / "a" / "data", home / "b" / "data"
+    for d in (first, second):
+        d.mkdir(parents=True)
+    monkeypatch.setenv("GPUFENCE_DATA", str(first))
+    assert default_context_name(first) == "data"  # not 'default': that is ~/.gpufence
+    remember_server("data", "http://127.0.0.1:1", first.resolve())
+    assert default_context_name(first) == "data"  # the same dir keeps its name
+    assert default_context_name(second) == "data-2"
+    remember_server("data-2", "http://127.0.0.1:2", second.resolve())
+    assert load().contexts["data"].data == str(first.resolve())
+    (home / "home" / ".gpufence").mkdir(parents=True)
+    assert default_context_name(home / "home" / ".gpufence") == "default"
