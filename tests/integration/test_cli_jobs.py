@@ -329,6 +329,27 @@ def test_a_bad_directive_names_script_and_line(cli: Cli, server: Server, tmp_pat
     assert count(server) == before
 
 
+def test_a_scripts_directives_count_when_it_gets_arguments(
+    cli: Cli, server: Server, tmp_path: Path
+) -> None:
+    """`gpufence submit run.sh a b` ran with 1 GPU and no name: the #GPUFENCE lines were read
+    only for a script without arguments (sbatch reads them either way)."""
+    s = tmp_path / "args.sh"
+    s.write_text('#!/bin/sh\n#GPUFENCE --gpus 2 --name with-args\necho "args: $*"\n')
+    jid = submit(cli, str(s), "one", "two")
+    job = ended(server, jid)
+    assert job["state"] == "done" and job["spec"]["gpus"] == 2 and job["name"] == "with-args"
+    assert job["spec"]["command"][-3:] == [str(s.resolve()), "one", "two"]
+    assert "args: one two" in server.client.logs(jid).body.decode()
+
+
+def test_a_misspelt_script_is_refused_at_submit(cli: Cli, server: Server, tmp_path: Path) -> None:
+    before = count(server)
+    r = cli("submit", str(tmp_path / "no-such.sh"))
+    assert r.exit_code == 2 and "no such script" in r.output, r.output
+    assert count(server) == before
+
+
 # ------------------------------------------------------------------- hold, names, cancel
 
 

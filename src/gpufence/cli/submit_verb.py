@@ -291,10 +291,15 @@ def submit(
         return
     if not command:
         raise fail("give the command after --, a script, or -f JOBS.yaml")
-    if len(command) == 1 and Path(command[0]).is_file():
+    if is_script(Path(command[0])):  # its #GPUFENCE lines count with arguments too (sbatch)
         script = Path(command[0])
         params = with_directives(ctx, script, params)
-        params["command"] = script_command(script)
+        params["command"] = [*script_command(script), *command[1:]]
+    elif len(command) == 1 and _looks_like_a_path(command[0]) and not Path(command[0]).exists():
+        raise fail(
+            f"no such script: {command[0]} (a command found on the job's PATH has no '/'; "
+            "check the path)"
+        )
     if idempotency_key is not None and not IDEMPOTENCY_KEY_PATTERN.fullmatch(idempotency_key):
         raise typer.BadParameter(
             "must be 1-255 visible ASCII characters (no spaces)", param_hint="--idempotency-key"
@@ -303,6 +308,21 @@ def submit(
     ids = submit_one(client, body, idempotency_key)
     if wait:
         raise typer.Exit(wait_exit(wait_for(client, ids)))
+
+
+def is_script(path: Path) -> bool:
+    """A text file here (``#!`` first, or no NUL in its head): run through its interpreter,
+    its ``#GPUFENCE`` lines read. A binary (``/usr/bin/python3 train.py``) runs as given."""
+    try:
+        with path.open("rb") as fh:
+            head = fh.read(4096)
+    except OSError:  # not a file here (a command on the job's PATH), or unreadable
+        return False
+    return head.startswith(b"#!") or (bool(head) and b"\0" not in head)
+
+
+def _looks_like_a_path(arg: str) -> bool:
+    return "/" in arg or arg.endswith((".sh", ".py", ".bash"))
 
 
 def build_body(params: dict[str, Any]) -> dict[str, Any]:
