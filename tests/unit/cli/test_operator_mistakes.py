@@ -94,3 +94,18 @@ def test_a_port_in_use_stops_up_before_it_makes_a_data_directory(tmp_path: Path)
     assert out.returncode == 2, out
     assert f"cannot listen on 127.0.0.1:{port}" in out.stderr, out.stderr
     assert not data.exists()
+
+
+def test_a_config_with_more_gpus_than_fake_gpus_is_refused(tmp_path: Path) -> None:
+    """It ran the config's 4 GPUs while the log said 2 fake ones."""
+    config = tmp_path / "c.yaml"
+    config.write_text(
+        "name: t\nnode_groups:\n  - {name: a, count: 1, gpus_per_node: 4, gpu_type: H100-80GB}\n"
+        "partitions:\n  p: {nodes: [a], admits: [training]}\n"
+    )
+    out = _gpufence(
+        "up", "--config", str(config), "--fake-gpus", "2", "--port", "0", "--data",
+        str(tmp_path / "data"),
+    )  # fmt: skip
+    assert out.returncode == 2, out
+    assert "give --fake-gpus 4" in out.stderr, out.stderr

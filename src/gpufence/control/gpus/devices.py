@@ -155,6 +155,13 @@ def check_machine(cluster: Cluster, discovery: Discovery) -> None:
     """The local executor runs everything on this machine: with real GPUs, the spec must
     describe this machine (one node, no more GPUs than found, same type)."""
     if discovery.fake:
+        node_gpus = [len(n.gpu_ids) for n in cluster.nodes]
+        if len(node_gpus) == 1 and node_gpus[0] > len(discovery.gpus):
+            raise DeviceError(
+                f"the cluster spec gives its node {node_gpus[0]} GPUs but --fake-gpus made "
+                f"{len(discovery.gpus)}: give --fake-gpus {node_gpus[0]} (or describe "
+                f"{len(discovery.gpus)} in the spec)"
+            )
         return
     if len(cluster.nodes) != 1:
         raise DeviceError(
