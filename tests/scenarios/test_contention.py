@@ -348,7 +348,7 @@ def test_gpus_no_longer_held_for_a_waiting_job_go_to_the_queue_at_once(event: Ev
             Bind("v", "train", (A(2, 4),)),
         ],
         [Notice("v", Reason.INCIDENT_PREEMPTION, 40.0, why)],
-        [],  # b: "needs 1 free GPUs, partition train has 0 free (3 held for w)"
+        [],  # b: "needs 1 free GPU, partition train has 0 free (3 held for w)"
         [Bind("b", "train", (A(2, 5),))],
     ]
 

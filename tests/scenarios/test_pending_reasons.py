@@ -165,7 +165,7 @@ PENDING_CASES = [
     pytest.param(
         [job("f").gang(2, 4).queue("team-c").build()],
         job("w").gpus(1).queue("team-c").build(),
-        PendingReason(Reason.NO_FIT, "needs 1 free GPUs, partition train has 0 free"),
+        PendingReason(Reason.NO_FIT, "needs 1 free GPU, partition train has 0 free"),
         id="no-fit when the partition is full",
     ),
     pytest.param(

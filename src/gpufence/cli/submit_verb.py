@@ -416,9 +416,9 @@ def submit_one(client: Client, body: dict[str, Any], key: str | None = None) -> 
         if not told:  # once: the user should know why it waits, not see every try
             told.append(True)
             err_console().print(
-                f"{exc}\nthe job may have reached the server: trying again with the same "
-                f"Idempotency-Key for up to {SUBMIT_PATIENCE_S:.0f} s (a second job is never "
-                "made)",
+                f"no answer from {client.url} (the job may have reached it): trying again with "
+                f"the same Idempotency-Key for up to {SUBMIT_PATIENCE_S:.0f} s (a second job is "
+                "never made)",
                 markup=False,
                 soft_wrap=True,
             )

@@ -237,6 +237,11 @@ class Client:
                 f"`gpufence up --data {self._data}` running? (It writes that file; else pass "
                 "--url.)"
             )
+        if self._data.resolve() != Path("~/.gpufence").expanduser().resolve():
+            # its own data directory: `gpufence up` alone would start another plane elsewhere
+            return (
+                f"start it with `gpufence up --data {self._data}` (add --fake-gpus N without GPUs)"
+            )
         return START_HINT
 
     def _http_error(self, exc: urllib.error.HTTPError) -> ClientError:

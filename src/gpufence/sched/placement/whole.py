@@ -55,7 +55,8 @@ def place_whole(ledger: Ledger, job: Job, pool: str) -> PlaceResult:
     free_total = ledger.pool_free[pool]
     if free_total < need:
         text = f"partition {pool} has {free_total} free{held_for(ledger, pool)}"
-        return NotPlaced(Reason.NO_FIT, f"needs {need} free GPUs, {text}")
+        noun = "GPU" if need == 1 else "GPUs"
+        return NotPlaced(Reason.NO_FIT, f"needs {need} free {noun}, {text}")
     buckets = ledger.buckets[pool]
     top = len(buckets) - 1
     # 1. the whole gang on one node, best fit (the fullest node that still fits)
