@@ -42,11 +42,13 @@ def parse_array(text: str) -> tuple[tuple[int, ...], int]:
         lo = int(m.group(1))
         hi = int(m.group(2)) if m.group(2) is not None else lo
         step = int(m.group(3)) if m.group(3) is not None else 1
-        if hi < lo or step < 1:
+        if step < 1:
+            raise ArraySpecError(f"the step of {part.strip()!r} must be at least 1 ({example})")
+        if hi < lo:
             raise ArraySpecError(f"range {part.strip()!r} is empty ({example})")
         if hi > MAX_INDEX:
             raise ArraySpecError(f"indices go up to {MAX_INDEX} (got {hi})")
         if (hi - lo) // step + 1 + len(indices) > MAX_TASKS:
             raise ArraySpecError(f"an array has at most {MAX_TASKS} tasks")
-        indices.update(range(lo, hi + 1, step))
+        indices.update(range(lo, hi + 1, step))  # an index given twice is one task (Slurm's)
     return tuple(sorted(indices)), cap

@@ -474,5 +474,6 @@ def describe_errors(exc: ValidationError) -> str:
     parts = []
     for e in exc.errors(include_url=False, include_input=False):
         loc = ".".join(str(p) for p in e["loc"])
-        parts.append(f"{escape(loc)}: {escape(e['msg'])}" if loc else escape(e["msg"]))
+        msg = escape(e["msg"].removeprefix("Value error, "))
+        parts.append(f"{escape(loc)}: {msg}" if loc else msg)
     return "; ".join(parts)

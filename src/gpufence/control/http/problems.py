@@ -132,7 +132,8 @@ def field_errors(errors: Sequence[Any]) -> list[FieldError]:
         out.append(
             FieldError(
                 field=escape_detail(loc),
-                message=escape_detail(str(e.get("msg", ""))),
+                # our validators' own words, without pydantic's "Value error, " in front
+                message=escape_detail(str(e.get("msg", "")).removeprefix("Value error, ")),
                 type=str(e.get("type", "invalid")),
             )
         )
