@@ -13,6 +13,7 @@ lines, or is readable by group or others is refused with a message saying what t
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import re
 import secrets
@@ -21,6 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpufence.control.privatefs import create_private
+
+log = logging.getLogger("gpufence.config")
 
 HASH_PREFIX = "sha256:"
 _HEX64 = re.compile(r"^[0-9a-fA-F]{64}$")
@@ -105,4 +108,10 @@ def admin_token_from_file(path: Path) -> str:
     """The token in ``path``, generated into it first if there is none."""
     if not os.path.lexists(path):
         create_private(path, secrets.token_urlsafe(24) + "\n")
+        if (path.parent / "gpufence.db").exists():  # not a new data directory: it had one
+            log.warning(
+                "%s was missing: a new admin token was generated into it; the old one no "
+                "longer works (clients that kept it get 401)",
+                path,
+            )
     return read_token_file(path)

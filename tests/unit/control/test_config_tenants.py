@@ -256,3 +256,22 @@ def test_a_tenant_name_that_cannot_be_told_apart_is_refused(tmp_path: Path, name
     with pytest.raises(SpecError) as exc:
         control_config(control, tmp_path)
     assert any("must be non-empty" in i for i in _issues(exc)), _issues(exc)
+
+
+def test_a_deleted_admin_token_is_replaced_with_a_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A data directory that has a store lost its token file: the new token is said aloud (the
+    old one, in every client that kept it, stops working); a new data directory stays quiet."""
+    from gpufence.control.tokens import admin_token_from_file
+
+    data = tmp_path / "data"
+    data.mkdir(mode=0o700)
+    with caplog.at_level("WARNING", logger="gpufence.config"):
+        first = admin_token_from_file(data / TOKEN_FILE)
+        assert not caplog.records
+        (data / "gpufence.db").write_bytes(b"")
+        (data / TOKEN_FILE).unlink()
+        second = admin_token_from_file(data / TOKEN_FILE)
+    assert second != first
+    assert any("a new admin token was generated" in r.getMessage() for r in caplog.records)
