@@ -147,10 +147,11 @@ def refuse_strangers(store: st.Store, data_dir: Path, containment: Containment |
     )
     raise StoreError(
         f"jobs of this data directory still run that the store {store.path} does not know: "
-        f"{shown}. The store is older than its data directory (restored from a backup, or "
-        "replaced?); starting on it would put other jobs on their GPUs. Put the newest store "
-        "back, or stop those processes (kill -- -PID, or `kill` every pid in their cgroup) "
-        "and start again."
+        f"{shown}. The store is older than its data directory (restored from a backup or "
+        "replaced, or the data directory was moved or made again while they ran); starting on "
+        "it would put other jobs on their GPUs. Put the newest store back (or start on the "
+        "directory they run from), or stop those processes (kill -- -PID, or `kill` every pid "
+        "in their cgroup) and start again."
     )
 
 
