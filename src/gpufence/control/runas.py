@@ -77,26 +77,12 @@ def blocking_dir(path: Path, user: RunAs) -> Path | None:
 
 def can_enter(path: str, who: RunAs | None) -> bool:
     """Whether ``who`` (None: the server's own user) could make ``path`` its working
-    directory: it is a directory and every directory from ``/`` down to it grants ``who`` search
-    permission (owner, group or other bits; ACLs are not read). A ``cwd`` is checked this way
-    at submit, so the answer says only what the job's own user could find out by trying -- not,
-    through the server's root, whether another tenant's private directory exists."""
+    directory: a directory, and every directory from ``/`` down to it lets ``who`` pass
+    (``blocking_dir``). A ``cwd`` is checked this way at submit, so the answer says only what
+    the job's own user could find out by trying -- not, through the server's root, whether
+    another tenant's private directory exists."""
     target = Path(path)
-    for d in (*reversed(target.parents), target):
-        try:
-            st = os.stat(d)
-        except OSError:
-            return False
-        if not stat.S_ISDIR(st.st_mode):
-            return False
-        if who is None or who.uid == 0:
-            continue
-        if st.st_uid == who.uid:
-            bit = stat.S_IXUSR
-        elif st.st_gid == who.gid or st.st_gid in who.groups:
-            bit = stat.S_IXGRP
-        else:
-            bit = stat.S_IXOTH
-        if not st.st_mode & bit:
-            return False
-    return True
+    if not target.is_dir():
+        return False
+    # the directory itself must be passable too: it is the parent of anything in it
+    return who is None or blocking_dir(target / "cwd", who) is None
