@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -109,3 +110,17 @@ def test_a_config_with_more_gpus_than_fake_gpus_is_refused(tmp_path: Path) -> No
     )  # fmt: skip
     assert out.returncode == 2, out
     assert "give --fake-gpus 4" in out.stderr, out.stderr
+
+
+def test_a_data_dirs_server_that_is_down_is_to_be_started_on_that_dir(tmp_path: Path) -> None:
+    """Its server.json names a port nothing listens on (it was kill -9ed): the hint is to start
+    it on that data dir; a bare `gpufence up` would start a second plane on ~/.gpufence."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    (tmp_path / "admin.token").write_text("t\n")
+    (tmp_path / "server.json").write_text(json.dumps({"url": f"http://127.0.0.1:{port}"}))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUFENCE_")}
+    out = _gpufence("queue", "--data", str(tmp_path), env=env)
+    assert out.returncode == 1, out
+    assert f"start it with `gpufence up --data {tmp_path}`" in out.stderr, out.stderr

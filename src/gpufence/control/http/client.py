@@ -237,8 +237,10 @@ class Client:
                 f"`gpufence up --data {self._data}` running? (It writes that file; else pass "
                 "--url.)"
             )
-        if self._data.resolve() != Path("~/.gpufence").expanduser().resolve():
-            # its own data directory: `gpufence up` alone would start another plane elsewhere
+        written = _read_server_url(self._data)
+        if written is not None and written.rstrip("/") == self.url:
+            # the data directory's own server (it wrote this URL) is down: `gpufence up` alone
+            # would start another plane on ~/.gpufence
             return (
                 f"start it with `gpufence up --data {self._data}` (add --fake-gpus N without GPUs)"
             )
