@@ -48,7 +48,7 @@ from gpufence.control.failpoints import POINTS
 from gpufence.control.gpus.discovery import fake_gpus, node_spec
 from gpufence.control.http.client import Client, ClientError
 from gpufence.control.store import database as st
-from gpufence.control.store.recovery import attempt_dirs, member_cgroups
+from gpufence.control.store.live_scan import attempt_dirs, member_cgroups
 
 JOB = [sys.executable, "-m", "gpufence.demo.programs"]
 RANDOM = "random"

@@ -25,8 +25,8 @@ For every job the store says is not finished:
 
 Fair-share usage comes back as it was last saved (every 30 s and at a clean stop, see
 ``reconciler.USAGE_SAVE_S``), decayed to now; GPUs held while the plane was down are not charged.
-Incident preemption budgets come back exactly (saved with each counted notice,
-``decision_writes.budget_windows``): a crash loop does not refill them.
+Incident preemption budgets come back exactly (saved with each notice,
+``SchedulerQuery.preemption_windows``): a crash loop does not refill them.
 
 Before any of this, a store older than its data directory is refused (``strangers``).
 """
@@ -41,16 +41,13 @@ from typing import Any
 from pydantic import ValidationError
 
 from gpufence.control.config import core_tenant
-from gpufence.control.containment.cgroup import MemberCgroup
-from gpufence.control.containment.members import Containment, member_cgroup_name
+from gpufence.control.containment.members import Containment
 from gpufence.control.executors.interface import Launch, Member
 from gpufence.control.executors.jobdirs import JOBS_DIR
 from gpufence.control.executors.leftovers import (
-    live_member_pids,
     recorded_ranks,
     settle_untracked_attempt,
 )
-from gpufence.control.executors.member_records import RECORDS_SUFFIX
 from gpufence.control.executors.processes import prune_spool
 from gpufence.control.gpus.devices import assignment_from_json
 from gpufence.control.inbox import Live
@@ -59,6 +56,7 @@ from gpufence.control.launches import job_dir, launch_for
 from gpufence.control.reconciler import Reconciler
 from gpufence.control.store import database as st
 from gpufence.control.store.errors import StoreError
+from gpufence.control.store.live_scan import job_dirs, listed, live_attempts, member_cgroups
 from gpufence.control.store.strangers import refuse_misplaced, refuse_strangers
 from gpufence.model.decisions import Reason
 from gpufence.model.events import (
@@ -75,55 +73,6 @@ DROPPABLE = ("name", "est_runtime_s", "priority", "max_attempts")
 KILL_WAIT_S = 10.0
 
 
-def job_dirs(data_dir: Path) -> list[tuple[int, Path]]:
-    """(number, path) of every ``DATA/jobs/j<N>`` directory."""
-    out = []
-    try:
-        entries = list((data_dir / JOBS_DIR).iterdir())
-    except OSError:
-        return []
-    for p in entries:
-        if p.name.startswith("j") and p.name[1:].isdigit():
-            out.append((int(p.name[1:]), p))
-    return sorted(out)
-
-
-def attempt_dirs(jdir: Path) -> list[tuple[int, Path]]:
-    """(attempt, path) of every ``attempt-N`` directory of a job (not its records dirs)."""
-    out = []
-    for adir in jdir.glob("attempt-*"):
-        n = adir.name.removeprefix("attempt-")
-        if n.isdigit() and not adir.name.endswith(RECORDS_SUFFIX):
-            out.append((int(n), adir))
-    return sorted(out)
-
-
-def member_cgroups(
-    containment: Containment | None, job_id: str, attempt: int, adir: Path, ranks: int
-) -> list[MemberCgroup | None]:
-    """The cgroups (by name: nothing the job wrote is trusted) of an attempt's members."""
-    if containment is None:
-        return []
-    return [
-        containment.driver.open(member_cgroup_name(job_id, attempt, adir, rank))
-        for rank in range(ranks)
-    ]
-
-
-def live_attempts(data_dir: Path, containment: Containment | None = None) -> list[str]:
-    """``j3 attempt 1 (pid 123)`` for every attempt directory with a member that still runs
-    (a launcher, what its dead launcher left in its process group, or anything in its cgroup)."""
-    found = []
-    for _n, jdir in job_dirs(data_dir):
-        for attempt, adir in attempt_dirs(jdir):
-            ranks = max(recorded_ranks(adir), default=-1) + 1
-            cgroups = member_cgroups(containment, jdir.name, attempt, adir, max(ranks, 1))
-            pids = live_member_pids(adir, cgroups)
-            if pids:
-                found.append(f"{jdir.name} attempt {attempt} (pid {pids[0]})")
-    return found
-
-
 def prepare_store(data_dir: Path, containment: Containment | None = None) -> int:
     """Refuse a missing store whose jobs still run; return the id floor for a new store."""
     dirs = job_dirs(data_dir)
@@ -133,11 +82,10 @@ def prepare_store(data_dir: Path, containment: Containment | None = None) -> int
     if missing and dirs:
         live = live_attempts(data_dir, containment)
         if live:
-            shown = ", ".join(live[:5]) + (f" and {len(live) - 5} more" if len(live) > 5 else "")
             raise StoreError(
                 f"the store {db} is missing, but jobs of this data directory still run: "
-                f"{shown}. A new empty store would not know them and would put other jobs on "
-                "their GPUs. Put the store file back (from a backup), or stop those processes "
+                f"{listed(live)}. A new empty store would not know them and would put other jobs "
+                "on their GPUs. Put the store file back (from a backup), or stop those processes "
                 "(kill -- -PID) and start again."
             )
         log.warning(

@@ -38,6 +38,7 @@ from gpufence.control.gpus.devices import assignment_from_json
 from gpufence.control.launches import job_dir
 from gpufence.control.store import database as st
 from gpufence.control.store.errors import StoreError
+from gpufence.control.store.live_scan import attempt_dirs, job_dirs, listed, member_cgroups
 
 if TYPE_CHECKING:
     from gpufence.control.reconciler import Reconciler
@@ -48,24 +49,6 @@ log = logging.getLogger("gpufence.recovery")
 _MEMBER = re.compile(
     r"^(?P<job>j\d{1,18})\.a(?P<attempt>\d{1,9})\.r(?P<rank>\d{1,6})\.[0-9a-f]{12}$"
 )
-SHOWN = 5
-
-
-def _attempts_on_disk(data_dir: Path, job_id: str) -> list[int]:
-    out = []
-    for adir in job_dir(data_dir, job_id).glob("attempt-*"):
-        n = adir.name.removeprefix("attempt-")
-        if n.isdigit():
-            out.append(int(n))
-    return sorted(out)
-
-
-def _job_ids_on_disk(data_dir: Path) -> list[str]:
-    try:
-        names = [p.name for p in (data_dir / JOBS_DIR).iterdir()]
-    except OSError:
-        return []
-    return [n for n in names if n.startswith("j") and n[1:].isdigit()]
 
 
 def _ours_in_cgroups(data_dir: Path, containment: Containment) -> dict[tuple[str, int], int]:
@@ -106,19 +89,14 @@ def live_strangers(
         for key, pid in _ours_in_cgroups(data_dir, containment).items():
             if stranger(*key):
                 found[key] = pid
-    for jid in _job_ids_on_disk(data_dir):
-        state, _ = known.get(jid, ("", 0))
-        if state in st.TERMINAL:
-            continue
-        for attempt in _attempts_on_disk(data_dir, jid):
-            if (jid, attempt) in found or not stranger(jid, attempt):
+    for _n, jdir in job_dirs(data_dir):
+        for attempt, adir in attempt_dirs(jdir):
+            key = (jdir.name, attempt)
+            if key in found or not stranger(*key) or not recorded_ranks(adir):
                 continue
-            adir = job_dir(data_dir, jid) / f"attempt-{attempt}"
-            if not recorded_ranks(adir):
-                continue
-            pids = live_member_pids(adir)
+            pids = live_member_pids(adir)  # (their cgroups were looked at above)
             if pids:
-                found[(jid, attempt)] = pids[0]
+                found[key] = pids[0]
     order = sorted(found, key=lambda k: (int(k[0][1:]), k[1]))
     return [f"{jid} attempt {attempt} (pid {found[(jid, attempt)]})" for jid, attempt in order]
 
@@ -132,7 +110,10 @@ def refuse_strangers(store: st.Store, data_dir: Path, containment: Containment |
         }
     live = live_strangers(data_dir, known, containment)
     if not live:
-        unknown = [j for j in _job_ids_on_disk(data_dir) if j not in known]
+        # directories past the store's last job: it is older than they are (once new jobs are
+        # submitted their ids pass them, and this is said no more)
+        last = max((int(j[1:]) for j in known if j[1:].isdigit()), default=0)
+        unknown = [n for n, _ in job_dirs(data_dir) if n > last]
         if unknown:
             log.warning(
                 "%d job director%s in %s belong to no job of the store (restored from an older "
@@ -142,12 +123,9 @@ def refuse_strangers(store: st.Store, data_dir: Path, containment: Containment |
                 data_dir / JOBS_DIR,
             )
         return
-    shown = ", ".join(live[:SHOWN]) + (
-        f" and {len(live) - SHOWN} more" if len(live) > SHOWN else ""
-    )
     raise StoreError(
         f"jobs of this data directory still run that the store {store.path} does not know: "
-        f"{shown}. The store is older than its data directory (restored from a backup or "
+        f"{listed(live)}. The store is older than its data directory (restored from a backup or "
         "replaced, or the data directory was moved or made again while they ran); starting on "
         "it would put other jobs on their GPUs. Put the newest store back (or start on the "
         "directory they run from), or stop those processes (kill -- -PID, or `kill` every pid "
@@ -184,23 +162,12 @@ def refuse_misplaced(
             continue
         adir = job_dir(rec.data_dir, row.id) / f"attempt-{att.attempt}"
         ranks = max(len(att.assignments), 1)
-        cgroups = (
-            [
-                containment.driver.open(member_cgroup_name(row.id, att.attempt, adir, r))
-                for r in range(ranks)
-            ]
-            if containment is not None
-            else []
-        )
-        pids = live_member_pids(adir, cgroups)
+        pids = live_member_pids(adir, member_cgroups(containment, row.id, att.attempt, adir, ranks))
         if pids:
             found.append(f"{row.id} attempt {att.attempt} (pid {pids[0]}: {why})")
     if found:
-        shown = ", ".join(found[:SHOWN]) + (
-            f" and {len(found) - SHOWN} more" if len(found) > SHOWN else ""
-        )
         raise StoreError(
-            f"jobs still run on GPUs this cluster does not have: {shown}. The cluster changed "
-            "since they were placed (--fake-gpus, or the cluster file); start with the one they "
-            "run on, or stop them (kill -- -PID) and start again."
+            f"jobs still run on GPUs this cluster does not have: {listed(found)}. The cluster "
+            "changed since they were placed (--fake-gpus, or the cluster file); start with the "
+            "one they run on, or stop them (kill -- -PID) and start again."
         )
