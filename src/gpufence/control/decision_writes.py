@@ -24,7 +24,6 @@ from gpufence.model.decisions import (
     MigReconfigure,
     Notice,
     NoticeWithdrawn,
-    Reason,
     Reject,
     Requeue,
     Stop,
@@ -38,22 +37,6 @@ if TYPE_CHECKING:
     from gpufence.control.reconciler import Reconciler
 
 
-COUNTED = (Reason.INCIDENT_PREEMPTION, Reason.ON_DEMAND_PREEMPTION)
-"""Notices that count against a partition's incident preemption budget."""
-
-
-def budget_windows(rec: Reconciler) -> dict[str, list[float]]:
-    """Per partition with a budget, when the preemptions still in its window were made."""
-    now = rec.scheduler.now
-    out: dict[str, list[float]] = {}
-    for name, part in rec.scheduler.cluster.partitions.items():
-        window = part.preemption.window_s
-        times = [t for t in rec.scheduler.query.preemption_times(name) if t > now - window]
-        if times:
-            out[name] = times
-    return out
-
-
 def write_decision(rec: Reconciler, tx: st.Tx, d: Decision, now: float, act: Pending) -> None:
     if isinstance(d, Bind):
         write_bind(rec, tx, d, now, act)
@@ -63,8 +46,9 @@ def write_decision(rec: Reconciler, tx: st.Tx, d: Decision, now: float, act: Pen
         tx.set_job(d.job_id, reason=str(d.reason), message=f"notice: {d.message}")
         if live is not None:
             act.notices.append((d.job_id, live.attempt, str(d.reason), d.deadline))
-        if d.reason in COUNTED:  # with the notice: a crash must not refill the budget
-            tx.save_preemptions(budget_windows(rec))
+        # the budget windows with the notice that may have spent them (which notices count is
+        # the core's to say): a crash must not refill them
+        tx.save_preemptions(rec.scheduler.query.preemption_windows())
     elif isinstance(d, NoticeWithdrawn):
         tx.log(now, d.job_id, "notice-withdrawn", str(d.reason), d.message)
         tx.set_job(d.job_id, reason="", message="")

@@ -140,7 +140,17 @@ class SchedulerQuery:
             return None
         return ReservationView(res.job_id, res.pool, res.start, res.gpus)
 
-    def preemption_times(self, partition: str) -> tuple[float, ...]:
-        """When the incident preemptions counted against ``partition``'s budget were made (the
-        window's older ones may not be pruned yet: compare with the window yourself)."""
-        return tuple(self._s.protection.times.get(partition, ()))
+    def preemption_windows(self) -> dict[str, tuple[float, ...]]:
+        """Per partition, when the incident preemptions still in its budget window were made
+        (as of the last cycle): what a front end saves so a restart gives none of it back
+        (``PreemptionsRestored``)."""
+        now = self._s.core.now
+        out: dict[str, tuple[float, ...]] = {}
+        for p, times in self._s.protection.times.items():
+            part = self._s.core.cluster.partitions.get(p)
+            if part is None:
+                continue
+            kept = tuple(t for t in times if t > now - part.preemption.window_s)
+            if kept:
+                out[p] = kept
+        return out

@@ -42,16 +42,16 @@ def _partitions(r: Reconciler) -> list[dict[str, Any]]:
     sched = r.scheduler
     cluster = sched.cluster
     out = views.partitions(r)
+    windows = sched.query.preemption_windows()
     for p in out:
         part = cluster.partitions[p["name"]]
         free = pool_free_milli(sched.ledger, cluster, p["name"])
         p["fragmentation"] = pool_fragmentation(free, str(part.sharing))
         pol = part.preemption
         if pol.mode is PreemptionMode.INCIDENT_ONLY:
-            times = sched.query.preemption_times(p["name"])
             p["preemption_budget"] = pol.budget
             p["preemption_window_s"] = pol.window_s
-            p["preemptions_in_window"] = sum(1 for t in times if t > sched.now - pol.window_s)
+            p["preemptions_in_window"] = len(windows.get(p["name"], ()))
     return out
 
 

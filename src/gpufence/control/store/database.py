@@ -35,7 +35,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -396,12 +396,12 @@ class Tx:
             [(q, float(v), at) for q, v in sorted(usage.items())],
         )
 
-    def save_preemptions(self, times: dict[str, list[float]]) -> None:
+    def save_preemptions(self, times: Mapping[str, Sequence[float]]) -> None:
         """Replace the saved incident-preemption budget windows (partition -> when each
         counted preemption was made) with these."""
         self._c.execute(
             "INSERT OR REPLACE INTO meta(key, value) VALUES('preemptions', ?)",
-            (json.dumps(times, sort_keys=True),),
+            (json.dumps({p: list(t) for p, t in times.items()}, sort_keys=True),),
         )
 
     def add_job(
