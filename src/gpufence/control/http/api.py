@@ -36,7 +36,12 @@ from gpufence import __version__
 from gpufence.control.config import ADMIN
 from gpufence.control.http import schemas as out
 from gpufence.control.http.accounting_routes import accounting_router
-from gpufence.control.http.auth import tenant_dependency, unauthorized
+from gpufence.control.http.auth import (
+    one_header,
+    tenant_dependency,
+    tenant_of_header,
+    unauthorized,
+)
 from gpufence.control.http.body_limit import LimitBody
 from gpufence.control.http.client import IDEMPOTENCY_KEY
 from gpufence.control.http.dashboard_routes import dashboard_router
@@ -461,13 +466,15 @@ def make_app(plane: ControlPlane) -> FrontedAPI:
         """Prometheus exposition: open, as scrapers expect, unless
         ``control.telemetry.metrics_auth: admin`` (then the admin token, 401 without it)."""
         if plane.config.telemetry.metrics_auth == "admin":
-            given = request.headers.getlist("authorization")
-            scheme, _, token = (given[0] if len(given) == 1 else "").partition(" ")
-            ok = scheme.lower() == "bearer" and token.isascii()
-            if not ok or plane.config.tenant_of(token.strip()) != ADMIN:
-                raise unauthorized(
-                    "/metrics needs the admin token (control.telemetry.metrics_auth)"
+            why = "/metrics needs the admin token (control.telemetry.metrics_auth)"
+            try:
+                who = tenant_of_header(
+                    plane.config, one_header(request.headers.getlist("authorization"))
                 )
+            except HTTPException:
+                raise unauthorized(why) from None
+            if who != ADMIN:
+                raise unauthorized(why)
         return Response(plane.metrics(), media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/healthz", tags=["ops"], response_model=out.Health)

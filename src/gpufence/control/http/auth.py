@@ -8,7 +8,7 @@ not what it was, and the uvicorn access log records the request line only (no he
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Annotated
 
 from fastapi import Depends, HTTPException, Request, status
@@ -30,17 +30,24 @@ def unauthorized(detail: str) -> HTTPException:
     return HTTPException(status.HTTP_401_UNAUTHORIZED, detail=detail, headers=CHALLENGE)
 
 
-ONE_ONLY = "\x00several"
-"""What a route that reads its headers itself passes for a request with more than one
-``Authorization`` header: refused as the dependency refuses it (one route reading the first and
-another the last would let a request be two tenants)."""
+SEVERAL_HEADERS = "\x00several"
+"""Stands for a header sent more than once (no header value has a NUL): refused, never read,
+since one route reading the first and another the last would let a request be two tenants
+(``Authorization``) or two submits (``Idempotency-Key``)."""
 SEVERAL = "send one Authorization header, not several"
+
+
+def one_header(values: Sequence[str]) -> str | None:
+    """The header's value, None if absent, ``SEVERAL_HEADERS`` if sent more than once."""
+    if len(values) > 1:
+        return SEVERAL_HEADERS
+    return values[0] if values else None
 
 
 def tenant_of_header(config: ControlConfig, authorization: str | None) -> str:
     """The tenant of an ``Authorization`` header value (401 if missing or unknown): the same
     rules as the dependency, for routes that read their headers themselves."""
-    if authorization == ONE_ONLY:
+    if authorization == SEVERAL_HEADERS:
         raise unauthorized(SEVERAL)
     scheme, _, token = (authorization or "").partition(" ")
     if not token or scheme.lower() != "bearer":
@@ -58,7 +65,7 @@ def tenant_dependency(config: ControlConfig) -> Callable[..., Awaitable[str]]:
         request: Request,
         creds: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
     ) -> str:
-        if len(request.headers.getlist("authorization")) > 1:
+        if one_header(request.headers.getlist("authorization")) == SEVERAL_HEADERS:
             raise unauthorized(SEVERAL)
         if creds is None:
             raise unauthorized("missing bearer token: send 'Authorization: Bearer <token>'")

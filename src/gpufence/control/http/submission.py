@@ -25,7 +25,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.middleware.errors import ServerErrorMiddleware
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from gpufence.control.http.auth import ONE_ONLY, tenant_of_header
+from gpufence.control.http.auth import SEVERAL_HEADERS, one_header, tenant_of_header
 from gpufence.control.http.body_limit import read_body, refuse, too_long
 from gpufence.control.http.client import IDEMPOTENCY_KEY, IDEMPOTENCY_KEY_PATTERN
 from gpufence.control.http.problems import (
@@ -93,8 +93,6 @@ def _reject_field(req: SubmitRequest, reason: str, message: str) -> str:
 JobJson = Callable[[st.JobRow], dict[str, Any]]
 _ANSWER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))  # built once, not per call
 SUBMIT_PATH = "/v1/jobs"
-SEVERAL_KEYS = "\x00several"
-"""Stands for a request with more than one Idempotency-Key header (no key has a NUL)."""
 _JSON = [(b"content-type", b"application/json")]
 
 
@@ -108,7 +106,7 @@ async def submit_response(
     """The answer to one submit: (status, JSON body) when accepted, else a problem response.
     Raises what the app's exception handlers answer (401, 403, 422 of a field, 503)."""
     tenant = tenant_of_header(plane.config, authorization)
-    if key == SEVERAL_KEYS:
+    if key == SEVERAL_HEADERS:
         return _invalid(
             f"header.{IDEMPOTENCY_KEY}", "send one Idempotency-Key, not several", "several"
         )
@@ -200,11 +198,12 @@ class SubmitFront:
     async def _serve(self, scope: Scope, receive: Receive, send: Send) -> None:
         authorization = key = None
         for name, value in scope["headers"]:
+            # a header sent twice is read by nobody (auth.SEVERAL_HEADERS)
             if name == b"authorization":
-                # two of them (a proxy adding one?) are read by nobody: see auth.ONE_ONLY
-                authorization = ONE_ONLY if authorization is not None else value.decode("latin-1")
-            elif name == b"idempotency-key":  # two: which one? neither (422, as FastAPI's)
-                key = SEVERAL_KEYS if key is not None else value.decode("latin-1")
+                seen = authorization is not None
+                authorization = SEVERAL_HEADERS if seen else value.decode("latin-1")
+            elif name == b"idempotency-key":
+                key = SEVERAL_HEADERS if key is not None else value.decode("latin-1")
             elif name == b"content-length" and too_long(value, self.limit):
                 await refuse(scope, receive, send, self.limit)
                 return
@@ -282,13 +281,11 @@ def install_submit(
         """Submit a job (body: ``SubmitRequest``). A job that no partition can ever hold is
         rejected here, with why. With an Idempotency-Key, retrying after a lost answer
         (timeout, crash) is safe."""
-        given = request.headers.getlist("authorization")
-        keys = request.headers.getlist(IDEMPOTENCY_KEY)
         answer = await submit_response(
             plane,
             job_json,
-            ONE_ONLY if len(given) > 1 else (given[0] if given else None),
-            SEVERAL_KEYS if len(keys) > 1 else (keys[0] if keys else None),
+            one_header(request.headers.getlist("authorization")),
+            one_header(request.headers.getlist(IDEMPOTENCY_KEY)),
             await request.body(),
         )
         return _as_response(answer)
