@@ -11,6 +11,7 @@ import os
 import shutil
 import signal
 import sqlite3
+import subprocess
 import sys
 from pathlib import Path
 
@@ -35,6 +36,16 @@ def _restore(data: Path, backup: Path) -> None:
     shutil.copyfile(backup, data / st.DB_NAME)
 
 
+def _restart_on(data: Path, backup: Path, server: subprocess.Popen[bytes]) -> str:
+    """kill -9 the control plane, put the backup in place of its store, start again: the
+    start must be refused (exit 2); its log."""
+    kill9(server)
+    _restore(data, backup)
+    refused = up(data, expect_running=False)
+    assert refused.wait(60) == 2
+    return last_log(data)
+
+
 def _running(data: Path, command: list[str], gpus: int) -> str:
     c = client(data)
     jid = str(c.submit({"command": command, "gpus": gpus})["id"])
@@ -51,11 +62,7 @@ def test_a_restored_backup_that_misses_a_running_job_is_refused(tmp_path: Path) 
         old = _running(data, [*JOB, "sleep", "60"], 1)
         _backup(data, backup)  # knows `old`, not what comes next
         new = _running(data, [*JOB, "sleep", "60"], 2)
-        kill9(server)
-        _restore(data, backup)
-        server = up(data, expect_running=False)
-        assert server.wait(60) == 2
-        text = last_log(data)
+        text = _restart_on(data, backup, server)
         assert "still run that the store" in text and f"{new} attempt 1 (pid " in text, text
         assert f"{old} attempt" not in text.split("does not know")[-1]  # the store knows it
         assert "Traceback" not in text
@@ -92,11 +99,7 @@ def test_a_restored_backup_that_misses_a_later_attempt_is_refused(tmp_path: Path
         server = up(data)
         c = client(data)
         until(lambda: c.job(jid)["attempt"] == 2 and c.job(jid)["state"] == "running", 30, "2")
-        kill9(server)
-        _restore(data, backup)
-        server = up(data, expect_running=False)
-        assert server.wait(60) == 2
-        text = last_log(data)
+        text = _restart_on(data, backup, server)
         assert f"{jid} attempt 2 (pid " in text and f"{jid} attempt 1" not in text, text
     finally:
         kill9(server)
@@ -138,11 +141,7 @@ def test_a_released_job_the_backup_has_held_is_refused_not_killed(tmp_path: Path
         _backup(data, backup)
         c.release(jid)
         until(lambda: c.job(jid)["state"] == "running", 30, "running")
-        kill9(server)
-        _restore(data, backup)
-        server = up(data, expect_running=False)
-        assert server.wait(60) == 2
-        assert f"{jid} attempt 1 (pid " in last_log(data)
+        assert f"{jid} attempt 1 (pid " in _restart_on(data, backup, server)
         assert alive(int(str(record(data, jid, 1, 0, "pid")["pid"])))  # not killed
     finally:
         kill9(server)

@@ -199,8 +199,6 @@ def client_for(
     if target.token is None:
         err_console().print(f"error: {no_token_message(target)}", markup=False, soft_wrap=True)
         raise typer.Exit(1)
-    # a URL read from DATA/server.json is left for the client to read: it reads it again after
-    # a lost answer, when the server may have restarted on another port (Client.submit)
     # after a lost answer the client re-reads DATA/server.json (a restart may change the port)
     # when the URL is that file's, or $GPUFENCE_URL beside a data directory (what `gpufence up`
     # prints for a shell: the port it names is gone after a restart); never an explicit --url

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
 import time
 from concurrent.futures import Future
 from pathlib import Path
@@ -234,16 +233,12 @@ class ControlPlane:
         except InvalidField:
             # a retry of a submit that was accepted (its answer lost) gets that job, whatever
             # happened to the directory since: the key is looked up before the machine's state
-            if idempotency_key is None or not self._key_used(tenant, idempotency_key):
+            if idempotency_key is None:
                 raise
+            with self.store.reader() as r:
+                if not r.idempotency_key_used(tenant, idempotency_key):
+                    raise
         return self.reconciler.submit(req, tenant, idempotency_key)
-
-    def _key_used(self, tenant: str, key: str) -> bool:
-        with self.store.reader() as r:
-            row = r.execute(
-                "SELECT 1 FROM idempotency WHERE tenant=? AND key=?", (tenant, key)
-            ).fetchone()
-        return row is not None
 
     def _check_cwd(self, req: SubmitRequest, tenant: str) -> None:
         """Jobs run on this machine: a ``cwd`` its user could not enter fails at submit, not at
@@ -253,14 +248,9 @@ class ControlPlane:
         if req.cwd is None or not isinstance(self.executor, LocalExecutor):
             return
         who = self.config.run_as_for(tenant)
-        if who is None:  # the server's own user: one stat (the hot path)
-            if not os.path.isdir(req.cwd):
-                raise InvalidField(("body", "cwd"), f"{req.cwd} is not a directory on this machine")
-        elif not can_enter(req.cwd, who):
-            raise InvalidField(
-                ("body", "cwd"),
-                f"{req.cwd} is not a directory that the job's user ({who.user}) can enter",
-            )
+        if not can_enter(req.cwd, who):
+            user = f"the job's user ({who.user})" if who is not None else "the server's user"
+            raise InvalidField(("body", "cwd"), f"{req.cwd} is not a directory {user} can enter")
 
     def _check_queue(self, req: SubmitRequest, tenant: str) -> None:
         """Queues owned by a configured tenant take that tenant's jobs only (and the admin's)."""

@@ -81,8 +81,7 @@ def can_enter(path: str, who: RunAs | None) -> bool:
     (``blocking_dir``). A ``cwd`` is checked this way at submit, so the answer says only what
     the job's own user could find out by trying -- not, through the server's root, whether
     another tenant's private directory exists."""
-    target = Path(path)
-    if not target.is_dir():
+    if not os.path.isdir(path):  # (no Path for the usual case: the submit hot path)
         return False
     # the directory itself must be passable too: it is the parent of anything in it
-    return who is None or blocking_dir(target / "cwd", who) is None
+    return who is None or blocking_dir(Path(path) / "cwd", who) is None

@@ -211,7 +211,7 @@ class Client:
                 ) from None
             # refused, or no such host: the request never left (a reset or a dropped
             # connection may have delivered it)
-            unsent = isinstance(reason, (ConnectionRefusedError, OSError)) and not isinstance(
+            unsent = isinstance(reason, OSError) and not isinstance(
                 reason, (ConnectionResetError, ConnectionAbortedError, BrokenPipeError)
             )
             raise ClientError(

@@ -172,7 +172,7 @@ def _store_problem(exc: StoreError, data_dir: Path) -> str:
     return text
 
 
-def _bind(host: str, port: int) -> socket.socket:
+def listen_on(host: str, port: int) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     # proto given explicitly: asyncio sets TCP_NODELAY on accepted sockets only when their
     # proto says TCP; without it every response waited ~40 ms for the client's delayed ACK
@@ -189,11 +189,6 @@ def _bind(host: str, port: int) -> socket.socket:
     sock.listen(2048)
     sock.set_inheritable(True)
     return sock
-
-
-def listen_on(host: str, port: int) -> socket.socket:
-    """The listening socket for ``serve(listening=...)``; ``StartupError`` if it cannot be."""
-    return _bind(host, port)
 
 
 def _client_host(host: str) -> str:
@@ -283,7 +278,7 @@ def serve(
     data_dir = plane.data_dir
     with contextlib.ExitStack() as stack:
         try:
-            sock = stack.enter_context(listening or _bind(host, port))
+            sock = stack.enter_context(listening or listen_on(host, port))
         except BaseException:
             plane.close(kill_jobs=False)  # never started: nothing of it runs yet
             raise

@@ -180,6 +180,11 @@ class Reader:
             if isinstance(ts, list)
         }
 
+    def idempotency_key_used(self, tenant: str, key: str) -> bool:
+        """Whether ``tenant`` submitted with ``key`` before (``Tx.idempotent`` says which job)."""
+        sql = "SELECT 1 FROM idempotency WHERE tenant=? AND key=?"
+        return self._c.execute(sql, (tenant, key)).fetchone() is not None
+
     def counts(self) -> dict[str, int]:
         rows = self._c.execute("SELECT state, COUNT(*) AS n FROM jobs GROUP BY state")
         return {r["state"]: r["n"] for r in rows}
