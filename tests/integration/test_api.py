@@ -132,8 +132,16 @@ def test_a_submit_the_reconciler_does_not_answer_in_time_is_503_and_safe_to_retr
     from gpufence.control.http import submission
 
     monkeypatch.setattr(submission, "CALL_TIMEOUT_S", 0.3)
-    release = threading.Event()
-    server.plane.reconciler.call(lambda _r: release.wait(10))  # the reconciler is busy
+    release, busy = threading.Event(), threading.Event()
+
+    def hold_the_reconciler(_r: object) -> None:
+        busy.set()
+        release.wait(10)
+
+    server.plane.reconciler.call(hold_the_reconciler)
+    # submitted only once the reconciler is inside the call: taken in one batch with it, the
+    # submit could be answered before the call began (seen under CI load: 201, not 503)
+    assert busy.wait(10)
     body = {"command": ["true"], "gpus": 1}
     key = {"Idempotency-Key": "busy-then-retried"}
     try:
