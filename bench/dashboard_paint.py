@@ -31,7 +31,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from gpufence.control.jobspec import SubmitRequest
+from gpufence.control.base.jobspec import SubmitRequest
 from gpufence.control.store.database import Store
 
 NODES = 125

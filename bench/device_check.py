@@ -310,8 +310,8 @@ def real_check(rep: Report, d: Discovery, root: Path) -> None:
 # ---------------------------------------------------------------------- without a GPU
 def self_check(rep: Report, root: Path) -> None:
     """The same code paths on the fake NVML (see the module docstring)."""
-    from gpufence.control.config import ADMIN, cluster_from_spec_dict, control_config
-    from gpufence.control.jobspec import SubmitRequest
+    from gpufence.control.base.config import ADMIN, cluster_from_spec_dict, control_config
+    from gpufence.control.base.jobspec import SubmitRequest
     from gpufence.control.plane import ControlPlane
     from gpufence.testing.fake_mps import install, log_lines
     from gpufence.testing.fake_nvml import FakeNvml, FakeProc, hgx_h100

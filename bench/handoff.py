@@ -37,10 +37,10 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from gpufence.control.base.containment_settings import ContainmentSettings
+from gpufence.control.base.member_records import RECORDS_SUFFIX
 from gpufence.control.containment.cgroup import ContainmentError
 from gpufence.control.containment.members import Containment, member_cgroup_name
-from gpufence.control.containment.settings import ContainmentSettings
-from gpufence.control.executors.member_records import RECORDS_SUFFIX
 from gpufence.control.http.client import Client
 from gpufence.demo import joblogs
 

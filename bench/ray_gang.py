@@ -42,13 +42,13 @@ import ray
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from gpufence.control.config import ADMIN, cluster_from_spec_dict, control_config
-from gpufence.control.executors.member_records import started_file
+from gpufence.control.base.config import ADMIN, cluster_from_spec_dict, control_config
+from gpufence.control.base.jobspec import SubmitRequest
+from gpufence.control.base.member_records import started_file
 from gpufence.control.executors.ray.local_cluster import LocalNode, local_ray_cluster
 from gpufence.control.executors.ray.nodes import auto_names, cluster_spec, nodes_now
 from gpufence.control.executors.ray.ray_executor import RayExecutor
 from gpufence.control.gpus.records import Discovery
-from gpufence.control.jobspec import SubmitRequest
 from gpufence.control.plane import ControlPlane
 from gpufence.control.store import database as st
 from gpufence.demo import joblogs

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpufence.control.config import SERVER_FILE
+from gpufence.control.base.config import SERVER_FILE
 from gpufence.control.http.server import build_plane, serve
 from gpufence.control.plane import ControlPlane
 from gpufence.testing.waiting import until_value

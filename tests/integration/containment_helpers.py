@@ -18,15 +18,15 @@ from pathlib import Path
 
 import pytest
 
+from gpufence.control.base.containment_settings import ContainmentSettings
+from gpufence.control.base.executor import RunAs
+from gpufence.control.base.member_records import pid_file
 from gpufence.control.containment import mounts
 from gpufence.control.containment.cgroup import CgroupDriver, ContainmentError, read_pids
 from gpufence.control.containment.cgroupv1 import V1Driver
 from gpufence.control.containment.cgroupv2 import V2Driver
 from gpufence.control.containment.members import Containment
-from gpufence.control.containment.settings import ContainmentSettings
-from gpufence.control.executors.interface import RunAs
 from gpufence.control.executors.local.local_executor import LocalExecutor
-from gpufence.control.executors.member_records import pid_file
 from unix_users import unix_users
 
 MODES = ("v1", "v2")

@@ -10,9 +10,9 @@ import textwrap
 import time
 from pathlib import Path
 
-from gpufence.control.executors.interface import AttemptExit, Launch, Limits, Member, RunAs
+from gpufence.control.base.executor import AttemptExit, Launch, Limits, Member, RunAs
+from gpufence.control.base.member_records import records_dir
 from gpufence.control.executors.local.local_executor import LocalExecutor
-from gpufence.control.executors.member_records import records_dir
 from gpufence.testing.waiting import file_appears
 
 PY = sys.executable

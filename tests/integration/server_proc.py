@@ -11,7 +11,7 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from gpufence.control.executors.member_records import records_dir
+from gpufence.control.base.member_records import records_dir
 from gpufence.control.http.client import Client
 from gpufence.testing.waiting import until
 

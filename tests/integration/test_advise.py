@@ -23,11 +23,11 @@ import yaml
 from typer.testing import CliRunner
 
 from gpufence.cli.main import app
-from gpufence.control.config import SERVER_FILE
+from gpufence.control.base.config import SERVER_FILE
+from gpufence.control.base.jobspec import SubmitRequest
 from gpufence.control.gpus.discovery import fake_gpus
 from gpufence.control.http.client import Client
 from gpufence.control.http.server import build_plane, serve
-from gpufence.control.jobspec import SubmitRequest
 from gpufence.control.plane import ControlPlane
 from gpufence.control.store import database as st
 from gpufence.demo.live import fenced_spec

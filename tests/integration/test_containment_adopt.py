@@ -20,13 +20,13 @@ from pathlib import Path
 from containment_helpers import alive, executor, wait_for_removal
 from executor_helpers import Recorder, make_launch, recorded
 
+from gpufence.control.base.containment_settings import ContainmentSettings
+from gpufence.control.base.executor import Launch
+from gpufence.control.base.member_records import exit_file, started_file
 from gpufence.control.containment import mounts
 from gpufence.control.containment.cgroup import CgroupDriver
 from gpufence.control.containment.members import Containment, cgroup_name
-from gpufence.control.containment.settings import ContainmentSettings
-from gpufence.control.executors.interface import Launch
 from gpufence.control.executors.local.local_executor import LocalExecutor
-from gpufence.control.executors.member_records import exit_file, started_file
 from gpufence.testing.waiting import file_appears
 
 DAEMON_THEN_WAIT = """
@@ -126,7 +126,7 @@ from executor_helpers import make_launch
 from gpufence.control.containment.members import Containment
 from gpufence.control.containment.cgroupv1 import V1Driver
 from gpufence.control.containment import mounts
-from gpufence.control.containment.settings import ContainmentSettings
+from gpufence.control.base.containment_settings import ContainmentSettings
 from gpufence.control.executors.local.local_executor import LocalExecutor
 driver = V1Driver(mounts.current().v1, {parent!r})
 ex = LocalExecutor(containment=Containment(driver, ContainmentSettings(prestarted=2)))

@@ -30,10 +30,10 @@ from containment_helpers import (
 )
 from executor_helpers import Recorder, make_launch
 
+from gpufence.control.base.executor import AttemptExit, Launch, Limits, Member
+from gpufence.control.base.member_records import exit_file
 from gpufence.control.containment.cgroup import CgroupDriver, ContainmentError
 from gpufence.control.containment.members import cgroup_name
-from gpufence.control.executors.interface import AttemptExit, Launch, Limits, Member
-from gpufence.control.executors.member_records import exit_file
 from gpufence.control.executors.processes import LAUNCHER
 from gpufence.testing.waiting import file_appears
 

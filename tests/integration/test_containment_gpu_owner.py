@@ -17,12 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from gpufence.control.config import ADMIN, cluster_from_spec_dict, control_config
+from gpufence.control.base.config import ADMIN, cluster_from_spec_dict, control_config
+from gpufence.control.base.containment_settings import ContainmentSettings
+from gpufence.control.base.jobspec import SubmitRequest
 from gpufence.control.containment.cgroup import CgroupDriver
 from gpufence.control.containment.members import Containment, cgroup_name
-from gpufence.control.containment.settings import ContainmentSettings
 from gpufence.control.gpus.discovery import discover
-from gpufence.control.jobspec import SubmitRequest
 from gpufence.control.plane import ControlPlane
 from gpufence.testing.fake_nvml import FakeNvml, FakeProc, hgx_h100
 from gpufence.testing.waiting import until

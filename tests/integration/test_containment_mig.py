@@ -27,15 +27,15 @@ from typing import Any
 import pytest
 from containment_helpers import mknod, need_root
 
-from gpufence.control.config import ADMIN, cluster_from_spec_dict, control_config
+from gpufence.control.base.config import ADMIN, cluster_from_spec_dict, control_config
+from gpufence.control.base.containment_settings import ContainmentSettings
+from gpufence.control.base.jobspec import SubmitRequest
 from gpufence.control.containment import bpfdev
 from gpufence.control.containment.cgroup import CgroupDriver
 from gpufence.control.containment.devicerules import DeviceRule
 from gpufence.control.containment.members import Containment
-from gpufence.control.containment.settings import ContainmentSettings
 from gpufence.control.gpus.devnodes import all_nodes
 from gpufence.control.gpus.discovery import Discovery, discover
-from gpufence.control.jobspec import SubmitRequest
 from gpufence.control.plane import ControlPlane
 from gpufence.control.store import database as st
 from gpufence.testing.fake_caps import COMPUTE_INSTANCES, GPU_INSTANCES, FakeCaps, minor_of

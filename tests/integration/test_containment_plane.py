@@ -23,14 +23,14 @@ from typing import Any
 import pytest
 from containment_helpers import mknod, need_root
 
-from gpufence.control.config import ADMIN, cluster_from_spec_dict, control_config
+from gpufence.control.base.config import ADMIN, cluster_from_spec_dict, control_config
+from gpufence.control.base.containment_settings import ContainmentSettings
+from gpufence.control.base.jobspec import SubmitRequest
 from gpufence.control.containment.cgroup import CgroupDriver
 from gpufence.control.containment.members import Containment
-from gpufence.control.containment.settings import ContainmentSettings
 from gpufence.control.gpus.devnodes import all_nodes, with_fake_nodes
 from gpufence.control.gpus.discovery import Discovery, fake_gpus, node_spec
 from gpufence.control.http.server import StartupError, build_plane
-from gpufence.control.jobspec import SubmitRequest
 from gpufence.control.plane import ControlPlane
 from gpufence.testing.waiting import until
 

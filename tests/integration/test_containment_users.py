@@ -30,8 +30,8 @@ from containment_helpers import (
 )
 from executor_helpers import Recorder, make_launch
 
+from gpufence.control.base.member_records import records_dir
 from gpufence.control.containment.cgroup import CgroupDriver
-from gpufence.control.executors.member_records import records_dir
 from gpufence.testing.waiting import file_appears
 
 WHO = """

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from disks import SmallDisk, require_root, small_disk
 
-from gpufence.control.executors.member_records import (
+from gpufence.control.base.member_records import (
     SPOOL_ENV,
     atomic_write,
     exit_file,
@@ -25,7 +25,7 @@ from gpufence.control.executors.member_records import (
     spool_file,
     write_exit_record,
 )
-from gpufence.control.executors.processes import forget_spooled_exits, recorded_exit
+from gpufence.control.base.record_reads import forget_spooled_exits, recorded_exit
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from gpufence.control.failpoints import POINTS
+from gpufence.control.base.failpoints import POINTS
 from gpufence.testing.crashrun import plan, run_once
 
 SEED = int(os.environ.get("GPUFENCE_CRASH_SEED", "11"))

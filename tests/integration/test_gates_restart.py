@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from gpufence.control.config import ADMIN, cluster_from_spec_dict, control_config
+from gpufence.control.base.config import ADMIN, cluster_from_spec_dict, control_config
+from gpufence.control.base.jobspec import SubmitRequest
 from gpufence.control.gpus.discovery import fake_gpus, node_spec
-from gpufence.control.jobspec import SubmitRequest
 from gpufence.control.plane import ControlPlane
 from gpufence.control.store import database as st
 from gpufence.testing.waiting import until, until_value

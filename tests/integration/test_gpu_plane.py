@@ -22,9 +22,9 @@ from typing import Any
 import pytest
 
 from gpufence.cli.clustertables import gpu_notes, unenforced
-from gpufence.control.config import ADMIN, cluster_from_spec_dict, control_config
+from gpufence.control.base.config import ADMIN, cluster_from_spec_dict, control_config
+from gpufence.control.base.jobspec import SubmitRequest
 from gpufence.control.gpus.discovery import discover
-from gpufence.control.jobspec import SubmitRequest
 from gpufence.control.plane import ControlPlane
 from gpufence.control.store import database as st
 from gpufence.testing.fake_mps import install, log_lines, path_with

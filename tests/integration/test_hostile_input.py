@@ -17,7 +17,7 @@ import pytest
 from api_helpers import ADMIN, Server, call, submit, wait_state
 
 from gpufence.cli.up import escape_control_characters
-from gpufence.control.jobspec import escape
+from gpufence.control.base.jobspec import escape
 
 PROBLEM = "application/problem+json"
 

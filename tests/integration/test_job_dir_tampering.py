@@ -29,19 +29,19 @@ import pytest
 from containment_helpers import clear, executor, make_driver, unique, unix_user
 from executor_helpers import Recorder, make_launch
 
-from gpufence.control.containment.cgroup import CgroupDriver
-from gpufence.control.containment.members import Containment
-from gpufence.control.containment.settings import ContainmentSettings
-from gpufence.control.executors.interface import RunAs
-from gpufence.control.executors.jobdirs import prepare_job_dirs, reset_attempt
-from gpufence.control.executors.launcher import EXIT_NOT_CONTAINED
-from gpufence.control.executors.local.local_executor import LocalExecutor
-from gpufence.control.executors.member_records import (
+from gpufence.control.base.containment_settings import ContainmentSettings
+from gpufence.control.base.executor import RunAs
+from gpufence.control.base.jobdirs import prepare_job_dirs, reset_attempt
+from gpufence.control.base.launcher import EXIT_NOT_CONTAINED
+from gpufence.control.base.member_records import (
     exit_file,
     pid_record,
     proc_start_time,
     records_dir,
 )
+from gpufence.control.containment.cgroup import CgroupDriver
+from gpufence.control.containment.members import Containment
+from gpufence.control.executors.local.local_executor import LocalExecutor
 from gpufence.control.executors.processes import LAUNCHER
 from gpufence.testing.waiting import file_appears
 

@@ -24,8 +24,8 @@ import pytest
 from typer.testing import CliRunner
 
 from gpufence.cli.main import app
-from gpufence.control.config import SERVER_FILE, load_config
-from gpufence.control.executors.interface import (
+from gpufence.control.base.config import SERVER_FILE, load_config
+from gpufence.control.base.executor import (
     AckCallback,
     AttemptExit,
     ExitCallback,

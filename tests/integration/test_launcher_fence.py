@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from gpufence.control.executors.member_records import exit_file, started_file
+from gpufence.control.base.member_records import exit_file, started_file
 from gpufence.control.executors.processes import LAUNCHER
 from gpufence.testing.waiting import until
 

@@ -3,7 +3,7 @@
 A real launcher subprocess (leading its own process group, as the executors start it) runs a
 real command. Its exit record's ``stop`` is what the control plane reads to tell a job that
 finished its work just as it was being stopped (done: never run again) from one that exited
-0 on the stop's SIGTERM (requeued): ``processes.stop_reached``.
+0 on the stop's SIGTERM (requeued): ``record_reads.stop_reached``.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from gpufence.control.executors import launcher
-from gpufence.control.executors.member_records import exit_file, records_dir
-from gpufence.control.executors.processes import recorded_exit, recorded_stop, stop_reached
+from gpufence.control.base import launcher
+from gpufence.control.base.member_records import exit_file, records_dir
+from gpufence.control.base.record_reads import recorded_exit, recorded_stop, stop_reached
 from gpufence.testing.waiting import until
 
 # exits 0 on SIGTERM/SIGINT/SIGUSR1 (a graceful checkpoint-and-exit), after saying it is ready

@@ -21,9 +21,9 @@ from executor_helpers import (
     start_and_abandon,
 )
 
-from gpufence.control.executors.interface import AttemptExit, LaunchError, Member
+from gpufence.control.base.executor import AttemptExit, LaunchError, Member
+from gpufence.control.base.member_records import exit_file, pid_file, records_dir, started_file
 from gpufence.control.executors.local.local_executor import LocalExecutor
-from gpufence.control.executors.member_records import exit_file, pid_file, records_dir, started_file
 from gpufence.control.executors.processes import spawn_member
 from gpufence.testing.waiting import file_appears, until
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from executor_helpers import Recorder, make_launch, recorded
 
-from gpufence.control.executors.interface import AttemptExit, LaunchError, Member
+from gpufence.control.base.executor import AttemptExit, LaunchError, Member
 from gpufence.control.executors.local.local_executor import LocalExecutor
 
 ENV_KEYS = (

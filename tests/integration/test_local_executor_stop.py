@@ -21,7 +21,7 @@ from executor_helpers import (
     recorded,
 )
 
-from gpufence.control.executors.interface import AttemptExit, Member
+from gpufence.control.base.executor import AttemptExit, Member
 from gpufence.control.executors.local.local_executor import LocalExecutor
 from gpufence.testing.waiting import file_appears
 

@@ -29,7 +29,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from typer.testing import CliRunner
 
 from gpufence.cli.main import app
-from gpufence.control.config import SERVER_FILE, cluster_from_spec_dict, control_config
+from gpufence.control.base.config import SERVER_FILE, cluster_from_spec_dict, control_config
 from gpufence.control.gpus.discovery import fake_gpus
 from gpufence.control.http.server import serve
 from gpufence.control.plane import ControlPlane

@@ -13,8 +13,7 @@ import json
 import os
 from pathlib import Path
 
-from gpufence.control.containment import prestart
-from gpufence.control.executors.member_records import (
+from gpufence.control.base.member_records import (
     atomic_write,
     err_file,
     exit_file,
@@ -22,7 +21,8 @@ from gpufence.control.executors.member_records import (
     records_dir,
     reserved_exit_record,
 )
-from gpufence.control.executors.processes import recorded_exit
+from gpufence.control.base.record_reads import recorded_exit
+from gpufence.control.containment import prestart
 
 
 def test_a_member_woken_without_its_command_is_recorded_lost(tmp_path: Path) -> None:

@@ -38,14 +38,14 @@ ray = pytest.importorskip("ray", reason="ray is not installed (pip install 'gpuf
 from containment_helpers import alive, clear, make_driver, mknod, unique  # noqa: E402
 from ray.cluster_utils import Cluster  # noqa: E402
 
-from gpufence.control.config import ADMIN, cluster_from_spec_dict, control_config  # noqa: E402
-from gpufence.control.containment.settings import ContainmentSettings  # noqa: E402
-from gpufence.control.executors.member_records import exit_file, pid_file  # noqa: E402
+from gpufence.control.base.config import ADMIN, cluster_from_spec_dict, control_config  # noqa: E402
+from gpufence.control.base.containment_settings import ContainmentSettings  # noqa: E402
+from gpufence.control.base.jobspec import SubmitRequest  # noqa: E402
+from gpufence.control.base.member_records import exit_file, pid_file  # noqa: E402
 from gpufence.control.executors.ray.local_cluster import LocalNode, local_ray_cluster  # noqa: E402
 from gpufence.control.executors.ray.nodes import auto_names, cluster_spec, nodes_now  # noqa: E402
 from gpufence.control.executors.ray.ray_executor import RayExecutor  # noqa: E402
 from gpufence.control.gpus.records import Discovery  # noqa: E402
-from gpufence.control.jobspec import SubmitRequest  # noqa: E402
 from gpufence.control.plane import ControlPlane  # noqa: E402
 from gpufence.control.store import database as st  # noqa: E402
 from gpufence.demo import joblogs  # noqa: E402
@@ -250,7 +250,7 @@ ACKER = (
 
 
 def test_notice_ack_and_stop_through_the_ray_executor(ray_cluster: Cluster, tmp_path: Path) -> None:
-    from gpufence.control.executors.interface import AttemptExit, Launch, Member
+    from gpufence.control.base.executor import AttemptExit, Launch, Member
 
     names = auto_names(nodes_now())
     node = sorted(names)[0]
@@ -287,7 +287,7 @@ def test_notice_ack_and_stop_through_the_ray_executor(ray_cluster: Cluster, tmp_
 def test_activity_tells_a_busy_member_from_an_idle_one(
     ray_cluster: Cluster, tmp_path: Path
 ) -> None:
-    from gpufence.control.executors.interface import Launch, Member
+    from gpufence.control.base.executor import Launch, Member
 
     names = auto_names(nodes_now())
     node = sorted(names)[1]
@@ -337,7 +337,7 @@ CONTAINED = (
 
 
 def test_the_node_agent_contains_its_members(ray_cluster: Cluster, tmp_path: Path) -> None:
-    from gpufence.control.executors.interface import AttemptExit, Launch, Member
+    from gpufence.control.base.executor import AttemptExit, Launch, Member
 
     parent = unique("/gpufence-ray")
     driver = make_driver("v1", parent)  # skips where this machine has no v1 hierarchies

@@ -19,10 +19,10 @@ from typing import Any
 import pytest
 from server_proc import JOB, alive, client, kill9, last_log, record, record_file, stop, up
 
-from gpufence.control.config import ADMIN, cluster_from_spec_dict, control_config
+from gpufence.control.base.config import ADMIN, cluster_from_spec_dict, control_config
+from gpufence.control.base.jobspec import SubmitRequest
 from gpufence.control.gpus.discovery import fake_gpus, node_spec
 from gpufence.control.http.client import ClientError
-from gpufence.control.jobspec import SubmitRequest
 from gpufence.control.plane import ControlPlane
 from gpufence.control.store import database as st
 from gpufence.demo import joblogs

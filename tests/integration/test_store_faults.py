@@ -23,10 +23,10 @@ from api_helpers import ADMIN as ADMIN_TOKEN
 from api_helpers import Server, call, run_server, submit
 from disks import FailingDisk, SmallDisk, require_root, small_disk
 
-from gpufence.control.config import ADMIN, cluster_from_spec_dict, control_config
+from gpufence.control.base.config import ADMIN, cluster_from_spec_dict, control_config
+from gpufence.control.base.jobspec import SubmitRequest
 from gpufence.control.gpus.discovery import fake_gpus, node_spec
 from gpufence.control.http.client import Client
-from gpufence.control.jobspec import SubmitRequest
 from gpufence.control.plane import ControlPlane
 from gpufence.control.store import database as st
 from gpufence.demo import joblogs

@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 from tenant_server import CGROUP_PARENT, JOB_PY, Server, gpufence_up, private_root, remove
 
-from gpufence.control.tenantview import OTHER_JOB
+from gpufence.control.base.tenantview import OTHER_JOB
 from unix_users import User, unix_users
 
 pytestmark = pytest.mark.skipif(not Path(JOB_PY).exists(), reason=f"needs {JOB_PY}")

@@ -24,10 +24,10 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as hs
 
-from gpufence.control.executors.interface import AttemptExit
-from gpufence.control.inbox import Ack, Call, Item, NodeEvent, Submit, SubmitResult
-from gpufence.control.jobspec import SubmitRequest
+from gpufence.control.base.executor import AttemptExit
+from gpufence.control.base.jobspec import SubmitRequest
 from gpufence.control.reconciler import Reconciler
+from gpufence.control.reconciler.inbox import Ack, Call, Item, NodeEvent, Submit, SubmitResult
 from gpufence.control.store import database as st
 from gpufence.model.decisions import Assignment
 from gpufence.model.events import JobRestored

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpufence.control.config import cluster_from_spec_dict
+from gpufence.control.base.config import cluster_from_spec_dict
 from gpufence.control.gpus.discovery import fake_gpus
 from gpufence.demo.live import fence_layout, fenced_spec
 from gpufence.model.partition import PreemptionMode

@@ -32,7 +32,7 @@ import typer
 
 from gpufence.cli.clientconfig import ConfigError, ContextEntry, config_path, load
 from gpufence.cli.render import err_console
-from gpufence.control.config import SERVER_FILE, TOKEN_FILE
+from gpufence.control.base.config import SERVER_FILE, TOKEN_FILE
 from gpufence.control.http.client import DEFAULT_URL, Client, ClientError, Rejected
 
 DEFAULT_DATA = Path("~/.gpufence")

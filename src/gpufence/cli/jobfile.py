@@ -28,7 +28,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from gpufence.control.jobspec import SubmitRequest
+from gpufence.control.base.jobspec import SubmitRequest
 from gpufence.spec import SpecError, SpecIssue, parse_yaml_documents
 from gpufence.spec.errors import locate, validation_issues
 

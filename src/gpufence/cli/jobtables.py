@@ -1,7 +1,7 @@
 """Tables of jobs: the queue, a job's attempts, a partition's fair-share order, a job's status.
 
-Each takes the JSON the API returns (``gpufence.control.views``); ``wide`` adds the wide-only
-columns and cuts nothing (``render.build_table``).
+Each takes the JSON the API returns (``gpufence.control.observe.views``); ``wide`` adds the
+wide-only columns and cuts nothing (``render.build_table``).
 """
 
 from __future__ import annotations

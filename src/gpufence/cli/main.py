@@ -77,7 +77,7 @@ def validate(
     """Check a cluster spec, print its partitions (fences) and the advice on them."""
     from gpufence.cli.argcheck import check_cluster_arg
     from gpufence.cli.speclint import lint_file
-    from gpufence.control.config import control_schema
+    from gpufence.control.base.config import control_schema
     from gpufence.spec import load_cluster_with_sections
 
     check_cluster_arg("validate", cluster, None)

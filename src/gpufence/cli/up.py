@@ -32,7 +32,7 @@ def escape_control_characters(record: logging.LogRecord) -> bool:
     """A logging filter: the formatted message with control characters escaped (a newline in
     a job's cwd or name must not start a forged line of the server log); tracebacks keep
     their lines."""
-    from gpufence.control.jobspec import escape
+    from gpufence.control.base.jobspec import escape
 
     msg = record.getMessage()
     if not (msg.isprintable() and msg.isascii()):
@@ -134,8 +134,8 @@ def up(
     require("server", "gpufence up")
     if executor == "ray":
         require("ray", "gpufence up --executor ray")
+    from gpufence.control.base.privatefs import set_private_umask
     from gpufence.control.http.server import StartupError, build_plane, listen_on, serve
-    from gpufence.control.privatefs import set_private_umask
     from gpufence.spec import SpecError, format_spec_error
 
     if not 0 <= port <= 65535:
@@ -212,7 +212,7 @@ def announce(ready: threading.Event, data_dir: Path, context: str | None) -> Non
     """Once the server listens: print the export line, write the client context."""
     from gpufence.cli.clientconfig import ConfigError, config_path, remember_server
     from gpufence.cli.connect import server_url
-    from gpufence.control.config import TOKEN_FILE
+    from gpufence.control.base.config import TOKEN_FILE
 
     ready.wait()
     url = server_url(data_dir)
@@ -241,7 +241,7 @@ def announce(ready: threading.Event, data_dir: Path, context: str | None) -> Non
 def _lint(config: Path, strict: bool) -> None:
     """The spec advice on the config file, as warnings on stderr (errors with --strict)."""
     from gpufence.cli.speclint import lint_file
-    from gpufence.control.config import control_schema
+    from gpufence.control.base.config import control_schema
     from gpufence.spec import load_cluster_with_sections
 
     cluster, extra, lines = load_cluster_with_sections(config, ("control",))

@@ -21,7 +21,7 @@ import prometheus_client
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.registry import Collector
 
-from gpufence.control.executors.interface import Launch
+from gpufence.control.base.executor import Launch
 from gpufence.control.store.database import TERMINAL, StateChange
 from gpufence.model.cluster import Cluster
 from gpufence.telemetry.delays import attempt_wait_s

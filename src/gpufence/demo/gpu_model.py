@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from gpufence.control.config import ADMIN
+from gpufence.control.base.config import ADMIN
 from gpufence.control.gpus.nvml import GpuApi
 from gpufence.control.plane import ControlPlane
 

@@ -14,7 +14,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpufence.control.executors.member_records import RECORDS_SUFFIX, exit_file
+from gpufence.control.base.member_records import RECORDS_SUFFIX, exit_file
 
 
 @dataclass(frozen=True, slots=True)

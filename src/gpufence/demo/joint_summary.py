@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from gpufence.control.config import ADMIN
+from gpufence.control.base.config import ADMIN
 from gpufence.control.observe.series_model import LinkSeries, SeriesResponse
 from gpufence.control.plane import ControlPlane
 

@@ -32,7 +32,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from gpufence.control.config import ADMIN, cluster_from_spec_dict, control_config
+from gpufence.control.base.config import ADMIN, cluster_from_spec_dict, control_config
+from gpufence.control.base.jobspec import SubmitRequest
 from gpufence.control.gpus.discovery import (
     Discovery,
     DiscoveryError,
@@ -41,7 +42,6 @@ from gpufence.control.gpus.discovery import (
     node_spec,
 )
 from gpufence.control.gpus.nvml import GpuApi
-from gpufence.control.jobspec import SubmitRequest
 from gpufence.control.plane import ControlPlane
 from gpufence.control.store import database as st
 from gpufence.demo import joblogs

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import uvicorn
 
-from gpufence.control.config import TOKEN_FILE
+from gpufence.control.base.config import TOKEN_FILE
 from gpufence.control.http.api import make_app
 from gpufence.control.plane import ControlPlane
 

@@ -40,15 +40,15 @@ from typing import Any
 
 import yaml
 
+from gpufence.control.base.failpoints import POINTS
+from gpufence.control.base.member_records import exit_file
 from gpufence.control.containment.cgroup import ContainmentError
 from gpufence.control.containment.members import Containment
 from gpufence.control.executors.leftovers import kill_cgroup, live_member_pids, recorded_ranks
-from gpufence.control.executors.member_records import exit_file
-from gpufence.control.failpoints import POINTS
 from gpufence.control.gpus.discovery import fake_gpus, node_spec
 from gpufence.control.http.client import Client, ClientError
+from gpufence.control.recovery.live_scan import attempt_dirs, member_cgroups
 from gpufence.control.store import database as st
-from gpufence.control.store.live_scan import attempt_dirs, member_cgroups
 
 JOB = [sys.executable, "-m", "gpufence.demo.programs"]
 RANDOM = "random"

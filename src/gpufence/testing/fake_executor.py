@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from gpufence.control.executors.interface import (
+from gpufence.control.base.executor import (
     AckCallback,
     AttemptExit,
     ExitCallback,

@@ -23,18 +23,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpufence.control.config import ADMIN, ControlConfig, cluster_from_spec_dict
+from gpufence.control.base.config import ADMIN, ControlConfig, cluster_from_spec_dict
+from gpufence.control.base.jobspec import SubmitRequest
+from gpufence.control.base.tokens import TokenTable, digest
 from gpufence.control.gpus.devices import DeviceMap
 from gpufence.control.gpus.discovery import Discovery, fake_gpus
 from gpufence.control.gpus.mig_manager import MigManager
 from gpufence.control.gpus.nvml import GpuApi
-from gpufence.control.inbox import Clock, Item, SubmitResult
-from gpufence.control.jobspec import SubmitRequest
 from gpufence.control.metrics import Telemetry
 from gpufence.control.reconciler import Reconciler
+from gpufence.control.reconciler.inbox import Clock, Item, SubmitResult
+from gpufence.control.recovery.recovery import recover
 from gpufence.control.store import database as st
-from gpufence.control.store.recovery import recover
-from gpufence.control.tokens import TokenTable, digest
 from gpufence.model.cluster import Cluster
 from gpufence.sched.scheduler import Scheduler, SchedulerConfig
 from gpufence.testing.fake_executor import AdoptResult, FakeExecutor, Key

@@ -10,8 +10,8 @@ import pytest
 from gpufence.cli.examples_verb import examples_dir
 from gpufence.cli.jobfile import load_job_file, read_directives, script_command
 from gpufence.cli.jobrefs import exit_code_of, wait_exit
-from gpufence.control.arrays import ArraySpecError, parse_array
-from gpufence.control.jobspec import SubmitRequest
+from gpufence.control.base.arrays import ArraySpecError, parse_array
+from gpufence.control.base.jobspec import SubmitRequest
 from gpufence.spec import SpecError, format_spec_error
 
 ARRAYS = [

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from gpufence.control.config import ADMIN, TOKEN_FILE, control_config
-from gpufence.control.runas import resolve_user
-from gpufence.control.tokens import GENERATED_CHARS, TokenError
+from gpufence.control.base.config import ADMIN, TOKEN_FILE, control_config
+from gpufence.control.base.runas import resolve_user
+from gpufence.control.base.tokens import GENERATED_CHARS, TokenError
 from gpufence.spec.errors import SpecError
 from unix_users import User, unix_users
 
@@ -263,7 +263,7 @@ def test_a_deleted_admin_token_is_replaced_with_a_warning(
 ) -> None:
     """A data directory that has a store lost its token file: the new token is said aloud (the
     old one, in every client that kept it, stops working); a new data directory stays quiet."""
-    from gpufence.control.tokens import admin_token_from_file
+    from gpufence.control.base.tokens import admin_token_from_file
 
     data = tmp_path / "data"
     data.mkdir(mode=0o700)

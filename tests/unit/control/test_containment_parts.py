@@ -9,14 +9,14 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
+from gpufence.control.base.containment_settings import ContainmentSchema, ContainmentSettings
+from gpufence.control.base.executor import Launch, Member, RunAs
 from gpufence.control.containment import bpfdev
 from gpufence.control.containment.cgroup import ContainmentError
 from gpufence.control.containment.detect import detect
 from gpufence.control.containment.devicerules import DeviceRule, denied, rule_of
 from gpufence.control.containment.members import cgroup_name, launcher_args
 from gpufence.control.containment.mounts import CgroupMounts, parse
-from gpufence.control.containment.settings import ContainmentSchema, ContainmentSettings
-from gpufence.control.executors.interface import Launch, Member, RunAs
 from gpufence.control.gpus.devnodes import mig_nodes, with_fake_nodes
 from gpufence.control.gpus.discovery import fake_gpus
 from gpufence.control.gpus.records import CapsTree

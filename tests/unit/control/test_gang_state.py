@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from gpufence.control.base.executor import AttemptExit, Launch
 from gpufence.control.executors.gang import GangState
-from gpufence.control.executors.interface import AttemptExit, Launch
 
 
 def state() -> GangState:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 
-from gpufence.control.group_commit import GroupCommit
+from gpufence.control.reconciler.group_commit import GroupCommit
 
 WINDOW_S = 30.0
 

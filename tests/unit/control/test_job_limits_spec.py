@@ -10,10 +10,10 @@ import pytest
 from pydantic import ValidationError
 
 from gpufence.cli.units import format_duration, format_size, parse_duration, parse_size
-from gpufence.control.config import ControlConfig
-from gpufence.control.executors.interface import Limits, Member, RunAs
-from gpufence.control.jobspec import SubmitRequest
-from gpufence.control.launches import launch_for
+from gpufence.control.base.config import ControlConfig
+from gpufence.control.base.executor import Limits, Member, RunAs
+from gpufence.control.base.jobspec import SubmitRequest
+from gpufence.control.reconciler.launches import launch_for
 
 GIB = 1 << 30
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pwd
 from pathlib import Path
 
-from gpufence.control.executors.interface import GpuShare, Launch, Member, RunAs
-from gpufence.control.executors.memberenv import (
+from gpufence.control.base.executor import GpuShare, Launch, Member, RunAs
+from gpufence.control.base.memberenv import (
     DEFAULT_ENV_INHERIT,
     inherited_env,
     member_envs,

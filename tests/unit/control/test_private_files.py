@@ -12,14 +12,14 @@ from typing import Any
 
 import pytest
 
-from gpufence.control.config import ADMIN, cluster_from_spec_dict, control_config
-from gpufence.control.executors.interface import LaunchError, RunAs
-from gpufence.control.executors.jobdirs import open_job_file, prepare_job_dirs
+from gpufence.control.base.config import ADMIN, cluster_from_spec_dict, control_config
+from gpufence.control.base.executor import LaunchError, RunAs
+from gpufence.control.base.jobdirs import open_job_file, prepare_job_dirs
+from gpufence.control.base.privatefs import PrivateDirError, ensure_dir
+from gpufence.control.base.tenantview import OTHER_JOB, nodes_for, redact
 from gpufence.control.gpus.discovery import fake_gpus, node_spec
 from gpufence.control.plane import ControlPlane
-from gpufence.control.privatefs import PrivateDirError, ensure_dir
 from gpufence.control.store.database import Store
-from gpufence.control.tenantview import OTHER_JOB, nodes_for, redact
 from unix_users import User, unix_users
 
 

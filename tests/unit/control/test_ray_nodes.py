@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from gpufence.control.config import cluster_from_spec_dict
+from gpufence.control.base.config import cluster_from_spec_dict
 from gpufence.control.executors.ray.bookkeeping import node_changes
 from gpufence.control.executors.ray.nodes import (
     RayNodesError,

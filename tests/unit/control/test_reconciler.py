@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
-from gpufence.control.executors.interface import Launch
+from gpufence.control.base.executor import Launch
 from gpufence.control.gpus.discovery import fake_gpus, node_spec
-from gpufence.control.inbox import CancelError
+from gpufence.control.reconciler.inbox import CancelError
 from gpufence.control.store import database as st
 from gpufence.testing.fake_executor import NoticeCall, StopCall
 from gpufence.testing.reconciler_rig import ReconcilerRig
@@ -398,8 +398,8 @@ def test_a_batch_of_submits_with_one_that_raises_keeps_the_others_in_order(
     sequence cached by the transaction follows the rollback), and the bad one alone is refused."""
     from concurrent.futures import Future
 
-    from gpufence.control.inbox import Submit, SubmitResult
-    from gpufence.control.jobspec import SubmitRequest
+    from gpufence.control.base.jobspec import SubmitRequest
+    from gpufence.control.reconciler.inbox import Submit, SubmitResult
 
     rig = ReconcilerRig.make(tmp_path, shared(4))
     good = SubmitRequest(command=["true"], gpus=1)
@@ -426,7 +426,7 @@ def test_a_spec_that_cannot_be_stored_is_refused_in_the_cycle_alone(tmp_path: Pa
     error is its answer) and stores the others."""
     from pydantic_core import PydanticSerializationError
 
-    from gpufence.control.jobspec import SubmitRequest
+    from gpufence.control.base.jobspec import SubmitRequest
 
     rig = ReconcilerRig.make(tmp_path, shared(4))
     good = SubmitRequest(command=["true"], gpus=1)
@@ -452,9 +452,9 @@ def test_a_request_waits_for_the_ones_sent_right_after_it(
     import threading
     import time
 
-    from gpufence.control import reconciler as rmod
-    from gpufence.control.inbox import Ack, Submit
-    from gpufence.control.jobspec import SubmitRequest
+    from gpufence.control.base.jobspec import SubmitRequest
+    from gpufence.control.reconciler import loop as rmod
+    from gpufence.control.reconciler.inbox import Ack, Submit
 
     monkeypatch.setattr(rmod, "GATHER_S", 30.0)  # generous: a loaded machine is slow to send
     rig = ReconcilerRig.make(tmp_path, shared(4))

@@ -13,9 +13,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from gpufence.control import views
 from gpufence.control.gpus.discovery import discover
 from gpufence.control.metrics import Telemetry
+from gpufence.control.observe import views
 from gpufence.testing.fake_nvml import FakeNvml, hgx_h100
 from gpufence.testing.reconciler_rig import ReconcilerRig
 

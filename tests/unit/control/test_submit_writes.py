@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from gpufence.control import job_writes
+from gpufence.control.base.jobspec import SubmitRequest
 from gpufence.control.gpus.discovery import fake_gpus, node_spec
-from gpufence.control.inbox import InvalidField, Submit, SubmitResult
-from gpufence.control.jobspec import SubmitRequest
+from gpufence.control.reconciler import job_writes
+from gpufence.control.reconciler.inbox import InvalidField, Submit, SubmitResult
 from gpufence.control.store import database as st
 from gpufence.sched.intake import Accepted
 from gpufence.testing.reconciler_rig import ReconcilerRig

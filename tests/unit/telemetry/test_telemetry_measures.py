@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpufence.control.views import largest_gang
+from gpufence.control.observe.views import largest_gang
 from gpufence.sched.placement.scoring import PodSpec, TypicalWorkload, node_frag
 from gpufence.sched.scheduler import Scheduler
 from gpufence.telemetry.capacity import (

@@ -15,8 +15,8 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Protocol
 
+from gpufence.control.base.executor import Limits
 from gpufence.control.containment.devicerules import DeviceRule
-from gpufence.control.executors.interface import Limits
 
 CPU_PERIOD_US = 100_000
 """CFS period for CPU limits: quota = cpus x period."""

@@ -20,6 +20,8 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from gpufence.control.base.executor import Limits
+from gpufence.control.base.member_records import proc_stat_fields
 from gpufence.control.containment.cgroup import (
     CPU_PERIOD_US,
     ContainmentError,
@@ -33,8 +35,6 @@ from gpufence.control.containment.cgroup import (
     write,
 )
 from gpufence.control.containment.devicerules import DeviceRule
-from gpufence.control.executors.interface import Limits
-from gpufence.control.executors.member_records import proc_stat_fields
 
 REQUIRED = ("cpu", "memory", "pids", "freezer")
 OPTIONAL = ("cpuacct", "devices")

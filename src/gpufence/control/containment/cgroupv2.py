@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from gpufence.control.base.executor import Limits
 from gpufence.control.containment import bpfdev
 from gpufence.control.containment.cgroup import (
     CPU_PERIOD_US,
@@ -35,7 +36,6 @@ from gpufence.control.containment.cgroup import (
     write,
 )
 from gpufence.control.containment.devicerules import DeviceRule
-from gpufence.control.executors.interface import Limits
 
 REQUIRED = ("cpu", "memory", "pids")
 FREEZE_WAIT_S = 0.2

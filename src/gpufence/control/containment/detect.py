@@ -8,11 +8,11 @@ which runs jobs unconfined: no limits, no device isolation, and a job's processe
 
 from __future__ import annotations
 
+from gpufence.control.base.containment_settings import ContainmentSettings
 from gpufence.control.containment import mounts as _mounts
 from gpufence.control.containment.cgroup import CgroupDriver, ContainmentError
 from gpufence.control.containment.cgroupv1 import V1Driver
 from gpufence.control.containment.cgroupv2 import V2Driver
-from gpufence.control.containment.settings import ContainmentSettings
 
 NO_CONTAINMENT_HINT = (
     "run gpufence up as root on a machine with cgroup v2 (cpu, memory, pids controllers) or the "

@@ -48,8 +48,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gpufence.control.base import launcher, member_records
 from gpufence.control.containment import prestart
-from gpufence.control.executors import launcher, member_records
 
 _HEADER = struct.Struct(">I")
 _BLOCKED = {signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2, signal.SIGHUP}

@@ -19,11 +19,11 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
+from gpufence.control.base.containment_settings import ContainmentSettings
+from gpufence.control.base.executor import Launch, Limits, Member, RunAs
 from gpufence.control.containment.cgroup import CgroupDriver, ContainmentError, MemberCgroup
 from gpufence.control.containment.detect import detect
 from gpufence.control.containment.devicerules import denied, missing
-from gpufence.control.containment.settings import ContainmentSettings
-from gpufence.control.executors.interface import Launch, Limits, Member, RunAs
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 SPARE_PREFIX = "spare-"

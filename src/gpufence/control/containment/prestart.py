@@ -27,7 +27,7 @@ import signal
 import struct
 from typing import Any, NoReturn
 
-from gpufence.control.executors import launcher, member_records
+from gpufence.control.base import launcher, member_records
 
 HEADER = struct.Struct(">I")
 

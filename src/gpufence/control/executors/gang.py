@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpufence.control.executors.interface import AttemptExit, Launch
+from gpufence.control.base.executor import AttemptExit, Launch
 
 
 @dataclass(eq=False, slots=True)

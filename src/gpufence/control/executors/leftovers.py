@@ -30,22 +30,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gpufence.control.containment.cgroup import ContainmentError, MemberCgroup
-from gpufence.control.executors.member_records import (
+from gpufence.control.base.member_records import (
     atomic_write,
     exit_file,
     proc_start_time,
     proc_stat_fields,
     records_dir,
 )
-from gpufence.control.executors.processes import (
-    attach,
-    killpg,
-    recorded_exit,
-    recorded_pid,
-    wait_readable,
-    waitid,
-)
+from gpufence.control.base.record_reads import recorded_exit, recorded_pid
+from gpufence.control.containment.cgroup import ContainmentError, MemberCgroup
+from gpufence.control.executors.processes import attach, killpg, wait_readable, waitid
 
 log = logging.getLogger("gpufence.executor")
 

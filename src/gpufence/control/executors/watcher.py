@@ -33,25 +33,23 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gpufence.control.containment.cgroup import ContainmentError, MemberCgroup
-from gpufence.control.executors.gang import GangState
-from gpufence.control.executors.interface import (
+from gpufence.control.base.executor import (
     AckCallback,
     AttemptExit,
     ExitCallback,
     Launch,
     report,
 )
+from gpufence.control.base.record_reads import recorded_end, recorded_exit, stop_reached
+from gpufence.control.containment.cgroup import ContainmentError, MemberCgroup
+from gpufence.control.executors.gang import GangState
 from gpufence.control.executors.processes import (
     DISOWNED,
     REAP_ON_CLOSE_S,
     MemberProcess,
     killpg,
     reap_now,
-    recorded_end,
-    recorded_exit,
     settle,
-    stop_reached,
     waitid,
 )
 

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import asdict
 from typing import Any
 
-from gpufence.control.executors.interface import GpuShare
+from gpufence.control.base.executor import GpuShare
 from gpufence.control.gpus.devnodes import mig_nodes
 from gpufence.control.gpus.discovery import Discovery, spec_gpu_type
 from gpufence.model.cluster import Cluster

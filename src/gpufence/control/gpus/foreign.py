@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Protocol
 
-from gpufence.control.executors.member_records import proc_stat_fields
-from gpufence.control.executors.processes import recorded_pid
+from gpufence.control.base.member_records import proc_stat_fields
+from gpufence.control.base.record_reads import recorded_pid
 from gpufence.control.gpus.board import GpuBoard
 from gpufence.control.gpus.nvml import ProcessInfo
 from gpufence.control.metrics import Telemetry

@@ -29,7 +29,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpufence.control.executors.member_records import (
+from gpufence.control.base.member_records import (
     atomic_write,
     proc_start_time,
     proc_stat_fields,

@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Depends, Query
 from pydantic import AfterValidator
 
-from gpufence.control.config import ADMIN
+from gpufence.control.base.config import ADMIN
 from gpufence.control.http.auth import tenant_dependency
 from gpufence.control.http.problems import error_responses
 from gpufence.control.http.schemas import HistoryPage, UsageReport

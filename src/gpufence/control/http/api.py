@@ -33,7 +33,9 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import AfterValidator, BaseModel, Field
 
 from gpufence import __version__
-from gpufence.control.config import ADMIN
+from gpufence.control.base.config import ADMIN
+from gpufence.control.base.jobspec import MAX_NAME, SubmitRequest
+from gpufence.control.base.tenantview import others_summary
 from gpufence.control.http import schemas as out
 from gpufence.control.http.accounting_routes import accounting_router
 from gpufence.control.http.auth import (
@@ -58,11 +60,9 @@ from gpufence.control.http.problems import (
 )
 from gpufence.control.http.submission import FrontedAPI, install_submit
 from gpufence.control.http.telemetry_routes import telemetry_router
-from gpufence.control.inbox import CancelError, IdempotencyConflict
-from gpufence.control.jobspec import MAX_NAME, SubmitRequest
 from gpufence.control.plane import AccessError, ControlPlane, InvalidField
+from gpufence.control.reconciler.inbox import CancelError, IdempotencyConflict
 from gpufence.control.store import database as st
-from gpufence.control.tenantview import others_summary
 from gpufence.model.job import GpuRequest
 
 UNPROCESSABLE = 422  # starlette renamed the constant (..._CONTENT); the number is stable

@@ -14,7 +14,7 @@ from typing import Annotated
 from fastapi import Depends, HTTPException, Request, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from gpufence.control.config import ControlConfig
+from gpufence.control.base.config import ControlConfig
 
 # auto_error=False: FastAPI's own error for a missing header is a 403 in some versions; a
 # missing credential is a 401 here, always with the challenge header.

@@ -41,7 +41,7 @@ from email.message import Message
 from pathlib import Path
 from typing import Any
 
-from gpufence.control.config import SERVER_FILE, TOKEN_FILE
+from gpufence.control.base.config import SERVER_FILE, TOKEN_FILE
 
 DEFAULT_URL = "http://127.0.0.1:7878"
 TIMEOUT_S = 40.0  # above the plane's own 30 s wait on the reconciler

@@ -36,17 +36,17 @@ from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response
 from pydantic import AfterValidator, BaseModel
 
 from gpufence import __version__
-from gpufence.control import dashboard_views
-from gpufence.control.config import ADMIN
+from gpufence.control.base.config import ADMIN
+from gpufence.control.base.jobspec import from_stored
+from gpufence.control.base.tenantview import redact
 from gpufence.control.http import schemas
 from gpufence.control.http.accounting_routes import query_text
 from gpufence.control.http.auth import tenant_dependency
 from gpufence.control.http.problems import error_responses
-from gpufence.control.jobspec import from_stored
+from gpufence.control.observe import dashboard_views
 from gpufence.control.observe.series_view import SeriesQueryError
 from gpufence.control.plane import CALL_TIMEOUT_S, AccessError, ControlPlane, InvalidField
 from gpufence.control.store import database as st
-from gpufence.control.tenantview import redact
 
 log = logging.getLogger("gpufence.dashboard")
 

@@ -14,12 +14,12 @@ from fastapi import APIRouter, Depends, FastAPI, Path, status
 from fastapi.exceptions import HTTPException
 from pydantic import BaseModel, Field
 
-from gpufence.control import job_names
+from gpufence.control.base.jobspec import MAX_NAME
 from gpufence.control.http.auth import tenant_dependency
 from gpufence.control.http.problems import error_responses
-from gpufence.control.inbox import CancelError
-from gpufence.control.jobspec import MAX_NAME
 from gpufence.control.plane import CALL_TIMEOUT_S, ControlPlane
+from gpufence.control.reconciler import job_names
+from gpufence.control.reconciler.inbox import CancelError
 from gpufence.control.store import database as st
 
 Ref = Annotated[

@@ -21,8 +21,8 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from gpufence.control.base.jobspec import escape
 from gpufence.control.http.schemas import JSONValue
-from gpufence.control.jobspec import escape
 from gpufence.control.store.errors import StoreUnavailable
 
 PROBLEM_JSON = "application/problem+json"

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias, Union
 from pydantic import BaseModel, ConfigDict, Field
 from typing_extensions import TypeAliasType
 
-from gpufence.control.jobspec import SubmitRequest
+from gpufence.control.base.jobspec import SubmitRequest
 
 if TYPE_CHECKING:  # mypy does not follow a recursive TypeAliasType; pydantic needs one
     JSONValue: TypeAlias = Any

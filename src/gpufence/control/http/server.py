@@ -25,7 +25,7 @@ from types import FrameType
 import uvicorn
 
 from gpufence.advice.inputs import LintInputs
-from gpufence.control.config import (
+from gpufence.control.base.config import (
     SERVER_FILE,
     TOKEN_FILE,
     ControlConfig,
@@ -33,6 +33,7 @@ from gpufence.control.config import (
     control_config,
     load_config,
 )
+from gpufence.control.base.privatefs import write_private
 from gpufence.control.containment.cgroup import ContainmentError
 from gpufence.control.containment.members import Containment
 from gpufence.control.gpus.devnodes import all_nodes, with_fake_nodes
@@ -47,7 +48,6 @@ from gpufence.control.gpus.nodespec import host_resources
 from gpufence.control.http.api import make_app
 from gpufence.control.http.slow_clients import http_protocol
 from gpufence.control.plane import ControlPlane
-from gpufence.control.privatefs import write_private
 from gpufence.control.store.errors import StoreError, StoreUnavailable
 from gpufence.spec import load_cluster_with_sections
 from gpufence.spec.positions import queue_positions
@@ -88,7 +88,7 @@ def build_plane(
                 "--fake-gpus is for the local executor; Ray nodes declare their GPUs "
                 "(ray start --num-gpus N)"
             )
-        from gpufence.control.executors.ray.ray_plane import RayStartError, ray_plane
+        from gpufence.control.plane.ray_plane import RayStartError, ray_plane
 
         try:
             return ray_plane(

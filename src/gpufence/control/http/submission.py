@@ -25,6 +25,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.middleware.errors import ServerErrorMiddleware
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from gpufence.control.base.jobspec import SubmitRequest
 from gpufence.control.http.auth import SEVERAL_HEADERS, one_header, tenant_of_header
 from gpufence.control.http.body_limit import read_body, refuse, too_long
 from gpufence.control.http.client import IDEMPOTENCY_KEY, IDEMPOTENCY_KEY_PATTERN
@@ -36,7 +37,6 @@ from gpufence.control.http.problems import (
     problem,
 )
 from gpufence.control.http.replybox import reply_box
-from gpufence.control.jobspec import SubmitRequest
 from gpufence.control.plane import CALL_TIMEOUT_S, ControlPlane
 from gpufence.control.store import database as st
 

@@ -14,8 +14,8 @@ from collections.abc import MutableMapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from gpufence.control import views
 from gpufence.control.gpus.devices import DeviceError
+from gpufence.control.observe import views
 from gpufence.control.observe.latency_book import DeploymentKey
 from gpufence.control.observe.latency_scrape import LatencySource
 from gpufence.model.job import WorkloadClass

@@ -15,13 +15,13 @@ import logging
 import threading
 from collections.abc import Callable, Sequence
 
+from gpufence.control.base.observe_config import TelemetrySettings
 from gpufence.control.gpus.board import GpuBoard
 from gpufence.control.metrics import Telemetry
 from gpufence.control.observe.hoststats import HostStats
 from gpufence.control.observe.latency_book import DeploymentKey, LatencyBook
 from gpufence.control.observe.latency_scrape import Scraper
 from gpufence.control.observe.live_view import ServingState
-from gpufence.control.observe.observe_config import TelemetrySettings
 from gpufence.control.observe.series_ring import (
     GpuPoint,
     LinkPoint,

@@ -14,7 +14,8 @@ import math
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
-from gpufence.control.config import ADMIN
+from gpufence.control.base.config import ADMIN
+from gpufence.control.base.tenantview import Owner, redact
 from gpufence.control.observe.latency_book import DeploymentKey
 from gpufence.control.observe.observatory import Observatory
 from gpufence.control.observe.series_model import (
@@ -29,7 +30,6 @@ from gpufence.control.observe.series_model import (
     StorageSeries,
 )
 from gpufence.control.observe.series_ring import Point
-from gpufence.control.tenantview import Owner, redact
 from gpufence.telemetry.incidents import PREEMPTION_REASONS, RECLAIM_REASONS
 
 MAX_BUCKETS = 5000

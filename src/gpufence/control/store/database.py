@@ -40,8 +40,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from gpufence.control import failpoints
-from gpufence.control.privatefs import PRIVATE_DIR
+from gpufence.control.base import failpoints
+from gpufence.control.base.privatefs import PRIVATE_DIR
 from gpufence.control.store import accounting, migrations
 from gpufence.control.store.errors import StoreError, StoreUnavailable, unavailable
 from gpufence.control.store.ownership import FileLock, Owner

@@ -24,7 +24,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from gpufence.control.privatefs import PRIVATE_FILE
+from gpufence.control.base.privatefs import PRIVATE_FILE
 from gpufence.control.store.errors import StoreError
 
 

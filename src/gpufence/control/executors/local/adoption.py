@@ -18,26 +18,20 @@ import logging
 import signal
 from pathlib import Path
 
-from gpufence.control.containment.cgroup import ContainmentError
-from gpufence.control.containment.members import Containment
-from gpufence.control.executors.interface import Launch, LaunchError, RunAs
-from gpufence.control.executors.jobdirs import reset_attempt
-from gpufence.control.executors.leftovers import kill_leftovers, record_lost
-from gpufence.control.executors.member_records import (
+from gpufence.control.base.executor import Launch, LaunchError, RunAs
+from gpufence.control.base.jobdirs import reset_attempt
+from gpufence.control.base.member_records import (
     atomic_write,
     exit_file,
     pid_file,
     reserved_exit_record,
     started_file,
 )
-from gpufence.control.executors.processes import (
-    MemberProcess,
-    attach,
-    killpg,
-    reap_now,
-    recorded_exit,
-    recorded_pid,
-)
+from gpufence.control.base.record_reads import recorded_exit, recorded_pid
+from gpufence.control.containment.cgroup import ContainmentError
+from gpufence.control.containment.members import Containment
+from gpufence.control.executors.leftovers import kill_leftovers, record_lost
+from gpufence.control.executors.processes import MemberProcess, attach, killpg, reap_now
 
 log = logging.getLogger("gpufence.executor")
 

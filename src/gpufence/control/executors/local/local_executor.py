@@ -47,12 +47,8 @@ import threading
 import time
 from pathlib import Path
 
-from gpufence.control import failpoints
-from gpufence.control.containment.cgroup import ContainmentError, MemberCgroup
-from gpufence.control.containment.forkserver import ForkServer, ForkServerError
-from gpufence.control.containment.members import Containment, launcher_args
-from gpufence.control.containment.spares import SparePool
-from gpufence.control.executors.interface import (
+from gpufence.control.base import failpoints
+from gpufence.control.base.executor import (
     AckCallback,
     ExitCallback,
     Launch,
@@ -60,14 +56,13 @@ from gpufence.control.executors.interface import (
     Member,
     NodeCallback,
 )
-from gpufence.control.executors.jobdirs import (
+from gpufence.control.base.jobdirs import (
     NOTICE_FILE,
     owner_of,
     prepare_launch_dirs,
     working_dir,
 )
-from gpufence.control.executors.local.adoption import adopt_members, ready_attempt
-from gpufence.control.executors.member_records import (
+from gpufence.control.base.member_records import (
     STOPS,
     atomic_write,
     err_file,
@@ -75,7 +70,12 @@ from gpufence.control.executors.member_records import (
     pid_file,
     pid_record,
 )
-from gpufence.control.executors.memberenv import member_envs
+from gpufence.control.base.memberenv import member_envs
+from gpufence.control.containment.cgroup import ContainmentError, MemberCgroup
+from gpufence.control.containment.forkserver import ForkServer, ForkServerError
+from gpufence.control.containment.members import Containment, launcher_args
+from gpufence.control.containment.spares import SparePool
+from gpufence.control.executors.local.adoption import adopt_members, ready_attempt
 from gpufence.control.executors.processes import (
     MemberProcess,
     group_cpu_by_pgid,

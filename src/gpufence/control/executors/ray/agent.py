@@ -36,27 +36,26 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpufence.control.containment.cgroup import ContainmentError, MemberCgroup
-from gpufence.control.containment.members import launcher_args
-from gpufence.control.containment.settings import ContainmentSettings
-from gpufence.control.executors.interface import Launch, LaunchError, RunAs
-from gpufence.control.executors.jobdirs import (
+from gpufence.control.base.containment_settings import ContainmentSettings
+from gpufence.control.base.executor import Launch, LaunchError, RunAs
+from gpufence.control.base.jobdirs import (
     ACK_FILE,
     NOTICE_FILE,
     owner_of,
     prepare_job_dirs,
     reset_attempt,
 )
-from gpufence.control.executors.member_records import atomic_write, exit_file, reserved_exit_record
-from gpufence.control.executors.memberenv import inherited_env
+from gpufence.control.base.member_records import atomic_write, exit_file, reserved_exit_record
+from gpufence.control.base.memberenv import inherited_env
+from gpufence.control.base.record_reads import recorded_exit, recorded_stop
+from gpufence.control.containment.cgroup import ContainmentError, MemberCgroup
+from gpufence.control.containment.members import launcher_args
 from gpufence.control.executors.processes import (
     MemberProcess,
     SpawnError,
     attach,
     group_cpu_by_pgid,
     killpg,
-    recorded_exit,
-    recorded_stop,
     settle,
     spawn_member,
     waitid,

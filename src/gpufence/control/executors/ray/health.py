@@ -14,7 +14,7 @@ import signal
 import threading
 from typing import Any
 
-from gpufence.control.executors.interface import NodeCallback, notify
+from gpufence.control.base.executor import NodeCallback, notify
 from gpufence.control.executors.ray.bookkeeping import RayAttempt, RayMember, node_changes
 from gpufence.control.executors.ray.nodes import RayNode, nodes_now
 

@@ -14,10 +14,10 @@ import logging
 from collections.abc import Sequence
 from dataclasses import replace
 
+from gpufence.control.base.containment_settings import ContainmentSettings
+from gpufence.control.base.executor import Launch, Member
 from gpufence.control.containment.cgroup import ContainmentError, MemberCgroup
 from gpufence.control.containment.members import Containment
-from gpufence.control.containment.settings import ContainmentSettings
-from gpufence.control.executors.interface import Launch, Member
 
 log = logging.getLogger("gpufence.executor.ray")
 

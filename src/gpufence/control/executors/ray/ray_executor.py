@@ -42,8 +42,8 @@ from typing import Any
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from gpufence.control.containment.settings import ContainmentSettings
-from gpufence.control.executors.interface import (
+from gpufence.control.base.containment_settings import ContainmentSettings
+from gpufence.control.base.executor import (
     AckCallback,
     AttemptExit,
     ExitCallback,
@@ -52,10 +52,10 @@ from gpufence.control.executors.interface import (
     NodeCallback,
     report,
 )
+from gpufence.control.base.member_records import STOPS
+from gpufence.control.base.memberenv import member_envs
+from gpufence.control.base.record_reads import combined_stop, recorded_exit
 from gpufence.control.executors.local.local_executor import check_launch
-from gpufence.control.executors.member_records import STOPS
-from gpufence.control.executors.memberenv import member_envs
-from gpufence.control.executors.processes import combined_stop, recorded_exit
 from gpufence.control.executors.ray.agent import NodeAgent
 from gpufence.control.executors.ray.bookkeeping import (
     Key,

@@ -15,10 +15,11 @@ from concurrent.futures import Future
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from gpufence.control import job_names
-from gpufence.control.arrays import parse_array
-from gpufence.control.config import core_tenant
-from gpufence.control.inbox import (
+from gpufence.control.base.arrays import parse_array
+from gpufence.control.base.config import core_tenant
+from gpufence.control.base.jobspec import MAX_DEPENDENCIES, ArrayTask, SubmitRequest, escape
+from gpufence.control.reconciler import job_names
+from gpufence.control.reconciler.inbox import (
     Action,
     CancelError,
     Home,
@@ -28,7 +29,6 @@ from gpufence.control.inbox import (
     SubmitResult,
     reply,
 )
-from gpufence.control.jobspec import MAX_DEPENDENCIES, ArrayTask, SubmitRequest, escape
 from gpufence.control.store import database as st
 from gpufence.model.decisions import Cancel
 from gpufence.model.events import Event, JobHeld, JobReleased, JobSubmitted, OutcomeKnown
@@ -37,14 +37,14 @@ from gpufence.sched.intake import Accepted, resolve
 from gpufence.sched.jobs import JobState
 
 if TYPE_CHECKING:
-    from gpufence.control.reconciler import Reconciler
+    from gpufence.control.reconciler.context import WriteContext
 
 DEPENDENCY_FIELDS = ("after_ok", "after_any", "after_not_ok")
 _DONE = {"hold": "held", "release": "released"}
 
 
 def prepare(
-    rec: Reconciler, tx: st.Tx, tenant: str, req: SubmitRequest
+    ctx: WriteContext, tx: st.Tx, tenant: str, req: SubmitRequest
 ) -> tuple[SubmitRequest, list[Event]]:
     """``req`` with its dependencies as ids, and what the core must learn first."""
     if req.array_task is not None:
@@ -67,7 +67,7 @@ def prepare(
         return req, []  # the common case stays as cheap as it was (the submit hot path)
     known: list[Event] = []
     update: dict[str, list[str]] = {}
-    core = rec.scheduler.jobs()
+    core = ctx.scheduler.jobs()
     for field in DEPENDENCY_FIELDS:
         refs: list[str] = getattr(req, field)
         ids: list[str] = []
@@ -98,7 +98,7 @@ def prepare(
 
 
 def write_array(
-    rec: Reconciler, tx: st.Tx, it: Submit, req: SubmitRequest, now: float, staged: Staged
+    ctx: WriteContext, tx: st.Tx, it: Submit, req: SubmitRequest, now: float, staged: Staged
 ) -> str:
     """Insert every task of ``req.array``; the first task's id names the array. The client's
     future gets the first task's answer with every task's id."""
@@ -108,7 +108,7 @@ def write_array(
     for index in indices:
         first = ids[0] if ids else "?"
         task = req.model_copy(update={"array_task": ArrayTask(job=first, index=index, cap=cap)})
-        jid = insert_job(rec, tx, it.tenant, task, now, staged, defer_event=not ids)
+        jid = insert_job(ctx, tx, it.tenant, task, now, staged, defer_event=not ids)
         if not ids:  # the array is named by its first task, known only once it is inserted
             task = task.model_copy(update={"array_task": ArrayTask(job=jid, index=index, cap=cap)})
             tx.set_spec(jid, task.stored())
@@ -131,7 +131,7 @@ def write_array(
 
 
 def insert_job(
-    rec: Reconciler,
+    ctx: WriteContext,
     tx: st.Tx,
     tenant: str,
     req: SubmitRequest,
@@ -150,7 +150,7 @@ def insert_job(
     jid = tx.next_id()
     job = req.to_job(jid, now, core_tenant(tenant))
     asked = (req.partition, req.queue)
-    home = predicted_home(rec, job)
+    home = predicted_home(ctx, job)
     what = job.request.describe()
     spec, text = stored if stored is not None else (req.stored(), None)
     added = tx.add_job(
@@ -170,33 +170,33 @@ def insert_job(
     tx.log(now, jid, "submitted", "", f"by {tenant}: {what}")
     if not defer_event:
         staged.events.append(JobSubmitted(job))
-    staged.effects.append(rec.telemetry.submitted_counter(str(req.workload_class)).inc)
+    staged.effects.append(ctx.telemetry.submitted_counter(str(req.workload_class)).inc)
     return jid
 
 
 HOMES_SEEN_MAX = 1024
 
 
-def predicted_home(rec: Reconciler, job: Job) -> tuple[str, str]:
+def predicted_home(ctx: WriteContext, job: Job) -> tuple[str, str]:
     """(partition, queue) the core's ``resolve`` gives ``job`` (or what it asked for, if it
     refuses it), remembered per kind of request: jobs of one shape and tenant asking for the
     same partition and queue go to the same home. A MIG request is resolved each time (a static
     layout read off the devices can change its answer); a wrong guess costs a rewrite."""
     mig = job.request.kind is RequestKind.MIG
     key = (job.partition, job.queue, job.tenant, job.shape())
-    home = None if mig else rec.homes_seen.get(key)
+    home = None if mig else ctx.homes_seen.get(key)
     if home is not None:
         return home
     got = resolve(
-        rec.scheduler.cluster, job, rec.scheduler.ledger.mig, rec.scheduler.config.tenants
+        ctx.scheduler.cluster, job, ctx.scheduler.ledger.mig, ctx.scheduler.config.tenants
     )
     if not isinstance(got, Accepted):
         return (job.partition, job.queue)
     home = (got.home, got.queue)
     if not mig:
-        if len(rec.homes_seen) >= HOMES_SEEN_MAX:
-            rec.homes_seen.clear()
-        rec.homes_seen[key] = home
+        if len(ctx.homes_seen) >= HOMES_SEEN_MAX:
+            ctx.homes_seen.clear()
+        ctx.homes_seen[key] = home
     return home
 
 
@@ -219,8 +219,8 @@ def array_tasks(tx: st.Tx, first: str) -> tuple[str, ...]:
     )
 
 
-def write_action(rec: Reconciler, tx: st.Tx, it: Action, now: float, staged: Staged) -> None:
-    core = rec.scheduler.jobs().get(it.job_id)
+def write_action(ctx: WriteContext, tx: st.Tx, it: Action, now: float, staged: Staged) -> None:
+    core = ctx.scheduler.jobs().get(it.job_id)
     row = tx.job(it.job_id)
     if core is None or core.state is not JobState.PENDING or row.state != st.PENDING:
         staged.replies.append(

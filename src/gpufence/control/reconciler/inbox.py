@@ -15,8 +15,8 @@ from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpufence.control.executors.interface import AttemptExit, Launch
-from gpufence.control.jobspec import SubmitRequest
+from gpufence.control.base.executor import AttemptExit, Launch
+from gpufence.control.base.jobspec import SubmitRequest
 from gpufence.model.decisions import Decision
 from gpufence.model.events import Event
 

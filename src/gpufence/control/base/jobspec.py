@@ -33,7 +33,7 @@ from pydantic import (
     model_validator,
 )
 
-from gpufence.control.arrays import ArraySpecError, parse_array
+from gpufence.control.base.arrays import ArraySpecError, parse_array
 from gpufence.model.job import AfterKind, GpuRequest, Job, WorkloadClass
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")

@@ -14,7 +14,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from gpufence.control.config import ADMIN
+from gpufence.control.base.config import ADMIN
 
 OTHER_JOB = "<another tenant's job>"
 _JOB_ID = re.compile(r"\bj\d+\b")

@@ -21,7 +21,7 @@ import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gpufence.control.privatefs import create_private
+from gpufence.control.base.privatefs import create_private
 
 log = logging.getLogger("gpufence.config")
 

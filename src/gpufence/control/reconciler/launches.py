@@ -13,11 +13,11 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from gpufence.control.config import ControlConfig
-from gpufence.control.executors.interface import Launch, Limits, Member
-from gpufence.control.executors.jobdirs import JOBS_DIR
-from gpufence.control.executors.memberenv import inherited_env
-from gpufence.control.jobspec import SubmitRequest
+from gpufence.control.base.config import ControlConfig
+from gpufence.control.base.executor import Launch, Limits, Member
+from gpufence.control.base.jobdirs import JOBS_DIR
+from gpufence.control.base.jobspec import SubmitRequest
+from gpufence.control.base.memberenv import inherited_env
 
 
 def job_dir(data_dir: Path, job_id: str) -> Path:

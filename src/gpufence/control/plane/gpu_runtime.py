@@ -26,9 +26,9 @@ import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from gpufence.control.config import ControlConfig
-from gpufence.control.executors.interface import Launch
-from gpufence.control.executors.jobdirs import JOBS_DIR
+from gpufence.control.base.config import ControlConfig
+from gpufence.control.base.executor import Launch
+from gpufence.control.base.jobdirs import JOBS_DIR
 from gpufence.control.gpus.board import GpuBoard
 from gpufence.control.gpus.devices import DeviceMap, assignment_from_json
 from gpufence.control.gpus.discovery import Discovery

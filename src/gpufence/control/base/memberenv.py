@@ -20,8 +20,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from gpufence.control.executors.interface import GpuShare, Launch
-from gpufence.control.runas import home_of
+from gpufence.control.base.executor import GpuShare, Launch
+from gpufence.control.base.runas import home_of
 
 DEFAULT_ENV_INHERIT = ("PATH", "HOME", "USER", "LANG", "LC_*", "TZ", "TERM")
 """Names (``PREFIX*``: every name starting with PREFIX) a job inherits from its executor."""

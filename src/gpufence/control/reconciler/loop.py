@@ -38,16 +38,23 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import TypeVar
 
-from gpufence.control import failpoints
-from gpufence.control.config import ControlConfig
-from gpufence.control.decision_writes import settle_stopped, write_decision, write_poisoned
-from gpufence.control.executors.interface import AttemptExit, Executor, LaunchError
+from gpufence.control.base import failpoints
+from gpufence.control.base.config import ControlConfig
+from gpufence.control.base.executor import AttemptExit, Executor, LaunchError
+from gpufence.control.base.jobspec import SubmitRequest, escape
 from gpufence.control.gpus.activity import job_activity
 from gpufence.control.gpus.board import GpuBoard
 from gpufence.control.gpus.devices import DeviceMap
 from gpufence.control.gpus.mig_manager import MigManager, store_line
-from gpufence.control.group_commit import GroupCommit
-from gpufence.control.inbox import (
+from gpufence.control.metrics import Telemetry
+from gpufence.control.reconciler.context import WriteContext, submit_result
+from gpufence.control.reconciler.decision_writes import (
+    settle_stopped,
+    write_decision,
+    write_poisoned,
+)
+from gpufence.control.reconciler.group_commit import GroupCommit
+from gpufence.control.reconciler.inbox import (
     Ack,
     Action,
     Call,
@@ -66,10 +73,13 @@ from gpufence.control.inbox import (
     Unsaved,
     reply,
 )
-from gpufence.control.item_writes import stored_spec, write_cancel, write_observation, write_submit
-from gpufence.control.job_writes import write_action
-from gpufence.control.jobspec import SubmitRequest, escape
-from gpufence.control.metrics import Telemetry
+from gpufence.control.reconciler.item_writes import (
+    stored_spec,
+    write_cancel,
+    write_observation,
+    write_submit,
+)
+from gpufence.control.reconciler.job_writes import write_action
 from gpufence.control.store import database as st
 from gpufence.control.store.errors import StoreUnavailable, unavailable
 from gpufence.model.decisions import Decision, Reason
@@ -146,6 +156,17 @@ class Reconciler:
         self.homes_seen: dict[tuple[object, ...], tuple[str, str]] = {}
         # run on this thread after every cycle, on its settled ledger (dcgm job-mapping files)
         self.after_cycle: list[Callable[[Reconciler], None]] = []
+        # all the write functions may touch (context.py): live and homes_seen are shared
+        self.ctx = WriteContext(
+            scheduler,
+            config,
+            data_dir,
+            devices,
+            telemetry,
+            self.mig,
+            self.live,
+            self.homes_seen,
+        )
         executor.set_callbacks(self._on_exit, self._on_ack)
         executor.set_node_callback(self._on_node)
 
@@ -343,7 +364,7 @@ class Reconciler:
             for ob in held:
                 try:
                     with tx.savepoint():
-                        write_observation(self, tx, ob, now, staged)
+                        write_observation(self.ctx, tx, ob, now, staged)
                 except Exception as exc:
                     if _medium_fault(exc):
                         raise
@@ -400,11 +421,11 @@ class Reconciler:
         self, tx: st.Tx, r: Submit | Cancel | Action, now: float, staged: Staged
     ) -> None:
         if isinstance(r, Submit):
-            write_submit(self, tx, r, now, staged)
+            write_submit(self.ctx, tx, r, now, staged)
         elif isinstance(r, Action):
-            write_action(self, tx, r, now, staged)
+            write_action(self.ctx, tx, r, now, staged)
         else:
-            write_cancel(self, tx, r, now, staged)
+            write_cancel(self.ctx, tx, r, now, staged)
 
     def _step(self, events: list[Event], now: float, poisoned: dict[str, str]) -> list[Decision]:
         """Phase 2: ``Scheduler.step``, which must not take the loop down with it."""
@@ -479,10 +500,10 @@ class Reconciler:
                 for kind, message in lines:
                     tx.log(now, None, kind, "", message)
                 for d in u.decisions:
-                    write_decision(self, tx, d, now, act)
-                settle_stopped(self, tx, u.events, now)
+                    write_decision(self.ctx, tx, d, now, act)
+                settle_stopped(self.ctx, tx, u.events, now)
                 for jid, why in u.poisoned.items():
-                    write_poisoned(self, tx, jid, why, now, act)
+                    write_poisoned(self.ctx, tx, jid, why, now, act)
                 if usage_due:
                     tx.save_usage(self.scheduler.fair_share_usage(), now)
                     self._usage_saved = now
@@ -563,27 +584,8 @@ class Reconciler:
         for jid, attempt in act.kills:
             self.executor.stop(jid, attempt, 0.0)
 
-    def submit_result(
-        self, jid: str, row: st.JobRow | None = None, replayed: bool = False
-    ) -> SubmitResult:
-        core = self.scheduler.jobs().get(jid)
-        if core is None or core.state is JobState.REJECTED:
-            row = row or self.store.job(jid)
-            if row is None:
-                return SubmitResult(jid, st.PENDING, replayed=replayed)
-            state = st.REJECTED if core is not None else row.state
-            return SubmitResult(jid, state, row.reason, row.message, replayed)
-        if core.state is JobState.PENDING:
-            why = self.scheduler.why_pending(jid)
-            return SubmitResult(
-                jid,
-                st.PENDING,
-                str(why.reason) if why else "",
-                why.message if why else "",
-                replayed,
-            )
-        state = st.RUNNING if jid in self.live else str(core.state)
-        return SubmitResult(jid, state, replayed=replayed)
+    def submit_result(self, jid: str) -> SubmitResult:
+        return submit_result(self.scheduler, self.live, jid, self.store.job)
 
 
 def _kind(ob: Observation) -> str:

@@ -16,7 +16,7 @@ import sqlite3
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from gpufence.control.config import ADMIN
+from gpufence.control.base.config import ADMIN
 from gpufence.control.store import database as st
 
 Query = Callable[[str, Sequence[object]], sqlite3.Cursor]

@@ -48,17 +48,22 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from gpufence.advice.inputs import AdviceSettings
-from gpufence.control.containment.settings import (
+from gpufence.control.base.containment_settings import (
     DEFAULT_PIDS_LIMIT,
     ContainmentSchema,
     ContainmentSettings,
 )
-from gpufence.control.executors.interface import RunAs
-from gpufence.control.executors.memberenv import OWN_PREFIX, name_matches
-from gpufence.control.observe.observe_config import TelemetrySettings
-from gpufence.control.privatefs import dir_mode, ensure_dir
-from gpufence.control.runas import RunAsError, resolve_user
-from gpufence.control.tokens import TokenError, TokenTable, admin_token_from_file, configured_digest
+from gpufence.control.base.executor import RunAs
+from gpufence.control.base.memberenv import OWN_PREFIX, name_matches
+from gpufence.control.base.observe_config import TelemetrySettings
+from gpufence.control.base.privatefs import dir_mode, ensure_dir
+from gpufence.control.base.runas import RunAsError, resolve_user
+from gpufence.control.base.tokens import (
+    TokenError,
+    TokenTable,
+    admin_token_from_file,
+    configured_digest,
+)
 from gpufence.model.cluster import Cluster
 from gpufence.spec import load_cluster_with_sections
 from gpufence.spec.build import cluster_from_dict

@@ -2,7 +2,7 @@
 
 Usage::
 
-    python -m gpufence.control.executors.launcher ATTEMPT_DIR --rank R [--catch N]...
+    python -m gpufence.control.base.launcher ATTEMPT_DIR --rank R [--catch N]...
         [--fence-parent PID] [--cgroup DIR]... [--uid U --gid G [--groups G1,G2]] [--cwd DIR]
         -- ARGV...
 
@@ -78,7 +78,7 @@ EXIT_NOT_CONTAINED = 125
 if not __package__:
     sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
-from gpufence.control.executors.member_records import (  # noqa: E402
+from gpufence.control.base.member_records import (  # noqa: E402
     LAUNCHER_ENV,
     STOPS,
     atomic_write,

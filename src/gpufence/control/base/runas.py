@@ -14,7 +14,7 @@ import pwd
 import stat
 from pathlib import Path
 
-from gpufence.control.executors.interface import RunAs
+from gpufence.control.base.executor import RunAs
 
 
 class RunAsError(ValueError):

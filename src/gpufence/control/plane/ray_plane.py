@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gpufence.control.config import cluster_from_spec_dict, control_config, load_config
+from gpufence.control.base.config import cluster_from_spec_dict, control_config, load_config
 from gpufence.control.executors.ray.nodes import (
     RayNodesError,
     auto_names,
@@ -19,7 +19,7 @@ from gpufence.control.executors.ray.nodes import (
     nodes_now,
 )
 from gpufence.control.gpus.records import Discovery
-from gpufence.control.plane import ControlPlane
+from gpufence.control.plane.control_plane import ControlPlane
 
 INSTALL_HINT = "pip install 'gpufence[ray]'"
 

@@ -40,24 +40,24 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from gpufence.control.config import core_tenant
+from gpufence.control.base.config import core_tenant
+from gpufence.control.base.executor import Launch, Member
+from gpufence.control.base.jobdirs import JOBS_DIR
+from gpufence.control.base.jobspec import SubmitRequest, describe_errors
+from gpufence.control.base.record_reads import prune_spool
 from gpufence.control.containment.members import Containment
-from gpufence.control.executors.interface import Launch, Member
-from gpufence.control.executors.jobdirs import JOBS_DIR
 from gpufence.control.executors.leftovers import (
     recorded_ranks,
     settle_untracked_attempt,
 )
-from gpufence.control.executors.processes import prune_spool
 from gpufence.control.gpus.devices import assignment_from_json
-from gpufence.control.inbox import Live
-from gpufence.control.jobspec import SubmitRequest, describe_errors
-from gpufence.control.launches import job_dir, launch_for
 from gpufence.control.reconciler import Reconciler
+from gpufence.control.reconciler.inbox import Live
+from gpufence.control.reconciler.launches import job_dir, launch_for
+from gpufence.control.recovery.live_scan import job_dirs, listed, live_attempts, member_cgroups
+from gpufence.control.recovery.strangers import refuse_misplaced, refuse_strangers
 from gpufence.control.store import database as st
 from gpufence.control.store.errors import StoreError
-from gpufence.control.store.live_scan import job_dirs, listed, live_attempts, member_cgroups
-from gpufence.control.store.strangers import refuse_misplaced, refuse_strangers
 from gpufence.model.decisions import Reason
 from gpufence.model.events import (
     Event,

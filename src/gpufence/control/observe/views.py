@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
-from gpufence.control.config import ADMIN
-from gpufence.control.tenantview import Owner, nodes_for, redact
+from gpufence.control.base.config import ADMIN
+from gpufence.control.base.tenantview import Owner, nodes_for, redact
 from gpufence.sched.jobs import JobState
 
 if TYPE_CHECKING:

@@ -17,7 +17,7 @@ from gpufence.advice.history import (
     JobSpan,
     Mark,
 )
-from gpufence.control.jobspec import SubmitRequest, from_stored
+from gpufence.control.base.jobspec import SubmitRequest, from_stored
 from gpufence.control.store import database as st
 from gpufence.model.cluster import Cluster
 from gpufence.model.job import MILLI_PER_GPU

@@ -19,34 +19,33 @@ from typing import Any, BinaryIO
 from gpufence.advice.advise import advise
 from gpufence.advice.inputs import LintInputs
 from gpufence.advice.record import Advice
-from gpufence.control import views
-from gpufence.control.advice_history import read_history
-from gpufence.control.config import ADMIN, ControlConfig
+from gpufence.control.base.config import ADMIN, ControlConfig
+from gpufence.control.base.executor import Executor
+from gpufence.control.base.jobdirs import JOBS_DIR, open_job_file
+from gpufence.control.base.jobspec import SubmitRequest
+from gpufence.control.base.privatefs import dir_mode, ensure_dir, tighten_existing
+from gpufence.control.base.runas import blocking_dir, can_enter
+from gpufence.control.base.tenantview import Owner, redact
 from gpufence.control.containment.members import Containment
-from gpufence.control.executors.interface import Executor
-from gpufence.control.executors.jobdirs import JOBS_DIR, open_job_file
 from gpufence.control.executors.local.local_executor import LocalExecutor
 from gpufence.control.gpus.activity import GpuUtilization
 from gpufence.control.gpus.devices import DeviceMap, check_machine
 from gpufence.control.gpus.discovery import Discovery
 from gpufence.control.gpus.nvml import GpuApi
-from gpufence.control.gpus.runtime import GpuRuntime, Holders, open_gpu_api
-from gpufence.control.inbox import InvalidField, SubmitResult
-from gpufence.control.jobspec import SubmitRequest
 from gpufence.control.metrics import Telemetry
-from gpufence.control.observe import live_view, series_view
+from gpufence.control.observe import live_view, series_view, views
+from gpufence.control.observe.advice_history import read_history
 from gpufence.control.observe.dcgm_jobmap import DcgmJobMap
 from gpufence.control.observe.latency_book import DeploymentKey
 from gpufence.control.observe.observatory import MAX_PUSH, Observatory
 from gpufence.control.observe.prom_collectors import LiveCollector
 from gpufence.control.observe.series_model import SeriesResponse
-from gpufence.control.privatefs import dir_mode, ensure_dir, tighten_existing
-from gpufence.control.reconciler import Reconciler
-from gpufence.control.runas import blocking_dir, can_enter
+from gpufence.control.plane.gpu_runtime import GpuRuntime, Holders, open_gpu_api
+from gpufence.control.reconciler.inbox import InvalidField, SubmitResult
+from gpufence.control.reconciler.loop import Reconciler
+from gpufence.control.recovery.recovery import damaged_hint, prepare_store, recover
 from gpufence.control.store import database as st
 from gpufence.control.store.errors import unavailable
-from gpufence.control.store.recovery import damaged_hint, prepare_store, recover
-from gpufence.control.tenantview import Owner, redact
 from gpufence.model.cluster import Cluster
 from gpufence.sched.scheduler import Scheduler, SchedulerConfig
 

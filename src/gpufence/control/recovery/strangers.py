@@ -31,14 +31,14 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gpufence.control.base.jobdirs import JOBS_DIR
 from gpufence.control.containment.members import Containment, member_cgroup_name
-from gpufence.control.executors.jobdirs import JOBS_DIR
 from gpufence.control.executors.leftovers import live_member_pids, recorded_ranks
 from gpufence.control.gpus.devices import assignment_from_json
-from gpufence.control.launches import job_dir
+from gpufence.control.reconciler.launches import job_dir
+from gpufence.control.recovery.live_scan import attempt_dirs, job_dirs, listed, member_cgroups
 from gpufence.control.store import database as st
 from gpufence.control.store.errors import StoreError
-from gpufence.control.store.live_scan import attempt_dirs, job_dirs, listed, member_cgroups
 
 if TYPE_CHECKING:
     from gpufence.control.reconciler import Reconciler

@@ -9,11 +9,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from gpufence.control.base.jobdirs import JOBS_DIR
+from gpufence.control.base.member_records import RECORDS_SUFFIX
 from gpufence.control.containment.cgroup import MemberCgroup
 from gpufence.control.containment.members import Containment, member_cgroup_name
-from gpufence.control.executors.jobdirs import JOBS_DIR
 from gpufence.control.executors.leftovers import live_member_pids, recorded_ranks
-from gpufence.control.executors.member_records import RECORDS_SUFFIX
 
 SHOWN = 5
 """Items an error message lists before 'and N more'."""

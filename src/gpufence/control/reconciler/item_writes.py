@@ -12,10 +12,12 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from gpufence.control.config import core_tenant
-from gpufence.control.executors.interface import AttemptExit
-from gpufence.control.executors.processes import forget_spooled_exits
-from gpufence.control.inbox import (
+from gpufence.control.base.config import core_tenant
+from gpufence.control.base.executor import AttemptExit
+from gpufence.control.base.jobspec import SubmitRequest, escape
+from gpufence.control.base.record_reads import forget_spooled_exits
+from gpufence.control.reconciler.context import submit_result
+from gpufence.control.reconciler.inbox import (
     Ack,
     Cancel,
     CancelError,
@@ -25,8 +27,7 @@ from gpufence.control.inbox import (
     Staged,
     Submit,
 )
-from gpufence.control.job_writes import array_tasks, insert_job, prepare, write_array
-from gpufence.control.jobspec import SubmitRequest, escape
+from gpufence.control.reconciler.job_writes import array_tasks, insert_job, prepare, write_array
 from gpufence.control.store import database as st
 from gpufence.model.events import (
     CheckpointAck,
@@ -42,7 +43,7 @@ from gpufence.model.events import (
 from gpufence.sched.jobs import JobState
 
 if TYPE_CHECKING:
-    from gpufence.control.reconciler import Reconciler
+    from gpufence.control.reconciler.context import WriteContext
 
 
 def spec_and_text(req: SubmitRequest) -> tuple[dict[str, Any], str]:
@@ -61,7 +62,7 @@ def stored_spec(req: SubmitRequest) -> tuple[dict[str, Any], str] | None:
         return None
 
 
-def write_submit(rec: Reconciler, tx: st.Tx, it: Submit, now: float, staged: Staged) -> None:
+def write_submit(ctx: WriteContext, tx: st.Tx, it: Submit, now: float, staged: Staged) -> None:
     req = it.req
     spec, text = it.stored or spec_and_text(req)
     # the key is bound to the id the job is about to get: nothing inserts a job in between,
@@ -70,23 +71,23 @@ def write_submit(rec: Reconciler, tx: st.Tx, it: Submit, now: float, staged: Sta
     if it.key is not None:
         digest = st.request_hash(spec, text)
         if not tx.claim_key(it.tenant, it.key, claimed, digest, now):
-            replay(rec, tx, it, it.key, digest, staged)
+            replay(ctx, tx, it, it.key, digest, staged)
             return
     # a request these raise on is undone with its savepoint (see Reconciler._inbox_tx)
-    ready, known = prepare(rec, tx, it.tenant, req)  # names, after_* -> ids (job_writes.py)
+    ready, known = prepare(ctx, tx, it.tenant, req)  # names, after_* -> ids (job_writes.py)
     staged.events += known
     if ready.array is not None:
-        jid = write_array(rec, tx, it, ready, now, staged)
+        jid = write_array(ctx, tx, it, ready, now, staged)
     else:  # the spec and its text are reusable unless prepare rewrote the request
         jid = insert_job(
-            rec, tx, it.tenant, ready, now, staged, stored=(spec, text) if ready is req else None
+            ctx, tx, it.tenant, ready, now, staged, stored=(spec, text) if ready is req else None
         )
         staged.submits.append((jid, it.future))
     if jid != claimed:
         raise st.StoreError(f"job {jid} was inserted under another id than {claimed}")
 
 
-def replay(rec: Reconciler, tx: st.Tx, it: Submit, key: str, digest: str, staged: Staged) -> None:
+def replay(ctx: WriteContext, tx: st.Tx, it: Submit, key: str, digest: str, staged: Staged) -> None:
     """An Idempotency-Key seen before: the job it created then, or 422 for another request."""
     seen = tx.idempotent(it.tenant, key)
     if seen is None:
@@ -99,13 +100,14 @@ def replay(rec: Reconciler, tx: st.Tx, it: Submit, key: str, digest: str, staged
         )
         staged.replies.append((it.future, conflict))
         return
-    res = rec.submit_result(jid, tx.job(jid), replayed=True)
+    row = tx.job(jid)
+    res = submit_result(ctx.scheduler, ctx.live, jid, lambda _jid: row, replayed=True)
     staged.replies.append((it.future, replace(res, tasks=array_tasks(tx, jid))))
 
 
-def write_cancel(rec: Reconciler, tx: st.Tx, it: Cancel, now: float, staged: Staged) -> None:
-    core = rec.scheduler.jobs().get(it.job_id)
-    live = rec.live.get(it.job_id)
+def write_cancel(ctx: WriteContext, tx: st.Tx, it: Cancel, now: float, staged: Staged) -> None:
+    core = ctx.scheduler.jobs().get(it.job_id)
+    live = ctx.live.get(it.job_id)
     if live is not None:
         if live.cancel:
             staged.replies.append((it.future, st.STOPPING))
@@ -131,12 +133,12 @@ def write_cancel(rec: Reconciler, tx: st.Tx, it: Cancel, now: float, staged: Sta
 
 
 def write_observation(
-    rec: Reconciler, tx: st.Tx, it: AttemptExit | Ack | NodeEvent, now: float, staged: Staged
+    ctx: WriteContext, tx: st.Tx, it: AttemptExit | Ack | NodeEvent, now: float, staged: Staged
 ) -> None:
     if isinstance(it, AttemptExit):
-        write_exit(rec, tx, it, now, staged)
+        write_exit(ctx, tx, it, now, staged)
     elif isinstance(it, Ack):
-        live = rec.live.get(it.job_id)
+        live = ctx.live.get(it.job_id)
         if live is not None and live.attempt == it.attempt and not live.orphan:
             tx.log(now, it.job_id, "checkpoint-ack", "", f"attempt {it.attempt}")
             staged.events.append(CheckpointAck(it.job_id))
@@ -155,8 +157,8 @@ def ended_time(tx: st.Tx, ev: AttemptExit, now: float) -> float:
     return max(ev.ended_at, started) if started is not None else ev.ended_at
 
 
-def write_exit(rec: Reconciler, tx: st.Tx, ev: AttemptExit, now: float, staged: Staged) -> None:
-    live = rec.live.get(ev.job_id)
+def write_exit(ctx: WriteContext, tx: st.Tx, ev: AttemptExit, now: float, staged: Staged) -> None:
+    live = ctx.live.get(ev.job_id)
     if live is None or live.attempt != ev.attempt:
         return  # a stale report (an earlier attempt, or a job already settled)
     jid = ev.job_id
@@ -171,9 +173,9 @@ def write_exit(rec: Reconciler, tx: st.Tx, ev: AttemptExit, now: float, staged: 
     staged.exits += 1
 
     def forget(v: Live = live) -> None:
-        if rec.live.get(jid) is v:
-            del rec.live[jid]
-        rec.telemetry.released(v.launch)
+        if ctx.live.get(jid) is v:
+            del ctx.live[jid]
+        ctx.telemetry.released(v.launch)
         # persisted now: a record the launcher had to spool is no longer needed
         forget_spooled_exits(v.launch.attempt_dir, len(v.launch.members))
 

@@ -42,8 +42,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import BinaryIO
 
-from gpufence.control.executors.interface import Launch, LaunchError, RunAs
-from gpufence.control.executors.member_records import (
+from gpufence.control.base.executor import Launch, LaunchError, RunAs
+from gpufence.control.base.member_records import (
     err_file,
     exit_file,
     out_file,
@@ -51,7 +51,7 @@ from gpufence.control.executors.member_records import (
     records_dir,
     started_file,
 )
-from gpufence.control.privatefs import PRIVATE_DIR, PRIVATE_FILE, dir_mode, ensure_dir
+from gpufence.control.base.privatefs import PRIVATE_DIR, PRIVATE_FILE, dir_mode, ensure_dir
 
 log = logging.getLogger("gpufence.jobdirs")
 
