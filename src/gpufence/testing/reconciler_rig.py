@@ -189,5 +189,5 @@ class ReconcilerRig:
             stop_grace_s=self.config.stop_grace_s,
             now=self.now,
         )
-        counts = recover(new.rec)
+        counts = recover(new.rec, new.store)
         return new, counts

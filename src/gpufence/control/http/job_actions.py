@@ -18,9 +18,9 @@ from gpufence.control.base.jobspec import MAX_NAME
 from gpufence.control.http.auth import tenant_dependency
 from gpufence.control.http.problems import error_responses
 from gpufence.control.plane import CALL_TIMEOUT_S, ControlPlane
-from gpufence.control.reconciler import job_names
 from gpufence.control.reconciler.inbox import CancelError
 from gpufence.control.store import database as st
+from gpufence.control.store import names as job_names
 
 Ref = Annotated[
     str, Path(min_length=1, max_length=MAX_NAME, description="a job id (j12) or a job name")
@@ -60,7 +60,7 @@ def lookup(plane: ControlPlane, tenant: str, ref: str) -> list[job_names.Named]:
     """The jobs ``ref`` denotes for ``tenant`` (404 if none)."""
     try:
         with plane.store.reader() as r:
-            return job_names.resolve(r.execute, tenant, ref)
+            return r.resolve_ref(tenant, ref)
     except job_names.UnknownJob as exc:
         raise HTTPException(status.HTTP_404_NOT_FOUND, detail=str(exc)) from None
 

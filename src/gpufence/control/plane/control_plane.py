@@ -174,7 +174,7 @@ class ControlPlane:
             log.info("containment: %s", self.containment.describe())
         # what the GPUs really have (MIG), before recovery's restores and any placement
         self.reconciler.boot(self.gpus.startup_events(self.store), [])
-        self.recovered = recover(self.reconciler, self.containment)
+        self.recovered = recover(self.reconciler, self.store, self.containment)
         self.reconciler.start()
         self._started = True
         self.gpus.start_watch(self._holders)

@@ -35,9 +35,10 @@ from gpufence.state.ledger import charge_milli
 
 if TYPE_CHECKING:
     from gpufence.control.reconciler.context import WriteContext
+    from gpufence.control.reconciler.seam import JobTx
 
 
-def write_decision(ctx: WriteContext, tx: st.Tx, d: Decision, now: float, act: Pending) -> None:
+def write_decision(ctx: WriteContext, tx: JobTx, d: Decision, now: float, act: Pending) -> None:
     """One writer per decision type; ``assert_never`` makes mypy prove none is left out."""
     match d:
         case Bind():
@@ -69,7 +70,7 @@ def write_decision(ctx: WriteContext, tx: st.Tx, d: Decision, now: float, act: P
             assert_never(d)
 
 
-def write_notice(ctx: WriteContext, tx: st.Tx, d: Notice, now: float, act: Pending) -> None:
+def write_notice(ctx: WriteContext, tx: JobTx, d: Notice, now: float, act: Pending) -> None:
     live = ctx.live.get(d.job_id)
     tx.log(now, d.job_id, "notice", str(d.reason), d.message)
     tx.set_job(d.job_id, reason=str(d.reason), message=f"notice: {d.message}")
@@ -80,7 +81,7 @@ def write_notice(ctx: WriteContext, tx: st.Tx, d: Notice, now: float, act: Pendi
     tx.save_preemptions(ctx.scheduler.query.preemption_windows())
 
 
-def write_stop(ctx: WriteContext, tx: st.Tx, d: Stop, now: float, act: Pending) -> None:
+def write_stop(ctx: WriteContext, tx: JobTx, d: Stop, now: float, act: Pending) -> None:
     live = ctx.live.get(d.job_id)
     tx.log(now, d.job_id, "stop", str(d.reason), d.message)
     tx.set_job(d.job_id, state=st.STOPPING, reason=str(d.reason), message=d.message)
@@ -91,7 +92,7 @@ def write_stop(ctx: WriteContext, tx: st.Tx, d: Stop, now: float, act: Pending) 
     ctx.telemetry.stopped(str(d.reason), d.requeue)
 
 
-def write_requeue(tx: st.Tx, d: Requeue, now: float) -> None:
+def write_requeue(tx: JobTx, d: Requeue, now: float) -> None:
     row = tx.job(d.job_id)
     tx.set_job(
         d.job_id,
@@ -104,7 +105,7 @@ def write_requeue(tx: st.Tx, d: Requeue, now: float) -> None:
     tx.log(now, d.job_id, "requeue", str(d.reason), f"attempt {row.attempt + 1} next")
 
 
-def write_bind(ctx: WriteContext, tx: st.Tx, d: Bind, now: float, act: Pending) -> None:
+def write_bind(ctx: WriteContext, tx: JobTx, d: Bind, now: float, act: Pending) -> None:
     row = tx.job(d.job_id)
     core = ctx.scheduler.job(d.job_id)
     nodes = ctx.scheduler.cluster.nodes
@@ -169,7 +170,7 @@ def write_bind(ctx: WriteContext, tx: st.Tx, d: Bind, now: float, act: Pending) 
     ctx.telemetry.bound(core.home, row.workload_class, core.queue, now - row.submitted_at)
 
 
-def settle_stopped(ctx: WriteContext, tx: st.Tx, events: list[Event], now: float) -> None:
+def settle_stopped(ctx: WriteContext, tx: JobTx, events: list[Event], now: float) -> None:
     """A stop without requeue ends the job in the core without a decision: persist how."""
     for ev in events:
         if not isinstance(ev, JobStopped):
@@ -182,7 +183,7 @@ def settle_stopped(ctx: WriteContext, tx: st.Tx, events: list[Event], now: float
 
 
 def write_poisoned(
-    ctx: WriteContext, tx: st.Tx, job_id: str, why: str, now: float, act: Pending
+    ctx: WriteContext, tx: JobTx, job_id: str, why: str, now: float, act: Pending
 ) -> None:
     """The scheduler could not handle this job (it raised on it): the job is set aside so the
     rest of the cluster goes on; its processes, if any, are killed and it ends ``failed``."""

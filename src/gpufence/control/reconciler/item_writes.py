@@ -27,7 +27,7 @@ from gpufence.control.reconciler.inbox import (
     Staged,
     Submit,
 )
-from gpufence.control.reconciler.job_writes import array_tasks, insert_job, prepare, write_array
+from gpufence.control.reconciler.job_writes import insert_job, prepare, write_array
 from gpufence.control.store import database as st
 from gpufence.model.events import (
     CheckpointAck,
@@ -44,6 +44,7 @@ from gpufence.sched.jobs import JobState
 
 if TYPE_CHECKING:
     from gpufence.control.reconciler.context import WriteContext
+    from gpufence.control.reconciler.seam import JobTx
 
 
 def spec_and_text(req: SubmitRequest) -> tuple[dict[str, Any], str]:
@@ -62,7 +63,7 @@ def stored_spec(req: SubmitRequest) -> tuple[dict[str, Any], str] | None:
         return None
 
 
-def write_submit(ctx: WriteContext, tx: st.Tx, it: Submit, now: float, staged: Staged) -> None:
+def write_submit(ctx: WriteContext, tx: JobTx, it: Submit, now: float, staged: Staged) -> None:
     req = it.req
     spec, text = it.stored or spec_and_text(req)
     # the key is bound to the id the job is about to get: nothing inserts a job in between,
@@ -87,7 +88,7 @@ def write_submit(ctx: WriteContext, tx: st.Tx, it: Submit, now: float, staged: S
         raise st.StoreError(f"job {jid} was inserted under another id than {claimed}")
 
 
-def replay(ctx: WriteContext, tx: st.Tx, it: Submit, key: str, digest: str, staged: Staged) -> None:
+def replay(ctx: WriteContext, tx: JobTx, it: Submit, key: str, digest: str, staged: Staged) -> None:
     """An Idempotency-Key seen before: the job it created then, or 422 for another request."""
     seen = tx.idempotent(it.tenant, key)
     if seen is None:
@@ -102,10 +103,10 @@ def replay(ctx: WriteContext, tx: st.Tx, it: Submit, key: str, digest: str, stag
         return
     row = tx.job(jid)
     res = submit_result(ctx.scheduler, ctx.live, jid, lambda _jid: row, replayed=True)
-    staged.replies.append((it.future, replace(res, tasks=array_tasks(tx, jid))))
+    staged.replies.append((it.future, replace(res, tasks=tx.array_tasks(jid))))
 
 
-def write_cancel(ctx: WriteContext, tx: st.Tx, it: Cancel, now: float, staged: Staged) -> None:
+def write_cancel(ctx: WriteContext, tx: JobTx, it: Cancel, now: float, staged: Staged) -> None:
     core = ctx.scheduler.jobs().get(it.job_id)
     live = ctx.live.get(it.job_id)
     if live is not None:
@@ -133,7 +134,7 @@ def write_cancel(ctx: WriteContext, tx: st.Tx, it: Cancel, now: float, staged: S
 
 
 def write_observation(
-    ctx: WriteContext, tx: st.Tx, it: AttemptExit | Ack | NodeEvent, now: float, staged: Staged
+    ctx: WriteContext, tx: JobTx, it: AttemptExit | Ack | NodeEvent, now: float, staged: Staged
 ) -> None:
     if isinstance(it, AttemptExit):
         write_exit(ctx, tx, it, now, staged)
@@ -147,7 +148,7 @@ def write_observation(
         staged.events.append(NodeUp(it.node) if it.up else NodeDown(it.node))
 
 
-def ended_time(tx: st.Tx, ev: AttemptExit, now: float) -> float:
+def ended_time(tx: JobTx, ev: AttemptExit, now: float) -> float:
     """When the attempt ended: its launchers' record (an exit found only after a restart
     ended before it, and the GPUs were not used meanwhile), kept within [its start, now];
     ``now`` where unknown."""
@@ -157,7 +158,7 @@ def ended_time(tx: st.Tx, ev: AttemptExit, now: float) -> float:
     return max(ev.ended_at, started) if started is not None else ev.ended_at
 
 
-def write_exit(ctx: WriteContext, tx: st.Tx, ev: AttemptExit, now: float, staged: Staged) -> None:
+def write_exit(ctx: WriteContext, tx: JobTx, ev: AttemptExit, now: float, staged: Staged) -> None:
     live = ctx.live.get(ev.job_id)
     if live is None or live.attempt != ev.attempt:
         return  # a stale report (an earlier attempt, or a job already settled)
@@ -226,7 +227,7 @@ def write_exit(ctx: WriteContext, tx: st.Tx, ev: AttemptExit, now: float, staged
 
 
 def settle_orphan(
-    tx: st.Tx, live: Live, jid: str, ev: AttemptExit, now: float, staged: Staged
+    tx: JobTx, live: Live, jid: str, ev: AttemptExit, now: float, staged: Staged
 ) -> None:
     """An attempt that ended while the control plane was down (see recovery.py), or one whose
     processes were killed before anything else ran on its GPUs (a half-spawned gang, a member
@@ -257,7 +258,7 @@ def settle_orphan(
         tx.set_job(jid, state=st.FAILED, ended_at=end, exit_code=code, reason=reason, message=msg)
 
 
-def not_stopped(tx: st.Tx, jid: str, attempt: int) -> None:
+def not_stopped(tx: JobTx, jid: str, attempt: int) -> None:
     """The stop decided for this attempt ended none of it (``finished_first``): it is not
     counted as stopped (accounting's ``preemptions``); the stop's event stays in the log."""
     tx.set_attempt(jid, attempt, stop_reason=None, requeue=False)

@@ -10,7 +10,6 @@ pending job; ``write_cancel_decision`` persists a dependent the core cancelled.
 
 from __future__ import annotations
 
-import json
 from concurrent.futures import Future
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -18,7 +17,6 @@ from typing import TYPE_CHECKING, Any
 from gpufence.control.base.arrays import parse_array
 from gpufence.control.base.config import core_tenant
 from gpufence.control.base.jobspec import MAX_DEPENDENCIES, ArrayTask, SubmitRequest, escape
-from gpufence.control.reconciler import job_names
 from gpufence.control.reconciler.inbox import (
     Action,
     CancelError,
@@ -30,6 +28,7 @@ from gpufence.control.reconciler.inbox import (
     reply,
 )
 from gpufence.control.store import database as st
+from gpufence.control.store import names as job_names
 from gpufence.model.decisions import Cancel
 from gpufence.model.events import Event, JobHeld, JobReleased, JobSubmitted, OutcomeKnown
 from gpufence.model.job import Job, RequestKind
@@ -38,13 +37,14 @@ from gpufence.sched.jobs import JobState
 
 if TYPE_CHECKING:
     from gpufence.control.reconciler.context import WriteContext
+    from gpufence.control.reconciler.seam import JobTx
 
 DEPENDENCY_FIELDS = ("after_ok", "after_any", "after_not_ok")
 _DONE = {"hold": "held", "release": "released"}
 
 
 def prepare(
-    ctx: WriteContext, tx: st.Tx, tenant: str, req: SubmitRequest
+    ctx: WriteContext, tx: JobTx, tenant: str, req: SubmitRequest
 ) -> tuple[SubmitRequest, list[Event]]:
     """``req`` with its dependencies as ids, and what the core must learn first."""
     if req.array_task is not None:
@@ -54,7 +54,7 @@ def prepare(
         if problem is not None:
             raise InvalidField(("body", "name"), problem)
         serving = str(req.workload_class) == "serving"  # replicas of one deployment share it
-        holder = job_names.live_holder(tx.execute, tenant, req.name, serving)
+        holder = tx.live_holder(tenant, req.name, serving)
         if holder is not None:
             raise InvalidField(
                 ("body", "name"),
@@ -74,7 +74,7 @@ def prepare(
         seen: set[str] = set()  # a set: a name can expand to a 10,000-task array
         for ref in refs:
             try:
-                found = job_names.resolve(tx.execute, tenant, ref)
+                found = tx.resolve_ref(tenant, ref)
             except job_names.UnknownJob as exc:
                 raise InvalidField(("body", field), f"{exc} among the jobs of {tenant}") from None
             for n in found:
@@ -98,7 +98,7 @@ def prepare(
 
 
 def write_array(
-    ctx: WriteContext, tx: st.Tx, it: Submit, req: SubmitRequest, now: float, staged: Staged
+    ctx: WriteContext, tx: JobTx, it: Submit, req: SubmitRequest, now: float, staged: Staged
 ) -> str:
     """Insert every task of ``req.array``; the first task's id names the array. The client's
     future gets the first task's answer with every task's id."""
@@ -132,7 +132,7 @@ def write_array(
 
 def insert_job(
     ctx: WriteContext,
-    tx: st.Tx,
+    tx: JobTx,
     tenant: str,
     req: SubmitRequest,
     now: float,
@@ -200,26 +200,7 @@ def predicted_home(ctx: WriteContext, job: Job) -> tuple[str, str]:
     return home
 
 
-def array_tasks(tx: st.Tx, first: str) -> tuple[str, ...]:
-    """Every task of the array ``first`` names, in order (none when it is no array): what a
-    replayed submit (the same Idempotency-Key) answers with. The tasks were inserted one after
-    the other in one transaction, so they are the rows from ``first`` on; their specs are read
-    here, not by SQLite's JSON functions (a spec an older version stored with ``Infinity`` is
-    malformed JSON to SQLite, which reports that as a damaged database)."""
-    row = tx.job(first)
-    task, array = row.spec.get("array_task"), row.spec.get("array")
-    if not isinstance(task, dict) or task.get("job") != first or not isinstance(array, str):
-        return ()
-    count = len(parse_array(array)[0])
-    rows = tx.execute(
-        "SELECT id, spec FROM jobs WHERE seq >= ? ORDER BY seq LIMIT ?", (row.seq, count)
-    ).fetchall()
-    return tuple(
-        str(jid) for jid, spec in rows if json.loads(spec).get("array_task", {}).get("job") == first
-    )
-
-
-def write_action(ctx: WriteContext, tx: st.Tx, it: Action, now: float, staged: Staged) -> None:
+def write_action(ctx: WriteContext, tx: JobTx, it: Action, now: float, staged: Staged) -> None:
     core = ctx.scheduler.jobs().get(it.job_id)
     row = tx.job(it.job_id)
     if core is None or core.state is not JobState.PENDING or row.state != st.PENDING:
@@ -248,6 +229,6 @@ def write_action(ctx: WriteContext, tx: st.Tx, it: Action, now: float, staged: S
     staged.replies.append((it.future, st.PENDING))
 
 
-def write_cancel_decision(tx: st.Tx, d: Cancel, now: float) -> None:
+def write_cancel_decision(tx: JobTx, d: Cancel, now: float) -> None:
     tx.set_job(d.job_id, state=st.CANCELLED, reason=str(d.reason), message=d.message, ended_at=now)
     tx.log(now, d.job_id, "cancel", str(d.reason), d.message)

@@ -80,6 +80,7 @@ from gpufence.control.reconciler.item_writes import (
     write_submit,
 )
 from gpufence.control.reconciler.job_writes import write_action
+from gpufence.control.reconciler.seam import JobStore, JobTx
 from gpufence.control.store import database as st
 from gpufence.control.store.errors import StoreUnavailable, unavailable
 from gpufence.model.decisions import Decision, Reason
@@ -114,7 +115,7 @@ class Reconciler:
         self,
         scheduler: Scheduler,
         config: ControlConfig,
-        store: st.Store,
+        store: JobStore,
         executor: Executor,
         devices: DeviceMap,
         data_dir: Path,
@@ -387,7 +388,7 @@ class Reconciler:
         return staged
 
     def _write_requests(
-        self, tx: st.Tx, requests: list[Submit | Cancel | Action], now: float, staged: Staged
+        self, tx: JobTx, requests: list[Submit | Cancel | Action], now: float, staged: Staged
     ) -> None:
         """Every request in one savepoint (the usual case: a batch of submits costs no more
         statements than its inserts); if one raises, the batch is undone and written again one
@@ -418,7 +419,7 @@ class Reconciler:
                 staged.replies.append((r.future, exc))
 
     def _write_request(
-        self, tx: st.Tx, r: Submit | Cancel | Action, now: float, staged: Staged
+        self, tx: JobTx, r: Submit | Cancel | Action, now: float, staged: Staged
     ) -> None:
         if isinstance(r, Submit):
             write_submit(self.ctx, tx, r, now, staged)
@@ -544,7 +545,7 @@ class Reconciler:
         return any(self._reclaimable(v) and not v.stopping for v in self.live.values())
 
     # ------------------------------------------------------------------ side effects
-    def _mark_running(self, tx: st.Tx, jid: str, attempt: int) -> None:
+    def _mark_running(self, tx: JobTx, jid: str, attempt: int) -> None:
         tx.set_attempt(jid, attempt, state=st.RUNNING)
         live = self.live.get(jid)
         if live is not None and live.attempt == attempt and not live.stopping and not live.cancel:

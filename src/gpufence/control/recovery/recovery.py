@@ -238,12 +238,12 @@ def _kill_now(rec: Reconciler, launch: Launch) -> None:
         time.sleep(0.02)
 
 
-def ended_parents(rec: Reconciler, parents: set[str], live: set[str]) -> list[Event]:
+def ended_parents(store: st.Store, parents: set[str], live: set[str]) -> list[Event]:
     """``OutcomeKnown`` of every dependency of a pending job that ended before this start (the
     scheduler knows only what is pending or running): a dependent then runs, or is cancelled,
     as it would have without the restart."""
     out: list[Event] = []
-    with rec.store.reader() as r:
+    with store.reader() as r:
         for pid in sorted(parents - live):
             row = r.job(pid)
             if row is not None and row.state in st.TERMINAL:
@@ -251,17 +251,19 @@ def ended_parents(rec: Reconciler, parents: set[str], live: set[str]) -> list[Ev
     return out
 
 
-def recover(rec: Reconciler, containment: Containment | None = None) -> dict[str, int]:
+def recover(
+    rec: Reconciler, store: st.Store, containment: Containment | None = None
+) -> dict[str, int]:
     """Runs before the reconciler thread starts; returns counts by outcome for the log.
     ``containment``: the local executor's, whose cgroups hold the processes of attempts the
     store lost (see ``_past_untracked_attempts``)."""
     # before anything is adopted: a store older than its data directory is refused
-    refuse_strangers(rec.store, rec.data_dir, containment)
+    refuse_strangers(store, rec.data_dir, containment)
     counts = {"pending": 0, "adopted": 0, "ended-while-down": 0, "invalid": 0}
     events: list[Event] = []
     stops: list[tuple[str, int]] = []
     node_names = [n.name for n in rec.scheduler.cluster.nodes]
-    with rec.store.reader() as r:
+    with store.reader() as r:
         rows = r.jobs(states=(st.PENDING, *st.ACTIVE), limit=10**9)
         attempts = {row.id: r.attempt(row.id, row.attempt) for row in rows}
         saved = r.usage()
@@ -341,10 +343,10 @@ def recover(rec: Reconciler, containment: Containment | None = None) -> dict[str
         )
         if stopping:
             stops.append((row.id, att.attempt))
-    events[:0] = ended_parents(rec, parents, {row.id for row in rows})
+    events[:0] = ended_parents(store, parents, {row.id for row in rows})
     if invalid or repaired or untracked:
         now = time.time()
-        with rec.store.transaction() as tx:
+        with store.transaction() as tx:
             for jid, spec in repaired:
                 tx.set_spec(jid, spec.stored())
             for jid, attempt, outcome, ranks in untracked:

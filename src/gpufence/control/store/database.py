@@ -41,8 +41,9 @@ from pathlib import Path
 from typing import Any
 
 from gpufence.control.base import failpoints
+from gpufence.control.base.arrays import parse_array
 from gpufence.control.base.privatefs import PRIVATE_DIR
-from gpufence.control.store import accounting, migrations
+from gpufence.control.store import accounting, migrations, names
 from gpufence.control.store.errors import StoreError, StoreUnavailable, unavailable
 from gpufence.control.store.ownership import FileLock, Owner
 from gpufence.control.store.reads import Reader
@@ -456,6 +457,34 @@ class Tx:
     def next_id(self) -> str:
         """The id ``add_job`` gives the next job of this transaction."""
         return f"j{self._last_seq() + 1}"
+
+    def live_holder(self, tenant: str, name: str, serving: bool = False) -> names.Named | None:
+        """The job of ``tenant`` that has not ended and is called ``name`` (``names.py``)."""
+        return names.live_holder(self._c.execute, tenant, name, serving)
+
+    def resolve_ref(self, tenant: str, ref: str) -> list[names.Named]:
+        """The jobs an id or a name denotes for ``tenant`` (``names.resolve``)."""
+        return names.resolve(self._c.execute, tenant, ref)
+
+    def array_tasks(self, first: str) -> tuple[str, ...]:
+        """Every task of the array ``first`` names, in order (none when it is no array): what a
+        replayed submit (the same Idempotency-Key) answers with. The tasks were inserted one
+        after the other in one transaction, so they are the rows from ``first`` on; their specs
+        are read here, not by SQLite's JSON functions (a spec an older version stored with
+        ``Infinity`` is malformed JSON to SQLite, which reports that as a damaged database)."""
+        row = self.job(first)
+        task, array = row.spec.get("array_task"), row.spec.get("array")
+        if not isinstance(task, dict) or task.get("job") != first or not isinstance(array, str):
+            return ()
+        count = len(parse_array(array)[0])
+        rows = self._c.execute(
+            "SELECT id, spec FROM jobs WHERE seq >= ? ORDER BY seq LIMIT ?", (row.seq, count)
+        ).fetchall()
+        return tuple(
+            str(jid)
+            for jid, spec in rows
+            if json.loads(spec).get("array_task", {}).get("job") == first
+        )
 
     def idempotent(self, tenant: str, key: str) -> tuple[str, str] | None:
         """(job id, request hash) an Idempotency-Key of this tenant already stands for."""

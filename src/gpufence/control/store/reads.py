@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from gpufence.control.store import accounting
+from gpufence.control.store import accounting, names
 from gpufence.control.store.errors import unavailable
 from gpufence.control.store.rows import (
     JOB_COLUMNS,
@@ -50,8 +50,12 @@ class Reader:
         return select_job(self._c, job_id)
 
     def execute(self, sql: str, args: Sequence[object] = ()) -> sqlite3.Cursor:
-        """A read-only query of its own (``job_names.py``)."""
+        """A read-only query of its own."""
         return self._c.execute(sql, args)
+
+    def resolve_ref(self, tenant: str, ref: str) -> list[names.Named]:
+        """The jobs an id or a name denotes for ``tenant`` (``names.resolve``)."""
+        return names.resolve(self._c.execute, tenant, ref)
 
     def jobs(
         self,

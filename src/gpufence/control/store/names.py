@@ -17,12 +17,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from gpufence.control.base.config import ADMIN
-from gpufence.control.store import database as st
+from gpufence.model.lifecycle import TERMINAL_STATES
 
 Query = Callable[[str, Sequence[object]], sqlite3.Cursor]
 JOB_ID = re.compile(r"j[0-9]+")
 # str(s): a JobState's own repr is not an SQL string
-_LIVE = f"state NOT IN ({','.join(repr(str(s)) for s in st.TERMINAL)})"
+_LIVE = f"state NOT IN ({','.join(repr(str(s)) for s in TERMINAL_STATES)})"
 
 
 @dataclass(frozen=True, slots=True)
