@@ -325,6 +325,70 @@ def _close_fds(keep: Sequence[int]) -> None:
     os.closerange(low, os.sysconf("SC_OPEN_MAX"))
 
 
+class Options:
+    """The launcher's command line: where its records go, which rank it runs, the command,
+    which signals it survives, the process it is fenced to, and how the command is confined."""
+
+    def __init__(self, attempt_dir: Path, command: list[str]) -> None:
+        self.attempt_dir = attempt_dir
+        self.command = command
+        self.rank: int | None = None
+        self.caught: set[signal.Signals] = set(ALWAYS_CAUGHT)
+        self.fence_parent: int | None = None
+        self.confine = Confine()
+
+    def set(self, opt: str, value: str) -> str | None:
+        """Take one ``--opt value``; what is wrong with it, if anything (ValueError: a value
+        that is not a number where one is needed)."""
+        if opt == "--rank":
+            self.rank = int(value)
+        elif opt == "--catch":
+            self.caught.add(signal.Signals(int(value)))
+        elif opt == "--fence-parent":
+            self.fence_parent = int(value) or None
+        elif opt == "--cgroup":
+            self.confine.cgroups.append(value)
+        elif opt == "--uid":
+            self.confine.uid = int(value)
+        elif opt == "--gid":
+            self.confine.gid = int(value)
+        elif opt == "--groups":
+            self.confine.groups = [int(g) for g in value.split(",") if g]
+        elif opt == "--cwd":
+            self.confine.cwd = value
+        else:
+            return f"unknown option {opt}"
+        return None
+
+
+def parse(args: list[str]) -> Options | str:
+    """The options of ``args`` (``ATTEMPT_DIR --opt value ... -- COMMAND...``), or what is
+    wrong with them."""
+    if "--" not in args:
+        return "missing '--' before the command"
+    split = args.index("--")
+    opts, command = args[:split], args[split + 1 :]
+    if not command:
+        return "empty command"
+    if not opts:
+        return "missing ATTEMPT_DIR"
+    parsed = Options(Path(opts.pop(0)), command)
+    while opts:
+        opt = opts.pop(0)
+        if not opts:
+            return f"option {opt} needs a value"
+        value = opts.pop(0)
+        try:
+            problem = parsed.set(opt, value)
+        except ValueError:
+            return f"bad value for {opt}: {value!r}"
+        if problem is not None:
+            return problem
+    if parsed.rank is None:
+        return "missing --rank"
+    return parsed
+
+
 def main(
     argv: list[str] | None = None,
     env: dict[str, str] | None = None,
@@ -338,69 +402,22 @@ def main(
     job_env = dict(os.environ if env is None else env)
     for name in LAUNCHER_ENV:  # ours (run by path, the job's env is ours), never the job's
         job_env.pop(name, None)
-    if "--" not in args:
-        return _usage("missing '--' before the command")
-    split = args.index("--")
-    opts, command = args[:split], args[split + 1 :]
-    if not command:
-        return _usage("empty command")
-    if not opts:
-        return _usage("missing ATTEMPT_DIR")
-    attempt_dir = Path(opts.pop(0))
-    rank: int | None = None
-    caught = set(ALWAYS_CAUGHT)
-    fence_parent: int | None = None
-    confine = Confine()
-    while opts:
-        opt = opts.pop(0)
-        if not opts:
-            return _usage(f"option {opt} needs a value")
-        value = opts.pop(0)
-        try:
-            if opt == "--rank":
-                rank = int(value)
-            elif opt == "--catch":
-                caught.add(signal.Signals(int(value)))
-            elif opt == "--fence-parent":
-                fence_parent = int(value) or None
-            elif opt == "--cgroup":
-                confine.cgroups.append(value)
-            elif opt == "--uid":
-                confine.uid = int(value)
-            elif opt == "--gid":
-                confine.gid = int(value)
-            elif opt == "--groups":
-                confine.groups = [int(g) for g in value.split(",") if g]
-            elif opt == "--cwd":
-                confine.cwd = value
-            else:
-                return _usage(f"unknown option {opt}")
-        except ValueError:
-            return _usage(f"bad value for {opt}: {value!r}")
-    if rank is None:
-        return _usage("missing --rank")
-    fenced = False
+    parsed = parse(args)
+    if isinstance(parsed, str):
+        return _usage(parsed)
+    attempt_dir, rank = parsed.attempt_dir, parsed.rank
+    assert rank is not None  # parse says "missing --rank" otherwise
 
     # Blocked first (the executor already starts us with them blocked; this covers a launcher run
     # by hand), then survivable: a pending one is forwarded once the user command exists.
-    signal.pthread_sigmask(signal.SIG_BLOCK, caught)
+    signal.pthread_sigmask(signal.SIG_BLOCK, parsed.caught)
     _seen.clear()  # a forked launcher (the fork server's child) starts with none seen
-    for sig in caught:
+    for sig in parsed.caught:
         signal.signal(sig, _survive)
 
     # descriptors the control plane leaked to us (not close-on-exec) must not reach the command
     _close_fds(keep_fds)
-
-    me = os.getpid()
-    record = pid_record(me, proc_start_time(me) or 0)
-    # written already by whoever forked us (the fork server): replacing a file by rename costs
-    # ext4 a data flush (auto_da_alloc, ~2 ms on a busy disk), right on the GPU hand-off. On a
-    # full disk ours may fail, which is fine: the executor wrote one at the spawn
-    if read_text(pid_file(attempt_dir, rank)) != record:
-        with contextlib.suppress(OSError):
-            with contextlib.suppress(FileExistsError):  # the executor makes it; by hand, we do
-                os.mkdir(records_dir(attempt_dir), 0o700)
-            atomic_write(pid_file(attempt_dir, rank), record)
+    _record_pid(attempt_dir, rank)
 
     out_fd = -1
     try:
@@ -412,11 +429,44 @@ def main(
         print(f"gpufence launcher: {exc}", file=sys.stderr)
         write_exit_record(attempt_dir, rank, EXIT_NOT_CONTAINED, time.time())
         return EXIT_NOT_CONTAINED
-    code: int
+    code, stop_reached, lost, fenced = _run(parsed, job_env, spawn or _spawn, out_fd, err_fd)
+    if lost is not None:
+        write_lost_record(attempt_dir, rank, lost, time.time())
+        return code
+    write_exit_record(attempt_dir, rank, code, time.time(), stop_reached)
+    _failpoint("launcher.after-exit-record")
+    if fenced:  # nobody is left to clean up after us: the rest of the group goes too (and we)
+        _kill_cgroup(parsed.confine.cgroups)
+        os.killpg(0, signal.SIGKILL)
+    return code if code >= 0 else 128 - code
+
+
+def _record_pid(attempt_dir: Path, rank: int) -> None:
+    """``rank-R.pid``: this launcher's pid and start time (the guard against pid reuse)."""
+    me = os.getpid()
+    record = pid_record(me, proc_start_time(me) or 0)
+    # written already by whoever forked us (the fork server): replacing a file by rename costs
+    # ext4 a data flush (auto_da_alloc, ~2 ms on a busy disk), right on the GPU hand-off. On a
+    # full disk ours may fail, which is fine: the executor wrote one at the spawn
+    if read_text(pid_file(attempt_dir, rank)) != record:
+        with contextlib.suppress(OSError):
+            with contextlib.suppress(FileExistsError):  # the executor makes it; by hand, we do
+                os.mkdir(records_dir(attempt_dir), 0o700)
+            atomic_write(pid_file(attempt_dir, rank), record)
+
+
+def _run(
+    o: Options, job_env: dict[str, str], spawn: Spawner, out_fd: int, err_fd: int
+) -> tuple[int, bool | None, str | None, bool]:
+    """Start the command and wait for it: (exit code, whether a stop reached it first (None:
+    it never ran), why it was lost (None: it was not), whether the fence parent died). Closes
+    both log descriptors."""
+    assert o.rank is not None
+    fenced = False
     stop_reached: bool | None = None  # the command never ran: no stop could reach it
     lost: str | None = None
     try:
-        child = (spawn or _spawn)(command, job_env, out_fd, err_fd, confine)
+        child = spawn(o.command, job_env, out_fd, err_fd, o.confine)
     except SpawnLost as exc:
         code, lost = exc.code, exc.message
         with contextlib.suppress(OSError):
@@ -432,33 +482,25 @@ def main(
             "pid": child,
             "exec_unix": time.time(),
             "devices": job_env.get("CUDA_VISIBLE_DEVICES", ""),
-            "fence_parent": fence_parent,
+            "fence_parent": o.fence_parent,
         }
         with contextlib.suppress(OSError):  # informational (hand-off timing): may be lost
-            atomic_write(started_file(attempt_dir, rank), json.dumps(started) + "\n")
+            atomic_write(started_file(o.attempt_dir, o.rank), json.dumps(started) + "\n")
         # anything sent to the group before the command existed reached only us: pass it on
-        early = signal.sigpending() & caught
+        early = signal.sigpending() & o.caught
         for sig in sorted(early):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(child, sig)
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, caught)  # later ones: our no-op handlers
-        if fence_parent is not None:
-            fenced = _wait_or_fence(child, fence_parent)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, o.caught)  # later ones: our no-op handlers
+        if o.fence_parent is not None:
+            fenced = _wait_or_fence(child, o.fence_parent)
         _, status = os.waitpid(child, 0)  # PEP 475: retried after _survive runs
         code = os.waitstatus_to_exitcode(status)
         stop_reached = fenced or _stop_reached()
     finally:
         os.close(out_fd)
         os.close(err_fd)
-    if lost is not None:
-        write_lost_record(attempt_dir, rank, lost, time.time())
-        return code
-    write_exit_record(attempt_dir, rank, code, time.time(), stop_reached)
-    _failpoint("launcher.after-exit-record")
-    if fenced:  # nobody is left to clean up after us: the rest of the group goes too (and we)
-        _kill_cgroup(confine.cgroups)
-        os.killpg(0, signal.SIGKILL)
-    return code if code >= 0 else 128 - code
+    return code, stop_reached, lost, fenced
 
 
 if __name__ == "__main__":

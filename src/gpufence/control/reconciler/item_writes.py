@@ -207,23 +207,34 @@ def write_exit(ctx: WriteContext, tx: JobTx, ev: AttemptExit, now: float, staged
     else:  # also a stop decided that no member's command lived to get: every one exited 0
         # on its own first (the work is done; one that exits 0 on the stop's SIGTERM is
         # requeued above)
-        staged.events.append(JobFinished(jid, ev.succeeded))
-        if live.stopping and ev.succeeded:
-            not_stopped(tx, jid, ev.attempt)
-        if ev.succeeded:
-            tx.set_job(jid, state=st.DONE, ended_at=end, exit_code=code, reason="", message=strays)
-        elif ev.codes:
-            reason, msg = failure(ev, live, msg)
-            tx.set_job(
-                jid,
-                state=st.FAILED,
-                ended_at=end,
-                exit_code=code,
-                reason=reason,
-                message="; ".join(x for x in (msg, strays) if x),
-            )
-        else:  # never started (launch or device error): keep the message that says why
-            tx.set_job(jid, state=st.FAILED, ended_at=end)
+        write_finished(tx, live, ev, end, (msg, strays), staged)
+
+
+def write_finished(
+    tx: JobTx, live: Live, ev: AttemptExit, end: float, notes: tuple[str, str], staged: Staged
+) -> None:
+    """The attempt's commands ended on their own: the job is done, or failed with why.
+    ``notes``: the exit line and the strays note (empty when none were killed)."""
+    jid = ev.job_id
+    msg, strays = notes
+    code = exit_code(ev.codes)
+    staged.events.append(JobFinished(jid, ev.succeeded))
+    if live.stopping and ev.succeeded:
+        not_stopped(tx, jid, ev.attempt)
+    if ev.succeeded:
+        tx.set_job(jid, state=st.DONE, ended_at=end, exit_code=code, reason="", message=strays)
+    elif ev.codes:
+        reason, msg = failure(ev, live, msg)
+        tx.set_job(
+            jid,
+            state=st.FAILED,
+            ended_at=end,
+            exit_code=code,
+            reason=reason,
+            message="; ".join(x for x in (msg, strays) if x),
+        )
+    else:  # never started (launch or device error): keep the message that says why
+        tx.set_job(jid, state=st.FAILED, ended_at=end)
 
 
 def settle_orphan(

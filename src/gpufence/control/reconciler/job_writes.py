@@ -10,6 +10,7 @@ pending job; ``write_cancel_decision`` persists a dependent the core cancelled.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from concurrent.futures import Future
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -50,51 +51,70 @@ def prepare(
     if req.array_task is not None:
         raise InvalidField(("body", "array_task"), "is set by gpufence; submit with 'array'")
     if req.name is not None:
-        problem = job_names.name_problem(req.name)
-        if problem is not None:
-            raise InvalidField(("body", "name"), problem)
-        serving = str(req.workload_class) == "serving"  # replicas of one deployment share it
-        holder = tx.live_holder(tenant, req.name, serving)
-        if holder is not None:
-            raise InvalidField(
-                ("body", "name"),
-                f"'{req.name}' is the name of {holder.id} ({holder.state}); names are unique "
-                "per tenant among jobs that have not ended (serving replicas of one "
-                "deployment excepted): pick another name, or cancel "
-                f"{holder.id} first",
-            )
+        check_name(tx, tenant, req)
     if not (req.after_ok or req.after_any or req.after_not_ok):
         return req, []  # the common case stays as cheap as it was (the submit hot path)
     known: list[Event] = []
-    update: dict[str, list[str]] = {}
     core = ctx.scheduler.jobs()
-    for field in DEPENDENCY_FIELDS:
-        refs: list[str] = getattr(req, field)
-        ids: list[str] = []
-        seen: set[str] = set()  # a set: a name can expand to a 10,000-task array
-        for ref in refs:
-            try:
-                found = tx.resolve_ref(tenant, ref)
-            except job_names.UnknownJob as exc:
-                raise InvalidField(("body", field), f"{exc} among the jobs of {tenant}") from None
-            for n in found:
-                if n.id in seen:
-                    continue
-                seen.add(n.id)
-                ids.append(n.id)
-                if n.id not in core and n.state in st.TERMINAL:
-                    known.append(OutcomeKnown(n.id, n.state))
-            if len(ids) > MAX_DEPENDENCIES:
-                # refused here: stored longer, the spec would fail its own check at launch
-                # and at the next start (the job accepted, then failed as 'invalid')
-                raise InvalidField(
-                    ("body", field),
-                    f"'{escape(ref)}' brings the jobs it names to more than {MAX_DEPENDENCIES} "
-                    "(an array counts each task): depend on fewer jobs, or on one job that "
-                    "itself waits for the array",
-                )
-        update[field] = ids
+    update = {
+        field: dependency_ids(tx, tenant, field, getattr(req, field), core, known)
+        for field in DEPENDENCY_FIELDS
+    }
     return req.model_copy(update=update), known
+
+
+def check_name(tx: JobTx, tenant: str, req: SubmitRequest) -> None:
+    """A job name must be one and must not be taken by a job of ``tenant`` that has not ended."""
+    assert req.name is not None
+    problem = job_names.name_problem(req.name)
+    if problem is not None:
+        raise InvalidField(("body", "name"), problem)
+    serving = str(req.workload_class) == "serving"  # replicas of one deployment share it
+    holder = tx.live_holder(tenant, req.name, serving)
+    if holder is not None:
+        raise InvalidField(
+            ("body", "name"),
+            f"'{req.name}' is the name of {holder.id} ({holder.state}); names are unique "
+            "per tenant among jobs that have not ended (serving replicas of one "
+            "deployment excepted): pick another name, or cancel "
+            f"{holder.id} first",
+        )
+
+
+def dependency_ids(
+    tx: JobTx,
+    tenant: str,
+    field: str,
+    refs: list[str],
+    core: Mapping[str, object],
+    known: list[Event],
+) -> list[str]:
+    """The ids the references (ids or names) of one dependency field denote; the outcome of
+    each that ended and that the core does not know is added to ``known``."""
+    ids: list[str] = []
+    seen: set[str] = set()  # a set: a name can expand to a 10,000-task array
+    for ref in refs:
+        try:
+            found = tx.resolve_ref(tenant, ref)
+        except job_names.UnknownJob as exc:
+            raise InvalidField(("body", field), f"{exc} among the jobs of {tenant}") from None
+        for n in found:
+            if n.id in seen:
+                continue
+            seen.add(n.id)
+            ids.append(n.id)
+            if n.id not in core and n.state in st.TERMINAL:
+                known.append(OutcomeKnown(n.id, n.state))
+        if len(ids) > MAX_DEPENDENCIES:
+            # refused here: stored longer, the spec would fail its own check at launch
+            # and at the next start (the job accepted, then failed as 'invalid')
+            raise InvalidField(
+                ("body", field),
+                f"'{escape(ref)}' brings the jobs it names to more than {MAX_DEPENDENCIES} "
+                "(an array counts each task): depend on fewer jobs, or on one job that "
+                "itself waits for the array",
+            )
+    return ids
 
 
 def write_array(

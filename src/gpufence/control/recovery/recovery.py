@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +59,7 @@ from gpufence.control.recovery.live_scan import job_dirs, listed, live_attempts,
 from gpufence.control.recovery.strangers import refuse_misplaced, refuse_strangers
 from gpufence.control.store import database as st
 from gpufence.control.store.errors import StoreError
+from gpufence.control.store.reads import Reader
 from gpufence.model.decisions import Reason
 from gpufence.model.events import (
     Event,
@@ -251,6 +253,23 @@ def ended_parents(store: st.Store, parents: set[str], live: set[str]) -> list[Ev
     return out
 
 
+@dataclass
+class _Findings:
+    """What recovery found, row by row, before any of it is applied or written."""
+
+    counts: dict[str, int] = field(
+        default_factory=lambda: {"pending": 0, "adopted": 0, "ended-while-down": 0, "invalid": 0}
+    )
+    events: list[Event] = field(default_factory=list)
+    stops: list[tuple[str, int]] = field(default_factory=list)
+    invalid: list[tuple[str, str, str]] = field(default_factory=list)  # (job, ends in, why)
+    repaired: list[tuple[str, SubmitRequest]] = field(default_factory=list)
+    untracked: list[tuple[str, int, str, int]] = field(default_factory=list)
+    """(job, attempt now, how its untracked attempt ended, ranks)"""
+    parents: set[str] = field(default_factory=set)
+    """Dependencies of pending jobs: the core must know how the ended ones ended."""
+
+
 def recover(
     rec: Reconciler, store: st.Store, containment: Containment | None = None
 ) -> dict[str, int]:
@@ -259,106 +278,30 @@ def recover(
     store lost (see ``_past_untracked_attempts``)."""
     # before anything is adopted: a store older than its data directory is refused
     refuse_strangers(store, rec.data_dir, containment)
-    counts = {"pending": 0, "adopted": 0, "ended-while-down": 0, "invalid": 0}
-    events: list[Event] = []
-    stops: list[tuple[str, int]] = []
+    found = _Findings()
     node_names = [n.name for n in rec.scheduler.cluster.nodes]
     with store.reader() as r:
         rows = r.jobs(states=(st.PENDING, *st.ACTIVE), limit=10**9)
         attempts = {row.id: r.attempt(row.id, row.attempt) for row in rows}
-        saved = r.usage()
-        budgets = r.preemptions()
+        found.events += _restored_state(r)
     refuse_misplaced(rec, rows, attempts, containment)  # before anything is adopted
-    if saved is not None:  # fair-share history first, so the first cycle already ranks by it
-        usage, at = saved
-        events.append(UsageRestored(tuple(sorted(usage.items())), at))
-    if budgets:  # spent incident preemption budgets stay spent
-        events.append(PreemptionsRestored(tuple((p, tuple(t)) for p, t in sorted(budgets.items()))))
-    invalid: list[tuple[str, str, str]] = []  # (job, state it ends in, why)
-    repaired: list[tuple[str, SubmitRequest]] = []
-    untracked: list[tuple[str, int, str, int]] = []  # (job, attempt now, how it ended, ranks)
-    parents: set[str] = set()  # of pending jobs: the core must know how ended ones ended
     for row in rows:
         spec, why = spec_of(row)
         if spec is not None and why == "repaired":
-            repaired.append((row.id, spec))
+            found.repaired.append((row.id, spec))
         att = attempts[row.id]
         if row.state == st.PENDING or att is None:
-            if spec is None:
-                invalid.append((row.id, st.REJECTED, why))
-                continue
-            attempt, outcome = _past_untracked_attempts(rec.data_dir, row, spec, containment)
-            if outcome:
-                untracked.append((row.id, attempt, outcome, spec.replicas))
-                if outcome == st.DONE:
-                    events.append(OutcomeKnown(row.id, st.DONE))  # for its dependents
-                    continue
-            events.append(
-                JobSubmitted(
-                    spec.to_job(row.id, row.submitted_at, core_tenant(row.tenant), held=row.held)
-                )
+            _recover_pending(rec, row, spec, why, containment, found)
+        else:
+            _recover_active(
+                rec, row, att, _launch(rec, row, att, node_names, spec), spec, why, found
             )
-            parents.update(p for _kind, p in spec.dependencies())
-            counts["pending"] += 1
-            continue
-        launch = _launch(rec, row, att, node_names, spec)
-        if spec is None:
-            if rec.executor.adopt(launch):
-                _kill_now(rec, launch)
-            invalid.append((row.id, st.FAILED, why))
-            continue
-        stopping = row.state == st.STOPPING
-        live = Live(
-            att.attempt,
-            launch,
-            row.tenant,
-            row.partition,
-            row.workload_class,
-            spec,
-            stopping=stopping and not row.cancel_requested,
-            requeue=att.requeue,
-            cancel=row.cancel_requested,
-        )
-        # registered before adopt(): a gone attempt reports its exit through the inbox at once
-        rec.live[row.id] = live
-        if not rec.executor.adopt(launch):
-            live.orphan = True
-            counts["ended-while-down"] += 1
-            continue
-        counts["adopted"] += 1
-        stop_reason = Reason(att.stop_reason) if att.stop_reason else None
-        if row.cancel_requested:
-            stop_reason = stop_reason or Reason.QUEUED
-        events.append(
-            JobRestored(
-                job=spec.to_job(row.id, row.submitted_at, core_tenant(row.tenant)),
-                pool=att.pool,
-                assignments=tuple(assignment_from_json(a) for a in att.assignments),
-                attempt=att.attempt,
-                started_at=att.started_at,
-                lent_from=att.lent_from,
-                stopping=stop_reason if stopping else None,
-                requeue=att.requeue,
-            )
-        )
-        if stopping:
-            stops.append((row.id, att.attempt))
-    events[:0] = ended_parents(store, parents, {row.id for row in rows})
-    if invalid or repaired or untracked:
-        now = time.time()
-        with store.transaction() as tx:
-            for jid, spec in repaired:
-                tx.set_spec(jid, spec.stored())
-            for jid, attempt, outcome, ranks in untracked:
-                _record_untracked(tx, jid, attempt, outcome, ranks, now)
-            for jid, state, why in invalid:
-                msg = f"its stored spec is not valid any more: {why}"
-                tx.set_job(jid, state=state, reason="invalid", message=msg, ended_at=now)
-                tx.log(now, jid, "invalid", "invalid", msg)
-                log.error("job %s: %s; it ends %s", jid, msg, state)
-        counts["invalid"] = len(invalid)
-    rec.boot(events, stops)  # applied by the first cycle, before anything else
+    found.events[:0] = ended_parents(store, found.parents, {row.id for row in rows})
+    if found.invalid or found.repaired or found.untracked:
+        _write_findings(store, found)
+    rec.boot(found.events, found.stops)  # applied by the first cycle, before anything else
     prune_spool()
+    counts = found.counts
     log.info(
         "recovered from the store: %d pending, %d still running (adopted), %d ended while "
         "down, %d invalid",
@@ -368,3 +311,113 @@ def recover(
         counts["invalid"],
     )
     return counts
+
+
+def _restored_state(r: Reader) -> list[Event]:
+    """The core's state kept over restarts: fair-share history first, so the first cycle
+    already ranks by it; then spent incident preemption budgets, which stay spent."""
+    out: list[Event] = []
+    saved = r.usage()
+    if saved is not None:
+        usage, at = saved
+        out.append(UsageRestored(tuple(sorted(usage.items())), at))
+    budgets = r.preemptions()
+    if budgets:
+        out.append(PreemptionsRestored(tuple((p, tuple(t)) for p, t in sorted(budgets.items()))))
+    return out
+
+
+def _recover_pending(
+    rec: Reconciler,
+    row: st.JobRow,
+    spec: SubmitRequest | None,
+    why: str,
+    containment: Containment | None,
+    found: _Findings,
+) -> None:
+    """A pending job (or one whose attempt the store lost): back into the core's queue, unless
+    an attempt the store did not track already completed it."""
+    if spec is None:
+        found.invalid.append((row.id, st.REJECTED, why))
+        return
+    attempt, outcome = _past_untracked_attempts(rec.data_dir, row, spec, containment)
+    if outcome:
+        found.untracked.append((row.id, attempt, outcome, spec.replicas))
+        if outcome == st.DONE:
+            found.events.append(OutcomeKnown(row.id, st.DONE))  # for its dependents
+            return
+    found.events.append(
+        JobSubmitted(spec.to_job(row.id, row.submitted_at, core_tenant(row.tenant), held=row.held))
+    )
+    found.parents.update(p for _kind, p in spec.dependencies())
+    found.counts["pending"] += 1
+
+
+def _recover_active(
+    rec: Reconciler,
+    row: st.JobRow,
+    att: st.AttemptRow,
+    launch: Launch,
+    spec: SubmitRequest | None,
+    why: str,
+    found: _Findings,
+) -> None:
+    """A job whose attempt was starting, running or stopping: adopt its processes and restore
+    it in the core as it was, or, where they are gone, let its exit settle it."""
+    if spec is None:
+        if rec.executor.adopt(launch):
+            _kill_now(rec, launch)
+        found.invalid.append((row.id, st.FAILED, why))
+        return
+    stopping = row.state == st.STOPPING
+    live = Live(
+        att.attempt,
+        launch,
+        row.tenant,
+        row.partition,
+        row.workload_class,
+        spec,
+        stopping=stopping and not row.cancel_requested,
+        requeue=att.requeue,
+        cancel=row.cancel_requested,
+    )
+    # registered before adopt(): a gone attempt reports its exit through the inbox at once
+    rec.live[row.id] = live
+    if not rec.executor.adopt(launch):
+        live.orphan = True
+        found.counts["ended-while-down"] += 1
+        return
+    found.counts["adopted"] += 1
+    stop_reason = Reason(att.stop_reason) if att.stop_reason else None
+    if row.cancel_requested:
+        stop_reason = stop_reason or Reason.QUEUED
+    found.events.append(
+        JobRestored(
+            job=spec.to_job(row.id, row.submitted_at, core_tenant(row.tenant)),
+            pool=att.pool,
+            assignments=tuple(assignment_from_json(a) for a in att.assignments),
+            attempt=att.attempt,
+            started_at=att.started_at,
+            lent_from=att.lent_from,
+            stopping=stop_reason if stopping else None,
+            requeue=att.requeue,
+        )
+    )
+    if stopping:
+        found.stops.append((row.id, att.attempt))
+
+
+def _write_findings(store: st.Store, found: _Findings) -> None:
+    """Specs repaired, attempts the store had lost, jobs whose spec is no longer valid."""
+    now = time.time()
+    with store.transaction() as tx:
+        for jid, spec in found.repaired:
+            tx.set_spec(jid, spec.stored())
+        for jid, attempt, outcome, ranks in found.untracked:
+            _record_untracked(tx, jid, attempt, outcome, ranks, now)
+        for jid, state, why in found.invalid:
+            msg = f"its stored spec is not valid any more: {why}"
+            tx.set_job(jid, state=state, reason="invalid", message=msg, ended_at=now)
+            tx.log(now, jid, "invalid", "invalid", msg)
+            log.error("job %s: %s; it ends %s", jid, msg, state)
+    found.counts["invalid"] = len(found.invalid)

@@ -460,28 +460,32 @@ class RayExecutor(NodeHealth):
                 log.exception("ray executor watcher: wait failed")
                 time.sleep(0.5)
                 continue
-            acks: list[Key] = []
             with self._lock:
-                for ref, value, lost in results:
-                    if ref in self._refs:
-                        att, m = self._refs.pop(ref)
-                        if not m.done:
-                            self._member_ended_locked(att, m, value, lost)
-                            if lost:
-                                self._poll_now.set()
-                    elif ref in self._ack_refs:
-                        att = self._ack_refs.pop(ref)
-                        att.ack_refs.remove(ref)
-                        if value is True and not att.acked:
-                            att.acked = True
-                            acks.append(att.key)
-                        elif not att.acked and not att.ack_refs and att.live():
-                            self._arm_ack_locked(att)
+                acks = [key for r in results if (key := self._result_locked(*r)) is not None]
                 self._timers_locked(time.monotonic())
                 exits = self._finalize_locked()
                 on_exit, on_ack = self._on_exit, self._on_ack
             report(on_exit, on_ack, acks, exits)
 
+
+    def _result_locked(self, ref: Any, value: Any, lost: bool) -> Key | None:
+        """One finished call: a member's run (its exit) or a checkpoint-ack watch; returns the
+        attempt's key when it is a new checkpoint ack."""
+        if ref in self._refs:
+            att, m = self._refs.pop(ref)
+            if not m.done:
+                self._member_ended_locked(att, m, value, lost)
+                if lost:
+                    self._poll_now.set()
+        elif ref in self._ack_refs:
+            att = self._ack_refs.pop(ref)
+            att.ack_refs.remove(ref)
+            if value is True and not att.acked:
+                att.acked = True
+                return att.key
+            if not att.acked and not att.ack_refs and att.live():
+                self._arm_ack_locked(att)
+        return None
 
 # ---------------------------------------------------------------------- helpers
 def _outcome(value: Any) -> tuple[int | None, bool, int, bool | None]:
