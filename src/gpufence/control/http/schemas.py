@@ -368,3 +368,8 @@ class GpuMap(_Out):
     jobs: dict[str, MapJob] = Field(description="job id -> its labels (a tenant: its own)")
     util: dict[str, GpuSample] = Field(description="'node/index' -> latest sample (real GPUs)")
     other_tenants_gpus: int | None = Field(default=None, description="tenant view")
+
+
+def ok(model: type[BaseModel]) -> dict[int | str, dict[str, Any]]:
+    """The documented 200 of a route that builds its JSON itself (named in its ``responses``)."""
+    return {200: {"model": model, "description": "OK"}}
