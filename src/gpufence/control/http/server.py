@@ -88,16 +88,7 @@ def build_plane(
                 "--fake-gpus is for the local executor; Ray nodes declare their GPUs "
                 "(ray start --num-gpus N)"
             )
-        from gpufence.control.executors.ray.ray_plane import RayStartError, ray_plane
-
-        try:
-            return ray_plane(
-                config, data_dir, ray_address, check_integrity, contain=not no_containment
-            )
-        except RayStartError as exc:
-            raise StartupError(str(exc)) from None
-        except StoreError as exc:
-            raise StartupError(_store_problem(exc, data_dir)) from None
+        return _ray_plane(config, data_dir, ray_address, check_integrity, no_containment)
     if executor != "local":
         raise StartupError(f"--executor must be local or ray, not {executor!r}")
     try:
@@ -144,6 +135,24 @@ def build_plane(
         plane.advice_inputs = LintInputs(queue_index=queue_positions(config), lines=lines)
         plane.advice_source = str(config)
     return plane
+
+
+def _ray_plane(
+    config: Path | None,
+    data_dir: Path,
+    ray_address: str | None,
+    check_integrity: bool,
+    no_containment: bool,
+) -> ControlPlane:
+    """``build_plane`` for ``--executor ray`` (imported only then: Ray is an optional extra)."""
+    from gpufence.control.executors.ray.ray_plane import RayStartError, ray_plane
+
+    try:
+        return ray_plane(config, data_dir, ray_address, check_integrity, contain=not no_containment)
+    except RayStartError as exc:
+        raise StartupError(str(exc)) from None
+    except StoreError as exc:
+        raise StartupError(_store_problem(exc, data_dir)) from None
 
 
 def _containment(cc: ControlConfig, discovery: Discovery, off: bool) -> Containment | None:
