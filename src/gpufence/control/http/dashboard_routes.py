@@ -171,9 +171,56 @@ def gpu_utilisation(plane: ControlPlane, tenant: str) -> dict[str, dict[str, flo
     }
 
 
-def dashboard_router(plane: ControlPlane) -> APIRouter:
+def _queue_page(
+    plane: ControlPlane,
+    tenant: str,
+    state: list[str] | None,
+    filters: dict[str, str | None],
+    offset: int,
+    limit: int,
+) -> Response:
+    """``queue``'s answer (``filters``: partition, queue, tenant, workload_class as asked)."""
+    states = tuple(state or (st.PENDING,))
+    bad = [s for s in states if s not in st.STATES]
+    if bad:
+        valid = ", ".join(st.STATES)
+        raise InvalidField(("query", "state"), f"unknown state {bad[0]!r} (valid: {valid})")
+    workload_class, tenant_filter = filters["workload_class"], filters["tenant"]
+    if workload_class is not None and workload_class not in CLASSES:
+        raise InvalidField(
+            ("query", "class"),
+            f"unknown class {workload_class!r} (valid: {', '.join(CLASSES)})",
+        )
+    if tenant != ADMIN:
+        if tenant_filter not in (None, "", tenant):
+            raise AccessError("a tenant lists only its own jobs")
+        tenant_filter = tenant
+    asked = {**filters, "tenant": tenant_filter}
+    with plane.store.reader() as r:
+        total, rows = r.page(
+            states=states, filters={k: v for k, v in asked.items() if v}, limit=limit, offset=offset
+        )
+    owner = plane.owner()
+    shown = [
+        row
+        if tenant == ADMIN or not row.message
+        else dataclasses.replace(row, message=redact(row.message, tenant, owner))
+        for row in rows
+    ]
+    pending = [row.id for row in shown if row.state == st.PENDING]
+    why = plane.pending_reasons(pending, tenant) if pending else {}
+    jobs = []
+    for row in shown:
+        j = job_summary(row)
+        if row.id in why:
+            j["pending"] = why[row.id]
+        jobs.append(j)
+    return fast_json({"total": total, "offset": offset, "limit": limit, "jobs": jobs})
+
+
+def _page_router() -> APIRouter:
+    """``/`` and ``/ui/{name}``: the page and its files (no data, no token)."""
     router = APIRouter()
-    Tenant = Annotated[str, Depends(tenant_dependency(plane.config))]
     assets = load_assets()
 
     # async: bytes already in memory, served on the event loop without a thread-pool hop
@@ -193,6 +240,14 @@ def dashboard_router(plane: ControlPlane) -> APIRouter:
         if found is None:
             raise HTTPException(404, detail=f"no dashboard file {name!r}")
         return _asset_response(request, found)
+
+    return router
+
+
+def dashboard_router(plane: ControlPlane) -> APIRouter:
+    router = APIRouter()
+    router.include_router(_page_router())
+    Tenant = Annotated[str, Depends(tenant_dependency(plane.config))]
 
     @router.get(
         "/v1/dashboard/whoami",
@@ -236,48 +291,23 @@ def dashboard_router(plane: ControlPlane) -> APIRouter:
         limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 100,
     ) -> Response:
         """One page of jobs (submission order) and how many match; a tenant's own only."""
-        states = tuple(state or (st.PENDING,))
-        bad = [s for s in states if s not in st.STATES]
-        if bad:
-            valid = ", ".join(st.STATES)
-            raise InvalidField(("query", "state"), f"unknown state {bad[0]!r} (valid: {valid})")
-        if workload_class is not None and workload_class not in CLASSES:
-            raise InvalidField(
-                ("query", "class"),
-                f"unknown class {workload_class!r} (valid: {', '.join(CLASSES)})",
-            )
-        if tenant != ADMIN:
-            if tenant_filter not in (None, "", tenant):
-                raise AccessError("a tenant lists only its own jobs")
-            tenant_filter = tenant
         filters = {
-            k: v
-            for k, v in (
-                ("partition", partition),
-                ("queue", queue_name),
-                ("tenant", tenant_filter),
-                ("workload_class", workload_class),
-            )
-            if v
+            "partition": partition,
+            "queue": queue_name,
+            "tenant": tenant_filter,
+            "workload_class": workload_class,
         }
-        with plane.store.reader() as r:
-            total, rows = r.page(states=states, filters=filters, limit=limit, offset=offset)
-        owner = plane.owner()
-        shown = [
-            row
-            if tenant == ADMIN or not row.message
-            else dataclasses.replace(row, message=redact(row.message, tenant, owner))
-            for row in rows
-        ]
-        pending = [row.id for row in shown if row.state == st.PENDING]
-        why = plane.pending_reasons(pending, tenant) if pending else {}
-        jobs = []
-        for row in shown:
-            j = job_summary(row)
-            if row.id in why:
-                j["pending"] = why[row.id]
-            jobs.append(j)
-        return fast_json({"total": total, "offset": offset, "limit": limit, "jobs": jobs})
+        return _queue_page(plane, tenant, state, filters, offset, limit)
+
+    router.include_router(_map_router(plane))
+    return router
+
+
+def _map_router(plane: ControlPlane) -> APIRouter:
+    """``/v1/dashboard/fairshare`` and ``/v1/dashboard/gpus`` (apart from ``dashboard_router``
+    only to keep each function short)."""
+    router = APIRouter()
+    Tenant = Annotated[str, Depends(tenant_dependency(plane.config))]
 
     @router.get(
         "/v1/dashboard/fairshare",

@@ -1,5 +1,6 @@
-"""Offline API docs: ``/docs`` (Swagger UI) and ``/redoc`` with their assets served by the
-server itself, never from a CDN, so they render on a machine with no internet.
+"""The API's documents: ``/openapi.json`` (``install_openapi``) and the offline pages ``/docs``
+(Swagger UI) and ``/redoc``, with their assets served by the server itself, never from a CDN,
+so they render on a machine with no internet.
 
 The assets (Swagger UI 5, which renders OpenAPI 3.1, and ReDoc's standalone bundle) come from
 the ``fastapi-offline`` package (a dependency of the ``server`` extra): only its static files
@@ -11,11 +12,16 @@ from __future__ import annotations
 
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 from fastapi import FastAPI
 from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
+from fastapi.openapi.utils import get_openapi
 from fastapi.responses import HTMLResponse
 from fastapi.staticfiles import StaticFiles
+
+from gpufence.control.base.jobspec import SubmitRequest
+from gpufence.control.http.problems import PROBLEM_JSON
 
 ASSETS_URL = "/docs-assets"
 ASSET_FILES = ("swagger-ui-bundle.js", "swagger-ui.css", "redoc.standalone.js", "favicon.png")
@@ -49,3 +55,31 @@ def install_docs(app: FastAPI) -> None:
             redoc_favicon_url=f"{ASSETS_URL}/favicon.png",
             with_google_fonts=False,
         )
+
+
+def _openapi(app: FastAPI) -> dict[str, Any]:
+    """FastAPI's document plus what the lean submit route describes by hand (its body model),
+    with error responses as ``application/problem+json`` only."""
+    if app.openapi_schema:
+        return app.openapi_schema
+    doc = get_openapi(
+        title=app.title, version=app.version, description=app.description, routes=app.routes
+    )
+    schemas = doc.setdefault("components", {}).setdefault("schemas", {})
+    body = SubmitRequest.model_json_schema(ref_template="#/components/schemas/{model}")
+    for name, sub in body.pop("$defs", {}).items():
+        schemas.setdefault(name, sub)
+    schemas["SubmitRequest"] = body
+    for ops in doc.get("paths", {}).values():
+        for op in ops.values():
+            for resp in op.get("responses", {}).values():
+                content = resp.get("content", {})
+                if PROBLEM_JSON in content:
+                    content.pop("application/json", None)
+    app.openapi_schema = doc
+    return doc
+
+
+def install_openapi(app: FastAPI) -> None:
+    """``app``'s ``/openapi.json`` is ``_openapi``'s document (built once, on first use)."""
+    app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]

@@ -10,7 +10,7 @@ long or not text; 503 the store or the reconciler is unavailable.
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, FastAPI, Path, status
+from fastapi import APIRouter, Depends, Path, status
 from fastapi.exceptions import HTTPException
 from pydantic import BaseModel, Field
 
@@ -65,8 +65,8 @@ def lookup(plane: ControlPlane, tenant: str, ref: str) -> list[job_names.Named]:
         raise HTTPException(status.HTTP_404_NOT_FOUND, detail=str(exc)) from None
 
 
-def install_job_actions(app: FastAPI, plane: ControlPlane) -> None:
-    """Add the routes to ``app`` (FastAPI reads the annotations at definition: no
+def job_actions_router(plane: ControlPlane) -> APIRouter:
+    """The routes (FastAPI reads the annotations at definition: no
     ``from __future__ import annotations`` in this module)."""
     Tenant = Annotated[str, Depends(tenant_dependency(plane.config))]
     router = APIRouter(tags=["jobs"])
@@ -121,4 +121,4 @@ def install_job_actions(app: FastAPI, plane: ControlPlane) -> None:
             jobs=[NamedJob(id=n.id, tenant=n.tenant, state=n.state, array=n.array) for n in found],
         )
 
-    app.include_router(router)
+    return router

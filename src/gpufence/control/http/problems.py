@@ -3,30 +3,24 @@
 Every error response is a ``Problem``: ``type`` (a URN naming the kind), ``title`` (the kind in
 words), ``status``, ``detail`` (what happened and what to do) and, for 422, ``field`` (the first
 offending field as a dotted path, e.g. ``body.est_runtime_s``) and ``errors`` (every field). A job
-the scheduler rejects at submit adds ``reason`` and the stored ``job``. ``install(app)`` turns
-every exception the routes raise into one; ``ERROR_RESPONSES`` documents them in the OpenAPI.
+the scheduler rejects at submit adds ``reason`` and the stored ``job``. ``handlers.py`` turns
+every exception the routes raise into one; ``error_responses`` documents them in the OpenAPI.
 """
 
 from __future__ import annotations
 
 import json
-import logging
 import math
 from collections.abc import Sequence
 from typing import Any
 
-from fastapi import FastAPI, Request
-from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
-from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from gpufence.control.base.jobspec import escape
 from gpufence.control.http.schemas import JSONValue
-from gpufence.control.store.errors import StoreUnavailable
 
 PROBLEM_JSON = "application/problem+json"
-log = logging.getLogger("gpufence.api")
 
 TITLES = {
     400: ("bad-request", "Bad request"),
@@ -138,36 +132,6 @@ def field_errors(errors: Sequence[Any]) -> list[FieldError]:
             )
         )
     return out
-
-
-def install(app: FastAPI) -> None:
-    """Every error the app can produce becomes a Problem."""
-
-    @app.exception_handler(StarletteHTTPException)
-    def _http(_req: Request, exc: StarletteHTTPException) -> ProblemResponse:
-        if exc.status_code == 400:  # FastAPI: a body that is not JSON (or not UTF-8)
-            msg = "the body is not valid JSON text (UTF-8)"
-            err = FieldError(field="body", message=msg, type="json_invalid")
-            return problem(422, f"body: {msg}", errors=[err])
-        headers = dict(exc.headers) if exc.headers else None
-        detail = exc.detail if isinstance(exc.detail, str) else json.dumps(safe(exc.detail))
-        return problem(exc.status_code, detail, headers=headers)
-
-    @app.exception_handler(RequestValidationError)
-    def _invalid(_req: Request, exc: RequestValidationError) -> ProblemResponse:
-        errors = field_errors(exc.errors())
-        first = f"{errors[0].field}: {errors[0].message}" if errors else "invalid request"
-        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-        return problem(422, first + more, errors=errors)
-
-    @app.exception_handler(StoreUnavailable)
-    def _store(_req: Request, exc: StoreUnavailable) -> ProblemResponse:
-        return problem(503, str(exc), slug="store-unavailable", headers={"Retry-After": "1"})
-
-    @app.exception_handler(Exception)
-    def _internal(req: Request, exc: Exception) -> ProblemResponse:
-        log.error("%s %s failed", req.method, escape(req.url.path), exc_info=exc)
-        return problem(500, "internal error; see the server log")
 
 
 _DESCRIPTIONS = {

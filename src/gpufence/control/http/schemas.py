@@ -2,10 +2,11 @@
 gets types, not ``Dict[str, Any]``.
 
 The routes build their JSON themselves (a list page of 1,000 jobs embeds the stored specs as
-they are, ``api.job_page_json``) and name these models in ``responses``: FastAPI documents them
-without re-validating every answer. ``tests/integration/test_api_contract.py`` checks that each
-route's real answer round-trips through its model unchanged (no field the model lacks), and
-that the document has no untyped response anywhere. Optional fields marked "real GPUs" appear
+they are, ``jobs_routes.job_page_json``) and name these models in ``responses`` (``ok``):
+FastAPI documents them without re-validating every answer.
+``tests/integration/test_api_contract.py`` checks that each route's real answer round-trips
+through its model unchanged (no field the model lacks), and that the document has no untyped
+response anywhere. Optional fields marked "real GPUs" appear
 only when the control plane runs on NVML; "tenant view" ones only in a tenant's answer.
 """
 
@@ -368,3 +369,8 @@ class GpuMap(_Out):
     jobs: dict[str, MapJob] = Field(description="job id -> its labels (a tenant: its own)")
     util: dict[str, GpuSample] = Field(description="'node/index' -> latest sample (real GPUs)")
     other_tenants_gpus: int | None = Field(default=None, description="tenant view")
+
+
+def ok(model: type[BaseModel]) -> dict[int | str, dict[str, Any]]:
+    """The documented 200 of a route that builds its JSON itself (named in its ``responses``)."""
+    return {200: {"model": model, "description": "OK"}}

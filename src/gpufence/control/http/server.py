@@ -49,6 +49,7 @@ from gpufence.control.http.api import make_app
 from gpufence.control.http.slow_clients import http_protocol
 from gpufence.control.plane import ControlPlane
 from gpufence.control.store.errors import StoreError, StoreUnavailable
+from gpufence.model.cluster import Cluster
 from gpufence.spec import load_cluster_with_sections
 from gpufence.spec.positions import queue_positions
 
@@ -88,35 +89,11 @@ def build_plane(
                 "--fake-gpus is for the local executor; Ray nodes declare their GPUs "
                 "(ray start --num-gpus N)"
             )
-        from gpufence.control.plane.ray_plane import RayStartError, ray_plane
-
-        try:
-            return ray_plane(
-                config, data_dir, ray_address, check_integrity, contain=not no_containment
-            )
-        except RayStartError as exc:
-            raise StartupError(str(exc)) from None
-        except StoreError as exc:
-            raise StartupError(_store_problem(exc, data_dir)) from None
+        return _ray_plane(config, data_dir, ray_address, check_integrity, no_containment)
     if executor != "local":
         raise StartupError(f"--executor must be local or ray, not {executor!r}")
-    try:
-        discovery = fake_gpus(fake_gpus_n, fake_gpu_type) if fake_gpus_n else discover()
-    except DiscoveryError as exc:
-        if fake_gpus_n:
-            raise StartupError(str(exc)) from None
-        raise StartupError(f"no NVIDIA GPU/driver found: use --fake-gpus N\n  ({exc})") from None
-    if config is not None:
-        # the local executor runs everything here: a node group that leaves out cpu_cores or
-        # memory_gib gets this machine's, so --cpus / --mem are placed against real capacity
-        cluster, cc = load_config(config, data_dir, host_resources())
-    else:
-        try:
-            spec = node_spec(discovery)
-        except DiscoveryError as exc:
-            raise StartupError(str(exc)) from None
-        cluster = cluster_from_spec_dict(spec)
-        cc = control_config(None, data_dir)
+    discovery = _discovery(fake_gpus_n, fake_gpu_type)
+    cluster, cc = _cluster(config, data_dir, discovery)
     discovery = with_fake_nodes(discovery, cc.containment.fake_gpu_devices)
     containment = _containment(cc, discovery, no_containment)
     try:
@@ -144,6 +121,49 @@ def build_plane(
         plane.advice_inputs = LintInputs(queue_index=queue_positions(config), lines=lines)
         plane.advice_source = str(config)
     return plane
+
+
+def _discovery(fake_gpus_n: int | None, fake_gpu_type: str) -> Discovery:
+    """``fake_gpus_n`` made-up GPUs, else this machine's (NVML)."""
+    try:
+        return fake_gpus(fake_gpus_n, fake_gpu_type) if fake_gpus_n else discover()
+    except DiscoveryError as exc:
+        if fake_gpus_n:
+            raise StartupError(str(exc)) from None
+        raise StartupError(f"no NVIDIA GPU/driver found: use --fake-gpus N\n  ({exc})") from None
+
+
+def _cluster(
+    config: Path | None, data_dir: Path, discovery: Discovery
+) -> tuple[Cluster, ControlConfig]:
+    """The ``--config`` spec with its ``control:`` section, else this machine as one node."""
+    if config is not None:
+        # the local executor runs everything here: a node group that leaves out cpu_cores or
+        # memory_gib gets this machine's, so --cpus / --mem are placed against real capacity
+        return load_config(config, data_dir, host_resources())
+    try:
+        spec = node_spec(discovery)
+    except DiscoveryError as exc:
+        raise StartupError(str(exc)) from None
+    return cluster_from_spec_dict(spec), control_config(None, data_dir)
+
+
+def _ray_plane(
+    config: Path | None,
+    data_dir: Path,
+    ray_address: str | None,
+    check_integrity: bool,
+    no_containment: bool,
+) -> ControlPlane:
+    """``build_plane`` for ``--executor ray`` (imported only then: Ray is an optional extra)."""
+    from gpufence.control.plane.ray_plane import RayStartError, ray_plane
+
+    try:
+        return ray_plane(config, data_dir, ray_address, check_integrity, contain=not no_containment)
+    except RayStartError as exc:
+        raise StartupError(str(exc)) from None
+    except StoreError as exc:
+        raise StartupError(_store_problem(exc, data_dir)) from None
 
 
 def _containment(cc: ControlConfig, discovery: Discovery, off: bool) -> Containment | None:

@@ -467,7 +467,6 @@ class RayExecutor(NodeHealth):
                 on_exit, on_ack = self._on_exit, self._on_ack
             report(on_exit, on_ack, acks, exits)
 
-
     def _result_locked(self, ref: Any, value: Any, lost: bool) -> Key | None:
         """One finished call: a member's run (its exit) or a checkpoint-ack watch; returns the
         attempt's key when it is a new checkpoint ack."""
@@ -486,6 +485,7 @@ class RayExecutor(NodeHealth):
             if not att.acked and not att.ack_refs and att.live():
                 self._arm_ack_locked(att)
         return None
+
 
 # ---------------------------------------------------------------------- helpers
 def _outcome(value: Any) -> tuple[int | None, bool, int, bool | None]:
