@@ -8,6 +8,11 @@ does to a job's state. The core, the store, the CLI and the simulator all use th
 
 ``starting`` is the control plane's own: a Bind that is persisted while its processes are being
 spawned. The scheduler goes from pending straight to running.
+
+Every front end holds its state changes to the table and raises on a move it does not have: the
+core (``sched/book.JobBook.move``), the control plane's store (``Tx.set_job``) and the simulator
+(``JobTrace.move_to``); tests/unit/test_lifecycle_front_ends.py replays one scenario through the
+last two and compares what each job went through.
 """
 
 from __future__ import annotations

@@ -19,7 +19,8 @@ Job ids come from the store's own sequence (``jobs.seq``, AUTOINCREMENT), advanc
 transaction as the insert: a rolled-back submit consumes nothing, and an id is never reused.
 Every change of a job's state is handed, once its transaction has committed, to the store's
 ``observers`` (``StateChange``): telemetry counts outcomes and time in state from them without
-the reconciler reporting each transition itself.
+the reconciler reporting each transition itself. A change of state must be a move of the job
+lifecycle (``model/lifecycle.py``): ``Tx.set_job`` raises ``IllegalStateChange`` otherwise.
 
 Open = lock (``ownership.py``), integrity check (``PRAGMA quick_check``, bounded in time),
 migrations (``migrations.py``), owner row. Errors of the medium (disk full, read-only, I/O) are
