@@ -44,11 +44,11 @@ EDGES: tuple[tuple[JobState, JobState], ...] = (
     (_P, _R),  # core and simulator: a Bind (they have no ``starting``)
     (_P, _C),  # cancelled in its queue (a user, or a dependency that can never be met)
     (_P, _RJ),  # a Reject (can never run here), or a restart finds its stored spec unreadable
-    (_P, _F),  # control plane: set aside before it ran (the scheduler raised on it)
+    (_P, _F),  # control plane: its Bind could not be carried out (devices, spec), or set aside
     (_S, _R),  # control plane: every process of the attempt was spawned
     (_S, _X),  # a Stop or a cancel before the spawn was recorded
     (_S, _D),  # it exited 0 before its spawn was recorded, or a restart finds it completed
-    (_S, _F),  # its launch failed (device, spec), or it exited non-zero before being marked
+    (_S, _F),  # its processes could not be started, or it failed before being marked running
     (_S, _C),  # cancelled and its processes gone before the spawn was recorded
     (_S, _P),  # control plane, at a restart: the attempt was lost while it was down; requeued
     (_R, _X),  # a Stop (preemption, time limit, idle reclaim, node failure) or a cancel
