@@ -45,7 +45,7 @@ from gpufence.model.events import (
     Tick,
 )
 from gpufence.model.job import Job
-from gpufence.model.lifecycle import TERMINAL, JobState, after_stop
+from gpufence.model.lifecycle import TERMINAL, JobState, after_stop, check_move
 from gpufence.sched.scheduler import Scheduler, SchedulerConfig
 from gpufence.sim.contention import Released
 from gpufence.sim.event_queue import EventQueue
@@ -91,6 +91,12 @@ class JobTrace:
     rated_at: float = 0.0
     epoch: int = 0  # bumped at every re-rating: finish/ckpt events carry it
     last_ckpt: float = 0.0  # wall time of the attempt's last checkpoint (or its start)
+
+    def move_to(self, new: JobState) -> None:
+        """The one way the simulator changes a job's state: along the lifecycle table
+        (``lifecycle.IllegalTransition`` otherwise)."""
+        check_move(self.item.job.id, self.state, new)
+        self.state = new
 
     def progress(self, now: float) -> float:
         """Solo seconds of work done in the current attempt by ``now``."""
@@ -209,7 +215,8 @@ class Simulation:
         tr = self.jobs.get(job_id)
         if tr is None or tr.state in TERMINAL:
             return None
-        tr.state, tr.end, tr.started = JobState.CANCELLED, now, None
+        tr.move_to(JobState.CANCELLED)
+        tr.end, tr.started = now, None
         tr.attempt += 1  # invalidates the pending finish of the running attempt
         self._close(job_id, now)
         return JobCancelled(job_id)
@@ -305,7 +312,8 @@ class Simulation:
         if kind in ("finish", "ckpt") and payload[2] != tr.epoch:
             return None  # scheduled under an older rating of the attempt
         if kind == "finish":
-            tr.state, tr.end, tr.started = JobState.DONE, now, None
+            tr.move_to(JobState.DONE)
+            tr.end, tr.started = now, None
             self._close(jid, now)
             return JobFinished(jid)
         if kind == "ack":  # the checkpoint keeps all work so far; periodic ones restart
@@ -395,7 +403,7 @@ class Simulation:
             tr = self.jobs[d.job_id]
             tr.attempt += 1
             tr.attempts += 1
-            tr.state = JobState.RUNNING
+            tr.move_to(JobState.RUNNING)
             tr.started = now
             if tr.first_start is None:
                 tr.first_start = now
@@ -418,9 +426,11 @@ class Simulation:
                 if counts_as_loss(str(tr.item.job.workload_class), str(d.reason)):
                     lost = (now - tr.last_ckpt) * tr.item.job.total_gpus
                     self.lost_gpu_s.append((str(d.reason), lost))
-            # the stop is confirmed at once here: a stop that ends the job ends it now
-            tr.state = JobState.STOPPING if d.requeue else after_stop(d.reason, requeue=False)
+            # the stop is confirmed at once here: a stop that ends the job ends it now (through
+            # ``stopping``, as in the core and the control plane)
+            tr.move_to(JobState.STOPPING)
             if not d.requeue:
+                tr.move_to(after_stop(d.reason, requeue=False))
                 tr.end = now
             self.q.push(now, ("stopped", (d.job_id, tr.attempt)))
         elif isinstance(d, Notice):
@@ -429,11 +439,13 @@ class Simulation:
                 self.q.push(now + tr.item.ack_after_s, ("ack", (d.job_id, tr.attempt)))
         elif isinstance(d, Reject):
             tr = self.jobs[d.job_id]
-            tr.state, tr.end = JobState.REJECTED, now
+            tr.move_to(JobState.REJECTED)
+            tr.end = now
         elif isinstance(d, Cancel):  # a dependency that can never be met (traces have none)
             tr = self.jobs[d.job_id]
-            tr.state, tr.end = JobState.CANCELLED, now
+            tr.move_to(JobState.CANCELLED)
+            tr.end = now
         elif isinstance(d, Requeue):
-            self.jobs[d.job_id].state = JobState.PENDING
+            self.jobs[d.job_id].move_to(JobState.PENDING)
         elif isinstance(d, MigReconfigure):
             self.q.push(now + d.ready_after_s, ("mig", d.gpu))

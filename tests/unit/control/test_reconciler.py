@@ -510,3 +510,26 @@ def test_a_spent_preemption_budget_stays_spent_after_a_restart(tmp_path: Path) -
     new.advance(3600)  # the window slides past the first preemption: the budget is back
     new.cycle()
     assert [n.job_id for n in new.ex.notices] == [train]
+
+
+def test_a_cancel_that_comes_before_a_failed_binds_exit_moves_it_legally(tmp_path: Path) -> None:
+    """A bind that cannot be carried out (its stored spec no longer valid, as an older
+    version's could be) is stored 'starting' like any bind; a cancel that reaches it before the
+    empty launch's exit is a legal starting -> stopping move (it was pending -> stopping, which
+    the lifecycle refuses: the cancel failed); the job then ends failed, as its launch did
+    before the cancel took effect (the exit is written in the cancel's own cycle)."""
+    import sqlite3
+
+    rig = ReconcilerRig.make(tmp_path, shared(1))
+    first = rig.submit(command=["sleep", "100"], gpus=1)
+    second = rig.submit(command=["true"], gpus=1)
+    assert rig.job(second.job_id).state == st.PENDING
+    with sqlite3.connect(rig.store.path) as c:  # a spec this version cannot run
+        c.execute("UPDATE jobs SET spec=? WHERE id=?", ('{"command": 5}', second.job_id))
+    rig.ex.exit(first.job_id)
+    rig.cycle()  # first ends; second is bound, its launch cannot be made
+    row = rig.job(second.job_id)
+    assert (row.state, row.reason) == (st.STARTING, "invalid")
+    assert rig.cancel(second.job_id) == st.STOPPING  # taken before the empty launch's exit
+    row = rig.job(second.job_id)
+    assert row.state == st.FAILED

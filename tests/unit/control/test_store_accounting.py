@@ -69,8 +69,11 @@ def test_an_upgraded_store_still_takes_jobs_and_reopens(tmp_path: Path) -> None:
     assert jid == "j5"
 
 
-def _job_with_attempts(s: st.Store, spans: list[tuple[float, float | None, str | None]]) -> str:
-    """A job of tenant a on 2 whole GPUs whose attempts ran over ``spans`` (start, end, stop)."""
+def _job_with_attempts(
+    s: st.Store, spans: list[tuple[float, float | None, str | None]], state: str = ""
+) -> str:
+    """A job of tenant a on 2 whole GPUs whose attempts ran over ``spans`` (start, end, stop),
+    ``state`` now (default: running if its last attempt has not ended, else done)."""
     with s.transaction() as tx:
         jid = tx.add_job(
             tenant="a",
@@ -95,7 +98,8 @@ def _job_with_attempts(s: st.Store, spans: list[tuple[float, float | None, str |
                 tx.set_attempt(jid, n, stop_reason=stop, requeue=True)
             if end is not None:
                 tx.set_attempt(jid, n, state="exited", ended_at=end, exit_codes=[0])
-        state = "running" if spans[-1][1] is None else "done"
+        tx.set_job(jid, state=st.RUNNING)  # through running, as the lifecycle goes
+        state = state or (st.RUNNING if spans[-1][1] is None else st.DONE)
         tx.set_job(jid, state=state, ended_at=spans[-1][1], started_at=spans[-1][0])
     return jid
 
@@ -164,7 +168,7 @@ def test_usage_counts_open_jobs_up_to_now(
     tmp_path: Path, window: tuple[float, float], gpu_s: float
 ) -> None:
     s = st.Store(tmp_path)
-    requeued = _job_with_attempts(s, [(110.0, 150.0, "lent-reclaim")])
+    requeued = _job_with_attempts(s, [(110.0, 150.0, "lent-reclaim")], state=st.STOPPING)
     _job_with_attempts(s, [(300.0, None, None)])
     with s.transaction() as tx:
         tx.set_job(requeued, state=st.PENDING, ended_at=None, attempt=2)

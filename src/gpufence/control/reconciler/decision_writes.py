@@ -126,8 +126,11 @@ def write_bind(ctx: WriteContext, tx: JobTx, d: Bind, now: float, act: Pending) 
     except (DeviceError, StoredSpecError) as exc:
         # cannot be run as placed (real MIG layout drifted, a spec an older version stored):
         # fail it loudly; the empty launch reports an exit next cycle, which frees the GPUs
+        # 'starting' as for any bind (the core holds it running): a cancel or stop that comes
+        # before the empty launch's exit then moves it legally (starting -> stopping)
         tx.set_job(
             d.job_id,
+            state=st.STARTING,
             reason="device" if isinstance(exc, DeviceError) else "invalid",
             message=str(exc),
         )

@@ -192,6 +192,8 @@ def _record_untracked(
             started_at=now,
         )
         tx.set_attempt(jid, attempt, state="exited", ended_at=now, exit_codes=[0] * ranks)
+        if tx.job(jid).state == st.PENDING:  # the Bind it lost: pending -> done is no move
+            tx.set_job(jid, state=st.STARTING)
         tx.set_job(jid, state=st.DONE, attempt=attempt, exit_code=0, ended_at=now, message=msg)
     else:
         msg = f"an attempt the store had lost ended without completing; attempt {attempt} next"

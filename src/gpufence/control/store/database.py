@@ -19,7 +19,8 @@ Job ids come from the store's own sequence (``jobs.seq``, AUTOINCREMENT), advanc
 transaction as the insert: a rolled-back submit consumes nothing, and an id is never reused.
 Every change of a job's state is handed, once its transaction has committed, to the store's
 ``observers`` (``StateChange``): telemetry counts outcomes and time in state from them without
-the reconciler reporting each transition itself.
+the reconciler reporting each transition itself. A change of state must be a move of the job
+lifecycle (``model/lifecycle.py``): ``Tx.set_job`` raises ``IllegalStateChange`` otherwise.
 
 Open = lock (``ownership.py``), integrity check (``PRAGMA quick_check``, bounded in time),
 migrations (``migrations.py``), owner row. Errors of the medium (disk full, read-only, I/O) are
@@ -44,7 +45,12 @@ from gpufence.control.base import failpoints
 from gpufence.control.base.arrays import parse_array
 from gpufence.control.base.privatefs import PRIVATE_DIR
 from gpufence.control.store import accounting, migrations, names
-from gpufence.control.store.errors import StoreError, StoreUnavailable, unavailable
+from gpufence.control.store.errors import (
+    IllegalStateChange,
+    StoreError,
+    StoreUnavailable,
+    unavailable,
+)
 from gpufence.control.store.ownership import FileLock, Owner
 from gpufence.control.store.reads import Reader
 from gpufence.control.store.rows import (
@@ -83,6 +89,7 @@ with a warning rather than keep the cluster down."""
 
 __all__ = [
     "AttemptRow",
+    "IllegalStateChange",
     "JobRow",
     "Observer",
     "Reader",
@@ -519,21 +526,32 @@ class Tx:
         )
 
     def set_job(self, job_id: str, **fields: object) -> None:
+        """Update a job's columns; a new ``state`` must be a move of the lifecycle table
+        (``IllegalStateChange`` otherwise, before anything is written)."""
         if not fields:
             return
         if "state" in fields:
-            self._note_change(job_id, fields)
+            self._move(job_id, fields)
         cols = ", ".join(f"{k}=?" for k in fields)
         self._c.execute(f"UPDATE jobs SET {cols} WHERE id=?", (*fields.values(), job_id))
 
-    def _note_change(self, job_id: str, fields: dict[str, object]) -> None:
+    def _move(self, job_id: str, fields: dict[str, object]) -> None:
+        """Hold a state write to the lifecycle table and note it for the observers: the one
+        primary-key read the change note needed anyway gives the state it moves from."""
         row = self._c.execute(
             "SELECT state, partition, workload_class, queue, submitted_at, started_at"
             " FROM jobs WHERE id=?",
             (job_id,),
         ).fetchone()
-        if row is None or row["state"] == fields["state"]:
+        if row is None:
+            return  # no such job: the UPDATE changes nothing
+        if row["state"] == fields["state"]:
+            # not a move, and allowed: a cancel of a job already being stopped (a preemption in
+            # its grace), or a Stop or a set-aside of one being cancelled, writes ``stopping``
+            # again with its own reason; nothing changed state, so no observer hears of it
             return
+        if not _legal(row["state"], fields["state"]):
+            raise IllegalStateChange(job_id, str(row["state"]), str(fields["state"]))
         started = fields.get("started_at", row["started_at"])
         self.changes.append(
             StateChange(
@@ -594,3 +612,12 @@ class Tx:
             "INSERT INTO events(t, job_id, kind, reason, message) VALUES(?,?,?,?,?)",
             (t, job_id, kind, reason, message),
         )
+
+
+def _legal(old: object, new: object) -> bool:
+    """Whether the lifecycle table has the move ``old -> new`` (a state it does not know has
+    no move)."""
+    try:
+        return lifecycle.legal(JobState(str(old)), JobState(str(new)))
+    except ValueError:
+        return False

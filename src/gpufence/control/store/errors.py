@@ -4,7 +4,9 @@
 owns it); the control plane refuses to start. ``StoreUnavailable``: a write or read failed for a
 reason outside the program (disk full, read-only file system, I/O error, the file was replaced);
 the API answers 503 ``store unavailable: <reason>`` and the reconciler keeps what it observed in
-memory until the store takes writes again.
+memory until the store takes writes again. ``IllegalStateChange`` (a ``StoreError``): the
+control plane asked the store for a move of a job's state that the lifecycle table
+(``model/lifecycle.py``) does not have: a bug, refused before anything is written.
 """
 
 from __future__ import annotations
@@ -15,6 +17,17 @@ import sqlite3
 
 class StoreError(RuntimeError):
     """The store cannot be used (the message says why and what to do)."""
+
+
+class IllegalStateChange(StoreError):
+    """A write would move a job between two states the lifecycle table does not connect."""
+
+    def __init__(self, job_id: str, old: str, new: str) -> None:
+        super().__init__(
+            f"job {job_id}: {old} -> {new} is not a move of the job lifecycle"
+            " (model/lifecycle.py); nothing was written"
+        )
+        self.job_id, self.old, self.new = job_id, old, new
 
 
 class StoreUnavailable(RuntimeError):
