@@ -21,9 +21,9 @@ from gpufence.sim.generate import generate
 from gpufence.sim.headline import HEADLINE, headline_intervals
 from gpufence.sim.policies import POLICIES, with_placement
 from gpufence.sim.report_text import dur as _dur
-from gpufence.sim.runner import At, WorkItem
 from gpufence.sim.scenario import Scenario, load_scenario
 from gpufence.sim.summary import decision_text
+from gpufence.sim.workloads.records import At, WorkItem
 from gpufence.spec import SpecError, load_cluster
 
 

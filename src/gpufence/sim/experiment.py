@@ -23,11 +23,12 @@ from gpufence.sim.contention import Contention
 from gpufence.sim.generate import generate
 from gpufence.sim.latency import INF
 from gpufence.sim.policies import build_policy
-from gpufence.sim.runner import At, SimResult, Simulation, WorkItem
+from gpufence.sim.runner import SimResult, Simulation
 from gpufence.sim.scenario import Scenario
 from gpufence.sim.serving import Fleet, diurnal_rate
 from gpufence.sim.summary import summarize
 from gpufence.sim.timeline import Timeline
+from gpufence.sim.workloads.records import At, WorkItem
 from gpufence.telemetry.capacity import allocation_ratio, utilization
 from gpufence.telemetry.incidents import lost_gpu_hours
 from gpufence.telemetry.interconnect import link_class_summary

@@ -44,35 +44,14 @@ from gpufence.model.events import (
     MigReconfigured,
     Tick,
 )
-from gpufence.model.job import Job
 from gpufence.model.lifecycle import TERMINAL, JobState, after_stop, check_move
 from gpufence.sched.scheduler import Scheduler, SchedulerConfig
 from gpufence.sim.contention import Released
 from gpufence.sim.event_queue import EventQueue
-from gpufence.sim.fabric import CommSpec
+from gpufence.sim.workloads.records import At, CommSpec, WorkItem
 from gpufence.state.invariants import check
 from gpufence.state.ledger import Ledger
 from gpufence.telemetry.incidents import counts_as_loss
-
-
-@dataclass(frozen=True, slots=True)
-class WorkItem:
-    """A job of the workload and how it behaves once running."""
-
-    job: Job
-    duration_s: float  # run time on its GPUs, uninterrupted
-    ack_after_s: float | None = 30.0  # time to checkpoint when noticed; None = never acks
-    checkpoint_every_s: float | None = None  # periodic checkpoints bound the work lost
-    activity: tuple[tuple[float, float], ...] = ()  # (seconds after start, utilisation)
-    comm: CommSpec | None = None  # a data-parallel gang's all-reduce (the fabric model)
-
-
-@dataclass(frozen=True, slots=True)
-class At:
-    """A cluster event (node failure, repair, ...) injected at a time."""
-
-    time: float
-    event: Event
 
 
 @dataclass(slots=True)

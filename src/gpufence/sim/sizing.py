@@ -32,8 +32,8 @@ from gpufence.sim.generate import generate
 from gpufence.sim.headline import figure, interval_dict
 from gpufence.sim.latency import replicas_for_slo
 from gpufence.sim.report_text import dur
-from gpufence.sim.runner import At
 from gpufence.sim.scenario import Scenario
+from gpufence.sim.workloads.records import At
 
 
 @dataclass(frozen=True)

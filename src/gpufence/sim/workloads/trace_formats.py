@@ -35,12 +35,12 @@ from pathlib import Path
 
 from gpufence.model.cluster import Cluster
 from gpufence.model.job import GpuRequest, Job, WorkloadClass
-from gpufence.sim.runner import WorkItem
 from gpufence.sim.scenario import Demand, Service
 from gpufence.sim.workloads import pai, philly, serving_traces, tiresias
 from gpufence.sim.workloads.demand import LoadStats, RequestDemand, open_trace
 from gpufence.sim.workloads.openb import POD_COLUMNS
 from gpufence.sim.workloads.openb_replay import openb_replay
+from gpufence.sim.workloads.records import WorkItem
 
 FORMATS = ("philly", "pai", "tiresias", "dlrm", "openb", "azure-llm", "sd")
 REQUEST_TRACES = ("azure-llm", "sd")
