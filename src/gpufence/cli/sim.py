@@ -16,10 +16,10 @@ from gpufence.model.cluster import Cluster
 from gpufence.progress import progress_bar
 from gpufence.sched.registry import SCORERS
 from gpufence.sim.advice_run import add_advice, scenario_inputs
-from gpufence.sim.experiment import PolicyRun, run_policy
 from gpufence.sim.generate import generate
 from gpufence.sim.headline import HEADLINE, headline_intervals
 from gpufence.sim.policies import POLICIES, with_placement
+from gpufence.sim.policy_run import PolicyRun, run_policy
 from gpufence.sim.report_text import dur as _dur
 from gpufence.sim.scenario import Scenario, load_scenario
 from gpufence.sim.summary import decision_text

@@ -1,4 +1,5 @@
-"""Run a scenario under one or more policies and reduce each run to the metrics.json schema.
+"""One policy's run of a scenario, reduced to its object in metrics.json (``run_policy``);
+the experiment over seeds and policies is ``sim.experiment.run_experiment``.
 
 Schema (DESIGN.md §7), one object per policy: submitted, completed, rejected, queue_delay_s,
 jct_s, serving {p99_ms, slo_ms, slo_attainment}, gpu {utilization, allocation_ratio,
