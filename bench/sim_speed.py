@@ -19,8 +19,8 @@ import sys
 import time
 from pathlib import Path
 
-from gpufence.sim.experiment import run_policy
 from gpufence.sim.generate import generate
+from gpufence.sim.policy_run import run_policy
 from gpufence.sim.scenario import Scenario
 from gpufence.spec import load_cluster
 

@@ -16,7 +16,8 @@ from gpufence.model.decisions import Assignment
 from gpufence.model.hardware import Fabric as FabricSpec
 from gpufence.model.hardware import GpuType
 from gpufence.sim.contention import burst_exposure
-from gpufence.sim.fabric import CommSpec, Fabric
+from gpufence.sim.fabric import Fabric
+from gpufence.sim.workloads.records import CommSpec
 from gpufence.state.ledger import Allocation
 from gpufence.testing.builders import ClusterBuilder, job
 

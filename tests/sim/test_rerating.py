@@ -9,7 +9,8 @@ import pytest
 from gpufence.model.events import NodeDown
 from gpufence.model.partition import SharingMode
 from gpufence.sim.contention import TIME_SLICE_EPS, Contention
-from gpufence.sim.runner import At, Simulation, WorkItem
+from gpufence.sim.runner import Simulation
+from gpufence.sim.workloads.records import At, WorkItem
 from gpufence.testing.builders import ClusterBuilder, job
 
 S4 = 1 + (1 + TIME_SLICE_EPS) * 3  # four jobs on one GPU: 4.33

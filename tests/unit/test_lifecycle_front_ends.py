@@ -24,7 +24,8 @@ from gpufence.control.store import database as st
 from gpufence.model import lifecycle
 from gpufence.model.events import Event
 from gpufence.model.lifecycle import JobState as S
-from gpufence.sim.runner import JobTrace, Simulation, WorkItem
+from gpufence.sim.runner import JobTrace, Simulation
+from gpufence.sim.workloads.records import WorkItem
 from gpufence.testing.reconciler_rig import START_S, ReconcilerRig
 
 SERVE: dict[str, Any] = {"command": ["serve"], "class": "serving"}

@@ -24,8 +24,8 @@ from gpufence.model.events import JobSubmitted
 from gpufence.model.partition import SharingMode
 from gpufence.sched.registry import SCORERS
 from gpufence.sched.scheduler import Scheduler, SchedulerConfig
-from gpufence.sim.experiment import run_policy
 from gpufence.sim.generate import generate
+from gpufence.sim.policy_run import run_policy
 from gpufence.sim.scenario import Batch, Failures, Scenario, load_scenario
 from gpufence.sim.workloads.philly import philly_runtimes, sample_runtimes
 from gpufence.spec import load_cluster

@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 
 from gpufence.model.job import GpuRequest, RequestKind, WorkloadClass
-from gpufence.sim.runner import WorkItem
 from gpufence.sim.workloads.demand import LoadStats, ReplicaDemand, RequestDemand
 from gpufence.sim.workloads.pai import JOB_COLUMNS, TASK_COLUMNS, load_pai, load_pai_machines
 from gpufence.sim.workloads.philly import load_philly_jobs, philly_runtimes, sample_runtimes
+from gpufence.sim.workloads.records import WorkItem
 from gpufence.sim.workloads.serving_traces import (
     DECODE_S_PER_TOKEN,
     OVERHEAD_S,

@@ -268,8 +268,6 @@ def size(
     ] = None,
 ) -> None:
     """The smallest serving fence meeting the SLO at peak with K failures, and its cost."""
-    import json
-
     from gpufence.cli.argcheck import check_cluster_arg, check_workload_arg
 
     if slo_p99_ms <= 0 or failure_margin < 0:
@@ -277,14 +275,16 @@ def size(
     require("sim", "gpufence size")
     check_cluster_arg("size", cluster, workload)
     check_workload_arg("size", workload, scenario_only=True)
-    from gpufence.cli.sim import load_inputs, parse_seeds
+    from gpufence.cli.sim import parse_seeds
+    from gpufence.sim.inputs import load_inputs
+    from gpufence.sim.outputs import write_json
     from gpufence.sim.sizing import size_fence
 
     seed_list = parse_seeds(seeds) if seeds is not None else None
     sc, c = load_inputs(cluster, workload, seed)
     ans = size_fence(sc, c, slo_p99_ms, failure_margin, seed_list)
     if json_out is not None:
-        json_out.write_text(json.dumps(ans.as_dict(), indent=2, sort_keys=True) + "\n")
+        write_json(json_out, ans.as_dict())
     console.print(
         f"[bold]serving fence: {ans.fence_nodes} nodes = {ans.fence_gpus} GPUs[/bold] "
         f"({ans.replicas_at_peak} replicas at peak + {ans.margin_replicas} GPUs of margin)"

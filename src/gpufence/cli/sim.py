@@ -1,132 +1,29 @@
-"""``gpufence sim`` and ``gpufence size``: run scenarios under policies, write the results."""
+"""``gpufence sim``: check the arguments, run ``sim.experiment.run_experiment`` with a console
+that shows it, write its outputs (``sim.outputs``) and print the tables."""
 
 from __future__ import annotations
 
-import csv
-import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.progress import TaskID
+from rich.progress import Progress
 from rich.table import Table
 
 from gpufence.cli.speclint import lint_file
-from gpufence.model.cluster import Cluster
 from gpufence.progress import progress_bar
 from gpufence.sched.registry import SCORERS
-from gpufence.sim.advice_run import add_advice, scenario_inputs
-from gpufence.sim.experiment import PolicyRun, run_policy
-from gpufence.sim.generate import generate
-from gpufence.sim.headline import HEADLINE, headline_intervals
-from gpufence.sim.policies import POLICIES, with_placement
+from gpufence.sim.advice_run import scenario_inputs
+from gpufence.sim.experiment import ExperimentResult, Tick, Watch, run_experiment
+from gpufence.sim.headline import HEADLINE
+from gpufence.sim.inputs import FileInputs, SeedInputs
+from gpufence.sim.outputs import write_outputs
+from gpufence.sim.policies import POLICIES
 from gpufence.sim.report_text import dur as _dur
-from gpufence.sim.runner import At, WorkItem
-from gpufence.sim.scenario import Scenario, load_scenario
-from gpufence.sim.summary import decision_text
-from gpufence.spec import SpecError, load_cluster
-
-
-def check_scenario(sc: Scenario, cluster: Cluster) -> None:
-    """Scenario fields that name partitions or queues must exist in the cluster."""
-    problems: list[str] = []
-    parts = ", ".join(cluster.partitions)
-    queues = ", ".join(cluster.queues)
-
-    def part(path: str, name: str) -> None:
-        if name not in cluster.partitions:
-            problems.append(
-                f"{path}: '{name}' is not a partition of {cluster.name} (known: {parts})"
-            )
-
-    def queue(path: str, name: str) -> None:
-        if name and name not in cluster.queues:
-            problems.append(f"{path}: '{name}' is not a queue of {cluster.name} (known: {queues})")
-
-    for i, svc in enumerate(sc.services):
-        if svc.queue:
-            queue(f"services[{i}].queue", svc.queue)
-        else:
-            part(f"services[{i}].partition", svc.partition)
-    if sc.training is not None:
-        for i, q in enumerate(sc.training.queues):
-            queue(f"training.queues[{i}]", q)
-        if not sc.training.queues:
-            part("training.partition", sc.training.partition)
-    if sc.notebooks is not None:
-        part("notebooks.partition", sc.notebooks.partition)
-    if sc.batch is not None:
-        part("batch.partition", sc.batch.partition)
-    if problems:
-        raise SpecError(problems, kind="scenario")
-
-
-def load_inputs(cluster_path: Path, workload: Path, seed: int | None) -> tuple[Scenario, Cluster]:
-    sc, _ = load_scenario(workload)
-    if seed is not None:
-        sc = sc.model_copy(update={"seed": seed})
-    cluster = load_cluster(cluster_path)
-    check_scenario(sc, cluster)
-    return sc, cluster
-
-
-def trace_format(workload: Path, fmt: str | None) -> str | None:
-    """The trace format of ``workload``, or None for a scenario YAML (the default path: a
-    ``.yaml``/``.yml`` name, or any file no trace format recognises that is a YAML mapping)."""
-    from gpufence.sim.workloads.trace_formats import FORMATS, TraceFormatError, detect
-
-    if fmt is not None:
-        if fmt not in FORMATS:
-            raise SpecError(
-                [f"--format: unknown format '{fmt}' (known: {', '.join(FORMATS)})"],
-                kind="command line",
-            )
-        return fmt
-    if workload.suffix.lower() in (".yaml", ".yml"):
-        return None
-    if not workload.is_file():
-        raise FileNotFoundError(f"'{workload}' not found (a scenario YAML or a trace file)")
-    try:
-        return detect(workload)
-    except TraceFormatError:
-        if _yaml_mapping(workload):
-            return None
-        raise
-
-
-def _yaml_mapping(path: Path) -> bool:
-    import yaml
-
-    try:
-        return isinstance(yaml.safe_load(path.read_text()), dict)
-    except (yaml.YAMLError, UnicodeDecodeError):
-        return False
-
-
-def load_trace_inputs(
-    console: Console,
-    cluster_path: Path,
-    trace: Path,
-    fmt: str,
-    seed: int | None,
-    slo_p99_ms: float | None,
-) -> tuple[Scenario, Cluster, list[WorkItem]]:
-    """A trace replayed on its own times: the scenario that frames it, the cluster, the jobs."""
-    from gpufence.sim.workloads.trace_formats import load_trace
-
-    if not trace.is_file():
-        raise FileNotFoundError(f"trace file '{trace}' not found")
-    cluster = load_cluster(cluster_path)
-    tw = load_trace(trace, fmt, cluster, slo_p99_ms)
-    sc = Scenario(
-        name=trace.stem,
-        horizon_s=tw.horizon_s,
-        seed=seed or 0,
-        sample_every_s=max(300.0, tw.horizon_s / 500),
-        services=tw.services,
-    )
-    console.print(tw.note)
-    return sc, cluster, tw.work
+from gpufence.sim.scenario import Scenario
+from gpufence.spec import SpecError
 
 
 def parse_seeds(text: str) -> list[int]:
@@ -160,6 +57,19 @@ def run_sim(
     seeds: list[int] | None = None,
     link_timeline: bool = False,
 ) -> dict[str, Any]:
+    check_arguments(policies, placement, seed, seeds)
+    files = FileInputs.open(cluster_path, workload, fmt, slo_p99_ms, placement)
+    watch = ConsoleWatch(console, cluster_path, strict, scenario=files.kind is None)
+    result = run_experiment(files, policies, seeds if seeds is not None else [seed], watch)
+    written = write_outputs(result, out, link_timeline)
+    print_result(console, result)
+    console.print("wrote " + ", ".join(str(p) for p in written))
+    return result.metrics
+
+
+def check_arguments(
+    policies: list[str], placement: str | None, seed: int | None, seeds: list[int] | None
+) -> None:
     unknown = [p for p in policies if p not in POLICIES]
     if unknown:
         raise SpecError(
@@ -173,128 +83,58 @@ def run_sim(
         )
     if seeds is not None and seed is not None:
         raise SpecError(["--seed and --seeds: give one of them"], kind="command line")
-    by_seed: dict[int, list[PolicyRun]] = {}
-    sc: Scenario | None = None
-    cluster: Cluster | None = None
-    kind = trace_format(workload, fmt)
-    for s in seeds if seeds is not None else [seed]:
-        sc, cluster, work, events = _inputs(
-            console, cluster_path, workload, kind, s, slo_p99_ms, placement
-        )
-        if not by_seed:  # the spec lint, once (the cluster is the same for every seed)
-            base = scenario_inputs(sc, cluster) if kind is None else None
-            lint_file(console, cluster, cluster_path, strict, base=base)
-        by_seed[sc.seed] = _run_all(console, sc, cluster, policies, work, events, len(by_seed))
-    assert sc is not None and cluster is not None
-    first = next(iter(by_seed))
-    runs = by_seed[first]
-    metrics: dict[str, Any] = {
-        "scenario": sc.name,
-        "cluster": cluster.name,
-        "seed": first,
-        "horizon_s": sc.horizon_s,
-        "policies": {r.policy: r.metrics for r in runs},
-    }
-    intervals = None
-    if len(by_seed) > 1:
-        metrics["seeds"] = list(by_seed)
-        metrics["by_seed"] = {str(k): {r.policy: r.metrics for r in v} for k, v in by_seed.items()}
-        intervals = headline_intervals(
-            {
-                p: [m["policies"][p] for m in [_as_metrics(v) for v in by_seed.values()]]
-                for p in policies
-            }
-        )
-        metrics["intervals"] = intervals
-    add_advice(metrics, sc, runs)  # metrics["policies"][P]["advice"]: why each policy loses
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "metrics.json").write_text(json.dumps(metrics, indent=2, sort_keys=True) + "\n")
-    from gpufence.sim.report import render  # matplotlib is imported only when reporting
 
-    (out / "report.html").write_text(render(f"gpufence sim: {sc.name}", runs, metrics, intervals))
-    with open(out / "events.csv", "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["policy", "time_s", "decision"])
-        for r in runs:
-            for t, d in r.result.log:
-                w.writerow([r.policy, f"{t:.3f}", decision_text(d)])
-    written = [out / "metrics.json", out / "report.html", out / "events.csv"]
-    if link_timeline:
-        written.append(write_link_timeline(out / "links.csv", runs))
+
+class ConsoleWatch(Watch):
+    """The experiment on the console: a trace's note as it loads, the spec lint once (the
+    cluster is the same for every seed), one progress bar per seed with a row per policy."""
+
+    def __init__(self, console: Console, cluster_path: Path, strict: bool, scenario: bool):
+        self.console = console
+        self.cluster_path = cluster_path
+        self.strict = strict
+        self.scenario = scenario  # a scenario YAML (the lint gets its serving peaks), not a trace
+        self._bar: Progress | None = None
+
+    def loaded(self, index: int, inputs: SeedInputs) -> None:
+        if inputs.note is not None:
+            self.console.print(inputs.note)
+        if index == 0:
+            base = scenario_inputs(inputs.scenario, inputs.cluster) if self.scenario else None
+            lint_file(self.console, inputs.cluster, self.cluster_path, self.strict, base=base)
+
+    @contextmanager
+    def seed(self, index: int, inputs: SeedInputs) -> Iterator[None]:
+        status = "{task.percentage:>3.0f}% of simulated time"
+        with progress_bar(self.console, status, transient=False) as bar:
+            self._bar = bar
+            try:
+                yield
+            finally:
+                self._bar = None
+
+    def policy(self, index: int, sc: Scenario, policy: str) -> Tick:
+        bar = self._bar
+        assert bar is not None, "a policy runs inside its seed"
+        label = policy if index == 0 else f"{policy} (seed {sc.seed})"
+        task = bar.add_task(label, total=sc.horizon_s)
+
+        def tick(t: float) -> None:
+            bar.update(task, completed=min(t, sc.horizon_s))
+
+        return tick
+
+
+def print_result(console: Console, result: ExperimentResult) -> None:
+    """The summary table, the intervals over seeds (several seeds), each policy's advice."""
+    metrics = result.metrics
     console.print(summary_table(metrics))
-    if intervals:
-        console.print(interval_table(intervals, list(by_seed)))
+    if result.intervals:
+        console.print(interval_table(result.intervals, result.seeds))
     for name, m in metrics["policies"].items():
         for a in m.get("advice", []):
             line = f"advice for {name}: {a['evidence'].get('summary', '')} [{a['rule']}]"
             console.print(line, markup=False, highlight=False, soft_wrap=True)
-    console.print("wrote " + ", ".join(str(p) for p in written))
-    return metrics
-
-
-def _as_metrics(runs: list[PolicyRun]) -> dict[str, Any]:
-    return {"policies": {r.policy: r.metrics for r in runs}}
-
-
-def _inputs(
-    console: Console,
-    cluster_path: Path,
-    workload: Path,
-    kind: str | None,
-    seed: int | None,
-    slo_p99_ms: float | None,
-    placement: str | None,
-) -> tuple[Scenario, Cluster, list[WorkItem], list[At]]:
-    """One seed's scenario, cluster and workload: generated from a scenario YAML (``kind`` None)
-    or a public trace replayed on its own times."""
-    if kind is None:
-        sc, cluster = load_inputs(cluster_path, workload, seed)
-        work, events = generate(sc, cluster)
-    else:
-        sc, cluster, work = load_trace_inputs(
-            console, cluster_path, workload, kind, seed, slo_p99_ms
-        )
-        events = list[At]()
-    if placement is not None:
-        cluster = with_placement(cluster, placement)
-    return sc, cluster, work, events
-
-
-def _run_all(
-    console: Console,
-    sc: Scenario,
-    cluster: Cluster,
-    policies: list[str],
-    work: list[WorkItem],
-    events: list[At],
-    index: int,
-) -> list[PolicyRun]:
-    runs: list[PolicyRun] = []
-    status = "{task.percentage:>3.0f}% of simulated time"
-    with progress_bar(console, status, transient=False) as bar:
-        for name in policies:
-            label = name if index == 0 else f"{name} (seed {sc.seed})"
-            task = bar.add_task(label, total=sc.horizon_s)
-
-            def tick(t: float, task: TaskID = task) -> None:
-                bar.update(task, completed=min(t, sc.horizon_s))
-
-            runs.append(run_policy(sc, cluster, name, work, events, progress=tick))
-            bar.update(task, completed=sc.horizon_s)
-    return runs
-
-
-def write_link_timeline(path: Path, runs: list[PolicyRun]) -> Path:
-    """Per-link utilisation over time: one row per (policy, sample, link carrying traffic)."""
-    with open(path, "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["policy", "time_s", "link", "link_class", "utilization"])
-        for r in runs:
-            cls = r.timeline.fabric.link_class
-            for s in r.timeline.samples:
-                for link, u in sorted(s.links.items()):
-                    w.writerow([r.policy, f"{s.t:.0f}", link, cls[link], f"{u:.4f}"])
-    return path
 
 
 def _wait_class(m: dict[str, Any]) -> str:

@@ -16,7 +16,7 @@ from pathlib import Path
 from gpufence.demo.story import SEED_CASE, SERVING_SURGE, Act
 from gpufence.model.cluster import Cluster
 from gpufence.model.job import GpuRequest, Job, WorkloadClass
-from gpufence.sim.runner import WorkItem
+from gpufence.sim.workloads.records import WorkItem
 from gpufence.spec import load_cluster
 
 SEED_JOB_S = 150.0  # the seed's jobs ran ~2.5 min each on one GPU

@@ -27,8 +27,8 @@ from gpufence.advice.inputs import AdviceSettings, GangInput, LintInputs, Servin
 from gpufence.model.cluster import Cluster
 from gpufence.model.decisions import Bind, Notice, NoticeWithdrawn, Stop
 from gpufence.model.job import MILLI_PER_GPU, Job, RequestKind, WorkloadClass
-from gpufence.sim.experiment import PolicyRun, rate_function
 from gpufence.sim.latency import replicas_for_slo
+from gpufence.sim.policy_run import PolicyRun, rate_function
 from gpufence.sim.scenario import Scenario
 
 _MIG_SLICES = re.compile(r"^(\d+)g\.")

@@ -35,7 +35,8 @@ from dataclasses import dataclass
 
 from gpufence.model.cluster import Cluster
 from gpufence.model.job import WorkloadClass
-from gpufence.sim.fabric import CommSpec, Fabric
+from gpufence.sim.fabric import Fabric
+from gpufence.sim.workloads.records import CommSpec
 from gpufence.state.ledger import Ledger
 
 TIME_SLICE_EPS = 0.11  # §4.5 calibration table, nebuly [V]

@@ -1,219 +1,128 @@
-"""Run a scenario under one or more policies and reduce each run to the metrics.json schema.
+"""The experiment as a library: a workload run under several policies over one or more seeds,
+reduced to ``metrics.json`` with each policy's advice.
 
-Schema (DESIGN.md §7), one object per policy: submitted, completed, rejected, queue_delay_s,
-jct_s, serving {p99_ms, slo_ms, slo_attainment}, gpu {utilization, allocation_ratio,
-fragmentation}, preemptions {count, gpu_hours_lost, by_reason}, reclaims {count,
-gpu_hours_returned}, invariant_violations — plus extras: the same delays over all jobs with the
-unfinished ones censored at the horizon (queue_delay_all_s, jct_all_s, with counts), serving's
-worst window and requests within the SLO, interconnect {link class: {p50, p95, max, mean}},
-losses by cause (node failures included), per-service figures, job states. Every figure's
-definition: ``gpufence.telemetry``.
+    from gpufence.sim.experiment import run_experiment
+    from gpufence.sim.inputs import FileInputs
+    from gpufence.sim.outputs import write_outputs
+
+    files = FileInputs.open(Path("cluster.yaml"), Path("scenario.yaml"))
+    result = run_experiment(files, ["fenced", "fenced-lend"], seeds=[1, 2, 3])
+    write_outputs(result, Path("out"))  # metrics.json, report.html, events.csv
+
+``gpufence sim`` is this call between its argument checks and its tables. ``result.metrics`` is
+the top of ``metrics.json``: the scenario, the cluster, the first seed and its ``policies``
+(DESIGN.md §7, one object per policy from ``sim.policy_run``), and with several seeds
+``seeds``, ``by_seed`` and ``intervals`` (each headline figure's mean and 95 % interval,
+``sim.headline``). The advice (``sim.advice_run``) is that of the first seed's runs.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
 from typing import Any
 
 from gpufence.model.cluster import Cluster
-from gpufence.model.lifecycle import JobState
-from gpufence.sched.scheduler import SchedulerConfig
-from gpufence.sim.contention import Contention
-from gpufence.sim.generate import generate
-from gpufence.sim.latency import INF
-from gpufence.sim.policies import build_policy
-from gpufence.sim.runner import At, SimResult, Simulation, WorkItem
+from gpufence.sim.advice_run import add_advice
+from gpufence.sim.headline import headline_intervals
+from gpufence.sim.inputs import SeedInputs
+from gpufence.sim.policy_run import PolicyRun, run_policy
 from gpufence.sim.scenario import Scenario
-from gpufence.sim.serving import Fleet, diurnal_rate
-from gpufence.sim.summary import summarize
-from gpufence.sim.timeline import Timeline
-from gpufence.telemetry.capacity import allocation_ratio, utilization
-from gpufence.telemetry.incidents import lost_gpu_hours
-from gpufence.telemetry.interconnect import link_class_summary
+
+Tick = Callable[[float], None]
+"""Called with the simulated time as a run advances."""
+
+
+class Watch:
+    """What a front end shows while an experiment runs; this one shows nothing. The CLI's
+    prints a trace's note, lints the cluster once and draws one progress bar per seed."""
+
+    def loaded(self, index: int, inputs: SeedInputs) -> None:
+        """The ``index``-th seed's inputs are loaded; its runs come next."""
+
+    def seed(self, index: int, inputs: SeedInputs) -> AbstractContextManager[None]:
+        """Held while that seed's policies run."""
+        return nullcontext()
+
+    def policy(self, index: int, sc: Scenario, policy: str) -> Tick | None:
+        """A policy's run starts: what follows its progress (None: nothing)."""
+        return None
 
 
 @dataclass
-class PolicyRun:
-    policy: str
-    cluster: Cluster
-    result: SimResult
-    fleets: list[Fleet]
-    timeline: Timeline
-    metrics: dict[str, Any]
+class ExperimentResult:
+    scenario: Scenario  # the first seed's (seeds differ in nothing else)
+    cluster: Cluster  # as the inputs gave it, before a policy reshapes it
+    by_seed: dict[int, list[PolicyRun]]  # one run per policy, in the order asked
+    metrics: dict[str, Any]  # the top of metrics.json, advice included
+    intervals: dict[str, dict[str, dict[str, Any]]] | None  # several seeds only
+
+    @property
+    def seeds(self) -> list[int]:
+        return list(self.by_seed)
+
+    @property
+    def runs(self) -> list[PolicyRun]:
+        """The first seed's runs: those the report draws and the advice reads."""
+        return self.by_seed[self.seeds[0]]
 
 
-def rate_function(sc: Scenario, i: int) -> Callable[[float], float]:
-    """Requests per second over time for service ``i``: generated or from a public trace."""
-    demand = sc.services[i].demand
-    if demand.diurnal is not None:
-        return diurnal_rate(demand)
-    assert demand.trace is not None
-    kind, _, path = demand.trace.partition(":")
-    from gpufence.sim.workloads import serving_traces as st
-
-    if kind == "azure-llm" and path:
-        curve = st.load_azure_llm(path, bin_s=demand.bin_s)
-    elif kind == "sd" and path:
-        curve = st.load_sd_requests(path, bin_s=demand.bin_s)
-    else:
-        raise ValueError(
-            f"services[{i}].demand.trace: '{demand.trace}' (expected azure-llm:PATH or sd:PATH)"
+def run_experiment(
+    inputs: Callable[[int | None], SeedInputs],
+    policies: Sequence[str],
+    seeds: Sequence[int | None] = (None,),
+    watch: Watch | None = None,
+) -> ExperimentResult:
+    """Run every policy of ``policies`` on the inputs of every seed (``inputs(seed)``, e.g. a
+    ``sim.inputs.FileInputs``; a None seed is the scenario's own) and reduce the runs to
+    ``metrics.json`` with advice. Seeds that load to the same scenario seed run once."""
+    watch = watch if watch is not None else Watch()
+    by_seed: dict[int, list[PolicyRun]] = {}
+    first: SeedInputs | None = None
+    for seed in seeds:
+        loaded = inputs(seed)
+        index = len(by_seed)
+        watch.loaded(index, loaded)
+        first = first if first is not None else loaded
+        by_seed[loaded.scenario.seed] = _run_seed(loaded, policies, index, watch)
+    if first is None:
+        raise ValueError("an experiment needs at least one seed")
+    sc = first.scenario
+    runs = by_seed[next(iter(by_seed))]
+    metrics: dict[str, Any] = {
+        "scenario": sc.name,
+        "cluster": first.cluster.name,
+        "seed": next(iter(by_seed)),
+        "horizon_s": sc.horizon_s,
+        "policies": {r.policy: r.metrics for r in runs},
+    }
+    intervals = None
+    if len(by_seed) > 1:
+        metrics["seeds"] = list(by_seed)
+        metrics["by_seed"] = {str(k): {r.policy: r.metrics for r in v} for k, v in by_seed.items()}
+        intervals = headline_intervals(
+            {p: [_by_policy(v)[p] for v in by_seed.values()] for p in policies}
         )
-    scaled = curve.scaled(demand.scale)
-    return lambda t: float(scaled.at(t))
+        metrics["intervals"] = intervals
+    add_advice(metrics, sc, runs)  # metrics["policies"][P]["advice"]: why each policy loses
+    return ExperimentResult(sc, first.cluster, by_seed, metrics, intervals)
 
 
-def run_policy(
-    sc: Scenario,
-    base: Cluster,
-    policy: str,
-    work: list[WorkItem] | None = None,
-    events: list[At] | None = None,
-    check_invariants: bool = True,
-    progress: Callable[[float], None] | None = None,
-) -> PolicyRun:
-    if work is None or events is None:
-        work, events = generate(sc, base)
-    pol = build_policy(policy, base)
-    work = [replace(w, job=pol.adapt(w.job)) for w in work]
-    contention = Contention(pol.cluster)
-    fleets = [
-        Fleet(svc, rate_function(sc, i), sc.horizon_s, contention, adapt=pol.adapt)
-        for i, svc in enumerate(sc.services)
-    ]
-    timeline = Timeline(
-        sc.sample_every_s,
-        sc.horizon_s,
-        contention.fabric,
-        storage_gbps=sc.storage_gbps,
-        checkpoint_gb_per_gpu=sc.checkpoint_gb_per_gpu,
-    )
-    sim = Simulation(
-        pol.cluster,
-        work,
-        events,
-        check_invariants=check_invariants,
-        controllers=[*fleets, timeline],
-        slowdown=contention,
-        # the scenario's seed fixes the placement draws too (the random scorer, seeded tie order)
-        config=SchedulerConfig(seed=sc.seed),
-    )
-    result = sim.run(until=sc.horizon_s, progress=progress)
-    metrics = policy_metrics(sc, pol.cluster, result, fleets, timeline)
-    return PolicyRun(policy, pol.cluster, result, fleets, timeline, metrics)
+def _by_policy(runs: list[PolicyRun]) -> dict[str, dict[str, Any]]:
+    return {r.policy: r.metrics for r in runs}
 
 
-def _r(x: float, n: int = 4) -> float:
-    return round(float(x), n)
-
-
-def policy_metrics(
-    sc: Scenario, cluster: Cluster, result: SimResult, fleets: list[Fleet], timeline: Timeline
-) -> dict[str, Any]:
-    s = summarize(result, len(cluster.gpus), horizon=sc.horizon_s)
-    total = len(cluster.gpus)
-    horizon = max(sc.horizon_s, 1e-9)
-    samples = timeline.samples
-    busy = sum(sum(x.busy.values()) for x in samples)
-    util = utilization(busy, total * len(samples))
-    caps = {p: len(g) for p, g in cluster.partition_gpus.items()}
-    frag_by = {
-        p: _r(sum(x.fragmentation.get(p, 0.0) for x in samples) / len(samples)) if samples else 0.0
-        for p in cluster.partitions
-    }
-    # the cluster's fragmented share of capacity: each pool against its own reference request
-    frag = sum(frag_by[p] * caps[p] for p in caps) / total if total else 0.0
-    c = result.counters
-    pre: dict[str, int] = {str(k): int(v) for k, v in dict(c["preemptions"]).items()}  # type: ignore[call-overload]
-    rec: dict[str, int] = {str(k): int(v) for k, v in dict(c["reclaims"]).items()}  # type: ignore[call-overload]
-    returned = 0.0
-    for tr in result.jobs.values():
-        if tr.state is JobState.RECLAIMED and tr.end is not None and tr.first_start is not None:
-            left = tr.item.duration_s - (tr.end - tr.first_start)
-            returned += max(0.0, left) * tr.item.job.total_gpus
-    lost = lost_gpu_hours(result.lost_gpu_s)
-    for f in fleets:
-        f.score()
-    services = {
-        f.svc.name: {
-            "p99_ms": _finite(f.p99_overall_ms()),
-            "worst_window_p99_ms": _finite(f.worst_window_ms()),
-            "slo_ms": f.svc.slo_p99_ms,
-            "slo_attainment": _r(f.attainment(), 6),
-            "requests_within_slo": _r(f.within_slo(), 6),
-            "peak_replicas_running": max((w.replicas for w in f.windows), default=0),
-            "peak_replicas_wanted": max((w.target for w in f.windows), default=0),
-            # windows that ran with fewer replicas than the autoscaler wanted (GPUs not given)
-            "windows_short_of_replicas": sum(1 for w in f.windows if w.replicas < w.target),
-            "max_replica_shortfall": max((w.target - w.replicas for w in f.windows), default=0),
-        }
-        for f in fleets
-    }
-    weight = [sum(w.requests for w in f.windows) for f in fleets]
-    wsum = sum(weight)
-
-    def weighted(values: list[float]) -> float:
-        return sum(v * wt for v, wt in zip(values, weight, strict=True)) / wsum if wsum else 1.0
-
-    return {
-        "submitted": s["submitted"],
-        "completed": s["completed"],
-        "rejected": s["rejected"],
-        "pending_at_end": s["pending_at_end"],
-        "states": s["states"],
-        "queue_delay_s": s["queue_delay_s"],
-        "queue_delay_all_s": s["queue_delay_all_s"],
-        "jct_s": s["jct_s"],
-        "jct_all_s": s["jct_all_s"],
-        "serving": {
-            "p99_ms": _finite(max((f.p99_overall_ms() for f in fleets), default=0.0)),
-            "worst_window_p99_ms": _finite(max((f.worst_window_ms() for f in fleets), default=0.0)),
-            "slo_ms": min((f.svc.slo_p99_ms for f in fleets), default=0.0),
-            "slo_attainment": _r(weighted([f.attainment() for f in fleets]), 6),
-            "requests_within_slo": _r(weighted([f.within_slo() for f in fleets]), 6),
-            "services": services,
-        },
-        "gpu": {
-            "utilization": _r(util),
-            "allocation_ratio": _r(allocation_ratio(result.gpu_seconds_allocated, total * horizon)),
-            "fragmentation": _r(frag),
-            "fragmentation_by_partition": frag_by,
-            "largest_placeable_gang_min": {
-                p: min((x.largest_gang.get(p, 0) for x in samples), default=0)
-                for p in cluster.partitions
-            },
-        },
-        "interconnect": link_class_summary(
-            (x.links for x in samples),
-            timeline.fabric.link_class,
-            timeline.fabric.links_per_class(),
-        ),
-        "preemptions": {
-            "count": sum(pre.values()),
-            "gpu_hours_lost": _r(lost["total"], 3),
-            "gpu_hours_lost_by_cause": {
-                k: _r(v, 3) for k, v in sorted(lost.items()) if k != "total"
-            },
-            "by_reason": dict(sorted(pre.items())),
-        },
-        "reclaims": {
-            "count": sum(rec.values()),
-            "gpu_hours_returned": _r(returned / 3600.0, 3),
-            "by_reason": dict(sorted(rec.items())),
-        },
-        "storage": {
-            "checkpoint_writes": len(result.checkpoints),
-            "utilization_mean": _r(sum(x.storage_util for x in samples) / len(samples))
-            if samples
-            else 0.0,
-            "utilization_peak": _r(max((x.storage_util for x in samples), default=0.0)),
-        },
-        "rerates": result.rerates,
-        "invariant_violations": result.invariant_violations,
-    }
-
-
-def _finite(x: float) -> float | None:
-    """JSON has no infinity: an overloaded p99 is reported as null."""
-    return None if x == INF else _r(x, 3)
+def _run_seed(
+    inputs: SeedInputs, policies: Sequence[str], index: int, watch: Watch
+) -> list[PolicyRun]:
+    sc, runs = inputs.scenario, list[PolicyRun]()
+    with watch.seed(index, inputs):
+        for name in policies:
+            tick = watch.policy(index, sc, name)
+            runs.append(
+                run_policy(sc, inputs.cluster, name, inputs.work, inputs.events, progress=tick)
+            )
+            if tick is not None:  # a run can end before the horizon: show it complete
+                tick(sc.horizon_s)
+    return runs

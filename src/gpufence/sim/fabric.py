@@ -37,6 +37,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from gpufence.model.cluster import Cluster
+from gpufence.sim.workloads.records import CommSpec
 from gpufence.state.ledger import Allocation
 
 PCIE_GBPS = 256.0  # PCIe Gen4 x16 per direction, Gbit/s [R]
@@ -44,14 +45,6 @@ ALPHA_NVLINK_S = 5e-6  # [I]
 ALPHA_NET_S = 15e-6  # [I]
 CONVERGED = 1e-3  # relative change of an iteration time that ends the re-solve
 MAX_PASSES = 8
-
-
-@dataclass(frozen=True, slots=True)
-class CommSpec:
-    """A data-parallel gang's iteration: compute, then all-reduce ``allreduce_gb`` (1e9 B)."""
-
-    allreduce_gb: float
-    compute_s: float
 
 
 @dataclass(slots=True)

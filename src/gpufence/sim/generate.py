@@ -14,9 +14,8 @@ import numpy as np
 from gpufence.model.cluster import Cluster
 from gpufence.model.events import NodeDown, NodeUp
 from gpufence.model.job import GpuRequest, Job, WorkloadClass
-from gpufence.sim.fabric import CommSpec
-from gpufence.sim.runner import At, WorkItem
 from gpufence.sim.scenario import Duration, Scenario
+from gpufence.sim.workloads.records import At, CommSpec, WorkItem
 
 
 def _durations(rng: np.random.Generator, spec: Duration, n: int) -> np.ndarray:

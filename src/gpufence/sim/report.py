@@ -22,7 +22,7 @@ import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
 from gpufence.advice.present import html_section
-from gpufence.sim.experiment import PolicyRun
+from gpufence.sim.policy_run import PolicyRun
 from gpufence.sim.report_joint import joint_figure
 from gpufence.sim.report_text import dur as _dur
 

@@ -24,7 +24,7 @@ from gpufence.model.decisions import Notice, Reason, Stop
 from gpufence.sim.latency import INF
 
 if TYPE_CHECKING:
-    from gpufence.sim.experiment import PolicyRun
+    from gpufence.sim.policy_run import PolicyRun
 
 WAITING_CLASSES = ("training", "batch", "interactive")
 _COLOURS = {"training": "tab:blue", "batch": "tab:green", "interactive": "tab:purple"}

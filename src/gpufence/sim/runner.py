@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, assert_never
 
 from gpufence.model.cluster import Cluster
 from gpufence.model.decisions import (
@@ -27,6 +27,7 @@ from gpufence.model.decisions import (
     Decision,
     MigReconfigure,
     Notice,
+    NoticeWithdrawn,
     Reason,
     Reject,
     Requeue,
@@ -44,35 +45,14 @@ from gpufence.model.events import (
     MigReconfigured,
     Tick,
 )
-from gpufence.model.job import Job
 from gpufence.model.lifecycle import TERMINAL, JobState, after_stop, check_move
 from gpufence.sched.scheduler import Scheduler, SchedulerConfig
 from gpufence.sim.contention import Released
 from gpufence.sim.event_queue import EventQueue
-from gpufence.sim.fabric import CommSpec
+from gpufence.sim.workloads.records import At, CommSpec, WorkItem
 from gpufence.state.invariants import check
 from gpufence.state.ledger import Ledger
 from gpufence.telemetry.incidents import counts_as_loss
-
-
-@dataclass(frozen=True, slots=True)
-class WorkItem:
-    """A job of the workload and how it behaves once running."""
-
-    job: Job
-    duration_s: float  # run time on its GPUs, uninterrupted
-    ack_after_s: float | None = 30.0  # time to checkpoint when noticed; None = never acks
-    checkpoint_every_s: float | None = None  # periodic checkpoints bound the work lost
-    activity: tuple[tuple[float, float], ...] = ()  # (seconds after start, utilisation)
-    comm: CommSpec | None = None  # a data-parallel gang's all-reduce (the fabric model)
-
-
-@dataclass(frozen=True, slots=True)
-class At:
-    """A cluster event (node failure, repair, ...) injected at a time."""
-
-    time: float
-    event: Event
 
 
 @dataclass(slots=True)
@@ -390,62 +370,78 @@ class Simulation:
                 self._schedule(tr, jid, now)
 
     def _apply(self, d: Decision, now: float) -> None:
-        if isinstance(d, Bind):
-            gpus = tuple(g for a in d.assignments for g in a.gpus)
-            whole = all(
-                a.mig_profile is None and a.milli == 1000 and not a.time_sliced
-                for a in d.assignments
-            )
-            sliced = any(a.time_sliced for a in d.assignments)
-            occ = Occupancy(d.job_id, gpus, whole, now, time_sliced=sliced)
-            self.occupancy.append(occ)
-            self._open[d.job_id] = occ
-            tr = self.jobs[d.job_id]
-            tr.attempt += 1
-            tr.attempts += 1
-            tr.move_to(JobState.RUNNING)
-            tr.started = now
-            if tr.first_start is None:
-                tr.first_start = now
-            tr.ran_s, tr.rated_at, tr.last_ckpt, tr.speed = 0.0, now, now, 1.0
-            left = max(0.0, tr.item.duration_s - tr.done_s)
-            if self.slowdown is None:  # solo speed for good: schedule now
-                self._push_finish(tr, d.job_id, now)
-            for offset, util in tr.item.activity:
-                if offset < left:
-                    self.q.push(now + offset, ("activity", (d.job_id, tr.attempt, util)))
-            if self.slowdown is None:
-                self._push_ckpt(tr, d.job_id, now)
-            else:
-                self._bound.append(d.job_id)  # speed and completion: after the step (_rerate)
-        elif isinstance(d, Stop):
-            tr = self.jobs[d.job_id]
-            if tr.started is not None:
-                every = tr.item.checkpoint_every_s
-                tr.done_s += (tr.progress(now) // every) * every if every else 0.0
-                if counts_as_loss(str(tr.item.job.workload_class), str(d.reason)):
-                    lost = (now - tr.last_ckpt) * tr.item.job.total_gpus
-                    self.lost_gpu_s.append((str(d.reason), lost))
-            # the stop is confirmed at once here: a stop that ends the job ends it now (through
-            # ``stopping``, as in the core and the control plane)
-            tr.move_to(JobState.STOPPING)
-            if not d.requeue:
-                tr.move_to(after_stop(d.reason, requeue=False))
-                tr.end = now
-            self.q.push(now, ("stopped", (d.job_id, tr.attempt)))
-        elif isinstance(d, Notice):
-            tr = self.jobs[d.job_id]
-            if d.reason is not Reason.IDLE and tr.item.ack_after_s is not None:
-                self.q.push(now + tr.item.ack_after_s, ("ack", (d.job_id, tr.attempt)))
-        elif isinstance(d, Reject):
-            tr = self.jobs[d.job_id]
-            tr.move_to(JobState.REJECTED)
+        """Carry out one decision as the control plane would: one case per decision type, and
+        ``assert_never`` makes mypy fail here when ``Decision`` gains a type no case handles."""
+        match d:
+            case Bind():
+                self._bind(d, now)
+            case Stop():
+                self._stop(d, now)
+            case Notice():
+                tr = self.jobs[d.job_id]
+                if d.reason is not Reason.IDLE and tr.item.ack_after_s is not None:
+                    self.q.push(now + tr.item.ack_after_s, ("ack", (d.job_id, tr.attempt)))
+            case NoticeWithdrawn():
+                # nothing to undo: the checkpoint the notice started still finishes, and the
+                # core takes an ack it no longer waits for as a plain checkpoint
+                pass
+            case Reject():
+                self._end(d.job_id, JobState.REJECTED, now)
+            case Cancel():  # a dependency that can never be met (traces have none)
+                self._end(d.job_id, JobState.CANCELLED, now)
+            case Requeue():
+                self.jobs[d.job_id].move_to(JobState.PENDING)
+            case MigReconfigure():
+                self.q.push(now + d.ready_after_s, ("mig", d.gpu))
+            case _:
+                assert_never(d)
+
+    def _end(self, job_id: str, state: JobState, now: float) -> None:
+        """A pending job the scheduler ended (rejected, cancelled): it never ran."""
+        tr = self.jobs[job_id]
+        tr.move_to(state)
+        tr.end = now
+
+    def _bind(self, d: Bind, now: float) -> None:
+        gpus = tuple(g for a in d.assignments for g in a.gpus)
+        whole = all(
+            a.mig_profile is None and a.milli == 1000 and not a.time_sliced for a in d.assignments
+        )
+        sliced = any(a.time_sliced for a in d.assignments)
+        occ = Occupancy(d.job_id, gpus, whole, now, time_sliced=sliced)
+        self.occupancy.append(occ)
+        self._open[d.job_id] = occ
+        tr = self.jobs[d.job_id]
+        tr.attempt += 1
+        tr.attempts += 1
+        tr.move_to(JobState.RUNNING)
+        tr.started = now
+        if tr.first_start is None:
+            tr.first_start = now
+        tr.ran_s, tr.rated_at, tr.last_ckpt, tr.speed = 0.0, now, now, 1.0
+        left = max(0.0, tr.item.duration_s - tr.done_s)
+        if self.slowdown is None:  # solo speed for good: schedule now
+            self._push_finish(tr, d.job_id, now)
+        for offset, util in tr.item.activity:
+            if offset < left:
+                self.q.push(now + offset, ("activity", (d.job_id, tr.attempt, util)))
+        if self.slowdown is None:
+            self._push_ckpt(tr, d.job_id, now)
+        else:
+            self._bound.append(d.job_id)  # speed and completion: after the step (_rerate)
+
+    def _stop(self, d: Stop, now: float) -> None:
+        tr = self.jobs[d.job_id]
+        if tr.started is not None:
+            every = tr.item.checkpoint_every_s
+            tr.done_s += (tr.progress(now) // every) * every if every else 0.0
+            if counts_as_loss(str(tr.item.job.workload_class), str(d.reason)):
+                lost = (now - tr.last_ckpt) * tr.item.job.total_gpus
+                self.lost_gpu_s.append((str(d.reason), lost))
+        # the stop is confirmed at once here: a stop that ends the job ends it now (through
+        # ``stopping``, as in the core and the control plane)
+        tr.move_to(JobState.STOPPING)
+        if not d.requeue:
+            tr.move_to(after_stop(d.reason, requeue=False))
             tr.end = now
-        elif isinstance(d, Cancel):  # a dependency that can never be met (traces have none)
-            tr = self.jobs[d.job_id]
-            tr.move_to(JobState.CANCELLED)
-            tr.end = now
-        elif isinstance(d, Requeue):
-            self.jobs[d.job_id].move_to(JobState.PENDING)
-        elif isinstance(d, MigReconfigure):
-            self.q.push(now + d.ready_after_s, ("mig", d.gpu))
+        self.q.push(now, ("stopped", (d.job_id, tr.attempt)))

@@ -22,8 +22,9 @@ from gpufence.model.job import GpuRequest, Job, WorkloadClass
 from gpufence.model.lifecycle import JobState
 from gpufence.sim.contention import Contention
 from gpufence.sim.latency import INF, Pools, mixture_quantile
-from gpufence.sim.runner import Simulation, WorkItem
+from gpufence.sim.runner import Simulation
 from gpufence.sim.scenario import Demand, Service
+from gpufence.sim.workloads.records import WorkItem
 from gpufence.telemetry import slo
 
 

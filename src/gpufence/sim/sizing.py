@@ -27,13 +27,13 @@ import numpy as np
 from gpufence.model.cluster import Cluster
 from gpufence.model.events import NodeDown, NodeUp
 from gpufence.model.job import WorkloadClass
-from gpufence.sim.experiment import rate_function, run_policy
 from gpufence.sim.generate import generate
 from gpufence.sim.headline import figure, interval_dict
 from gpufence.sim.latency import replicas_for_slo
+from gpufence.sim.policy_run import rate_function, run_policy
 from gpufence.sim.report_text import dur
-from gpufence.sim.runner import At
 from gpufence.sim.scenario import Scenario
+from gpufence.sim.workloads.records import At
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """One definition of every measure both front ends report (pure functions over plain data).
 
-The simulator's ``metrics.json`` (``sim/summary.py``, ``sim/experiment.py``), the control plane's
+The simulator's ``metrics.json`` (``sim/summary.py``, ``sim/policy_run.py``), the control plane's
 Prometheus exporter (``control/metrics.py``) and the benchmarks (``bench/``) compute their figures
 with these functions, so a number means the same thing wherever it is shown:
 

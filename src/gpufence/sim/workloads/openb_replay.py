@@ -19,8 +19,8 @@ from pathlib import Path
 from gpufence.model.cluster import Cluster
 from gpufence.model.job import GpuRequest, Job, WorkloadClass
 from gpufence.model.partition import SharingMode
-from gpufence.sim.runner import WorkItem
 from gpufence.sim.workloads.openb import load_pods
+from gpufence.sim.workloads.records import WorkItem
 
 
 @dataclass(frozen=True)

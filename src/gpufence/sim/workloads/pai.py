@@ -47,8 +47,8 @@ from pathlib import Path
 from typing import NamedTuple
 
 from gpufence.model.job import MILLI_PER_GPU, GpuRequest, Job, WorkloadClass
-from gpufence.sim.runner import WorkItem
 from gpufence.sim.workloads.demand import LoadStats, parse_count, parse_float, read_csv
+from gpufence.sim.workloads.records import WorkItem
 
 JOB_COLUMNS = ("job_name", "inst_id", "user", "status", "start_time", "end_time")
 TASK_COLUMNS = (

@@ -47,8 +47,8 @@ import numpy as np
 import numpy.typing as npt
 
 from gpufence.model.job import GpuRequest, Job, WorkloadClass
-from gpufence.sim.runner import WorkItem
 from gpufence.sim.workloads.demand import LoadStats, parse_float, read_csv
+from gpufence.sim.workloads.records import WorkItem
 
 _MISSING = ("", "none", "null", "nan")
 _EPOCH = datetime(1970, 1, 1)

@@ -14,8 +14,8 @@ import csv
 from pathlib import Path
 
 from gpufence.model.job import GpuRequest, Job, WorkloadClass
-from gpufence.sim.runner import WorkItem
 from gpufence.sim.workloads.demand import open_trace
+from gpufence.sim.workloads.records import WorkItem
 
 REQUIRED = ("job_id", "num_gpu", "submit_time", "duration")
 

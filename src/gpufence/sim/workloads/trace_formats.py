@@ -1,6 +1,7 @@
 """``gpufence sim CLUSTER TRACE``: which public trace a file is, and the workload it replays.
 
-Every workload loader in ``sim/workloads`` is one format here (``--format``, or detected):
+Every workload loader in ``sim/workloads`` is one format here, an entry of ``LOADERS``
+(``--format``, or detected):
 
   philly     Microsoft Philly ``cluster_job_log`` (JSON): training jobs on their submit times
   pai        Alibaba PAI v2020 ``pai_task_table`` with its ``pai_job_table`` beside it (the
@@ -30,20 +31,20 @@ from __future__ import annotations
 import csv
 import io
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 from gpufence.model.cluster import Cluster
 from gpufence.model.job import GpuRequest, Job, WorkloadClass
-from gpufence.sim.runner import WorkItem
 from gpufence.sim.scenario import Demand, Service
 from gpufence.sim.workloads import pai, philly, serving_traces, tiresias
 from gpufence.sim.workloads.demand import LoadStats, RequestDemand, open_trace
 from gpufence.sim.workloads.openb import POD_COLUMNS
 from gpufence.sim.workloads.openb_replay import openb_replay
+from gpufence.sim.workloads.records import WorkItem
 
-FORMATS = ("philly", "pai", "tiresias", "dlrm", "openb", "azure-llm", "sd")
-REQUEST_TRACES = ("azure-llm", "sd")
 SLO_TIMES_MEAN_SERVICE = 10.0
 """Default p99 SLO of a request trace's service: ten times its mean service time (the p99 of
 an exponential service time alone is 4.6 x its mean; the rest is room for queueing)."""
@@ -126,30 +127,47 @@ def load_trace(
 ) -> TraceWorkload:
     """The workload of trace ``path`` in format ``fmt`` (one of ``FORMATS``) on ``cluster``;
     ``slo_p99_ms`` is the request traces' service SLO (default: see SLO_TIMES_MEAN_SERVICE)."""
-    gpus_per_node = max(len(n.gpu_ids) for n in cluster.nodes)
-    stats = LoadStats()
-    if fmt == "openb":
-        replay = openb_replay(path, cluster)
-        note = f"openb replay: {len(replay.work)} pods ({replay.skipped} CPU-only pods left out)"
-        return TraceWorkload(fmt, replay.horizon_s, work=replay.work, note=note)
-    if fmt == "philly":
-        work = philly.load_philly_jobs(path, stats=stats)
-    elif fmt == "pai":
-        jobs, tasks = _pai_tables(path)
-        work = pai.load_pai(jobs, tasks, gpus_per_node, stats=stats)
-    elif fmt == "tiresias":
-        work = tiresias.load_tiresias(path, gpus_per_node)
-    elif fmt == "dlrm":
-        return _dlrm(path)
-    elif fmt in REQUEST_TRACES:
-        return _request_trace(path, fmt, cluster, slo_p99_ms)
-    else:
+    loader = LOADERS.get(fmt)
+    if loader is None:
         raise TraceFormatError(f"--format: unknown format '{fmt}' (known: {', '.join(FORMATS)})")
+    return loader(path, cluster, slo_p99_ms)
+
+
+def _gpus_per_node(cluster: Cluster) -> int:
+    """The node size of the loaders that split a job into gangs: the cluster's largest node."""
+    return max(len(n.gpu_ids) for n in cluster.nodes)
+
+
+def _jobs(path: Path, fmt: str, work: list[WorkItem], stats: LoadStats) -> TraceWorkload:
+    """A job trace's workload: its jobs on their own times, over their span (+ 1 s)."""
     if not work:
         raise ValueError(f"{path}: no job of this {fmt} trace can be replayed ({_skips(stats)})")
     horizon = max(w.job.submit_time + w.duration_s for w in work) + 1.0
     note = f"{fmt} replay: {len(work)} jobs ({_skips(stats)})"
     return TraceWorkload(fmt, horizon, work=work, note=note)
+
+
+def _philly(path: Path, cluster: Cluster, slo_p99_ms: float | None) -> TraceWorkload:
+    stats = LoadStats()
+    return _jobs(path, "philly", philly.load_philly_jobs(path, stats=stats), stats)
+
+
+def _pai(path: Path, cluster: Cluster, slo_p99_ms: float | None) -> TraceWorkload:
+    stats = LoadStats()
+    jobs, tasks = _pai_tables(path)
+    work = pai.load_pai(jobs, tasks, _gpus_per_node(cluster), stats=stats)
+    return _jobs(path, "pai", work, stats)
+
+
+def _tiresias(path: Path, cluster: Cluster, slo_p99_ms: float | None) -> TraceWorkload:
+    work = tiresias.load_tiresias(path, _gpus_per_node(cluster))
+    return _jobs(path, "tiresias", work, LoadStats())  # the loader skips nothing
+
+
+def _openb(path: Path, cluster: Cluster, slo_p99_ms: float | None) -> TraceWorkload:
+    replay = openb_replay(path, cluster)
+    note = f"openb replay: {len(replay.work)} pods ({replay.skipped} CPU-only pods left out)"
+    return TraceWorkload("openb", replay.horizon_s, work=replay.work, note=note)
 
 
 def _skips(stats: LoadStats) -> str:
@@ -172,7 +190,7 @@ def _pai_tables(path: Path) -> tuple[Path, Path]:
     )
 
 
-def _dlrm(path: Path) -> TraceWorkload:
+def _dlrm(path: Path, cluster: Cluster, slo_p99_ms: float | None) -> TraceWorkload:
     gpu = [i for i in serving_traces.read_dlrm_instances(path) if i.gpu_request > 0]
     if not gpu:
         raise ValueError(f"{path}: no GPU replicas (gpu_request > 0)")
@@ -201,7 +219,7 @@ def _dlrm(path: Path) -> TraceWorkload:
 
 
 def _request_trace(
-    path: Path, fmt: str, cluster: Cluster, slo_p99_ms: float | None
+    fmt: str, path: Path, cluster: Cluster, slo_p99_ms: float | None
 ) -> TraceWorkload:
     fence = next(
         (n for n, p in cluster.partitions.items() if WorkloadClass.SERVING in p.admits), None
@@ -212,11 +230,7 @@ def _request_trace(
             "admits serving"
         )
     demand = Demand(trace=f"{fmt}:{path}")
-    curve: RequestDemand = (
-        serving_traces.load_azure_llm(path, bin_s=demand.bin_s)
-        if fmt == "azure-llm"
-        else serving_traces.load_sd_requests(path, bin_s=demand.bin_s)
-    )
+    curve: RequestDemand = _REQUEST_CURVES[fmt](path, demand.bin_s)
     service_ms = curve.service_s_mean * 1000.0
     if service_ms <= 0:
         raise ValueError(f"{path}: no request with a service time: nothing to serve")
@@ -237,3 +251,26 @@ def _request_trace(
         f"mean service {service_ms:,.0f} ms, p99 SLO {slo:,.0f} ms, served in '{fence}'"
     )
     return TraceWorkload(fmt, curve.duration_s, services=[svc], note=note)
+
+
+Loader = Callable[[Path, Cluster, float | None], TraceWorkload]
+"""A format's loader: (the file, the cluster it replays on, a request trace's p99 SLO in ms)."""
+
+# a request trace's rate curve: (the file, the bin width in s)
+_REQUEST_CURVES: dict[str, Callable[[Path, float], RequestDemand]] = {
+    "azure-llm": serving_traces.load_azure_llm,
+    "sd": serving_traces.load_sd_requests,
+}
+
+# Every format ``--format`` names, in the order messages list them; a new format is one entry
+# here (and, to be detected without ``--format``, its columns in ``detect``).
+LOADERS: dict[str, Loader] = {
+    "philly": _philly,
+    "pai": _pai,
+    "tiresias": _tiresias,
+    "dlrm": _dlrm,
+    "openb": _openb,
+    "azure-llm": partial(_request_trace, "azure-llm"),
+    "sd": partial(_request_trace, "sd"),
+}
+FORMATS = tuple(LOADERS)
