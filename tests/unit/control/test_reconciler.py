@@ -533,3 +533,23 @@ def test_a_cancel_that_comes_before_a_failed_binds_exit_moves_it_legally(tmp_pat
     assert rig.cancel(second.job_id) == st.STOPPING  # taken before the empty launch's exit
     row = rig.job(second.job_id)
     assert row.state == st.FAILED
+
+
+def test_a_decision_against_the_stored_lifecycle_is_undone_alone(tmp_path: Path) -> None:
+    """A Stop for a job the store already has ended (its exit won) would move it failed ->
+    stopping, which the store refuses: that decision is undone in its own savepoint and logged,
+    and the cycle's other decisions (here a bind) are persisted and carried out. Before, the
+    refusal failed the whole cycle, and its binds were lost (seen under CI load: a serving
+    surge never placed)."""
+    import sqlite3
+
+    rig = ReconcilerRig.make(tmp_path, shared(2))
+    first = rig.submit(command=["sleep", "100"], gpus=1, time_limit_s=10)
+    assert rig.job(first.job_id).state == st.RUNNING
+    with sqlite3.connect(rig.store.path) as c:  # its exit persisted, the core not told yet
+        c.execute("UPDATE jobs SET state='failed' WHERE id=?", (first.job_id,))
+    rig.advance(11)  # past the time limit: the core stops it
+    second = rig.submit(command=["true"], gpus=1)  # and binds this in the same cycle
+    assert rig.job(second.job_id).state in (st.STARTING, st.RUNNING)
+    assert rig.job(first.job_id).state == st.FAILED
+    assert "not-applied" in rig.event_kinds(first.job_id)

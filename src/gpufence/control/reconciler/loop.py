@@ -82,7 +82,7 @@ from gpufence.control.reconciler.item_writes import (
 from gpufence.control.reconciler.job_writes import write_action
 from gpufence.control.reconciler.seam import JobStore, JobTx
 from gpufence.control.store import database as st
-from gpufence.control.store.errors import StoreUnavailable, unavailable
+from gpufence.control.store.errors import IllegalStateChange, StoreUnavailable, unavailable
 from gpufence.model.decisions import Decision, Reason
 from gpufence.model.events import (
     Activity,
@@ -501,7 +501,7 @@ class Reconciler:
                 for kind, message in lines:
                     tx.log(now, None, kind, "", message)
                 for d in u.decisions:
-                    write_decision(self.ctx, tx, d, now, act)
+                    self._write_decision(tx, d, now, act)
                 settle_stopped(self.ctx, tx, u.events, now)
                 for jid, why in u.poisoned.items():
                     write_poisoned(self.ctx, tx, jid, why, now, act)
@@ -511,6 +511,18 @@ class Reconciler:
         self._unsaved = None
         failpoints.hit("reconciler.after-decisions-commit")
         return act
+
+    def _write_decision(self, tx: JobTx, d: Decision, now: float, act: Pending) -> None:
+        """One decision in a savepoint of its own: a decision that would move a job against the
+        lifecycle as the store has it (a Stop for a job whose exit the store already ended) is
+        undone alone and logged; the cycle's other decisions stand."""
+        try:
+            with tx.savepoint():
+                write_decision(self.ctx, tx, d, now, act)
+        except IllegalStateChange as exc:
+            job = getattr(d, "job_id", None)
+            log.error("%s of job %s not applied: %s", type(d).__name__, escape(job), exc)
+            tx.log(now, job, "not-applied", str(d.reason), f"{type(d).__name__}: {exc}")
 
     def _wrong_homes(self, homes: list[Home]) -> list[tuple[str, str, str]]:
         """(job, partition, queue) of each new job stored with another home than the one the
