@@ -215,6 +215,26 @@ def test_a_notice_without_ack_becomes_a_stop_at_its_deadline(tmp_path: Path) -> 
     assert rig.job(train).state == st.STOPPING
 
 
+
+def test_a_job_killed_during_its_notice_is_requeued_in_the_store_as_in_the_core(
+    tmp_path: Path,
+) -> None:
+    """A checkpointable job that goes down during an incident notice (killed by the notice
+    signal, -10) is a stop the core did itself: it requeues it (Stop, Requeue). The store
+    follows those decisions: running -> stopping -> pending, never 'failed' first (which the
+    lifecycle then refused to move, leaving the store and the core apart)."""
+    rig = ReconcilerRig.make(tmp_path, fenced())
+    rig.submit(**SERVE)
+    train = rig.submit(command=["train"], gpus=3, checkpointable=True).job_id
+    rig.submit(**SERVE)
+    assert rig.ex.calls[-1] == f"notice {train}/1"
+    rig.ex.exit(train, 1, (-10,))
+    rig.cycle()
+    row = rig.job(train)
+    assert (row.state, row.attempt) == (st.PENDING, 2)
+    assert "not-applied" not in rig.event_kinds(train)
+
+
 # ---------------------------------------------------------------------- exits
 @pytest.mark.parametrize(
     ("codes", "state", "exit_code", "reason"),

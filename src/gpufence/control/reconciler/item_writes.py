@@ -29,6 +29,7 @@ from gpufence.control.reconciler.inbox import (
 )
 from gpufence.control.reconciler.job_writes import insert_job, prepare, write_array
 from gpufence.control.store import database as st
+from gpufence.model.decisions import Reason
 from gpufence.model.events import (
     CheckpointAck,
     JobCancelled,
@@ -207,6 +208,15 @@ def write_exit(ctx: WriteContext, tx: JobTx, ev: AttemptExit, now: float, staged
     else:  # also a stop decided that no member's command lived to get: every one exited 0
         # on its own first (the work is done; one that exits 0 on the stop's SIGTERM is
         # requeued above)
+        core = ctx.scheduler.jobs().get(jid)
+        notice = core.notice if core is not None else None
+        if not ev.succeeded and notice is not None and notice.reason is not Reason.IDLE:
+            # it went down during a notice (e.g. killed by the notice signal): the core takes
+            # that as a stop it did itself and decides it (Stop, then Requeue unless a time
+            # limit), so the store follows those decisions instead of ending the job here
+            staged.events.append(JobFinished(jid, False))
+            tx.set_job(jid, exit_code=code)
+            return
         write_finished(tx, live, ev, end, (msg, strays), staged)
 
 
