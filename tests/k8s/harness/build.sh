@@ -76,7 +76,16 @@ fi
 export CGO_ENABLED=0
 export GOFLAGS="${GOFLAGS:+$GOFLAGS }-mod=readonly -buildvcs=false"
 JOBS="${GPUFENCE_K8S_BUILD_JOBS:-$(nproc 2>/dev/null || echo 2)}"
-BUILD=("$GO" build -p "$JOBS" -trimpath -ldflags='-s -w')
+# the version stamps upstream's release build sets (hack/lib/version.sh), so that --version and
+# GET /version say v1.x.y instead of v0.0.0-master
+K8S_MINOR="${K8S_VERSION#v*.}"; K8S_MINOR="${K8S_MINOR%%.*}"
+K8S_MAJOR="${K8S_VERSION#v}"; K8S_MAJOR="${K8S_MAJOR%%.*}"
+K8S_LDFLAGS="-s -w"
+for pkg in k8s.io/client-go/pkg/version k8s.io/component-base/version; do
+  K8S_LDFLAGS+=" -X $pkg.gitVersion=$K8S_VERSION -X $pkg.gitMajor=$K8S_MAJOR"
+  K8S_LDFLAGS+=" -X $pkg.gitMinor=$K8S_MINOR -X $pkg.gitTreeState=clean"
+done
+BUILD=("$GO" build -p "$JOBS" -trimpath)
 
 echo "build.sh: $("$GO" version); k8s.io/kubernetes $K8S_VERSION, etcd $ETCD_VERSION -> $OUT" >&2
 rm -f "$OUT/.inputs.sha256"
@@ -85,11 +94,11 @@ trap 'rm -rf "$TMP"' EXIT
 
 start=$SECONDS
 echo "build.sh: building etcd" >&2
-(cd etcd && "${BUILD[@]}" -o "$TMP/etcd" ./cmd/etcd)
+(cd etcd && "${BUILD[@]}" -ldflags='-s -w' -o "$TMP/etcd" ./cmd/etcd)
 echo "build.sh: building kube-scheduler" >&2
-"${BUILD[@]}" -o "$TMP/kube-scheduler" ./cmd/kube-scheduler
+"${BUILD[@]}" -ldflags="$K8S_LDFLAGS" -o "$TMP/kube-scheduler" ./cmd/kube-scheduler
 echo "build.sh: building kube-apiserver (the long one)" >&2
-"${BUILD[@]}" -o "$TMP/kube-apiserver" ./cmd/kube-apiserver
+"${BUILD[@]}" -ldflags="$K8S_LDFLAGS" -o "$TMP/kube-apiserver" ./cmd/kube-apiserver
 
 for b in "${BINARIES[@]}"; do mv -f "$TMP/$b" "$OUT/$b"; done
 printf 'k8s.io/kubernetes %s\ngo.etcd.io/etcd/server/v3 %s\n%s\n' \
