@@ -1,4 +1,4 @@
-"""The operating wisdom the rules encode, quoted from the source documents (DESIGN.md's seeds).
+"""The operating wisdom the rules encode, quoted from the project's seed documents.
 
 The advice texts quote these so that a reader sees the reason in the words platform teams use,
 not only a threshold. Each constant is one sentence or two, verbatim.

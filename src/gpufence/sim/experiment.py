@@ -11,7 +11,7 @@ reduced to ``metrics.json`` with each policy's advice.
 
 ``gpufence sim`` is this call between its argument checks and its tables. ``result.metrics`` is
 the top of ``metrics.json``: the scenario, the cluster, the first seed and its ``policies``
-(docs/architecture.md §7, one object per policy from ``sim.policy_run``), and with several seeds
+(docs/architecture.md §9, one object per policy from ``sim.policy_run``), and with several seeds
 ``seeds``, ``by_seed`` and ``intervals`` (each headline figure's mean and 95 % interval,
 ``sim.headline``). The advice (``sim.advice_run``) is that of the first seed's runs.
 """

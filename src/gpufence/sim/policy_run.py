@@ -1,7 +1,7 @@
 """One policy's run of a scenario, reduced to its object in metrics.json (``run_policy``);
 the experiment over seeds and policies is ``sim.experiment.run_experiment``.
 
-Schema (docs/architecture.md §7), one object per policy: submitted, completed, rejected,
+Schema (docs/architecture.md §9), one object per policy: submitted, completed, rejected,
 queue_delay_s, jct_s, serving {p99_ms, slo_ms, slo_attainment}, gpu {utilization, allocation_ratio,
 fragmentation}, preemptions {count, gpu_hours_lost, by_reason}, reclaims {count,
 gpu_hours_returned}, invariant_violations — plus extras: the same delays over all jobs with the
