@@ -13,10 +13,9 @@ What this package does, one module each:
   nodes): v1 ``devices.deny`` entries, or a v2 BPF device program;
 * ``members``: ``Containment``, what an executor holds: names and creates the cgroups of a
   launch's members, re-opens them on adoption (the job's directories are
-  ``executors/jobdirs.py``'s, the same with and without containment);
-* ``settings``: the ``control.containment`` section;
+  ``base/jobdirs.py``'s, the same with and without containment);
 * ``spares`` and ``prestart``: members forked ahead of time into spare cgroups (v1);
-* ``forkserver``: a pre-started process that forks launchers (``executors/launcher.py``), so a
+* ``forkserver``: a pre-started process that forks launchers (``base/launcher.py``), so a
   member starts in ~1 ms instead of a fresh interpreter's ~25 ms.
 
 Nothing is imported here: the fork server imports ``forkserver`` alone, with the standard

@@ -1,6 +1,6 @@
 """What ``/metrics`` and the series read from the live scheduler state, in one pass each.
 
-Like ``control/views.py``, every function takes the reconciler and runs on its thread
+Like ``observe/views.py``, every function takes the reconciler and runs on its thread
 (``Reconciler.call``): a consistent ledger between two cycles. ``gauges`` feeds the Prometheus
 collectors; ``serving_state`` tells the observatory which serving replicas run (and where to
 scrape them), how many each deployment has and wants, and how long each class's oldest job has

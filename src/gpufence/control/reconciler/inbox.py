@@ -1,6 +1,6 @@
 """What flows into the reconciler (its inbox items) and what it keeps per running job.
 
-Kept apart from the loop itself (``reconciler.py``) so that the loop reads as one cycle.
+Kept apart from the loop itself (``loop.py``) so that the loop reads as one cycle.
 *Requests* (``Submit``, ``Cancel``) wait on a future: if the store cannot take them they fail
 with ``StoreUnavailable`` and the client retries. *Observations* (``AttemptExit``, ``Ack``,
 ``NodeEvent``) have nobody to retry them: the reconciler holds each one until a cycle has

@@ -4,7 +4,7 @@ What the job gets from its tenant and its submit request: the Unix user (``run_a
 tenant, else the default), the limits per member (``--cpus``, ``--mem``, the configured pids
 limit), its command, cwd and environment. The environment here is the job's own ``--env`` plus
 the server variables named by ``control.job_env_inherit``; the executor adds the allow-listed
-part of its own environment and gpufence's variables (``executors/memberenv.py``).
+part of its own environment and gpufence's variables (``base/memberenv.py``).
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ For every job the store says is not finished:
   scheduler, which could not handle it.
 
 Fair-share usage comes back as it was last saved (every 30 s and at a clean stop, see
-``reconciler.USAGE_SAVE_S``), decayed to now; GPUs held while the plane was down are not charged.
+``loop.USAGE_SAVE_S``), decayed to now; GPUs held while the plane was down are not charged.
 Incident preemption budgets come back exactly (saved with each notice,
 ``SchedulerQuery.preemption_windows``): a crash loop does not refill them.
 

@@ -1,1 +1,2 @@
-"""Durable control-plane state: the SQLite store and crash recovery from it."""
+"""Durable control-plane state: the SQLite store (recovery from it is
+``control/recovery``)."""
