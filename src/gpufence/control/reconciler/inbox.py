@@ -18,7 +18,7 @@ from typing import Any
 from gpufence.control.base.executor import AttemptExit, Launch
 from gpufence.control.base.jobspec import SubmitRequest
 from gpufence.model.decisions import Decision
-from gpufence.model.events import Event
+from gpufence.model.events import Event, JobRestored, JobSubmitted
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,3 +209,11 @@ class Unsaved:
 
 
 Item = Submit | Cancel | Action | Call | Ack | NodeEvent | AttemptExit | None
+
+
+def job_of(ev: Event) -> str | None:
+    """The job an event is about (None: a node or cluster event)."""
+    if isinstance(ev, JobSubmitted | JobRestored):
+        return ev.job.id
+    job_id = getattr(ev, "job_id", None)
+    return job_id if isinstance(job_id, str) else None

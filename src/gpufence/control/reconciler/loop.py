@@ -71,6 +71,7 @@ from gpufence.control.reconciler.inbox import (
     Submit,
     SubmitResult,
     Unsaved,
+    job_of,
     reply,
 )
 from gpufence.control.reconciler.item_writes import (
@@ -101,13 +102,6 @@ RETRY_S = 1.0  # while the store refuses writes, held observations are retried t
 GATHER_S = 0.002  # at most this long a request waits for others to share its commit
 GATHER_MAX = 256  # a batch this large commits at once
 T = TypeVar("T")
-
-
-def _job_of(ev: Event) -> str | None:
-    if isinstance(ev, JobSubmitted | JobRestored):
-        return ev.job.id
-    job_id = getattr(ev, "job_id", None)
-    return job_id if isinstance(job_id, str) else None
 
 
 class Reconciler:
@@ -441,7 +435,7 @@ class Reconciler:
                 len(events),
             )
         for ev in events:
-            jid = _job_of(ev)
+            jid = job_of(ev)
             if isinstance(ev, JobSubmitted | JobRestored) and ev.job.id in self.scheduler.jobs():
                 continue  # applied before the step raised
             try:
