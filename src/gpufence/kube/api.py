@@ -99,6 +99,20 @@ class KubeApi:
                 message = resp.text
             raise CallFailed(resp.status_code, message)
 
+    def get_raw(self, path: str) -> dict[str, object] | None:
+        """A GET of any object as plain JSON; None when it does not exist (404)."""
+        http: httpx.Client = self.client._client._client  # see _write
+        resp = http.get(path, headers={"Accept": "application/json"})
+        if resp.status_code == 404:
+            return None
+        if resp.status_code >= 300:
+            raise CallFailed(resp.status_code, resp.text[:500])
+        body = resp.json()
+        return body if isinstance(body, dict) else None
+
+    def write_raw(self, method: str, path: str, body: object) -> None:
+        self._write(method, path, body)
+
     def bind(self, namespace: str, pod: str, node: str, annotations: dict[str, str]) -> None:
         """One bind; the binding's annotations land on the pod in the same write (the API
         server copies them), so a bound pod always carries its placement note."""
