@@ -326,6 +326,21 @@ class KubeCluster:
             self._procs.remove(proc)
             proc.stop()
 
+    def restart_apiserver(self, down_s: float = 1.0) -> None:
+        """Stop kube-apiserver and start it again on the same port (etcd keeps the data): what
+        clients see when the control plane is upgraded or crashes -- every watch breaks."""
+        proc = next(p for p in self._procs if p.name == "kube-apiserver")
+        proc.stop()
+        self._procs.remove(proc)
+        time.sleep(down_s)
+        fresh = _Proc(
+            "kube-apiserver",
+            [self.binary("kube-apiserver"), *self.apiserver_args()],
+            self._log("kube-apiserver"),
+        )
+        self._procs.append(fresh)
+        self._wait(fresh, self._readyz_ok, self.ready_timeout, raise_on_exit=True)
+
     def _wait(self, proc: _Proc, probe: Any, timeout: float, *, raise_on_exit: bool) -> bool:
         """Polls ``probe()`` until true. False when the process exits (and ``raise_on_exit`` is
         false); ClusterError on timeout."""

@@ -15,8 +15,12 @@ import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
+import secrets
+
+import kobjects as k
 import pytest
 from cluster import ClusterError, KubeCluster
+from kenv import FENCED, Env
 
 HARNESS = Path(__file__).resolve().parent / "harness"
 BUILD_SCRIPT = HARNESS / "build.sh"
@@ -94,3 +98,17 @@ def k8s_cluster(
         yield cluster
     finally:
         cluster.close()
+
+
+@pytest.fixture
+def env(k8s_cluster: KubeCluster, tmp_path: Path) -> Iterator[Env]:
+    run = f"r{secrets.token_hex(3)}"
+    sched = f"gpufence-{run}"
+    config = tmp_path / "cluster.yaml"
+    config.write_text(FENCED.format(run=run, sched=sched))
+    e = Env(k8s_cluster, k.namespace(k8s_cluster, f"ns-{run}"), run, sched, config, tmp_path, [])
+    try:
+        yield e
+    finally:
+        for p in e.procs:
+            p.stop()

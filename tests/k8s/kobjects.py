@@ -185,3 +185,11 @@ def scheduled_condition(p: dict[str, Any]) -> dict[str, Any] | None:
         if cond.get("type") == "PodScheduled":
             return dict(cond)
     return None
+
+
+def get_pod_or_none(kc: KubeCluster, ns: str, pod_name: str) -> dict[str, Any] | None:
+    status, body = kc.request("GET", f"/api/v1/namespaces/{ns}/pods/{pod_name}")
+    if status == 404:
+        return None
+    assert status == 200, body
+    return dict(body)
