@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
-
-import secrets
 
 import kobjects as k
 import pytest
