@@ -192,3 +192,31 @@ def test_k8s_standby_takes_over_when_the_leader_dies(env: Env) -> None:
     pod = env.pod(gpus=1)
     env.bound(pod)
     assert "gpufence_k8s_leader 1.0" in second.get("/metrics")
+
+
+def test_k8s_status_verb_metrics_and_page_say_who_holds_what(env: Env) -> None:
+    import subprocess
+    import sys
+
+    env.node("training", gpus=4)
+    s = env.start()
+    s.wait_ready()
+    env.bound(env.pod(gpus=3))
+    out = subprocess.run(
+        [sys.executable, "-m", "gpufence", "k8s", "status", "--url", s.url, "-o", "json"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    fences = {f["name"]: f for f in json.loads(out)["fences"]}
+    assert (fences["training"]["capacity_gpus"], fences["training"]["used_gpus"]) == (4, 3.0)
+    assert fences["serving"]["capacity_gpus"] == 0
+    assert 'gpufence_partition_used_gpus{partition="training"} 3.0' in s.get("/metrics")
+    assert "<h2>Fences</h2>" in s.get("/")
+    table = subprocess.run(
+        [sys.executable, "-m", "gpufence", "k8s", "status", "--url", s.url],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "training" in table and "FENCE" in table

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -130,7 +131,8 @@ def status(
     if output == "json":
         typer.echo(json.dumps(body, indent=2))
         return
-    console = Console()
+    # piped: wide enough that no column is folded (a script greps the rows)
+    console = Console() if sys.stdout.isatty() else Console(width=200)
     t = Table(
         "FENCE", "NODES", "GPUS", "USED", "LENT", "BORROWED", "RUNNING", "PENDING", "LARGEST GANG"
     )

@@ -6,13 +6,14 @@ leader, so a Service in front of the replicas reaches the one that schedules).
 
 from __future__ import annotations
 
+import html
 import threading
 from collections.abc import Iterator
 from typing import Any
 
 import uvicorn
 from fastapi import FastAPI
-from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -95,6 +96,15 @@ def make_app(loop: KubeScheduler, elector: LeaderElector | None) -> FastAPI:
     def metrics() -> Response:
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
+    @app.get("/", response_class=HTMLResponse)
+    def dashboard() -> HTMLResponse:
+        """Who holds what, as a page that refreshes itself (the figures of /v1/fences)."""
+        with loop.lock:
+            core = loop.core
+            fence_rows = status.fences(core) if core is not None else []
+            queue_rows = status.queues(core) if core is not None else []
+        return HTMLResponse(_page(fence_rows, queue_rows, elector))
+
     @app.get("/v1/fences")
     def fences() -> JSONResponse:
         with loop.lock:
@@ -107,6 +117,30 @@ def make_app(loop: KubeScheduler, elector: LeaderElector | None) -> FastAPI:
         return JSONResponse(body)
 
     return app
+
+
+def _table(rows: list[dict[str, Any]], keys: list[str]) -> str:
+    head = "".join(f"<th>{html.escape(k)}</th>" for k in keys)
+    body = "".join(
+        "<tr>" + "".join(f"<td>{html.escape(str(r.get(k, '')))}</td>" for k in keys) + "</tr>"
+        for r in rows
+    )
+    return f"<table><tr>{head}</tr>{body}</table>"
+
+
+def _page(fence_rows: list[dict[str, Any]], queue_rows: list[dict[str, Any]], elector: Any) -> str:
+    who = "this replica leads" if elector is None or elector.leading.is_set() else "standby"
+    fence_keys = ["name", "nodes", "capacity_gpus", "used_gpus", "lent_gpus", "borrowed_gpus"]
+    fence_keys += ["running", "pending", "largest_gang"]
+    queue_keys = ["name", "partition", "tenant", "nominal_gpus", "used_gpus", "borrowed_gpus"]
+    queue_keys += ["running", "pending"]
+    return (
+        "<!doctype html><meta charset=utf-8><meta http-equiv=refresh content=5>"
+        "<title>gpufence fences</title><style>body{font:14px sans-serif}"
+        "td,th{padding:2px 8px;text-align:right}</style>"
+        f"<h1>gpufence on Kubernetes</h1><p>{who}</p><h2>Fences</h2>"
+        f"{_table(fence_rows, fence_keys)}<h2>Queues</h2>{_table(queue_rows, queue_keys)}"
+    )
 
 
 def serve(app: FastAPI, host: str, port: int) -> threading.Thread:

@@ -317,7 +317,9 @@ class Tracker:
                 for p in core.pods:
                     pod = self.pods.get(f"{core.namespace}/{p}")
                     if pod is not None:
-                        self._refuse(pod, f"{d.reason.value}: {d.message}")
+                        # the core speaks the CLI's words; a pod names its queue by label
+                        text = d.message.replace("--queue", f"the label {names.LABEL_QUEUE}")
+                        self._refuse(pod, f"{d.reason.value}: {text}")
             elif isinstance(d, Requeue | MigReconfigure):
                 pass  # a requeued job was dropped when its pods went (see the module doc)
 
