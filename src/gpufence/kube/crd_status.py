@@ -89,7 +89,7 @@ class StatusPublisher:
                 self._put(path, plural, obj)
                 self._sent[path] = obj
             except CallFailed as exc:
-                if exc.code == 404 and "the server could not find" in exc.message.lower():
+                if exc.code == 404:  # the collection itself is unknown: no CRD
                     log.warning(
                         "Fence/Queue CRDs are not installed (deploy/01-crds.yaml): no status"
                     )
