@@ -414,3 +414,48 @@ def test_a_pod_the_core_rejected_is_not_submitted_again_on_its_next_update() -> 
     t.pod_seen(huge)  # the watch shows our own condition write: nothing new to submit
     events, actions = _cycle(t, s, 1001.0)
     assert events == [] and actions == []
+
+
+def test_mig_pods_land_on_mig_fences_and_a_layout_mismatch_is_named() -> None:
+    data = {
+        "name": "m",
+        "partitions": {
+            "mig": {
+                "node_selector": {},
+                "admits": ["batch"],
+                "sharing": "mig",
+                "mig": {"layout": ["3g.40gb", "1g.10gb@4", "1g.10gb@5", "1g.10gb@6"]},
+            }
+        },
+        "queues": [{"name": "q", "partition": "mig", "tenant": "team"}],
+    }
+    spec = fence_spec_from_dict(data)
+    good = ObservedNode(
+        "m0",
+        {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3", "nvidia.com/gpu.count": "2"},
+        0,
+        {"3g.40gb": 2, "1g.10gb": 6},
+        64000,
+        512 * 1024,
+        True,
+    )
+    bad = ObservedNode("m1", good.labels, 0, {"1g.10gb": 14}, 64000, 512 * 1024, True)
+    hw = build_hardware(spec, [good, bad])
+    assert [len(n.gpu_ids) for n in hw.cluster.nodes] == [2, 2]
+    assert hw.problems == (
+        "node m1: offers MIG instances 1g.10gb=14, fence mig lays out 1g.10gb=6, 3g.40gb=2",
+    )
+    from dataclasses import replace
+
+    mig_pod = replace(
+        pod("p", labels={"gpufence.io/class": "batch"}),
+        requests={"nvidia.com/mig-3g.40gb": Decimal(1)},
+    )
+    ask = read_pod(mig_pod, spec.policy.queues)
+    assert isinstance(ask, PodAsk) and ask.job.request.mig_profile == "3g.40gb"
+    t = Tracker("gpufence", spec.policy.queues)
+    s = Scheduler(hw.cluster)
+    t.pod_seen(ask.pod)
+    _, actions = _cycle(t, s, 1000.0)
+    (bind,) = [a for a in actions if isinstance(a, BindPod)]
+    assert bind.note.plan[0].mig_profile == "3g.40gb"
