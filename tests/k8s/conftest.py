@@ -24,6 +24,10 @@ from kenv import FENCED, Env
 HARNESS = Path(__file__).resolve().parent / "harness"
 BUILD_SCRIPT = HARNESS / "build.sh"
 BINARIES = ("kube-apiserver", "kube-scheduler", "etcd")
+GANG_API = [
+    "--runtime-config=scheduling.k8s.io/v1beta1=true",
+    "--feature-gates=GenericWorkload=true",
+]
 BUILD_TIMEOUT_S = 3600  # a cold kube-apiserver build on 2 cores is ~10-25 minutes
 
 
@@ -88,7 +92,9 @@ def k8s_cluster(
     if shutil.which("openssl") is None:
         _unavailable("the openssl CLI is needed to make the test cluster's certificates")
     work = tmp_path_factory.mktemp("k8s")
-    cluster = KubeCluster(k8s_bin_dir, work)
+    # Kubernetes' own gang API (PodGroups, beta in 1.37) is served, as a cluster that wants
+    # gangs would turn it on; the annotation pair is tested beside it
+    cluster = KubeCluster(k8s_bin_dir, work, extra_apiserver_args=GANG_API)
     try:
         cluster.start()
     except ClusterError as e:

@@ -100,6 +100,7 @@ def pod(
     annotations: dict[str, str] | None = None,
     scheduler: str = "gpufence",
     resources: dict[str, str] | None = None,
+    group: str = "",
 ) -> str:
     pod_name = pod_name or name("pod")
     limits = resources if resources is not None else {GPU: str(gpus)}
@@ -112,8 +113,21 @@ def pod(
             "containers": [{"name": "main", "image": "busybox", "resources": {"limits": limits}}],
         },
     }
+    if group:
+        body["spec"]["schedulingGroup"] = {"podGroupName": group}  # type: ignore[index]
     ok(kc, "POST", f"/api/v1/namespaces/{ns}/pods", body, 201)
     return pod_name
+
+
+def pod_group(kc: KubeCluster, ns: str, group: str, min_count: int | None) -> None:
+    policy = {"gang": {"minCount": min_count}} if min_count is not None else {"basic": {}}
+    body = {
+        "apiVersion": "scheduling.k8s.io/v1beta1",
+        "kind": "PodGroup",
+        "metadata": {"name": group},
+        "spec": {"schedulingPolicy": policy},
+    }
+    ok(kc, "POST", f"/apis/scheduling.k8s.io/v1beta1/namespaces/{ns}/podgroups", body, 201)
 
 
 def gang(

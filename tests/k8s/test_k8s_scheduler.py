@@ -220,3 +220,28 @@ def test_k8s_status_verb_metrics_and_page_say_who_holds_what(env: Env) -> None:
         check=True,
     ).stdout
     assert "training" in table and "FENCE" in table
+
+
+def test_k8s_podgroup_gang_from_the_kubernetes_gang_api(env: Env) -> None:
+    env.node("training", gpus=4)
+    env.node("training", gpus=4)
+    env.start().wait_ready()
+    # pods first, their PodGroup later: they wait for it, saying so
+    pods = [env.pod(f"w-{i}", gpus=2, group="train-job") for i in range(3)]
+    cond = k.wait(
+        "a waiting reason", lambda: k.scheduled_condition(k.get_pod(env.kc, env.ns, pods[0]))
+    )
+    assert "PodGroup train-job" in cond["message"]
+    k.pod_group(env.kc, env.ns, "train-job", 4)
+    k.wait(
+        "the count",
+        lambda: (
+            "3 of 4"
+            in (k.scheduled_condition(k.get_pod(env.kc, env.ns, pods[0])) or {}).get("message", "")
+        ),
+    )
+    assert not any(k.node_of(env.kc, env.ns, p) for p in pods)
+    pods.append(env.pod("w-3", gpus=2, group="train-job"))
+    assert len({env.bound(p) for p in pods}) == 2
+    plan = json.loads(_note(k.get_pod(env.kc, env.ns, "w-0"))["gpufence.io/gang-plan"])
+    assert sorted(m["pod"] for m in plan) == ["w-0", "w-1", "w-2", "w-3"]

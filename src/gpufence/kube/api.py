@@ -18,6 +18,7 @@ import httpx2 as httpx
 from lightkube import ApiError, Client, KubeConfig
 from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.core_v1 import Node, Pod
+from lightkube.resources.scheduling_v1beta1 import PodGroup
 
 from gpufence.kube import names
 
@@ -68,6 +69,26 @@ class KubeApi:
         it = self.client.list(Node, chunk_size=2000)
         items = list(it)
         return items, it.resourceVersion
+
+    def serves_pod_groups(self) -> bool:
+        """Whether the API server serves Kubernetes' gang API (scheduling.k8s.io/v1beta1
+        PodGroups: beta in 1.37, off unless the runtime config turns it on)."""
+        try:
+            found = self.get_raw("/apis/scheduling.k8s.io/v1beta1")
+        except CallFailed:
+            return False
+        resources = found.get("resources") if found else None
+        return isinstance(resources, list) and any(
+            isinstance(r, dict) and r.get("name") == "podgroups" for r in resources
+        )
+
+    def list_pod_groups(self) -> tuple[list[Any], str]:
+        it = self.client.list(PodGroup, namespace="*", chunk_size=2000)
+        items = list(it)
+        return items, it.resourceVersion
+
+    def watch_pod_groups(self, version: str) -> Iterator[tuple[str, Any]]:
+        return self.client.watch(PodGroup, namespace="*", resource_version=version)
 
     def watch_pods(self, version: str) -> Iterator[tuple[str, Any]]:
         return self.client.watch(Pod, namespace="*", resource_version=version)

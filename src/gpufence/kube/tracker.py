@@ -59,9 +59,16 @@ class CoreJob:
 
 
 class Tracker:
-    def __init__(self, scheduler_name: str, queues: Mapping[str, QueueSpec]) -> None:
+    def __init__(
+        self,
+        scheduler_name: str,
+        queues: Mapping[str, QueueSpec],
+        groups: Mapping[str, int | None] | None = None,
+    ) -> None:
         self.scheduler_name = scheduler_name
         self.queues = queues
+        # PodGroups (namespace/name -> gang minCount, None: no gang policy), kept by the loop
+        self.groups: Mapping[str, int | None] = groups if groups is not None else {}
         self.jobs: dict[str, CoreJob] = {}
         self.asks: dict[str, dict[str, PodAsk]] = {}  # job id -> pod key -> ask (not submitted)
         self.problems: dict[str, str] = {}  # pod key -> why it is refused (shown once)
@@ -99,7 +106,7 @@ class Tracker:
         if self._refused.get(pod.key) == (pod.uid, pod.labels, pod.annotations):
             return  # refused as it is; a change (the fix) reads it again
         self._refused.pop(pod.key, None)
-        ask = read_pod(pod, self.queues)
+        ask = read_pod(pod, self.queues, self.groups)
         if isinstance(ask, PodProblem):
             self._refuse(pod, ask.message)
             self._drop_ask(pod.key)
@@ -112,6 +119,16 @@ class Tracker:
             return
         self.asks.setdefault(ask.job.id, {})[pod.key] = ask
         self._dirty_jobs.add(ask.job.id)
+
+    def group_changed(self, key: str) -> None:
+        """A PodGroup appeared, changed or went: read its pods again (their gang size)."""
+        namespace, _, name = key.partition("/")
+        for pod in list(self.pods.values()):
+            if pod.namespace == namespace and pod.group == name and pod.key not in self.pod_job:
+                self._refused.pop(pod.key, None)
+                self.problems.pop(pod.key, None)
+                self._drop_ask(pod.key)
+                self.pod_seen(pod)
 
     def _refuse(self, pod: ObservedPod, message: str) -> None:
         self._refused[pod.key] = (pod.uid, pod.labels, pod.annotations)
@@ -247,7 +264,7 @@ class Tracker:
     def _restore_job(self, cluster: Cluster, jid: str, members: list[ObservedPod]) -> None:
         note = BindNote.read(members[0].annotations)
         assert note is not None
-        ask = read_pod(members[0], self.queues)
+        ask = read_pod(members[0], self.queues, self.groups)
         assignments = assignments_of(cluster, note.plan)
         by_name = {p.name: p for p in members}
         namespace = members[0].namespace
