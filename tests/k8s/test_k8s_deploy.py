@@ -14,6 +14,7 @@ from __future__ import annotations
 import copy
 import http.client
 import json
+import os
 import secrets
 import ssl
 import subprocess
@@ -24,6 +25,7 @@ from typing import Any
 
 import kapply
 import kobjects as k
+import play
 import pytest
 import yaml
 from cluster import GPUFENCE_SCHEDULER_USER, KubeCluster
@@ -260,19 +262,6 @@ def _with_scheduler(docs: list[dict[str, Any]], sched: str) -> list[dict[str, An
     return out
 
 
-def _replicaset_pods(kc: KubeCluster, deployment: dict[str, Any], run: str) -> list[str]:
-    """Make the pods a ReplicaSet would (the harness runs no controllers): the template's."""
-    tmpl = deployment["spec"]["template"]
-    ns, names = deployment["metadata"]["namespace"], []
-    for i in range(deployment["spec"]["replicas"]):
-        name = f"{deployment['metadata']['name']}-{run}-{i}"
-        body = {"apiVersion": "v1", "kind": "Pod", "metadata": {**tmpl["metadata"], "name": name}}
-        body["spec"] = tmpl["spec"]
-        k.ok(kc, "POST", f"/api/v1/namespaces/{ns}/pods", body, 201)
-        names.append(name)
-    return names
-
-
 def test_k8s_deploy_rbac_is_enough_for_the_real_scheduler(
     k8s_cluster: KubeCluster,
     deployed: list[dict[str, Any]],
@@ -314,7 +303,7 @@ def test_k8s_deploy_rbac_is_enough_for_the_real_scheduler(
         deployment = _one(serving_docs, "Deployment")
         deployment["metadata"]["name"] = f"llm-{run}"
         kapply.apply(kc, deployment)
-        served = _replicaset_pods(kc, deployment, run)
+        served = play.replica_pods(kc, deployment)  # the harness runs no controllers
         # the gang, bound whole onto the training fence (4 x 2 GPUs fill both nodes)
         gang_ns = gang[0]["metadata"]["namespace"]
         nodes = [
@@ -451,3 +440,45 @@ def test_k8s_deploy_role_is_least_privilege(
         status, body = kc.request(method, path, token=token)
         assert status == 403, f"{method} {path}: {status} {body}"
     assert k.ok(kc, "GET", f"/api/v1/nodes/{node}")["metadata"]["name"] == node
+
+
+def test_k8s_deploy_play_makes_what_the_harness_lacks(
+    k8s_cluster: KubeCluster, tmp_path: Path
+) -> None:
+    """The README's harness walk-through: tests/k8s/play.py makes Ready GPU nodes of a fence
+    and a Deployment's pods, through a kubeconfig as a user would."""
+    kc, run = k8s_cluster, secrets.token_hex(3)
+    ns = k.namespace(kc)
+    dep = copy.deepcopy(_one(kapply.documents(EXAMPLES / "serving.yaml"), "Deployment"))
+    dep["metadata"].update(name=f"llm-{run}", namespace=ns)
+    kapply.apply(kc, dep)
+    env = {**os.environ, "KUBECONFIG": str(kc.kubeconfig)}
+    script = Path(play.__file__)
+    for args in (["nodes", f"t-{run}=training:4"], ["replicas", f"{ns}/llm-{run}"]):
+        proc = subprocess.run(
+            [sys.executable, str(script), *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert proc.returncode == 0, proc.stderr
+    node = k.ok(kc, "GET", f"/api/v1/nodes/t-{run}")
+    assert node["metadata"]["labels"]["gpufence.io/fence"] == "training"
+    assert node["status"]["allocatable"]["nvidia.com/gpu"] == "4"
+    assert not node["spec"].get("taints")
+    assert [c["status"] for c in node["status"]["conditions"] if c["type"] == "Ready"] == ["True"]
+    pods = k.pods(kc, ns)
+    assert sorted(p["metadata"]["name"] for p in pods) == [f"llm-{run}-0", f"llm-{run}-1"]
+    assert {p["spec"]["schedulerName"] for p in pods} == {"gpufence"}
+    assert {p["metadata"]["labels"]["gpufence.io/class"] for p in pods} == {"serving"}
+    bad = subprocess.run(
+        [sys.executable, str(script), "nodes", "x=training"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert bad.returncode != 0 and "NAME=FENCE:GPUS" in bad.stderr
