@@ -79,17 +79,22 @@ def make_nodes(kc: Any, specs: Sequence[str]) -> list[str]:
 
 
 def replica_pods(kc: Any, deployment: dict[str, Any], prefix: str = "") -> list[str]:
-    """The pods a ReplicaSet of ``deployment`` would make: its template, ``replicas`` times."""
+    """The pods a ReplicaSet of ``deployment`` would make: its template, named PREFIX-0 ..
+    PREFIX-(replicas-1); those that exist already are left alone (after a scale-up, only the
+    new ones are made). Returns the names made."""
     tmpl = deployment["spec"]["template"]
     ns = deployment["metadata"]["namespace"]
     prefix = prefix or deployment["metadata"]["name"]
-    names = []
+    made = []
     for i in range(deployment["spec"].get("replicas", 1)):
         meta = {**tmpl.get("metadata", {}), "name": f"{prefix}-{i}"}
         body = {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": tmpl["spec"]}
-        k.ok(kc, "POST", f"/api/v1/namespaces/{ns}/pods", body, 201)
-        names.append(meta["name"])
-    return names
+        status, answer = kc.request("POST", f"/api/v1/namespaces/{ns}/pods", body)
+        if status == 201:
+            made.append(meta["name"])
+        elif status != 409:
+            raise SystemExit(f"creating pod {ns}/{meta['name']}: {status} {answer}")
+    return made
 
 
 def main(argv: Sequence[str]) -> int:

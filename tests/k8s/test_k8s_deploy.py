@@ -314,24 +314,22 @@ def test_k8s_deploy_rbac_is_enough_for_the_real_scheduler(
         # the serving Deployment's pods, inside the serving fence only
         for p in served:
             assert k.wait(f"{p} bound", lambda p=p: k.node_of(kc, "online", p), 30) == serving
-        # one more training pod cannot fit: a pending reason on the pod and an Event
-        waiting = k.pod(
-            kc,
-            gang_ns,
-            f"wait-{run}",
-            gpus=2,
-            scheduler=sched,
-            labels={"gpufence.io/queue": "vision"},
-        )
+        # the Deployment scaled past the serving fence (2 GPUs): the third pod waits, and
+        # says why on its PodScheduled condition and in an Event (kubectl describe pod)
+        scale = f"/apis/apps/v1/namespaces/online/deployments/llm-{run}/scale"
+        k.ok(kc, "PATCH", scale, {"spec": {"replicas": 3}}, content_type=k.MERGE)
+        deployment = k.ok(kc, "GET", f"/apis/apps/v1/namespaces/online/deployments/llm-{run}")
+        (waiting,) = play.replica_pods(kc, deployment)
         cond = k.wait(
             "a pending reason",
-            lambda: k.scheduled_condition(k.get_pod(kc, gang_ns, waiting)),
+            lambda: k.scheduled_condition(k.get_pod(kc, "online", waiting)),
         )
         assert cond["reason"] == "Unschedulable" and cond["status"] == "False", cond
+        assert not k.node_of(kc, "online", waiting)
         k.wait(
             "a FailedScheduling event",
             lambda: [
-                e for e in k.events(kc, gang_ns, waiting) if e["reason"] == "FailedScheduling"
+                e for e in k.events(kc, "online", waiting) if e["reason"] == "FailedScheduling"
             ],
         )
         # a gang member fails: gpufence deletes the rest (all-or-nothing for the whole run)
@@ -473,6 +471,23 @@ def test_k8s_deploy_play_makes_what_the_harness_lacks(
     assert sorted(p["metadata"]["name"] for p in pods) == [f"llm-{run}-0", f"llm-{run}-1"]
     assert {p["spec"]["schedulerName"] for p in pods} == {"gpufence"}
     assert {p["metadata"]["labels"]["gpufence.io/class"] for p in pods} == {"serving"}
+    # scaled up: only the new replica is made
+    scale = f"/apis/apps/v1/namespaces/{ns}/deployments/llm-{run}/scale"
+    k.ok(kc, "PATCH", scale, {"spec": {"replicas": 3}}, content_type=k.MERGE)
+    again = subprocess.run(
+        [sys.executable, str(script), "replicas", f"{ns}/llm-{run}"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert again.returncode == 0 and again.stdout.split() == [
+        f"pod/llm-{run}-2",
+        "created",
+        "in",
+        ns,
+    ]
     bad = subprocess.run(
         [sys.executable, str(script), "nodes", "x=training"],
         env=env,
