@@ -262,16 +262,11 @@ def _with_scheduler(docs: list[dict[str, Any]], sched: str) -> list[dict[str, An
     return out
 
 
-def test_k8s_deploy_rbac_is_enough_for_the_real_scheduler(
-    k8s_cluster: KubeCluster,
-    deployed: list[dict[str, Any]],
-    as_deployed_scheduler: str,
-    tmp_path: Path,
-) -> None:
-    kc, run = k8s_cluster, f"d{secrets.token_hex(3)}"
-    sched = f"gpufence-{run}"
-    config = tmp_path / "cluster.yaml"
-    config.write_text(_fenced_config(_one(deployed, "ConfigMap"), run, sched))
+LEASE = f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases/gpufence-scheduler"
+
+
+def _fenced_nodes(kc: KubeCluster, run: str) -> tuple[str, list[str]]:
+    """This test's nodes: a 2-GPU serving node and two 4-GPU training nodes."""
     labels = {"test.gpufence.io/run": run}
     serving = k.gpu_node(
         kc, f"{run}-serving", gpus=2, labels={**labels, "gpufence.io/fence": "serving"}
@@ -282,13 +277,56 @@ def test_k8s_deploy_rbac_is_enough_for_the_real_scheduler(
         )
         for i in range(2)
     ]
-    # the README's examples, as a user applies them (each pod named for this test)
+    return serving, training
+
+
+def _readme_examples(sched: str, run: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The README's gang and serving Deployment, as a user applies them, named for this test."""
     gang_docs = _with_scheduler(kapply.documents(EXAMPLES / "gang.yaml"), sched)
     serving_docs = _with_scheduler(kapply.documents(EXAMPLES / "serving.yaml"), sched)
-    gang = [d for d in gang_docs if d["kind"] == "Pod"]
-    for d in gang:
-        d["metadata"]["name"] = d["metadata"]["name"].replace("resnet", f"resnet-{run}")
-        d["metadata"]["annotations"]["gpufence.io/gang-name"] = f"resnet-{run}"
+    for d in gang_docs:
+        if d["kind"] == "Pod":
+            d["metadata"]["name"] = d["metadata"]["name"].replace("resnet", f"resnet-{run}")
+            d["metadata"]["annotations"]["gpufence.io/gang-name"] = f"resnet-{run}"
+    _one(serving_docs, "Deployment")["metadata"]["name"] = f"llm-{run}"
+    return gang_docs, serving_docs
+
+
+def _pending_with_reason(kc: KubeCluster, ns: str, pod: str) -> None:
+    """What kubectl describe pod shows of a waiting pod: the condition and the Event."""
+    cond = k.wait("a pending reason", lambda: k.scheduled_condition(k.get_pod(kc, ns, pod)))
+    assert cond["reason"] == "Unschedulable" and cond["status"] == "False", cond
+    assert not k.node_of(kc, ns, pod)
+    k.wait(
+        "a FailedScheduling event",
+        lambda: [e for e in k.events(kc, ns, pod) if e["reason"] == "FailedScheduling"],
+    )
+
+
+def _fail_one_member(kc: KubeCluster, ns: str, gang: list[str]) -> None:
+    """A running gang's first member fails: gpufence deletes the rest (all-or-nothing holds
+    for the whole run), which needs its delete and event grants."""
+    for p in gang:
+        k.set_phase(kc, ns, p, "Running")
+    k.set_phase(kc, ns, gang[0], "Failed")
+    for p in gang[1:]:
+        k.wait(f"{p} deleted", lambda p=p: _deleting(kc, ns, p), 30)
+
+
+def test_k8s_deploy_rbac_is_enough_for_the_real_scheduler(
+    k8s_cluster: KubeCluster,
+    deployed: list[dict[str, Any]],
+    as_deployed_scheduler: str,
+    tmp_path: Path,
+) -> None:
+    kc, run = k8s_cluster, f"d{secrets.token_hex(3)}"
+    sched = f"gpufence-{run}"
+    config = tmp_path / "cluster.yaml"
+    config.write_text(_fenced_config(_one(deployed, "ConfigMap"), run, sched))
+    serving, training = _fenced_nodes(kc, run)
+    gang_docs, serving_docs = _readme_examples(sched, run)
+    gang = [d["metadata"]["name"] for d in gang_docs if d["kind"] == "Pod"]
+    gang_ns = _one(gang_docs, "Namespace")["metadata"]["name"]
     proc = SchedulerProc(
         kc.gpufence_scheduler_kubeconfig,
         config,
@@ -298,64 +336,29 @@ def test_k8s_deploy_rbac_is_enough_for_the_real_scheduler(
     )
     try:
         proc.wait_ready(timeout=60)
-        kapply.apply_all(kc, gang_docs)
-        kapply.apply_all(kc, [d for d in serving_docs if d["kind"] == "Namespace"])
+        kapply.apply_all(kc, [*gang_docs, *serving_docs])
         deployment = _one(serving_docs, "Deployment")
-        deployment["metadata"]["name"] = f"llm-{run}"
-        kapply.apply(kc, deployment)
         served = play.replica_pods(kc, deployment)  # the harness runs no controllers
         # the gang, bound whole onto the training fence (4 x 2 GPUs fill both nodes)
-        gang_ns = gang[0]["metadata"]["namespace"]
-        nodes = [
-            k.wait(f"{p} bound", lambda p=p: k.node_of(kc, gang_ns, p), 30)
-            for p in (d["metadata"]["name"] for d in gang)
-        ]
+        nodes = [k.wait(f"{p} bound", lambda p=p: k.node_of(kc, gang_ns, p), 30) for p in gang]
         assert sorted(set(nodes)) == sorted(training)
         # the serving Deployment's pods, inside the serving fence only
         for p in served:
             assert k.wait(f"{p} bound", lambda p=p: k.node_of(kc, "online", p), 30) == serving
-        # the Deployment scaled past the serving fence (2 GPUs): the third pod waits, and
-        # says why on its PodScheduled condition and in an Event (kubectl describe pod)
-        scale = f"/apis/apps/v1/namespaces/online/deployments/llm-{run}/scale"
-        k.ok(kc, "PATCH", scale, {"spec": {"replicas": 3}}, content_type=k.MERGE)
-        deployment = k.ok(kc, "GET", f"/apis/apps/v1/namespaces/online/deployments/llm-{run}")
-        (waiting,) = play.replica_pods(kc, deployment)
-        cond = k.wait(
-            "a pending reason",
-            lambda: k.scheduled_condition(k.get_pod(kc, "online", waiting)),
-        )
-        assert cond["reason"] == "Unschedulable" and cond["status"] == "False", cond
-        assert not k.node_of(kc, "online", waiting)
-        k.wait(
-            "a FailedScheduling event",
-            lambda: [
-                e for e in k.events(kc, "online", waiting) if e["reason"] == "FailedScheduling"
-            ],
-        )
-        # a gang member fails: gpufence deletes the rest (all-or-nothing for the whole run)
-        first = gang[0]["metadata"]["name"]
-        k.set_phase(kc, gang_ns, first, "Running")
-        for d in gang[1:]:
-            k.set_phase(kc, gang_ns, d["metadata"]["name"], "Running")
-        k.set_phase(kc, gang_ns, first, "Failed")
-        for d in gang[1:]:
-            p = d["metadata"]["name"]
-            k.wait(f"{p} deleted", lambda p=p: _deleting(kc, gang_ns, p), 30)
-        # the lease in gpufence-system, held by this replica
-        lease = k.ok(
-            kc, "GET", f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases/gpufence-scheduler"
-        )
-        assert lease["spec"]["holderIdentity"] == f"replica-{run}"
+        # the Deployment scaled past the serving fence (2 GPUs): the third pod waits
+        dep_path = f"/apis/apps/v1/namespaces/online/deployments/llm-{run}"
+        k.ok(kc, "PATCH", dep_path + "/scale", {"spec": {"replicas": 3}}, content_type=k.MERGE)
+        (waiting,) = play.replica_pods(kc, k.ok(kc, "GET", dep_path))
+        _pending_with_reason(kc, "online", waiting)
+        _fail_one_member(kc, gang_ns, gang)
+        assert k.ok(kc, "GET", LEASE)["spec"]["holderIdentity"] == f"replica-{run}"
         assert proc.proc.poll() is None, proc.log_tail()
     finally:
         proc.stop()
     log = (tmp_path / "scheduler.log").read_text()
     assert "403" not in log and "forbidden" not in log.lower(), log[-3000:]
     # a clean stop hands the lease back
-    lease = k.ok(
-        kc, "GET", f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases/gpufence-scheduler"
-    )
-    assert not lease["spec"].get("holderIdentity"), lease["spec"]
+    assert not k.ok(kc, "GET", LEASE)["spec"].get("holderIdentity")
 
 
 def _deleting(kc: KubeCluster, ns: str, pod: str) -> bool:
