@@ -130,7 +130,9 @@ class LeaderElector:
             lease = self.api.get_lease(self.namespace, self.name)
             if lease is not None and lease.spec and lease.spec.holderIdentity == self.identity:
                 lease.spec.holderIdentity = None
-                lease.spec.renewTime = _utc(0)
+                # None, not the epoch: a MicroTime the API server parses needs its fraction, and
+                # lightkube writes a whole second without one (the release was refused)
+                lease.spec.renewTime = None
                 self.api.replace_lease(lease)
         except Exception as exc:
             log.warning("releasing the lease: %s", exc)
