@@ -83,6 +83,11 @@ def _overlaps(kc: KubeCluster, ns: str) -> int:
     return clashes
 
 
+def _all_bound(kc: KubeCluster, ns: str, pods: list[str]) -> bool:
+    notes = _notes(kc, ns)  # one list, not one per pod
+    return all(notes.get(p) for p in pods)
+
+
 def _create(kc: KubeCluster, ns: str, prefix: str, n: int) -> list[str]:
     with ThreadPoolExecutor(16) as pool:
         return list(pool.map(lambda i: k.pod(kc, ns, f"{prefix}-{i:05d}", gpus=1), range(n)))
@@ -135,9 +140,7 @@ def main() -> int:
             args.lease_seconds * 4 + 60,
             every=0.05,
         )
-        k.wait(
-            "every waiting pod bound", lambda: all(_notes(kc, ns).get(p) for p in waiting), 300, 0.5
-        )
+        k.wait("every waiting pod bound", lambda: _all_bound(kc, ns, waiting), 300, 0.5)
         time.sleep(2)
         after = _notes(kc, ns)
         clashes = _overlaps(kc, ns)
