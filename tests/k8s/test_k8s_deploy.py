@@ -377,6 +377,8 @@ USED = [
     ("create", "", "events", "", "any-ns", ""),
     ("list", "", "nodes", "", "", ""),
     ("watch", "", "nodes", "", "", ""),
+    ("list", "scheduling.k8s.io", "podgroups", "", "", ""),
+    ("watch", "scheduling.k8s.io", "podgroups", "", "", ""),
     ("create", "coordination.k8s.io", "leases", "", NS, ""),
     ("get", "coordination.k8s.io", "leases", "", NS, "gpufence-scheduler"),
     ("update", "coordination.k8s.io", "leases", "", NS, "gpufence-scheduler"),
@@ -400,6 +402,7 @@ NOT_NEEDED = [
     ("delete", "gpufence.io", "fences", "", "", "training"),
     ("create", "apiextensions.k8s.io", "customresourcedefinitions", "", "", ""),
     ("create", "rbac.authorization.k8s.io", "clusterrolebindings", "", "", ""),
+    ("create", "scheduling.k8s.io", "podgroups", "", "any-ns", ""),
 ]
 
 

@@ -459,3 +459,24 @@ def test_mig_pods_land_on_mig_fences_and_a_layout_mismatch_is_named() -> None:
     _, actions = _cycle(t, s, 1000.0)
     (bind,) = [a for a in actions if isinstance(a, BindPod)]
     assert bind.note.plan[0].mig_profile == "3g.40gb"
+
+
+def test_a_half_bound_gang_that_cannot_be_restored_is_rolled_back() -> None:
+    t, s = _world()
+    for p in gang("g", 2, gpus=2):
+        t.pod_seen(p)
+    _, actions = _cycle(t, s, 1000.0)
+    first, second = [a for a in actions if isinstance(a, BindPod)]
+    ann = {"gpufence.io/gang-name": "g", "gpufence.io/gang-size": "2"}
+    bound = pod(first.pod, 2, node_name=first.node, annotations={**first.note.annotations(), **ann})
+    other = pod(second.pod, 2, annotations=ann)
+    # the restart finds a model without the planned nodes (they left the fence)
+    spec = fence_spec_from_dict(FENCES)
+    hw = build_hardware(spec, [node("elsewhere", 8)])
+    t2 = Tracker("gpufence", spec.policy.queues)
+    t2.restore(hw.cluster, [bound, other])
+    events, actions2 = t2.take()
+    assert events == []
+    assert actions2 == [
+        DeletePod("team", first.pod, "its gang cannot be restored where it was placed")
+    ]

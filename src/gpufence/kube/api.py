@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import logging
 import os
 import secrets
 from collections.abc import Iterator
@@ -23,6 +24,8 @@ from lightkube.resources.scheduling_v1beta1 import PodGroup
 from gpufence.kube import names
 
 __all__ = ["ApiError", "CallFailed", "KubeApi"]
+
+log = logging.getLogger("gpufence.kube")
 
 _HOST = os.uname().nodename
 
@@ -47,7 +50,8 @@ class KubeApi:
             config = KubeConfig.from_service_account()
         else:
             config = KubeConfig.from_env()
-        # HTTP/2: the binds of a burst share one connection instead of queueing on a pool
+        # HTTP/1.1 on a pool: with HTTP/2 a long-lived watch stream stalled the others sharing
+        # its connection (lightkube's sync client); binds run concurrently on pooled connections
         self.client = Client(
             config,
             field_manager=names.EVENT_COMPONENT,
@@ -78,9 +82,22 @@ class KubeApi:
         except CallFailed:
             return False
         resources = found.get("resources") if found else None
-        return isinstance(resources, list) and any(
+        served = isinstance(resources, list) and any(
             isinstance(r, dict) and r.get("name") == "podgroups" for r in resources
         )
+        if not served:
+            return False
+        try:  # served, but may we read them? (an older ClusterRole lacks the rule)
+            self.get_raw("/apis/scheduling.k8s.io/v1beta1/podgroups?limit=1")
+        except CallFailed as exc:
+            if exc.code != 403:
+                raise
+            log.error(
+                "PodGroups are served but this scheduler may not list them (grant list, watch "
+                "on scheduling.k8s.io podgroups: deploy/02-rbac.yaml): gangs by annotation only"
+            )
+            return False
+        return True
 
     def list_pod_groups(self) -> tuple[list[Any], str]:
         it = self.client.list(PodGroup, namespace="*", chunk_size=2000)

@@ -52,7 +52,7 @@ def fence_object(fences: FenceSpec, row: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def queue_object(row: Mapping[str, Any]) -> dict[str, Any]:
-    spec: dict[str, Any] = {"fence": row["partition"], "tenant": row["tenant"]}
+    spec: dict[str, Any] = {"partition": row["partition"], "tenant": row["tenant"]}
     if row["nominal_gpus"] is not None:
         spec["nominalGPUs"] = row["nominal_gpus"]
     return {

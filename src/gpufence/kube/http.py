@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import html
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -21,6 +22,8 @@ from prometheus_client.registry import Collector
 from gpufence.kube import status
 from gpufence.kube.leader import LeaderElector
 from gpufence.kube.loop import KubeScheduler
+
+STALL_S = 60.0
 
 
 class _Collector(Collector):
@@ -81,6 +84,11 @@ def make_app(loop: KubeScheduler, elector: LeaderElector | None) -> FastAPI:
 
     @app.get("/healthz")
     def healthz() -> PlainTextResponse:
+        # a leader whose loop stopped cycling is not healthy: the kubelet restarts it and a
+        # standby takes over (the loop cycles at least once a second when idle)
+        stalled = loop.stats.synced and time.time() - loop.stats.last_cycle > STALL_S
+        if stalled and (elector is None or elector.leading.is_set()):
+            return PlainTextResponse(f"stalled: no cycle for over {STALL_S:g}s\n", status_code=503)
         return PlainTextResponse("ok\n")
 
     @app.get("/readyz")

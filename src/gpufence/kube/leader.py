@@ -30,7 +30,10 @@ log = logging.getLogger("gpufence.kube")
 
 
 def _utc(seconds: float) -> dt.datetime:
-    return dt.datetime.fromtimestamp(seconds, dt.UTC)
+    # a MicroTime must carry its fraction: a whole second would be written without one, which
+    # the API server refuses (one renewal in a million would fail)
+    stamp = dt.datetime.fromtimestamp(seconds, dt.UTC)
+    return stamp if stamp.microsecond else stamp.replace(microsecond=1)
 
 
 class LeaderElector:

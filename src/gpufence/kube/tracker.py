@@ -269,7 +269,16 @@ class Tracker:
         by_name = {p.name: p for p in members}
         namespace = members[0].namespace
         if isinstance(ask, PodProblem) or assignments is None:
-            return  # not restorable where it runs: its pods count as foreign usage
+            # not restorable where it runs (its node left the model, or shrank): a single pod
+            # keeps running and counts as foreign usage; a gang is rolled back -- no half
+            # gang runs after a restart
+            if len(note.plan) > 1:
+                for m in note.plan:
+                    pod = by_name.get(m.pod)
+                    if pod is not None and not pod.terminal:
+                        why = "its gang cannot be restored where it was placed"
+                        self.actions.append(DeletePod(namespace, m.pod, why))
+            return
         job = replace(ask.job, id=jid, replicas=len(note.plan))
         core = CoreJob(
             job, namespace, tuple(m.pod for m in note.plan), {}, phase="running", note=note
