@@ -8,6 +8,7 @@ test), so the tests share one API server without seeing each other's work.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import kobjects as k
 from kenv import Env
@@ -245,3 +246,28 @@ def test_k8s_podgroup_gang_from_the_kubernetes_gang_api(env: Env) -> None:
     assert len({env.bound(p) for p in pods}) == 2
     plan = json.loads(_note(k.get_pod(env.kc, env.ns, "w-0"))["gpufence.io/gang-plan"])
     assert sorted(m["pod"] for m in plan) == ["w-0", "w-1", "w-2", "w-3"]
+
+
+def test_k8s_fence_and_queue_objects_show_who_holds_what(env: Env) -> None:
+    import kapply
+
+    root = Path(__file__).resolve().parents[2]
+    kapply.apply_all(env.kc, kapply.documents(root / "deploy" / "01-crds.yaml"))
+    for crd in ("fences.gpufence.io", "queues.gpufence.io"):
+        kapply.wait_established(env.kc, crd)
+    env.node("training", gpus=4)
+    env.start().wait_ready()
+    env.bound(env.pod(gpus=3, labels={"gpufence.io/queue": "research"}))
+
+    def status(path: str) -> dict[str, object]:
+        status_code, body = env.kc.request("GET", f"/apis/gpufence.io/v1alpha1/{path}")
+        return dict(body.get("status") or {}) if status_code == 200 else {}
+
+    fence = k.wait(
+        "the Fence status", lambda: (s := status("fences/training")).get("usedGPUs") == 3 and s, 20
+    )
+    assert (fence["capacityGPUs"], fence["running"], fence["pending"]) == (4, 1, 0)
+    queue = k.wait(
+        "the Queue status", lambda: (s := status("queues/research")).get("usedGPUs") == 3 and s, 20
+    )
+    assert queue["running"] == 1
