@@ -71,6 +71,7 @@ class Tracker:
         self.groups: Mapping[str, int | None] = groups if groups is not None else {}
         self.jobs: dict[str, CoreJob] = {}
         self.asks: dict[str, dict[str, PodAsk]] = {}  # job id -> pod key -> ask (not submitted)
+        self._ask_job: dict[str, str] = {}  # pod key -> the job id its ask is filed under
         self.problems: dict[str, str] = {}  # pod key -> why it is refused (shown once)
         self.waiting: dict[str, str] = {}  # gang job id -> why it is not submitted yet
         self.pods: dict[str, ObservedPod] = {}  # every pod of ours, by key
@@ -115,9 +116,9 @@ class Tracker:
         if core is not None:
             # a new pod for a job the core already has (a gang member replaced, a pod of a
             # finished gang's name reused): wait until that job is over
-            self.asks.setdefault(ask.job.id, {})[pod.key] = ask
+            self._put_ask(ask)
             return
-        self.asks.setdefault(ask.job.id, {})[pod.key] = ask
+        self._put_ask(ask)
         self._dirty_jobs.add(ask.job.id)
 
     def group_changed(self, key: str) -> None:
@@ -148,12 +149,19 @@ class Tracker:
         if core is not None and core.uids.get(pod.name) == pod.uid:
             self._member_gone(jid, core, pod.name)
 
+    def _put_ask(self, ask: PodAsk) -> None:
+        if self._ask_job.get(ask.pod.key, ask.job.id) != ask.job.id:
+            self._drop_ask(ask.pod.key)  # its gang changed: no longer filed under the old one
+        self.asks.setdefault(ask.job.id, {})[ask.pod.key] = ask
+        self._ask_job[ask.pod.key] = ask.job.id
+
     def _drop_ask(self, key: str) -> None:
-        for jid, asks in list(self.asks.items()):
-            if asks.pop(key, None) is not None:
-                self._dirty_jobs.add(jid)
-                if not asks:
-                    del self.asks[jid]
+        jid = self._ask_job.pop(key, None)
+        asks = self.asks.get(jid, {}) if jid is not None else {}
+        if jid is not None and asks.pop(key, None) is not None:
+            self._dirty_jobs.add(jid)
+            if not asks:
+                del self.asks[jid]
 
     def _member_changed(self, jid: str, core: CoreJob, pod: ObservedPod) -> None:
         if pod.terminal and pod.name not in core.ended:
@@ -233,7 +241,8 @@ class Tracker:
                 pods=tuple(p.name for p in gang.pods),
                 uids={p.name: p.uid for p in gang.pods},
             )
-            self.asks.pop(gang.job.id, None)
+            for key in self.asks.pop(gang.job.id, {}):
+                self._ask_job.pop(key, None)
             self.events.append(JobSubmitted(job))
 
     def _fresh_id(self, job: Job) -> Job:
