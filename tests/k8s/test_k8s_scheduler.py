@@ -8,6 +8,7 @@ test), so the tests share one API server without seeing each other's work.
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import kobjects as k
@@ -271,3 +272,27 @@ def test_k8s_fence_and_queue_objects_show_who_holds_what(env: Env) -> None:
         "the Queue status", lambda: (s := status("queues/research")).get("usedGPUs") == 3 and s, 20
     )
     assert queue["running"] == 1
+
+
+def test_k8s_a_pod_naming_us_but_bound_by_hand_counts_as_foreign(env: Env) -> None:
+    node = env.node("training", gpus=4)
+    env.start().wait_ready()
+    # a tenant bypasses every scheduler: spec.nodeName at creation, schedulerName ours
+    body = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "by-hand"},
+        "spec": {
+            "schedulerName": env.sched,
+            "nodeName": node,
+            "containers": [
+                {"name": "m", "image": "busybox", "resources": {"limits": {k.GPU: "3"}}}
+            ],
+        },
+    }
+    k.ok(env.kc, "POST", f"/api/v1/namespaces/{env.ns}/pods", body, 201)
+    time.sleep(3)  # the model is rebuilt with its GPUs taken off
+    two = env.pod(gpus=2)
+    k.wait("a pending reason", lambda: k.scheduled_condition(k.get_pod(env.kc, env.ns, two)))
+    assert not k.node_of(env.kc, env.ns, two)
+    assert env.bound(env.pod(gpus=1)) == node

@@ -30,6 +30,7 @@ from gpufence.kube.objects import (
     observe_pod,
     observe_pod_group,
 )
+from gpufence.kube.placement_notes import BindNote
 from gpufence.kube.tracker import Tracker
 from gpufence.model.events import Event, NodeDown, NodeUp, UsageRestored
 from gpufence.sched.scheduler import Scheduler, SchedulerConfig
@@ -213,8 +214,21 @@ class KubeScheduler:
                 self.tracker.pod_seen(pod)
             if pod.terminal or pod.deleting:
                 self.runner.forget(pod.namespace, pod.name)
+            if self._unplanned(old) or self._unplanned(pod):
+                self._mark_rebuild()  # it names us but runs where we did not place it
         elif _foreign_usage(old) != _foreign_usage(pod):
             self._mark_rebuild()
+
+    def _unplanned(self, pod: ObservedPod | None) -> bool:
+        """A pod naming this scheduler that is bound, but not by us (created with
+        ``spec.nodeName``, or its note damaged): its requests are foreign usage."""
+        return (
+            pod is not None
+            and bool(pod.node)
+            and not pod.terminal
+            and pod.key not in self.inflight
+            and BindNote.read(pod.annotations) is None
+        )
 
     def _pod_gone(self, key: str) -> None:
         pod = self.pods.pop(key, None)
@@ -300,7 +314,8 @@ class KubeScheduler:
         self._rebuild_due = None
         foreign: dict[str, Usage] = {}
         for pod in self.pods.values():
-            usage = _foreign_usage(pod) if not self.tracker.ours(pod) else Usage()
+            foreign_pod = not self.tracker.ours(pod) or self._unplanned(pod)
+            usage = _foreign_usage(pod) if foreign_pod else Usage()
             if usage != Usage():
                 foreign[pod.node] = foreign.get(pod.node, Usage()) + usage
         old = self.core
