@@ -23,7 +23,7 @@ from kenv import FENCED, Env
 
 HARNESS = Path(__file__).resolve().parent / "harness"
 BUILD_SCRIPT = HARNESS / "build.sh"
-BINARIES = ("kube-apiserver", "kube-scheduler", "etcd")
+BINARIES = ("kube-apiserver", "kube-scheduler", "kube-controller-manager", "kubectl", "etcd")
 GANG_API = [
     "--runtime-config=scheduling.k8s.io/v1beta1=true",
     "--feature-gates=GenericWorkload=true",
