@@ -19,9 +19,9 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from gpufence.kube import status
 from gpufence.kube.leader import LeaderElector
 from gpufence.kube.loop import KubeScheduler
+from gpufence.telemetry.holdings import partition_figures, queue_figures
 
 STALL_S = 60.0
 
@@ -48,8 +48,8 @@ class _Collector(Collector):
         yield _gauge("gpufence_pending_jobs", "jobs waiting", float(st.pending))
         with loop.lock:
             core = loop.core
-            fence_rows = status.fences(core) if core is not None else []
-            queue_rows = status.queues(core) if core is not None else []
+            fence_rows = partition_figures(core) if core is not None else []
+            queue_rows = queue_figures(core) if core is not None else []
         for metric, key in (
             ("gpufence_partition_capacity_gpus", "capacity_gpus"),
             ("gpufence_partition_used_gpus", "used_gpus"),
@@ -109,8 +109,8 @@ def make_app(loop: KubeScheduler, elector: LeaderElector | None) -> FastAPI:
         """Who holds what, as a page that refreshes itself (the figures of /v1/fences)."""
         with loop.lock:
             core = loop.core
-            fence_rows = status.fences(core) if core is not None else []
-            queue_rows = status.queues(core) if core is not None else []
+            fence_rows = partition_figures(core) if core is not None else []
+            queue_rows = queue_figures(core) if core is not None else []
         return HTMLResponse(_page(fence_rows, queue_rows, elector))
 
     @app.get("/v1/fences")
@@ -118,8 +118,8 @@ def make_app(loop: KubeScheduler, elector: LeaderElector | None) -> FastAPI:
         with loop.lock:
             core = loop.core
             body: dict[str, Any] = {
-                "fences": status.fences(core) if core is not None else [],
-                "queues": status.queues(core) if core is not None else [],
+                "fences": partition_figures(core) if core is not None else [],
+                "queues": queue_figures(core) if core is not None else [],
                 "problems": list(loop.hardware.problems) if loop.hardware is not None else [],
             }
         return JSONResponse(body)

@@ -14,13 +14,13 @@ import socket
 import threading
 from dataclasses import dataclass
 
-from gpufence.kube import status
 from gpufence.kube.api import KubeApi
 from gpufence.kube.crd_status import StatusPublisher
 from gpufence.kube.fences import FenceSpec
 from gpufence.kube.http import make_app, serve
 from gpufence.kube.leader import LeaderElector
 from gpufence.kube.loop import KubeScheduler
+from gpufence.telemetry.holdings import partition_figures, queue_figures
 
 log = logging.getLogger("gpufence.kube")
 
@@ -96,7 +96,7 @@ def _publish(loop: KubeScheduler, publisher: StatusPublisher, every_s: float = 5
             core = loop.core
             if core is None:
                 continue
-            rows = status.fences(core), status.queues(core)
+            rows = partition_figures(core), queue_figures(core)
         try:
             publisher.publish(*rows)
         except Exception as exc:  # the status is for people; scheduling goes on
