@@ -480,3 +480,17 @@ def test_a_half_bound_gang_that_cannot_be_restored_is_rolled_back() -> None:
     assert actions2 == [
         DeletePod("team", first.pod, "its gang cannot be restored where it was placed")
     ]
+
+
+def test_topology_labels_racks_and_nvlink_domains() -> None:
+    spec = fence_spec_from_dict({**FENCES, "kubernetes": {"rack_label": "example.com/rack"}})
+    nodes = [
+        node("a", 8, **{"example.com/rack": "r1", "gpufence.io/nvlink-domains": "4.4"}),
+        node("b", 8, **{"topology.kubernetes.io/zone": "z2", "gpufence.io/nvlink-domains": "3.3"}),
+        node("c", 8),
+    ]
+    c = build_hardware(spec, nodes).cluster
+    assert [n.rack for n in c.nodes] == ["r1", "z2", "rack-0"]
+    # "3.3" does not add up to 8 GPUs: one domain, as without the label
+    assert [len(n.nvlink_domains) for n in c.nodes] == [2, 1, 1]
+    assert c.nodes[0].nvlink_domains == ((0, 1, 2, 3), (4, 5, 6, 7))
