@@ -21,7 +21,7 @@ from prometheus_client.registry import Collector
 
 from gpufence.kube.leader import LeaderElector
 from gpufence.kube.loop import KubeScheduler
-from gpufence.telemetry.holdings import partition_figures, queue_figures
+from gpufence.sched.holdings import partition_figures, queue_figures
 
 STALL_S = 60.0
 

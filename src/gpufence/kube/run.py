@@ -20,7 +20,7 @@ from gpufence.kube.fences import FenceSpec
 from gpufence.kube.http import make_app, serve
 from gpufence.kube.leader import LeaderElector
 from gpufence.kube.loop import KubeScheduler
-from gpufence.telemetry.holdings import partition_figures, queue_figures
+from gpufence.sched.holdings import partition_figures, queue_figures
 
 log = logging.getLogger("gpufence.kube")
 

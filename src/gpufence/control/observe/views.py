@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 from gpufence.control.base.config import ADMIN
 from gpufence.control.base.tenantview import Owner, nodes_for, redact
+from gpufence.sched.holdings import partition_figures
 from gpufence.sched.jobs import JobState
-from gpufence.telemetry.holdings import partition_figures
 
 if TYPE_CHECKING:
     from gpufence.control.reconciler import Reconciler
