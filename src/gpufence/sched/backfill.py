@@ -18,6 +18,7 @@ from gpufence.model.job import Job, RequestKind
 from gpufence.model.partition import SharingMode
 from gpufence.sched.book import JobBook
 from gpufence.sched.context import Core, Reservation
+from gpufence.sched.jobs import JobRecord
 from gpufence.sched.placement.whole import plan_on
 
 INF = float("inf")
@@ -36,7 +37,8 @@ def reservable(core: Core, job: Job, pool: str) -> bool:
     )
 
 
-def reserve(core: Core, book: JobBook, job: Job, pool: str) -> Reservation | None:
+def reserve(core: Core, book: JobBook, rec: JobRecord, pool: str) -> Reservation | None:
+    job = rec.job
     led = core.ledger
     c = core.cluster
     now = core.now
@@ -86,4 +88,4 @@ def reserve(core: Core, book: JobBook, job: Job, pool: str) -> Reservation | Non
         if planned is None:
             return None
     gpus = tuple(g for a in planned for g in a.gpus)
-    return Reservation(job.id, pool, start, gpus, job.priority)
+    return Reservation(job.id, pool, start, gpus, job.priority, rec.queue)

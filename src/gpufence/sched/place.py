@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from gpufence.model.cluster import Cluster
 from gpufence.model.decisions import Bind, Decision, Reason
-from gpufence.model.job import Job, WorkloadClass
+from gpufence.model.job import WorkloadClass
 from gpufence.model.partition import PreemptionMode, SharingMode
 from gpufence.sched.admission import Admission, quota_blocks
 from gpufence.sched.backfill import INF, reservable, reserve
@@ -277,7 +277,7 @@ def _valid(st: Placing, p: str) -> Reservation | None:
     if stale:
         # recompute for the same gang before anything is placed: dropping it would let the
         # jobs queued ahead of the gang take the GPUs it was about to get, and push it back
-        new = reserve(st.core, st.book, st.core.queues.records[res.job_id].job, p)
+        new = reserve(st.core, st.book, st.core.queues.records[res.job_id], p)
         if new is None:
             del st.claims.reservations[p]
             return None
@@ -359,7 +359,7 @@ def place_partition(st: Placing, p: str) -> bool:
             and not restricted
             and res is not None
             and led.pool_free[p] == 0
-            and not _ahead(st, rec.job, res)
+            and not _ahead(st, rec, res)
             and len(held) < len(res.gpus)
         ):
             # the only free GPUs are reserved ones, too few for the gang: from here on only a
@@ -431,12 +431,12 @@ def place_partition(st: Placing, p: str) -> bool:
             continue
         if (
             r.reason in CAPACITY
-            and (res is None or _ahead(st, job, res))
+            and (res is None or _ahead(st, rec, res))
             and reservable(core, job, p)
         ):
             _unhold(st, held)
             claims.reservations.pop(p, None)
-            res = reserve(core, st.book, job, p)
+            res = reserve(core, st.book, rec, p)
             held = _hold(st, res)
             if res is not None:
                 claims.reservations[p] = res
@@ -464,7 +464,8 @@ MAX_BACKFILL_SKIPS = 64  # jobs of one shape tried per cycle for backfill past t
 
 def _may_pass_holds(st: Placing, res: Reservation) -> Callable[[ShapeKey], bool]:
     """Shapes that could still bind while the only free GPUs are ``res``'s holds: higher
-    priority than the gang, serving where the fence protects it, the gang's own, CPU-only, or
+    priority than the gang, of a queue ahead of the gang's by fair share (``_ahead``), serving
+    where the fence protects it, the gang's own, CPU-only, or
     an estimate bucket whose jobs may end
     before the gang starts (bound: half the bucket's floor, so float rounding of the bucket
     can only keep a shape too many, never one too few)."""
@@ -472,9 +473,14 @@ def _may_pass_holds(st: Placing, res: Reservation) -> Callable[[ShapeKey], bool]
     gang = q.shape_of(res.job_id) if res.job_id in q else None
     room = res.start - st.core.now  # inf when the start is unknown: then no backfill at all
     protected = _protects(st, res)
+    lower = {
+        qn for qn in st.core.cluster.partition_queues[res.pool] if _ahead_by_share(st, qn, res)
+    }
 
     def keep(sid: ShapeKey) -> bool:
         if sid == gang or q.priority(sid) > res.priority or q.gpus(sid) == 0:
+            return True
+        if q.priority(sid) == res.priority and q.queue(sid) in lower:
             return True
         if protected and q.serving(sid):
             return True
@@ -493,12 +499,31 @@ def _protects(st: Placing, res: Reservation) -> bool:
     return st.core.queues.records[res.job_id].job.workload_class is not WorkloadClass.SERVING
 
 
-def _ahead(st: Placing, job: Job, res: Reservation) -> bool:
-    """May ``job`` take GPUs reserved for ``res``'s gang (ending the reservation)? A job of
-    higher priority may, and a serving job in a fence that protects serving."""
+def _ahead(st: Placing, rec: JobRecord, res: Reservation) -> bool:
+    """May ``rec`` take GPUs reserved for ``res``'s gang (ending the reservation)? A job of
+    higher priority may, a serving job in a fence that protects serving, and a job that queue
+    order puts ahead of the gang by fair share (docs/architecture.md, "Reservations follow fair
+    share"): a reservation keeps jobs *behind* the gang off its GPUs, never those ahead of it."""
+    job = rec.job
     if job.priority > res.priority:
         return True
-    return job.workload_class is WorkloadClass.SERVING and _protects(st, res)
+    if job.workload_class is WorkloadClass.SERVING and _protects(st, res):
+        return True
+    return job.priority == res.priority and _ahead_by_share(st, rec.queue, res)
+
+
+def _ahead_by_share(st: Placing, queue: str, res: Reservation) -> bool:
+    """Is fair share behind on ``queue`` against the gang's queue: is its decayed usage per
+    weight strictly lower (``FairShare.owed``)? The long-run account decides, not the share
+    the walk orders by (which adds what a queue holds now): a gang's GPUs are held for it only
+    while its queue has had at least the other's share of GPU time, so a queue of gangs cannot
+    keep the GPUs by always holding the next reservation, nor a queue of small jobs keep a gang
+    off them for longer than it takes to catch up. Jobs of the gang's own queue are never
+    ahead: within a queue the gang keeps its place by submit time."""
+    if queue == res.queue:
+        return False
+    fs = st.core.fairshare
+    return fs.owed(queue) < fs.owed(res.queue)
 
 
 def _may_backfill_later(
@@ -537,7 +562,7 @@ def _past_holds(
     """Would ``rec`` fit without the reservation's holds, and may it take them? If so bind it
     (ahead of the gang -- ``_ahead`` --, or backfill that ends before the gang's start) and return
     the new holds; otherwise leave everything as it was and return None."""
-    higher = _ahead(st, rec.job, res)
+    higher = _ahead(st, rec, res)
     if not (higher or est_ok):
         return None  # it may not take reserved GPUs whatever they would do for it
     led = st.core.ledger
@@ -547,6 +572,8 @@ def _past_holds(
     if isinstance(r, Placed):
         reason = Reason.FITS if higher else Reason.BACKFILL
         msg = "" if higher else f"ends before gang {res.job_id} starts at t={res.start:g}"
+        if higher and rec.job.priority == res.priority and _ahead_by_share(st, rec.queue, res):
+            msg = f"queue {rec.queue} is ahead of gang {res.job_id}'s queue by fair share"
         bind(st, rec, p, r, reason, msg)
         led.commit(m)
         if higher:
