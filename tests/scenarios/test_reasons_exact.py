@@ -49,7 +49,9 @@ def test_free_gpus_held_for_a_waiting_job_are_counted_and_named() -> None:
     s.step(sub(job("r1").gpus(4).cls("serving").build()), 10.0)
     s.step(sub(job("r2").gpus(2).cls("serving").build()), 20.0)
     assert s.why_pending("r2") == PendingReason(
-        Reason.NO_FIT, "needs 2 free GPUs, partition serve has 0 free (2 held for r1)"
+        Reason.NO_FIT,
+        "partition serve has 0 of 4 GPUs free (2 held for r1); "
+        "gang r1 holds the reservation (when running jobs end)",
     )
 
 

@@ -341,6 +341,7 @@ def place_partition(st: Placing, p: str) -> bool:
 
     skips: dict[ShapeKey, int] = {}
     whole_only = cluster.partitions[p].sharing is SharingMode.EXCLUSIVE
+    backfills = cluster.partitions[p].backfill  # off: reserved GPUs wait for the gang alone
     restricted = False
     walk = queues.walk(p, core.share)
     while (rec := walk.next()) is not None:
@@ -380,6 +381,7 @@ def place_partition(st: Placing, p: str) -> bool:
         sk = queues.shape_of(job.id)
         est_ok = (
             res is not None
+            and backfills
             and res.start != INF  # start unknown: any backfill could delay the gang
             and (planned := job.planned_runtime_s) is not None
             and core.now + planned <= res.start
@@ -473,6 +475,7 @@ def _may_pass_holds(st: Placing, res: Reservation) -> Callable[[ShapeKey], bool]
     gang = q.shape_of(res.job_id) if res.job_id in q else None
     room = res.start - st.core.now  # inf when the start is unknown: then no backfill at all
     protected = _protects(st, res)
+    backfills = st.core.cluster.partitions[res.pool].backfill
     lower = {
         qn for qn in st.core.cluster.partition_queues[res.pool] if _ahead_by_share(st, qn, res)
     }
@@ -485,18 +488,25 @@ def _may_pass_holds(st: Placing, res: Reservation) -> Callable[[ShapeKey], bool]
         if protected and q.serving(sid):
             return True
         b = q.bucket(sid)
-        return b is not None and res.start != INF and (0.0 if b <= 1 else 2.0 ** (b - 2)) <= room
+        if b is None or not backfills or res.start == INF:
+            return False
+        return (0.0 if b <= 1 else 2.0 ** (b - 2)) <= room
 
     return keep
 
 
 def _protects(st: Placing, res: Reservation) -> bool:
     """A fence that protects serving (preemption on) holds no reservation against it, unless
-    the gang is serving itself."""
+    the gang is serving itself and its start is known. A serving gang whose start is unknown
+    (serving runs until it is scaled down: "when running jobs end" is never) gets its GPUs from
+    protection's donor pools, not by holding idle GPUs of the fence: holding them would keep
+    the serving jobs behind it beside idle GPUs for as long as protection needs (a minimum
+    runtime, a budget window) or forever."""
     part = st.core.cluster.partitions[res.pool]
     if part.preemption.mode is PreemptionMode.OFF or res.job_id not in st.core.queues:
         return False
-    return st.core.queues.records[res.job_id].job.workload_class is not WorkloadClass.SERVING
+    gang = st.core.queues.records[res.job_id].job
+    return gang.workload_class is not WorkloadClass.SERVING or res.start == INF
 
 
 def _ahead(st: Placing, rec: JobRecord, res: Reservation) -> bool:
@@ -532,7 +542,7 @@ def _may_backfill_later(
     """Jobs of a shape share an estimate bucket (est in (2^(b-1), 2^b]); if even the bucket's
     shortest estimate could end before the gang starts, later jobs of the shape may backfill."""
     bucket = st.core.queues.bucket(sk)
-    if bucket is None or res.start == INF:
+    if bucket is None or res.start == INF or not st.core.cluster.partitions[res.pool].backfill:
         return False
     if st.core.now + 2.0 ** (bucket - 1) > res.start or skips.get(sk, 0) >= MAX_BACKFILL_SKIPS:
         return False
