@@ -350,8 +350,11 @@ def place_partition(st: Placing, p: str) -> bool:
             # reserved is free to backfill into: the rest of the queue waits
             n = len(cluster.partition_gpus[p])
             msg = f"partition {p} has 0 of {n} GPUs free{held_for(led, p)}; "
-            msg += f"gang {res.job_id} holds the reservation ({_starts(res)})"
-            reasons.set_partition(p, Reason.NO_FIT, msg)
+            reasons.set_partition(
+                p, Reason.NO_FIT, f"{msg}gang {res.job_id} holds the reservation ({_starts(res)})"
+            )
+            if res.job_id not in claims.nominations:  # (the gang is not behind itself)
+                reasons.set_job(res.job_id, Reason.NO_FIT, f"{msg}GPUs reserved from {_when(res)}")
             walk.drop()
             starved = True  # every job left waits for capacity (protection must hear it)
             break
