@@ -71,7 +71,7 @@ def _lend(st: Placing, failed: dict[str, bool]) -> None:
             refused = []  # lenders whose rule is for checkpointable jobs only
             for lp, rule in rules:
                 if rule.checkpointable_only and not job.checkpointable:
-                    refused.append(lp)
+                    refused.append((lp, rule.cap_gpus))
                     continue
                 left = rule.cap_gpus - led.lent[lp]
                 r = st.core.engine.place(led, job, lp, max_gpus=left)
@@ -102,14 +102,17 @@ def _over_quota(st: Placing, rec: JobRecord, walk: Walk, pool: str) -> bool:
     return True
 
 
-def _not_lent(st: Placing, rec: JobRecord, lenders: list[str]) -> None:
+def _not_lent(st: Placing, rec: JobRecord, lenders: list[tuple[str, int]]) -> None:
     """A job that does not fit at home, where only checkpointable jobs may borrow: say so
-    (with its shape, which shares its checkpointability), with what is idle there."""
+    (with its shape, which shares its checkpointability), with what they would lend: idle
+    GPUs up to each rule's cap, less what is lent out already."""
     queues = st.core.queues
+    led = st.core.ledger
     home = st.reasons.why(rec.job.id, queues)
-    idle = sum(st.core.ledger.pool_free[lp] for lp in lenders)
-    verb = "lends" if len(lenders) == 1 else "lend"
-    note = f"{', '.join(lenders)} {verb} {idle} idle GPUs to checkpointable jobs only"
+    idle = sum(min(led.pool_free[lp], max(0, cap - led.lent[lp])) for lp, cap in lenders)
+    names = [lp for lp, _ in lenders]
+    verb = "lends" if len(names) == 1 else "lend"
+    note = f"{', '.join(names)} {verb} {idle} idle GPUs to checkpointable jobs only"
     if home is not None and note in home.message:
         return  # said in an earlier cycle, and still true
     reason = home.reason if home is not None else Reason.NO_FIT
