@@ -286,18 +286,26 @@ def _shape_problem(
     return None
 
 
-def _replica_slots(cluster: Cluster, job: Job, pool: str) -> tuple[int, list[int]]:
+def _replica_slots(
+    cluster: Cluster, job: Job, pool: str, enough: int = 1 << 30
+) -> tuple[int, list[int]]:
     """How many of ``job``'s replicas ``pool`` could hold at once, empty: per node, its GPUs
     of the pool (of the job's types, if it names any) over the GPUs per replica, rounded down
-    -- a replica never spans nodes. Also the per-node GPU counts, largest first."""
-    per_node: dict[int, int] = {}
-    for g in cluster.partition_gpus[pool]:
-        gpu = cluster.gpus[g]
-        if not job.gpu_types or gpu.gpu_type in job.gpu_types:
-            per_node[gpu.node] = per_node.get(gpu.node, 0) + 1
+    -- a replica never spans nodes. Also the per-node GPU counts looked at, largest first.
+    Stops counting at ``enough`` (a submit must not cost a walk over every node)."""
     need = max(1, job.request.gpus)
-    counts = sorted(per_node.values(), reverse=True)
-    return sum(n // need for n in counts), counts
+    types = job.gpu_types
+    slots = 0
+    counts: list[int] = []
+    for n in cluster.partition_nodes[pool]:
+        if types and cluster.nodes[n].gpu_type not in types:
+            continue
+        have = len(cluster.node_partition_gpus[(pool, n)])
+        counts.append(have)
+        slots += have // need
+        if slots >= enough:
+            break
+    return slots, sorted(counts, reverse=True)
 
 
 def _gang_problem(cluster: Cluster, job: Job, home: str) -> Refused | None:
@@ -318,7 +326,7 @@ def _gang_problem(cluster: Cluster, job: Job, home: str) -> Refused | None:
     for pool, cap in options:
         if cluster.partitions[pool].sharing is not SharingMode.EXCLUSIVE:
             continue
-        slots, _ = _replica_slots(cluster, job, pool)
+        slots, _ = _replica_slots(cluster, job, pool, enough=job.replicas)
         if min(slots, cap // need) >= job.replicas:
             return None
     slots, counts = _replica_slots(cluster, job, home)
