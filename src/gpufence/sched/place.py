@@ -9,19 +9,19 @@ costs O(shapes + binds) per cycle.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from gpufence.model.cluster import Cluster
 from gpufence.model.decisions import Bind, Decision, Reason
 from gpufence.model.job import WorkloadClass
-from gpufence.model.partition import PreemptionMode, SharingMode
+from gpufence.model.partition import SharingMode
 from gpufence.sched.admission import Admission, quota_blocks
 from gpufence.sched.backfill import INF, reservable, reserve
 from gpufence.sched.book import JobBook
 from gpufence.sched.context import Claims, Core, Nomination, Reservation
 from gpufence.sched.jobs import JobRecord, JobState
 from gpufence.sched.migdyn import MigWork, repartition_for
+from gpufence.sched.passing import ahead, ahead_by_share, may_pass_holds
 from gpufence.sched.placement.fit import NotPlaced, Placed
 from gpufence.sched.placement.whole import held_for
 from gpufence.sched.queues import ShapeKey
@@ -363,14 +363,14 @@ def place_partition(st: Placing, p: str) -> bool:
             and not restricted
             and res is not None
             and led.pool_free[p] == 0
-            and not _ahead(st, rec, res)
+            and not ahead(st.core, rec, res)
             and len(held) < len(res.gpus)
         ):
             # the only free GPUs are reserved ones, too few for the gang: from here on only a
             # job that may take them (backfill) or needs no GPU can bind; every other shape
             # would just be told it waits for the gang, so the walk leaves them out
             restricted = True
-            keep = _may_pass_holds(st, res)
+            keep = may_pass_holds(st.core, res)
             msg = f"GPUs reserved for gang {res.job_id} (starts {_starts(res)})"
             reasons.set_partition(p, Reason.RESERVED_FOR_GANG, msg)
             walk.restrict(keep)
@@ -436,7 +436,7 @@ def place_partition(st: Placing, p: str) -> bool:
             continue
         if (
             r.reason in CAPACITY
-            and (res is None or _ahead(st, rec, res))
+            and (res is None or ahead(st.core, rec, res))
             and reservable(core, job, p)
         ):
             _unhold(st, held)
@@ -465,78 +465,6 @@ def place_partition(st: Placing, p: str) -> bool:
 
 
 MAX_BACKFILL_SKIPS = 64  # jobs of one shape tried per cycle for backfill past the first
-
-
-def _may_pass_holds(st: Placing, res: Reservation) -> Callable[[ShapeKey], bool]:
-    """Shapes that could still bind while the only free GPUs are ``res``'s holds: higher
-    priority than the gang, of a queue ahead of the gang's by fair share (``_ahead``), serving
-    where the fence protects it, the gang's own, CPU-only, or
-    an estimate bucket whose jobs may end
-    before the gang starts (bound: half the bucket's floor, so float rounding of the bucket
-    can only keep a shape too many, never one too few)."""
-    q = st.core.queues
-    gang = q.shape_of(res.job_id) if res.job_id in q else None
-    room = res.start - st.core.now  # inf when the start is unknown: then no backfill at all
-    protected = _protects(st, res)
-    backfills = st.core.cluster.partitions[res.pool].backfill
-    lower = {
-        qn for qn in st.core.cluster.partition_queues[res.pool] if _ahead_by_share(st, qn, res)
-    }
-
-    def keep(sid: ShapeKey) -> bool:
-        if sid == gang or q.priority(sid) > res.priority or q.gpus(sid) == 0:
-            return True
-        if q.priority(sid) == res.priority and q.queue(sid) in lower:
-            return True
-        if protected and q.serving(sid):
-            return True
-        b = q.bucket(sid)
-        if b is None or not backfills or res.start == INF:
-            return False
-        return (0.0 if b <= 1 else 2.0 ** (b - 2)) <= room
-
-    return keep
-
-
-def _protects(st: Placing, res: Reservation) -> bool:
-    """A fence that protects serving (preemption on) holds no reservation against it, unless
-    the gang is serving itself and its start is known. A serving gang whose start is unknown
-    (serving runs until it is scaled down: "when running jobs end" is never) gets its GPUs from
-    protection's donor pools, not by holding idle GPUs of the fence: holding them would keep
-    the serving jobs behind it beside idle GPUs for as long as protection needs (a minimum
-    runtime, a budget window) or forever."""
-    part = st.core.cluster.partitions[res.pool]
-    if part.preemption.mode is PreemptionMode.OFF or res.job_id not in st.core.queues:
-        return False
-    gang = st.core.queues.records[res.job_id].job
-    return gang.workload_class is not WorkloadClass.SERVING or res.start == INF
-
-
-def _ahead(st: Placing, rec: JobRecord, res: Reservation) -> bool:
-    """May ``rec`` take GPUs reserved for ``res``'s gang (ending the reservation)? A job of
-    higher priority may, a serving job in a fence that protects serving, and a job that queue
-    order puts ahead of the gang by fair share (docs/architecture.md, "Reservations follow fair
-    share"): a reservation keeps jobs *behind* the gang off its GPUs, never those ahead of it."""
-    job = rec.job
-    if job.priority > res.priority:
-        return True
-    if job.workload_class is WorkloadClass.SERVING and _protects(st, res):
-        return True
-    return job.priority == res.priority and _ahead_by_share(st, rec.queue, res)
-
-
-def _ahead_by_share(st: Placing, queue: str, res: Reservation) -> bool:
-    """Is fair share behind on ``queue`` against the gang's queue: is its decayed usage per
-    weight strictly lower (``FairShare.owed``)? The long-run account decides, not the share
-    the walk orders by (which adds what a queue holds now): a gang's GPUs are held for it only
-    while its queue has had at least the other's share of GPU time, so a queue of gangs cannot
-    keep the GPUs by always holding the next reservation, nor a queue of small jobs keep a gang
-    off them for longer than it takes to catch up. Jobs of the gang's own queue are never
-    ahead: within a queue the gang keeps its place by submit time."""
-    if queue == res.queue:
-        return False
-    fs = st.core.fairshare
-    return fs.owed(queue) < fs.owed(res.queue)
 
 
 def _may_backfill_later(
@@ -573,9 +501,9 @@ def _past_holds(
     st: Placing, rec: JobRecord, p: str, res: Reservation, held: list[int], est_ok: bool
 ) -> list[int] | None:
     """Would ``rec`` fit without the reservation's holds, and may it take them? If so bind it
-    (ahead of the gang -- ``_ahead`` --, or backfill that ends before the gang's start) and return
+    (ahead of the gang -- ``ahead`` --, or backfill that ends before the gang's start) and return
     the new holds; otherwise leave everything as it was and return None."""
-    higher = _ahead(st, rec, res)
+    higher = ahead(st.core, rec, res)
     if not (higher or est_ok):
         return None  # it may not take reserved GPUs whatever they would do for it
     led = st.core.ledger
@@ -585,7 +513,7 @@ def _past_holds(
     if isinstance(r, Placed):
         reason = Reason.FITS if higher else Reason.BACKFILL
         msg = "" if higher else f"ends before gang {res.job_id} starts at t={res.start:g}"
-        if higher and rec.job.priority == res.priority and _ahead_by_share(st, rec.queue, res):
+        if higher and rec.job.priority == res.priority and ahead_by_share(st.core, rec.queue, res):
             msg = f"queue {rec.queue} is ahead of gang {res.job_id}'s queue by fair share"
         bind(st, rec, p, r, reason, msg)
         led.commit(m)
