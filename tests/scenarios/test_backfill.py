@@ -101,8 +101,10 @@ def test_gang_starts_when_the_running_job_ends_despite_a_stream_of_small_jobs() 
     assert s.step([JobFinished("r")], 100) == [Bind("g", "p", (A(0, 0, 1, 2, 3, 4, 5, 6, 7),))]
 
 
-def test_without_reservation_small_jobs_would_take_the_gpus() -> None:
-    """Control: with backfill off no GPUs are held, so the small job starts at once."""
+def test_backfill_off_still_reserves_for_the_gang() -> None:
+    """With backfill off the gang still holds its reservation (issue 33, item 7: before, the
+    small job started at once and a stream of them kept the gang waiting for ever); only
+    backfill into the reserved GPUs is off (tests/scenarios/test_reservation_rules.py)."""
     s = make(one_node(backfill=False))
     got = flat(
         s,
@@ -112,10 +114,8 @@ def test_without_reservation_small_jobs_would_take_the_gpus() -> None:
             (2, sub(job("s").gpus(2).build())),
         ],
     )
-    assert got == [
-        Bind("r", "p", (A(0, 0, 1, 2, 3, 4, 5),)),
-        Bind("s", "p", (A(0, 6, 7),)),
-    ]
+    assert got == [Bind("r", "p", (A(0, 0, 1, 2, 3, 4, 5),))]
+    assert s.why_pending("s") == PendingReason(Reason.RESERVED_FOR_GANG, RESERVED)
 
 
 def test_unknown_running_time_reserves_at_infinity_and_blocks_backfill() -> None:

@@ -49,7 +49,9 @@ def test_free_gpus_held_for_a_waiting_job_are_counted_and_named() -> None:
     s.step(sub(job("r1").gpus(4).cls("serving").build()), 10.0)
     s.step(sub(job("r2").gpus(2).cls("serving").build()), 20.0)
     assert s.why_pending("r2") == PendingReason(
-        Reason.NO_FIT, "needs 2 free GPUs, partition serve has 0 free (2 held for r1)"
+        Reason.NO_FIT,
+        "partition serve has 0 of 4 GPUs free (2 held for r1); "
+        "gang r1 holds the reservation (when running jobs end)",
     )
 
 
@@ -106,3 +108,14 @@ def test_fair_share_ties_are_explained_as_ties() -> None:
     shares = s.fair_share("p")
     assert [t.queue for t in shares] == ["a", "b"]
     assert shares[1].explanation.startswith("behind a (shares tied at 1000.00: ties go by queue")
+
+
+def test_the_idle_gpus_a_lender_would_lend_are_capped_by_its_rule() -> None:
+    """Issue 33, item 10: 'serve lends 4 idle GPUs' where its rule lends at most 2."""
+    s = _fences(lend=2)
+    s.step(sub(job("own").gpus(4).build(), job("nc").gpus(2).build()), 0.0)
+    assert s.why_pending("nc") == PendingReason(
+        Reason.NO_FIT,
+        "needs 2 free GPUs, partition train has 0 free; GPUs reserved from when running jobs "
+        "end; serve lends 2 idle GPUs to checkpointable jobs only",
+    )

@@ -3,11 +3,13 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 from gpufence.control.base.config import cluster_from_spec_dict
 from gpufence.control.gpus.discovery import fake_gpus
-from gpufence.demo.live import fence_layout, fenced_spec
+from gpufence.demo.live import _job, fence_layout, fenced_spec
 from gpufence.model.partition import PreemptionMode
 
 
@@ -41,3 +43,10 @@ def test_fences_are_derived_from_the_gpus_of_the_machine(
     assert all(
         p.reclaim is not None for p in cluster.partitions.values() if "interactive" in p.admits
     )
+
+
+def test_demo_jobs_run_under_the_interpreter_gpufence_runs_under() -> None:
+    """Issue 33, item 9: the jobs ran ``python`` from PATH, so ``.venv/bin/gpufence demo``
+    without an activated venv completed 0 of 66 jobs."""
+    req = _job("train", "1")
+    assert req.command[:3] == [sys.executable, "-m", "gpufence.demo.programs"]

@@ -22,6 +22,7 @@ import copy
 import functools
 import math
 import socket
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -52,7 +53,9 @@ from gpufence.demo.webview import Dashboard
 from gpufence.progress import progress_bar
 from gpufence.spec.errors import number_ranges
 
-JOB = ("python", "-m", "gpufence.demo.programs")
+# the interpreter gpufence itself runs under: ``.venv/bin/gpufence demo`` without an activated
+# venv found another ``python`` (or none) on PATH, and no job completed
+JOB = (sys.executable, "-m", "gpufence.demo.programs")
 FakeNvmlFactory = Callable[[int], FakeDevices]
 """n -> a fake NVML of n GPUs whose counters the demo models (the CLI gives the testing one)."""
 SERVING_SLO_MS = 25.0

@@ -18,25 +18,29 @@ from gpufence.model.job import Job, RequestKind
 from gpufence.model.partition import SharingMode
 from gpufence.sched.book import JobBook
 from gpufence.sched.context import Core, Reservation
+from gpufence.sched.jobs import JobRecord
 from gpufence.sched.placement.whole import plan_on
 
 INF = float("inf")
 
 
 def reservable(core: Core, job: Job, pool: str) -> bool:
-    """Only gangs of more than one GPU reserve: a 1-GPU job fits on any GPU that frees up and
-    queue order already gives it the first one, while its reservation would keep the partition's
-    one reservation from the gang queued behind it (which a 1-GPU stream would then starve)."""
+    """Only gangs of more than one GPU reserve: a 1-GPU job fits on any GPU that frees up, and
+    queue order gives it the first one among the jobs behind it (jobs ahead of a reservation by
+    fair share pass it: docs/architecture.md), while its reservation would keep the partition's
+    one reservation from the gang queued behind it (which a 1-GPU stream would then starve).
+    A partition with ``backfill: false`` reserves too: the switch turns off backfill into the
+    reserved GPUs, not the gang's protection from the jobs behind it."""
     part = core.cluster.partitions[pool]
     return (
-        part.backfill
-        and part.sharing is SharingMode.EXCLUSIVE
+        part.sharing is SharingMode.EXCLUSIVE
         and job.request.kind is RequestKind.WHOLE
         and job.total_gpus > 1
     )
 
 
-def reserve(core: Core, book: JobBook, job: Job, pool: str) -> Reservation | None:
+def reserve(core: Core, book: JobBook, rec: JobRecord, pool: str) -> Reservation | None:
+    job = rec.job
     led = core.ledger
     c = core.cluster
     now = core.now
@@ -86,4 +90,4 @@ def reserve(core: Core, book: JobBook, job: Job, pool: str) -> Reservation | Non
         if planned is None:
             return None
     gpus = tuple(g for a in planned for g in a.gpus)
-    return Reservation(job.id, pool, start, gpus, job.priority)
+    return Reservation(job.id, pool, start, gpus, job.priority, rec.queue)

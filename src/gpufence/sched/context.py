@@ -47,6 +47,7 @@ class Reservation:
     start: float
     gpus: tuple[int, ...]
     priority: int
+    queue: str  # the gang's queue: jobs of queues ahead of it by fair share may pass
 
 
 @dataclass(slots=True)

@@ -64,6 +64,13 @@ class FairShare:
         held = ledger.queue_used[queue] + ledger.queue_lent_used[queue]
         return (held + self.usage[queue] / self.half_life_s) / spec.weight
 
+    def owed(self, queue: str) -> float:
+        """The queue's decayed past usage per weight (milli-GPU, like ``share``) without what it
+        holds now: the long-run account that says which queue fair share owes GPU time (Slurm's
+        fair-share factor is built on the same decayed usage). Reservations follow it
+        (sched/place.py ``_ahead_by_share``)."""
+        return self.usage[queue] / self.half_life_s / self._cluster.queues[queue].weight
+
     def explain(self, partition: str, ledger: Ledger) -> list[TenantShare]:
         queues = self._cluster.partition_queues[partition]
         ranked = sorted(queues, key=lambda q: (self.share(q, ledger), q))

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from gpufence.model import mig as migmod
 from gpufence.model.cluster import Cluster
 from gpufence.model.decisions import Reason
-from gpufence.model.job import MILLI_PER_GPU, Job, RequestKind
-from gpufence.model.partition import SharingMode
+from gpufence.model.job import MILLI_PER_GPU, Job, RequestKind, WorkloadClass
+from gpufence.model.partition import PreemptionMode, SharingMode
 from gpufence.sched.admission import quota_never_admits
 from gpufence.state.ledger import MigGpu, charge_milli
 
@@ -274,12 +274,71 @@ def _shape_problem(
             f"gang needs {job.total_gpus} GPUs; partition {home} has {len(gids)}"
             + (f" (+{lendable} lendable)" if lendable else ""),
         )
+    if req.kind is RequestKind.WHOLE and part.sharing is SharingMode.EXCLUSIVE:
+        gang = _gang_problem(cluster, job, home)
+        if gang is not None:
+            return gang
     cpu_max, mem_max = cluster.partition_host_max[home]
     if job.cpu_milli > cpu_max or job.mem_mib > mem_max:
         return Refused(
             Reason.NEVER_FITS, f"a replica needs more CPU/memory than any node of {home}"
         )
     return None
+
+
+def _replica_slots(
+    cluster: Cluster, job: Job, pool: str, enough: int = 1 << 30
+) -> tuple[int, list[int]]:
+    """How many of ``job``'s replicas ``pool`` could hold at once, empty: per node, its GPUs
+    of the pool (of the job's types, if it names any) over the GPUs per replica, rounded down
+    -- a replica never spans nodes. Also the per-node GPU counts looked at, largest first.
+    Stops counting at ``enough`` (a submit must not cost a walk over every node)."""
+    need = max(1, job.request.gpus)
+    types = job.gpu_types
+    slots = 0
+    counts: list[int] = []
+    for n in cluster.partition_nodes[pool]:
+        if types and cluster.nodes[n].gpu_type not in types:
+            continue
+        have = len(cluster.node_partition_gpus[(pool, n)])
+        counts.append(have)
+        slots += have // need
+        if slots >= enough:
+            break
+    return slots, sorted(counts, reverse=True)
+
+
+def _gang_problem(cluster: Cluster, job: Job, home: str) -> Refused | None:
+    """A gang whose replicas can never all be placed at once -- at home, or in one pool that
+    lends to it (within the rule's cap), or (serving) in a pool its fence preempts in -- by
+    per-node capacity, GPU types and fences, not only by its total: e.g. 2 replicas of 5 GPUs
+    on an 8-GPU and a 4-GPU node. (Placement puts a whole gang in one pool.)"""
+    part = cluster.partitions[home]
+    options = [(home, 1 << 30)]
+    for lp, lender in cluster.partitions.items():
+        for r in lender.lending:
+            if home in r.to and lp != home and (job.checkpointable or not r.checkpointable_only):
+                options.append((lp, r.cap_gpus))
+    serving = job.workload_class is WorkloadClass.SERVING
+    if serving and part.preemption.mode is not PreemptionMode.OFF:
+        options += [(d, 1 << 30) for d in part.preemption.from_partitions]
+    need = max(1, job.request.gpus)
+    for pool, cap in options:
+        if cluster.partitions[pool].sharing is not SharingMode.EXCLUSIVE:
+            continue
+        slots, _ = _replica_slots(cluster, job, pool, enough=job.replicas)
+        if min(slots, cap // need) >= job.replicas:
+            return None
+    slots, counts = _replica_slots(cluster, job, home)
+    typed = f" of type {', '.join(job.gpu_types)}" if job.gpu_types else ""
+    nodes = ", ".join(str(n) for n in counts) or "none"
+    more = " (nor can a pool that lends to it)" if len(options) > 1 else ""
+    return Refused(
+        Reason.NEVER_FITS,
+        f"gang of {job.replicas} replicas x {need} GPUs on one node each can never be placed: "
+        f"the nodes of {home} (GPUs{typed} per node: {nodes}) hold at most {slots} such "
+        f"replicas{more}",
+    )
 
 
 def _static_mig_problem(

@@ -9,19 +9,19 @@ costs O(shapes + binds) per cycle.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from gpufence.model.cluster import Cluster
 from gpufence.model.decisions import Bind, Decision, Reason
-from gpufence.model.job import Job, WorkloadClass
-from gpufence.model.partition import PreemptionMode, SharingMode
+from gpufence.model.job import WorkloadClass
+from gpufence.model.partition import SharingMode
 from gpufence.sched.admission import Admission, quota_blocks
 from gpufence.sched.backfill import INF, reservable, reserve
 from gpufence.sched.book import JobBook
 from gpufence.sched.context import Claims, Core, Nomination, Reservation
 from gpufence.sched.jobs import JobRecord, JobState
 from gpufence.sched.migdyn import MigWork, repartition_for
+from gpufence.sched.passing import ahead, ahead_by_share, may_pass_holds
 from gpufence.sched.placement.fit import NotPlaced, Placed
 from gpufence.sched.placement.whole import held_for
 from gpufence.sched.queues import ShapeKey
@@ -277,7 +277,7 @@ def _valid(st: Placing, p: str) -> Reservation | None:
     if stale:
         # recompute for the same gang before anything is placed: dropping it would let the
         # jobs queued ahead of the gang take the GPUs it was about to get, and push it back
-        new = reserve(st.core, st.book, st.core.queues.records[res.job_id].job, p)
+        new = reserve(st.core, st.book, st.core.queues.records[res.job_id], p)
         if new is None:
             del st.claims.reservations[p]
             return None
@@ -341,6 +341,7 @@ def place_partition(st: Placing, p: str) -> bool:
 
     skips: dict[ShapeKey, int] = {}
     whole_only = cluster.partitions[p].sharing is SharingMode.EXCLUSIVE
+    backfills = cluster.partitions[p].backfill  # off: reserved GPUs wait for the gang alone
     restricted = False
     walk = queues.walk(p, core.share)
     while (rec := walk.next()) is not None:
@@ -349,8 +350,11 @@ def place_partition(st: Placing, p: str) -> bool:
             # reserved is free to backfill into: the rest of the queue waits
             n = len(cluster.partition_gpus[p])
             msg = f"partition {p} has 0 of {n} GPUs free{held_for(led, p)}; "
-            msg += f"gang {res.job_id} holds the reservation ({_starts(res)})"
-            reasons.set_partition(p, Reason.NO_FIT, msg)
+            reasons.set_partition(
+                p, Reason.NO_FIT, f"{msg}gang {res.job_id} holds the reservation ({_starts(res)})"
+            )
+            if res.job_id not in claims.nominations:  # (the gang is not behind itself)
+                reasons.set_job(res.job_id, Reason.NO_FIT, f"{msg}GPUs reserved from {_when(res)}")
             walk.drop()
             starved = True  # every job left waits for capacity (protection must hear it)
             break
@@ -359,14 +363,14 @@ def place_partition(st: Placing, p: str) -> bool:
             and not restricted
             and res is not None
             and led.pool_free[p] == 0
-            and not _ahead(st, rec.job, res)
+            and not ahead(st.core, rec, res)
             and len(held) < len(res.gpus)
         ):
             # the only free GPUs are reserved ones, too few for the gang: from here on only a
             # job that may take them (backfill) or needs no GPU can bind; every other shape
             # would just be told it waits for the gang, so the walk leaves them out
             restricted = True
-            keep = _may_pass_holds(st, res)
+            keep = may_pass_holds(st.core, res)
             msg = f"GPUs reserved for gang {res.job_id} (starts {_starts(res)})"
             reasons.set_partition(p, Reason.RESERVED_FOR_GANG, msg)
             walk.restrict(keep)
@@ -380,6 +384,7 @@ def place_partition(st: Placing, p: str) -> bool:
         sk = queues.shape_of(job.id)
         est_ok = (
             res is not None
+            and backfills
             and res.start != INF  # start unknown: any backfill could delay the gang
             and (planned := job.planned_runtime_s) is not None
             and core.now + planned <= res.start
@@ -431,12 +436,12 @@ def place_partition(st: Placing, p: str) -> bool:
             continue
         if (
             r.reason in CAPACITY
-            and (res is None or _ahead(st, job, res))
+            and (res is None or ahead(st.core, rec, res))
             and reservable(core, job, p)
         ):
             _unhold(st, held)
             claims.reservations.pop(p, None)
-            res = reserve(core, st.book, job, p)
+            res = reserve(core, st.book, rec, p)
             held = _hold(st, res)
             if res is not None:
                 claims.reservations[p] = res
@@ -462,52 +467,13 @@ def place_partition(st: Placing, p: str) -> bool:
 MAX_BACKFILL_SKIPS = 64  # jobs of one shape tried per cycle for backfill past the first
 
 
-def _may_pass_holds(st: Placing, res: Reservation) -> Callable[[ShapeKey], bool]:
-    """Shapes that could still bind while the only free GPUs are ``res``'s holds: higher
-    priority than the gang, serving where the fence protects it, the gang's own, CPU-only, or
-    an estimate bucket whose jobs may end
-    before the gang starts (bound: half the bucket's floor, so float rounding of the bucket
-    can only keep a shape too many, never one too few)."""
-    q = st.core.queues
-    gang = q.shape_of(res.job_id) if res.job_id in q else None
-    room = res.start - st.core.now  # inf when the start is unknown: then no backfill at all
-    protected = _protects(st, res)
-
-    def keep(sid: ShapeKey) -> bool:
-        if sid == gang or q.priority(sid) > res.priority or q.gpus(sid) == 0:
-            return True
-        if protected and q.serving(sid):
-            return True
-        b = q.bucket(sid)
-        return b is not None and res.start != INF and (0.0 if b <= 1 else 2.0 ** (b - 2)) <= room
-
-    return keep
-
-
-def _protects(st: Placing, res: Reservation) -> bool:
-    """A fence that protects serving (preemption on) holds no reservation against it, unless
-    the gang is serving itself."""
-    part = st.core.cluster.partitions[res.pool]
-    if part.preemption.mode is PreemptionMode.OFF or res.job_id not in st.core.queues:
-        return False
-    return st.core.queues.records[res.job_id].job.workload_class is not WorkloadClass.SERVING
-
-
-def _ahead(st: Placing, job: Job, res: Reservation) -> bool:
-    """May ``job`` take GPUs reserved for ``res``'s gang (ending the reservation)? A job of
-    higher priority may, and a serving job in a fence that protects serving."""
-    if job.priority > res.priority:
-        return True
-    return job.workload_class is WorkloadClass.SERVING and _protects(st, res)
-
-
 def _may_backfill_later(
     st: Placing, sk: ShapeKey, res: Reservation, skips: dict[ShapeKey, int]
 ) -> bool:
     """Jobs of a shape share an estimate bucket (est in (2^(b-1), 2^b]); if even the bucket's
     shortest estimate could end before the gang starts, later jobs of the shape may backfill."""
     bucket = st.core.queues.bucket(sk)
-    if bucket is None or res.start == INF:
+    if bucket is None or res.start == INF or not st.core.cluster.partitions[res.pool].backfill:
         return False
     if st.core.now + 2.0 ** (bucket - 1) > res.start or skips.get(sk, 0) >= MAX_BACKFILL_SKIPS:
         return False
@@ -535,9 +501,9 @@ def _past_holds(
     st: Placing, rec: JobRecord, p: str, res: Reservation, held: list[int], est_ok: bool
 ) -> list[int] | None:
     """Would ``rec`` fit without the reservation's holds, and may it take them? If so bind it
-    (ahead of the gang -- ``_ahead`` --, or backfill that ends before the gang's start) and return
+    (ahead of the gang -- ``ahead`` --, or backfill that ends before the gang's start) and return
     the new holds; otherwise leave everything as it was and return None."""
-    higher = _ahead(st, rec.job, res)
+    higher = ahead(st.core, rec, res)
     if not (higher or est_ok):
         return None  # it may not take reserved GPUs whatever they would do for it
     led = st.core.ledger
@@ -547,6 +513,8 @@ def _past_holds(
     if isinstance(r, Placed):
         reason = Reason.FITS if higher else Reason.BACKFILL
         msg = "" if higher else f"ends before gang {res.job_id} starts at t={res.start:g}"
+        if higher and rec.job.priority == res.priority and ahead_by_share(st.core, rec.queue, res):
+            msg = f"queue {rec.queue} is ahead of gang {res.job_id}'s queue by fair share"
         bind(st, rec, p, r, reason, msg)
         led.commit(m)
         if higher:

@@ -291,7 +291,12 @@ def protect_partition(st: Protecting, p: str, waiting: list[JobRecord]) -> bool:
                     continue
                 if counted + len(got) > budget_left:
                     led.rollback(mark)  # over budget: its victims stay candidates of the rest
-                    budget_hit.append(rec)
+                    if len(got) > pol.budget:  # not even a fresh window would pay for it
+                        beyond = _beyond_budget(p, pol, got)
+                        hopeless[shape] = (Reason.PREEMPTION_BUDGET, beyond)
+                        reasons.set_job(rec.job.id, Reason.PREEMPTION_BUDGET, beyond)
+                    else:
+                        budget_hit.append(rec)
                     break
                 led.commit(mark)
                 changes += 1  # the victims are released and the job placed in the fork
@@ -334,6 +339,17 @@ def protect_partition(st: Protecting, p: str, waiting: list[JobRecord]) -> bool:
         claims.nominations[rec.job.id] = Nomination(dict.fromkeys(victims), (pool,), incident)
         _waits(st, rec, dict.fromkeys(victims))
     return unserved
+
+
+def _beyond_budget(p: str, pol: PreemptionPolicy, victims: list[str]) -> str:
+    """Why a job whose victims outnumber the whole budget waits: no budget window, spent or
+    not, pays for them, so waiting for a slot to free up would be in vain."""
+    return (
+        f"fence {p} is full; making room for it takes {len(victims)} incident preemptions "
+        f"({', '.join(victims)}) and the budget allows {pol.budget} in {pol.window_s:g} s: "
+        "incident preemption cannot serve it (it starts when capacity frees up; raise "
+        "preemption.budget or use smaller replicas)"
+    )
 
 
 def _too_young(

@@ -45,6 +45,7 @@ class PendingQueues:
         self._ids: dict[tuple[object, ...], int] = {}  # interned shape keys
         self._bucket: list[int | None] = []  # estimate bucket per shape id
         self._prio: list[int] = []  # priority per shape id
+        self._queue: list[str] = []  # queue per shape id
         self._gpus: list[int] = []  # GPUs per job (all replicas) per shape id
         self._serving: list[bool] = []  # serving jobs, per shape id
         self._request_ids: dict[tuple[object, ...], int] = {}  # interned request shapes
@@ -73,6 +74,7 @@ class PendingQueues:
             sid = self._ids[full] = len(self._bucket)
             self._bucket.append(bucket)
             self._prio.append(rec.job.priority)
+            self._queue.append(rec.queue)
             self._gpus.append(rec.job.total_gpus)
             self._serving.append(rec.job.workload_class is WorkloadClass.SERVING)
         return sid
@@ -142,6 +144,9 @@ class PendingQueues:
 
     def priority(self, sid: ShapeKey) -> int:
         return self._prio[sid]
+
+    def queue(self, sid: ShapeKey) -> str:
+        return self._queue[sid]
 
     def serving(self, sid: ShapeKey) -> bool:
         return self._serving[sid]

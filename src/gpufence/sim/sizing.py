@@ -5,7 +5,8 @@ node failures, tested by simulation, and what its failure margin costs training.
 2. Replicas: the fewest whose p99 response time at that peak is within the SLO
    (``sim.latency``: exact Erlang-C sizing for exponential service; the M/G/c approximation
    otherwise).
-3. Failure margin: K nodes' worth of replicas on top, rounded up to whole nodes: the fence.
+3. Nodes: the replicas packed whole onto nodes (a replica never spans two; GPUs left over on a
+   node are stranded), plus a failure margin of K whole nodes: the fence.
 4. Validation, over several seeds (the ``fenced`` policy, nodes moved between the serving and
    training partitions): the fence, and the fence without its margin (K nodes less), each with
    K of the fence's nodes failed across the peak (seeded choice, for the scenario's repair time
@@ -13,6 +14,8 @@ node failures, tested by simulation, and what its failure margin costs training.
    SLO attainment of both with 95 % intervals, and the margin's cost to training: the paired
    per-seed difference of training's p99 queue delay and median JCT, both over all jobs with
    the unfinished ones censored at the horizon, in hours with their 95 % interval.
+   A fence whose own validation attains less than 99 % is not answered (a ValueError names the
+   figures), nor is one an autoscaler that stays below the SLO's replicas at peak would waste.
 """
 
 from __future__ import annotations
@@ -154,7 +157,8 @@ def size_fence(
     per_node = min(
         len(cluster.node_partition_gpus[(serving, n)]) for n in cluster.partition_nodes[serving]
     )
-    peak_total, peak_at, replicas, gpus_needed, margin_gpus = 0.0, 0.0, 0, 0, 0
+    peak_total, peak_at, replicas, margin_gpus = 0.0, 0.0, 0, 0
+    sizes: list[int] = []  # GPUs of every replica needed at peak
     for i, svc in enumerate(sc.services):
         rate = rate_function(sc, i)
         times = range(0, int(sc.horizon_s) + 1, 60)
@@ -169,11 +173,15 @@ def size_fence(
                 f"services[{i}]: a single request takes longer than the SLO ({slo_p99_ms} ms)"
                 " at p99 even on an idle replica; no fence size can meet it"
             )
+        _autoscaler_reaches(i, svc.target_utilization, peak, svc.service_ms, r)
         replicas += r
-        gpus_needed += r * svc.gpus_per_replica
+        sizes += [svc.gpus_per_replica] * r
         per_node_replicas = max(1, per_node // svc.gpus_per_replica)
         margin_gpus = max(margin_gpus, failure_margin * per_node_replicas * svc.gpus_per_replica)
-    fence_nodes = math.ceil((gpus_needed + margin_gpus) / per_node)
+    # replicas never span nodes: a node holds per_node // gpus_per_replica of them and the
+    # rest of its GPUs are stranded (3-GPU replicas on 8-GPU nodes: 2 per node, not 8/3); the
+    # margin is K whole nodes, what K failed nodes take away
+    fence_nodes = pack_nodes(sizes, per_node) + failure_margin
     total_nodes = len(cluster.partition_nodes[serving]) + len(cluster.partition_nodes[training])
     if fence_nodes >= total_nodes:
         raise ValueError(
@@ -192,6 +200,7 @@ def size_fence(
         for seed in seeds
     ]
     summary = _summarise(runs, fence_nodes, bare)
+    _passes_validation(summary["fence"], fence_nodes, seeds)
     current = len(cluster.partition_nodes[serving])
     big, small, cost = summary["fence"], summary["without_margin"], summary["margin_cost"]
     lines = [
@@ -230,6 +239,49 @@ def size_fence(
         summary,
         lines,
     )
+
+
+REQUIRED_ATTAINMENT = 0.99  # a fence whose validation attains less is not an answer
+
+
+def pack_nodes(sizes: list[int], per_node: int) -> int:
+    """Nodes of ``per_node`` GPUs that hold replicas of ``sizes`` GPUs each, none spanning
+    two nodes (first fit, largest first)."""
+    free: list[int] = []
+    for size in sorted(sizes, reverse=True):
+        for i, left in enumerate(free):
+            if left >= size:
+                free[i] -= size
+                break
+        else:
+            free.append(per_node - size)
+    return len(free)
+
+
+def _autoscaler_reaches(i: int, target: float, peak: float, service_ms: float, need: int) -> None:
+    """The sized fence is validated with the scenario's autoscaler: one that keeps fewer
+    replicas at peak than the SLO needs makes every fence size miss, whatever it holds."""
+    scaled = math.ceil(peak * service_ms / 1000.0 / target)
+    if scaled < need:
+        most = peak * service_ms / 1000.0 / need
+        raise ValueError(
+            f"services[{i}].target_utilization {target:g}: at the peak the autoscaler keeps "
+            f"{scaled} replicas, and the SLO needs {need}; no fence size can meet it -- set "
+            f"target_utilization to at most {math.floor(most * 100) / 100:g}"
+        )
+
+
+def _passes_validation(fence: dict[str, Any], nodes: int, seeds: list[int]) -> None:
+    """The answer must pass its own validation: a fence that misses the SLO in the simulation
+    that tests it is not a size to deploy."""
+    att = fence["serving_slo_attainment"]
+    if att["mean"] < REQUIRED_ATTAINMENT:
+        raise ValueError(
+            f"the sized fence ({nodes} nodes) fails its own validation: serving SLO attainment "
+            f"{_att(fence)} over seeds {', '.join(map(str, seeds))}, below the "
+            f"{REQUIRED_ATTAINMENT:.0%} an answer needs; look at the scenario's services "
+            "(autoscaling, service time CV) and the failure margin"
+        )
 
 
 def _att(s: dict[str, Any]) -> str:

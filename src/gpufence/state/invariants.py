@@ -31,7 +31,7 @@ def check(ledger: Ledger) -> list[str]:
         problems += _check_fence(ledger, jid, a)
         if a.lent_from is not None:
             lent[a.lent_from] += a.job.total_gpus
-        elif not a.incident:
+        if a.lent_from is not None or not a.incident:  # lent GPUs are charged to quota
             queue_used[a.queue] += a.charge_milli
         for s in a.assignments:
             cpu[s.node] += a.job.cpu_milli

@@ -74,7 +74,9 @@ class Ledger:
         self.pool_allocs: dict[str, dict[str, None]] = {p: {} for p in cluster.partitions}
         self.pool_used: dict[str, int] = {p: 0 for p in cluster.partitions}  # milli by pool
         self.lent: dict[str, int] = {p: 0 for p in cluster.partitions}  # whole GPUs lent out
-        self.queue_used: dict[str, int] = {q: 0 for q in cluster.queues}  # milli, own pool only
+        # milli charged to quota: at home and on GPUs lent by another fence
+        self.queue_used: dict[str, int] = {q: 0 for q in cluster.queues}
+        # milli on incident capacity of a donor pool (not charged to quota; fair share counts it)
         self.queue_lent_used: dict[str, int] = {q: 0 for q in cluster.queues}
         # bumped whenever capacity comes back to a pool (a release, a node up, a MIG layout):
         # a queue that failed to fit cannot fit before it changes. A what-if release is undone
@@ -441,8 +443,10 @@ class Ledger:
         charge = sign * alloc.charge_milli
         self._counter(self.pool_used, alloc.pool, charge)
         if alloc.lent_from is not None:
+            # lent GPUs count against the borrower's quota (lending is gated by it too):
+            # lending stays inside quota, whichever phase placed the job
             self._counter(self.lent, alloc.lent_from, sign * job.total_gpus)
-            self._counter(self.queue_lent_used, alloc.queue, charge)
+            self._counter(self.queue_used, alloc.queue, charge)
         elif not alloc.incident:
             self._counter(self.queue_used, alloc.queue, charge)
         else:
