@@ -22,9 +22,13 @@ at a time, so 1,000 nodes and 10,000 pods cost a few seconds of API calls, not m
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
+import json
 import logging
+import signal
+import sys
 import threading
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -203,6 +207,7 @@ class FakeKubelet:
         self._sem: asyncio.Semaphore | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._watch_task: asyncio.Task[None] | None = None
+        self._stopping = False
 
     # ---- lifecycle (sync, any thread) --------------------------------------------------------
 
@@ -256,16 +261,20 @@ class FakeKubelet:
         await self._resume_watch()
 
     async def _astop(self) -> None:
+        self._stopping = True  # timers that still fire spawn nothing
+        for pod in self._pods.values():
+            pod.cancel()
         tasks = list(self._tasks)
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        for pod in self._pods.values():
-            pod.cancel()
         if self._client is not None:
             await self._client.close()
 
-    def _spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
+    def _spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any] | None:
+        if self._stopping:
+            coro.close()
+            return None
         task = self._loop.create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -623,3 +632,47 @@ def _status_patch(
             "containerStatuses": statuses,
         }
     }
+
+
+def gpu_nodes(
+    count: int, gpus: int = 8, prefix: str = "gpu", rack_size: int = 32
+) -> list[FakeNode]:
+    """``count`` identical GPU nodes named ``prefix-000..``, ``rack_size`` to a rack label."""
+    width = len(str(count - 1))
+    return [
+        FakeNode(
+            f"{prefix}-{i:0{width}d}",
+            gpus=gpus,
+            labels={"gpufence.io/rack": f"rack-{i // rack_size}"},
+        )
+        for i in range(count)
+    ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Runs the fake kubelets of ``--nodes`` identical GPU nodes in this process until SIGTERM or
+    SIGINT (benchmarks run it apart, so it has a core's worth of GIL to itself). Prints ``ready``
+    once the nodes are registered, and its counters as JSON when it stops."""
+    ap = argparse.ArgumentParser(description=main.__doc__)
+    ap.add_argument("--kubeconfig", required=True)
+    ap.add_argument("--nodes", type=int, required=True)
+    ap.add_argument("--gpus", type=int, default=8)
+    ap.add_argument("--prefix", default="gpu")
+    ap.add_argument("--rack-size", type=int, default=32)
+    ap.add_argument("--lease-interval", type=float, default=10.0)
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(message)s")
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    with FakeKubelet(args.kubeconfig, lease_interval_s=args.lease_interval) as kubelet:
+        kubelet.add_nodes(gpu_nodes(args.nodes, args.gpus, args.prefix, args.rack_size))
+        print("ready", flush=True)
+        stop.wait()
+    print(json.dumps(kubelet.stats.__dict__), flush=True)
+    sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
