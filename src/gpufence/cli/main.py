@@ -17,6 +17,7 @@ from rich.table import Table
 
 from gpufence import __version__
 from gpufence.cli.control import register as register_control_verbs
+from gpufence.cli.k8s_verbs import k8s_app
 from gpufence.cli.examples_verb import examples_app
 from gpufence.cli.extras import install_hint, require
 from gpufence.cli.helpstyle import use_metavars
@@ -299,6 +300,7 @@ def size(
 register_control_verbs(app)  # up, submit, queue, status, ..., context
 app.add_typer(examples_app, name="examples")
 app.add_typer(observability_app, name="observability")
+app.add_typer(k8s_app, name="k8s")
 
 
 def main() -> None:

@@ -130,7 +130,12 @@ class Activity:
 
 @dataclass(frozen=True, slots=True)
 class NodeDown:
+    """The node takes no new work. ``stop_jobs``: it failed, so what ran there is stopped (and
+    requeued); False: it was cordoned (Kubernetes' ``unschedulable``, a NoSchedule taint), so
+    what runs there keeps running until it ends."""
+
     node: str
+    stop_jobs: bool = True
 
 
 @dataclass(frozen=True, slots=True)

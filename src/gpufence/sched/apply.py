@@ -111,8 +111,11 @@ def _apply(
         if protection is not None:
             protection.restore(ev.times, core.now)
         return
-    if isinstance(ev, NodeDown | NodeUp):
-        _node(core, book, ev.node, isinstance(ev, NodeUp), out)
+    if isinstance(ev, NodeUp):
+        _node(core, book, ev.node, True, out)
+        return
+    if isinstance(ev, NodeDown):
+        _node(core, book, ev.node, False, out, stop_jobs=ev.stop_jobs)
         return
     if isinstance(ev, MigReconfigured):
         mig.reconfigured(core, ev.gpu)
@@ -238,13 +241,17 @@ def _activity(
         track(core.cluster, book, rec)
 
 
-def _node(core: Core, book: JobBook, name: str, up: bool, out: list[Decision]) -> None:
+def _node(
+    core: Core, book: JobBook, name: str, up: bool, out: list[Decision], *, stop_jobs: bool = True
+) -> None:
     idx = core.cluster.node_by_name.get(name)
-    if idx is None or core.ledger.node_up[idx] == up:
+    if idx is None:
         return
-    core.ledger.set_node_up(idx, up)
-    if up:
+    if core.ledger.node_up[idx] != up:
+        core.ledger.set_node_up(idx, up)
+    if up or not stop_jobs:
         return
+    # (also when it was already down: a cordoned node that then fails stops its jobs)
     for jid in core.ledger.jobs_on_node(idx):
         rec = book.records[jid]
         if rec.state is JobState.RUNNING:

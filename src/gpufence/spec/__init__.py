@@ -36,6 +36,7 @@ __all__ = [
     "parse_gpu_selector",
     "parse_node_selector",
     "parse_yaml_documents",
+    "parse_yaml_text",
 ]
 
 _BOOL_TAG = "tag:yaml.org,2002:bool"
@@ -106,6 +107,14 @@ def _parse_yaml(text: str, source: str | None) -> tuple[object, dict[Path, int],
         raise SpecError([f"YAML error: {exc}"], source) from None
     finally:
         loader.dispose()
+
+
+def parse_yaml_text(
+    text: str, source: str | None
+) -> tuple[object, dict[Path, int], list[SpecIssue]]:
+    """One YAML document read as cluster specs are (YAML 1.2 booleans), with the source line of
+    every field path and its duplicate keys; a syntax error is a ``SpecError``."""
+    return _parse_yaml(text, source)
 
 
 def parse_yaml_documents(

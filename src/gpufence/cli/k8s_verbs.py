@@ -1,0 +1,165 @@
+"""``gpufence k8s``: the scheduler on Kubernetes (``run``), its fence file (``validate``) and
+who holds what (``status``, read from a replica's ``/v1/fences``). See docs/kubernetes.md."""
+
+from __future__ import annotations
+
+import json
+import logging
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from gpufence.spec import SpecError, format_spec_error
+
+k8s_app = typer.Typer(help="Schedule pods on Kubernetes (a secondary scheduler, with fences).")
+
+ConfigOpt = Annotated[
+    Path, typer.Option("--config", help="the cluster YAML (partitions by node_selector)")
+]
+
+
+def _fences(config: Path):  # type: ignore[no-untyped-def]
+    from gpufence.kube.fences import load_fence_spec
+
+    try:
+        return load_fence_spec(config)
+    except SpecError as exc:
+        typer.echo(format_spec_error(exc), err=True)
+        raise typer.Exit(2) from None
+
+
+def _http(value: str) -> tuple[str, int]:
+    host, _, port = value.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise typer.BadParameter(
+            f"{value!r}: give HOST:PORT, e.g. 127.0.0.1:10259", param_hint="--http"
+        )
+    return host, int(port)
+
+
+@k8s_app.command("run")
+def run(
+    config: ConfigOpt,
+    kubeconfig: Annotated[
+        str | None, typer.Option(help="kubeconfig file (default: in-cluster, then $KUBECONFIG)")
+    ] = None,
+    scheduler_name: Annotated[
+        str | None,
+        typer.Option(
+            help="schedule pods with this schedulerName (default: the file's "
+            "kubernetes.scheduler_name, else gpufence)"
+        ),
+    ] = None,
+    http: Annotated[
+        str, typer.Option(help="HOST:PORT for /healthz, /readyz, /metrics, /v1/fences")
+    ] = "127.0.0.1:10259",
+    leader_elect: Annotated[
+        bool, typer.Option(help="campaign for a Lease; only the leader schedules")
+    ] = True,
+    identity: Annotated[
+        str, typer.Option(help="this replica's name in the Lease (default host_pid)")
+    ] = "",
+    lease_namespace: Annotated[str, typer.Option()] = "gpufence-system",
+    lease_name: Annotated[str, typer.Option()] = "gpufence-scheduler",
+    lease_seconds: Annotated[
+        float, typer.Option(min=2.0, help="a dead leader is replaced after this")
+    ] = 15.0,
+    reason_delay: Annotated[
+        float,
+        typer.Option(min=0.0, help="seconds a pod waits before its pending reason is written"),
+    ] = 5.0,
+) -> None:
+    """Schedule every pod whose spec.schedulerName names this scheduler."""
+    from dataclasses import replace
+
+    from gpufence.kube.run import RunOptions, run_replica
+
+    fences = _fences(config)
+    if scheduler_name:
+        fences = replace(fences, names=replace(fences.names, scheduler_name=scheduler_name))
+    host, port = _http(http)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    for noisy in ("httpx", "httpx2", "httpcore"):  # one line per request otherwise
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    opts = RunOptions(
+        kubeconfig=kubeconfig,
+        http_host=host,
+        http_port=port,
+        leader_elect=leader_elect,
+        identity=identity,
+        lease_namespace=lease_namespace,
+        lease_name=lease_name,
+        lease_s=lease_seconds,
+        renew_s=max(0.5, min(2.0, lease_seconds / 5)),
+        reason_delay_s=reason_delay,
+    )
+    raise typer.Exit(run_replica(fences, opts))
+
+
+@k8s_app.command("validate")
+def validate(config: ConfigOpt) -> None:
+    """Check a cluster YAML for Kubernetes (field, line and fix for each problem)."""
+    fences = _fences(config)
+    for p, sel in fences.selectors.items():
+        shown = ", ".join(f"{k}={v}" for k, v in sel.items()) or "(every GPU node no other selects)"
+        typer.echo(f"partition {p}: nodes labelled {shown}")
+    typer.echo(f"ok: pods with schedulerName {fences.names.scheduler_name} are scheduled")
+
+
+@k8s_app.command("status")
+def status(
+    url: Annotated[str, typer.Option(help="a replica's HTTP address")] = "http://127.0.0.1:10259",
+    output: Annotated[str, typer.Option("-o", help="table or json")] = "table",
+) -> None:
+    """Who holds what: each fence's GPUs (used, lent, borrowed) and pending jobs, per queue."""
+    try:
+        with urllib.request.urlopen(url.rstrip("/") + "/v1/fences", timeout=10) as r:
+            body = json.loads(r.read())
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        typer.echo(
+            f"error: cannot read {url}/v1/fences: {exc} (is a replica serving there? see "
+            "--http of k8s run)",
+            err=True,
+        )
+        raise typer.Exit(1) from None
+    if output == "json":
+        typer.echo(json.dumps(body, indent=2))
+        return
+    console = Console()
+    t = Table(
+        "FENCE", "NODES", "GPUS", "USED", "LENT", "BORROWED", "RUNNING", "PENDING", "LARGEST GANG"
+    )
+    for f in body["fences"]:
+        t.add_row(
+            f["name"],
+            str(f["nodes"]),
+            str(f["capacity_gpus"]),
+            f"{f['used_gpus']:g}",
+            str(f["lent_gpus"]),
+            str(f["borrowed_gpus"]),
+            str(f["running"]),
+            str(f["pending"]),
+            str(f["largest_gang"]),
+        )
+    console.print(t)
+    q = Table("QUEUE", "FENCE", "TENANT", "NOMINAL", "USED", "BORROWED", "RUNNING", "PENDING")
+    for row in body["queues"]:
+        nominal = "-" if row["nominal_gpus"] is None else f"{row['nominal_gpus']:g}"
+        q.add_row(
+            row["name"],
+            row["partition"],
+            row["tenant"] or "-",
+            nominal,
+            f"{row['used_gpus']:g}",
+            f"{row['borrowed_gpus']:g}",
+            str(row["running"]),
+            str(row["pending"]),
+        )
+    console.print(q)
+    for line in body.get("problems", []):
+        console.print(f"[yellow]warning:[/] {line}")

@@ -1,0 +1,50 @@
+"""What the front end asks of the API server: plain values, made by the tracker, carried out
+by kube/api_actions.py. Keeping them as data keeps the tracker free of I/O (and testable by
+comparing lists)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpufence.kube.placement_notes import BindNote
+
+
+@dataclass(frozen=True, slots=True)
+class BindPod:
+    namespace: str
+    pod: str
+    node: str
+    note: BindNote
+
+
+@dataclass(frozen=True, slots=True)
+class DeletePod:
+    """Stop a running pod (a preemption, a reclaim, a node failure, half a gang)."""
+
+    namespace: str
+    pod: str
+    why: str
+
+
+@dataclass(frozen=True, slots=True)
+class ShowPending:
+    """Set PodScheduled=False with this reason and message, and record an Event."""
+
+    namespace: str
+    pod: str
+    reason: str  # Unschedulable | gpufence/Rejected
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class AnnotatePod:
+    """Set (value) or remove (None) one annotation: preemption notices."""
+
+    namespace: str
+    pod: str
+    key: str
+    value: str | None
+    event: str = ""  # also record an Event with this message
+
+
+Action = BindPod | DeletePod | ShowPending | AnnotatePod

@@ -1,0 +1,178 @@
+"""The few API calls gpufence makes, over lightkube (see docs/kubernetes.md for why lightkube).
+
+Every verb here is one the ClusterRole in deploy/ grants; nothing else is called. Errors are
+lightkube's ``ApiError`` (an HTTP status from the API server) or httpx's transport errors; the
+callers decide what each means.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import secrets
+from collections.abc import Iterator
+from typing import Any
+
+import httpx2 as httpx
+from lightkube import ApiError, Client, KubeConfig
+from lightkube.resources.coordination_v1 import Lease
+from lightkube.resources.core_v1 import Node, Pod
+
+from gpufence.kube import names
+
+__all__ = ["ApiError", "CallFailed", "KubeApi"]
+
+_HOST = os.uname().nodename
+
+
+class CallFailed(Exception):
+    """A write the API server refused: its HTTP status and message."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code, self.message = code, message
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+class KubeApi:
+    def __init__(self, kubeconfig: str | None = None, *, timeout_s: float = 30.0) -> None:
+        if kubeconfig:
+            config = KubeConfig.from_file(kubeconfig)
+        elif os.environ.get("KUBERNETES_SERVICE_HOST"):
+            config = KubeConfig.from_service_account()
+        else:
+            config = KubeConfig.from_env()
+        # HTTP/2: the binds of a burst share one connection instead of queueing on a pool
+        self.client = Client(
+            config,
+            field_manager=names.EVENT_COMPONENT,
+            timeout=httpx.Timeout(timeout_s),
+            http2=False,
+        )
+
+    def close(self) -> None:
+        self.client.close()
+
+    # -- reads ----------------------------------------------------------------------------------
+
+    def list_pods(self) -> tuple[list[Any], str]:
+        it = self.client.list(Pod, namespace="*", chunk_size=2000)
+        items = list(it)
+        return items, it.resourceVersion
+
+    def list_nodes(self) -> tuple[list[Any], str]:
+        it = self.client.list(Node, chunk_size=2000)
+        items = list(it)
+        return items, it.resourceVersion
+
+    def watch_pods(self, version: str) -> Iterator[tuple[str, Any]]:
+        return self.client.watch(Pod, namespace="*", resource_version=version)
+
+    def watch_nodes(self, version: str) -> Iterator[tuple[str, Any]]:
+        return self.client.watch(Node, resource_version=version)
+
+    # -- writes ---------------------------------------------------------------------------------
+    # Writes go straight through lightkube's configured HTTP client (its base URL, TLS and
+    # credentials): the answers are Status objects or whole Pods we do not need decoded, and a
+    # bind's answer is a Status that lightkube would try to read as a Binding.
+
+    def _write(
+        self, method: str, path: str, body: object, content_type: str = "application/json"
+    ) -> None:
+        http: httpx.Client = self.client._client._client
+        data = json.dumps(body).encode()
+        resp = http.request(
+            method,
+            path,
+            content=data,
+            params={"fieldManager": names.EVENT_COMPONENT},
+            headers={"Content-Type": content_type, "Accept": "application/json"},
+        )
+        if resp.status_code >= 300:
+            try:
+                message = str(resp.json().get("message", resp.text))
+            except ValueError:
+                message = resp.text
+            raise CallFailed(resp.status_code, message)
+
+    def bind(self, namespace: str, pod: str, node: str, annotations: dict[str, str]) -> None:
+        """One bind; the binding's annotations land on the pod in the same write (the API
+        server copies them), so a bound pod always carries its placement note."""
+        body = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {"name": pod, "namespace": namespace, "annotations": annotations},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+        }
+        self._write("POST", f"/api/v1/namespaces/{namespace}/pods/{pod}/binding", body)
+
+    def set_pending(self, namespace: str, pod: str, reason: str, message: str) -> None:
+        cond = {
+            "type": "PodScheduled",
+            "status": "False",
+            "reason": reason,
+            "message": message,
+            "lastTransitionTime": _now().strftime("%Y-%m-%dT%H:%M:%SZ"),
+        }
+        patch = {"status": {"conditions": [cond]}}
+        path = f"/api/v1/namespaces/{namespace}/pods/{pod}/status"
+        self._write("PATCH", path, patch, "application/strategic-merge-patch+json")
+
+    def record_event(
+        self, namespace: str, pod: str, uid: str, reason: str, message: str, kind: str = "Warning"
+    ) -> None:
+        stamp = _now().strftime("%Y-%m-%dT%H:%M:%SZ")
+        event = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"name": f"{pod}.{secrets.token_hex(8)}", "namespace": namespace},
+            "involvedObject": {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "name": pod,
+                "namespace": namespace,
+                "uid": uid,
+            },
+            "reason": reason,
+            "message": message[:1024],
+            "type": kind,
+            "source": {"component": names.EVENT_COMPONENT},
+            "reportingComponent": names.EVENT_COMPONENT,
+            "reportingInstance": _HOST,
+            "firstTimestamp": stamp,
+            "lastTimestamp": stamp,
+            "count": 1,
+        }
+        self._write("POST", f"/api/v1/namespaces/{namespace}/events", event)
+
+    def delete_pod(self, namespace: str, pod: str) -> None:
+        self._write("DELETE", f"/api/v1/namespaces/{namespace}/pods/{pod}", {})
+
+    def annotate_pod(self, namespace: str, pod: str, key: str, value: str | None) -> None:
+        patch = {"metadata": {"annotations": {key: value}}}
+        self._write(
+            "PATCH",
+            f"/api/v1/namespaces/{namespace}/pods/{pod}",
+            patch,
+            "application/merge-patch+json",
+        )
+
+    # -- leases (leader election) ---------------------------------------------------------------
+
+    def get_lease(self, namespace: str, name: str) -> Any | None:
+        try:
+            return self.client.get(Lease, name, namespace=namespace)
+        except ApiError as exc:
+            if exc.status.code == 404:
+                return None
+            raise
+
+    def create_lease(self, lease: Any) -> Any:
+        return self.client.create(lease)
+
+    def replace_lease(self, lease: Any) -> Any:
+        return self.client.replace(lease)

@@ -1,0 +1,164 @@
+"""Carry out the tracker's actions against the API server, concurrently, binds first.
+
+Binds go to a wide pool (one HTTP/2 connection, many streams): a burst of a thousand binds
+takes as long as the slowest few, not their sum. Pending reasons are writes a user reads, not
+scheduling: they go to a narrow pool, only when the reason changed, and at most once per
+``reason_interval_s`` per pod (an Event at most once per ``event_interval_s``), so ten thousand
+waiting pods cannot crowd out the binds.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from gpufence.kube import names
+from gpufence.kube.actions import Action, AnnotatePod, BindPod, DeletePod, ShowPending
+from gpufence.kube.api import CallFailed, KubeApi
+
+log = logging.getLogger("gpufence.kube")
+
+
+@dataclass(frozen=True, slots=True)
+class BindFailed:
+    namespace: str
+    pod: str
+    why: str
+    gone: bool  # 404: the pod was deleted meanwhile
+
+
+@dataclass(slots=True)
+class Counts:
+    binds: int = 0
+    bind_errors: int = 0
+    deletes: int = 0
+    reasons: int = 0
+    events: int = 0
+    bind_seconds: float = 0.0
+
+
+class ActionRunner:
+    def __init__(
+        self,
+        api: KubeApi,
+        failures: queue.Queue[BindFailed],
+        uid_of: Callable[[str, str], str],
+        *,
+        workers: int = 32,
+        reason_interval_s: float = 30.0,
+        event_interval_s: float = 60.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.api = api
+        self.failures = failures
+        self.uid_of = uid_of
+        self.counts = Counts()
+        self._fast = ThreadPoolExecutor(workers, thread_name_prefix="bind")
+        self._slow = ThreadPoolExecutor(4, thread_name_prefix="reason")
+        self._reason_interval, self._event_interval = reason_interval_s, event_interval_s
+        self._shown: dict[str, tuple[str, float, float]] = {}  # pod -> (message, at, event at)
+        self._lock = threading.Lock()
+        self._clock = clock
+
+    def close(self) -> None:
+        self._fast.shutdown(wait=True, cancel_futures=False)
+        self._slow.shutdown(wait=False, cancel_futures=True)
+
+    def run(self, actions: list[Action]) -> None:
+        for a in actions:
+            if isinstance(a, BindPod):
+                self._fast.submit(self._bind, a)
+            elif isinstance(a, DeletePod):
+                self._fast.submit(self._delete, a)
+            elif isinstance(a, AnnotatePod):
+                self._fast.submit(self._annotate, a)
+            elif isinstance(a, ShowPending):
+                self._maybe_show(a)
+
+    def forget(self, namespace: str, pod: str) -> None:
+        with self._lock:
+            self._shown.pop(f"{namespace}/{pod}", None)
+
+    def _bind(self, a: BindPod) -> None:
+        t0 = time.perf_counter()
+        try:
+            self.api.bind(a.namespace, a.pod, a.node, a.note.annotations())
+            with self._lock:
+                self.counts.binds += 1
+                self.counts.bind_seconds += time.perf_counter() - t0
+        except CallFailed as exc:
+            with self._lock:
+                self.counts.bind_errors += 1
+            if exc.code == 409 and "already assigned" in exc.message:
+                # bound already: a roll-forward or retry of a bind that did land. Not a failure
+                # if it went where we meant it to (the watch shows which)
+                log.info("bind %s/%s: %s", a.namespace, a.pod, exc.message)
+                return
+            self.failures.put(BindFailed(a.namespace, a.pod, exc.message, exc.code == 404))
+        except Exception as exc:
+            with self._lock:
+                self.counts.bind_errors += 1
+            self.failures.put(BindFailed(a.namespace, a.pod, str(exc), False))
+
+    def _delete(self, a: DeletePod) -> None:
+        try:
+            self.api.record_event(
+                a.namespace,
+                a.pod,
+                self.uid_of(a.namespace, a.pod),
+                "Preempted",
+                f"gpufence stops the pod: {a.why}",
+            )
+            self.api.delete_pod(a.namespace, a.pod)
+            with self._lock:
+                self.counts.deletes += 1
+        except CallFailed as exc:
+            if exc.code != 404:
+                log.warning("delete %s/%s: %s", a.namespace, a.pod, exc.message)
+        except Exception as exc:
+            log.warning("delete %s/%s: %s", a.namespace, a.pod, exc)
+
+    def _annotate(self, a: AnnotatePod) -> None:
+        try:
+            self.api.annotate_pod(a.namespace, a.pod, a.key, a.value)
+            if a.event:
+                self.api.record_event(
+                    a.namespace, a.pod, self.uid_of(a.namespace, a.pod), "Notice", a.event, "Normal"
+                )
+        except Exception as exc:
+            log.warning("annotate %s/%s: %s", a.namespace, a.pod, exc)
+
+    def _maybe_show(self, a: ShowPending) -> None:
+        key, now = f"{a.namespace}/{a.pod}", self._clock()
+        with self._lock:
+            last = self._shown.get(key)
+            if last is not None and last[0] == a.message and now - last[1] < self._reason_interval:
+                return
+            event_due = (
+                last is None or last[0] != a.message or now - last[2] >= self._event_interval
+            )
+            self._shown[key] = (a.message, now, now if event_due else last[2] if last else now)
+        self._slow.submit(self._show, a, event_due)
+
+    def _show(self, a: ShowPending, event: bool) -> None:
+        try:
+            self.api.set_pending(a.namespace, a.pod, a.reason, a.message)
+            if event:
+                uid = self.uid_of(a.namespace, a.pod)
+                reason = (
+                    "FailedScheduling" if a.reason == names.CONDITION_REASON_PENDING else "Rejected"
+                )
+                self.api.record_event(a.namespace, a.pod, uid, reason, a.message)
+            with self._lock:
+                self.counts.reasons += 1
+                self.counts.events += int(event)
+        except CallFailed as exc:
+            if exc.code not in (404, 409):
+                log.warning("pending reason %s/%s: %s", a.namespace, a.pod, exc.message)
+        except Exception as exc:
+            log.warning("pending reason %s/%s: %s", a.namespace, a.pod, exc)

@@ -1,0 +1,203 @@
+"""The cluster YAML on Kubernetes: the local plane's format, with nodes chosen by label.
+
+On Kubernetes the nodes are not written in the file: they come and go through the API. So a
+partition names a ``node_selector`` (labels every node it takes must carry) instead of
+``nodes``/``gpus``, and ``node_groups`` is left out. Everything else -- admits, sharing, lending,
+preemption, reclaim, queues, quotas -- is the same schema, checked by the same validator: the file
+is checked by building it once over *virtual* nodes (one group per partition, as many GPUs as
+its quotas and lending caps name), so every field error names its path and line exactly as
+``gpufence validate`` does for the local plane. The real hardware is swapped in later
+(kube/hardware.py) from the Nodes the API server reports.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path as FilePath
+from typing import Any
+
+from gpufence.kube.names import KubeNames
+from gpufence.model.cluster import Cluster
+from gpufence.spec import SpecError, SpecIssue, cluster_from_dict, parse_yaml_text
+from gpufence.spec.errors import Path, locate
+
+# a label key: an optional DNS-subdomain prefix and a name (Kubernetes' own rule, shortened)
+_LABEL_KEY = re.compile(
+    r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+)
+_LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$")
+_VIRTUAL_TYPE = "H100-80GB"  # MIG-capable and in the catalogue: lets MIG layouts be checked
+_KUBE_SECTION = "kubernetes"
+_KUBE_KEYS = {"scheduler_name", "rack_label", "nvlink_label", "tolerated_taints"}
+
+
+@dataclass(frozen=True)
+class FenceSpec:
+    """A validated cluster file for Kubernetes: the partitions' node selectors (in file
+    order) and the policy-only cluster (partitions, queues, declared GPU types) to which the
+    observed hardware is added."""
+
+    policy: Cluster
+    selectors: Mapping[str, Mapping[str, str]]
+    names: KubeNames
+    source: str | None = None
+
+    def partition_of(self, labels: Mapping[str, str]) -> tuple[str | None, list[str]]:
+        """The partition whose selector a node's labels match, and every match (more than
+        one is a conflict the caller reports; the node then belongs to none). A partition with
+        an empty selector takes nodes that match no other."""
+        matched = [
+            p
+            for p, sel in self.selectors.items()
+            if sel and all(labels.get(k) == v for k, v in sel.items())
+        ]
+        if not matched:
+            catch_all = [p for p, sel in self.selectors.items() if not sel]
+            return (catch_all[0] if catch_all else None), catch_all
+        return (matched[0] if len(matched) == 1 else None), matched
+
+
+def _selector_issues(pname: str, raw: object) -> list[SpecIssue]:
+    path: Path = ("partitions", pname, "node_selector")
+    if not isinstance(raw, Mapping):
+        msg = "must be a mapping of node label -> value, e.g. {gpufence.io/fence: training}"
+        return [SpecIssue(path, msg)]
+    out = []
+    for key, value in raw.items():
+        if not isinstance(key, str) or not _LABEL_KEY.match(key) or len(key) > 316:
+            out.append(SpecIssue((*path,), f"{key!r} is not a Kubernetes label key"))
+        elif not isinstance(value, str) or not _LABEL_VALUE.match(value) or len(value) > 63:
+            msg = f"{value!r} is not a label value (quote it: a string of at most 63 "
+            out.append(SpecIssue((*path, key), msg + "letters, digits, '-', '_' or '.')"))
+    return out
+
+
+def _take_partitions(data: dict[str, Any]) -> tuple[dict[str, dict[str, str]], list[SpecIssue]]:
+    """Pull each partition's node_selector out (the local schema does not know it) and refuse
+    the local plane's nodes/gpus selectors, naming the fix."""
+    selectors: dict[str, dict[str, str]] = {}
+    issues: list[SpecIssue] = []
+    parts = data.get("partitions")
+    if not isinstance(parts, dict):
+        return selectors, issues  # the schema reports it
+    for pname, p in parts.items():
+        if not isinstance(p, dict):
+            continue
+        for local in ("nodes", "gpus"):
+            if local in p:
+                msg = "on Kubernetes a partition selects nodes by label: replace it with "
+                msg += "node_selector: {LABEL: VALUE}"
+                issues.append(SpecIssue(("partitions", pname, local), msg))
+                p.pop(local)
+        raw = p.pop("node_selector", None)
+        if raw is None:
+            msg = "required on Kubernetes: the node labels this partition takes, e.g. "
+            msg += "node_selector: {gpufence.io/fence: " + str(pname) + "} ({} takes the rest)"
+            issues.append(SpecIssue(("partitions", pname), msg))
+            continue
+        found = _selector_issues(str(pname), raw)
+        issues.extend(found)
+        if not found and isinstance(raw, Mapping):
+            selectors[str(pname)] = {str(k): str(v) for k, v in raw.items()}
+    empty = [p for p, sel in selectors.items() if not sel]
+    for extra in empty[1:]:
+        msg = f"only one partition may take the unlabelled rest ({empty[0]!r} already does)"
+        issues.append(SpecIssue(("partitions", extra, "node_selector"), msg))
+    return selectors, issues
+
+
+def _virtual_gpus(pname: str, data: dict[str, Any]) -> int:
+    """GPUs the virtual node of ``pname`` needs so that capacity rules (nominal quotas,
+    lending caps) pass: the real capacity is checked against them at run time, when known."""
+    need = 1.0
+    for q in data.get("queues") or ():
+        if isinstance(q, dict) and q.get("partition") == pname:
+            nominal = q.get("nominal_gpus")
+            if isinstance(nominal, int | float):
+                need += float(nominal)
+    part = (data.get("partitions") or {}).get(pname)
+    for rule in (part.get("lending") if isinstance(part, dict) else None) or ():
+        cap = rule.get("cap_gpus") if isinstance(rule, dict) else None
+        if isinstance(cap, int | float):
+            need = max(need, float(cap))
+    return max(1, math.ceil(need))
+
+
+def _kube_names(raw: object) -> tuple[KubeNames, list[SpecIssue]]:
+    if raw is None:
+        return KubeNames(), []
+    if not isinstance(raw, Mapping):
+        return KubeNames(), [SpecIssue((_KUBE_SECTION,), "must be a mapping")]
+    issues = [
+        SpecIssue((_KUBE_SECTION, k), f"unknown field (known: {', '.join(sorted(_KUBE_KEYS))})")
+        for k in raw
+        if k not in _KUBE_KEYS
+    ]
+    fields: dict[str, Any] = {}
+    for key in _KUBE_KEYS & set(raw):
+        value = raw[key]
+        if key == "tolerated_taints":
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                issues.append(SpecIssue((_KUBE_SECTION, key), "must be a list of taint keys"))
+                continue
+            fields[key] = tuple(value)
+        elif not isinstance(value, str) or not value:
+            issues.append(SpecIssue((_KUBE_SECTION, key), "must be a non-empty string"))
+        else:
+            fields[key] = value
+    return KubeNames(**fields), issues
+
+
+def fence_spec_from_dict(
+    data: object, *, source: str | None = None, lines: Mapping[Path, int] | None = None
+) -> FenceSpec:
+    if not isinstance(data, dict):
+        raise SpecError(["a cluster spec must be a mapping with name and partitions"], source)
+    data = dict(data)
+    issues: list[SpecIssue] = []
+    if "node_groups" in data:
+        msg = "on Kubernetes the nodes come from the API server: remove node_groups and give "
+        issues.append(SpecIssue(("node_groups",), msg + "each partition a node_selector"))
+        data.pop("node_groups")
+    names, kube_issues = _kube_names(data.pop(_KUBE_SECTION, None))
+    issues.extend(kube_issues)
+    parts = data.get("partitions")
+    if isinstance(parts, dict):
+        data["partitions"] = {k: dict(v) if isinstance(v, dict) else v for k, v in parts.items()}
+    selectors, sel_issues = _take_partitions(data)
+    issues.extend(sel_issues)
+    groups: list[dict[str, object]] = []
+    for pname, p in (data.get("partitions") or {}).items():
+        group = f"virtual-{len(groups)}"
+        gpus = _virtual_gpus(pname, data)
+        groups.append({"name": group, "count": 1, "gpus_per_node": gpus, "gpu_type": _VIRTUAL_TYPE})
+        if isinstance(p, dict):
+            p["nodes"] = [group]
+    virtual = {"name": "virtual", "count": 1, "gpus_per_node": 1, "gpu_type": _VIRTUAL_TYPE}
+    data["node_groups"] = groups or [virtual]
+    try:
+        policy = cluster_from_dict(data, source=source, lines=lines)
+    except SpecError as exc:
+        theirs = [i for i in exc.issues if i.path[:1] != ("node_groups",)]
+        raise SpecError([*locate(issues, lines or {}), *theirs], source) from None
+    if issues:
+        raise SpecError(locate(issues, lines or {}), source)
+    return FenceSpec(policy=policy, selectors=selectors, names=names, source=source)
+
+
+def load_fence_spec(path: str | os.PathLike[str]) -> FenceSpec:
+    source = os.fspath(path)
+    try:
+        text = FilePath(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise SpecError([f"cluster file {source!r} not found"], source) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SpecError([f"cannot read cluster file {source!r}: {exc}"], source) from None
+    data, lines, yaml_issues = parse_yaml_text(text, source)
+    if yaml_issues:
+        raise SpecError(yaml_issues, source)
+    return fence_spec_from_dict(data, source=source, lines=lines)

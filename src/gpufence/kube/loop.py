@@ -1,0 +1,327 @@
+"""The Kubernetes front end's loop: watches in, the core's step, API writes out.
+
+One thread owns the core (as the reconciler does in the local plane): it drains what the
+informers saw, turns it into the core's events (kube/tracker.py), steps the core, and hands the
+resulting actions to the runner. The cluster model is rebuilt -- a fresh core restored from the
+pods, exactly as after a restart -- when the GPU nodes change (added, removed, relabelled, or
+capacity taken by pods gpufence does not schedule); readiness and cordons are plain events.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from gpufence.kube import names
+from gpufence.kube.actions import BindPod, ShowPending
+from gpufence.kube.api import KubeApi
+from gpufence.kube.api_actions import ActionRunner, BindFailed
+from gpufence.kube.fences import FenceSpec
+from gpufence.kube.hardware import Hardware, Usage, build_hardware, cordoned
+from gpufence.kube.informer import Change, Informer, Resync
+from gpufence.kube.objects import ObservedNode, ObservedPod, observe_node, observe_pod
+from gpufence.kube.tracker import Tracker
+from gpufence.model.events import Event, NodeDown, NodeUp, UsageRestored
+from gpufence.sched.scheduler import Scheduler, SchedulerConfig
+
+log = logging.getLogger("gpufence.kube")
+
+
+@dataclass(slots=True)
+class LoopStats:
+    cycles: int = 0
+    step_seconds: float = 0.0
+    rebuilds: int = 0
+    submitted: int = 0
+    pending: int = 0
+    running: int = 0
+    synced: bool = False
+    last_cycle: float = 0.0
+
+
+class KubeScheduler:
+    def __init__(
+        self,
+        api: KubeApi,
+        fences: FenceSpec,
+        *,
+        clock: Callable[[], float] = time.time,
+        reason_delay_s: float = 5.0,
+        rebuild_every_s: float = 2.0,
+        bind_workers: int = 32,
+    ) -> None:
+        self.api, self.fences, self.clock = api, fences, clock
+        self.names = fences.names
+        self.reason_delay_s, self.rebuild_every_s = reason_delay_s, rebuild_every_s
+        self.changes: queue.Queue[Resync | Change] = queue.Queue()
+        self.failures: queue.Queue[BindFailed] = queue.Queue()
+        self.stop = threading.Event()
+        self.nodes: dict[str, ObservedNode] = {}
+        self.pods: dict[str, ObservedPod] = {}  # every pod, ours or not
+        self.inflight: dict[str, BindPod] = {}  # pod key -> bind sent, not yet seen
+        self.runner = ActionRunner(api, self.failures, self._uid, workers=bind_workers)
+        self.stats = LoopStats()
+        self.hardware: Hardware | None = None
+        self.core: Scheduler | None = None
+        self.tracker = Tracker(self.names.scheduler_name, fences.policy.queues)
+        self._down: dict[str, bool] = {}  # node -> stop_jobs of the NodeDown the core has
+        self._rebuild_due: float | None = 0.0
+        self._carry: list[Event] = []
+        self._now = 0.0
+        self._last_reasons = 0.0
+        self.lock = threading.Lock()  # held while the core steps; readers (HTTP) take it too
+
+    def _uid(self, namespace: str, pod: str) -> str:
+        obj = self.pods.get(f"{namespace}/{pod}")
+        return obj.uid if obj is not None else ""
+
+    # -- the loop -------------------------------------------------------------------------------
+
+    def start_informers(self) -> list[Informer]:
+        informers = [
+            Informer("node", self.api.list_nodes, self.api.watch_nodes, self.changes, self.stop),
+            Informer("pod", self.api.list_pods, self.api.watch_pods, self.changes, self.stop),
+        ]
+        for inf in informers:
+            inf.start()
+        return informers
+
+    def run(self) -> None:
+        self.start_informers()
+        synced: set[str] = set()
+        try:
+            while not self.stop.is_set():
+                self._drain(synced, self._timeout())
+                if synced != {"node", "pod"}:
+                    continue
+                self.cycle()
+        finally:
+            self.runner.close()
+
+    def _timeout(self) -> float:
+        wake = self.core.next_wakeup() if self.core is not None else None
+        if wake is None:
+            return 1.0
+        return min(1.0, max(0.0, wake - self.clock()))
+
+    def _drain(self, synced: set[str], timeout: float) -> None:
+        try:
+            item = self.changes.get(timeout=timeout)
+        except queue.Empty:
+            return
+        batch = [item]
+        while len(batch) < 20000:
+            try:
+                batch.append(self.changes.get_nowait())
+            except queue.Empty:
+                break
+        for item in batch:
+            if isinstance(item, Resync):
+                synced.add(item.kind)
+                self._resync(item)
+            elif item.kind == "node":
+                self._node_change(item)
+            else:
+                self._pod_change(item)
+
+    def _resync(self, r: Resync) -> None:
+        if r.kind == "node":
+            fresh = {n.name: n for n in map(observe_node, r.objects)}
+            if fresh != self.nodes:
+                self.nodes = fresh
+                self._mark_rebuild()
+            return
+        fresh_pods = {p.key: p for p in map(observe_pod, r.objects)}
+        for key in set(self.pods) - set(fresh_pods):
+            self._pod_gone(key)
+        for pod in fresh_pods.values():
+            if self.pods.get(pod.key) != pod:
+                self._pod_seen(pod)
+
+    def _node_change(self, c: Change) -> None:
+        node = observe_node(c.obj)
+        old = self.nodes.get(node.name)
+        if c.type == "DELETED":
+            self.nodes.pop(node.name, None)
+            self._mark_rebuild()
+            return
+        self.nodes[node.name] = node
+        if old is None or _shape(old) != _shape(node):
+            self._mark_rebuild()
+
+    def _pod_change(self, c: Change) -> None:
+        pod = observe_pod(c.obj)
+        if c.type == "DELETED":
+            self._pod_gone(pod.key)
+        else:
+            self._pod_seen(pod)
+
+    def _pod_seen(self, pod: ObservedPod) -> None:
+        old = self.pods.get(pod.key)
+        self.pods[pod.key] = pod
+        if pod.node:
+            self.inflight.pop(pod.key, None)
+        if self.tracker.ours(pod):
+            if self.core is not None:
+                self.tracker.pod_seen(pod)
+            if pod.terminal or pod.deleting:
+                self.runner.forget(pod.namespace, pod.name)
+        elif _foreign_usage(old) != _foreign_usage(pod):
+            self._mark_rebuild()
+
+    def _pod_gone(self, key: str) -> None:
+        pod = self.pods.pop(key, None)
+        self.inflight.pop(key, None)
+        if pod is None:
+            return
+        self.runner.forget(pod.namespace, pod.name)
+        if self.tracker.ours(pod):
+            if self.core is not None:
+                self.tracker.pod_gone(key)
+        elif _foreign_usage(pod) != Usage():
+            self._mark_rebuild()
+
+    def _mark_rebuild(self) -> None:
+        if self._rebuild_due is None:
+            self._rebuild_due = self.clock() + self.rebuild_every_s
+
+    # -- one cycle ------------------------------------------------------------------------------
+
+    def cycle(self) -> None:
+        now = max(self._now, self.clock())
+        self._now = now
+        with self.lock:
+            if self._rebuild_due is not None and now >= self._rebuild_due:
+                self._rebuild(now)
+            assert self.core is not None and self.hardware is not None
+            while True:
+                try:
+                    f = self.failures.get_nowait()
+                except queue.Empty:
+                    break
+                for line in self.tracker.bind_failed(f.namespace, f.pod, f.why, f.gone):
+                    log.warning("%s", line)
+            self.tracker.submit_ready()
+            events, actions = self.tracker.take()
+            events = self._carry + self._node_events() + events
+            t0 = time.perf_counter()
+            decisions = self.core.step(events, now)
+            self.stats.step_seconds += time.perf_counter() - t0
+            self.tracker.decide(self.hardware.cluster, decisions, now)
+            self._carry, more = self.tracker.take()
+            actions += more
+            self.stats.cycles += 1
+            self.stats.last_cycle = now
+            self.stats.synced = True
+            self.stats.pending = self.core.pending_count()
+            self.stats.running = len(self.tracker.jobs) - self.stats.pending
+            for a in actions:
+                if isinstance(a, BindPod):
+                    self.inflight[f"{a.namespace}/{a.pod}"] = a
+            if now - self._last_reasons >= 2.0:
+                self._last_reasons = now
+                actions += self._reasons(now)
+        self.runner.run(actions)
+
+    def _node_events(self) -> list[Event]:
+        hw = self.hardware
+        assert hw is not None
+        out: list[Event] = []
+        tolerated = self.names.tolerated_taints
+        for node in hw.cluster.nodes:
+            obs = self.nodes.get(node.name)
+            # True: failed (its jobs stop); False: cordoned (no new work); None: up
+            want = (
+                None
+                if obs is None or (obs.ready and not cordoned(obs, tolerated))
+                else not obs.ready
+            )
+            have = self._down.get(node.name)
+            if want == have:
+                continue
+            if want is None:
+                out.append(NodeUp(node.name))
+                self._down.pop(node.name, None)
+            else:
+                out.append(NodeDown(node.name, stop_jobs=want))
+                self._down[node.name] = want
+        return out
+
+    def _rebuild(self, now: float) -> None:
+        """A fresh core over the nodes as they are now, restored from the pods (and the binds
+        sent but not yet seen): the start-up path, taken again."""
+        self._rebuild_due = None
+        foreign: dict[str, Usage] = {}
+        for pod in self.pods.values():
+            usage = _foreign_usage(pod) if not self.tracker.ours(pod) else Usage()
+            if usage != Usage():
+                foreign[pod.node] = foreign.get(pod.node, Usage()) + usage
+        old = self.core
+        self.hardware = build_hardware(self.fences, self.nodes.values(), foreign)
+        for line in self.hardware.problems:
+            log.warning("%s", line)
+        self.core = Scheduler(self.hardware.cluster, SchedulerConfig())
+        self.tracker = Tracker(self.names.scheduler_name, self.fences.policy.queues)
+        self._down = {}
+        self._carry = []
+        pods = [self._with_inflight(p) for p in self.pods.values()]
+        self.tracker.restore(self.hardware.cluster, pods)
+        if old is not None:
+            carried = tuple(sorted(old.fair_share_usage().items()))
+            self._carry.append(UsageRestored(carried, now))
+        self.stats.rebuilds += 1
+        log.info(
+            "cluster model: %d GPU nodes, %d GPUs, %d pods of ours",
+            len(self.hardware.cluster.nodes),
+            len(self.hardware.cluster.gpus),
+            len(self.tracker.pods),
+        )
+
+    def _with_inflight(self, pod: ObservedPod) -> ObservedPod:
+        sent = self.inflight.get(pod.key)
+        if sent is None or pod.node:
+            return pod
+        annotations = {**pod.annotations, **sent.note.annotations()}
+        return replace(pod, node=sent.node, annotations=annotations)
+
+    def _reasons(self, now: float) -> list[ShowPending]:
+        assert self.core is not None
+        out: list[ShowPending] = []
+        due = now - self.reason_delay_s
+        for jid, core_job in self.tracker.jobs.items():
+            if core_job.phase != "pending" or core_job.job.submit_time > due:
+                continue
+            pending = self.core.why_pending(jid)
+            if pending is None:
+                continue
+            message = f"{pending.reason.value}: {pending.message}"
+            out.extend(
+                ShowPending(core_job.namespace, p, names.CONDITION_REASON_PENDING, message)
+                for p in core_job.pods
+            )
+        for jid, why in self.tracker.waiting.items():
+            for ask in self.tracker.asks.get(jid, {}).values():
+                if ask.pod.created <= due:
+                    out.append(
+                        ShowPending(
+                            ask.pod.namespace, ask.pod.name, names.CONDITION_REASON_PENDING, why
+                        )
+                    )
+        return out
+
+
+def _shape(node: ObservedNode) -> tuple[object, ...]:
+    """What changes the model (a rebuild); readiness and cordons are events instead."""
+    return (node.labels, node.gpus, node.mig, node.cpu_milli, node.mem_mib)
+
+
+def _foreign_usage(pod: ObservedPod | None) -> Usage:
+    if pod is None or not pod.node or pod.terminal:
+        return Usage()
+    gpus = pod.requests.get(names.RES_GPU)
+    whole = int(gpus) if gpus is not None else 0
+    return Usage(whole, pod.cpu_milli(), pod.mem_mib())

@@ -1,0 +1,94 @@
+"""``gpufence k8s run``: one scheduler replica -- campaign for the lease, then schedule.
+
+A replica that loses the lease exits (status 3) instead of scheduling beside the new leader;
+its Deployment restarts it as a standby. SIGTERM releases the lease, so a rolling update hands
+over at once instead of waiting the lease out.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import threading
+from dataclasses import dataclass
+
+from gpufence.kube.api import KubeApi
+from gpufence.kube.fences import FenceSpec
+from gpufence.kube.http import make_app, serve
+from gpufence.kube.leader import LeaderElector
+from gpufence.kube.loop import KubeScheduler
+
+log = logging.getLogger("gpufence.kube")
+
+EXIT_LOST_LEASE = 3
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    kubeconfig: str | None
+    http_host: str = "127.0.0.1"
+    http_port: int = 10259
+    leader_elect: bool = True
+    identity: str = ""
+    lease_namespace: str = "gpufence-system"
+    lease_name: str = "gpufence-scheduler"
+    lease_s: float = 15.0
+    renew_s: float = 2.0
+    reason_delay_s: float = 5.0
+
+
+def default_identity() -> str:
+    return f"{socket.gethostname()}_{os.getpid()}"
+
+
+def run_replica(fences: FenceSpec, opts: RunOptions) -> int:
+    api = KubeApi(opts.kubeconfig)
+    loop = KubeScheduler(api, fences, reason_delay_s=opts.reason_delay_s)
+    elector = None
+    if opts.leader_elect:
+        elector = LeaderElector(
+            api,
+            opts.lease_namespace,
+            opts.lease_name,
+            opts.identity or default_identity(),
+            lease_s=opts.lease_s,
+            renew_s=opts.renew_s,
+        )
+    serve(make_app(loop, elector), opts.http_host, opts.http_port)
+    done = threading.Event()
+
+    def _term(signum: int, frame: object) -> None:
+        done.set()
+        loop.stop.set()
+        if elector is not None:
+            elector.stop()
+
+    signal.signal(signal.SIGTERM, _term)
+    signal.signal(signal.SIGINT, _term)
+    if elector is not None:
+        threading.Thread(target=elector.run, name="leader", daemon=True).start()
+        while not (elector.leading.is_set() or done.is_set()):
+            elector.leading.wait(0.2)
+        if done.is_set():
+            return 0
+        threading.Thread(target=_watch_lease, args=(elector, loop), daemon=True).start()
+    log.info("scheduling pods with schedulerName %s", fences.names.scheduler_name)
+    loop.run()
+    if elector is not None:
+        if elector.lost.is_set():
+            return EXIT_LOST_LEASE
+        elector.stop()
+        elector.release()
+    api.close()
+    return 0
+
+
+def _watch_lease(elector: LeaderElector, loop: KubeScheduler) -> None:
+    elector.lost.wait()
+    if not loop.stop.is_set():
+        # not a clean stop: another replica may be leading already; leave at once, without
+        # one more cycle (os._exit: no thread may write after this point)
+        log.error("lease lost: exiting so that only the new leader schedules")
+        os._exit(EXIT_LOST_LEASE)

@@ -1,0 +1,343 @@
+"""Pods as the core sees them: observations in, the core's events out; decisions in, API
+actions out. No I/O: the loop (kube/loop.py) feeds it what the watches saw and carries out the
+actions it returns.
+
+A job's life on Kubernetes: its pods appear (a gang: once all of them exist) -> JobSubmitted;
+Bind -> the pods are bound, each carrying the placement (kube/placement_notes.py); the pods end
+(Succeeded / Failed) -> JobFinished; the user deletes them -> JobCancelled; Stop -> the pods are
+deleted and, once gone, JobStopped -- a bound pod cannot be moved, so a requeued job is then
+dropped (JobCancelled): the pods' owner (a Job, a Deployment) makes new ones, which are new jobs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+
+from gpufence.kube import names
+from gpufence.kube.actions import Action, AnnotatePod, BindPod, DeletePod, ShowPending
+from gpufence.kube.objects import ObservedPod
+from gpufence.kube.placement_notes import BindNote, assignments_of, plan_of
+from gpufence.kube.pods import PodAsk, PodProblem, assemble, job_id_of, read_pod
+from gpufence.model.cluster import Cluster
+from gpufence.model.decisions import (
+    Bind,
+    Cancel,
+    Decision,
+    MigReconfigure,
+    Notice,
+    NoticeWithdrawn,
+    Reject,
+    Requeue,
+    Stop,
+)
+from gpufence.model.events import (
+    Event,
+    JobCancelled,
+    JobFinished,
+    JobRestored,
+    JobStopped,
+    JobSubmitted,
+)
+from gpufence.model.job import Job
+from gpufence.model.partition import QueueSpec
+
+
+@dataclass(slots=True)
+class CoreJob:
+    """A job the core knows: its pods (replica order) and how far it got."""
+
+    job: Job
+    namespace: str
+    pods: tuple[str, ...]  # pod names
+    uids: dict[str, str]  # pod name -> uid it was submitted with
+    phase: str = "pending"  # pending | running | stopping
+    note: BindNote | None = None
+    ended: dict[str, bool] = field(default_factory=dict)  # pod -> succeeded (or gone: False)
+    stop_requeue: bool = False
+    torn_down: bool = False  # its remaining pods were told to go (once)
+
+
+class Tracker:
+    def __init__(self, scheduler_name: str, queues: Mapping[str, QueueSpec]) -> None:
+        self.scheduler_name = scheduler_name
+        self.queues = queues
+        self.jobs: dict[str, CoreJob] = {}
+        self.asks: dict[str, dict[str, PodAsk]] = {}  # job id -> pod key -> ask (not submitted)
+        self.problems: dict[str, str] = {}  # pod key -> why it is refused (shown once)
+        self.waiting: dict[str, str] = {}  # gang job id -> why it is not submitted yet
+        self.pods: dict[str, ObservedPod] = {}  # every pod of ours, by key
+        self._dirty_jobs: set[str] = set()
+        self.pod_job: dict[str, str] = {}  # pod key -> the core's job id, while the core has it
+        # job ids the core has seen: a pod recreated under the same name (a StatefulSet's, a
+        # gang restarted by its controller) is a new job and gets a new id ("ns/name#2")
+        self._used_ids: dict[str, int] = {}
+        # pods the core or the reader refused, with what they said then: not read again
+        # until their labels or annotations change (the user's fix) or they are recreated
+        self._refused: dict[str, tuple[str, dict[str, str], dict[str, str]]] = {}
+        self.events: list[Event] = []
+        self.actions: list[Action] = []
+
+    # -- observations -------------------------------------------------------------------------
+
+    def ours(self, pod: ObservedPod) -> bool:
+        return pod.scheduler_name == self.scheduler_name
+
+    def pod_seen(self, pod: ObservedPod) -> None:
+        """A pod was added or changed."""
+        old = self.pods.get(pod.key)
+        if old is not None and old.uid != pod.uid:
+            self.pod_gone(old.key)  # replaced under the same name: the old one is gone
+        self.pods[pod.key] = pod
+        jid = self.pod_job.get(pod.key) or job_id_of(pod)
+        core = self.jobs.get(jid)
+        if core is not None and pod.name in core.uids and core.uids[pod.name] == pod.uid:
+            self._member_changed(jid, core, pod)
+            return
+        if pod.node or pod.terminal or pod.deleting:
+            return  # bound by someone else or over: not ours to place
+        if self._refused.get(pod.key) == (pod.uid, pod.labels, pod.annotations):
+            return  # refused as it is; a change (the fix) reads it again
+        self._refused.pop(pod.key, None)
+        ask = read_pod(pod, self.queues)
+        if isinstance(ask, PodProblem):
+            self._refuse(pod, ask.message)
+            self._drop_ask(pod.key)
+            return
+        self.problems.pop(pod.key, None)
+        if core is not None:
+            # a new pod for a job the core already has (a gang member replaced, a pod of a
+            # finished gang's name reused): wait until that job is over
+            self.asks.setdefault(ask.job.id, {})[pod.key] = ask
+            return
+        self.asks.setdefault(ask.job.id, {})[pod.key] = ask
+        self._dirty_jobs.add(ask.job.id)
+
+    def _refuse(self, pod: ObservedPod, message: str) -> None:
+        self._refused[pod.key] = (pod.uid, pod.labels, pod.annotations)
+        if self.problems.get(pod.key) != message:
+            self.problems[pod.key] = message
+            self._show(pod, names.CONDITION_REASON_REJECTED, message)
+
+    def pod_gone(self, key: str) -> None:
+        pod = self.pods.pop(key, None)
+        self.problems.pop(key, None)
+        self._refused.pop(key, None)
+        self._drop_ask(key)
+        if pod is None:
+            return
+        jid = self.pod_job.get(key, "")
+        core = self.jobs.get(jid)
+        if core is not None and core.uids.get(pod.name) == pod.uid:
+            self._member_gone(jid, core, pod.name)
+
+    def _drop_ask(self, key: str) -> None:
+        for jid, asks in list(self.asks.items()):
+            if asks.pop(key, None) is not None:
+                self._dirty_jobs.add(jid)
+                if not asks:
+                    del self.asks[jid]
+
+    def _member_changed(self, jid: str, core: CoreJob, pod: ObservedPod) -> None:
+        if pod.terminal and pod.name not in core.ended:
+            core.ended[pod.name] = pod.phase == "Succeeded"
+            self._maybe_over(jid, core)
+        elif pod.deleting and core.phase == "pending":
+            self._member_gone(jid, core, pod.name)
+
+    def _member_gone(self, jid: str, core: CoreJob, pod: str) -> None:
+        if core.phase == "pending":
+            # a gang lost a member before it was bound: the job is withdrawn; the rest wait
+            # (as asks) for the member to come back
+            self._forget(jid, JobCancelled(jid))
+            for name in core.pods:
+                other = self.pods.get(f"{core.namespace}/{name}")
+                if other is not None and name != pod:
+                    self.pod_seen(other)
+            return
+        if pod not in core.ended:
+            core.ended[pod] = False
+        self._maybe_over(jid, core)
+
+    def _maybe_over(self, jid: str, core: CoreJob) -> None:
+        if len(core.ended) < len(core.pods):
+            if core.phase == "running" and not all(core.ended.values()):
+                # a gang member failed or vanished while the others run: all-or-nothing holds
+                # for the whole run, so the rest are stopped too
+                self._delete_rest(core, "a member of its gang ended")
+            return
+        if core.phase == "stopping":
+            self.events.append(JobStopped(jid))
+            self._forget(jid, JobCancelled(jid))
+            return
+        self._forget(jid, JobFinished(jid, succeeded=all(core.ended.values())))
+
+    def _delete_rest(self, core: CoreJob, why: str) -> None:
+        if core.torn_down:
+            return
+        core.torn_down = True
+        for name in core.pods:
+            if name not in core.ended:
+                self.actions.append(DeletePod(core.namespace, name, why))
+
+    def _forget(self, jid: str, event: Event) -> None:
+        self.events.append(event)
+        core = self.jobs.pop(jid, None)
+        for name in core.pods if core is not None else ():
+            self.pod_job.pop(f"{core.namespace}/{name}", None)  # type: ignore[union-attr]
+        base = jid.split("#", 1)[0]
+        if self.asks.get(base):
+            self._dirty_jobs.add(base)
+
+    def submit_ready(self) -> None:
+        """Jobs whose pods are all there become JobSubmitted."""
+        dirty, self._dirty_jobs = self._dirty_jobs, set()
+        asks = [
+            a
+            for jid in sorted(dirty)
+            if jid not in self.jobs
+            for a in self.asks.get(jid, {}).values()
+        ]
+        for jid in dirty:
+            self.waiting.pop(jid, None)
+        ready, problems, waiting = assemble(asks)
+        self.waiting.update(waiting)
+        for p in problems:
+            pod = self.pods.get(p.pod)
+            if pod is not None:
+                self._refuse(pod, p.message)
+        for gang in ready:
+            first = gang.pods[0]
+            job = self._fresh_id(gang.job)
+            self.pod_job.update((p.key, job.id) for p in gang.pods)
+            self.jobs[job.id] = CoreJob(
+                job=job,
+                namespace=first.namespace,
+                pods=tuple(p.name for p in gang.pods),
+                uids={p.name: p.uid for p in gang.pods},
+            )
+            self.asks.pop(gang.job.id, None)
+            self.events.append(JobSubmitted(job))
+
+    def _fresh_id(self, job: Job) -> Job:
+        n = self._used_ids.get(job.id, 0) + 1
+        self._used_ids[job.id] = n
+        return job if n == 1 else replace(job, id=f"{job.id}#{n}")
+
+    # -- restore ------------------------------------------------------------------------------
+
+    def restore(self, cluster: Cluster, pods: Iterable[ObservedPod]) -> None:
+        """Rebuild from the pods alone (start-up, a new leader, a changed cluster): bound
+        pods carrying gpufence's note become JobRestored where they run; a gang a crash left
+        half bound is rolled forward (its plan binds the rest); everything else is observed
+        afresh as pending."""
+        bound: dict[str, list[ObservedPod]] = {}
+        for pod in pods:
+            if not self.ours(pod):
+                continue
+            note = BindNote.read(pod.annotations) if pod.node else None
+            if note is None:
+                self.pod_seen(pod)
+                continue
+            self.pods[pod.key] = pod
+            bound.setdefault(note.job_id, []).append(pod)
+        for jid, members in sorted(bound.items()):
+            self._restore_job(cluster, jid, members)
+
+    def _restore_job(self, cluster: Cluster, jid: str, members: list[ObservedPod]) -> None:
+        note = BindNote.read(members[0].annotations)
+        assert note is not None
+        ask = read_pod(members[0], self.queues)
+        assignments = assignments_of(cluster, note.plan)
+        by_name = {p.name: p for p in members}
+        namespace = members[0].namespace
+        if isinstance(ask, PodProblem) or assignments is None:
+            return  # not restorable where it runs: its pods count as foreign usage
+        job = replace(ask.job, id=jid, replicas=len(note.plan))
+        core = CoreJob(
+            job, namespace, tuple(m.pod for m in note.plan), {}, phase="running", note=note
+        )
+        for m in note.plan:
+            pod = by_name.get(m.pod) or self.pods.get(f"{namespace}/{m.pod}")
+            if pod is None:
+                core.ended[m.pod] = False  # gone (or never created)
+                continue
+            core.uids[m.pod] = pod.uid
+            if pod.terminal:
+                core.ended[m.pod] = pod.phase == "Succeeded"
+            elif not pod.node:
+                self.actions.append(BindPod(namespace, m.pod, m.node, note))  # roll forward
+        stopping = any(p.deleting for p in members)
+        self.jobs[jid] = core
+        self.pod_job.update((f"{namespace}/{name}", jid) for name in core.uids)
+        base = jid.split("#", 1)[0]
+        self._used_ids[base] = max(
+            self._used_ids.get(base, 0), int(jid.split("#", 1)[1]) if "#" in jid else 1
+        )
+        self.events.append(
+            JobRestored(
+                job=job,
+                pool=note.partition,
+                assignments=assignments,
+                attempt=note.attempt,
+                started_at=note.bound_at,
+                lent_from=note.lent_from,
+            )
+        )
+        if stopping:
+            core.phase = "stopping"
+            self._delete_rest(core, "it was being stopped before the restart")
+        self._maybe_over(jid, core)
+
+    # -- decisions ----------------------------------------------------------------------------
+
+    def decide(self, cluster: Cluster, decisions: Iterable[Decision], now: float) -> None:
+        for d in decisions:
+            core = self.jobs.get(d.job_id) if not isinstance(d, MigReconfigure) else None
+            if isinstance(d, Bind) and core is not None:
+                plan = plan_of(cluster, core.pods, d.assignments)
+                note = BindNote(d.job_id, d.partition, d.lent_from, 1, now, plan)
+                core.phase, core.note = "running", note
+                self.actions.extend(BindPod(core.namespace, m.pod, m.node, note) for m in plan)
+            elif isinstance(d, Stop) and core is not None:
+                core.phase, core.stop_requeue = "stopping", d.requeue
+                self._delete_rest(core, f"{d.reason.value}: {d.message}".rstrip(": "))
+                self._maybe_over(d.job_id, core)
+            elif isinstance(d, Notice | NoticeWithdrawn) and core is not None:
+                value = f"{d.reason.value} {d.deadline:.0f}" if isinstance(d, Notice) else None
+                text = f"{'notice' if value else 'notice withdrawn'}: {d.reason.value} {d.message}"
+                self.actions.extend(
+                    AnnotatePod(core.namespace, p, names.ANN_NOTICE, value, text.strip())
+                    for p in core.pods
+                )
+            elif isinstance(d, Reject | Cancel) and core is not None:
+                self.jobs.pop(d.job_id, None)
+                for p in core.pods:
+                    self.pod_job.pop(f"{core.namespace}/{p}", None)
+                for p in core.pods:
+                    pod = self.pods.get(f"{core.namespace}/{p}")
+                    if pod is not None:
+                        self._refuse(pod, f"{d.reason.value}: {d.message}")
+            elif isinstance(d, Requeue | MigReconfigure):
+                pass  # a requeued job was dropped when its pods went (see the module doc)
+
+    def bind_failed(self, namespace: str, pod: str, why: str, gone: bool) -> list[str]:
+        """A bind the API refused: the pod is gone (deleted meanwhile) or bound elsewhere.
+        The job cannot run as planned; its bound members are stopped and it is withdrawn."""
+        jid = self.pod_job.get(f"{namespace}/{pod}", "")
+        core = self.jobs.get(jid)
+        if core is None or core.phase != "running":
+            return []
+        core.ended[pod] = False
+        self._delete_rest(core, f"bind of {pod} failed: {why}")
+        what = "was deleted" if gone else "could not be bound"
+        self._forget(jid, JobCancelled(jid))
+        return [f"job {jid}: pod {pod} {what} ({why}); the job is withdrawn"]
+
+    def _show(self, pod: ObservedPod, reason: str, message: str) -> None:
+        self.actions.append(ShowPending(pod.namespace, pod.name, reason, message))
+
+    def take(self) -> tuple[list[Event], list[Action]]:
+        events, self.events = self.events, []
+        actions, self.actions = self.actions, []
+        return events, actions
