@@ -35,6 +35,9 @@ from kubelet import GPU, RUN_S, FakeKubelet, FakeNode, gpu_nodes  # noqa: E402
 __all__ = ["GPU", "LOOPBACK", "FakeKubelet", "FakeNode", "KubeCluster", "gpu_nodes"]
 
 T = TypeVar("T")
+TERMINAL = ("Succeeded", "Failed")
+ANN_GPUS = "gpufence.io/gpus"
+ANN_BOUND_AT = "gpufence.io/bound-at"
 KUBE_SCHEDULER = "default-scheduler"
 GPUFENCE = "gpufence"
 # Kubernetes' own gang API (beta, off by default in 1.37): the API server must serve
@@ -219,6 +222,12 @@ class PodRecord:
     gpus: int = 0
     unschedulable: str | None = None  # PodScheduled=False's message, while unbound
     deleted: bool = False
+    gpu_ids: tuple[int, ...] = ()  # gpufence.io/gpus: the GPU indices gpufence gave it
+    decided_at: float | None = None  # gpufence.io/bound-at: the core's clock (epoch s)
+
+    @property
+    def active(self) -> bool:
+        return self.node is not None and not self.deleted and self.phase not in TERMINAL
 
 
 @dataclass
@@ -230,7 +239,9 @@ class PodRecorder:
     ns: str
     pods: dict[str, PodRecord] = field(default_factory=dict)
     rebinds: int = 0  # a pod seen on a second node: never legal
+    double_booked: int = 0  # binds onto GPU indices an active pod on that node still holds
     _cond: threading.Condition = field(default_factory=threading.Condition)
+    _by_node: dict[str, list[PodRecord]] = field(default_factory=dict)
     _task: Any = None
 
     def start(self) -> PodRecorder:
@@ -276,6 +287,7 @@ class PodRecorder:
             node = pod.spec.nodeName
             if node and rec.node is None:
                 rec.node, rec.bound_at = node, now
+                self._note(rec, pod)
             elif node and node != rec.node:
                 self.rebinds += 1
             if pod.status is not None and pod.status.phase:
@@ -283,6 +295,21 @@ class PodRecorder:
             limits = pod.spec.containers[0].resources.limits or {}
             rec.gpus = int(limits.get(GPU, "0"))
             self._cond.notify_all()
+
+    def _note(self, rec: PodRecord, pod: Pod) -> None:
+        """gpufence's placement note on a new bind; counts GPUs handed out twice. Events arrive
+        in resourceVersion order, so a pod that finished before the bind is already terminal."""
+        ann = pod.metadata.annotations or {}
+        if ANN_GPUS not in ann:
+            return
+        rec.gpu_ids = tuple(int(g) for g in ann[ANN_GPUS].split(",") if g)
+        rec.decided_at = float(ann.get(ANN_BOUND_AT, "nan"))
+        assert rec.node is not None
+        on_node = self._by_node.setdefault(rec.node, [])
+        held = {g for other in on_node if other.active for g in other.gpu_ids}
+        if held & set(rec.gpu_ids):
+            self.double_booked += 1
+        on_node.append(rec)
 
     def wait(self, what: str, pred: Callable[[dict[str, PodRecord]], bool], timeout: float) -> bool:
         """Blocks until ``pred(pods)`` holds (True) or ``timeout`` passes (False)."""
@@ -381,6 +408,8 @@ def start_gpufence(
     *,
     leader_elect: bool = False,
     identity: str = "gpufence-0",
+    extra: Sequence[str] = (),
+    port: int | None = None,
 ) -> subprocess.Popen[bytes]:
     """``python -m gpufence k8s run`` (admin kubeconfig: the benchmarks do not exercise RBAC)."""
     argv = [
@@ -394,13 +423,13 @@ def start_gpufence(
         "--config",
         str(config),
         "--http",
-        f"{LOOPBACK}:{free_port()}",
+        f"{LOOPBACK}:{port or free_port()}",
         "--identity",
         identity,
     ]
-    if not leader_elect:
-        argv.append("--no-leader-elect")
-    env = dict(os.environ)
+    argv.append("--leader-elect" if leader_elect else "--no-leader-elect")
+    argv += extra
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), *filter(None, [env.get("PYTHONPATH")])])
     with open(log_path, "ab") as out:
         return subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env)

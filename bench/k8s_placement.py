@@ -158,7 +158,9 @@ def run_one(scheduler: str, stream: list[int], args: argparse.Namespace, work: P
             proc = kb.start_kube_scheduler(kc, cfg, gang_api=False)
         else:
             cfg = kb.write_gpufence_config(work / "cluster.yaml")
-            proc = kb.start_gpufence(kc, cfg, work / "logs" / "gpufence.log")
+            # its pending reason at once (default 5 s): the protocol waits on it
+            extra = ["--reason-delay", "0"]
+            proc = kb.start_gpufence(kc, cfg, work / "logs" / "gpufence.log", extra=extra)
         width = len(str(len(stream)))
         objs = [
             kb.pod_object(
