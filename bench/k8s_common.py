@@ -38,6 +38,7 @@ T = TypeVar("T")
 TERMINAL = ("Succeeded", "Failed")
 ANN_GPUS = "gpufence.io/gpus"
 ANN_BOUND_AT = "gpufence.io/bound-at"
+ANN_GANG_PLAN = "gpufence.io/gang-plan"
 KUBE_SCHEDULER = "default-scheduler"
 GPUFENCE = "gpufence"
 # Kubernetes' own gang API (beta, off by default in 1.37): the API server must serve
@@ -300,10 +301,15 @@ class PodRecorder:
         """gpufence's placement note on a new bind; counts GPUs handed out twice. Events arrive
         in resourceVersion order, so a pod that finished before the bind is already terminal."""
         ann = pod.metadata.annotations or {}
-        if ANN_GPUS not in ann:
-            return
-        rec.gpu_ids = tuple(int(g) for g in ann[ANN_GPUS].split(",") if g)
-        rec.decided_at = float(ann.get(ANN_BOUND_AT, "nan"))
+        if ANN_BOUND_AT not in ann:
+            return  # not bound by gpufence
+        rec.decided_at = float(ann[ANN_BOUND_AT])
+        if ANN_GPUS in ann:
+            rec.gpu_ids = tuple(int(g) for g in ann[ANN_GPUS].split(",") if g)
+        else:  # the plan of the pod's gang (a single pod is a gang of one)
+            plan = json.loads(ann.get(ANN_GANG_PLAN, "[]"))
+            mine = [m for m in plan if m.get("pod") == pod.metadata.name]
+            rec.gpu_ids = tuple(int(g) for m in mine for g in m.get("gpus", ()))
         assert rec.node is not None
         on_node = self._by_node.setdefault(rec.node, [])
         held = {g for other in on_node if other.active for g in other.gpu_ids}

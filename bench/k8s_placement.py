@@ -10,7 +10,9 @@ cluster's GPUs. Pods run until the end (no completions), one CPU and 1 GiB each:
 The protocol is FGD's (the openb paper's simulator): pods arrive one at a time; each is either
 bound or reported unschedulable (``PodScheduled=False``, which both schedulers write) before the
 next arrives, and an unschedulable pod is withdrawn (deleted), not retried. So the order of the
-stream is the order of decisions, and fragmentation shows as pods that no longer fit.
+stream is the order of decisions, and fragmentation shows as pods that no longer fit. A pod
+asking for more GPUs than the whole cluster has free is withdrawn without being created (no
+placement could take it; nothing completes).
 
 Each scheduler runs alone against a fresh API server with ``--nodes`` fake 8-GPU nodes
 (tests/k8s/kubelet.py). Figures, from the binds seen:
@@ -121,8 +123,16 @@ def _stream(
     """FGD's protocol: one pod at a time, withdrawn when reported unschedulable."""
     withdrawn = undecided = 0
     first: Snapshot | None = None
+    capacity = len(node_names) * GPUS_PER_NODE
     for i, obj in enumerate(objs):
         name = obj.metadata.name
+        gpus = int(obj.spec.containers[0].resources.limits[kb.GPU])
+        if _snapshot(rec, node_names).gpus_bound + gpus > capacity:
+            # fewer GPUs free in the whole cluster than it asks: no scheduler can place it
+            # (nothing completes), so it is withdrawn without asking (saves ~2 s a pod)
+            withdrawn += 1
+            first = first or _snapshot(rec, node_names)
+            continue
         kb.create_objects(lt, [obj])
         if not rec.wait(name, _decided(name), wait_s):
             undecided += 1
