@@ -452,6 +452,14 @@ def stop(proc: subprocess.Popen[bytes] | None, grace: float = 10.0) -> None:
         proc.wait(timeout=10)
 
 
+def calibration_ms() -> float:
+    """A pure-Python yardstick (``sum(range(10**7))``, ms): on this shared 2-core machine the
+    other work's load moves every figure, so each run prints it beside its figures."""
+    t = time.perf_counter()
+    sum(range(10**7))
+    return (time.perf_counter() - t) * 1000
+
+
 def percentile(values: Sequence[float], q: float) -> float:
     if not values:
         return float("nan")

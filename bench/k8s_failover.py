@@ -145,7 +145,10 @@ def main(argv: list[str]) -> int:
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
-    print(f"pending at the kill: {pending}; lease {args.lease_seconds:g}s")
+    print(
+        f"pending at the kill: {pending}; lease {args.lease_seconds:g}s;"
+        f" calibration_ms={kb.calibration_ms():.0f}"
+    )
     print(f"takeover_s={takeover:.2f} bound_twice={twice} lost={lost}")
     return 0
 

@@ -96,6 +96,7 @@ class Result:
     end: Snapshot
     first_withdrawal: Snapshot | None
     seconds: float
+    calibration_ms: float
 
 
 def _snapshot(rec: kb.PodRecorder, node_names: list[str]) -> Snapshot:
@@ -183,6 +184,7 @@ def run_one(scheduler: str, stream: list[int], args: argparse.Namespace, work: P
             for i, gpus in enumerate(stream)
         ]
         names = [n.name for n in nodes]
+        calibration = kb.calibration_ms()
         t = time.monotonic()
         withdrawn, undecided, first = _stream(lt, rec, objs, names, args.wait)
         seconds = time.monotonic() - t
@@ -201,6 +203,7 @@ def run_one(scheduler: str, stream: list[int], args: argparse.Namespace, work: P
             end,
             first,
             seconds,
+            calibration,
         )
     finally:
         kb.stop(proc)

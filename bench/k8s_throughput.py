@@ -81,6 +81,7 @@ class Result:
     gangs_whole: int
     gangs_tried: int
     double_booked: int  # binds onto GPUs still held (gpufence's notes; kube-scheduler has none)
+    calibration_ms: float  # measured just before the scheduler started
 
 
 def _run_phase1(
@@ -156,6 +157,8 @@ def run_one(scheduler: str, args: argparse.Namespace, work: Path) -> Result:
         ]
         kb.create_objects(lt, objs)
         kb.log(f"{len(specs)} pending pods created in {time.monotonic() - t:.1f}s")
+        calibration = kb.calibration_ms()
+        kb.log(f"calibration_ms={calibration:.0f}")
         start = time.monotonic()
         if sched_name == kb.KUBE_SCHEDULER:
             cfg = kb.write_kube_scheduler_config(
@@ -190,6 +193,7 @@ def run_one(scheduler: str, args: argparse.Namespace, work: Path) -> Result:
             len(attempts),
             args.gangs,
             rec.double_booked + rec.rebinds,
+            calibration,
         )
     finally:
         kb.stop(proc)
@@ -236,7 +240,8 @@ def main(argv: list[str]) -> int:
             f" after a {r.startup_s:.1f}s start-up = {r.pods_per_s:.1f} pods/s;"
             f" half-bound gangs at the end: {r.half_gangs};"
             f" gang attempts whole {r.gangs_whole}/{r.gangs_tried}, p50 {r.gang_p50_s:.3f}s"
-            f" p90 {r.gang_p90_s:.3f}s; GPUs double-booked: {r.double_booked}"
+            f" p90 {r.gang_p90_s:.3f}s; GPUs double-booked: {r.double_booked};"
+            f" calibration_ms={r.calibration_ms:.0f}"
         )
     nan = float("nan")
     g, k = results.get("gpufence"), results.get("kube-scheduler")
