@@ -20,7 +20,9 @@ Each scheduler runs alone against a fresh API server with ``--nodes`` fake 8-GPU
   first withdrawal (how full the cluster got before the first pod did not fit);
 * the largest gang still placeable at the end, and at the first withdrawal: the most pods of
   8 GPUs the free GPUs can hold, one whole node each (printed ``Nx8``; the 4-GPU figure in the
-  JSON lines).
+  JSON lines); and the same once ``--probe`` (90 %) of the GPUs are bound, where the free 10 %
+  is either whole nodes (packed) or scattered (fragmented). openb's whole-GPU mix is 98 % one-GPU
+  pods, so at 130 % both schedulers end full; the 90 % probe is where packing still shows.
 
 kube-scheduler: default profile with NodeResourcesFit's scoring strategy MostAllocated
 (``nvidia.com/gpu`` weight 10, cpu and memory 1) from a KubeSchedulerConfiguration, and
@@ -95,6 +97,7 @@ class Result:
     capacity: int
     end: Snapshot
     first_withdrawal: Snapshot | None
+    at_probe: Snapshot | None  # when --probe of the GPUs were bound
     seconds: float
     calibration_ms: float
 
@@ -119,11 +122,17 @@ def _decided(name: str) -> Callable[[dict[str, kb.PodRecord]], bool]:
 
 
 def _stream(
-    lt: kb.LoopThread, rec: kb.PodRecorder, objs: list[Any], node_names: list[str], wait_s: float
-) -> tuple[int, int, Snapshot | None]:
-    """FGD's protocol: one pod at a time, withdrawn when reported unschedulable."""
+    lt: kb.LoopThread,
+    rec: kb.PodRecorder,
+    objs: list[Any],
+    node_names: list[str],
+    args: argparse.Namespace,
+) -> tuple[int, int, Snapshot | None, Snapshot | None]:
+    """FGD's protocol: one pod at a time, withdrawn when reported unschedulable. Also returns
+    the snapshots at the first withdrawal and when ``args.probe`` of the GPUs are bound."""
     withdrawn = undecided = 0
     first: Snapshot | None = None
+    probe: Snapshot | None = None
     capacity = len(node_names) * GPUS_PER_NODE
     for i, obj in enumerate(objs):
         name = obj.metadata.name
@@ -135,16 +144,19 @@ def _stream(
             first = first or _snapshot(rec, node_names)
             continue
         kb.create_objects(lt, [obj])
-        if not rec.wait(name, _decided(name), wait_s):
+        if not rec.wait(name, _decided(name), args.wait):
             undecided += 1
         if rec.pods[name].node is not None:
+            now = _snapshot(rec, node_names)
+            if probe is None and now.gpus_bound >= args.probe * capacity:
+                probe = now
             continue
         lt.call(lt.client.delete(Pod, name, namespace=NAMESPACE, grace_period=0))
         withdrawn += 1
         if first is None:
             first = _snapshot(rec, node_names)
             kb.log(f"first withdrawal at pod {i}: {rec.pods[name].unschedulable}")
-    return withdrawn, undecided, first
+    return withdrawn, undecided, first, probe
 
 
 def run_one(scheduler: str, stream: list[int], args: argparse.Namespace, work: Path) -> Result:
@@ -186,7 +198,7 @@ def run_one(scheduler: str, stream: list[int], args: argparse.Namespace, work: P
         names = [n.name for n in nodes]
         calibration = kb.calibration_ms()
         t = time.monotonic()
-        withdrawn, undecided, first = _stream(lt, rec, objs, names, args.wait)
+        withdrawn, undecided, first, probe = _stream(lt, rec, objs, names, args)
         seconds = time.monotonic() - t
         kb.log(f"{len(objs)} pods streamed in {seconds:.1f}s, {withdrawn} withdrawn")
         if proc.poll() is not None:
@@ -202,6 +214,7 @@ def run_one(scheduler: str, stream: list[int], args: argparse.Namespace, work: P
             args.nodes * GPUS_PER_NODE,
             end,
             first,
+            probe,
             seconds,
             calibration,
         )
@@ -223,6 +236,9 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--load", type=float, default=1.3, help="stream GPUs / cluster GPUs")
     ap.add_argument("--seed", type=int, default=42)
     ap.add_argument("--trace", type=Path, default=TRACE_DIR / "openb_pod_list_default.csv")
+    ap.add_argument(
+        "--probe", type=float, default=0.9, help="also the largest gang once this share is bound"
+    )
     ap.add_argument("--wait", type=float, default=15.0, help="limit on one pod's decision (s)")
     ap.add_argument("--kube-score-pct", type=int, default=100)
     ap.add_argument("--schedulers", default="kube-scheduler,gpufence")
@@ -259,6 +275,13 @@ def main(argv: list[str]) -> int:
             return "nan"
         return f"{r.first_withdrawal.gpus_bound / r.capacity:.4f}"
 
+    def probe(r: Result | None) -> str:
+        return f"{r.at_probe.gang8}x8" if r is not None and r.at_probe is not None else "nan"
+
+    pct = f"{args.probe * 100:.0f}pct"
+    print(
+        f"gpufence_largest_gang_at_{pct}={probe(g)} kube_scheduler_largest_gang_at_{pct}={probe(k)}"
+    )
     print(
         f"gpufence_alloc_at_first_withdrawal={first(g)}"
         f" kube_scheduler_alloc_at_first_withdrawal={first(k)}"
