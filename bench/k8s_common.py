@@ -77,10 +77,10 @@ class KubeletProcess:
     """tests/k8s/kubelet.py in a process of its own (so that the benchmark's watch and creates
     do not take its GIL): the kubelets of ``count`` GPU nodes named like ``gpu_nodes``."""
 
-    def __init__(self, kc: KubeCluster, count: int, gpus: int = 8) -> None:
+    def __init__(self, kc: KubeCluster, count: int, gpus: int = 8, inflight: int = 256) -> None:
         self.nodes = gpu_nodes(count, gpus)
         argv = [sys.executable, str(HARNESS / "kubelet.py"), "--kubeconfig", str(kc.kubeconfig)]
-        argv += ["--nodes", str(count), "--gpus", str(gpus)]
+        argv += ["--nodes", str(count), "--gpus", str(gpus), "--max-inflight", str(inflight)]
         self._log = open(kc.work_dir / "logs" / "kubelet.log", "ab")  # noqa: SIM115
         self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=self._log, text=True)
         assert self.proc.stdout is not None
@@ -219,6 +219,7 @@ def pod_group_object(name: str, ns: str, size: int) -> Any:
 class PodRecord:
     node: str | None = None
     bound_at: float | None = None  # time.monotonic() when the bind was first seen
+    running_at: float | None = None  # ... when Running was first seen (the kubelet's lag)
     phase: str = "Pending"
     gpus: int = 0
     unschedulable: str | None = None  # PodScheduled=False's message, while unbound
@@ -293,6 +294,8 @@ class PodRecorder:
                 self.rebinds += 1
             if pod.status is not None and pod.status.phase:
                 rec.phase = pod.status.phase
+                if rec.phase != "Pending" and rec.running_at is None:
+                    rec.running_at = now
             limits = pod.spec.containers[0].resources.limits or {}
             rec.gpus = int(limits.get(GPU, "0"))
             self._cond.notify_all()

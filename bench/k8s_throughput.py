@@ -82,6 +82,7 @@ class Result:
     gangs_tried: int
     double_booked: int  # binds onto GPUs still held (gpufence's notes; kube-scheduler has none)
     calibration_ms: float  # measured just before the scheduler started
+    kubelet_lag_s: float  # median bind -> Running seen (the fake kubelet keeping up?)
 
 
 def _run_phase1(
@@ -194,6 +195,14 @@ def run_one(scheduler: str, args: argparse.Namespace, work: Path) -> Result:
             args.gangs,
             rec.double_booked + rec.rebinds,
             calibration,
+            kb.percentile(
+                [
+                    r.running_at - r.bound_at
+                    for r in rec.pods.values()
+                    if r.running_at is not None and r.bound_at is not None
+                ],
+                50,
+            ),
         )
     finally:
         kb.stop(proc)
@@ -241,7 +250,7 @@ def main(argv: list[str]) -> int:
             f" half-bound gangs at the end: {r.half_gangs};"
             f" gang attempts whole {r.gangs_whole}/{r.gangs_tried}, p50 {r.gang_p50_s:.3f}s"
             f" p90 {r.gang_p90_s:.3f}s; GPUs double-booked: {r.double_booked};"
-            f" calibration_ms={r.calibration_ms:.0f}"
+            f" kubelet lag p50 {r.kubelet_lag_s:.2f}s; calibration_ms={r.calibration_ms:.0f}"
         )
     nan = float("nan")
     g, k = results.get("gpufence"), results.get("kube-scheduler")

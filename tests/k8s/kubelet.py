@@ -660,12 +660,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--prefix", default="gpu")
     ap.add_argument("--rack-size", type=int, default=32)
     ap.add_argument("--lease-interval", type=float, default=10.0)
+    ap.add_argument("--max-inflight", type=int, default=64, help="API calls in flight at most")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(message)s")
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    with FakeKubelet(args.kubeconfig, lease_interval_s=args.lease_interval) as kubelet:
+    with FakeKubelet(
+        args.kubeconfig, lease_interval_s=args.lease_interval, max_inflight=args.max_inflight
+    ) as kubelet:
         kubelet.add_nodes(gpu_nodes(args.nodes, args.gpus, args.prefix, args.rack_size))
         print("ready", flush=True)
         stop.wait()
