@@ -1,157 +1,170 @@
-"""Failover of gpufence on a real kube-apiserver: two replicas with leader election (a
-coordination.k8s.io Lease); ``kill -9`` of the active one while ~2,000 pods are pending.
+"""Failover of gpufence on Kubernetes: kill -9 the leading replica while pods are pending.
 
-Steps (fresh etcd + kube-apiserver, fake nodes from tests/k8s/kubelet.py):
-1. ``--pods`` pods (1-8 GPUs, the throughput benchmark's mix, each running 1-3 s) are created
-   while no replica runs: all pending (2,200 on 50 x 8 GPUs: the leader's first cycle binds
-   what fits, ~200, so ~2,000 are pending when it dies);
-2. replica A starts and is waited on until it leads (/readyz 200), then replica B (standby,
-   /readyz 503);
-3. as soon as the first of A's binds is seen, A gets SIGKILL (the pending count is printed);
-4. the run waits until every pod is bound (or ``--timeout``).
+A fresh etcd + kube-apiserver on 127.0.0.1 (tests/k8s/harness), ``--nodes`` fake 8-GPU nodes,
+two ``gpufence k8s run`` replicas with leader election (``--lease-seconds``). It creates
+``--pods`` one-GPU pods, kills the leader with SIGKILL as soon as its first binds land (so most
+pods are still pending, some binds may be in flight), and measures:
 
-Figures:
-* takeover_s: kill -> the first bind seen whose placement note (``gpufence.io/bound-at``, the
-  deciding core's clock) is later than the kill, i.e. the standby's first bind;
-* bound_twice: binds onto GPU indices another active pod on that node still held (from the
-  ``gpufence.io/gpus`` notes, checked in the watch's resourceVersion order) plus pods seen on a
-  second node; must be 0;
-* lost: pods never bound by the end; must be 0.
+- takeover_s: SIGKILL -> the standby's first bind (a pod's bound-at note written by it);
+- bound_twice: pods whose placement note changed after the kill (a second bind would change
+  it; the API server also refuses a second bind of one pod with 409) -- must be 0;
+- lost: waiting pods never bound once the room is there, or pods gone -- must be 0.
 
-The lease is ``--lease-seconds`` (gpufence's default, 15 s, unless set): a standby takes over
-once the dead leader's lease has run out, so takeover_s is about that plus one cycle.
+The cluster is first filled with running pods (nodes x 8), then ``--pods`` more are created and
+wait; the leader is killed and, at once, that many running pods end: the standby must take
+over, restore who holds what from the pods' notes, and bind the waiting pods into the room
+(never onto GPUs still held: gpu_overlaps counts any).
 
-    PYTHONPATH=src python bench/k8s_failover.py --quick      # 20 nodes, 500 pods
-    PYTHONPATH=src python bench/k8s_failover.py              # 50 nodes, 2,200 pods
-
-Figures last on stdout: ``takeover_s=... bound_twice=... lost=...``.
+Prints, last: takeover_s=T bound_twice=N lost=N pending_at_kill=P lease_s=L
 """
 
 from __future__ import annotations
 
 import argparse
-import shutil
+import json
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import k8s_common as kb
-from k8s_throughput import workload
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests" / "k8s"))
 
-NAMESPACE = "bench"
+import kobjects as k  # noqa: E402
+from cluster import KubeCluster  # noqa: E402
+from scheduler_proc import SchedulerProc  # noqa: E402
 
-
-def _readyz(port: int) -> int:
-    try:
-        with urllib.request.urlopen(f"http://{kb.LOOPBACK}:{port}/readyz", timeout=2) as r:
-            return int(r.status)
-    except urllib.error.HTTPError as e:
-        return int(e.code)
-    except OSError:
-        return 0
-
-
-def _wait_readyz(port: int, want: int, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while _readyz(port) != want:
-        if time.monotonic() > deadline:
-            raise SystemExit(f"replica on :{port} did not answer /readyz {want} in {timeout}s")
-        time.sleep(0.1)
+CONFIG = """
+name: failover
+partitions:
+  training: {node_selector: {}, admits: [training]}
+queues:
+  - {name: default, partition: training, tenant: bench}
+"""
 
 
-def run(args: argparse.Namespace, work: Path) -> tuple[float, int, int, int]:
-    kc = kb.start_cluster(work, gang_api=False)
-    lt = kb.LoopThread(kc.kubeconfig, "bench-client")
-    kubelet: kb.KubeletProcess | None = None
-    rec: kb.PodRecorder | None = None
-    procs = []
-    try:
-        kubelet = kb.KubeletProcess(kc, args.nodes)
-        kb.namespace(lt, NAMESPACE)
-        kb.namespace(lt, "gpufence-system")  # the Lease's (deploy/ creates it in a cluster)
-        rec = kb.PodRecorder(lt, NAMESPACE).start()
-        specs = workload(args.pods, args.seed, gang_share=0.0)
-        objs = [
-            kb.pod_object(s, NAMESPACE, kb.GPUFENCE, gang_api=False, labels={"bench": "fo"})
-            for s in specs
-        ]
-        kb.create_objects(lt, objs)
-        kb.log(f"{len(objs)} pending pods created")
-        cfg = kb.write_gpufence_config(work / "cluster.yaml")
-        lease = ["--lease-seconds", f"{args.lease_seconds:g}"]
-        ports = [kb.free_port(), kb.free_port()]
-        for i, port in enumerate(ports):
-            procs.append(
-                kb.start_gpufence(
-                    kc,
-                    cfg,
-                    work / "logs" / f"gpufence-{i}.log",
-                    leader_elect=True,
-                    identity=f"replica-{i}",
-                    extra=lease,
-                    port=port,
-                )
-            )
-            _wait_readyz(port, 200 if i == 0 else 503, 60)
-        kb.log("replica-0 leads, replica-1 stands by")
-        rec.wait("the leader's first bind", lambda _p: rec.bound() > 0, 120)
-        procs[0].kill()
-        killed_epoch, killed = time.time(), time.monotonic()
-        procs[0].wait()
-        pending = len(specs) - rec.bound()
-        kb.log(f"replica-0 killed (SIGKILL) with {pending} pods pending")
-        names = [s.name for s in specs]
-        rec.wait("all bound", lambda pods: all(pods[n].node for n in names), args.timeout)
-        after = [
-            r.bound_at
-            for r in rec.pods.values()
-            if r.bound_at is not None and r.decided_at is not None and r.decided_at > killed_epoch
-        ]
-        takeover = min(after) - killed if after else float("nan")
-        lost = sum(1 for n in names if rec.pods[n].node is None)
-        return takeover, rec.double_booked + rec.rebinds, lost, pending
-    finally:
-        for p in procs:
-            kb.stop(p)
-        if rec is not None:
-            rec.stop()
-        if kubelet is not None:
-            kb.log(f"kubelet: {kubelet.stop()}")
-        lt.close()
-        kc.close()
+def _bin_dir() -> Path:
+    import subprocess
 
-
-def main(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    out = subprocess.run(
+        ["bash", str(ROOT / "tests/k8s/harness/build.sh")],
+        capture_output=True,
+        text=True,
+        check=True,
     )
-    # 50 x 8 GPUs take ~180 pods at once: ~2,000 are still pending when the leader dies
-    ap.add_argument("--nodes", type=int, default=50)
-    ap.add_argument("--pods", type=int, default=2200)
-    ap.add_argument("--seed", type=int, default=1)
+    return Path(out.stdout.strip().splitlines()[-1])
+
+
+def _notes(kc: KubeCluster, ns: str) -> dict[str, str]:
+    """pod -> its bound-at note ("" while unbound)."""
+    return {
+        p["metadata"]["name"]: (p["metadata"].get("annotations") or {}).get(
+            "gpufence.io/bound-at", ""
+        )
+        for p in k.pods(kc, ns)
+    }
+
+
+def _overlaps(kc: KubeCluster, ns: str) -> int:
+    """GPUs given to two live pods at once (from the placement notes): must be 0."""
+    seen: dict[tuple[str, int], str] = {}
+    clashes = 0
+    for p in k.pods(kc, ns):
+        if p.get("status", {}).get("phase") in ("Succeeded", "Failed"):
+            continue
+        plan = (p["metadata"].get("annotations") or {}).get("gpufence.io/gang-plan")
+        for member in json.loads(plan) if plan else ():
+            if member["pod"] != p["metadata"]["name"]:
+                continue
+            for g in member["gpus"]:
+                clashes += (member["node"], g) in seen
+                seen[(member["node"], g)] = p["metadata"]["name"]
+    return clashes
+
+
+def _all_bound(kc: KubeCluster, ns: str, pods: list[str]) -> bool:
+    notes = _notes(kc, ns)  # one list, not one per pod
+    return all(notes.get(p) for p in pods)
+
+
+def _create(kc: KubeCluster, ns: str, prefix: str, n: int) -> list[str]:
+    with ThreadPoolExecutor(16) as pool:
+        return list(pool.map(lambda i: k.pod(kc, ns, f"{prefix}-{i:05d}", gpus=1), range(n)))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--nodes", type=int, default=250)
+    ap.add_argument("--pods", type=int, default=2000, help="pending when the leader dies")
     ap.add_argument("--lease-seconds", type=float, default=15.0)
-    ap.add_argument("--timeout", type=float, default=600.0)
-    ap.add_argument("--quick", action="store_true", help="20 nodes, 500 pods")
-    ap.add_argument("--keep", action="store_true", help="keep the work directory (logs)")
-    args = ap.parse_args(argv)
-    if args.quick:
-        args.nodes, args.pods = 20, 500
-    work = Path(tempfile.mkdtemp(prefix="k8s-fo-"))
-    try:
-        takeover, twice, lost, pending = run(args, work)
-    finally:
-        if not args.keep:
-            shutil.rmtree(work, ignore_errors=True)
+    args = ap.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="gpufence-failover-"))
+    config = work / "cluster.yaml"
+    config.write_text(CONFIG)
+    capacity = args.nodes * 8
+    with KubeCluster(_bin_dir(), work / "k8s") as kc:
+        ns = k.namespace(kc, "bench")
+        k.namespace(kc, "gpufence-system")
+        with ThreadPoolExecutor(16) as pool:
+            list(pool.map(lambda i: k.gpu_node(kc, f"node-{i:04d}"), range(args.nodes)))
+        lease = ["--lease-seconds", str(args.lease_seconds)]
+        leader = SchedulerProc(
+            kc.kubeconfig, config, work / "a.log", leader_elect=True, identity="a", extra=lease
+        )
+        leader.wait_ready(60)
+        standby = SchedulerProc(
+            kc.kubeconfig, config, work / "b.log", leader_elect=True, identity="b", extra=lease
+        )
+        k.wait("the standby", lambda: standby.readyz()[0] == 503, 60)
+        # the cluster full of running pods, then --pods more that must wait
+        fillers = _create(kc, ns, "run", capacity)
+        k.wait(
+            "the fillers bound",
+            lambda: sum(1 for n in _notes(kc, ns).values() if n) >= capacity,
+            300,
+            0.5,
+        )
+        waiting = _create(kc, ns, "wait", args.pods)
+        time.sleep(2)
+        before = {p: n for p, n in _notes(kc, ns).items() if n}
+        leader.kill()
+        killed = time.time()
+        with ThreadPoolExecutor(16) as pool:  # the running pods end: room for the waiting ones
+            list(pool.map(lambda p: k.set_phase(kc, ns, p, "Succeeded"), fillers[: args.pods]))
+        first_bind = k.wait(
+            "the standby's first bind",
+            lambda: min(
+                (float(n) for n in _notes(kc, ns).values() if n and float(n) > killed), default=0
+            ),
+            args.lease_seconds * 4 + 60,
+            every=0.05,
+        )
+        k.wait("every waiting pod bound", lambda: _all_bound(kc, ns, waiting), 300, 0.5)
+        time.sleep(2)
+        after = _notes(kc, ns)
+        clashes = _overlaps(kc, ns)
+        standby.stop()
+    bound_twice = sum(1 for p, n in before.items() if after.get(p) != n) + clashes
+    lost = sum(1 for p in waiting if not after.get(p)) + (len(fillers) + len(waiting) - len(after))
     print(
-        f"pending at the kill: {pending}; lease {args.lease_seconds:g}s;"
-        f" calibration_ms={kb.calibration_ms():.0f}"
+        json.dumps(
+            {
+                "takeover_s": round(first_bind - killed, 2),
+                "bound_twice": bound_twice,
+                "gpu_overlaps": clashes,
+                "lost": lost,
+                "pending_at_kill": args.pods,
+                "bound_before_kill": len(before),
+            }
+        )
     )
-    print(f"takeover_s={takeover:.2f} bound_twice={twice} lost={lost}")
-    return 0
+    print(
+        f"takeover_s={first_bind - killed:.2f} bound_twice={bound_twice} lost={lost} "
+        f"pending_at_kill={args.pods} lease_s={args.lease_seconds:g}"
+    )
+    return 0 if bound_twice == 0 and lost == 0 else 1
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    raise SystemExit(main())

@@ -326,6 +326,21 @@ class KubeCluster:
             self._procs.remove(proc)
             proc.stop()
 
+    def restart_apiserver(self, down_s: float = 1.0) -> None:
+        """Stop kube-apiserver and start it again on the same port (etcd keeps the data): what
+        clients see when the control plane is upgraded or crashes -- every watch breaks."""
+        proc = next(p for p in self._procs if p.name == "kube-apiserver")
+        proc.stop()
+        self._procs.remove(proc)
+        time.sleep(down_s)
+        fresh = _Proc(
+            "kube-apiserver",
+            [self.binary("kube-apiserver"), *self.apiserver_args()],
+            self._log("kube-apiserver"),
+        )
+        self._procs.append(fresh)
+        self._wait(fresh, self._readyz_ok, self.ready_timeout, raise_on_exit=True)
+
     def _wait(self, proc: _Proc, probe: Any, timeout: float, *, raise_on_exit: bool) -> bool:
         """Polls ``probe()`` until true. False when the process exits (and ``raise_on_exit`` is
         false); ClusterError on timeout."""
@@ -391,6 +406,42 @@ class KubeCluster:
         self._wait(proc, healthy, timeout, raise_on_exit=True)
         return proc.popen
 
+    def start_controllers(self, timeout: float = 60.0) -> subprocess.Popen[bytes]:
+        """Starts the upstream kube-controller-manager (as the admin, leader election off, no
+        serving port) so that Deployments make ReplicaSets and pods, Jobs make pods, and the
+        garbage collector removes what an owner's deletion leaves. The node lifecycle and taint
+        eviction controllers are off: the nodes are fake and no kubelet renews their leases
+        (a test says when one fails). Returns once a Deployment's ReplicaSet appears."""
+        cfg = str(self.kubeconfig)
+        proc = _Proc(
+            "kube-controller-manager",
+            [
+                self.binary("kube-controller-manager"),
+                f"--kubeconfig={cfg}",
+                "--leader-elect=false",
+                f"--bind-address={LOOPBACK}",
+                "--secure-port=0",
+                f"--service-account-private-key-file={self.pki / 'sa.key'}",
+                f"--root-ca-file={self.ca_file}",
+                "--use-service-account-credentials=false",
+                "--controllers=*,-node-lifecycle-controller,-taint-eviction-controller,"
+                "-node-ipam-controller,-device-taint-eviction-controller",
+                "--profiling=false",
+            ],
+            self._log("kube-controller-manager"),
+        )
+        self._procs.append(proc)
+
+        def syncing() -> bool:
+            status, _ = self.request("GET", "/apis/apps/v1/deployments")
+            text = proc.log.read_text(errors="replace") if proc.log.exists() else ""
+            return (
+                status == 200 and 'controller="deployment"' in text and "Caches are synced" in text
+            )
+
+        self._wait(proc, syncing, timeout, raise_on_exit=True)
+        return proc.popen
+
     # ---- HTTP --------------------------------------------------------------------------------
 
     def request_raw(
@@ -450,9 +501,15 @@ def main(argv: Sequence[str]) -> int:
         print("usage: cluster.py BIN_DIR  (see tests/k8s/harness/build.sh)", file=sys.stderr)
         return 2
     work = Path(tempfile.mkdtemp(prefix="gpufence-k8s-"))
+    gang_api = [
+        "--runtime-config=scheduling.k8s.io/v1beta1=true",
+        "--feature-gates=GenericWorkload=true",
+    ]
     try:
-        with KubeCluster(argv[0], work) as kc:
-            print(f"API server {kc.server}\nexport KUBECONFIG={kc.kubeconfig}")
+        with KubeCluster(argv[0], work, extra_apiserver_args=gang_api) as kc:
+            kc.start_controllers()
+            print(f"API server {kc.server} (with kube-controller-manager)")
+            print(f"export KUBECONFIG={kc.kubeconfig} PATH={kc.bin_dir}:$PATH")
             print(f"logs in {work / 'logs'}; Ctrl-C stops it")
             with contextlib.suppress(KeyboardInterrupt):
                 signal.pause()

@@ -10,17 +10,24 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
+import kobjects as k
 import pytest
 from cluster import ClusterError, KubeCluster
+from kenv import FENCED, Env
 
 HARNESS = Path(__file__).resolve().parent / "harness"
 BUILD_SCRIPT = HARNESS / "build.sh"
-BINARIES = ("kube-apiserver", "kube-scheduler", "etcd")
+BINARIES = ("kube-apiserver", "kube-scheduler", "kube-controller-manager", "kubectl", "etcd")
+GANG_API = [
+    "--runtime-config=scheduling.k8s.io/v1beta1=true",
+    "--feature-gates=GenericWorkload=true",
+]
 BUILD_TIMEOUT_S = 3600  # a cold kube-apiserver build on 2 cores is ~10-25 minutes
 
 
@@ -85,7 +92,9 @@ def k8s_cluster(
     if shutil.which("openssl") is None:
         _unavailable("the openssl CLI is needed to make the test cluster's certificates")
     work = tmp_path_factory.mktemp("k8s")
-    cluster = KubeCluster(k8s_bin_dir, work)
+    # Kubernetes' own gang API (PodGroups, beta in 1.37) is served, as a cluster that wants
+    # gangs would turn it on; the annotation pair is tested beside it
+    cluster = KubeCluster(k8s_bin_dir, work, extra_apiserver_args=GANG_API)
     try:
         cluster.start()
     except ClusterError as e:
@@ -94,3 +103,17 @@ def k8s_cluster(
         yield cluster
     finally:
         cluster.close()
+
+
+@pytest.fixture
+def env(k8s_cluster: KubeCluster, tmp_path: Path) -> Iterator[Env]:
+    run = f"r{secrets.token_hex(3)}"
+    sched = f"gpufence-{run}"
+    config = tmp_path / "cluster.yaml"
+    config.write_text(FENCED.format(run=run, sched=sched))
+    e = Env(k8s_cluster, k.namespace(k8s_cluster, f"ns-{run}"), run, sched, config, tmp_path, [])
+    try:
+        yield e
+    finally:
+        for p in e.procs:
+            p.stop()

@@ -100,6 +100,7 @@ def pod(
     annotations: dict[str, str] | None = None,
     scheduler: str = "gpufence",
     resources: dict[str, str] | None = None,
+    group: str = "",
 ) -> str:
     pod_name = pod_name or name("pod")
     limits = resources if resources is not None else {GPU: str(gpus)}
@@ -112,8 +113,21 @@ def pod(
             "containers": [{"name": "main", "image": "busybox", "resources": {"limits": limits}}],
         },
     }
+    if group:
+        body["spec"]["schedulingGroup"] = {"podGroupName": group}  # type: ignore[index]
     ok(kc, "POST", f"/api/v1/namespaces/{ns}/pods", body, 201)
     return pod_name
+
+
+def pod_group(kc: KubeCluster, ns: str, group: str, min_count: int | None) -> None:
+    policy = {"gang": {"minCount": min_count}} if min_count is not None else {"basic": {}}
+    body = {
+        "apiVersion": "scheduling.k8s.io/v1beta1",
+        "kind": "PodGroup",
+        "metadata": {"name": group},
+        "spec": {"schedulingPolicy": policy},
+    }
+    ok(kc, "POST", f"/apis/scheduling.k8s.io/v1beta1/namespaces/{ns}/podgroups", body, 201)
 
 
 def gang(
@@ -185,3 +199,11 @@ def scheduled_condition(p: dict[str, Any]) -> dict[str, Any] | None:
         if cond.get("type") == "PodScheduled":
             return dict(cond)
     return None
+
+
+def get_pod_or_none(kc: KubeCluster, ns: str, pod_name: str) -> dict[str, Any] | None:
+    status, body = kc.request("GET", f"/api/v1/namespaces/{ns}/pods/{pod_name}")
+    if status == 404:
+        return None
+    assert status == 200, body
+    return dict(body)

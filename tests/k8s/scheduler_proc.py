@@ -94,6 +94,9 @@ class SchedulerProc:
             time.sleep(0.1)
         raise AssertionError(f"gpufence k8s run not ready after {timeout}s:\n{self.log_tail()}")
 
+    def log_path_text(self) -> str:
+        return self.log.read_text(errors="replace")
+
     def log_tail(self, n: int = 40) -> str:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-n:])
 

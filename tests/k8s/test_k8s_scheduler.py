@@ -8,74 +8,11 @@ test), so the tests share one API server without seeing each other's work.
 from __future__ import annotations
 
 import json
-import secrets
-from collections.abc import Iterator
-from dataclasses import dataclass
+import time
 from pathlib import Path
 
 import kobjects as k
-import pytest
-from cluster import KubeCluster
-from scheduler_proc import SchedulerProc
-
-FENCED = """
-name: k8s-test
-kubernetes: {{scheduler_name: {sched}}}
-partitions:
-  serving:
-    node_selector: {{test.gpufence.io/run: {run}, gpufence.io/fence: serving}}
-    admits: [serving]
-  training:
-    node_selector: {{test.gpufence.io/run: {run}, gpufence.io/fence: training}}
-    admits: [training, batch]
-queues:
-  - {{name: online, partition: serving, tenant: ns-{run}}}
-  - {{name: research, partition: training, tenant: ns-{run}}}
-"""
-
-
-@dataclass
-class Env:
-    kc: KubeCluster
-    ns: str
-    run: str
-    sched: str
-    config: Path
-    tmp: Path
-    procs: list[SchedulerProc]
-
-    def node(self, fence: str = "training", gpus: int = 8, **kw: object) -> str:
-        labels = {"test.gpufence.io/run": self.run, "gpufence.io/fence": fence}
-        return k.gpu_node(
-            self.kc, f"{self.run}-{fence}-{secrets.token_hex(2)}", gpus=gpus, labels=labels, **kw
-        )  # type: ignore[arg-type]
-
-    def pod(self, name: str | None = None, **kw: object) -> str:
-        return k.pod(self.kc, self.ns, name, scheduler=self.sched, **kw)  # type: ignore[arg-type]
-
-    def start(self, **kw: object) -> SchedulerProc:
-        p = SchedulerProc(
-            self.kc.kubeconfig, self.config, self.tmp / f"sched-{len(self.procs)}.log", **kw
-        )  # type: ignore[arg-type]
-        self.procs.append(p)
-        return p
-
-    def bound(self, pod: str, timeout: float = 20.0) -> str:
-        return str(k.wait(f"{pod} bound", lambda: k.node_of(self.kc, self.ns, pod), timeout))
-
-
-@pytest.fixture
-def env(k8s_cluster: KubeCluster, tmp_path: Path) -> Iterator[Env]:
-    run = f"r{secrets.token_hex(3)}"
-    sched = f"gpufence-{run}"
-    config = tmp_path / "cluster.yaml"
-    config.write_text(FENCED.format(run=run, sched=sched))
-    e = Env(k8s_cluster, k.namespace(k8s_cluster, f"ns-{run}"), run, sched, config, tmp_path, [])
-    try:
-        yield e
-    finally:
-        for p in e.procs:
-            p.stop()
+from kenv import Env
 
 
 def _note(p: dict[str, object]) -> dict[str, str]:
@@ -257,3 +194,105 @@ def test_k8s_standby_takes_over_when_the_leader_dies(env: Env) -> None:
     pod = env.pod(gpus=1)
     env.bound(pod)
     assert "gpufence_k8s_leader 1.0" in second.get("/metrics")
+
+
+def test_k8s_status_verb_metrics_and_page_say_who_holds_what(env: Env) -> None:
+    import subprocess
+    import sys
+
+    env.node("training", gpus=4)
+    s = env.start()
+    s.wait_ready()
+    env.bound(env.pod(gpus=3))
+    out = subprocess.run(
+        [sys.executable, "-m", "gpufence", "k8s", "status", "--url", s.url, "-o", "json"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    fences = {f["name"]: f for f in json.loads(out)["fences"]}
+    assert (fences["training"]["capacity_gpus"], fences["training"]["used_gpus"]) == (4, 3.0)
+    assert fences["serving"]["capacity_gpus"] == 0
+    assert 'gpufence_partition_used_gpus{partition="training"} 3.0' in s.get("/metrics")
+    assert "<h2>Fences</h2>" in s.get("/")
+    table = subprocess.run(
+        [sys.executable, "-m", "gpufence", "k8s", "status", "--url", s.url],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "training" in table and "FENCE" in table
+
+
+def test_k8s_podgroup_gang_from_the_kubernetes_gang_api(env: Env) -> None:
+    env.node("training", gpus=4)
+    env.node("training", gpus=4)
+    env.start().wait_ready()
+    # pods first, their PodGroup later: they wait for it, saying so
+    pods = [env.pod(f"w-{i}", gpus=2, group="train-job") for i in range(3)]
+    cond = k.wait(
+        "a waiting reason", lambda: k.scheduled_condition(k.get_pod(env.kc, env.ns, pods[0]))
+    )
+    assert "PodGroup train-job" in cond["message"]
+    k.pod_group(env.kc, env.ns, "train-job", 4)
+    k.wait(
+        "the count",
+        lambda: (
+            "3 of 4"
+            in (k.scheduled_condition(k.get_pod(env.kc, env.ns, pods[0])) or {}).get("message", "")
+        ),
+    )
+    assert not any(k.node_of(env.kc, env.ns, p) for p in pods)
+    pods.append(env.pod("w-3", gpus=2, group="train-job"))
+    assert len({env.bound(p) for p in pods}) == 2
+    plan = json.loads(_note(k.get_pod(env.kc, env.ns, "w-0"))["gpufence.io/gang-plan"])
+    assert sorted(m["pod"] for m in plan) == ["w-0", "w-1", "w-2", "w-3"]
+
+
+def test_k8s_fence_and_queue_objects_show_who_holds_what(env: Env) -> None:
+    import kapply
+
+    root = Path(__file__).resolve().parents[2]
+    kapply.apply_all(env.kc, kapply.documents(root / "deploy" / "01-crds.yaml"))
+    for crd in ("fences.gpufence.io", "queues.gpufence.io"):
+        kapply.wait_established(env.kc, crd)
+    env.node("training", gpus=4)
+    env.start().wait_ready()
+    env.bound(env.pod(gpus=3, labels={"gpufence.io/queue": "research"}))
+
+    def status(path: str) -> dict[str, object]:
+        status_code, body = env.kc.request("GET", f"/apis/gpufence.io/v1alpha1/{path}")
+        return dict(body.get("status") or {}) if status_code == 200 else {}
+
+    fence = k.wait(
+        "the Fence status", lambda: (s := status("fences/training")).get("usedGPUs") == 3 and s, 20
+    )
+    assert (fence["capacityGPUs"], fence["running"], fence["pending"]) == (4, 1, 0)
+    queue = k.wait(
+        "the Queue status", lambda: (s := status("queues/research")).get("usedGPUs") == 3 and s, 20
+    )
+    assert queue["running"] == 1
+
+
+def test_k8s_a_pod_naming_us_but_bound_by_hand_counts_as_foreign(env: Env) -> None:
+    node = env.node("training", gpus=4)
+    env.start().wait_ready()
+    # a tenant bypasses every scheduler: spec.nodeName at creation, schedulerName ours
+    body = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "by-hand"},
+        "spec": {
+            "schedulerName": env.sched,
+            "nodeName": node,
+            "containers": [
+                {"name": "m", "image": "busybox", "resources": {"limits": {k.GPU: "3"}}}
+            ],
+        },
+    }
+    k.ok(env.kc, "POST", f"/api/v1/namespaces/{env.ns}/pods", body, 201)
+    time.sleep(3)  # the model is rebuilt with its GPUs taken off
+    two = env.pod(gpus=2)
+    k.wait("a pending reason", lambda: k.scheduled_condition(k.get_pod(env.kc, env.ns, two)))
+    assert not k.node_of(env.kc, env.ns, two)
+    assert env.bound(env.pod(gpus=1)) == node

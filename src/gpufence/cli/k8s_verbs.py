@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -19,7 +20,8 @@ from gpufence.spec import SpecError, format_spec_error
 k8s_app = typer.Typer(help="Schedule pods on Kubernetes (a secondary scheduler, with fences).")
 
 ConfigOpt = Annotated[
-    Path, typer.Option("--config", help="the cluster YAML (partitions by node_selector)")
+    Path,
+    typer.Option("--config", metavar="FILE", help="the cluster YAML (partitions by node_selector)"),
 ]
 
 
@@ -46,32 +48,49 @@ def _http(value: str) -> tuple[str, int]:
 def run(
     config: ConfigOpt,
     kubeconfig: Annotated[
-        str | None, typer.Option(help="kubeconfig file (default: in-cluster, then $KUBECONFIG)")
+        str | None,
+        typer.Option(
+            metavar="FILE", help="kubeconfig file (default: in-cluster, then $KUBECONFIG)"
+        ),
     ] = None,
     scheduler_name: Annotated[
         str | None,
         typer.Option(
+            metavar="NAME",
             help="schedule pods with this schedulerName (default: the file's "
-            "kubernetes.scheduler_name, else gpufence)"
+            "kubernetes.scheduler_name, else gpufence)",
         ),
     ] = None,
     http: Annotated[
-        str, typer.Option(help="HOST:PORT for /healthz, /readyz, /metrics, /v1/fences")
+        str,
+        typer.Option(
+            metavar="HOST:PORT", help="where /healthz, /readyz, /metrics, /v1/fences and / answer"
+        ),
     ] = "127.0.0.1:10259",
     leader_elect: Annotated[
         bool, typer.Option(help="campaign for a Lease; only the leader schedules")
     ] = True,
     identity: Annotated[
-        str, typer.Option(help="this replica's name in the Lease (default host_pid)")
+        str,
+        typer.Option(metavar="NAME", help="this replica's name in the Lease (default host_pid)"),
     ] = "",
-    lease_namespace: Annotated[str, typer.Option()] = "gpufence-system",
-    lease_name: Annotated[str, typer.Option()] = "gpufence-scheduler",
+    lease_namespace: Annotated[
+        str, typer.Option(metavar="NAMESPACE", help="where the leader-election Lease lives")
+    ] = "gpufence-system",
+    lease_name: Annotated[
+        str, typer.Option(metavar="NAME", help="the Lease the replicas campaign for")
+    ] = "gpufence-scheduler",
     lease_seconds: Annotated[
-        float, typer.Option(min=2.0, help="a dead leader is replaced after this")
+        float,
+        typer.Option(min=2.0, metavar="SECONDS", help="a dead leader is replaced after this long"),
     ] = 15.0,
     reason_delay: Annotated[
         float,
-        typer.Option(min=0.0, help="seconds a pod waits before its pending reason is written"),
+        typer.Option(
+            min=0.0,
+            metavar="SECONDS",
+            help="how long a pod waits before its pending reason is written",
+        ),
     ] = 5.0,
 ) -> None:
     """Schedule every pod whose spec.schedulerName names this scheduler."""
@@ -113,10 +132,16 @@ def validate(config: ConfigOpt) -> None:
 
 @k8s_app.command("status")
 def status(
-    url: Annotated[str, typer.Option(help="a replica's HTTP address")] = "http://127.0.0.1:10259",
-    output: Annotated[str, typer.Option("-o", help="table or json")] = "table",
+    url: Annotated[
+        str, typer.Option(metavar="URL", help="a replica's HTTP address (k8s run --http)")
+    ] = "http://127.0.0.1:10259",
+    output: Annotated[
+        str, typer.Option("-o", "--output", metavar="FORMAT", help="table or json")
+    ] = "table",
 ) -> None:
     """Who holds what: each fence's GPUs (used, lent, borrowed) and pending jobs, per queue."""
+    if output not in ("table", "json"):
+        raise typer.BadParameter(f"{output!r}: give table or json", param_hint="-o")
     try:
         with urllib.request.urlopen(url.rstrip("/") + "/v1/fences", timeout=10) as r:
             body = json.loads(r.read())
@@ -130,7 +155,8 @@ def status(
     if output == "json":
         typer.echo(json.dumps(body, indent=2))
         return
-    console = Console()
+    # piped: wide enough that no column is folded (a script greps the rows)
+    console = Console() if sys.stdout.isatty() else Console(width=200)
     t = Table(
         "FENCE", "NODES", "GPUS", "USED", "LENT", "BORROWED", "RUNNING", "PENDING", "LARGEST GANG"
     )

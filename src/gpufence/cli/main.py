@@ -17,10 +17,10 @@ from rich.table import Table
 
 from gpufence import __version__
 from gpufence.cli.control import register as register_control_verbs
-from gpufence.cli.k8s_verbs import k8s_app
 from gpufence.cli.examples_verb import examples_app
 from gpufence.cli.extras import install_hint, require
 from gpufence.cli.helpstyle import use_metavars
+from gpufence.cli.k8s_verbs import k8s_app
 from gpufence.cli.observability_verb import observability_app
 from gpufence.sched import registry
 from gpufence.spec import SpecError, format_spec_error

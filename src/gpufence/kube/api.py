@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import logging
 import os
 import secrets
 from collections.abc import Iterator
@@ -18,10 +19,13 @@ import httpx2 as httpx
 from lightkube import ApiError, Client, KubeConfig
 from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.core_v1 import Node, Pod
+from lightkube.resources.scheduling_v1beta1 import PodGroup
 
 from gpufence.kube import names
 
 __all__ = ["ApiError", "CallFailed", "KubeApi"]
+
+log = logging.getLogger("gpufence.kube")
 
 _HOST = os.uname().nodename
 
@@ -46,7 +50,8 @@ class KubeApi:
             config = KubeConfig.from_service_account()
         else:
             config = KubeConfig.from_env()
-        # HTTP/2: the binds of a burst share one connection instead of queueing on a pool
+        # HTTP/1.1 on a pool: with HTTP/2 a long-lived watch stream stalled the others sharing
+        # its connection (lightkube's sync client); binds run concurrently on pooled connections
         self.client = Client(
             config,
             field_manager=names.EVENT_COMPONENT,
@@ -68,6 +73,39 @@ class KubeApi:
         it = self.client.list(Node, chunk_size=2000)
         items = list(it)
         return items, it.resourceVersion
+
+    def serves_pod_groups(self) -> bool:
+        """Whether the API server serves Kubernetes' gang API (scheduling.k8s.io/v1beta1
+        PodGroups: beta in 1.37, off unless the runtime config turns it on)."""
+        try:
+            found = self.get_raw("/apis/scheduling.k8s.io/v1beta1")
+        except CallFailed:
+            return False
+        resources = found.get("resources") if found else None
+        served = isinstance(resources, list) and any(
+            isinstance(r, dict) and r.get("name") == "podgroups" for r in resources
+        )
+        if not served:
+            return False
+        try:  # served, but may we read them? (an older ClusterRole lacks the rule)
+            self.get_raw("/apis/scheduling.k8s.io/v1beta1/podgroups?limit=1")
+        except CallFailed as exc:
+            if exc.code != 403:
+                raise
+            log.error(
+                "PodGroups are served but this scheduler may not list them (grant list, watch "
+                "on scheduling.k8s.io podgroups: deploy/02-rbac.yaml): gangs by annotation only"
+            )
+            return False
+        return True
+
+    def list_pod_groups(self) -> tuple[list[Any], str]:
+        it = self.client.list(PodGroup, namespace="*", chunk_size=2000)
+        items = list(it)
+        return items, it.resourceVersion
+
+    def watch_pod_groups(self, version: str) -> Iterator[tuple[str, Any]]:
+        return self.client.watch(PodGroup, namespace="*", resource_version=version)
 
     def watch_pods(self, version: str) -> Iterator[tuple[str, Any]]:
         return self.client.watch(Pod, namespace="*", resource_version=version)
@@ -98,6 +136,20 @@ class KubeApi:
             except ValueError:
                 message = resp.text
             raise CallFailed(resp.status_code, message)
+
+    def get_raw(self, path: str) -> dict[str, object] | None:
+        """A GET of any object as plain JSON; None when it does not exist (404)."""
+        http: httpx.Client = self.client._client._client  # see _write
+        resp = http.get(path, headers={"Accept": "application/json"})
+        if resp.status_code == 404:
+            return None
+        if resp.status_code >= 300:
+            raise CallFailed(resp.status_code, resp.text[:500])
+        body = resp.json()
+        return body if isinstance(body, dict) else None
+
+    def write_raw(self, method: str, path: str, body: object) -> None:
+        self._write(method, path, body)
 
     def bind(self, namespace: str, pod: str, node: str, annotations: dict[str, str]) -> None:
         """One bind; the binding's annotations land on the pod in the same write (the API

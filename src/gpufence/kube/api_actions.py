@@ -1,6 +1,6 @@
 """Carry out the tracker's actions against the API server, concurrently, binds first.
 
-Binds go to a wide pool (one HTTP/2 connection, many streams): a burst of a thousand binds
+Binds go to a wide pool (pooled HTTP/1.1 connections): a burst of a thousand binds
 takes as long as the slowest few, not their sum. Pending reasons are writes a user reads, not
 scheduling: they go to a narrow pool, only when the reason changed, and at most once per
 ``reason_interval_s`` per pod (an Event at most once per ``event_interval_s``), so ten thousand

@@ -17,12 +17,17 @@ import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path as FilePath
 from typing import Any
 
 from gpufence.kube.names import KubeNames
 from gpufence.model.cluster import Cluster
-from gpufence.spec import SpecError, SpecIssue, cluster_from_dict, parse_yaml_text
+from gpufence.spec import (
+    SpecError,
+    SpecIssue,
+    cluster_from_dict,
+    parse_yaml_text,
+    read_spec_file,
+)
 from gpufence.spec.errors import Path, locate
 
 # a label key: an optional DNS-subdomain prefix and a name (Kubernetes' own rule, shortened)
@@ -191,13 +196,7 @@ def fence_spec_from_dict(
 
 def load_fence_spec(path: str | os.PathLike[str]) -> FenceSpec:
     source = os.fspath(path)
-    try:
-        text = FilePath(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise SpecError([f"cluster file {source!r} not found"], source) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SpecError([f"cannot read cluster file {source!r}: {exc}"], source) from None
-    data, lines, yaml_issues = parse_yaml_text(text, source)
+    data, lines, yaml_issues = parse_yaml_text(read_spec_file(path), source)
     if yaml_issues:
         raise SpecError(yaml_issues, source)
     return fence_spec_from_dict(data, source=source, lines=lines)

@@ -95,6 +95,23 @@ def cordoned(node: ObservedNode, tolerated: Iterable[str]) -> bool:
     return node.unschedulable or any(t.key not in ok for t in blocking)
 
 
+def _mig_mismatch(fences: FenceSpec, partition: str, obs: ObservedNode, gpus: int) -> list[str]:
+    """The MIG instances the node offers (the GPU operator's MIG manager cut them) against the
+    fence's layout: a difference means the kubelet would refuse pods gpufence places there."""
+    mig = fences.policy.partitions[partition].mig
+    if mig is None or mig.dynamic:
+        return []
+    want: dict[str, int] = {}
+    for entry in mig.layout:
+        profile = entry.split("@", 1)[0]
+        want[profile] = want.get(profile, 0) + gpus
+    if want == obs.mig:
+        return []
+    has = ", ".join(f"{p}={n}" for p, n in sorted(obs.mig.items())) or "none"
+    need = ", ".join(f"{p}={n}" for p, n in sorted(want.items()))
+    return [f"node {obs.name}: offers MIG instances {has}, fence {partition} lays out {need}"]
+
+
 def build_hardware(
     fences: FenceSpec,
     nodes: Iterable[ObservedNode],
@@ -142,6 +159,7 @@ def build_hardware(
         gpus.extend(
             Gpu(gid0 + k, idx, k, gpu_type.name, domain_of[k], partition) for k in range(count)
         )
+        problems.extend(_mig_mismatch(fences, partition, obs, count))
         if not obs.ready:
             failed.add(obs.name)
         elif cordoned(obs, label.tolerated_taints):

@@ -6,20 +6,24 @@ leader, so a Service in front of the replicas reaches the one that schedules).
 
 from __future__ import annotations
 
+import html
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
 import uvicorn
 from fastapi import FastAPI
-from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from gpufence.kube import status
 from gpufence.kube.leader import LeaderElector
 from gpufence.kube.loop import KubeScheduler
+from gpufence.telemetry.holdings import partition_figures, queue_figures
+
+STALL_S = 60.0
 
 
 class _Collector(Collector):
@@ -44,8 +48,8 @@ class _Collector(Collector):
         yield _gauge("gpufence_pending_jobs", "jobs waiting", float(st.pending))
         with loop.lock:
             core = loop.core
-            fence_rows = status.fences(core) if core is not None else []
-            queue_rows = status.queues(core) if core is not None else []
+            fence_rows = partition_figures(core) if core is not None else []
+            queue_rows = queue_figures(core) if core is not None else []
         for metric, key in (
             ("gpufence_partition_capacity_gpus", "capacity_gpus"),
             ("gpufence_partition_used_gpus", "used_gpus"),
@@ -80,6 +84,11 @@ def make_app(loop: KubeScheduler, elector: LeaderElector | None) -> FastAPI:
 
     @app.get("/healthz")
     def healthz() -> PlainTextResponse:
+        # a leader whose loop stopped cycling is not healthy: the kubelet restarts it and a
+        # standby takes over (the loop cycles at least once a second when idle)
+        stalled = loop.stats.synced and time.time() - loop.stats.last_cycle > STALL_S
+        if stalled and (elector is None or elector.leading.is_set()):
+            return PlainTextResponse(f"stalled: no cycle for over {STALL_S:g}s\n", status_code=503)
         return PlainTextResponse("ok\n")
 
     @app.get("/readyz")
@@ -95,18 +104,51 @@ def make_app(loop: KubeScheduler, elector: LeaderElector | None) -> FastAPI:
     def metrics() -> Response:
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
+    @app.get("/", response_class=HTMLResponse)
+    def dashboard() -> HTMLResponse:
+        """Who holds what, as a page that refreshes itself (the figures of /v1/fences)."""
+        with loop.lock:
+            core = loop.core
+            fence_rows = partition_figures(core) if core is not None else []
+            queue_rows = queue_figures(core) if core is not None else []
+        return HTMLResponse(_page(fence_rows, queue_rows, elector))
+
     @app.get("/v1/fences")
     def fences() -> JSONResponse:
         with loop.lock:
             core = loop.core
             body: dict[str, Any] = {
-                "fences": status.fences(core) if core is not None else [],
-                "queues": status.queues(core) if core is not None else [],
+                "fences": partition_figures(core) if core is not None else [],
+                "queues": queue_figures(core) if core is not None else [],
                 "problems": list(loop.hardware.problems) if loop.hardware is not None else [],
             }
         return JSONResponse(body)
 
     return app
+
+
+def _table(rows: list[dict[str, Any]], keys: list[str]) -> str:
+    head = "".join(f"<th>{html.escape(k)}</th>" for k in keys)
+    body = "".join(
+        "<tr>" + "".join(f"<td>{html.escape(str(r.get(k, '')))}</td>" for k in keys) + "</tr>"
+        for r in rows
+    )
+    return f"<table><tr>{head}</tr>{body}</table>"
+
+
+def _page(fence_rows: list[dict[str, Any]], queue_rows: list[dict[str, Any]], elector: Any) -> str:
+    who = "this replica leads" if elector is None or elector.leading.is_set() else "standby"
+    fence_keys = ["name", "nodes", "capacity_gpus", "used_gpus", "lent_gpus", "borrowed_gpus"]
+    fence_keys += ["running", "pending", "largest_gang"]
+    queue_keys = ["name", "partition", "tenant", "nominal_gpus", "used_gpus", "borrowed_gpus"]
+    queue_keys += ["running", "pending"]
+    return (
+        "<!doctype html><meta charset=utf-8><meta http-equiv=refresh content=5>"
+        "<title>gpufence fences</title><style>body{font:14px sans-serif}"
+        "td,th{padding:2px 8px;text-align:right}</style>"
+        f"<h1>gpufence on Kubernetes</h1><p>{who}</p><h2>Fences</h2>"
+        f"{_table(fence_rows, fence_keys)}<h2>Queues</h2>{_table(queue_rows, queue_keys)}"
+    )
 
 
 def serve(app: FastAPI, host: str, port: int) -> threading.Thread:

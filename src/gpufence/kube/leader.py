@@ -30,7 +30,10 @@ log = logging.getLogger("gpufence.kube")
 
 
 def _utc(seconds: float) -> dt.datetime:
-    return dt.datetime.fromtimestamp(seconds, dt.UTC)
+    # a MicroTime must carry its fraction: a whole second would be written without one, which
+    # the API server refuses (one renewal in a million would fail)
+    stamp = dt.datetime.fromtimestamp(seconds, dt.UTC)
+    return stamp if stamp.microsecond else stamp.replace(microsecond=1)
 
 
 class LeaderElector:
@@ -130,7 +133,9 @@ class LeaderElector:
             lease = self.api.get_lease(self.namespace, self.name)
             if lease is not None and lease.spec and lease.spec.holderIdentity == self.identity:
                 lease.spec.holderIdentity = None
-                lease.spec.renewTime = _utc(0)
+                # None, not the epoch: a MicroTime the API server parses needs its fraction, and
+                # lightkube writes a whole second without one (the release was refused)
+                lease.spec.renewTime = None
                 self.api.replace_lease(lease)
         except Exception as exc:
             log.warning("releasing the lease: %s", exc)

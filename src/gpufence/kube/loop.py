@@ -23,7 +23,14 @@ from gpufence.kube.api_actions import ActionRunner, BindFailed
 from gpufence.kube.fences import FenceSpec
 from gpufence.kube.hardware import Hardware, Usage, build_hardware, cordoned
 from gpufence.kube.informer import Change, Informer, Resync
-from gpufence.kube.objects import ObservedNode, ObservedPod, observe_node, observe_pod
+from gpufence.kube.objects import (
+    ObservedNode,
+    ObservedPod,
+    observe_node,
+    observe_pod,
+    observe_pod_group,
+)
+from gpufence.kube.placement_notes import BindNote
 from gpufence.kube.tracker import Tracker
 from gpufence.model.events import Event, NodeDown, NodeUp, UsageRestored
 from gpufence.sched.scheduler import Scheduler, SchedulerConfig
@@ -67,7 +74,9 @@ class KubeScheduler:
         self.stats = LoopStats()
         self.hardware: Hardware | None = None
         self.core: Scheduler | None = None
-        self.tracker = Tracker(self.names.scheduler_name, fences.policy.queues)
+        self.groups: dict[str, int | None] = {}  # PodGroups: namespace/name -> gang minCount
+        self.tracker = Tracker(self.names.scheduler_name, fences.policy.queues, self.groups)
+        self._kinds = {"node", "pod"}  # what must be listed before the first cycle
         self._down: dict[str, bool] = {}  # node -> stop_jobs of the NodeDown the core has
         self._rebuild_due: float | None = 0.0
         self._carry: list[Event] = []
@@ -86,6 +95,19 @@ class KubeScheduler:
             Informer("node", self.api.list_nodes, self.api.watch_nodes, self.changes, self.stop),
             Informer("pod", self.api.list_pods, self.api.watch_pods, self.changes, self.stop),
         ]
+        if self.api.serves_pod_groups():
+            self._kinds.add("podgroup")
+            informers.append(
+                Informer(
+                    "podgroup",
+                    self.api.list_pod_groups,
+                    self.api.watch_pod_groups,
+                    self.changes,
+                    self.stop,
+                )
+            )
+        else:
+            log.info("no scheduling.k8s.io/v1beta1 PodGroups served: gangs by annotation only")
         for inf in informers:
             inf.start()
         return informers
@@ -96,7 +118,7 @@ class KubeScheduler:
         try:
             while not self.stop.is_set():
                 self._drain(synced, self._timeout())
-                if synced != {"node", "pod"}:
+                if synced != self._kinds:
                     continue
                 self.cycle()
         finally:
@@ -125,10 +147,32 @@ class KubeScheduler:
                 self._resync(item)
             elif item.kind == "node":
                 self._node_change(item)
+            elif item.kind == "podgroup":
+                self._group_change(item)
             else:
                 self._pod_change(item)
 
+    def _group_change(self, c: Change) -> None:
+        group = observe_pod_group(c.obj)
+        if c.type == "DELETED":
+            self.groups.pop(group.key, None)
+        elif self.groups.get(group.key, -1) == group.min_count:
+            return
+        else:
+            self.groups[group.key] = group.min_count
+        if self.core is not None:
+            self.tracker.group_changed(group.key)
+
     def _resync(self, r: Resync) -> None:
+        if r.kind == "podgroup":
+            fresh_groups = {g.key: g.min_count for g in map(observe_pod_group, r.objects)}
+            changed = set(fresh_groups.items()) ^ set(self.groups.items())
+            self.groups.clear()
+            self.groups.update(fresh_groups)
+            for key in {k for k, _ in changed}:
+                if self.core is not None:
+                    self.tracker.group_changed(key)
+            return
         if r.kind == "node":
             fresh = {n.name: n for n in map(observe_node, r.objects)}
             if fresh != self.nodes:
@@ -170,8 +214,21 @@ class KubeScheduler:
                 self.tracker.pod_seen(pod)
             if pod.terminal or pod.deleting:
                 self.runner.forget(pod.namespace, pod.name)
+            if self._unplanned(old) or self._unplanned(pod):
+                self._mark_rebuild()  # it names us but runs where we did not place it
         elif _foreign_usage(old) != _foreign_usage(pod):
             self._mark_rebuild()
+
+    def _unplanned(self, pod: ObservedPod | None) -> bool:
+        """A pod naming this scheduler that is bound, but not by us (created with
+        ``spec.nodeName``, or its note damaged): its requests are foreign usage."""
+        return (
+            pod is not None
+            and bool(pod.node)
+            and not pod.terminal
+            and pod.key not in self.inflight
+            and BindNote.read(pod.annotations) is None
+        )
 
     def _pod_gone(self, key: str) -> None:
         pod = self.pods.pop(key, None)
@@ -257,7 +314,8 @@ class KubeScheduler:
         self._rebuild_due = None
         foreign: dict[str, Usage] = {}
         for pod in self.pods.values():
-            usage = _foreign_usage(pod) if not self.tracker.ours(pod) else Usage()
+            foreign_pod = not self.tracker.ours(pod) or self._unplanned(pod)
+            usage = _foreign_usage(pod) if foreign_pod else Usage()
             if usage != Usage():
                 foreign[pod.node] = foreign.get(pod.node, Usage()) + usage
         old = self.core
@@ -265,7 +323,7 @@ class KubeScheduler:
         for line in self.hardware.problems:
             log.warning("%s", line)
         self.core = Scheduler(self.hardware.cluster, SchedulerConfig())
-        self.tracker = Tracker(self.names.scheduler_name, self.fences.policy.queues)
+        self.tracker = Tracker(self.names.scheduler_name, self.fences.policy.queues, self.groups)
         self._down = {}
         self._carry = []
         pods = [self._with_inflight(p) for p in self.pods.values()]

@@ -22,7 +22,6 @@ ANN_EST_RUNTIME = PREFIX + "est-runtime-s"
 ANN_TIME_LIMIT = PREFIX + "time-limit-s"
 ANN_GPU_FRACTION = PREFIX + "gpu-fraction"
 ANN_GPU_MEMORY = PREFIX + "gpu-memory-mib"
-ANN_SLO_P99 = PREFIX + "slo-p99-ms"
 ANN_GANG_NAME = PREFIX + "gang-name"
 ANN_GANG_SIZE = PREFIX + "gang-size"
 
@@ -34,7 +33,6 @@ USER_ANNOTATIONS = {
     ANN_TIME_LIMIT: "seconds, a positive number",
     ANN_GPU_FRACTION: "a share of one GPU, 0 < f < 1 (e.g. 0.25)",
     ANN_GPU_MEMORY: "MiB of GPU memory the share needs, a non-negative integer",
-    ANN_SLO_P99: "milliseconds, a positive number",
     ANN_GANG_NAME: "the gang's name, shared by its pods in one namespace",
     ANN_GANG_SIZE: "how many pods the gang has, an integer >= 1",
 }

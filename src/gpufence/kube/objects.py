@@ -106,6 +106,7 @@ class ObservedPod:
     requests: dict[str, Decimal] = field(default_factory=dict)
     tolerations: tuple[Toleration, ...] = ()
     created: float = 0.0  # creationTimestamp, seconds since the epoch
+    group: str = ""  # spec.schedulingGroup.podGroupName: Kubernetes' own gang API (a PodGroup)
 
     @property
     def key(self) -> str:
@@ -168,6 +169,31 @@ def observe_pod(pod: Any) -> ObservedPod:
         requests=pod_requests(spec),
         tolerations=tolerations,
         created=created,
+        group=(spec.schedulingGroup.podGroupName or "") if spec.schedulingGroup else "",
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ObservedPodGroup:
+    """A scheduling.k8s.io PodGroup: ``min_count`` pods all-or-nothing (None: no gang policy,
+    its pods are scheduled one by one)."""
+
+    namespace: str
+    name: str
+    min_count: int | None
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+def observe_pod_group(group: Any) -> ObservedPodGroup:
+    policy = group.spec.schedulingPolicy if group.spec else None
+    gang = policy.gang if policy is not None else None
+    return ObservedPodGroup(
+        namespace=group.metadata.namespace or "default",
+        name=group.metadata.name or "",
+        min_count=int(gang.minCount) if gang is not None else None,
     )
 
 

@@ -38,7 +38,7 @@ class PodAsk:
 
 def job_id_of(pod: ObservedPod) -> str:
     """A gang's pods share one job id; pod names cannot hold '@', so the two never collide."""
-    gang = pod.annotations.get(names.ANN_GANG_NAME)
+    gang = pod.group or pod.annotations.get(names.ANN_GANG_NAME)
     return f"{pod.namespace}/@{gang}" if gang else pod.key
 
 
@@ -119,7 +119,18 @@ def _class(pod: ObservedPod) -> WorkloadClass:
         ) from None
 
 
-def _gang(pod: ObservedPod) -> tuple[str, int] | None:
+def _gang(pod: ObservedPod, groups: Mapping[str, int | None]) -> tuple[str, int] | None:
+    """(name, size) of the pod's gang: its PodGroup's (Kubernetes' gang API; size 0 while the
+    PodGroup is not seen yet), else the annotation pair; None: a pod on its own."""
+    if pod.group:
+        if names.ANN_GANG_NAME in pod.annotations:
+            msg = f"the pod names PodGroup {pod.group!r} and annotation {names.ANN_GANG_NAME}: "
+            raise ValueError(msg + "use one of the two")
+        key = f"{pod.namespace}/{pod.group}"
+        if key not in groups:
+            return pod.group, 0
+        min_count = groups[key]
+        return None if min_count is None else (pod.group, min_count)
     gang = pod.annotations.get(names.ANN_GANG_NAME)
     size = _number(pod, names.ANN_GANG_SIZE, _integer)
     if gang is None and size is None:
@@ -151,7 +162,11 @@ def _queue(pod: ObservedPod, queues: Mapping[str, QueueSpec]) -> str:
     return queue
 
 
-def read_pod(pod: ObservedPod, queues: Mapping[str, QueueSpec]) -> PodAsk | PodProblem:
+def read_pod(
+    pod: ObservedPod,
+    queues: Mapping[str, QueueSpec],
+    groups: Mapping[str, int | None] | None = None,
+) -> PodAsk | PodProblem:
     """The job a pod asks for, or what is wrong with it (one message, naming the key)."""
     try:
         checkpointable_raw = pod.annotations.get(names.ANN_CHECKPOINTABLE, "false").strip().lower()
@@ -176,7 +191,10 @@ def read_pod(pod: ObservedPod, queues: Mapping[str, QueueSpec]) -> PodAsk | PodP
             mem_mib=pod.mem_mib(),
             tenant=pod.namespace,
         )
-        return PodAsk(pod, job, _gang(pod))
+        gang = _gang(pod, groups or {})
+        if gang is None and pod.group:
+            job = replace(job, id=pod.key)  # a PodGroup without a gang policy
+        return PodAsk(pod, job, gang)
     except ValueError as exc:
         return PodProblem(pod.key, str(exc))
 
@@ -219,9 +237,13 @@ def assemble(asks: Iterable[PodAsk]) -> tuple[list[GangAsk], list[PodProblem], d
             msg = f"gang {gang}: every pod must ask for the same resources, class, queue, "
             msg += f"partition and size as {first.pod.name}"
             problems.extend(PodProblem(a.pod.key, msg) for a in members)
-        elif len(members) > size:
-            msg = f"gang has {len(members)} pods but {names.ANN_GANG_SIZE} says {size}"
+        elif len(members) > size > 0:
+            what = "PodGroup minCount" if first.pod.group else names.ANN_GANG_SIZE
+            msg = f"gang has {len(members)} pods but {what} says {size}; gpufence binds a gang "
+            msg += "whole: make the two agree"
             problems.extend(PodProblem(a.pod.key, msg) for a in members)
+        elif size == 0:
+            waiting[job_id] = f"waiting for PodGroup {first.pod.group} (not seen yet)"
         elif len(members) < size:
             waiting[job_id] = f"waiting for the gang's pods: {len(members)} of {size} exist"
         else:

@@ -15,10 +15,12 @@ import threading
 from dataclasses import dataclass
 
 from gpufence.kube.api import KubeApi
+from gpufence.kube.crd_status import StatusPublisher
 from gpufence.kube.fences import FenceSpec
 from gpufence.kube.http import make_app, serve
 from gpufence.kube.leader import LeaderElector
 from gpufence.kube.loop import KubeScheduler
+from gpufence.telemetry.holdings import partition_figures, queue_figures
 
 log = logging.getLogger("gpufence.kube")
 
@@ -75,6 +77,8 @@ def run_replica(fences: FenceSpec, opts: RunOptions) -> int:
             return 0
         threading.Thread(target=_watch_lease, args=(elector, loop), daemon=True).start()
     log.info("scheduling pods with schedulerName %s", fences.names.scheduler_name)
+    publisher = StatusPublisher(api, fences)
+    threading.Thread(target=_publish, args=(loop, publisher), name="status", daemon=True).start()
     loop.run()
     if elector is not None:
         if elector.lost.is_set():
@@ -83,6 +87,20 @@ def run_replica(fences: FenceSpec, opts: RunOptions) -> int:
         elector.release()
     api.close()
     return 0
+
+
+def _publish(loop: KubeScheduler, publisher: StatusPublisher, every_s: float = 5.0) -> None:
+    """Mirror who holds what into the Fence and Queue objects, off the scheduling thread."""
+    while not loop.stop.wait(every_s):
+        with loop.lock:
+            core = loop.core
+            if core is None:
+                continue
+            rows = partition_figures(core), queue_figures(core)
+        try:
+            publisher.publish(*rows)
+        except Exception as exc:  # the status is for people; scheduling goes on
+            log.warning("publishing fence status: %s", exc)
 
 
 def _watch_lease(elector: LeaderElector, loop: KubeScheduler) -> None:

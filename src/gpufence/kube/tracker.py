@@ -59,11 +59,19 @@ class CoreJob:
 
 
 class Tracker:
-    def __init__(self, scheduler_name: str, queues: Mapping[str, QueueSpec]) -> None:
+    def __init__(
+        self,
+        scheduler_name: str,
+        queues: Mapping[str, QueueSpec],
+        groups: Mapping[str, int | None] | None = None,
+    ) -> None:
         self.scheduler_name = scheduler_name
         self.queues = queues
+        # PodGroups (namespace/name -> gang minCount, None: no gang policy), kept by the loop
+        self.groups: Mapping[str, int | None] = groups if groups is not None else {}
         self.jobs: dict[str, CoreJob] = {}
         self.asks: dict[str, dict[str, PodAsk]] = {}  # job id -> pod key -> ask (not submitted)
+        self._ask_job: dict[str, str] = {}  # pod key -> the job id its ask is filed under
         self.problems: dict[str, str] = {}  # pod key -> why it is refused (shown once)
         self.waiting: dict[str, str] = {}  # gang job id -> why it is not submitted yet
         self.pods: dict[str, ObservedPod] = {}  # every pod of ours, by key
@@ -99,7 +107,7 @@ class Tracker:
         if self._refused.get(pod.key) == (pod.uid, pod.labels, pod.annotations):
             return  # refused as it is; a change (the fix) reads it again
         self._refused.pop(pod.key, None)
-        ask = read_pod(pod, self.queues)
+        ask = read_pod(pod, self.queues, self.groups)
         if isinstance(ask, PodProblem):
             self._refuse(pod, ask.message)
             self._drop_ask(pod.key)
@@ -108,10 +116,20 @@ class Tracker:
         if core is not None:
             # a new pod for a job the core already has (a gang member replaced, a pod of a
             # finished gang's name reused): wait until that job is over
-            self.asks.setdefault(ask.job.id, {})[pod.key] = ask
+            self._put_ask(ask)
             return
-        self.asks.setdefault(ask.job.id, {})[pod.key] = ask
+        self._put_ask(ask)
         self._dirty_jobs.add(ask.job.id)
+
+    def group_changed(self, key: str) -> None:
+        """A PodGroup appeared, changed or went: read its pods again (their gang size)."""
+        namespace, _, name = key.partition("/")
+        for pod in list(self.pods.values()):
+            if pod.namespace == namespace and pod.group == name and pod.key not in self.pod_job:
+                self._refused.pop(pod.key, None)
+                self.problems.pop(pod.key, None)
+                self._drop_ask(pod.key)
+                self.pod_seen(pod)
 
     def _refuse(self, pod: ObservedPod, message: str) -> None:
         self._refused[pod.key] = (pod.uid, pod.labels, pod.annotations)
@@ -131,12 +149,19 @@ class Tracker:
         if core is not None and core.uids.get(pod.name) == pod.uid:
             self._member_gone(jid, core, pod.name)
 
+    def _put_ask(self, ask: PodAsk) -> None:
+        if self._ask_job.get(ask.pod.key, ask.job.id) != ask.job.id:
+            self._drop_ask(ask.pod.key)  # its gang changed: no longer filed under the old one
+        self.asks.setdefault(ask.job.id, {})[ask.pod.key] = ask
+        self._ask_job[ask.pod.key] = ask.job.id
+
     def _drop_ask(self, key: str) -> None:
-        for jid, asks in list(self.asks.items()):
-            if asks.pop(key, None) is not None:
-                self._dirty_jobs.add(jid)
-                if not asks:
-                    del self.asks[jid]
+        jid = self._ask_job.pop(key, None)
+        asks = self.asks.get(jid, {}) if jid is not None else {}
+        if jid is not None and asks.pop(key, None) is not None:
+            self._dirty_jobs.add(jid)
+            if not asks:
+                del self.asks[jid]
 
     def _member_changed(self, jid: str, core: CoreJob, pod: ObservedPod) -> None:
         if pod.terminal and pod.name not in core.ended:
@@ -216,7 +241,8 @@ class Tracker:
                 pods=tuple(p.name for p in gang.pods),
                 uids={p.name: p.uid for p in gang.pods},
             )
-            self.asks.pop(gang.job.id, None)
+            for key in self.asks.pop(gang.job.id, {}):
+                self._ask_job.pop(key, None)
             self.events.append(JobSubmitted(job))
 
     def _fresh_id(self, job: Job) -> Job:
@@ -247,12 +273,21 @@ class Tracker:
     def _restore_job(self, cluster: Cluster, jid: str, members: list[ObservedPod]) -> None:
         note = BindNote.read(members[0].annotations)
         assert note is not None
-        ask = read_pod(members[0], self.queues)
+        ask = read_pod(members[0], self.queues, self.groups)
         assignments = assignments_of(cluster, note.plan)
         by_name = {p.name: p for p in members}
         namespace = members[0].namespace
         if isinstance(ask, PodProblem) or assignments is None:
-            return  # not restorable where it runs: its pods count as foreign usage
+            # not restorable where it runs (its node left the model, or shrank): a single pod
+            # keeps running and counts as foreign usage; a gang is rolled back -- no half
+            # gang runs after a restart
+            if len(note.plan) > 1:
+                for m in note.plan:
+                    pod = by_name.get(m.pod)
+                    if pod is not None and not pod.terminal:
+                        why = "its gang cannot be restored where it was placed"
+                        self.actions.append(DeletePod(namespace, m.pod, why))
+            return
         job = replace(ask.job, id=jid, replicas=len(note.plan))
         core = CoreJob(
             job, namespace, tuple(m.pod for m in note.plan), {}, phase="running", note=note
@@ -317,7 +352,9 @@ class Tracker:
                 for p in core.pods:
                     pod = self.pods.get(f"{core.namespace}/{p}")
                     if pod is not None:
-                        self._refuse(pod, f"{d.reason.value}: {d.message}")
+                        # the core speaks the CLI's words; a pod names its queue by label
+                        text = d.message.replace("--queue", f"the label {names.LABEL_QUEUE}")
+                        self._refuse(pod, f"{d.reason.value}: {text}")
             elif isinstance(d, Requeue | MigReconfigure):
                 pass  # a requeued job was dropped when its pods went (see the module doc)
 

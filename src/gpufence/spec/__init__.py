@@ -37,6 +37,7 @@ __all__ = [
     "parse_node_selector",
     "parse_yaml_documents",
     "parse_yaml_text",
+    "read_spec_file",
 ]
 
 _BOOL_TAG = "tag:yaml.org,2002:bool"
@@ -192,6 +193,11 @@ def _build(
 def load_cluster(path: str | os.PathLike[str]) -> Cluster:
     """Build a Cluster from a YAML file; SpecError lists every problem (format_spec_error)."""
     return load_cluster_text(_read(path), source=os.fspath(path))
+
+
+def read_spec_file(path: str | os.PathLike[str]) -> str:
+    """A spec file's text; a SpecError naming the file when it is missing or unreadable."""
+    return _read(path)
 
 
 def _read(path: str | os.PathLike[str]) -> str:

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds the Kubernetes test binaries (kube-apiserver, kube-scheduler, etcd) from Go modules with
+# Builds the Kubernetes test binaries (kube-apiserver, kube-scheduler, kube-controller-manager,
+# kubectl, etcd) from Go modules with
 # this machine's Go toolchain, into a cache directory outside the repository keyed by the
 # Kubernetes and etcd versions:
 #
@@ -33,8 +34,7 @@ if [ -z "$K8S_VERSION" ] || [ -z "$ETCD_VERSION" ]; then
 fi
 
 CACHE_ROOT="${GPUFENCE_K8S_CACHE:-$HOME/.cache/gpufence}"
-OUT="$CACHE_ROOT/k8s-$K8S_VERSION-etcd-$ETCD_VERSION"
-BINARIES=(kube-apiserver kube-scheduler etcd)
+BINARIES=(kube-apiserver kube-scheduler kube-controller-manager kubectl etcd)
 
 inputs_hash() {
   # sorted, NUL-safe: the module files, every .go file of the harness, this script
@@ -42,6 +42,9 @@ inputs_hash() {
     | LC_ALL=C sort -z | xargs -0 sha256sum | sha256sum | cut -d' ' -f1
 }
 HASH="$(inputs_hash)"
+# keyed by the versions and by the harness sources' hash: two checkouts with different harnesses
+# (another branch, a worktree) keep their own binaries instead of rebuilding each other's
+OUT="$CACHE_ROOT/k8s-$K8S_VERSION-etcd-$ETCD_VERSION-${HASH:0:12}"
 
 up_to_date() {
   [ -f "$OUT/.inputs.sha256" ] && [ "$(cat "$OUT/.inputs.sha256")" = "$HASH" ] || return 1
@@ -99,6 +102,11 @@ echo "build.sh: building kube-scheduler" >&2
 "${BUILD[@]}" -ldflags="$K8S_LDFLAGS" -o "$TMP/kube-scheduler" ./cmd/kube-scheduler
 echo "build.sh: building kube-apiserver (the long one)" >&2
 "${BUILD[@]}" -ldflags="$K8S_LDFLAGS" -o "$TMP/kube-apiserver" ./cmd/kube-apiserver
+# the controllers (Deployments, Jobs, garbage collection) and kubectl: the README's walk-through
+# on the harness, as a user of a real cluster would see it
+echo "build.sh: building kube-controller-manager and kubectl" >&2
+"${BUILD[@]}" -ldflags="$K8S_LDFLAGS" -o "$TMP/kube-controller-manager" ./cmd/kube-controller-manager
+"${BUILD[@]}" -ldflags="$K8S_LDFLAGS" -o "$TMP/kubectl" ./cmd/kubectl
 
 for b in "${BINARIES[@]}"; do mv -f "$TMP/$b" "$OUT/$b"; done
 printf 'k8s.io/kubernetes %s\ngo.etcd.io/etcd/server/v3 %s\n%s\n' \

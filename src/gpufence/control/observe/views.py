@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from gpufence.control.base.config import ADMIN
 from gpufence.control.base.tenantview import Owner, nodes_for, redact
 from gpufence.sched.jobs import JobState
+from gpufence.telemetry.holdings import partition_figures
 
 if TYPE_CHECKING:
     from gpufence.control.reconciler import Reconciler
@@ -86,40 +87,11 @@ def largest_gang(r: Reconciler, partition: str) -> int:
 
 
 def partitions(r: Reconciler) -> list[dict[str, Any]]:
-    sched = r.scheduler
-    cluster = sched.cluster
-    pending: Counter[str] = Counter()
-    running: Counter[str] = Counter()
-    borrowed: Counter[str] = Counter()
-    for rec in sched.jobs().values():
-        if rec.state is JobState.PENDING:
-            pending[rec.home] += 1
-        elif rec.state in (JobState.RUNNING, JobState.STOPPING):
-            running[rec.home] += 1
-    for h in sched.query.holdings():
-        if h.lent_from is not None:
-            borrowed[h.home] += h.gpus
-    out = []
-    for name, part in cluster.partitions.items():
-        use = sched.query.pool(name)
-        out.append(
-            {
-                "name": name,
-                "admits": sorted(str(c) for c in part.admits),
-                "sharing": str(part.sharing),
-                "capacity_gpus": len(cluster.partition_gpus[name]),
-                "used_gpus": round(use.used_milli / 1000, 3),
-                "free_whole_gpus": use.free_whole_gpus,
-                "lent_gpus": use.lent_gpus,
-                "borrowed_gpus": borrowed[name],
-                "pending": pending[name],
-                "running": running[name],
-                "largest_gang": use.largest_gang,
-                "queues": list(cluster.partition_queues[name]),
-            }
-        )
+    out = partition_figures(r.scheduler)
+    for p in out:
+        del p["nodes"]  # (the local plane's API shape; its nodes are listed by /v1/nodes)
         if r.gpu_board is not None:  # whether its sharing is enforced on the device, and how
-            out[-1].update(r.gpu_board.partition(name))
+            p.update(r.gpu_board.partition(p["name"]))
     return out
 
 

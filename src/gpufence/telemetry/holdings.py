@@ -1,8 +1,6 @@
-"""Who holds what, read off the core between cycles: per fence (partition) and per queue.
-
-The same figures feed ``/metrics`` (the local plane's gauge names), ``/v1/fences`` (what
-``gpufence k8s status`` prints) and the Fence / Queue custom resources' ``status``.
-"""
+"""Who holds what, per partition (fence) and per queue, read off a Scheduler between cycles:
+one definition for every front end that shows it (the local plane's /v1/partitions and
+/metrics, the Kubernetes front end's /v1/fences, /metrics and Fence/Queue objects)."""
 
 from __future__ import annotations
 
@@ -15,16 +13,23 @@ from gpufence.sched.scheduler import Scheduler
 _HOLDING = (JobState.RUNNING, JobState.STOPPING)
 
 
-def fences(sched: Scheduler) -> list[dict[str, Any]]:
-    cluster = sched.cluster
+def _counts(sched: Scheduler, key: str) -> tuple[Counter[str], Counter[str]]:
+    """Pending and holding jobs per home partition (key "home") or per queue ("queue")."""
     pending: Counter[str] = Counter()
     running: Counter[str] = Counter()
-    borrowed: Counter[str] = Counter()
     for rec in sched.jobs().values():
+        where = rec.home if key == "home" else rec.queue
         if rec.state is JobState.PENDING:
-            pending[rec.home] += 1
+            pending[where] += 1
         elif rec.state in _HOLDING:
-            running[rec.home] += 1
+            running[where] += 1
+    return pending, running
+
+
+def partition_figures(sched: Scheduler) -> list[dict[str, Any]]:
+    cluster = sched.cluster
+    pending, running = _counts(sched, "home")
+    borrowed: Counter[str] = Counter()
     for h in sched.query.holdings():
         if h.lent_from is not None:
             borrowed[h.home] += h.gpus
@@ -39,26 +44,22 @@ def fences(sched: Scheduler) -> list[dict[str, Any]]:
                 "nodes": len(cluster.partition_nodes[name]),
                 "capacity_gpus": len(cluster.partition_gpus[name]),
                 "used_gpus": round(use.used_milli / 1000, 3),
+                "free_whole_gpus": use.free_whole_gpus,
                 "lent_gpus": use.lent_gpus,
                 "borrowed_gpus": borrowed[name],
                 "pending": pending[name],
                 "running": running[name],
                 "largest_gang": use.largest_gang,
+                "queues": list(cluster.partition_queues[name]),
             }
         )
     return out
 
 
-def queues(sched: Scheduler) -> list[dict[str, Any]]:
+def queue_figures(sched: Scheduler) -> list[dict[str, Any]]:
     cluster = sched.cluster
-    pending: Counter[str] = Counter()
-    running: Counter[str] = Counter()
+    pending, running = _counts(sched, "queue")
     used_milli: Counter[str] = Counter()
-    for rec in sched.jobs().values():
-        if rec.state is JobState.PENDING:
-            pending[rec.queue] += 1
-        elif rec.state in _HOLDING:
-            running[rec.queue] += 1
     records = sched.jobs()
     for h in sched.query.holdings():
         used_milli[records[h.job_id].queue] += h.charge_milli
