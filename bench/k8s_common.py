@@ -30,7 +30,8 @@ HARNESS = ROOT / "tests" / "k8s"
 sys.path.insert(0, str(HARNESS))
 
 from cluster import LOOPBACK, KubeCluster, free_port  # noqa: E402
-from kubelet import GPU, RUN_S, FakeKubelet, FakeNode, gpu_nodes  # noqa: E402
+from fake_objects import GPU, RUN_S, FakeNode, gpu_nodes  # noqa: E402
+from kubelet import FakeKubelet  # noqa: E402
 
 __all__ = ["GPU", "LOOPBACK", "FakeKubelet", "FakeNode", "KubeCluster", "gpu_nodes"]
 

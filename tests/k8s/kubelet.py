@@ -30,115 +30,35 @@ import logging
 import signal
 import sys
 import threading
-from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
 import httpx2
+from fake_objects import (
+    EXIT_CODE,
+    NOT_READY_TAINT,
+    RUN_S,
+    FakeNode,
+    gpu_nodes,
+    micro_time,
+    now_utc,
+    rfc3339,
+    status_patch,
+)
 from lightkube import ALL_NS, ApiError, AsyncClient, KubeConfig
 from lightkube.operators import not_equal
 from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.core_v1 import Node, Pod
 from lightkube.types import PatchType
 
-GPU = "nvidia.com/gpu"
-RUN_S = "sim.gpufence.io/run-s"
-EXIT_CODE = "sim.gpufence.io/exit-code"
-NOT_READY_TAINT = "node.kubernetes.io/not-ready"
 LEASE_NAMESPACE = "kube-node-lease"
 FIELD_MANAGER = "gpufence-fake-kubelet"
 
 log = logging.getLogger("gpufence.fake_kubelet")
 T = TypeVar("T")
-
-
-def _now() -> datetime:
-    return datetime.now(UTC)
-
-
-def _ts(when: datetime | None = None) -> str:
-    """RFC 3339 seconds, the form the API server stores (``metav1.Time``)."""
-    return (when or _now()).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _micro_ts(when: datetime | None = None) -> str:
-    """``metav1.MicroTime`` (a Lease's renewTime)."""
-    return (when or _now()).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-@dataclass(frozen=True)
-class FakeNode:
-    """One fake GPU node: what its kubelet and GPU feature discovery would report."""
-
-    name: str
-    gpus: int = 8
-    product: str = "NVIDIA-H100-80GB-HBM3"
-    gpu_memory_mib: int = 81559
-    cpu: str = "128"
-    memory: str = "1024Gi"
-    max_pods: int = 256
-    mig: Mapping[str, int] = field(default_factory=dict)  # {"1g.10gb": 7}: nvidia.com/mig-1g.10gb
-    labels: Mapping[str, str] = field(default_factory=dict)
-
-    def resources(self) -> dict[str, str]:
-        res = {"cpu": self.cpu, "memory": self.memory, "pods": str(self.max_pods)}
-        res[GPU] = str(self.gpus)
-        for profile, count in self.mig.items():
-            res[f"nvidia.com/mig-{profile}"] = str(count)
-        return res
-
-    def manifest(self) -> dict[str, Any]:
-        labels = {
-            "kubernetes.io/hostname": self.name,
-            "kubernetes.io/os": "linux",
-            "kubernetes.io/arch": "amd64",
-            "nvidia.com/gpu.product": self.product,
-            "nvidia.com/gpu.memory": str(self.gpu_memory_mib),
-            "nvidia.com/gpu.count": str(self.gpus),
-            "type": "fake-kubelet",
-            **self.labels,
-        }
-        return {
-            "apiVersion": "v1",
-            "kind": "Node",
-            "metadata": {"name": self.name, "labels": labels},
-        }
-
-    def status(self, ready: bool) -> dict[str, Any]:
-        now = _ts()
-        cond = {
-            "type": "Ready",
-            "status": "True" if ready else "False",
-            "reason": "KubeletReady" if ready else "KubeletNotReady",
-            "message": "fake kubelet is posting ready status"
-            if ready
-            else "fake kubelet stopped (set_ready(False))",
-            "lastHeartbeatTime": now,
-            "lastTransitionTime": now,
-        }
-        res = self.resources()
-        return {
-            "status": {
-                "capacity": res,
-                "allocatable": res,
-                "conditions": [cond],
-                "addresses": [{"type": "Hostname", "address": self.name}],
-                "nodeInfo": {
-                    "machineID": "fake",
-                    "systemUUID": "fake",
-                    "bootID": "fake",
-                    "kernelVersion": "fake",
-                    "osImage": "fake",
-                    "containerRuntimeVersion": "fake://1.0",
-                    "kubeletVersion": "fake",
-                    "kubeProxyVersion": "",
-                    "operatingSystem": "linux",
-                    "architecture": "amd64",
-                },
-            }
-        }
 
 
 @dataclass
@@ -320,7 +240,7 @@ class FakeKubelet:
             "spec": {
                 "holderIdentity": node.name,
                 "leaseDurationSeconds": self.lease_duration_s,
-                "renewTime": _micro_ts(),
+                "renewTime": micro_time(),
             },
         }
         async with self._sem:
@@ -346,7 +266,7 @@ class FakeKubelet:
             return
         taints = [t.to_dict() for t in (current.spec.taints or []) if t.key != NOT_READY_TAINT]
         if not ready:
-            taints.append({"key": NOT_READY_TAINT, "effect": "NoSchedule", "timeAdded": _ts()})
+            taints.append({"key": NOT_READY_TAINT, "effect": "NoSchedule", "timeAdded": rfc3339()})
         patch = {"metadata": {"resourceVersion": current.metadata.resourceVersion}}
         patch["spec"] = {"taints": taints or None}  # type: ignore[assignment]
         await self._api(
@@ -380,7 +300,7 @@ class FakeKubelet:
                 await asyncio.sleep(gap)
 
     async def _renew(self, name: str) -> None:
-        patch = {"spec": {"holderIdentity": name, "renewTime": _micro_ts()}}
+        patch = {"spec": {"holderIdentity": name, "renewTime": micro_time()}}
         done = await self._api(
             f"lease {name}",
             lambda: self.client.patch(
@@ -477,7 +397,7 @@ class FakeKubelet:
             state.done = True
             state.cancel()
         if meta.deletionTimestamp is not None:
-            self._finalize_later(uid, state, meta.deletionTimestamp)
+            self._finalize_later(uid, state, meta.deletionGracePeriodSeconds or 0)
             return
         if not self._nodes[node].ready:
             self._nodes[node].parked.add(uid)
@@ -486,16 +406,16 @@ class FakeKubelet:
             return
         if phase == "Running" and not state.started:  # a re-list, or a kubelet restart
             state.started = True
-            self._finish_later(uid, state, pod, pod.status.startTime or _now())
+            self._finish_later(uid, state, pod, pod.status.startTime or now_utc())
         elif phase == "Pending" and not state.started:
             state.started = True
             self._spawn(self._run(uid, state, pod))
 
     async def _run(self, uid: str, state: _PodState, pod: Pod) -> None:
-        now = _now()
+        now = now_utc()
         containers = [c.name for c in pod.spec.containers]
-        running = {c: {"running": {"startedAt": _ts(now)}} for c in containers}
-        patch = _status_patch("Running", now, ready=True, containers=running)
+        running = {c: {"running": {"startedAt": rfc3339(now)}} for c in containers}
+        patch = status_patch("Running", now, ready=True, containers=running)
         if await self._patch_status(state, patch) is None:
             state.started = False  # the next event or re-list retries
             return
@@ -512,7 +432,7 @@ class FakeKubelet:
         except ValueError:
             log.warning("fake kubelet: pod %s has a bad %s/%s", state.name, RUN_S, EXIT_CODE)
             return
-        delay = max(0.0, run_s - (_now() - started).total_seconds())
+        delay = max(0.0, run_s - (now_utc() - started).total_seconds())
         containers = [c.name for c in pod.spec.containers]
         state.timer = self._loop.call_later(
             delay, lambda: self._spawn(self._finish(uid, state, containers, started, code))
@@ -528,16 +448,16 @@ class FakeKubelet:
         if not node.ready:
             node.parked.add(uid)
             return
-        now = _now()
+        now = now_utc()
         term = {
             "exitCode": code,
             "reason": "Completed" if code == 0 else "Error",
-            "startedAt": _ts(started),
-            "finishedAt": _ts(now),
+            "startedAt": rfc3339(started),
+            "finishedAt": rfc3339(now),
         }
         statuses = {c: {"terminated": term} for c in containers}
         phase = "Succeeded" if code == 0 else "Failed"
-        if await self._patch_status(state, _status_patch(phase, started, False, statuses)):
+        if await self._patch_status(state, status_patch(phase, started, False, statuses)):
             state.done = True
             self.stats.finished += 1
 
@@ -549,7 +469,7 @@ class FakeKubelet:
             ),
         )
 
-    def _finalize_later(self, uid: str, state: _PodState, deletion: datetime) -> None:
+    def _finalize_later(self, uid: str, state: _PodState, grace_s: float) -> None:
         if state.deleting:
             return
         if not self._nodes[state.node].ready:
@@ -557,9 +477,10 @@ class FakeKubelet:
             return
         state.deleting = True
         state.cancel()
-        # deletionTimestamp is the deletion time plus the grace: containers get that long to
-        # stop; a pod that already finished has none left to stop
-        delay = 0.0 if state.done else max(0.0, (deletion - _now()).total_seconds())
+        # the containers get the grace (deletionGracePeriodSeconds) from when the kubelet sees
+        # the deletion, as a kubelet counts it (deletionTimestamp has whole seconds only); a pod
+        # that already finished has none left to stop
+        delay = 0.0 if state.done else float(grace_s)
         state.timer = self._loop.call_later(delay, lambda: self._spawn(self._finalize(uid, state)))
 
     async def _finalize(self, uid: str, state: _PodState) -> None:
@@ -595,58 +516,6 @@ class FakeKubelet:
         if pod is not None and pod.metadata.uid == uid:
             state.started = state.started and pod.status.phase != "Pending"
             self._on_pod("MODIFIED", pod)
-
-
-def _status_patch(
-    phase: str, started: datetime, ready: bool, containers: dict[str, dict[str, Any]]
-) -> dict[str, Any]:
-    now = _ts()
-    flag = "True" if ready else "False"
-    reason = None if ready else "PodCompleted"
-    conditions = [
-        {"type": "PodScheduled", "status": "True", "lastTransitionTime": _ts(started)},
-        {"type": "Initialized", "status": "True", "lastTransitionTime": _ts(started)},
-        {"type": "ContainersReady", "status": flag, "lastTransitionTime": now, "reason": reason},
-        {"type": "Ready", "status": flag, "lastTransitionTime": now, "reason": reason},
-    ]
-    statuses = [
-        {
-            "name": name,
-            "ready": ready,
-            "restartCount": 0,
-            "image": "fake",
-            "imageID": "fake",
-            "containerID": f"fake://{name}",
-            "started": ready,
-            "state": state,
-        }
-        for name, state in containers.items()
-    ]
-    return {
-        "status": {
-            "phase": phase,
-            "startTime": _ts(started),
-            "hostIP": "127.0.0.1",
-            "podIP": "127.0.0.1",
-            "conditions": conditions,
-            "containerStatuses": statuses,
-        }
-    }
-
-
-def gpu_nodes(
-    count: int, gpus: int = 8, prefix: str = "gpu", rack_size: int = 32
-) -> list[FakeNode]:
-    """``count`` identical GPU nodes named ``prefix-000..``, ``rack_size`` to a rack label."""
-    width = len(str(count - 1))
-    return [
-        FakeNode(
-            f"{prefix}-{i:0{width}d}",
-            gpus=gpus,
-            labels={"gpufence.io/rack": f"rack-{i // rack_size}"},
-        )
-        for i in range(count)
-    ]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -15,7 +15,8 @@ from typing import Any
 
 import pytest
 from cluster import ClusterError, KubeCluster
-from kubelet import EXIT_CODE, GPU, NOT_READY_TAINT, RUN_S, FakeKubelet, FakeNode
+from fake_objects import EXIT_CODE, GPU, NOT_READY_TAINT, RUN_S, FakeNode
+from kubelet import FakeKubelet
 
 
 def _name(prefix: str) -> str:
