@@ -29,6 +29,7 @@ def test_k8s_binds_a_pod_with_its_placement_note(env: Env) -> None:
     assert [m["node"] for m in plan] == [node]
     assert len(plan[0]["gpus"]) == 2
     assert ann["gpufence.io/bound-partition"] == "training"
+    assert ann["gpufence.io/gpus"] == ",".join(str(g) for g in plan[0]["gpus"])
 
 
 def test_k8s_gang_is_bound_whole_or_not_at_all(env: Env) -> None:

@@ -87,7 +87,7 @@ class ActionRunner:
     def _bind(self, a: BindPod) -> None:
         t0 = time.perf_counter()
         try:
-            self.api.bind(a.namespace, a.pod, a.node, a.note.annotations())
+            self.api.bind(a.namespace, a.pod, a.node, a.note.annotations(a.pod))
             with self._lock:
                 self.counts.binds += 1
                 self.counts.bind_seconds += time.perf_counter() - t0

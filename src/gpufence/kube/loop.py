@@ -343,7 +343,7 @@ class KubeScheduler:
         sent = self.inflight.get(pod.key)
         if sent is None or pod.node:
             return pod
-        annotations = {**pod.annotations, **sent.note.annotations()}
+        annotations = {**pod.annotations, **sent.note.annotations(sent.pod)}
         return replace(pod, node=sent.node, annotations=annotations)
 
     def _reasons(self, now: float) -> list[ShowPending]:

@@ -73,7 +73,9 @@ class BindNote:
     bound_at: float
     plan: tuple[MemberPlan, ...]  # every member, in replica order
 
-    def annotations(self) -> dict[str, str]:
+    def annotations(self, pod: str | None = None) -> dict[str, str]:
+        """The note, and for ``pod`` its own GPU indices (``gpufence.io/gpus: "0,1"``: what
+        ``kubectl describe`` shows, and what a device plugin honouring gpufence would read)."""
         out = {
             names.ANN_JOB: self.job_id,
             names.ANN_BOUND_PARTITION: self.partition,
@@ -83,6 +85,9 @@ class BindNote:
         }
         if self.lent_from:
             out[names.ANN_LENT_FROM] = self.lent_from
+        member = next((m for m in self.plan if m.pod == pod), None)
+        if member is not None:
+            out[names.ANN_GPUS] = ",".join(str(g) for g in member.gpus)
         return out
 
     @staticmethod
