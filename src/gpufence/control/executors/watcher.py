@@ -40,7 +40,12 @@ from gpufence.control.base.executor import (
     Launch,
     report,
 )
-from gpufence.control.base.record_reads import recorded_end, recorded_exit, stop_reached
+from gpufence.control.base.record_reads import (
+    recorded_end,
+    recorded_exit,
+    recorded_launcher,
+    stop_reached,
+)
 from gpufence.control.containment.cgroup import ContainmentError, MemberCgroup
 from gpufence.control.executors.gang import GangState
 from gpufence.control.executors.processes import (
@@ -48,6 +53,7 @@ from gpufence.control.executors.processes import (
     REAP_ON_CLOSE_S,
     MemberProcess,
     killpg,
+    open_live,
     reap_now,
     settle,
     waitid,
@@ -278,6 +284,8 @@ class AttemptWatcher:
         recorded = recorded_exit(att.launch.attempt_dir, m.rank)
         if status is None and recorded is None and m.forked:  # its server knows how it died
             status = self._reap_launcher(m)
+        if recorded is None and self._rewatch_launcher_locked(att, m):
+            return  # only its supervisor was killed: the launcher still runs the member
         code = recorded if recorded is not None else status
         killed = status is not None and status < 0
         if recorded is None and killed and not att.stop_requested and not att.gang_failed:
@@ -308,6 +316,26 @@ class AttemptWatcher:
         )
         if att.fails_gang(m.code) and att.live():
             self._gang_abort_locked(att, m)
+
+    def _rewatch_launcher_locked(self, att: Attempt, m: MemberProcess) -> bool:
+        """The member's supervisor (the recorded pid) ended with no exit record: if its
+        launcher still runs (``supervisor.py``: it records the exit itself), watch that."""
+        launcher = recorded_launcher(att.launch.attempt_dir, m.rank)
+        fd = open_live(*launcher) if launcher is not None else None
+        if fd is None:
+            return False
+        log.warning(
+            "job %s attempt %d rank %d: its supervisor (pid %d) is gone; watching its launcher "
+            "(pid %d), which records the exit",
+            att.launch.job_id,
+            att.launch.attempt,
+            m.rank,
+            m.pid,
+            launcher[0] if launcher else 0,
+        )
+        m.pidfd, m.forked = fd, 0
+        self._to_watch.append((fd, att.key, att.members.index(m)))
+        return True
 
     def _kill_due_locked(self, now: float) -> None:
         for att in self._attempts.values():
