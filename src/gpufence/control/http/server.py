@@ -33,6 +33,7 @@ from gpufence.control.base.config import (
     control_config,
     load_config,
 )
+from gpufence.control.base.datadir import DataDirError, check_data_dir
 from gpufence.control.base.privatefs import write_private
 from gpufence.control.containment.cgroup import ContainmentError
 from gpufence.control.containment.members import Containment
@@ -92,6 +93,10 @@ def build_plane(
         return _ray_plane(config, data_dir, ray_address, check_integrity, no_containment)
     if executor != "local":
         raise StartupError(f"--executor must be local or ray, not {executor!r}")
+    try:  # before anything is made in it (the token file, its modes): issue 30, case 8
+        check_data_dir(data_dir)
+    except DataDirError as exc:
+        raise StartupError(str(exc)) from None
     discovery = _discovery(fake_gpus_n, fake_gpu_type)
     cluster, cc = _cluster(config, data_dir, discovery)
     discovery = with_fake_nodes(discovery, cc.containment.fake_gpu_devices)

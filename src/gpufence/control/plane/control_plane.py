@@ -19,6 +19,12 @@ from gpufence.advice.advise import advise
 from gpufence.advice.inputs import LintInputs
 from gpufence.advice.record import Advice
 from gpufence.control.base.config import ADMIN, ControlConfig
+from gpufence.control.base.datadir import (
+    DataDirError,
+    check_data_dir,
+    check_store_present,
+    mark_store,
+)
 from gpufence.control.base.executor import Executor
 from gpufence.control.base.jobdirs import JOBS_DIR, open_job_file
 from gpufence.control.base.jobspec import SubmitRequest
@@ -68,9 +74,19 @@ def open_store(
     to do when it is missing while its jobs run, damaged, or in use by another control plane
     (``StoreError``); a data directory the medium refuses is ``StoreUnavailable``."""
     try:
+        try:  # not someone else's directory (issue 30, case 8)
+            check_data_dir(data_dir)
+        except DataDirError as exc:
+            raise st.StoreError(str(exc)) from None
         _private_data_dir(config, data_dir)
         floor = prepare_store(data_dir, containment)
-        return st.Store(data_dir, check_integrity=check_integrity, id_floor=floor)
+        try:  # nor a store that went away: never silently a new, empty one (case 9)
+            check_store_present(data_dir)
+        except DataDirError as exc:
+            raise st.StoreError(str(exc)) from None
+        store = st.Store(data_dir, check_integrity=check_integrity, id_floor=floor)
+        mark_store(data_dir)
+        return store
     except st.StoreError as exc:
         if "damaged" in str(exc):
             hint = damaged_hint(data_dir, containment, skipped=not check_integrity)
@@ -108,6 +124,9 @@ class ControlPlane:
         models the devices with one). ``clock``: the plane's "now" for every deadline (default:
         ``plane_clock.anchored``, the monotonic clock resumed from the data dir's anchor)."""
         check_machine(cluster, discovery)
+        # one directory, one name: attempt paths name the members' cgroups and exit spools, so
+        # a restart through a symlink must find the same ones (else it loses their processes)
+        data_dir = data_dir.expanduser().resolve()
         self.cluster = cluster
         self.config = config
         self.discovery = discovery
