@@ -47,7 +47,7 @@ from gpufence.control.gpus.discovery import (
 )
 from gpufence.control.gpus.nodespec import host_resources
 from gpufence.control.http.api import make_app
-from gpufence.control.http.slow_clients import http_protocol
+from gpufence.control.http.slow_clients import Caps, http_protocol, raise_file_limit
 from gpufence.control.plane import ControlPlane
 from gpufence.control.store.errors import StoreError, StoreUnavailable
 from gpufence.model.cluster import Cluster
@@ -301,6 +301,9 @@ def serve(
     use then stops ``gpufence up`` before it makes a data directory); else ``host:port`` now.
     """
     data_dir = plane.data_dir
+    # idle clients must not starve the plane of descriptors (issue 30, case 6): the soft limit
+    # up to the hard one, and connections capped well below it (slow_clients.Caps)
+    caps = Caps.for_limit(raise_file_limit())
     with contextlib.ExitStack() as stack:
         try:
             sock = stack.enter_context(listening or listen_on(host, port))
@@ -332,7 +335,7 @@ def serve(
                 # uvloop and httptools where installed (the server extra installs both):
                 # their C loop and parser are most of a submit's budget in pure Python
                 loop="auto",
-                http=http_protocol(),  # uvicorn's choice, closing slow-loris connections
+                http=http_protocol(caps),  # uvicorn's, closing slow-loris, capped
                 lifespan="off",
                 # nothing here reads a client's address, and X-Forwarded-For from any local
                 # process would only spoof the one uvicorn logs: its middleware is skipped
