@@ -116,7 +116,7 @@ def call(
     if body is not None:
         data = json.dumps(body).encode()
     if data is not None:
-        headers["Content-Type"] = "application/json"
+        headers.setdefault("Content-Type", "application/json")
     req = urllib.request.Request(srv.url + path, data=data, headers=headers, method=method)
     try:
         with urllib.request.urlopen(req, timeout=30) as resp:
