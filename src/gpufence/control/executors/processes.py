@@ -102,6 +102,17 @@ def attach(adir: Path, rank: int) -> tuple[int, int | None]:
     return rec[0], fd
 
 
+def only_child(pid: int) -> int | None:
+    """The one child of ``pid`` (``/proc/<pid>/task/<pid>/children``), or None: a member's
+    supervisor has exactly one, its launcher."""
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children", encoding="ascii") as fh:
+            kids = fh.read().split()
+    except OSError:
+        return None
+    return int(kids[0]) if len(kids) == 1 else None
+
+
 def open_live(pid: int, start_time: int) -> int | None:
     """A pidfd of ``pid`` if that very process (its start time) runs and is no zombie."""
     try:
