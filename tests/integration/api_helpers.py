@@ -48,6 +48,10 @@ control:
     tenants:
       team-a: {{token: "{TOKEN_A}"}}
       team-b: {{token: "{TOKEN_B}"}}
+  # test servers under pytest's 0700 tmp dirs, jobs from root's venv: explicitly root
+  tenants:
+    team-a: {{run_as: root, allow_root: true}}
+    team-b: {{run_as: root, allow_root: true}}
   stop_grace_s: 2
 """
 
@@ -112,7 +116,7 @@ def call(
     if body is not None:
         data = json.dumps(body).encode()
     if data is not None:
-        headers["Content-Type"] = "application/json"
+        headers.setdefault("Content-Type", "application/json")
     req = urllib.request.Request(srv.url + path, data=data, headers=headers, method=method)
     try:
         with urllib.request.urlopen(req, timeout=30) as resp:

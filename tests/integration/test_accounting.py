@@ -36,6 +36,10 @@ control:
     tenants:
       team-a: {{token: "{TOKEN_A}"}}
       team-b: {{token: "{TOKEN_B}"}}
+  # test servers under pytest's 0700 tmp dirs, jobs from root's venv: explicitly root
+  tenants:
+    team-a: {{run_as: root, allow_root: true}}
+    team-b: {{run_as: root, allow_root: true}}
   stop_grace_s: 2
 """
 

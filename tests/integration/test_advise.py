@@ -45,6 +45,8 @@ def server(tmp_path: Path) -> Iterator[tuple[str, ControlPlane]]:
     spec["partitions"]["serving"]["preemption"].update(budget=10, grace_s=5)
     spec["control"] = {
         "auth": {"admin_token": ADMIN, "tenants": {"team-a": {"token": TENANT}}},
+        # jobs from root's venv under pytest's 0700 tmp dirs: the tenant is explicitly root
+        "tenants": {"team-a": {"run_as": "root", "allow_root": True}},
         "stop_grace_s": 3,
         "advice": {"chronic_preemption": {"more_than": 2, "of_last": 30, "period_s": PERIOD_S}},
     }

@@ -360,3 +360,17 @@ def test_cli_finds_the_server_from_the_data_dir(server: Server) -> None:
     assert r.exit_code == 1
     assert "no gpufence server at http://127.0.0.1:9" in r.output
     assert "gpufence up --fake-gpus 8" in r.output
+
+
+@pytest.mark.parametrize("path", ["/v1/jobs", "/v1/jobs/j999999/cancel"])
+@pytest.mark.parametrize("kind", ["text/plain", "application/x-www-form-urlencoded"])
+def test_a_body_that_says_it_is_not_json_is_refused_415(
+    server: Server, path: str, kind: str
+) -> None:
+    """Issue 30, case 10: a body is JSON and says so; ``text/plain`` is not parsed as JSON."""
+    body = b'{"command": ["true"]}'
+    status, out, _ = call(server, "POST", path, raw=body, headers={"Content-Type": kind})
+    assert status == 415, out
+    assert kind in out["detail"]
+    status, _, _ = call(server, "POST", "/v1/jobs", raw=body)  # application/json: accepted
+    assert status == 201

@@ -439,3 +439,14 @@ def test_unknown_dependency_is_a_problem_naming_the_field(server: Server) -> Non
     assert err.value.status == 422, str(err.value)
     assert [e["field"] for e in err.value.detail["errors"]] == ["body.after_not_ok"]
     assert "no job named 'ghost' among the jobs of admin" in err.value.detail["detail"]
+
+
+def test_status_shows_a_jobs_stderr_escapes_as_text(server: Server, cli: Cli) -> None:
+    """Issue 30, case 10: a tenant's stderr must not drive the admin's terminal (a window
+    title, a cleared screen): ``status`` shows its control characters escaped."""
+    hostile = "import sys; sys.stderr.write('boom \\x1b]0;pwned\\x07\\x1b[2J end\\n'); sys.exit(3)"
+    jid = submit(cli, "--gpus", "1", "--", PY, "-c", hostile)
+    assert ended(server, jid)["state"] == "failed"
+    out = ok(cli("status", jid))
+    assert "\x1b" not in out and "\x07" not in out, repr(out)
+    assert "boom \\x1b]0;pwned\\x07\\x1b[2J end" in out, out

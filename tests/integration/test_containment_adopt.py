@@ -97,12 +97,16 @@ def test_a_member_whose_launcher_died_is_killed_whole_on_adoption(
 ) -> None:
     launch = _launch(tmp_path)
     daemon = _abandon(driver, launch)
-    launcher = int(recorded(launch, 0, "pid")["pid"])
-    job = json.loads(started_file(launch.attempt_dir, 0).read_text())["pid"]
-    os.kill(launcher, signal.SIGKILL)
-    deadline = time.monotonic() + 5
-    while alive(launcher) and time.monotonic() < deadline:
-        time.sleep(0.01)
+    # both the member's supervisor (the recorded pid) and its launcher: nobody left who could
+    # learn how the job ends
+    supervisor = int(recorded(launch, 0, "pid")["pid"])
+    started = json.loads(started_file(launch.attempt_dir, 0).read_text())
+    job = started["pid"]
+    for keeper in (supervisor, int(started["launcher"])):
+        os.kill(keeper, signal.SIGKILL)
+        deadline = time.monotonic() + 5
+        while alive(keeper) and time.monotonic() < deadline:
+            time.sleep(0.01)
     assert alive(job)  # the job itself runs on, unrecorded
     rec = Recorder()
     with executor(driver) as second:

@@ -42,6 +42,8 @@ control:
     tenants:
       vision: {token_env: GFT_DAPI_VISION}
       nlp: {token_env: GFT_DAPI_NLP}
+  # test servers under pytest's 0700 tmp dirs, jobs from root's venv: explicitly root
+  tenants: {vision: {run_as: root, allow_root: true}, nlp: {run_as: root, allow_root: true}}
   stop_grace_s: 2
 """
 

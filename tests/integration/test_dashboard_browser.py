@@ -60,6 +60,8 @@ control:
     tenants:
       vision: {token_env: GFT_DASH_VISION}
       nlp: {token_env: GFT_DASH_NLP}
+  # test servers under pytest's 0700 tmp dirs, jobs from root's venv: explicitly root
+  tenants: {vision: {run_as: root, allow_root: true}, nlp: {run_as: root, allow_root: true}}
   stop_grace_s: 2
   telemetry: {series_step_s: 0.5}
 """

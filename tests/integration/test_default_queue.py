@@ -39,6 +39,9 @@ control:
       team-a: {{token: "{TOKEN_A}"}}
       team-b: {{token: "{TOKEN_B}"}}
       team-c: {{token: "{TOKEN_C}"}}
+  # test servers under pytest's 0700 tmp dirs, jobs from root's venv: explicitly root
+  tenants: {{team-a: {{run_as: root, allow_root: true}}, team-b: {{run_as: root, allow_root: true}},
+            team-c: {{run_as: root, allow_root: true}}}}
   stop_grace_s: 2
 """
 

@@ -1,5 +1,6 @@
 """Issue 11 (recovery is exact, also while the control plane runs): a member's launcher killed
-by someone else (the OOM killer, an operator's kill -9) leaves the job's outcome unknown. The
+by someone else (the OOM killer, an operator's kill -9) together with its supervisor leaves
+the job's outcome unknown (either one alone does not: the other records the exit). The
 attempt is lost -- requeued as the next one while ``max_attempts`` allows, as when it happens
 while the control plane is down -- not failed with the launcher's signal; and the next attempt
 never runs beside what is left of the first. Real server, real processes, real cgroups.
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import time
 from pathlib import Path
 
@@ -25,6 +27,17 @@ def _child_of(pid: int) -> int:
     return int(children[0])
 
 
+def _kill_keepers(data: Path, jid: str) -> None:
+    """SIGKILL the member's supervisor (its recorded pid) and then its launcher (the job's
+    parent): nobody is left who could learn how the job ends."""
+    until(lambda: "launcher" in record(data, jid, 1, 0, "started"), 10, "started record")
+    supervisor = int(str(record(data, jid, 1, 0, "pid")["pid"]))
+    launcher = int(str(record(data, jid, 1, 0, "started")["launcher"]))
+    assert _child_of(supervisor) == launcher
+    os.kill(supervisor, signal.SIGKILL)
+    os.kill(launcher, signal.SIGKILL)
+
+
 def test_a_launcher_killed_while_the_plane_runs_requeues_the_attempt(tmp_path: Path) -> None:
     data = tmp_path / "data"
     data.mkdir()
@@ -34,9 +47,8 @@ def test_a_launcher_killed_while_the_plane_runs_requeues_the_attempt(tmp_path: P
         body = {"command": [*JOB, "sleep", "30"], "gpus": 1, "max_attempts": 2}
         jid = str(c.submit(body)["id"])
         until(lambda: c.job(jid)["state"] == "running", 30, "attempt 1 running")
-        launcher = int(str(record(data, jid, 1, 0, "pid")["pid"]))
-        job_process = _child_of(launcher)
-        os.kill(launcher, signal.SIGKILL)
+        _kill_keepers(data, jid)
+        job_process = int(str(record(data, jid, 1, 0, "started")["pid"]))
         until(lambda: c.job(jid)["attempt"] == 2 and c.job(jid)["state"] == "running", 60, "2")
         # what the dead launcher left was killed before the next attempt got the GPU
         assert not alive(job_process)
@@ -48,7 +60,7 @@ def test_a_launcher_killed_while_the_plane_runs_requeues_the_attempt(tmp_path: P
         body["max_attempts"] = 1
         other = str(c.submit(body)["id"])
         until(lambda: c.job(other)["state"] == "running", 30, "running")
-        os.kill(int(str(record(data, other, 1, 0, "pid")["pid"])), signal.SIGKILL)
+        _kill_keepers(data, other)
         until(lambda: c.job(other)["state"] == "failed", 30, "failed")
         assert c.job(other)["reason"] == "lost", c.job(other)
     finally:
@@ -76,6 +88,84 @@ def test_an_exit_found_after_a_restart_is_charged_until_the_job_ended(tmp_path: 
         assert job["state"] == "done" and job["ended_at"] == pytest.approx(ended, abs=0.01), job
         (row,) = [h for h in client(data).history() if h["id"] == jid]
         assert row["elapsed_s"] < 3.0, row  # ~1 s of sleep, not 4+ s with the outage
+    finally:
+        stop(server)
+        kill_leftovers(data)
+
+
+# the job appends "start-N" when it starts and "end-N" when it ends (N: its attempt), and waits
+# for the test's go-file in between
+RUN_LOG = """
+import os, sys, time
+log, go = sys.argv[1], sys.argv[2]
+n = os.environ["GPUFENCE_ATTEMPT"]
+open(log, "a").write(f"start-{n} ")
+while not os.path.exists(go):
+    time.sleep(0.05)
+open(log, "a").write(f"end-{n} ")
+"""
+
+
+@pytest.mark.parametrize("victim", ["launcher", "supervisor"])
+def test_a_job_completing_while_the_plane_is_down_and_its_launcher_dead_never_runs_again(
+    tmp_path: Path, victim: str
+) -> None:
+    """Issue 30, case 5: the plane is down, the job's launcher is killed (kill -9), then the job
+    exits 0. The exit is recorded all the same (by the member's supervisor; or by the launcher
+    when the supervisor is the one killed), so the restarted plane finds the job done: its log
+    reads ``start-1 end-1``, not ``start-1 end-1 start-2 end-2``."""
+    data = tmp_path / "data"
+    data.mkdir()
+    log, go = tmp_path / "runs.log", tmp_path / "go"
+    server = up(data, gpus=1)
+    try:
+        c = client(data)
+        body = {"command": [sys.executable, "-c", RUN_LOG, str(log), str(go)], "gpus": 1}
+        jid = str(c.submit(body)["id"])
+        until(lambda: c.job(jid)["state"] == "running" and log.exists(), 30, "running")
+        until(lambda: "pid" in record(data, jid, 1, 0, "started"), 10, "started record")
+        stop(server)  # the plane goes down; the job runs on
+        if victim == "supervisor":
+            pid = int(str(record(data, jid, 1, 0, "pid")["pid"]))
+        else:
+            pid = int(str(record(data, jid, 1, 0, "started")["launcher"]))
+        os.kill(pid, signal.SIGKILL)
+        until(lambda: not alive(pid), 10, f"{victim} gone")
+        go.touch()  # the job now completes, exit 0
+        until(lambda: log.read_text().strip().endswith("end-1"), 10, "the job's end")
+        until(lambda: record(data, jid, 1, 0, "exit").get("code") == 0, 10, "its exit record")
+        server = up(data, gpus=1)
+        c = client(data)
+        until(lambda: c.job(jid)["state"] in ("done", "failed", "queued"), 30, "settled")
+        time.sleep(1.0)  # a wrong requeue would start attempt 2 now
+        job = c.job(jid)
+        assert job["state"] == "done" and job["attempt"] == 1, job
+        assert log.read_text().split() == ["start-1", "end-1"]
+    finally:
+        stop(server)
+        kill_leftovers(data)
+
+
+def test_a_supervisor_killed_while_the_plane_runs_leaves_the_launcher_to_record(
+    tmp_path: Path,
+) -> None:
+    """Only the recorded pid (the member's supervisor) is killed while the plane runs: the
+    launcher still runs the job and records its exit, which the plane now watches for."""
+    data = tmp_path / "data"
+    data.mkdir()
+    log, go = tmp_path / "runs.log", tmp_path / "go"
+    server = up(data, gpus=1)
+    try:
+        c = client(data)
+        body = {"command": [sys.executable, "-c", RUN_LOG, str(log), str(go)], "gpus": 1}
+        jid = str(c.submit(body)["id"])
+        until(lambda: c.job(jid)["state"] == "running" and log.exists(), 30, "running")
+        os.kill(int(str(record(data, jid, 1, 0, "pid")["pid"])), signal.SIGKILL)
+        time.sleep(1.0)
+        assert c.job(jid)["state"] == "running", c.job(jid)
+        go.touch()
+        until(lambda: c.job(jid)["state"] == "done", 30, "done")
+        assert c.job(jid)["attempt"] == 1 and log.read_text().split() == ["start-1", "end-1"]
     finally:
         stop(server)
         kill_leftovers(data)

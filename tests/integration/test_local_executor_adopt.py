@@ -117,13 +117,17 @@ def test_start_refuses_an_attempt_dir_with_a_live_member(tmp_path: Path, rec: Re
 
 # ---------------------------------------------------------------------- issue 11, cases 3 and 5
 def test_adopt_kills_what_a_dead_launcher_left_running(tmp_path: Path, rec: Recorder) -> None:
-    """The OOM killer (or an operator) killed the launcher while the control plane was down:
-    its command, reparented, keeps the member's process group and its GPU. Adoption must kill
-    the whole group before the attempt is reported gone (and the job requeued)."""
+    """The OOM killer (or an operator) killed the member's supervisor and its launcher while
+    the control plane was down: its command, reparented, keeps the member's process group and
+    its GPU, and how it ends can no longer be known. Adoption must kill the whole group before
+    the attempt is reported gone (and the job requeued)."""
     launch = make_launch(tmp_path, command=("sleep", "30"))
     start_and_abandon(launch, started_file(launch.attempt_dir, 0))
-    launcher = int(recorded(launch, 0, "pid")["pid"])
+    supervisor = int(recorded(launch, 0, "pid")["pid"])
+    launcher = int(recorded(launch, 0, "started")["launcher"])
     command = int(recorded(launch, 0, "started")["pid"])
+    os.kill(supervisor, signal.SIGKILL)
+    until(lambda: gone(supervisor), 5, "supervisor gone")
     os.kill(launcher, signal.SIGKILL)
     until(lambda: gone(launcher), 5, "launcher gone")
     assert not gone(command), "the command outlives its launcher"
@@ -165,3 +169,44 @@ def test_a_half_spawned_gang_is_stopped_and_reported_lost(tmp_path: Path, rec: R
     finally:
         second.close(kill=True)
         rank0.popen.wait(5)  # type: ignore[union-attr]
+
+
+# ---------------------------------------------------------------------------- issue 30, item 5
+EXITS_0_LATER = """
+    import os, time
+    open(os.path.join(os.environ["GPUFENCE_CHECKPOINT_DIR"], "ready"), "w").close()
+    while not os.path.exists(os.path.join(os.environ["GPUFENCE_CHECKPOINT_DIR"], "go")):
+        time.sleep(0.02)
+    with open(os.path.join(os.environ["GPUFENCE_CHECKPOINT_DIR"], "runs"), "a") as fh:
+        print("end", file=fh)
+"""
+
+
+@pytest.mark.parametrize("victim", ["launcher", "supervisor"])
+def test_a_job_that_completes_after_its_launcher_was_killed_is_done(
+    tmp_path: Path, rec: Recorder, victim: str
+) -> None:
+    """The launcher (the job's parent) or the supervisor (the process rank-R.pid names) is
+    killed while the control plane is down, then the job exits 0: the survivor records the
+    exit, so the restarted plane finds the attempt done -- never lost and run again."""
+    launch = make_launch(tmp_path, EXITS_0_LATER)
+    start_and_abandon(launch, launch.checkpoint_dir / "ready")
+    until(lambda: started_file(launch.attempt_dir, 0).exists(), 5, "started record")
+    started = recorded(launch, 0, "started")
+    pid = int(recorded(launch, 0, "pid")["pid"]) if victim == "supervisor" else started["launcher"]
+    os.kill(int(pid), signal.SIGKILL)
+    until(lambda: gone(int(pid)), 5, f"{victim} gone")
+    assert not gone(int(started["pid"])), "the job outlives it"
+    (launch.checkpoint_dir / "go").touch()
+    until(lambda: gone(int(started["pid"])), 10, "the job ended")
+    until(lambda: recorded(launch, 0, "exit").get("code") is not None, 10, "the exit record")
+    assert recorded(launch, 0, "exit")["code"] == 0
+    second = LocalExecutor()
+    second.set_callbacks(rec.on_exit, rec.on_ack)
+    try:
+        assert second.adopt(launch) is False
+        _, ev = rec.exit()
+        assert ev.codes == (0,), ev
+    finally:
+        second.close(kill=True)
+    assert (launch.checkpoint_dir / "runs").read_text() == "end\n"

@@ -35,7 +35,7 @@ def test_stop_sigkills_the_whole_group_after_grace(
     file_appears(ready)
     grandchild = int(ready.read_text())
     leader = int(recorded(launch, 0, "pid")["pid"])
-    assert len(group_alive(leader)) == 3  # launcher, command, grandchild
+    assert len(group_alive(leader)) == 4  # supervisor, launcher, command, grandchild
     t0 = time.monotonic()
     ex.stop("job-1", 1, grace_s=0.4)
     ex.stop("job-1", 1, grace_s=0.4)  # idempotent

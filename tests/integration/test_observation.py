@@ -85,6 +85,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
             "admin_token": ADMIN,
             "tenants": {"team-a": {"token": TOKEN_A}, "team-b": {"token": TOKEN_B}},
         },
+        # jobs from root's venv under pytest's 0700 tmp dirs: the tenants are explicitly root
+        "tenants": {t: {"run_as": "root", "allow_root": True} for t in ("team-a", "team-b")},
         "stop_grace_s": 2,
         "gpu_sample_interval_s": 0.2,
         "telemetry": {

@@ -113,6 +113,16 @@ def test_poisoned_stored_jobs_cost_no_running_job_at_restart(tmp_path: Path) -> 
 
 
 # ---------------------------------------------------------------------- case 3
+def _kill_keepers(data: Path, jid: str) -> None:
+    """SIGKILL the member's supervisor (rank-0.pid) and its launcher (rank-0.started): with
+    both gone nobody can learn how the job ends (either alone records it: issue 30, case 5)."""
+    supervisor = int(record(data, jid, 1, 0, "pid")["pid"])  # type: ignore[call-overload]
+    launcher = int(record(data, jid, 1, 0, "started")["launcher"])  # type: ignore[call-overload]
+    for pid in (supervisor, launcher):
+        os.kill(pid, signal.SIGKILL)
+        until(lambda pid=pid: not alive(pid), 5, f"{pid} gone")  # type: ignore[misc]
+
+
 def test_a_launcher_killed_while_the_server_is_down_never_runs_twice(tmp_path: Path) -> None:
     data = tmp_path / "data"
     data.mkdir()
@@ -128,10 +138,8 @@ def test_a_launcher_killed_while_the_server_is_down_never_runs_twice(tmp_path: P
         jid = c.submit({"command": [sys.executable, "-c", script], "gpus": 1})["id"]
         until(lambda: record_file(data, jid, 1, 0, "started").exists(), 20, "run")
         kill9(server)
-        launcher = int(record(data, jid, 1, 0, "pid")["pid"])  # type: ignore[call-overload]
         command = int(record(data, jid, 1, 0, "started")["pid"])  # type: ignore[call-overload]
-        os.kill(launcher, signal.SIGKILL)  # the OOM killer, while nobody watches
-        until(lambda: not alive(launcher), 5, "launcher gone")
+        _kill_keepers(data, jid)  # the OOM killer, while nobody watches
         assert alive(command)
         server = up(data)
         assert not alive(command), "the restart left the old attempt's command running"
@@ -179,10 +187,8 @@ def test_a_dead_launchers_setsid_escapee_is_killed_with_its_cgroup_before_the_re
         if "containment: cgroup" not in last_log(data):
             pytest.skip(f"gpufence up ran without containment here: {last_log(data)[-300:]}")
         kill9(server)
-        launcher = int(record(data, jid, 1, 0, "pid")["pid"])  # type: ignore[call-overload]
         escapee = int(escaped.read_text())
-        os.kill(launcher, signal.SIGKILL)
-        until(lambda: not alive(launcher), 5, "launcher gone")
+        _kill_keepers(data, jid)
         assert alive(escapee)
         server = up(data)
         assert not alive(escapee), "the restart left the old attempt's setsid child running"
@@ -330,6 +336,10 @@ def test_a_missing_store_keeps_ids_and_logs_of_the_old_one(tmp_path: Path) -> No
     before = log.read_text()
     for f in data.glob("gpufence.db*"):
         f.unlink()
+    # a new store is refused while the marker says one was made here (issue 30, case 9)...
+    with pytest.raises(st.StoreError, match=r"delete .*store\.id"):
+        _plane(data)
+    (data / "store.id").unlink()  # ...until the operator says to start afresh
     p2 = _plane(data)
     p2.start()
     try:

@@ -94,8 +94,12 @@ def test_a_restored_backup_that_misses_a_later_attempt_is_refused(tmp_path: Path
         until(lambda: c.job(jid)["state"] == "running", 30, "attempt 1 running")
         _backup(data, backup)
         kill9(server)
-        launcher = int(str(record(data, jid, 1, 0, "pid")["pid"]))
-        os.kill(launcher, signal.SIGKILL)  # no exit record: attempt 1 is lost, requeued at start
+        # supervisor and launcher both: no exit record, attempt 1 is lost, requeued at start
+        for pid in (
+            record(data, jid, 1, 0, "pid")["pid"],
+            record(data, jid, 1, 0, "started")["launcher"],
+        ):
+            os.kill(int(str(pid)), signal.SIGKILL)
         server = up(data)
         c = client(data)
         until(lambda: c.job(jid)["attempt"] == 2 and c.job(jid)["state"] == "running", 30, "2")

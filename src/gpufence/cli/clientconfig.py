@@ -172,8 +172,13 @@ def save(cfg: ClientConfig) -> None:
 
 def remember_server(name: str, url: str, data: Path, path: Path | None = None) -> ClientConfig:
     """What ``gpufence up`` does once it listens: context ``name`` = this server (URL and data
-    dir), made current. Another context of the same name is replaced."""
+    dir), made current. Another context of the same name is replaced, and contexts of servers
+    whose data dir is gone (deleted: a test's, a demo's) are dropped, so they do not pile up;
+    contexts without a data dir (a remote server's) are kept."""
     cfg = load(path)
+    for other, entry in list(cfg.contexts.items()):
+        if entry.data is not None and not Path(entry.data).exists():
+            del cfg.contexts[other]
     cfg.contexts[check_name(name)] = ContextEntry(name, url=url, data=str(data))
     cfg.current = name
     save(cfg)

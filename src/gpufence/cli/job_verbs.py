@@ -13,6 +13,7 @@ Each takes the connection flags of ``connect.py`` and (but ``cancel``) ``-o tabl
 from __future__ import annotations
 
 import codecs
+import unicodedata
 from typing import Annotated, Any
 
 import typer
@@ -141,8 +142,21 @@ def last_err_line(client: Client, job: dict[str, Any]) -> str | None:
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     if not lines:
         return None
-    line = lines[-1]
+    line = visible(lines[-1])
     return line if len(line) <= 200 else line[:199] + "…"
+
+
+def visible(text: str) -> str:
+    """``text`` with its control characters shown as escapes (``\\x1b``): a tenant's stderr must
+    not reach the admin's terminal as escape sequences (a title, a cleared screen, a link)."""
+    return "".join(
+        c
+        if c == "\t" or unicodedata.category(c)[0] != "C"
+        else f"\\x{ord(c):02x}"
+        if ord(c) < 256
+        else f"\\u{ord(c):04x}"
+        for c in text
+    )
 
 
 def status(

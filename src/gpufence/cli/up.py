@@ -140,7 +140,9 @@ def up(
 
     if not 0 <= port <= 65535:
         raise typer.BadParameter("must be 0..65535", param_hint="--port")
-    data_dir = (data or default_data_dir()).expanduser()
+    # resolved: the same directory reached through another path (a symlink, ..) must name
+    # the same attempt directories, whose paths name the members' cgroups (issue 30, case 2)
+    data_dir = (data or default_data_dir()).expanduser().resolve()
     logging.basicConfig(
         level=log_level.upper(),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

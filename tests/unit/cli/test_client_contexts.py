@@ -33,6 +33,8 @@ def _data_dir(root: Path, name: str, url: str, token: str) -> Path:
 
 
 def test_remember_server_writes_a_private_file_and_makes_it_current(home: Path) -> None:
+    (home / "d").mkdir()
+    (home / "e").mkdir()
     cfg = remember_server("lab", "http://127.0.0.1:1234", home / "d")
     path = home / "xdg" / "gpufence" / "config.yaml"
     assert cfg.path == path and path.stat().st_mode & 0o777 == 0o600
@@ -164,3 +166,23 @@ def test_up_names_contexts_apart_and_default_is_only_the_home_dir(
     assert load().contexts["data"].data == str(first.resolve())
     (home / "home" / ".gpufence").mkdir(parents=True)
     assert default_context_name(home / "home" / ".gpufence") == "default"
+
+
+def test_contexts_of_deleted_data_dirs_do_not_pile_up(home: Path) -> None:
+    """Issue 30, case 10: every `up` on a fresh directory added a context (122 seen); one
+    whose data dir is gone is dropped by the next `up`. A remote one (no data dir) is kept."""
+    save(load())
+    cfg = load()
+    cfg.contexts["remote"] = ContextEntry("remote", url="http://10.0.0.1:8080", token="t" * 20)
+    save(cfg)
+    kept = home / "kept"
+    kept.mkdir()
+    remember_server("kept", "http://127.0.0.1:1", kept)
+    for i in range(5):
+        gone = home / f"tmp-{i}"
+        gone.mkdir()
+        remember_server(f"tmp-{i}", f"http://127.0.0.1:{10 + i}", gone)
+        gone.rmdir()  # the test or demo that made it is over
+    remember_server("last", "http://127.0.0.1:99", kept)
+    assert set(load().contexts) == {"remote", "kept", "last"}
+    assert load().current == "last"

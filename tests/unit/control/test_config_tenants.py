@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import secrets
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,6 +15,7 @@ import pytest
 
 from gpufence.control.base.config import ADMIN, TOKEN_FILE, control_config
 from gpufence.control.base.runas import resolve_user
+from gpufence.control.base.tenant_users import managed_name
 from gpufence.control.base.tokens import GENERATED_CHARS, TokenError
 from gpufence.spec.errors import SpecError
 from unix_users import User, unix_users
@@ -78,11 +80,47 @@ def test_root_is_refused_unless_explicitly_allowed(tmp_path: Path) -> None:
     with pytest.raises(SpecError) as exc:
         control_config(_control(tenants={"nlp": {"run_as": "root"}}), tmp_path)
     (msg,) = _issues(exc)
-    assert msg.startswith("control.tenants.nlp.run_as:") and "allow_run_as_root: true" in msg
+    assert msg.startswith("control.tenants.nlp.run_as:")
+    assert "add allow_root: true to control.tenants.nlp" in msg
+    # the server-wide switch is not the tenant's: still refused
+    with pytest.raises(SpecError, match=r"control\.tenants\.nlp\.run_as: 'root' is root"):
+        control_config(
+            _control(tenants={"nlp": {"run_as": "root"}}, allow_run_as_root=True), tmp_path
+        )
     with pytest.raises(SpecError, match=r"control\.run_as: 'root' is root"):
         control_config(_control(run_as="root"), tmp_path)
-    cfg = control_config(_control(run_as="root", allow_run_as_root=True), tmp_path)
-    assert cfg.default_run_as is not None and cfg.default_run_as.uid == 0
+    root_nlp = {"nlp": {"run_as": "root", "allow_root": True}}
+    cfg = control_config(_control(tenants=root_nlp), tmp_path)
+    nlp = cfg.run_as_for("nlp")
+    assert nlp is not None and nlp.uid == 0
+    with pytest.raises(SpecError, match=r"control\.tenants\.nlp: allow_root: true needs run_as"):
+        control_config(_control(tenants={"nlp": {"allow_root": True}}), tmp_path)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="managed users are made by a root server")
+def test_a_root_server_gives_each_tenant_without_run_as_its_own_unprivileged_user(
+    tmp_path: Path,
+) -> None:
+    """Secure by default: no run_as anywhere (or a root control.run_as) never makes a tenant's
+    jobs root; each tenant gets ``gpufence-<tenant>``, created when missing."""
+    for extra in ({}, {"run_as": "root", "allow_run_as_root": True}):
+        cfg = control_config(_control(**extra), tmp_path / "data")
+        vision, nlp = cfg.run_as_for("vision"), cfg.run_as_for("nlp")
+        assert vision is not None and nlp is not None
+        assert (vision.user, nlp.user) == ("gpufence-vision", "gpufence-nlp")
+        assert vision.uid != 0 and nlp.uid != 0 and vision.uid != nlp.uid
+        assert 0 not in (vision.gid, nlp.gid, *vision.groups, *nlp.groups)
+        assert cfg.jobs_traversable
+    admin = cfg.run_as_for(ADMIN)
+    assert admin is not None and admin.uid == 0, "control.run_as still names the admin's user"
+
+
+def test_managed_user_names_are_valid_and_distinct() -> None:
+    names = {t: managed_name(t) for t in ("vision", "Vision", "a.b", "x" * 40, "x" * 41)}
+    assert names["vision"] == "gpufence-vision"
+    assert len(set(names.values())) == len(names)
+    for n in names.values():
+        assert re.match(r"^[a-z_][a-z0-9_-]*$", n) and len(n) <= 32, n
 
 
 def test_run_as_for_an_undeclared_tenant_is_refused(users: list[User], tmp_path: Path) -> None:

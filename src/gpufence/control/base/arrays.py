@@ -8,6 +8,7 @@ it (``sched/gates.py``), the control plane only passes it on.
 
 from __future__ import annotations
 
+import functools
 import re
 
 MAX_TASKS = 10_000
@@ -21,9 +22,12 @@ class ArraySpecError(ValueError):
     pass
 
 
+@functools.lru_cache(maxsize=256)
 def parse_array(text: str) -> tuple[tuple[int, ...], int]:
     """(indices in ascending order, cap or 0) of an array spec; ``ArraySpecError`` says what is
-    wrong with it (and what a right one looks like)."""
+    wrong with it (and what a right one looks like). Cached: every task of an array carries
+    its spec, and a restart validates each task's (10,000 tasks re-parsing a 10,000-index
+    range was quadratic: most of a restart's time, issue 30 case 7)."""
     body, percent, cap_text = text.strip().partition("%")
     example = "e.g. 0-99, 1,3,5-7, 0-99%8 or 0-20:2 (every second index)"
     cap = 0

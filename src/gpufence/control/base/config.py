@@ -11,7 +11,8 @@ control:
   tenants:
     vision: {run_as: vision-jobs}
     nlp: {run_as: nlp-jobs}
-  allow_run_as_root: false  # a run_as user with uid 0 is refused unless this is true
+    ops: {run_as: root, allow_root: true}   # a tenant's jobs as root: only like this
+  allow_run_as_root: false  # control.run_as with uid 0 is refused unless this is true
   job_env_inherit: [CONDA_PREFIX, "http_proxy"]   # server variables jobs also get (NAME, PREFIX*)
   job_pids_limit: 16384     # processes + threads per gang member (null: no limit)
   stop_grace_s: 10          # SIGTERM -> SIGKILL
@@ -32,6 +33,12 @@ Without a config file, the cluster is this machine as discovered (one exclusive 
 the admin token is generated into ``DATA/admin.token`` (mode 0600), where the CLI finds it.
 Tokens are kept as SHA-256 digests (``tokens.py``); run_as users are resolved at start-up
 (``runas.py``); the data dir is created private (``privatefs.py``).
+
+Secure by default: a root server runs a tenant's jobs as root only when that tenant says
+``run_as: root`` and ``allow_root: true``. A tenant with no run_as of its own (and no
+unprivileged ``control.run_as``) gets a managed user, ``gpufence-<tenant>``, created at start-up
+when missing (``tenant_users.py``). A server that is not root cannot switch users: its jobs run
+as its own user (a start-up warning says so when there are tenants).
 """
 
 from __future__ import annotations
@@ -58,6 +65,7 @@ from gpufence.control.base.memberenv import OWN_PREFIX, name_matches
 from gpufence.control.base.observe_config import TelemetrySettings
 from gpufence.control.base.privatefs import dir_mode, ensure_dir
 from gpufence.control.base.runas import RunAsError, resolve_user
+from gpufence.control.base.tenant_users import managed_user
 from gpufence.control.base.tokens import (
     TokenError,
     TokenTable,
@@ -122,6 +130,13 @@ class AuthSchema(BaseModel):
 class TenantSchema(BaseModel):
     model_config = ConfigDict(extra="forbid")
     run_as: str | None = Field(default=None, min_length=1, description="Unix user of its jobs")
+    allow_root: bool = Field(default=False, description="run_as may be uid 0 (root)")
+
+    @model_validator(mode="after")
+    def _root_needs_run_as(self) -> TenantSchema:
+        if self.allow_root and self.run_as is None:
+            raise ValueError("allow_root: true needs run_as (e.g. run_as: root); remove one")
+        return self
 
 
 class ControlSchema(BaseModel):
@@ -274,30 +289,57 @@ def _tokens(schema: ControlSchema, problems: list[SpecIssue]) -> dict[bytes, str
 def _users(
     schema: ControlSchema, problems: list[SpecIssue]
 ) -> tuple[dict[str, RunAs], RunAs | None]:
-    allow = schema.allow_run_as_root
     default: RunAs | None = None
     if schema.run_as is not None:
         try:
-            default = resolve_user(schema.run_as, allow)
+            default = resolve_user(schema.run_as, schema.allow_run_as_root)
         except RunAsError as exc:
             problems.append(SpecIssue(("control", "run_as"), str(exc)))
-    users: dict[str, RunAs] = {}
     known = list(schema.auth.tenants)
-    for name, t in schema.tenants.items():
-        path = ("control", "tenants", name)
+    for name in schema.tenants:
         if name not in schema.auth.tenants:
             shown = ", ".join(known) or "none"
             problems.append(
-                SpecIssue(path, f"no tenant {name!r} under control.auth.tenants (known: {shown})")
+                SpecIssue(
+                    ("control", "tenants", name),
+                    f"no tenant {name!r} under control.auth.tenants (known: {shown})",
+                )
             )
-            continue
-        if t.run_as is None:
-            continue
+    users: dict[str, RunAs] = {}
+    for name in known:
         try:
-            users[name] = resolve_user(t.run_as, allow)
+            who = _tenant_user(schema, name, default)
         except RunAsError as exc:
-            problems.append(SpecIssue((*path, "run_as"), str(exc)))
+            problems.append(SpecIssue(("control", "tenants", name, "run_as"), str(exc)))
+            continue
+        if who is not None:
+            users[name] = who
     return users, default
+
+
+def _tenant_user(schema: ControlSchema, tenant: str, default: RunAs | None) -> RunAs | None:
+    """A tenant's user: its own run_as (uid 0 only with its allow_root), else an unprivileged
+    control.run_as, else -- on a root server -- its managed user; None: the server's own user
+    (a server that is not root cannot switch)."""
+    own = schema.tenants.get(tenant)
+    if own is not None and own.run_as is not None:
+        try:
+            return resolve_user(own.run_as, own.allow_root)
+        except RunAsError as exc:
+            if "is root" not in str(exc):
+                raise
+            raise RunAsError(
+                f"{own.run_as!r} is root (uid 0): the tenant's jobs could read every tenant's "
+                "files and the server's tokens and leave their cgroups; name an unprivileged "
+                f"user, or add allow_root: true to control.tenants.{tenant} if you really mean it"
+            ) from None
+    if default is not None and default.uid != 0:
+        return default
+    if os.geteuid() != 0:
+        return None
+    user = managed_user(tenant)
+    log.info("tenant %s: jobs run as managed user %s (uid %d)", tenant, user.user, user.uid)
+    return user
 
 
 def _env_inherit(schema: ControlSchema, problems: list[SpecIssue]) -> tuple[str, ...]:
@@ -363,8 +405,8 @@ def control_config(raw: object, data_dir: Path, source: str | None = None) -> Co
 def _warn_shared_users(
     schema: ControlSchema, users: Mapping[str, RunAs], default: RunAs | None
 ) -> None:
-    """Tenants that share a Unix user can read each other's job files, and jobs without a
-    run_as user of a root server are root: say so at start-up."""
+    """Tenants that share a Unix user can read each other's job files, and a server that is not
+    root runs its tenants' jobs as itself: say so at start-up."""
     by_user: dict[str, list[str]] = {}
     for tenant in (*schema.auth.tenants, ADMIN):
         who = users.get(tenant, default)
@@ -377,12 +419,13 @@ def _warn_shared_users(
                 ", ".join(t for t in tenants if t != ADMIN),
                 user,
             )
-    as_server = by_user.get("", [])
-    if as_server and os.geteuid() == 0:
+    tenants_as_server = [t for t in by_user.get("", []) if t != ADMIN]
+    if tenants_as_server:  # only a server that is not root leaves a tenant without a user
         log.warning(
-            "jobs of %s run as root (no run_as): such a job can read the store and every token; "
-            "set control.run_as and control.tenants.<name>.run_as to unprivileged users",
-            ", ".join(as_server),
+            "jobs of tenants %s run as this server's own user (uid %d): such a job can read the "
+            "store and every token; start gpufence as root so each tenant gets its own user",
+            ", ".join(tenants_as_server),
+            os.geteuid(),
         )
 
 

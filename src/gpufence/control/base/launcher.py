@@ -20,8 +20,11 @@ fork server in a new process group). It
    command, the launcher lives on to record the exit. The executor starts it with those
    signals *blocked*; it forwards any that came before the command existed, then unblocks
    them, so an early stop is not lost;
-2. writes ``rank-R.pid`` (``pid``, ``start_time`` = field 22 of ``/proc/<pid>/stat``, the guard
-   against pid reuse). Its records (``.pid``, ``.started``, ``.exit``) go to ``ATTEMPT_DIR.records``
+2. splits off the member's supervisor (``supervisor.py``: the process it was started as stays
+   above it, records the job's exit if the launcher is killed, and is what ``rank-R.pid``
+   names), then writes ``rank-R.pid`` (``pid``, ``start_time`` = field 22 of
+   ``/proc/<pid>/stat``, the guard against pid reuse; ``rank-R.started`` names the
+   launcher). Its records (``.pid``, ``.started``, ``.exit``) go to ``ATTEMPT_DIR.records``
    (``records_dir``), the control plane's, not the job user's attempt directory: a record the
    job could forge would name the process group a restarted control plane signals and kills;
 3. runs the command as its child, stdout/stderr appended to ``rank-R.out`` / ``rank-R.err``
@@ -93,6 +96,12 @@ from gpufence.control.base.member_records import (  # noqa: E402
     started_file,
     write_exit_record,
     write_lost_record,
+)
+from gpufence.control.base.supervisor import (  # noqa: E402
+    Link,
+    pending_signals,
+    pending_stops,
+    split,
 )
 
 
@@ -301,15 +310,19 @@ def _survive(signum: int, _frame: object) -> None:
     _seen.add(signum)
 
 
-def _stop_reached() -> bool:
+def _stop_reached(supervisor: int | None) -> bool:
     """Whether a stop signal reached the group before the command's exit was reaped.
 
     The control plane signals the whole group at once (killpg): a command that exits *because*
     of a stop got it no earlier than this launcher, in which it was pending from then on. It is
     taken by the C-level handler at the latest when ``waitpid`` returns, and this call (a
     Python function: the interpreter runs pending handlers on entering it) runs ``_survive``
-    first; ``sigpending`` covers a stop that came while the signals were still blocked."""
-    return bool(_seen & STOPS) or bool(signal.sigpending() & STOPS)
+    first; ``sigpending`` covers a stop that came while the signals were still blocked. With
+    containment the executor signals the supervisor (before the cgroup), which keeps it
+    pending: ``supervisor.pending_stops``."""
+    if _seen & STOPS or signal.sigpending() & STOPS:
+        return True
+    return supervisor is not None and pending_stops(supervisor)
 
 
 Spawner = Callable[[list[str], dict[str, str], int, int, Confine], int]
@@ -394,10 +407,15 @@ def main(
     env: dict[str, str] | None = None,
     spawn: Spawner | None = None,
     keep_fds: Sequence[int] = (),
+    link: Link | None = None,
+    split_here: bool = True,
 ) -> int:
     """Run one member (see the module docstring); ``env`` is the user command's environment
     (default: the launcher's own, as when run by path; the fork server passes the job's);
-    ``spawn`` starts it (default: fork now), using descriptors ``keep_fds``."""
+    ``spawn`` starts it (default: fork now), using descriptors ``keep_fds``. The member's
+    supervisor (``supervisor.py``) is split off here unless not ``split_here`` (a pre-started
+    member, whose supervisor is made before its job's process: ``link`` is the way to it,
+    None when it has none)."""
     args = list(sys.argv[1:] if argv is None else argv)
     job_env = dict(os.environ if env is None else env)
     for name in LAUNCHER_ENV:  # ours (run by path, the job's env is ours), never the job's
@@ -416,8 +434,13 @@ def main(
         signal.signal(sig, _survive)
 
     # descriptors the control plane leaked to us (not close-on-exec) must not reach the command
-    _close_fds(keep_fds)
-    _record_pid(attempt_dir, rank)
+    _close_fds((*keep_fds, *(link.fds() if link is not None else ())))
+    if split_here:
+        link = split((attempt_dir, rank))  # from here on: the supervisor's child
+    elif link is not None:
+        link.tell(attempt_dir, rank)
+    supervisor = os.getppid() if link is not None else None
+    _record_pid(attempt_dir, rank, supervisor or os.getpid())
 
     out_fd = -1
     try:
@@ -428,23 +451,38 @@ def main(
             os.close(out_fd)
         print(f"gpufence launcher: {exc}", file=sys.stderr)
         write_exit_record(attempt_dir, rank, EXIT_NOT_CONTAINED, time.time())
+        _done(link, EXIT_NOT_CONTAINED)
         return EXIT_NOT_CONTAINED
-    code, stop_reached, lost, fenced = _run(parsed, job_env, spawn or _spawn, out_fd, err_fd)
+    # a pre-started member's job process was in its cgroup before the executor knew of it:
+    # nothing sent to the member can have missed it, so there is no supervisor's to forward
+    early_from = supervisor if split_here else None
+    code, stop_reached, lost, fenced = _run(
+        parsed, job_env, spawn or _spawn, out_fd, err_fd, (supervisor, early_from)
+    )
     if lost is not None:
         write_lost_record(attempt_dir, rank, lost, time.time())
+        _done(link, code)
         return code
     write_exit_record(attempt_dir, rank, code, time.time(), stop_reached)
     _failpoint("launcher.after-exit-record")
     if fenced:  # nobody is left to clean up after us: the rest of the group goes too (and we)
         _kill_cgroup(parsed.confine.cgroups)
         os.killpg(0, signal.SIGKILL)
-    return code if code >= 0 else 128 - code
+    status = code if code >= 0 else 128 - code
+    _done(link, status)
+    return status
 
 
-def _record_pid(attempt_dir: Path, rank: int) -> None:
-    """``rank-R.pid``: this launcher's pid and start time (the guard against pid reuse)."""
-    me = os.getpid()
-    record = pid_record(me, proc_start_time(me) or 0)
+def _done(link: Link | None, code: int) -> None:
+    if link is not None:
+        link.done(code)
+
+
+def _record_pid(attempt_dir: Path, rank: int, keeper: int) -> None:
+    """``rank-R.pid``: the pid and start time (the guard against pid reuse) of the member's
+    keeper: its supervisor (the process the executor started, leader of the member's group),
+    else this launcher."""
+    record = pid_record(keeper, proc_start_time(keeper) or 0)
     # written already by whoever forked us (the fork server): replacing a file by rename costs
     # ext4 a data flush (auto_da_alloc, ~2 ms on a busy disk), right on the GPU hand-off. On a
     # full disk ours may fail, which is fine: the executor wrote one at the spawn
@@ -456,12 +494,18 @@ def _record_pid(attempt_dir: Path, rank: int) -> None:
 
 
 def _run(
-    o: Options, job_env: dict[str, str], spawn: Spawner, out_fd: int, err_fd: int
+    o: Options,
+    job_env: dict[str, str],
+    spawn: Spawner,
+    out_fd: int,
+    err_fd: int,
+    supervisors: tuple[int | None, int | None],
 ) -> tuple[int, bool | None, str | None, bool]:
     """Start the command and wait for it: (exit code, whether a stop reached it first (None:
     it never ran), why it was lost (None: it was not), whether the fence parent died). Closes
     both log descriptors."""
     assert o.rank is not None
+    supervisor, early_from = supervisors  # (for stops, for signals before the command ran)
     fenced = False
     stop_reached: bool | None = None  # the command never ran: no stop could reach it
     lost: str | None = None
@@ -483,11 +527,16 @@ def _run(
             "exec_unix": time.time(),
             "devices": job_env.get("CUDA_VISIBLE_DEVICES", ""),
             "fence_parent": o.fence_parent,
+            # while the supervisor is gone (killed), the member lives on in this launcher
+            "launcher": os.getpid(),
+            "launcher_start": proc_start_time(os.getpid()),
         }
         with contextlib.suppress(OSError):  # informational (hand-off timing): may be lost
             atomic_write(started_file(o.attempt_dir, o.rank), json.dumps(started) + "\n")
         # anything sent to the group before the command existed reached only us: pass it on
         early = signal.sigpending() & o.caught
+        if early_from is not None:  # signals the executor sent the supervisor meanwhile
+            early |= {signal.Signals(s) for s in pending_signals(early_from) if s in o.caught}
         for sig in sorted(early):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(child, sig)
@@ -496,7 +545,7 @@ def _run(
             fenced = _wait_or_fence(child, o.fence_parent)
         _, status = os.waitpid(child, 0)  # PEP 475: retried after _survive runs
         code = os.waitstatus_to_exitcode(status)
-        stop_reached = fenced or _stop_reached()
+        stop_reached = fenced or _stop_reached(supervisor)
     finally:
         os.close(out_fd)
         os.close(err_fd)

@@ -22,6 +22,7 @@ from gpufence.control.base.member_records import (
     pid_file,
     private_spool,
     spool_file,
+    started_file,
 )
 
 log = logging.getLogger("gpufence.executor")
@@ -120,6 +121,20 @@ def recorded_pid(adir: Path, rank: int) -> tuple[int, int] | None:
     if rec is None:
         return None
     pid, start = rec.get("pid"), rec.get("start_time")
+    if not isinstance(pid, int) or isinstance(pid, bool) or not isinstance(start, int) or pid <= 1:
+        return None
+    return pid, start
+
+
+def recorded_launcher(adir: Path, rank: int) -> tuple[int, int] | None:
+    """(pid, start time) of the member's launcher from ``rank-R.started`` (the process below its
+    supervisor, ``supervisor.py``): the member lives on in it if the supervisor is killed.
+    None for a record without it (an older launcher, or the command never started)."""
+    where = _record(adir, rank, started_file(adir, rank))
+    rec = read_json(where) if where is not None else None
+    if rec is None:
+        return None
+    pid, start = rec.get("launcher"), rec.get("launcher_start")
     if not isinstance(pid, int) or isinstance(pid, bool) or not isinstance(start, int) or pid <= 1:
         return None
     return pid, start

@@ -27,7 +27,7 @@ import signal
 import struct
 from typing import Any, NoReturn
 
-from gpufence.control.base import launcher, member_records
+from gpufence.control.base import launcher, member_records, supervisor
 
 HEADER = struct.Struct(">I")
 
@@ -63,11 +63,16 @@ def run_launcher(activation: int, command: int, join_dirs: list[str]) -> NoRetur
     code = launcher.EXIT_NOT_EXECUTABLE
     try:
         os.setpgid(0, 0)  # (the fork server does it too)
+        # the member's supervisor stays here, above L, before C exists (supervisor.py): C's
+        # exit is recorded even if L is killed, and the split costs the hand-off nothing
+        link = supervisor.split()
         report_r, report_w = os.pipe()
         child = os.fork()
         if child == 0:
             os.close(activation)
             os.close(report_r)
+            for fd in link.fds() if link is not None else ():
+                os.close(fd)
             _run_child(command, report_w, join_dirs)
         os.close(command)
         os.close(report_w)
@@ -89,7 +94,12 @@ def run_launcher(activation: int, command: int, join_dirs: list[str]) -> NoRetur
             return launcher.await_exec(child, report_r, cmd)  # C has its command already
 
         code = launcher.main(
-            [str(a) for a in msg["argv"]], dict(msg["env"]), spawn=spawn, keep_fds=(report_r,)
+            [str(a) for a in msg["argv"]],
+            dict(msg["env"]),
+            spawn=spawn,
+            keep_fds=(report_r,),
+            link=link,
+            split_here=False,
         )
     except BaseException as exc:
         with contextlib.suppress(OSError):

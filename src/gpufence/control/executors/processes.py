@@ -33,7 +33,7 @@ from gpufence.control.base.member_records import (
     proc_start_time,
     proc_stat_fields,
 )
-from gpufence.control.base.record_reads import recorded_pid
+from gpufence.control.base.record_reads import recorded_exit, recorded_launcher, recorded_pid
 from gpufence.control.containment.cgroup import MemberCgroup
 
 LAUNCHER = Path(_launcher.__file__).resolve()
@@ -82,7 +82,9 @@ class MemberProcess:
 
 
 def attach(adir: Path, rank: int) -> tuple[int, int | None]:
-    """(pid, pidfd) of the member recorded in ``rank-R.pid`` if that very process still runs.
+    """(pid, pidfd) of the member recorded in ``rank-R.pid`` if that very process still runs;
+    if it does not, a pidfd of its launcher (``rank-R.started``), in which the member lives on
+    when only its supervisor was killed (``supervisor.py``).
 
     The recorded start time guards against pid reuse; a zombie counts as gone (it is reaped
     here when it is our own child).
@@ -90,21 +92,43 @@ def attach(adir: Path, rank: int) -> tuple[int, int | None]:
     rec = recorded_pid(adir, rank)
     if rec is None:
         return 0, None
-    pid, start_time = rec
+    fd = open_live(*rec)
+    if fd is None:
+        launcher = recorded_launcher(adir, rank)
+        if launcher is not None and recorded_exit(adir, rank) is None:
+            # the pid stays the recorded one: the id of the member's process group, which the
+            # kernel does not hand out again while the launcher keeps the group alive
+            fd = open_live(*launcher)
+    return rec[0], fd
+
+
+def only_child(pid: int) -> int | None:
+    """The one child of ``pid`` (``/proc/<pid>/task/<pid>/children``), or None: a member's
+    supervisor has exactly one, its launcher."""
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children", encoding="ascii") as fh:
+            kids = fh.read().split()
+    except OSError:
+        return None
+    return int(kids[0]) if len(kids) == 1 else None
+
+
+def open_live(pid: int, start_time: int) -> int | None:
+    """A pidfd of ``pid`` if that very process (its start time) runs and is no zombie."""
     try:
         fd = os.pidfd_open(pid)
     except OSError:
-        return pid, None
+        return None
     # checked after the open: if it matches now, the pidfd was opened on that same process
     fields = proc_stat_fields(pid)
     if fields is None or len(fields) < 20 or int(fields[19]) != start_time:
         os.close(fd)
-        return pid, None
+        return None
     if fields[0] in ("Z", "X"):
         waitid(fd)
         os.close(fd)
-        return pid, None
-    return pid, fd
+        return None
+    return fd
 
 
 def waitid(pidfd: int) -> int | None:

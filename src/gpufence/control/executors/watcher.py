@@ -40,7 +40,13 @@ from gpufence.control.base.executor import (
     Launch,
     report,
 )
-from gpufence.control.base.record_reads import recorded_end, recorded_exit, stop_reached
+from gpufence.control.base.record_reads import (
+    recorded_end,
+    recorded_exit,
+    recorded_launcher,
+    recorded_pid,
+    stop_reached,
+)
 from gpufence.control.containment.cgroup import ContainmentError, MemberCgroup
 from gpufence.control.executors.gang import GangState
 from gpufence.control.executors.processes import (
@@ -48,6 +54,7 @@ from gpufence.control.executors.processes import (
     REAP_ON_CLOSE_S,
     MemberProcess,
     killpg,
+    open_live,
     reap_now,
     settle,
     waitid,
@@ -278,6 +285,9 @@ class AttemptWatcher:
         recorded = recorded_exit(att.launch.attempt_dir, m.rank)
         if status is None and recorded is None and m.forked:  # its server knows how it died
             status = self._reap_launcher(m)
+        ours = att.stop_requested or att.gang_failed  # we killed it: nobody is to record
+        if recorded is None and not ours and self._rewatch_launcher_locked(att, m):
+            return  # one keeper was killed by someone else: the other records the exit
         code = recorded if recorded is not None else status
         killed = status is not None and status < 0
         if recorded is None and killed and not att.stop_requested and not att.gang_failed:
@@ -308,6 +318,28 @@ class AttemptWatcher:
         )
         if att.fails_gang(m.code) and att.live():
             self._gang_abort_locked(att, m)
+
+    def _rewatch_launcher_locked(self, att: Attempt, m: MemberProcess) -> bool:
+        """The watched keeper of the member (its supervisor, the recorded pid, or its
+        launcher) ended with no exit record: if the other still runs (``supervisor.py``: it
+        records the exit in its place), watch that one."""
+        adir = att.launch.attempt_dir
+        fd = None
+        for keeper in (recorded_pid(adir, m.rank), recorded_launcher(adir, m.rank)):
+            if keeper is not None and (fd := open_live(*keeper)) is not None:
+                break
+        if fd is None:
+            return False
+        log.warning(
+            "job %s attempt %d rank %d: one of its keepers is gone without the job's exit; "
+            "watching the other, which records it",
+            att.launch.job_id,
+            att.launch.attempt,
+            m.rank,
+        )
+        m.pidfd, m.forked = fd, 0
+        self._to_watch.append((fd, att.key, att.members.index(m)))
+        return True
 
     def _kill_due_locked(self, now: float) -> None:
         for att in self._attempts.values():

@@ -9,7 +9,6 @@ No ``from __future__ import annotations``: FastAPI resolves the routes' local ``
 aliases at definition time.
 """
 
-import time
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Query
@@ -85,7 +84,7 @@ def accounting_router(plane: ControlPlane) -> APIRouter:
         who = _scope(tenant, tenant_filter)
         with plane.store.reader() as r:
             rows = r.history(
-                now=time.time(),
+                now=plane.now(),
                 since=since,
                 until=until,
                 tenant=who,
@@ -109,7 +108,7 @@ def accounting_router(plane: ControlPlane) -> APIRouter:
         bound in the window (``gpufence usage``)."""
         _window(since, until)
         who = _scope(tenant, tenant_filter)
-        now = time.time()
+        now = plane.now()
         with plane.store.reader() as r:
             groups, total = r.accounting_usage(by=by, now=now, since=since, until=until, tenant=who)
         end = now if until is None else min(until, now)

@@ -7,11 +7,33 @@ the same check, the same problem document.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gpufence.control.http.problems import problem
 
 DRAIN_MAX_BYTES = 64 << 20
+
+
+def non_json_type(headers: Iterable[tuple[bytes, bytes]]) -> str | None:
+    """The request's ``Content-Type`` if it names a body that is not JSON (``text/plain``, a
+    form, ...); None when it is JSON (``application/json``, ``*/*+json``) or not given."""
+    for name, value in headers:
+        if name == b"content-type":
+            kind = value.split(b";", 1)[0].strip().lower()
+            if kind and kind != b"application/json" and not kind.endswith(b"+json"):
+                return kind.decode("latin-1")
+    return None
+
+
+async def refuse_type(scope: Scope, receive: Receive, send: Send, kind: str) -> None:
+    """415 for a body sent as another type than JSON (after reading what is sent)."""
+    await read_body(receive, DRAIN_MAX_BYTES)
+    resp = problem(
+        415, f"the request body must be JSON (Content-Type: application/json), not {kind}"
+    )
+    await resp(scope, receive, send)
 
 
 def too_long(content_length: bytes, limit: int) -> bool:
@@ -76,6 +98,10 @@ class LimitBody:
             if name == b"content-length" and too_long(value, self.limit):
                 await refuse(scope, receive, send, self.limit)
                 return
+        kind = non_json_type(scope.get("headers", ())) if scope["method"] != "GET" else None
+        if kind is not None:
+            await refuse_type(scope, receive, send, kind)
+            return
         whole, complete = await read_body(receive, self.limit)
         if complete is None:
             await refuse(scope, receive, send, self.limit)

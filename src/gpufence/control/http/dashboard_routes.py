@@ -28,7 +28,6 @@ import hashlib
 import json
 import logging
 import math
-import time
 from importlib import resources
 from typing import Annotated, Any
 
@@ -157,7 +156,7 @@ def gpu_utilisation(plane: ControlPlane, tenant: str) -> dict[str, dict[str, flo
     """``"node/index"`` -> the latest sampled utilisation and memory of that GPU (none on a
     plane that samples no GPU counters)."""
     step = plane.config.telemetry.series_step_s
-    now = time.time()
+    now = plane.now()
     try:
         series = plane.series(tenant, now - 4 * step, now, step)
     except (SeriesQueryError, TimeoutError):

@@ -33,6 +33,7 @@ from gpufence.control.base.config import (
     control_config,
     load_config,
 )
+from gpufence.control.base.datadir import DataDirError, check_data_dir
 from gpufence.control.base.privatefs import write_private
 from gpufence.control.containment.cgroup import ContainmentError
 from gpufence.control.containment.members import Containment
@@ -46,7 +47,7 @@ from gpufence.control.gpus.discovery import (
 )
 from gpufence.control.gpus.nodespec import host_resources
 from gpufence.control.http.api import make_app
-from gpufence.control.http.slow_clients import http_protocol
+from gpufence.control.http.slow_clients import Caps, http_protocol, raise_file_limit
 from gpufence.control.plane import ControlPlane
 from gpufence.control.store.errors import StoreError, StoreUnavailable
 from gpufence.model.cluster import Cluster
@@ -92,6 +93,10 @@ def build_plane(
         return _ray_plane(config, data_dir, ray_address, check_integrity, no_containment)
     if executor != "local":
         raise StartupError(f"--executor must be local or ray, not {executor!r}")
+    try:  # before anything is made in it (the token file, its modes): issue 30, case 8
+        check_data_dir(data_dir)
+    except DataDirError as exc:
+        raise StartupError(str(exc)) from None
     discovery = _discovery(fake_gpus_n, fake_gpu_type)
     cluster, cc = _cluster(config, data_dir, discovery)
     discovery = with_fake_nodes(discovery, cc.containment.fake_gpu_devices)
@@ -296,6 +301,9 @@ def serve(
     use then stops ``gpufence up`` before it makes a data directory); else ``host:port`` now.
     """
     data_dir = plane.data_dir
+    # idle clients must not starve the plane of descriptors (issue 30, case 6): the soft limit
+    # up to the hard one, and connections capped well below it (slow_clients.Caps)
+    caps = Caps.for_limit(raise_file_limit())
     with contextlib.ExitStack() as stack:
         try:
             sock = stack.enter_context(listening or listen_on(host, port))
@@ -327,7 +335,7 @@ def serve(
                 # uvloop and httptools where installed (the server extra installs both):
                 # their C loop and parser are most of a submit's budget in pure Python
                 loop="auto",
-                http=http_protocol(),  # uvicorn's choice, closing slow-loris connections
+                http=http_protocol(caps),  # uvicorn's, closing slow-loris, capped
                 lifespan="off",
                 # nothing here reads a client's address, and X-Forwarded-For from any local
                 # process would only spoof the one uvicorn logs: its middleware is skipped

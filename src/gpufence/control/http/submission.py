@@ -34,7 +34,13 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gpufence.control.base.jobspec import SubmitRequest
 from gpufence.control.http.auth import SEVERAL_HEADERS, tenant_of_header
-from gpufence.control.http.body_limit import read_body, refuse, too_long
+from gpufence.control.http.body_limit import (
+    non_json_type,
+    read_body,
+    refuse,
+    refuse_type,
+    too_long,
+)
 from gpufence.control.http.client import IDEMPOTENCY_KEY, IDEMPOTENCY_KEY_PATTERN
 from gpufence.control.http.jobs_routes import job_json
 from gpufence.control.http.problems import (
@@ -276,6 +282,10 @@ class SubmitFront:
             if name == b"content-length" and too_long(value, self.limit):
                 await refuse(scope, receive, send, self.limit)
                 return
+        kind = non_json_type(scope["headers"])
+        if kind is not None:
+            await refuse_type(scope, receive, send, kind)
+            return
         body, complete = await read_body(receive, self.limit)
         if complete is None:
             await refuse(scope, receive, send, self.limit)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import time
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -20,9 +19,16 @@ from gpufence.advice.advise import advise
 from gpufence.advice.inputs import LintInputs
 from gpufence.advice.record import Advice
 from gpufence.control.base.config import ADMIN, ControlConfig
+from gpufence.control.base.datadir import (
+    DataDirError,
+    check_data_dir,
+    check_store_present,
+    mark_store,
+)
 from gpufence.control.base.executor import Executor
 from gpufence.control.base.jobdirs import JOBS_DIR, open_job_file
 from gpufence.control.base.jobspec import SubmitRequest
+from gpufence.control.base.plane_clock import PlaneClock, anchored
 from gpufence.control.base.privatefs import dir_mode, ensure_dir, tighten_existing
 from gpufence.control.base.runas import blocking_dir, can_enter
 from gpufence.control.base.tenantview import Owner, redact
@@ -41,7 +47,7 @@ from gpufence.control.observe.observatory import MAX_PUSH, Observatory
 from gpufence.control.observe.prom_collectors import LiveCollector
 from gpufence.control.observe.series_model import SeriesResponse
 from gpufence.control.plane.gpu_runtime import GpuRuntime, Holders, open_gpu_api
-from gpufence.control.reconciler.inbox import InvalidField, SubmitResult
+from gpufence.control.reconciler.inbox import Clock, InvalidField, SubmitResult
 from gpufence.control.reconciler.loop import Reconciler
 from gpufence.control.recovery.recovery import damaged_hint, prepare_store, recover
 from gpufence.control.store import database as st
@@ -68,9 +74,19 @@ def open_store(
     to do when it is missing while its jobs run, damaged, or in use by another control plane
     (``StoreError``); a data directory the medium refuses is ``StoreUnavailable``."""
     try:
+        try:  # not someone else's directory (issue 30, case 8)
+            check_data_dir(data_dir)
+        except DataDirError as exc:
+            raise st.StoreError(str(exc)) from None
         _private_data_dir(config, data_dir)
         floor = prepare_store(data_dir, containment)
-        return st.Store(data_dir, check_integrity=check_integrity, id_floor=floor)
+        try:  # nor a store that went away: never silently a new, empty one (case 9)
+            check_store_present(data_dir)
+        except DataDirError as exc:
+            raise st.StoreError(str(exc)) from None
+        store = st.Store(data_dir, check_integrity=check_integrity, id_floor=floor)
+        mark_store(data_dir)
+        return store
     except st.StoreError as exc:
         if "damaged" in str(exc):
             hint = damaged_hint(data_dir, containment, skipped=not check_integrity)
@@ -99,13 +115,18 @@ class ControlPlane:
         containment: Containment | None = None,
         check_integrity: bool = True,
         nvml: GpuApi | None = None,
+        clock: PlaneClock | None = None,
     ) -> None:
         """``containment``: the cgroups of the local executor's members (``gpufence up`` detects
         it; None runs jobs unconfined). Ignored when ``executor`` is given. ``nvml``: the NVML
         to manage real GPUs through (default: pynvml; tests give the fake one,
         ``gpufence.testing.fake_nvml``); on fake GPUs, only its counters are read (the demo
-        models the devices with one)."""
+        models the devices with one). ``clock``: the plane's "now" for every deadline (default:
+        ``plane_clock.anchored``, the monotonic clock resumed from the data dir's anchor)."""
         check_machine(cluster, discovery)
+        # one directory, one name: attempt paths name the members' cgroups and exit spools, so
+        # a restart through a symlink must find the same ones (else it loses their processes)
+        data_dir = data_dir.expanduser().resolve()
         self.cluster = cluster
         self.config = config
         self.discovery = discovery
@@ -113,6 +134,8 @@ class ControlPlane:
         self.store = open_store(
             config, data_dir, check_integrity, containment if executor is None else None
         )
+        # (after the store: the data dir is the server's and private by now)
+        self.clock = clock if clock is not None else anchored(data_dir)
         self.telemetry = Telemetry()
         self.containment = containment if executor is None else None
         self.executor: Executor = executor or LocalExecutor(
@@ -140,6 +163,7 @@ class ControlPlane:
             devices,
             data_dir,
             self.telemetry,
+            clock=Clock(source=self.clock),
             mig=self.gpus.mig,
         )
         self.reconciler.gpu_board = self.gpus.board
@@ -358,6 +382,10 @@ class ControlPlane:
         """Every node and GPU; a tenant sees its own job ids and counts of the others'."""
         return self.reconciler.call(lambda r: views.nodes(r, tenant)).result(CALL_TIMEOUT_S)
 
+    def now(self) -> float:
+        """The plane's "now" (``plane_clock``), the time line of every stored timestamp."""
+        return max(self.clock(), self.reconciler.clock.last)
+
     def partitions(self) -> list[dict[str, Any]]:
         return self.reconciler.call(views.partitions).result(CALL_TIMEOUT_S)
 
@@ -370,7 +398,7 @@ class ControlPlane:
     ) -> SeriesResponse:
         """The joint view's series (``observe/series_view.py``); SeriesQueryError for a range
         it cannot answer."""
-        now = self.reconciler.clock.last or time.time()
+        now = self.now()
         cfg = self.config.telemetry
         until = now if until is None else until
         since = (
@@ -420,7 +448,7 @@ class ControlPlane:
         rules with the history's numbers and every live rule; a tenant only the job-scoped
         rules, over its own jobs."""
         cfg = self.config.advice
-        now = max(time.time(), self.reconciler.clock.last)
+        now = self.now()
         with self.store.reader() as r:
             history = read_history(r, self.cluster, now, cfg.window_s)
         who = None if tenant == ADMIN else tenant

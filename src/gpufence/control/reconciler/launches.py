@@ -9,6 +9,7 @@ part of its own environment and gpufence's variables (``base/memberenv.py``).
 
 from __future__ import annotations
 
+import errno
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -51,3 +52,16 @@ def launch_for(
         run_as=config.run_as_for(tenant),
         limits=Limits(cpus=spec.cpus, mem_bytes=spec.mem_bytes, pids=config.job_pids_limit),
     )
+
+
+TRANSIENT_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.EAGAIN, errno.ENOMEM})
+
+
+def transient_cause(exc: BaseException) -> str | None:
+    """The transient OS error behind ``exc`` (its chain of causes), as its message; or None."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.errno in TRANSIENT_ERRNOS:
+            return seen.strerror or errno.errorcode.get(seen.errno or 0, "transient")
+        seen = seen.__cause__ or seen.__context__
+    return None

@@ -81,6 +81,7 @@ from gpufence.control.reconciler.item_writes import (
     write_submit,
 )
 from gpufence.control.reconciler.job_writes import write_action
+from gpufence.control.reconciler.launches import transient_cause
 from gpufence.control.reconciler.seam import JobStore, JobTx
 from gpufence.control.store import database as st
 from gpufence.control.store.errors import IllegalStateChange, StoreUnavailable, unavailable
@@ -568,13 +569,7 @@ class Reconciler:
                 started.append((jid, launch.attempt))
                 self.telemetry.started(launch, time.time())
             except LaunchError as exc:
-                log.error("job %s attempt %d could not start: %s", jid, launch.attempt, escape(exc))
-                try:
-                    with self.store.transaction() as tx:
-                        tx.set_job(jid, message=f"launch failed: {exc}")
-                except StoreUnavailable:
-                    pass  # the exit below still ends it; only the message is lost
-                self._inbox.put(AttemptExit(jid, launch.attempt, False, (), False))
+                self._launch_failed(jid, launch.attempt, exc)
         if started:
             failpoints.hit("reconciler.after-spawn")
             try:
@@ -590,6 +585,21 @@ class Reconciler:
             self.executor.stop(jid, attempt, self.config.stop_grace_s)
         for jid, attempt in act.kills:
             self.executor.stop(jid, attempt, 0.0)
+
+    def _launch_failed(self, jid: str, attempt: int, exc: LaunchError) -> None:
+        """A start that failed for lack of descriptors, processes or memory is reported lost
+        (requeued while ``max_attempts`` allows); any other failure fails the attempt."""
+        why = transient_cause(exc)
+        log.error("job %s attempt %d could not start: %s", jid, attempt, escape(exc))
+        text = f"launch failed ({why}; retried as the next attempt): {exc}" if why else None
+        try:
+            with self.store.transaction() as tx:
+                tx.set_job(jid, message=text or f"launch failed: {exc}")
+                tx.log(self.clock(), jid, "launch-failed", why or "", f"attempt {attempt}: {exc}")
+        except StoreUnavailable:
+            pass  # the exit below still ends it; only the message is lost
+        codes: tuple[int | None, ...] = (None,) if why else ()
+        self._inbox.put(AttemptExit(jid, attempt, False, codes, False))
 
     def submit_result(self, jid: str) -> SubmitResult:
         return submit_result(self.scheduler, self.live, jid, self.store.job)

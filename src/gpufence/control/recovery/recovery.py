@@ -34,6 +34,7 @@ Before any of this, a store older than its data directory is refused (``stranger
 from __future__ import annotations
 
 import logging
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -148,6 +149,13 @@ def spec_of(row: st.JobRow) -> tuple[SubmitRequest | None, str]:
             return req, "repaired"
         return req, ""
     return None, "stored spec cannot be repaired"
+
+
+def _with_dirs(data_dir: Path) -> frozenset[str]:
+    try:
+        return frozenset(os.listdir(data_dir / JOBS_DIR))
+    except OSError:
+        return frozenset()
 
 
 def _past_untracked_attempts(
@@ -270,6 +278,9 @@ class _Findings:
     """(job, attempt now, how its untracked attempt ended, ranks)"""
     parents: set[str] = field(default_factory=set)
     """Dependencies of pending jobs: the core must know how the ended ones ended."""
+    dirs: frozenset[str] = frozenset()
+    """The jobs that have a directory (listed once: a queued job has none to look into, and
+    30,000 of them each looked for theirs took most of a restart)."""
 
 
 def recover(
@@ -280,7 +291,7 @@ def recover(
     store lost (see ``_past_untracked_attempts``)."""
     # before anything is adopted: a store older than its data directory is refused
     refuse_strangers(store, rec.data_dir, containment)
-    found = _Findings()
+    found = _Findings(dirs=_with_dirs(rec.data_dir))
     node_names = [n.name for n in rec.scheduler.cluster.nodes]
     with store.reader() as r:
         rows = r.jobs(states=(st.PENDING, *st.ACTIVE), limit=10**9)
@@ -342,7 +353,9 @@ def _recover_pending(
     if spec is None:
         found.invalid.append((row.id, st.REJECTED, why))
         return
-    attempt, outcome = _past_untracked_attempts(rec.data_dir, row, spec, containment)
+    attempt, outcome = row.attempt, ""
+    if row.id in found.dirs:
+        attempt, outcome = _past_untracked_attempts(rec.data_dir, row, spec, containment)
     if outcome:
         found.untracked.append((row.id, attempt, outcome, spec.replicas))
         if outcome == st.DONE:

@@ -81,6 +81,7 @@ from gpufence.control.executors.processes import (
     group_cpu_by_pgid,
     killpg,
     launcher_argv,
+    only_child,
     reap_now,
 )
 from gpufence.control.executors.watcher import (
@@ -361,8 +362,12 @@ class LocalExecutor(AttemptWatcher):
                 empty_and_remove([cg])
             raise LaunchError(f"job {launch.job_id}: cannot start rank {rank}: {exc}") from exc
         m = MemberProcess(rank, pid, None, None, cgroup=cg, forked=generation)
+        # a pre-started member's launcher is there already, below its supervisor (``pid``, the
+        # group's leader): watching it, not the supervisor, keeps the supervisor's exit off
+        # the GPU hand-off (the supervisor is watched only if the launcher dies first)
+        watch = (only_child(pid) if ready is not None else None) or pid
         try:
-            m.pidfd = os.pidfd_open(pid)
+            m.pidfd = os.pidfd_open(watch)
         except OSError as exc:
             self._abandon([m])
             raise LaunchError(f"job {launch.job_id}: pidfd_open failed for rank {rank}") from exc
