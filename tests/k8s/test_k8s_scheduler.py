@@ -297,3 +297,34 @@ def test_k8s_a_pod_naming_us_but_bound_by_hand_counts_as_foreign(env: Env) -> No
     k.wait("a pending reason", lambda: k.scheduled_condition(k.get_pod(env.kc, env.ns, two)))
     assert not k.node_of(env.kc, env.ns, two)
     assert env.bound(env.pod(gpus=1)) == node
+
+
+def test_k8s_two_notes_claiming_the_same_gpus_do_not_stop_the_scheduler(env: Env) -> None:
+    node = env.node("training", gpus=4)
+    # two pods bound by hand, each with a well-formed note claiming all four GPUs: what a
+    # tenant forging notes (or a botched manual restore) leaves for the next start
+    for name in ("forged-a", "forged-b"):
+        env.pod(name, gpus=4)
+        note = {
+            "gpufence.io/job": f"{env.ns}/{name}",
+            "gpufence.io/bound-partition": "training",
+            "gpufence.io/attempt": "1",
+            "gpufence.io/bound-at": "1000.0",
+            "gpufence.io/gang-plan": json.dumps(
+                [{"pod": name, "node": node, "gpus": [0, 1, 2, 3]}]
+            ),
+        }
+        binding = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {"name": name, "annotations": note},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+        }
+        k.ok(env.kc, "POST", f"/api/v1/namespaces/{env.ns}/pods/{name}/binding", binding, 201)
+    s = env.start()
+    s.wait_ready()
+    time.sleep(3)  # a rebuild counts the disowned pod as foreign
+    late = env.pod(gpus=1)
+    k.wait("a pending reason", lambda: k.scheduled_condition(k.get_pod(env.kc, env.ns, late)))
+    assert not k.node_of(env.kc, env.ns, late)
+    assert s.proc.poll() is None and "not restoring" in s.log_path_text()

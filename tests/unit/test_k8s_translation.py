@@ -170,6 +170,8 @@ def test_taints_and_quantities() -> None:
         ({"gpufence.io/est-runtime-s": "-5"}, {}, "est-runtime-s"),
         ({"gpufence.io/time-limit-s": "inf"}, {}, "time-limit-s"),
         ({"gpufence.io/gang-size": "4"}, {}, "gang-name"),
+        ({"gpufence.io/gang-name": "x#2", "gpufence.io/gang-size": "2"}, {}, "not a name"),
+        ({"gpufence.io/gang-name": "A" * 70, "gpufence.io/gang-size": "2"}, {}, "not a name"),
         ({"gpufence.io/gpu-fraction": "1.5"}, {}, "gpu-fraction"),
         ({}, {"gpufence.io/class": "gaming"}, "gpufence.io/class"),
         ({}, {"gpufence.io/queue": "nope"}, "no queue 'nope'"),

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from gpufence.kube import names
-from gpufence.kube.actions import BindPod, ShowPending
+from gpufence.kube.actions import Action, BindPod, DeletePod, ShowPending
 from gpufence.kube.api import KubeApi
 from gpufence.kube.api_actions import ActionRunner, BindFailed
 from gpufence.kube.fences import FenceSpec
@@ -32,7 +32,8 @@ from gpufence.kube.objects import (
 )
 from gpufence.kube.placement_notes import BindNote
 from gpufence.kube.tracker import Tracker
-from gpufence.model.events import Event, NodeDown, NodeUp, UsageRestored
+from gpufence.model.events import Event, JobRestored, NodeDown, NodeUp, UsageRestored
+from gpufence.sched.restore import RestoreConflict
 from gpufence.sched.scheduler import Scheduler, SchedulerConfig
 
 log = logging.getLogger("gpufence.kube")
@@ -80,6 +81,8 @@ class KubeScheduler:
         self._down: dict[str, bool] = {}  # node -> stop_jobs of the NodeDown the core has
         self._rebuild_due: float | None = 0.0
         self._carry: list[Event] = []
+        self._restore_actions: list[Action] = []  # what a rebuild's restore asked for
+        self._disowned: set[str] = set()  # bound pods whose note could not be restored
         self._now = 0.0
         self._last_reasons = 0.0
         self.lock = threading.Lock()  # held while the core steps; readers (HTTP) take it too
@@ -227,12 +230,13 @@ class KubeScheduler:
             and bool(pod.node)
             and not pod.terminal
             and pod.key not in self.inflight
-            and BindNote.read(pod.annotations) is None
+            and (pod.key in self._disowned or BindNote.read(pod.annotations) is None)
         )
 
     def _pod_gone(self, key: str) -> None:
         pod = self.pods.pop(key, None)
         self.inflight.pop(key, None)
+        self._disowned.discard(key)
         if pod is None:
             return
         self.runner.forget(pod.namespace, pod.name)
@@ -264,6 +268,8 @@ class KubeScheduler:
                     log.warning("%s", line)
             self.tracker.submit_ready()
             events, actions = self.tracker.take()
+            actions = self._restore_actions + actions
+            self._restore_actions = []
             events = self._carry + self._node_events() + events
             t0 = time.perf_counter()
             decisions = self.core.step(events, now)
@@ -328,6 +334,7 @@ class KubeScheduler:
         self._carry = []
         pods = [self._with_inflight(p) for p in self.pods.values()]
         self.tracker.restore(self.hardware.cluster, pods)
+        self._restore_each(now)
         if old is not None:
             carried = tuple(sorted(old.fair_share_usage().items()))
             self._carry.append(UsageRestored(carried, now))
@@ -338,6 +345,32 @@ class KubeScheduler:
             len(self.hardware.cluster.gpus),
             len(self.tracker.pods),
         )
+
+    def _restore_each(self, now: float) -> None:
+        """Hand the restored jobs to the core one by one: one whose GPUs another restored job
+        already holds (two notes claiming the same GPUs: a forged or hand-made note) is not
+        restored -- it is disowned, its pods count as foreign usage from the next rebuild, and
+        the scheduler goes on instead of failing on it."""
+        assert self.core is not None
+        events, actions = self.tracker.take()
+        disowned: set[str] = set()
+        for ev in events:
+            if not isinstance(ev, JobRestored):
+                self._carry.append(ev)
+                continue
+            try:
+                self.core.step([ev], now)
+            except RestoreConflict as exc:
+                log.error("not restoring %s where its pods run: %s", ev.job.id, exc)
+                for key in self.tracker.disown(ev.job.id):
+                    disowned.add(key)
+                    self._disowned.add(key)
+                self._mark_rebuild()
+        self._restore_actions = [
+            a
+            for a in actions
+            if not isinstance(a, BindPod | DeletePod) or f"{a.namespace}/{a.pod}" not in disowned
+        ]
 
     def _with_inflight(self, pod: ObservedPod) -> ObservedPod:
         sent = self.inflight.get(pod.key)

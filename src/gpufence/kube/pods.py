@@ -9,6 +9,7 @@ and leaves the pod alone until the user fixes or deletes it -- it never guesses.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from decimal import Decimal
@@ -19,6 +20,9 @@ from gpufence.model.job import MILLI_PER_GPU, GpuRequest, Job, WorkloadClass
 from gpufence.model.partition import QueueSpec
 
 _TRUE = {"true": True, "false": False}
+# a gang's name becomes part of a job id ("ns/@name"): Kubernetes' own name rule (a DNS label,
+# dots allowed), so that nothing in it ('/', '#', '@', spaces) can read as another id
+_GANG_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,61}[a-z0-9])?$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +141,9 @@ def _gang(pod: ObservedPod, groups: Mapping[str, int | None]) -> tuple[str, int]
         return None
     if gang is None or size is None:
         raise ValueError(f"a gang needs both {names.ANN_GANG_NAME} and {names.ANN_GANG_SIZE}")
+    if not _GANG_NAME.match(gang):
+        msg = f"annotation {names.ANN_GANG_NAME}: {gang[:80]!r} is not a name (lowercase letters, "
+        raise ValueError(msg + "digits, '-' and '.', at most 63, starting and ending alphanumeric)")
     if size < 1:
         raise ValueError(
             f"annotation {names.ANN_GANG_SIZE}: {size:g} is not "

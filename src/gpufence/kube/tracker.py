@@ -121,6 +121,18 @@ class Tracker:
         self._put_ask(ask)
         self._dirty_jobs.add(ask.job.id)
 
+    def disown(self, jid: str) -> list[str]:
+        """The core would not take this restored job back (its GPUs are another's): forget it
+        without an event; its pods stay known (never submitted: they are bound). Returns their
+        keys."""
+        core = self.jobs.pop(jid, None)
+        if core is None:
+            return []
+        keys = [f"{core.namespace}/{name}" for name in core.pods]
+        for key in keys:
+            self.pod_job.pop(key, None)
+        return keys
+
     def group_changed(self, key: str) -> None:
         """A PodGroup appeared, changed or went: read its pods again (their gang size)."""
         namespace, _, name = key.partition("/")
