@@ -496,3 +496,26 @@ def test_topology_labels_racks_and_nvlink_domains() -> None:
     # "3.3" does not add up to 8 GPUs: one domain, as without the label
     assert [len(n.nvlink_domains) for n in c.nodes] == [2, 1, 1]
     assert c.nodes[0].nvlink_domains == ((0, 1, 2, 3), (4, 5, 6, 7))
+
+
+def test_fence_file_errors_never_speak_of_the_virtual_nodes() -> None:
+    with pytest.raises(SpecError) as err:
+        fence_spec_from_dict({"name": "x", "partitions": {}})
+    assert err.value.errors == ["partitions: must not be empty"]
+
+
+def test_k8s_run_without_a_kubeconfig_says_so_without_a_traceback(tmp_path: object) -> None:
+    from pathlib import Path
+
+    from typer.testing import CliRunner
+
+    from gpufence.cli.main import app
+
+    config = Path(str(tmp_path)) / "cluster.yaml"
+    config.write_text("name: x\npartitions:\n  all: {node_selector: {}, admits: [training]}\n")
+    got = CliRunner().invoke(
+        app, ["k8s", "run", "--config", str(config), "--kubeconfig", "/nonexistent/kubeconfig"]
+    )
+    assert got.exit_code == 2
+    assert "cannot reach Kubernetes" in got.output and "--kubeconfig" in got.output
+    assert "Traceback" not in got.output

@@ -117,7 +117,14 @@ def run(
         renew_s=max(0.5, min(2.0, lease_seconds / 5)),
         reason_delay_s=reason_delay,
     )
-    raise typer.Exit(run_replica(fences, opts))
+    from lightkube.core.exceptions import ConfigError
+
+    try:
+        code = run_replica(fences, opts)
+    except ConfigError as exc:  # no kubeconfig, a bad one, not in a cluster
+        typer.echo(f"error: cannot reach Kubernetes: {exc} (give --kubeconfig FILE)", err=True)
+        raise typer.Exit(2) from None
+    raise typer.Exit(code)
 
 
 @k8s_app.command("validate")
