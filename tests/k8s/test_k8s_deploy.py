@@ -71,6 +71,8 @@ def test_k8s_deploy_every_document_is_served(
             "RoleBinding",
             "Service",
             "ServiceAccount",
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicyBinding",
         ]
     )
     # numbered files: every namespaced object comes after its Namespace, every kind after its CRD
