@@ -79,6 +79,14 @@ def legal(old: JobState, new: JobState) -> bool:
     return new in TRANSITIONS[old]
 
 
+def legal_names(old: object, new: object) -> bool:
+    """``legal`` for states as a store keeps them (text); a state it does not know has no move."""
+    try:
+        return legal(JobState(str(old)), JobState(str(new)))
+    except ValueError:
+        return False
+
+
 class IllegalTransition(RuntimeError):
     """A front end tried to move a job along a transition the lifecycle table does not have:
     a bug in that front end."""

@@ -111,11 +111,9 @@ def _apply(
         if protection is not None:
             protection.restore(ev.times, core.now)
         return
-    if isinstance(ev, NodeUp):
-        _node(core, book, ev.node, True, out)
-        return
-    if isinstance(ev, NodeDown):
-        _node(core, book, ev.node, False, out, stop_jobs=ev.stop_jobs)
+    if isinstance(ev, NodeUp | NodeDown):  # a cordon (stop_jobs False) keeps what runs
+        stop = isinstance(ev, NodeDown) and ev.stop_jobs
+        _node(core, book, ev.node, isinstance(ev, NodeUp), out, stop_jobs=stop)
         return
     if isinstance(ev, MigReconfigured):
         mig.reconfigured(core, ev.gpu)

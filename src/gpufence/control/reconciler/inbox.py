@@ -10,7 +10,7 @@ persisted it and the scheduler has seen it.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,6 +19,7 @@ from gpufence.control.base.executor import AttemptExit, Launch
 from gpufence.control.base.jobspec import SubmitRequest
 from gpufence.model.decisions import Decision
 from gpufence.model.events import Event, JobRestored, JobSubmitted
+from gpufence.sched.jobs import JobRecord
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,3 +218,22 @@ def job_of(ev: Event) -> str | None:
         return ev.job.id
     job_id = getattr(ev, "job_id", None)
     return job_id if isinstance(job_id, str) else None
+
+
+def kind_of(ob: object) -> str:
+    """What an observation is, in the words of the reconciler's log."""
+    return {AttemptExit: "exit", Ack: "checkpoint ack", NodeEvent: "node event"}.get(
+        type(ob), "observation"
+    )
+
+
+def wrong_homes(jobs: Mapping[str, JobRecord], homes: list[Home]) -> list[tuple[str, str, str]]:
+    """(job, partition, queue) of each new job stored with another home than the one the
+    scheduler resolved (or, for a job it rejected, than the request named)."""
+    out = []
+    for h in homes:
+        core = jobs.get(h.job_id)
+        want = (core.home, core.queue) if core is not None and core.home else h.asked
+        if want != h.stored:
+            out.append((h.job_id, *want))
+    return out

@@ -65,3 +65,13 @@ def transient_cause(exc: BaseException) -> str | None:
             return seen.strerror or errno.errorcode.get(seen.errno or 0, "transient")
         seen = seen.__cause__ or seen.__context__
     return None
+
+
+def launch_failure(exc: BaseException) -> tuple[str, str, tuple[int | None, ...]]:
+    """(transient cause or "", the job's message, the exit codes to report) for a start that
+    failed: a transient one (descriptors, processes, memory) is reported as lost -- an unknown
+    exit code, requeued while ``max_attempts`` allows -- any other fails the attempt."""
+    why = transient_cause(exc)
+    if why:
+        return why, f"launch failed ({why}; retried as the next attempt): {exc}", (None,)
+    return "", f"launch failed: {exc}", ()

@@ -60,7 +60,6 @@ from gpufence.control.reconciler.inbox import (
     Call,
     Cancel,
     Clock,
-    Home,
     InvalidField,
     Item,
     Live,
@@ -72,7 +71,9 @@ from gpufence.control.reconciler.inbox import (
     SubmitResult,
     Unsaved,
     job_of,
+    kind_of,
     reply,
+    wrong_homes,
 )
 from gpufence.control.reconciler.item_writes import (
     stored_spec,
@@ -81,10 +82,10 @@ from gpufence.control.reconciler.item_writes import (
     write_submit,
 )
 from gpufence.control.reconciler.job_writes import write_action
-from gpufence.control.reconciler.launches import transient_cause
+from gpufence.control.reconciler.launches import launch_failure
 from gpufence.control.reconciler.seam import JobStore, JobTx
 from gpufence.control.store import database as st
-from gpufence.control.store.errors import IllegalStateChange, StoreUnavailable, unavailable
+from gpufence.control.store.errors import IllegalStateChange, StoreUnavailable, medium_fault
 from gpufence.model.decisions import Decision, Reason
 from gpufence.model.events import (
     Activity,
@@ -362,11 +363,11 @@ class Reconciler:
                     with tx.savepoint():
                         write_observation(self.ctx, tx, ob, now, staged)
                 except Exception as exc:
-                    if _medium_fault(exc):
+                    if medium_fault(exc):
                         raise
                     log.exception(
                         "%s of job %s could not be recorded; dropped",
-                        _kind(ob),
+                        kind_of(ob),
                         escape(getattr(ob, "job_id", "?")),
                     )
         # committed: memory follows the store
@@ -397,7 +398,7 @@ class Reconciler:
                     self._write_request(tx, r, now, staged)
             return
         except Exception as exc:
-            if _medium_fault(exc):
+            if medium_fault(exc):
                 raise  # the whole transaction is lost: held and retried
             staged.rewind(mark)
         for r in requests:
@@ -405,7 +406,7 @@ class Reconciler:
                 with tx.savepoint():
                     self._write_request(tx, r, now, staged)
             except Exception as exc:
-                if _medium_fault(exc):
+                if medium_fault(exc):
                     raise
                 if not isinstance(exc, InvalidField):  # a 422 for the client, not a bug
                     kind = type(r).__name__.lower()
@@ -485,7 +486,7 @@ class Reconciler:
         that leaves nothing to persist (submits queued behind busy GPUs: the usual step under
         load) opens no transaction."""
         act = Pending(stops=list(u.stops))
-        homes = self._wrong_homes(u.homes)
+        homes = wrong_homes(self.scheduler.jobs(), u.homes)
         # a GPU refused or a failed re-partition, in the decision log
         lines = [line for ev in u.events if (line := store_line(ev)) is not None]
         usage_due = now - self._usage_saved >= USAGE_SAVE_S
@@ -518,18 +519,6 @@ class Reconciler:
             job = getattr(d, "job_id", None)
             log.error("%s of job %s not applied: %s", type(d).__name__, escape(job), exc)
             tx.log(now, job, "not-applied", str(d.reason), f"{type(d).__name__}: {exc}")
-
-    def _wrong_homes(self, homes: list[Home]) -> list[tuple[str, str, str]]:
-        """(job, partition, queue) of each new job stored with another home than the one the
-        scheduler resolved (or, for a job it rejected, than the request named)."""
-        jobs = self.scheduler.jobs()
-        out = []
-        for h in homes:
-            core = jobs.get(h.job_id)
-            want = (core.home, core.queue) if core is not None and core.home else h.asked
-            if want != h.stored:
-                out.append((h.job_id, *want))
-        return out
 
     def _timed(self, now: float) -> list[Event]:
         out: list[Event] = []
@@ -589,27 +578,15 @@ class Reconciler:
     def _launch_failed(self, jid: str, attempt: int, exc: LaunchError) -> None:
         """A start that failed for lack of descriptors, processes or memory is reported lost
         (requeued while ``max_attempts`` allows); any other failure fails the attempt."""
-        why = transient_cause(exc)
+        why, text, codes = launch_failure(exc)
         log.error("job %s attempt %d could not start: %s", jid, attempt, escape(exc))
-        text = f"launch failed ({why}; retried as the next attempt): {exc}" if why else None
         try:
             with self.store.transaction() as tx:
-                tx.set_job(jid, message=text or f"launch failed: {exc}")
-                tx.log(self.clock(), jid, "launch-failed", why or "", f"attempt {attempt}: {exc}")
+                tx.set_job(jid, message=text)
+                tx.log(self.clock(), jid, "launch-failed", why, f"attempt {attempt}: {exc}")
         except StoreUnavailable:
             pass  # the exit below still ends it; only the message is lost
-        codes: tuple[int | None, ...] = (None,) if why else ()
         self._inbox.put(AttemptExit(jid, attempt, False, codes, False))
 
     def submit_result(self, jid: str) -> SubmitResult:
         return submit_result(self.scheduler, self.live, jid, self.store.job)
-
-
-def _kind(ob: Observation) -> str:
-    return {AttemptExit: "exit", Ack: "checkpoint ack", NodeEvent: "node event"}.get(
-        type(ob), "observation"
-    )
-
-
-def _medium_fault(exc: BaseException) -> bool:
-    return isinstance(exc, StoreUnavailable) or unavailable(exc) is not None

@@ -42,7 +42,6 @@ from pathlib import Path
 from typing import Any
 
 from gpufence.control.base import failpoints
-from gpufence.control.base.arrays import parse_array
 from gpufence.control.base.privatefs import PRIVATE_DIR
 from gpufence.control.store import accounting, migrations, names
 from gpufence.control.store.errors import (
@@ -474,24 +473,9 @@ class Tx:
         return names.resolve(self._c.execute, tenant, ref)
 
     def array_tasks(self, first: str) -> tuple[str, ...]:
-        """Every task of the array ``first`` names, in order (none when it is no array): what a
-        replayed submit (the same Idempotency-Key) answers with. The tasks were inserted one
-        after the other in one transaction, so they are the rows from ``first`` on; their specs
-        are read here, not by SQLite's JSON functions (a spec an older version stored with
-        ``Infinity`` is malformed JSON to SQLite, which reports that as a damaged database)."""
+        """Every task of the array ``first`` names, in order (``names.array_tasks``)."""
         row = self.job(first)
-        task, array = row.spec.get("array_task"), row.spec.get("array")
-        if not isinstance(task, dict) or task.get("job") != first or not isinstance(array, str):
-            return ()
-        count = len(parse_array(array)[0])
-        rows = self._c.execute(
-            "SELECT id, spec FROM jobs WHERE seq >= ? ORDER BY seq LIMIT ?", (row.seq, count)
-        ).fetchall()
-        return tuple(
-            str(jid)
-            for jid, spec in rows
-            if json.loads(spec).get("array_task", {}).get("job") == first
-        )
+        return names.array_tasks(self._c.execute, first, row.seq, row.spec)
 
     def idempotent(self, tenant: str, key: str) -> tuple[str, str] | None:
         """(job id, request hash) an Idempotency-Key of this tenant already stands for."""
@@ -550,7 +534,7 @@ class Tx:
             # its grace), or a Stop or a set-aside of one being cancelled, writes ``stopping``
             # again with its own reason; nothing changed state, so no observer hears of it
             return
-        if not _legal(row["state"], fields["state"]):
+        if not lifecycle.legal_names(row["state"], fields["state"]):
             raise IllegalStateChange(job_id, str(row["state"]), str(fields["state"]))
         started = fields.get("started_at", row["started_at"])
         self.changes.append(
@@ -612,12 +596,3 @@ class Tx:
             "INSERT INTO events(t, job_id, kind, reason, message) VALUES(?,?,?,?,?)",
             (t, job_id, kind, reason, message),
         )
-
-
-def _legal(old: object, new: object) -> bool:
-    """Whether the lifecycle table has the move ``old -> new`` (a state it does not know has
-    no move)."""
-    try:
-        return lifecycle.legal(JobState(str(old)), JobState(str(new)))
-    except ValueError:
-        return False

@@ -88,3 +88,8 @@ def reason_of(exc: BaseException) -> str | None:
 def unavailable(exc: BaseException) -> StoreUnavailable | None:
     reason = reason_of(exc)
     return StoreUnavailable(reason) if reason is not None else None
+
+
+def medium_fault(exc: BaseException) -> bool:
+    """The store's medium failed (full disk, I/O error, gone), as opposed to a bug."""
+    return isinstance(exc, StoreUnavailable) or unavailable(exc) is not None

@@ -16,6 +16,7 @@ import sqlite3
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from gpufence.control.base.arrays import parse_array
 from gpufence.control.base.config import ADMIN
 from gpufence.model.lifecycle import TERMINAL_STATES
 
@@ -102,3 +103,24 @@ def _named(row: sqlite3.Row | tuple[object, ...]) -> Named:
     task = spec.get("array_task") if isinstance(spec, dict) else None
     array = str(task["job"]) if isinstance(task, dict) and "job" in task else None
     return Named(str(row[0]), str(row[1]), str(row[2]), array)
+
+
+def array_tasks(
+    execute: Callable[..., sqlite3.Cursor], first: str, seq: int, spec: dict[str, object]
+) -> tuple[str, ...]:
+    """Every task of the array ``first`` (at ``seq``, with ``spec``) names, in order (none when
+    it is no array): what a replayed submit (the same Idempotency-Key) answers with. The tasks
+    were inserted one after the other in one transaction, so they are the rows from ``first``
+    on; their specs are read here, not by SQLite's JSON functions (a spec an older version
+    stored with ``Infinity`` is malformed JSON to SQLite, which reports that as a damaged
+    database)."""
+    task, array = spec.get("array_task"), spec.get("array")
+    if not isinstance(task, dict) or task.get("job") != first or not isinstance(array, str):
+        return ()
+    count = len(parse_array(array)[0])
+    rows = execute(
+        "SELECT id, spec FROM jobs WHERE seq >= ? ORDER BY seq LIMIT ?", (seq, count)
+    ).fetchall()
+    return tuple(
+        str(jid) for jid, raw in rows if json.loads(raw).get("array_task", {}).get("job") == first
+    )
