@@ -30,7 +30,7 @@ HARNESS = ROOT / "tests" / "k8s"
 sys.path.insert(0, str(HARNESS))
 
 from cluster import LOOPBACK, KubeCluster, free_port  # noqa: E402
-from fake_objects import GPU, RUN_S, FakeNode, gpu_nodes  # noqa: E402
+from fake_objects import GPU, RUN_S, FakeNode, gpu_nodes, shaped_gpu_nodes  # noqa: E402
 from kubelet import FakeKubelet  # noqa: E402
 
 __all__ = ["GPU", "LOOPBACK", "FakeKubelet", "FakeNode", "KubeCluster", "gpu_nodes"]
@@ -78,10 +78,27 @@ class KubeletProcess:
     """tests/k8s/kubelet.py in a process of its own (so that the benchmark's watch and creates
     do not take its GIL): the kubelets of ``count`` GPU nodes named like ``gpu_nodes``."""
 
-    def __init__(self, kc: KubeCluster, count: int, gpus: int = 8, inflight: int = 256) -> None:
-        self.nodes = gpu_nodes(count, gpus)
+    def __init__(
+        self,
+        kc: KubeCluster,
+        count: int,
+        gpus: int = 8,
+        inflight: int = 256,
+        rack_size: int = 32,
+        gpu_counts: Sequence[int] = (),
+    ) -> None:
+        """``gpu_counts``: each node's GPUs (a heterogeneous cluster; ``count`` and ``gpus``
+        then ignored)."""
+        if gpu_counts:
+            count = len(gpu_counts)
+            self.nodes = shaped_gpu_nodes(gpu_counts, rack_size=rack_size)
+        else:
+            self.nodes = gpu_nodes(count, gpus, rack_size=rack_size)
         argv = [sys.executable, str(HARNESS / "kubelet.py"), "--kubeconfig", str(kc.kubeconfig)]
         argv += ["--nodes", str(count), "--gpus", str(gpus), "--max-inflight", str(inflight)]
+        argv += ["--rack-size", str(rack_size)]
+        if gpu_counts:
+            argv += ["--gpu-counts", ",".join(str(c) for c in gpu_counts)]
         self._log = open(kc.work_dir / "logs" / "kubelet.log", "ab")  # noqa: SIM115
         self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=self._log, text=True)
         assert self.proc.stdout is not None

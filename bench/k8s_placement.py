@@ -22,24 +22,34 @@ Each scheduler runs alone against a fresh API server with ``--nodes`` fake 8-GPU
   8 GPUs the free GPUs can hold, one whole node each (printed ``Nx8``; the 4-GPU figure in the
   JSON lines); and the same once ``--probe`` (90 %) of the GPUs are bound, where the free 10 %
   is either whole nodes (packed) or scattered (fragmented). openb's whole-GPU mix is 98 % one-GPU
-  pods, so at 130 % both schedulers end full; the 90 % probe is where packing still shows.
+  pods, so at 130 % every scheduler ends full; the 90 % probe is where packing still shows.
+* the largest *rack-local* gang at the probe: the most 8-GPU pods one rack's free GPUs can hold
+  (nodes carry a ``gpufence.io/rack`` label, ``--rack-size`` nodes each, 8 by default: 64 GPUs,
+  one leaf switch). A training gang's all-reduce wants one rack; kube-scheduler does not see
+  racks, so the whole nodes it leaves free are wherever its ties fell.
 
-kube-scheduler: default profile with NodeResourcesFit's scoring strategy MostAllocated
-(``nvidia.com/gpu`` weight 10, cpu and memory 1) from a KubeSchedulerConfiguration, and
-``percentageOfNodesToScore: 100`` (``--kube-score-pct``) so it scores every feasible node (its
-default samples about half of them at this size, which would handicap its packing).
+kube-scheduler, two settings, each alone on its own fresh API server: the default profile with
+NodeResourcesFit's scoring strategy MostAllocated (``nvidia.com/gpu`` weight 10, cpu and memory 1)
+from a KubeSchedulerConfiguration, and
+* ``kube-scheduler``: ``percentageOfNodesToScore: 100``, so it scores every feasible node (its
+  best packing);
+* ``kube-scheduler-sampled``: the release's adaptive default, which at 200 nodes scores the
+  first 100 feasible nodes it finds from a rotating start; what an operator who only switches
+  the scoring strategy gets.
 
     PYTHONPATH=src python bench/k8s_placement.py --quick    # 50 nodes
     PYTHONPATH=src python bench/k8s_placement.py            # 200 nodes (1,600 GPUs)
 
-Progress on stderr; the figures last on stdout:
-    gpufence_largest_gang=Nx8 kube_scheduler_largest_gang=Nx8
-    gpufence_gpu_alloc=... kube_scheduler_gpu_alloc=...
+Progress on stderr; the figures last on stdout, one line per figure, gpufence first:
+    gpufence_largest_rack_gang_at_90pct=Nx8 kube_scheduler_largest_rack_gang_at_90pct=Nx8 ...
+    ...
+    gpufence_gpu_alloc=... kube_scheduler_gpu_alloc=... kube_scheduler_sampled_gpu_alloc=...
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 import dataclasses
 import json
 import random
@@ -60,10 +70,10 @@ from gpufence.sim.workloads import openb
 
 NAMESPACE = "bench"
 TRACE_DIR = kb.ROOT.parent / "shared" / "traces" / "alibaba-gpu-v2023"
-GPUS_PER_NODE = 8
+NODE_LIST = "openb_node_list_gpu_node.csv"
 
 
-def openb_whole_gpu_stream(trace: Path, nodes: int, load: float, seed: int) -> list[int]:
+def openb_whole_gpu_stream(trace: Path, capacity: int, load: float, seed: int) -> list[int]:
     """GPU counts of the stream, in arrival order (see the module docstring)."""
     pods = [p.num_gpu for p in openb.load_pods(trace) if p.num_gpu >= 1 and p.gpu_milli == 1000]
     if not pods:
@@ -71,7 +81,8 @@ def openb_whole_gpu_stream(trace: Path, nodes: int, load: float, seed: int) -> l
     rng = random.Random(seed)
     order = list(pods)
     rng.shuffle(order)
-    target, total, out = load * nodes * GPUS_PER_NODE, 0, []
+    target, total = load * capacity, 0
+    out: list[int] = []
     while True:
         gpus = order[len(out)] if len(out) < len(order) else rng.choice(pods)
         if total + gpus > target:
@@ -80,11 +91,23 @@ def openb_whole_gpu_stream(trace: Path, nodes: int, load: float, seed: int) -> l
         total += gpus
 
 
+def openb_node_gpus(node_list: Path, nodes: int, seed: int) -> list[int]:
+    """The GPUs of ``nodes`` nodes drawn (seeded, without replacement) from openb's GPU nodes:
+    the trace's cluster is 617 nodes of 8 GPUs, 54 of 4, 518 of 2 and 24 of 1, so a draw keeps
+    that mix (node order shuffled, so racks mix sizes as real rows do)."""
+    with node_list.open() as f:
+        counts = [int(row["gpu"]) for row in csv.DictReader(f) if int(row["gpu"]) > 0]
+    if nodes > len(counts):
+        raise SystemExit(f"--nodes {nodes}: {node_list} has only {len(counts)} GPU nodes")
+    return random.Random(seed).sample(counts, nodes)
+
+
 @dataclass
 class Snapshot:
     gpus_bound: int
     gang8: int
     gang4: int
+    rack_gang8: int  # the most 8-GPU pods the free GPUs of one rack can hold (one node each)
 
 
 @dataclass
@@ -98,19 +121,50 @@ class Result:
     end: Snapshot
     first_withdrawal: Snapshot | None
     at_probe: Snapshot | None  # when --probe of the GPUs were bound
+    at_capacity_arrived: Snapshot | None  # when the pods arrived so far asked for every GPU
     seconds: float
     calibration_ms: float
 
 
-def _snapshot(rec: kb.PodRecorder, node_names: list[str]) -> Snapshot:
+@dataclass(frozen=True)
+class Fleet:
+    """The fake nodes: each one's GPUs and rack label."""
+
+    gpus: dict[str, int]
+    rack: dict[str, str]
+
+    @property
+    def capacity(self) -> int:
+        return sum(self.gpus.values())
+
+
+def _snapshot(rec: kb.PodRecorder, fleet: Fleet) -> Snapshot:
+    """Bound GPUs and the largest gangs the free GPUs hold."""
     used: Counter[str] = Counter()
     for r in rec.pods.values():
         if r.node is not None and not r.deleted:
             used[r.node] += r.gpus
-    free = [GPUS_PER_NODE - used[n] for n in node_names]
-    if min(free) < 0:
-        raise SystemExit(f"a node holds more than {GPUS_PER_NODE} GPUs: {used.most_common(3)}")
-    return Snapshot(sum(used.values()), sum(f // 8 for f in free), sum(f // 4 for f in free))
+    free = {n: g - used[n] for n, g in fleet.gpus.items()}
+    if min(free.values()) < 0:
+        raise SystemExit(f"a node holds more GPUs than it has: {used.most_common(3)}")
+    per_rack: Counter[str] = Counter()
+    for n, f in free.items():
+        per_rack[fleet.rack[n]] += f // 8
+    return Snapshot(
+        sum(used.values()),
+        sum(f // 8 for f in free.values()),
+        sum(f // 4 for f in free.values()),
+        max(per_rack.values(), default=0),
+    )
+
+
+@dataclass
+class Marks:
+    """The snapshots taken along the stream, each the first time its condition holds."""
+
+    first_withdrawal: Snapshot | None = None
+    probe: Snapshot | None = None
+    capacity_arrived: Snapshot | None = None
 
 
 def _decided(name: str) -> Callable[[dict[str, kb.PodRecord]], bool]:
@@ -125,49 +179,64 @@ def _stream(
     lt: kb.LoopThread,
     rec: kb.PodRecorder,
     objs: list[Any],
-    node_names: list[str],
+    fleet: Fleet,
     args: argparse.Namespace,
-) -> tuple[int, int, Snapshot | None, Snapshot | None]:
+) -> tuple[int, int, Marks]:
     """FGD's protocol: one pod at a time, withdrawn when reported unschedulable. Also returns
-    the snapshots at the first withdrawal and when ``args.probe`` of the GPUs are bound."""
-    withdrawn = undecided = 0
-    first: Snapshot | None = None
-    probe: Snapshot | None = None
-    capacity = len(node_names) * GPUS_PER_NODE
+    the snapshots at the first withdrawal, when ``args.probe`` of the GPUs are bound and when
+    the pods arrived so far asked for every GPU of the cluster."""
+    withdrawn = undecided = arrived = 0
+    marks = Marks()
+    capacity = fleet.capacity
     for i, obj in enumerate(objs):
         name = obj.metadata.name
         gpus = int(obj.spec.containers[0].resources.limits[kb.GPU])
-        if _snapshot(rec, node_names).gpus_bound + gpus > capacity:
+        arrived += gpus
+        if _snapshot(rec, fleet).gpus_bound + gpus > capacity:
             # fewer GPUs free in the whole cluster than it asks: no scheduler can place it
             # (nothing completes), so it is withdrawn without asking (saves ~2 s a pod)
             withdrawn += 1
-            first = first or _snapshot(rec, node_names)
-            continue
-        kb.create_objects(lt, [obj])
-        if not rec.wait(name, _decided(name), args.wait):
-            undecided += 1
-        if rec.pods[name].node is not None:
-            now = _snapshot(rec, node_names)
-            if probe is None and now.gpus_bound >= args.probe * capacity:
-                probe = now
-            continue
-        lt.call(lt.client.delete(Pod, name, namespace=NAMESPACE, grace_period=0))
-        withdrawn += 1
-        if first is None:
-            first = _snapshot(rec, node_names)
-            kb.log(f"first withdrawal at pod {i}: {rec.pods[name].unschedulable}")
-    return withdrawn, undecided, first, probe
+            marks.first_withdrawal = marks.first_withdrawal or _snapshot(rec, fleet)
+        else:
+            kb.create_objects(lt, [obj])
+            if not rec.wait(name, _decided(name), args.wait):
+                undecided += 1
+            if rec.pods[name].node is None:
+                lt.call(lt.client.delete(Pod, name, namespace=NAMESPACE, grace_period=0))
+                withdrawn += 1
+                if marks.first_withdrawal is None:
+                    marks.first_withdrawal = _snapshot(rec, fleet)
+                    kb.log(f"first withdrawal at pod {i}: {rec.pods[name].unschedulable}")
+        now = _snapshot(rec, fleet)
+        if marks.probe is None and now.gpus_bound >= args.probe * capacity:
+            marks.probe = now
+        if marks.capacity_arrived is None and arrived >= capacity:
+            marks.capacity_arrived = now
+    return withdrawn, undecided, marks
 
 
-def run_one(scheduler: str, stream: list[int], args: argparse.Namespace, work: Path) -> Result:
-    sched_name = kb.KUBE_SCHEDULER if scheduler == "kube-scheduler" else kb.GPUFENCE
+SCHEDULERS = {
+    # name -> kube-scheduler's percentageOfNodesToScore (None: gpufence)
+    "gpufence": None,
+    "kube-scheduler": 100,  # scores every feasible node: its best packing
+    "kube-scheduler-sampled": 0,  # the release's adaptive default (0 = unset)
+}
+
+
+def run_one(
+    scheduler: str, stream: list[int], node_gpus: list[int], args: argparse.Namespace, work: Path
+) -> Result:
+    score_pct = SCHEDULERS[scheduler]
+    sched_name = kb.GPUFENCE if score_pct is None else kb.KUBE_SCHEDULER
     kb.log(f"{scheduler}: fresh API server in {work}")
     kc = kb.start_cluster(work, gang_api=False)
     lt = kb.LoopThread(kc.kubeconfig, "bench-client")
     kubelet: kb.KubeletProcess | None = None
     rec, proc = None, None
     try:
-        kubelet = kb.KubeletProcess(kc, args.nodes, GPUS_PER_NODE)
+        kubelet = kb.KubeletProcess(
+            kc, len(node_gpus), rack_size=args.rack_size, gpu_counts=node_gpus
+        )
         nodes = kubelet.nodes
         kb.namespace(lt, NAMESPACE)
         rec = kb.PodRecorder(lt, NAMESPACE).start()
@@ -176,7 +245,7 @@ def run_one(scheduler: str, stream: list[int], args: argparse.Namespace, work: P
                 work / "kube-scheduler.yaml",
                 kc.kube_scheduler_kubeconfig,
                 most_allocated=True,
-                score_pct=args.kube_score_pct,
+                score_pct=score_pct or None,
             )
             proc = kb.start_kube_scheduler(kc, cfg, gang_api=False)
         else:
@@ -195,15 +264,17 @@ def run_one(scheduler: str, stream: list[int], args: argparse.Namespace, work: P
             )
             for i, gpus in enumerate(stream)
         ]
-        names = [n.name for n in nodes]
+        fleet = Fleet(
+            {n.name: n.gpus for n in nodes}, {n.name: n.labels["gpufence.io/rack"] for n in nodes}
+        )
         calibration = kb.calibration_ms()
         t = time.monotonic()
-        withdrawn, undecided, first, probe = _stream(lt, rec, objs, names, args)
+        withdrawn, undecided, marks = _stream(lt, rec, objs, fleet, args)
         seconds = time.monotonic() - t
         kb.log(f"{len(objs)} pods streamed in {seconds:.1f}s, {withdrawn} withdrawn")
         if proc.poll() is not None:
             kb.log(f"{scheduler} exited with {proc.returncode} (logs in {work / 'logs'})")
-        end = _snapshot(rec, names)
+        end = _snapshot(rec, fleet)
         bound = sum(1 for r in rec.pods.values() if r.node is not None and not r.deleted)
         return Result(
             scheduler,
@@ -211,10 +282,11 @@ def run_one(scheduler: str, stream: list[int], args: argparse.Namespace, work: P
             bound,
             withdrawn,
             undecided,
-            args.nodes * GPUS_PER_NODE,
+            fleet.capacity,
             end,
-            first,
-            probe,
+            marks.first_withdrawal,
+            marks.probe,
+            marks.capacity_arrived,
             seconds,
             calibration,
         )
@@ -226,6 +298,47 @@ def run_one(scheduler: str, stream: list[int], args: argparse.Namespace, work: P
             kb.log(f"kubelet: {kubelet.stop()}")
         lt.close()
         kc.close()
+
+
+def _figure(r: Result | None, what: str) -> str:
+    """One figure of ``r`` as printed: "nan" where the scheduler did not run or never got
+    there (no withdrawal, probe share never reached)."""
+    if r is None:
+        return "nan"
+    snap = {
+        "end": r.end,
+        "first": r.first_withdrawal,
+        "probe": r.at_probe,
+        "arrived": r.at_capacity_arrived,
+    }
+    s = snap[what.split(".")[0]]
+    if s is None:
+        return "nan"
+    field = what.split(".")[1]
+    if field == "alloc":
+        return f"{s.gpus_bound / r.capacity:.4f}"
+    return f"{getattr(s, field)}x8"
+
+
+def _print_figures(results: dict[str, Result], probe: float) -> None:
+    """The figures, last on stdout: gpufence first, then each kube-scheduler setting."""
+    pct = f"{probe * 100:.0f}pct"
+    rows = [
+        (f"largest_rack_gang_at_{pct}", "probe.rack_gang8"),
+        (f"largest_gang_at_{pct}", "probe.gang8"),
+        ("alloc_at_first_withdrawal", "first.alloc"),
+        ("alloc_at_100pct_arrived", "arrived.alloc"),
+        ("largest_gang", "end.gang8"),
+        ("gpu_alloc", "end.alloc"),
+    ]
+    for label, what in rows:
+        print(
+            " ".join(
+                f"{name.replace('-', '_')}_{label}={_figure(results.get(name), what)}"
+                for name in ("gpufence", "kube-scheduler", "kube-scheduler-sampled")
+                if name in results
+            )
+        )
 
 
 def main(argv: list[str]) -> int:
@@ -240,54 +353,40 @@ def main(argv: list[str]) -> int:
         "--probe", type=float, default=0.9, help="also the largest gang once this share is bound"
     )
     ap.add_argument("--wait", type=float, default=15.0, help="limit on one pod's decision (s)")
-    ap.add_argument("--kube-score-pct", type=int, default=100)
-    ap.add_argument("--schedulers", default="kube-scheduler,gpufence")
+    ap.add_argument("--rack-size", type=int, default=8, help="nodes per rack label")
+    ap.add_argument(
+        "--cluster",
+        choices=("openb", "uniform"),
+        default="openb",
+        help="openb: nodes drawn from the trace's GPU nodes (8/4/2/1 GPUs); uniform: 8 GPUs each",
+    )
+    ap.add_argument("--schedulers", default="kube-scheduler,kube-scheduler-sampled,gpufence")
     ap.add_argument("--quick", action="store_true", help="50 nodes")
     ap.add_argument("--keep", action="store_true", help="keep the work directories (logs)")
     args = ap.parse_args(argv)
     if args.quick:
         args.nodes = 50
-    stream = openb_whole_gpu_stream(args.trace, args.nodes, args.load, args.seed)
+    if args.cluster == "openb":
+        node_gpus = openb_node_gpus(args.trace.parent / NODE_LIST, args.nodes, args.seed)
+    else:
+        node_gpus = [8] * args.nodes
+    kb.log(f"cluster: {len(node_gpus)} nodes, GPUs per node {sorted(Counter(node_gpus).items())}")
+    stream = openb_whole_gpu_stream(args.trace, sum(node_gpus), args.load, args.seed)
     mix = Counter(stream)
     kb.log(f"stream: {len(stream)} pods, {sum(stream)} GPUs; GPUs per pod {sorted(mix.items())}")
     results: dict[str, Result] = {}
     for scheduler in args.schedulers.split(","):
-        if scheduler not in ("kube-scheduler", "gpufence"):
-            ap.error(f"--schedulers: unknown {scheduler!r} (kube-scheduler, gpufence)")
+        if scheduler not in SCHEDULERS:
+            ap.error(f"--schedulers: unknown {scheduler!r} (one of {', '.join(SCHEDULERS)})")
         work = Path(tempfile.mkdtemp(prefix=f"k8s-pl-{scheduler}-"))
         try:
-            results[scheduler] = run_one(scheduler, stream, args, work)
+            results[scheduler] = run_one(scheduler, stream, node_gpus, args, work)
         finally:
             if not args.keep:
                 shutil.rmtree(work, ignore_errors=True)
     for r in results.values():
         print(json.dumps(dataclasses.asdict(r)))
-    g, k = results.get("gpufence"), results.get("kube-scheduler")
-
-    def gang(r: Result | None) -> str:
-        return f"{r.end.gang8}x8" if r else "nan"
-
-    def alloc(r: Result | None) -> str:
-        return f"{r.end.gpus_bound / r.capacity:.4f}" if r else "nan"
-
-    def first(r: Result | None) -> str:
-        if r is None or r.first_withdrawal is None:
-            return "nan"
-        return f"{r.first_withdrawal.gpus_bound / r.capacity:.4f}"
-
-    def probe(r: Result | None) -> str:
-        return f"{r.at_probe.gang8}x8" if r is not None and r.at_probe is not None else "nan"
-
-    pct = f"{args.probe * 100:.0f}pct"
-    print(
-        f"gpufence_largest_gang_at_{pct}={probe(g)} kube_scheduler_largest_gang_at_{pct}={probe(k)}"
-    )
-    print(
-        f"gpufence_alloc_at_first_withdrawal={first(g)}"
-        f" kube_scheduler_alloc_at_first_withdrawal={first(k)}"
-    )
-    print(f"gpufence_largest_gang={gang(g)} kube_scheduler_largest_gang={gang(k)}")
-    print(f"gpufence_gpu_alloc={alloc(g)} kube_scheduler_gpu_alloc={alloc(k)}")
+    _print_figures(results, args.probe)
     return 0
 
 

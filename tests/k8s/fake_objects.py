@@ -3,7 +3,7 @@ kubelet reports, as plain JSON-able dicts (no client, no I/O)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -142,12 +142,20 @@ def gpu_nodes(
     count: int, gpus: int = 8, prefix: str = "gpu", rack_size: int = 32
 ) -> list[FakeNode]:
     """``count`` identical GPU nodes named ``prefix-000..``, ``rack_size`` to a rack label."""
-    width = len(str(count - 1))
+    return shaped_gpu_nodes([gpus] * count, prefix, rack_size)
+
+
+def shaped_gpu_nodes(
+    counts: Sequence[int], prefix: str = "gpu", rack_size: int = 32
+) -> list[FakeNode]:
+    """GPU nodes named ``prefix-000..``, node ``i`` with ``counts[i]`` GPUs, ``rack_size`` to a
+    rack label (a heterogeneous cluster such as openb's: 8-, 4-, 2- and 1-GPU nodes)."""
+    width = len(str(len(counts) - 1))
     return [
         FakeNode(
             f"{prefix}-{i:0{width}d}",
             gpus=gpus,
             labels={"gpufence.io/rack": f"rack-{i // rack_size}"},
         )
-        for i in range(count)
+        for i, gpus in enumerate(counts)
     ]

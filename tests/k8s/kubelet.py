@@ -46,6 +46,7 @@ from fake_objects import (
     micro_time,
     now_utc,
     rfc3339,
+    shaped_gpu_nodes,
     status_patch,
 )
 from lightkube import ALL_NS, ApiError, AsyncClient, KubeConfig
@@ -519,15 +520,19 @@ class FakeKubelet:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Runs the fake kubelets of ``--nodes`` identical GPU nodes in this process until SIGTERM or
-    SIGINT (benchmarks run it apart, so it has a core's worth of GIL to itself). Prints ``ready``
-    once the nodes are registered, and its counters as JSON when it stops."""
+    """Runs the fake kubelets of ``--nodes`` GPU nodes (identical, or ``--gpu-counts``) in this
+    process until SIGTERM or SIGINT (benchmarks run it apart, so it has a core's worth of GIL to
+    itself). Prints ``ready`` once the nodes are registered, and its counters as JSON when it
+    stops."""
     ap = argparse.ArgumentParser(description=main.__doc__)
     ap.add_argument("--kubeconfig", required=True)
     ap.add_argument("--nodes", type=int, required=True)
     ap.add_argument("--gpus", type=int, default=8)
     ap.add_argument("--prefix", default="gpu")
     ap.add_argument("--rack-size", type=int, default=32)
+    ap.add_argument(
+        "--gpu-counts", default="", help="GPUs of each node, comma-separated (overrides --gpus)"
+    )
     ap.add_argument("--lease-interval", type=float, default=10.0)
     ap.add_argument("--max-inflight", type=int, default=64, help="API calls in flight at most")
     args = ap.parse_args(argv)
@@ -538,7 +543,14 @@ def main(argv: list[str] | None = None) -> int:
     with FakeKubelet(
         args.kubeconfig, lease_interval_s=args.lease_interval, max_inflight=args.max_inflight
     ) as kubelet:
-        kubelet.add_nodes(gpu_nodes(args.nodes, args.gpus, args.prefix, args.rack_size))
+        if args.gpu_counts:
+            counts = [int(c) for c in args.gpu_counts.split(",")]
+            if len(counts) != args.nodes:
+                ap.error(f"--gpu-counts gives {len(counts)} nodes, --nodes {args.nodes}")
+            nodes = shaped_gpu_nodes(counts, args.prefix, args.rack_size)
+        else:
+            nodes = gpu_nodes(args.nodes, args.gpus, args.prefix, args.rack_size)
+        kubelet.add_nodes(nodes)
         print("ready", flush=True)
         stop.wait()
     print(json.dumps(kubelet.stats.__dict__), flush=True)
