@@ -101,7 +101,9 @@ def pod(
     scheduler: str = "gpufence",
     resources: dict[str, str] | None = None,
     group: str = "",
+    spec: dict[str, object] | None = None,
 ) -> str:
+    """A pending pod; ``spec`` adds fields to its spec (nodeSelector, affinity, ...)."""
     pod_name = pod_name or name("pod")
     limits = resources if resources is not None else {GPU: str(gpus)}
     body = {
@@ -111,6 +113,7 @@ def pod(
         "spec": {
             "schedulerName": scheduler,
             "containers": [{"name": "main", "image": "busybox", "resources": {"limits": limits}}],
+            **(spec or {}),
         },
     }
     if group:

@@ -23,6 +23,7 @@ from gpufence.kube.api_actions import ActionRunner, BindFailed
 from gpufence.kube.fences import FenceSpec
 from gpufence.kube.hardware import Hardware, Usage, build_hardware, cordoned
 from gpufence.kube.informer import Change, Informer, Resync
+from gpufence.kube.node_rules import GpuNodeFacts
 from gpufence.kube.objects import (
     ObservedNode,
     ObservedPod,
@@ -329,7 +330,13 @@ class KubeScheduler:
         for line in self.hardware.problems:
             log.warning("%s", line)
         self.core = Scheduler(self.hardware.cluster, SchedulerConfig())
-        self.tracker = Tracker(self.names.scheduler_name, self.fences.policy.queues, self.groups)
+        facts = {
+            n.name: GpuNodeFacts(self.nodes[n.name].labels, n.gpu_type)
+            for n in self.hardware.cluster.nodes
+        }
+        self.tracker = Tracker(
+            self.names.scheduler_name, self.fences.policy.queues, self.groups, facts
+        )
         self._down = {}
         self._carry = []
         pods = [self._with_inflight(p) for p in self.pods.values()]

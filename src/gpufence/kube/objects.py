@@ -13,6 +13,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from gpufence.kube import names
+from gpufence.kube.node_rules import NodeRule, Requirement
 
 _SUFFIX = {
     "n": Decimal("1e-9"),
@@ -107,6 +108,7 @@ class ObservedPod:
     tolerations: tuple[Toleration, ...] = ()
     created: float = 0.0  # creationTimestamp, seconds since the epoch
     group: str = ""  # spec.schedulingGroup.podGroupName: Kubernetes' own gang API (a PodGroup)
+    node_rule: NodeRule = field(default_factory=NodeRule)  # nodeSelector, required affinity
 
     @property
     def key(self) -> str:
@@ -170,7 +172,26 @@ def observe_pod(pod: Any) -> ObservedPod:
         tolerations=tolerations,
         created=created,
         group=(spec.schedulingGroup.podGroupName or "") if spec.schedulingGroup else "",
+        node_rule=node_rule_of(spec),
     )
+
+
+def _requirements(entries: Any, field: bool) -> tuple[Requirement, ...]:
+    return tuple(
+        Requirement(e.key, e.operator, tuple(e.values or ()), field) for e in entries or ()
+    )
+
+
+def node_rule_of(spec: Any) -> NodeRule:
+    """A pod spec's hard node constraints (preferred affinity is a preference: not kept)."""
+    selector = tuple(sorted((spec.nodeSelector or {}).items()))
+    affinity = spec.affinity.nodeAffinity if spec.affinity is not None else None
+    required = affinity.requiredDuringSchedulingIgnoredDuringExecution if affinity else None
+    terms = tuple(
+        _requirements(t.matchExpressions, False) + _requirements(t.matchFields, True)
+        for t in (required.nodeSelectorTerms if required is not None else ())
+    )
+    return NodeRule(selector, terms)
 
 
 @dataclass(frozen=True, slots=True)

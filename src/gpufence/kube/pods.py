@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from decimal import Decimal
 
 from gpufence.kube import names
+from gpufence.kube.node_rules import GpuNodeFacts, gpu_types_for
 from gpufence.kube.objects import ObservedPod
 from gpufence.model.job import MILLI_PER_GPU, GpuRequest, Job, WorkloadClass
 from gpufence.model.partition import QueueSpec
@@ -173,8 +174,11 @@ def read_pod(
     pod: ObservedPod,
     queues: Mapping[str, QueueSpec],
     groups: Mapping[str, int | None] | None = None,
+    nodes: Mapping[str, GpuNodeFacts] | None = None,
 ) -> PodAsk | PodProblem:
-    """The job a pod asks for, or what is wrong with it (one message, naming the key)."""
+    """The job a pod asks for, or what is wrong with it (one message, naming the key).
+    ``nodes``: the GPU nodes, against which the pod's own node constraint is read as GPU
+    types (kube/node_rules.py)."""
     try:
         checkpointable_raw = pod.annotations.get(names.ANN_CHECKPOINTABLE, "false").strip().lower()
         if checkpointable_raw not in _TRUE:
@@ -197,6 +201,7 @@ def read_pod(
             cpu_milli=pod.cpu_milli(),
             mem_mib=pod.mem_mib(),
             tenant=pod.namespace,
+            gpu_types=gpu_types_for(pod.node_rule, nodes or {}),
         )
         gang = _gang(pod, groups or {})
         if gang is None and pod.group:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 
 from gpufence.kube import names
 from gpufence.kube.actions import Action, AnnotatePod, BindPod, DeletePod, ShowPending
+from gpufence.kube.node_rules import GpuNodeFacts
 from gpufence.kube.objects import ObservedPod
 from gpufence.kube.placement_notes import BindNote, assignments_of, plan_of
 from gpufence.kube.pods import PodAsk, PodProblem, assemble, job_id_of, read_pod
@@ -64,9 +65,13 @@ class Tracker:
         scheduler_name: str,
         queues: Mapping[str, QueueSpec],
         groups: Mapping[str, int | None] | None = None,
+        nodes: Mapping[str, GpuNodeFacts] | None = None,
     ) -> None:
         self.scheduler_name = scheduler_name
         self.queues = queues
+        # the GPU nodes of the model this tracker feeds: pods' node constraints are read
+        # against them (a change of node labels rebuilds the model and the tracker)
+        self.nodes: Mapping[str, GpuNodeFacts] = nodes or {}
         # PodGroups (namespace/name -> gang minCount, None: no gang policy), kept by the loop
         self.groups: Mapping[str, int | None] = groups if groups is not None else {}
         self.jobs: dict[str, CoreJob] = {}
@@ -107,7 +112,7 @@ class Tracker:
         if self._refused.get(pod.key) == (pod.uid, pod.labels, pod.annotations):
             return  # refused as it is; a change (the fix) reads it again
         self._refused.pop(pod.key, None)
-        ask = read_pod(pod, self.queues, self.groups)
+        ask = read_pod(pod, self.queues, self.groups, self.nodes)
         if isinstance(ask, PodProblem):
             self._refuse(pod, ask.message)
             self._drop_ask(pod.key)
@@ -285,7 +290,7 @@ class Tracker:
     def _restore_job(self, cluster: Cluster, jid: str, members: list[ObservedPod]) -> None:
         note = BindNote.read(members[0].annotations)
         assert note is not None
-        ask = read_pod(members[0], self.queues, self.groups)
+        ask = read_pod(members[0], self.queues, self.groups, self.nodes)
         assignments = assignments_of(cluster, note.plan)
         by_name = {p.name: p for p in members}
         namespace = members[0].namespace
