@@ -473,6 +473,24 @@ def stop(proc: subprocess.Popen[bytes] | None, grace: float = 10.0) -> None:
         proc.wait(timeout=10)
 
 
+def tear_down(
+    proc: subprocess.Popen[bytes] | None,
+    rec: PodRecorder | None,
+    kubelet: KubeletProcess | None,
+    lt: LoopThread,
+    kc: KubeCluster,
+) -> None:
+    """One benchmark run's end, in order: the scheduler, the recorder's watch, the fake
+    kubelets (their counters logged), the client loop, the API server."""
+    stop(proc)
+    if rec is not None:
+        rec.stop()
+    if kubelet is not None:
+        log(f"kubelet: {kubelet.stop()}")
+    lt.close()
+    kc.close()
+
+
 def calibration_ms() -> float:
     """A pure-Python yardstick (``sum(range(10**7))``, ms): on this shared 2-core machine the
     other work's load moves every figure, so each run prints it beside its figures."""

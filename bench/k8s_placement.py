@@ -291,13 +291,7 @@ def run_one(
             calibration,
         )
     finally:
-        kb.stop(proc)
-        if rec is not None:
-            rec.stop()
-        if kubelet is not None:
-            kb.log(f"kubelet: {kubelet.stop()}")
-        lt.close()
-        kc.close()
+        kb.tear_down(proc, rec, kubelet, lt, kc)
 
 
 def _figure(r: Result | None, what: str) -> str:

@@ -205,13 +205,7 @@ def run_one(scheduler: str, args: argparse.Namespace, work: Path) -> Result:
             ),
         )
     finally:
-        kb.stop(proc)
-        if rec is not None:
-            rec.stop()
-        if kubelet is not None:
-            kb.log(f"kubelet: {kubelet.stop()}")
-        lt.close()
-        kc.close()
+        kb.tear_down(proc, rec, kubelet, lt, kc)
 
 
 def main(argv: list[str]) -> int:
