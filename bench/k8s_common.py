@@ -86,12 +86,13 @@ class KubeletProcess:
         inflight: int = 256,
         rack_size: int = 32,
         gpu_counts: Sequence[int] = (),
+        node_cpu_mem: Sequence[tuple[int, int]] = (),
     ) -> None:
         """``gpu_counts``: each node's GPUs (a heterogeneous cluster; ``count`` and ``gpus``
-        then ignored)."""
+        then ignored); ``node_cpu_mem``: each node's CPU (milli) and memory (MiB), if given."""
         if gpu_counts:
             count = len(gpu_counts)
-            self.nodes = shaped_gpu_nodes(gpu_counts, rack_size=rack_size)
+            self.nodes = shaped_gpu_nodes(gpu_counts, rack_size=rack_size, cpu_mem=node_cpu_mem)
         else:
             self.nodes = gpu_nodes(count, gpus, rack_size=rack_size)
         argv = [sys.executable, str(HARNESS / "kubelet.py"), "--kubeconfig", str(kc.kubeconfig)]
@@ -99,6 +100,8 @@ class KubeletProcess:
         argv += ["--rack-size", str(rack_size)]
         if gpu_counts:
             argv += ["--gpu-counts", ",".join(str(c) for c in gpu_counts)]
+        if node_cpu_mem:
+            argv += ["--node-cpu-mem", ",".join(f"{c}/{m}" for c, m in node_cpu_mem)]
         self._log = open(kc.work_dir / "logs" / "kubelet.log", "ab")  # noqa: SIM115
         self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=self._log, text=True)
         assert self.proc.stdout is not None
@@ -189,6 +192,8 @@ class PodSpec:
     gpus: int
     run_s: float | None
     gang: tuple[str, int] | None = None
+    cpu_milli: int = 1000
+    mem_mib: int = 1024
 
 
 def pod_object(
@@ -205,7 +210,11 @@ def pod_object(
                 "name": "main",
                 "image": "fake",
                 "resources": {
-                    "requests": {GPU: str(spec.gpus), "cpu": "1", "memory": "1Gi"},
+                    "requests": {
+                        GPU: str(spec.gpus),
+                        "cpu": f"{spec.cpu_milli}m",
+                        "memory": f"{spec.mem_mib}Mi",
+                    },
                     "limits": {GPU: str(spec.gpus)},
                 },
             }

@@ -28,6 +28,12 @@ Each scheduler runs alone against a fresh API server with ``--nodes`` fake 8-GPU
   one leaf switch). A training gang's all-reduce wants one rack; kube-scheduler does not see
   racks, so the whole nodes it leaves free are wherever its ties fell.
 
+CPU and memory: by default (``--resources gpus``) every pod asks 1 CPU and 1 GiB and every
+node has 128 CPUs and 1 TiB, so GPUs alone decide, as the stream is defined. ``--resources
+trace`` gives pods their trace CPU and memory (a 1-GPU pod asks 11.4 cores at the median, up to
+24) and openb nodes theirs (96 cores on most 8-GPU nodes, 104 on most 2-GPU ones): then CPU runs
+out before GPUs on some nodes and GPUs are stranded, FGD's setting.
+
 kube-scheduler, two settings, each alone on its own fresh API server: the default profile with
 NodeResourcesFit's scoring strategy MostAllocated (``nvidia.com/gpu`` weight 10, cpu and memory 1)
 from a KubeSchedulerConfiguration, and
@@ -49,7 +55,6 @@ Progress on stderr; the figures last on stdout, one line per figure, gpufence fi
 from __future__ import annotations
 
 import argparse
-import csv
 import dataclasses
 import json
 import random
@@ -73,33 +78,57 @@ TRACE_DIR = kb.ROOT.parent / "shared" / "traces" / "alibaba-gpu-v2023"
 NODE_LIST = "openb_node_list_gpu_node.csv"
 
 
-def openb_whole_gpu_stream(trace: Path, capacity: int, load: float, seed: int) -> list[int]:
-    """GPU counts of the stream, in arrival order (see the module docstring)."""
-    pods = [p.num_gpu for p in openb.load_pods(trace) if p.num_gpu >= 1 and p.gpu_milli == 1000]
+@dataclass(frozen=True)
+class Shape:
+    """What a pod asks or a node has: GPUs, CPU (milli-cores) and host memory (MiB)."""
+
+    gpus: int
+    cpu_milli: int
+    mem_mib: int
+
+
+GPU_ONLY_POD = (1000, 1024)  # --resources gpus: every pod 1 CPU and 1 GiB
+GPU_ONLY_NODE = (128_000, 1024 * 1024)  # and every node 128 CPUs, 1 TiB (the fake default)
+
+
+def openb_whole_gpu_stream(
+    trace: Path, capacity: int, load: float, seed: int, trace_resources: bool
+) -> list[Shape]:
+    """The stream, in arrival order (see the module docstring): each pod's GPUs, and its CPU and
+    memory from the trace where ``trace_resources``, else ``GPU_ONLY_POD``."""
+    pods = [
+        Shape(p.num_gpu, *((p.cpu_milli, p.mem_mib) if trace_resources else GPU_ONLY_POD))
+        for p in openb.load_pods(trace)
+        if p.num_gpu >= 1 and p.gpu_milli == 1000
+    ]
     if not pods:
         raise SystemExit(f"{trace}: no whole-GPU pods")
     rng = random.Random(seed)
     order = list(pods)
     rng.shuffle(order)
     target, total = load * capacity, 0
-    out: list[int] = []
+    out: list[Shape] = []
     while True:
-        gpus = order[len(out)] if len(out) < len(order) else rng.choice(pods)
-        if total + gpus > target:
+        pod = order[len(out)] if len(out) < len(order) else rng.choice(pods)
+        if total + pod.gpus > target:
             return out
-        out.append(gpus)
-        total += gpus
+        out.append(pod)
+        total += pod.gpus
 
 
-def openb_node_gpus(node_list: Path, nodes: int, seed: int) -> list[int]:
-    """The GPUs of ``nodes`` nodes drawn (seeded, without replacement) from openb's GPU nodes:
-    the trace's cluster is 617 nodes of 8 GPUs, 54 of 4, 518 of 2 and 24 of 1, so a draw keeps
-    that mix (node order shuffled, so racks mix sizes as real rows do)."""
-    with node_list.open() as f:
-        counts = [int(row["gpu"]) for row in csv.DictReader(f) if int(row["gpu"]) > 0]
-    if nodes > len(counts):
-        raise SystemExit(f"--nodes {nodes}: {node_list} has only {len(counts)} GPU nodes")
-    return random.Random(seed).sample(counts, nodes)
+def openb_nodes(node_list: Path, nodes: int, seed: int, trace_resources: bool) -> list[Shape]:
+    """``nodes`` nodes drawn (seeded, without replacement) from openb's GPU nodes: the trace's
+    cluster is 617 nodes of 8 GPUs, 54 of 4, 518 of 2 and 24 of 1, so a draw keeps that mix
+    (node order shuffled, so racks mix sizes as real rows do). Their CPU and memory are the
+    trace's where ``trace_resources``, else ``GPU_ONLY_NODE``."""
+    all_nodes = [
+        Shape(n.gpus, *((n.cpu_milli, n.mem_mib) if trace_resources else GPU_ONLY_NODE))
+        for n in openb.load_nodes(node_list)
+        if n.gpus > 0
+    ]
+    if nodes > len(all_nodes):
+        raise SystemExit(f"--nodes {nodes}: {node_list} has only {len(all_nodes)} GPU nodes")
+    return random.Random(seed).sample(all_nodes, nodes)
 
 
 @dataclass
@@ -224,7 +253,7 @@ SCHEDULERS = {
 
 
 def run_one(
-    scheduler: str, stream: list[int], node_gpus: list[int], args: argparse.Namespace, work: Path
+    scheduler: str, stream: list[Shape], shapes: list[Shape], args: argparse.Namespace, work: Path
 ) -> Result:
     score_pct = SCHEDULERS[scheduler]
     sched_name = kb.GPUFENCE if score_pct is None else kb.KUBE_SCHEDULER
@@ -235,7 +264,11 @@ def run_one(
     rec, proc = None, None
     try:
         kubelet = kb.KubeletProcess(
-            kc, len(node_gpus), rack_size=args.rack_size, gpu_counts=node_gpus
+            kc,
+            len(shapes),
+            rack_size=args.rack_size,
+            gpu_counts=[n.gpus for n in shapes],
+            node_cpu_mem=[(n.cpu_milli, n.mem_mib) for n in shapes],
         )
         nodes = kubelet.nodes
         kb.namespace(lt, NAMESPACE)
@@ -256,13 +289,13 @@ def run_one(
         width = len(str(len(stream)))
         objs = [
             kb.pod_object(
-                kb.PodSpec(f"s-{i:0{width}d}", gpus, None),
+                kb.PodSpec(f"s-{i:0{width}d}", p.gpus, None, None, p.cpu_milli, p.mem_mib),
                 NAMESPACE,
                 sched_name,
                 gang_api=False,
                 labels={"bench": "placement"},
             )
-            for i, gpus in enumerate(stream)
+            for i, p in enumerate(stream)
         ]
         fleet = Fleet(
             {n.name: n.gpus for n in nodes}, {n.name: n.labels["gpufence.io/rack"] for n in nodes}
@@ -354,27 +387,38 @@ def main(argv: list[str]) -> int:
         default="openb",
         help="openb: nodes drawn from the trace's GPU nodes (8/4/2/1 GPUs); uniform: 8 GPUs each",
     )
+    ap.add_argument(
+        "--resources",
+        choices=("trace", "gpus"),
+        default="gpus",
+        help="trace: pods' CPU and memory and (openb cluster) nodes' from the trace; gpus: "
+        "1 CPU and 1 GiB a pod, nodes of 128 CPUs (GPUs decide)",
+    )
     ap.add_argument("--schedulers", default="kube-scheduler,kube-scheduler-sampled,gpufence")
     ap.add_argument("--quick", action="store_true", help="50 nodes")
     ap.add_argument("--keep", action="store_true", help="keep the work directories (logs)")
     args = ap.parse_args(argv)
     if args.quick:
         args.nodes = 50
+    trace_res = args.resources == "trace"
     if args.cluster == "openb":
-        node_gpus = openb_node_gpus(args.trace.parent / NODE_LIST, args.nodes, args.seed)
+        shapes = openb_nodes(args.trace.parent / NODE_LIST, args.nodes, args.seed, trace_res)
     else:
-        node_gpus = [8] * args.nodes
-    kb.log(f"cluster: {len(node_gpus)} nodes, GPUs per node {sorted(Counter(node_gpus).items())}")
-    stream = openb_whole_gpu_stream(args.trace, sum(node_gpus), args.load, args.seed)
-    mix = Counter(stream)
-    kb.log(f"stream: {len(stream)} pods, {sum(stream)} GPUs; GPUs per pod {sorted(mix.items())}")
+        shapes = [Shape(8, *GPU_ONLY_NODE)] * args.nodes
+    mix_n = sorted(Counter(n.gpus for n in shapes).items())
+    kb.log(f"cluster: {len(shapes)} nodes, GPUs per node {mix_n}, resources {args.resources}")
+    stream = openb_whole_gpu_stream(
+        args.trace, sum(n.gpus for n in shapes), args.load, args.seed, trace_res
+    )
+    mix = sorted(Counter(p.gpus for p in stream).items())
+    kb.log(f"stream: {len(stream)} pods, {sum(p.gpus for p in stream)} GPUs; GPUs per pod {mix}")
     results: dict[str, Result] = {}
     for scheduler in args.schedulers.split(","):
         if scheduler not in SCHEDULERS:
             ap.error(f"--schedulers: unknown {scheduler!r} (one of {', '.join(SCHEDULERS)})")
         work = Path(tempfile.mkdtemp(prefix=f"k8s-pl-{scheduler}-"))
         try:
-            results[scheduler] = run_one(scheduler, stream, node_gpus, args, work)
+            results[scheduler] = run_one(scheduler, stream, shapes, args, work)
         finally:
             if not args.keep:
                 shutil.rmtree(work, ignore_errors=True)

@@ -4,7 +4,7 @@ kubelet reports, as plain JSON-able dicts (no client, no I/O)."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -146,16 +146,24 @@ def gpu_nodes(
 
 
 def shaped_gpu_nodes(
-    counts: Sequence[int], prefix: str = "gpu", rack_size: int = 32
+    counts: Sequence[int],
+    prefix: str = "gpu",
+    rack_size: int = 32,
+    cpu_mem: Sequence[tuple[int, int]] = (),
 ) -> list[FakeNode]:
-    """GPU nodes named ``prefix-000..``, node ``i`` with ``counts[i]`` GPUs, ``rack_size`` to a
-    rack label (a heterogeneous cluster such as openb's: 8-, 4-, 2- and 1-GPU nodes)."""
+    """GPU nodes named ``prefix-000..``, node ``i`` with ``counts[i]`` GPUs (and ``cpu_mem[i]``:
+    CPU in milli-cores and memory in MiB, where given), ``rack_size`` to a rack label (a
+    heterogeneous cluster such as openb's: 8-, 4-, 2- and 1-GPU nodes)."""
     width = len(str(len(counts) - 1))
-    return [
-        FakeNode(
+    nodes = []
+    for i, gpus in enumerate(counts):
+        node = FakeNode(
             f"{prefix}-{i:0{width}d}",
             gpus=gpus,
             labels={"gpufence.io/rack": f"rack-{i // rack_size}"},
         )
-        for i, gpus in enumerate(counts)
-    ]
+        if cpu_mem:
+            cpu, mem = cpu_mem[i]
+            node = replace(node, cpu=f"{cpu}m", memory=f"{mem}Mi")
+        nodes.append(node)
+    return nodes

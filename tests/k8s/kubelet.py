@@ -533,6 +533,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--gpu-counts", default="", help="GPUs of each node, comma-separated (overrides --gpus)"
     )
+    ap.add_argument(
+        "--node-cpu-mem", default="", help="each node's CPU milli/memory MiB: 96000/393216,..."
+    )
     ap.add_argument("--lease-interval", type=float, default=10.0)
     ap.add_argument("--max-inflight", type=int, default=64, help="API calls in flight at most")
     args = ap.parse_args(argv)
@@ -547,7 +550,13 @@ def main(argv: list[str] | None = None) -> int:
             counts = [int(c) for c in args.gpu_counts.split(",")]
             if len(counts) != args.nodes:
                 ap.error(f"--gpu-counts gives {len(counts)} nodes, --nodes {args.nodes}")
-            nodes = shaped_gpu_nodes(counts, args.prefix, args.rack_size)
+            cpu_mem = [
+                (int(c), int(m))
+                for c, m in (e.split("/") for e in args.node_cpu_mem.split(",") if e)
+            ]
+            if cpu_mem and len(cpu_mem) != len(counts):
+                ap.error(f"--node-cpu-mem gives {len(cpu_mem)} nodes, --gpu-counts {len(counts)}")
+            nodes = shaped_gpu_nodes(counts, args.prefix, args.rack_size, cpu_mem)
         else:
             nodes = gpu_nodes(args.nodes, args.gpus, args.prefix, args.rack_size)
         kubelet.add_nodes(nodes)
