@@ -315,7 +315,10 @@ def test_activity_tells_a_busy_member_from_an_idle_one(
         assert ex.activity() == {}  # the first sample only sets each attempt's baseline
         time.sleep(1.5)
         sample = ex.activity()
-        assert sample[("busy", 1)] > 0.3, sample
+        # a spinning process has a core when the machine is quiet, but on a loaded 2-core
+        # machine it gets a share; what matters is that it reads above any idle threshold
+        # (0.05 by default) while the sleeper reads below it
+        assert sample[("busy", 1)] > 0.1, sample
         assert sample[("idle", 1)] < 0.05, sample
     finally:
         ex.close(kill=True)

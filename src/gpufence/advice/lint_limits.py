@@ -22,7 +22,7 @@ from gpufence.advice.shape import (
 )
 from gpufence.model.cluster import Cluster
 from gpufence.model.job import MILLI_PER_GPU, WorkloadClass
-from gpufence.model.partition import PreemptionMode, SharingMode
+from gpufence.model.partition import PreemptionMode, QueueSpec, SharingMode
 
 
 def lending_reclaim_slow(cluster: Cluster, inp: LintInputs) -> list[Advice]:
@@ -216,8 +216,7 @@ def preempts_non_checkpointable(cluster: Cluster, inp: LintInputs) -> list[Advic
 def quota_borrow_unbounded(cluster: Cluster, inp: LintInputs) -> list[Advice]:
     out: list[Advice] = []
     for p in cluster.partitions:
-        names = cluster.partition_queues[p]
-        queues = [cluster.queues[q] for q in names]
+        queues = [cluster.queues[q] for q in cluster.partition_queues[p]]
         cap = len(cluster.partition_gpus[p])
         total = nominal_total(cluster, p)
         if not any(q.nominal_milli is not None for q in queues):
@@ -234,73 +233,65 @@ def quota_borrow_unbounded(cluster: Cluster, inp: LintInputs) -> list[Advice]:
                 and o.nominal_milli is not None
                 and (o.lending_limit_milli is None or o.lending_limit_milli > 0)
             ]
-            if not lenders:
-                continue
-            lendable = (
-                sum(
-                    (o.nominal_milli if o.lending_limit_milli is None else o.lending_limit_milli)
-                    or 0
-                    for o in lenders
-                )
-                / MILLI_PER_GPU
-            )
-            who = ", ".join(o.name for o in lenders)
-            head = f"The queues of {p} promise {total:g} of its {cap} GPUs as nominal quota, and "
-            if q.nominal_milli is None:
-                head += (
-                    f"queue {q.name} has no quota at all: its jobs ignore quota and can take "
-                    f"any free GPU, including the guaranteed quota of {who}."
-                )
-                path = inp.queue_path(q.name, "nominal_gpus")
-                fix = (
-                    f"Give {q.name} a nominal_gpus share (take it from the others' quotas) and "
-                    "a borrowing_limit_gpus."
-                )
-                diff = spec_diff(
-                    cluster, {}, {q.name: [(None, "nominal_gpus: <its share>")]}, inp.queue_index
-                )
-            else:
-                limit = max(1, math.floor(lendable / 2))
-                head += (
-                    f"queue {q.name} may borrow without a limit: it can hold the "
-                    f"{gpus(lendable)} that {who} {'lends' if len(lenders) == 1 else 'lend'} "
-                    "while idle."
-                )
-                path = inp.queue_path(q.name, "borrowing_limit_gpus")
-                fix = (
-                    f"Give {q.name} a borrowing limit (borrowing_limit_gpus: {limit}, half of "
-                    f"what the others lend), or give {who} lending_limit_gpus."
-                )
-                diff = spec_diff(
-                    cluster,
-                    {},
-                    {q.name: [(None, f"borrowing_limit_gpus: {limit}")]},
-                    inp.queue_index,
-                )
-            why = head + (
-                " gpufence never preempts a borrower to give quota back, so when the lenders "
-                "return, their guaranteed quota waits until the borrower's jobs end (hours, for "
-                "heavy-tailed training)."
-            )
-            out.append(
-                Advice(
-                    rules.QUOTA_BORROW_UNBOUNDED,
-                    Severity.WARNING,
-                    path,
-                    why,
-                    {
-                        "summary": f"{p}: quotas cover all {cap} GPUs; {q.name} borrows without "
-                        "a limit",
-                        "partition": p,
-                        "queue": q.name,
-                        "nominal_total_gpus": total,
-                        "capacity_gpus": cap,
-                        "lenders": [o.name for o in lenders],
-                        "lendable_gpus": lendable,
-                        "queue_max_gpus": quota_max(cluster, q.name),
-                    },
-                    fix,
-                    diff,
-                )
-            )
+            if lenders:
+                out.append(_unbounded_borrower(cluster, inp, p, q, lenders))
     return out
+
+
+def _unbounded_borrower(
+    cluster: Cluster, inp: LintInputs, p: str, q: QueueSpec, lenders: list[QueueSpec]
+) -> Advice:
+    """The advice for queue ``q`` of partition ``p``, whose quotas cover every GPU: ``q`` has
+    no quota, or no borrowing limit, so it can hold what ``lenders`` lend."""
+    cap = len(cluster.partition_gpus[p])
+    total = nominal_total(cluster, p)
+    lendable = (
+        sum(
+            (o.nominal_milli if o.lending_limit_milli is None else o.lending_limit_milli) or 0
+            for o in lenders
+        )
+        / MILLI_PER_GPU
+    )
+    who = ", ".join(o.name for o in lenders)
+    head = f"The queues of {p} promise {total:g} of its {cap} GPUs as nominal quota, and "
+    if q.nominal_milli is None:
+        head += (
+            f"queue {q.name} has no quota at all: its jobs ignore quota and can take "
+            f"any free GPU, including the guaranteed quota of {who}."
+        )
+        path = inp.queue_path(q.name, "nominal_gpus")
+        fix = (
+            f"Give {q.name} a nominal_gpus share (take it from the others' quotas) and "
+            "a borrowing_limit_gpus."
+        )
+        line = "nominal_gpus: <its share>"
+    else:
+        limit = max(1, math.floor(lendable / 2))
+        head += (
+            f"queue {q.name} may borrow without a limit: it can hold the "
+            f"{gpus(lendable)} that {who} {'lends' if len(lenders) == 1 else 'lend'} "
+            "while idle."
+        )
+        path = inp.queue_path(q.name, "borrowing_limit_gpus")
+        fix = (
+            f"Give {q.name} a borrowing limit (borrowing_limit_gpus: {limit}, half of "
+            f"what the others lend), or give {who} lending_limit_gpus."
+        )
+        line = f"borrowing_limit_gpus: {limit}"
+    diff = spec_diff(cluster, {}, {q.name: [(None, line)]}, inp.queue_index)
+    why = head + (
+        " gpufence never preempts a borrower to give quota back, so when the lenders "
+        "return, their guaranteed quota waits until the borrower's jobs end (hours, for "
+        "heavy-tailed training)."
+    )
+    facts = {
+        "summary": f"{p}: quotas cover all {cap} GPUs; {q.name} borrows without a limit",
+        "partition": p,
+        "queue": q.name,
+        "nominal_total_gpus": total,
+        "capacity_gpus": cap,
+        "lenders": [o.name for o in lenders],
+        "lendable_gpus": lendable,
+        "queue_max_gpus": quota_max(cluster, q.name),
+    }
+    return Advice(rules.QUOTA_BORROW_UNBOUNDED, Severity.WARNING, path, why, facts, fix, diff)

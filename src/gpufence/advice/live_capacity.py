@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from statistics import median
 
 from gpufence.advice import catalog as rules
@@ -28,6 +28,18 @@ def _clipped(a: AttemptSpan, h: History) -> float:
     return max(0.0, min(end, h.now) - max(a.start, h.start))
 
 
+@dataclass(frozen=True)
+class _IdleFinding:
+    """What one partition's interactive sessions show: who, why, and the fix."""
+
+    long: list[JobSpan]
+    why: str
+    fix: str
+    diff: str
+    path: tuple[str, ...]
+    evidence: dict[str, object]
+
+
 def idle_interactive(
     cluster: Cluster, h: History, settings: AdviceSettings, inp: LintInputs
 ) -> list[Advice]:
@@ -41,92 +53,103 @@ def idle_interactive(
             if j.workload_class == str(WorkloadClass.INTERACTIVE) and j.partition == p
         ]
         held = {j.id: sum(_clipped(a, h) for a in h.attempts_of(j.id)) for j in sessions}
-        if part.reclaim is None:
-            long = [j for j in sessions if held[j.id] >= settings.interactive_hold_s]
-            if not long:
-                continue
-            gpu_h = sum(held[j.id] * j.gpus for j in long) / 3600
-            top = max(long, key=lambda j: held[j.id])
-            why = (
-                f"Partition {p} has no reclaim policy, and {len(long)} interactive session(s) "
-                f"held GPUs for more than {hours(settings.interactive_hold_s)} "
-                f"({gpu_h:.1f} GPU-hours; longest {top.id}, {hours(held[top.id])}). Nothing gives "
-                "an idle session's GPUs back, and gpufence only watches activity where a "
-                "reclaim policy asks for it. "
-                + seeds.quote(seeds.NOTEBOOKS)
-                + " "
-                + seeds.quote(seeds.RECLAIM_INTERACTIVE)
-            )
-            fix = f"Add a reclaim policy to {p}: idle sessions are warned, then reclaimed."
-            diff = spec_diff(cluster, {p: [(None, _RECLAIM)]})
-            path: tuple[str, ...] = ("partitions", p, "reclaim")
-            evidence: dict[str, object] = {"gpu_hours": round(gpu_h, 3)}
-        else:
-            pol = part.reclaim
-            kept = Counter(
-                m.job_id
-                for m in h.marks
-                if m.kind == "notice-withdrawn" and m.reason == "active-again"
-            )
-            # warned idle again and again, and idle for most of the time it held its GPUs: the
-            # policy's allowance is being renewed by touches, not by work
-            long = [
-                j
-                for j in sessions
-                if kept[j.id] >= 2 and kept[j.id] * pol.idle_after_s >= 0.5 * held[j.id]
-            ]
-            if not long:
-                continue
-            idle_gpu_h = sum(kept[j.id] * pol.idle_after_s * j.gpus for j in long) / 3600
-            top = max(long, key=lambda j: kept[j.id])
-            why = (
-                f"{len(long)} session(s) in {p} were warned idle {sum(kept[j.id] for j in long)} "
-                f"times and became active just in time, every time ({top.id}: {kept[top.id]} "
-                f"times): each warning means {hours(pol.idle_after_s)} of idle GPUs, so at least "
-                f"{idle_gpu_h:.1f} GPU-hours sat idle beyond what the reclaim policy intends. A "
-                "keep-alive that touches the GPU defeats it. " + seeds.quote(seeds.NOTEBOOKS)
-            )
-            better = min(1.0, round(max(pol.idle_threshold * 3, 0.15), 2))
-            fix = (
-                f"Make a touch not count as work: raise {p}'s reclaim.idle_threshold from "
-                f"{pol.idle_threshold:g} to {better:g}, or shorten idle_after_s "
-                f"({pol.idle_after_s:g} s)."
-            )
-            diff = spec_diff(
-                cluster,
-                {
-                    p: [
-                        (
-                            f"reclaim.idle_threshold: {pol.idle_threshold:g}",
-                            f"reclaim.idle_threshold: {better:g}",
-                        )
-                    ]
-                },
-            )
-            path = ("partitions", p, "reclaim", "idle_threshold")
-            evidence = {
-                "idle_gpu_hours_at_least": round(idle_gpu_h, 3),
-                "warnings_withdrawn": {j.id: kept[j.id] for j in long},
-            }
+        found = (
+            _held_without_reclaim(cluster, p, sessions, held, settings)
+            if part.reclaim is None
+            else _kept_alive_by_touches(cluster, p, sessions, held, h)
+        )
+        if found is None:
+            continue
+        long = found.long
         out.append(
             Advice(
                 rules.IDLE_INTERACTIVE,
                 Severity.WARNING,
-                path,
-                why,
+                found.path,
+                found.why,
                 {
                     "summary": f"{len(long)} interactive session(s) in {p} kept GPUs idle",
                     "partition": p,
                     "jobs": [j.id for j in long],
-                    **evidence,
+                    **found.evidence,
                 },
-                fix,
-                diff,
+                found.fix,
+                found.diff,
                 Scope.JOBS,
                 tuple(sorted({j.tenant for j in long})),
             )
         )
     return out
+
+
+def _held_without_reclaim(
+    cluster: Cluster,
+    p: str,
+    sessions: list[JobSpan],
+    held: dict[str, float],
+    settings: AdviceSettings,
+) -> _IdleFinding | None:
+    """No reclaim policy: sessions that held GPUs longer than the advice's threshold."""
+    long = [j for j in sessions if held[j.id] >= settings.interactive_hold_s]
+    if not long:
+        return None
+    gpu_h = sum(held[j.id] * j.gpus for j in long) / 3600
+    top = max(long, key=lambda j: held[j.id])
+    why = (
+        f"Partition {p} has no reclaim policy, and {len(long)} interactive session(s) "
+        f"held GPUs for more than {hours(settings.interactive_hold_s)} "
+        f"({gpu_h:.1f} GPU-hours; longest {top.id}, {hours(held[top.id])}). Nothing gives "
+        "an idle session's GPUs back, and gpufence only watches activity where a "
+        "reclaim policy asks for it. "
+        + seeds.quote(seeds.NOTEBOOKS)
+        + " "
+        + seeds.quote(seeds.RECLAIM_INTERACTIVE)
+    )
+    fix = f"Add a reclaim policy to {p}: idle sessions are warned, then reclaimed."
+    diff = spec_diff(cluster, {p: [(None, _RECLAIM)]})
+    return _IdleFinding(
+        long, why, fix, diff, ("partitions", p, "reclaim"), {"gpu_hours": round(gpu_h, 3)}
+    )
+
+
+def _kept_alive_by_touches(
+    cluster: Cluster, p: str, sessions: list[JobSpan], held: dict[str, float], h: History
+) -> _IdleFinding | None:
+    """A reclaim policy: sessions warned idle again and again, and idle for most of the time
+    they held their GPUs -- the policy's allowance renewed by touches, not by work."""
+    pol = cluster.partitions[p].reclaim
+    assert pol is not None
+    kept = Counter(
+        m.job_id for m in h.marks if m.kind == "notice-withdrawn" and m.reason == "active-again"
+    )
+    long = [
+        j for j in sessions if kept[j.id] >= 2 and kept[j.id] * pol.idle_after_s >= 0.5 * held[j.id]
+    ]
+    if not long:
+        return None
+    idle_gpu_h = sum(kept[j.id] * pol.idle_after_s * j.gpus for j in long) / 3600
+    top = max(long, key=lambda j: kept[j.id])
+    why = (
+        f"{len(long)} session(s) in {p} were warned idle {sum(kept[j.id] for j in long)} "
+        f"times and became active just in time, every time ({top.id}: {kept[top.id]} "
+        f"times): each warning means {hours(pol.idle_after_s)} of idle GPUs, so at least "
+        f"{idle_gpu_h:.1f} GPU-hours sat idle beyond what the reclaim policy intends. A "
+        "keep-alive that touches the GPU defeats it. " + seeds.quote(seeds.NOTEBOOKS)
+    )
+    better = min(1.0, round(max(pol.idle_threshold * 3, 0.15), 2))
+    fix = (
+        f"Make a touch not count as work: raise {p}'s reclaim.idle_threshold from "
+        f"{pol.idle_threshold:g} to {better:g}, or shorten idle_after_s "
+        f"({pol.idle_after_s:g} s)."
+    )
+    line = f"reclaim.idle_threshold: {pol.idle_threshold:g}"
+    diff = spec_diff(cluster, {p: [(line, f"reclaim.idle_threshold: {better:g}")]})
+    evidence: dict[str, object] = {
+        "idle_gpu_hours_at_least": round(idle_gpu_h, 3),
+        "warnings_withdrawn": {j.id: kept[j.id] for j in long},
+    }
+    path = ("partitions", p, "reclaim", "idle_threshold")
+    return _IdleFinding(long, why, fix, diff, path, evidence)
 
 
 def lending_loses_work(

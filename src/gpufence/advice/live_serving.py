@@ -5,6 +5,7 @@ that costs training) and batch work in the serving queue. Pure functions over a 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 from gpufence.advice import catalog as rules
 from gpufence.advice import seeds
@@ -71,6 +72,76 @@ def _preempting_partition(cluster: Cluster, h: History, victims: list[str]) -> s
     return candidates[0] if candidates else None
 
 
+def _reserve_fix(
+    cluster: Cluster,
+    h: History,
+    inp: LintInputs,
+    s: str,
+    peak_and_margin: tuple[float, int],
+    evidence: dict[str, object],
+) -> tuple[str, str]:
+    """The fix for a serving reserve ``s`` that preempts chronically, and its spec diff: grow
+    it (at what cost to whom), add hardware, or find the capacity it lacked when demand rose.
+    Adds what it recommends to ``evidence``."""
+    wanted, margin = peak_and_margin
+    have = len(cluster.partition_gpus[s])
+    need = wanted + margin
+    change = grow(cluster, s, need, donors(cluster, s)) if need > have else None
+    if change is None and need > have:
+        return (
+            f"Give {s} at least {gpus(need)}: serving's observed peak ({gpus(wanted)}) plus a "
+            f"margin of {gpus(margin)}; the other partitions cannot give that many: add hardware.",
+            "",
+        )
+    if change is None:
+        lends = sum(r.cap_gpus for r in cluster.partitions[s].lending)
+        return (
+            f"Serving's observed peak ({gpus(wanted)}) plus a margin of {gpus(margin)} fits the "
+            f"{have} GPUs of {s}, so the preemptions come from capacity it did not have when "
+            "demand rose: "
+            + (f"the up to {gpus(lends)} it lends out, " if lends else "")
+            + "nodes that were down, or peaks shorter than the history shows. Fix that capacity "
+            "(lend less, keep a node of margin) rather than preempting.",
+            "",
+        )
+    size = change.size(s)
+    evidence["recommended_gpus"] = size
+    costs = _training_costs(cluster, h, s, change.gpus)
+    evidence["training_cost"] = costs
+    fix = (
+        f"Grow the serving reserve {s} from {have} to {gpus(size)} (observed peak "
+        f"{wanted:g} + margin {margin}). It costs: {'; '.join(costs)}."
+    )
+    return fix, change.diff(cluster, inp.queue_index)
+
+
+def _training_costs(
+    cluster: Cluster, h: History, s: str, after_change: Mapping[str, tuple[int, ...]]
+) -> list[str]:
+    """What each partition that gives GPUs to ``s`` loses: its size before and after, its
+    peak use, and whether its largest gang still fits."""
+    costs = []
+    top = largest_gangs(h)
+    for d, after in after_change.items():
+        if d == s:
+            continue
+        before = len(cluster.partition_gpus[d])
+        used, _ = peak(
+            (a.start, a.end if a.end is not None else h.now, a.gpus)
+            for a in h.attempts
+            if a.partition == d and a.lent_from is None
+        )
+        text = f"{d} goes from {before} to {len(after)} GPUs (it used up to {used:g} at once"
+        gang = top.get(d)
+        if gang is not None:
+            fits = gang.gpus <= len(after)
+            text += f"; its largest gang, {gang.id} with {gpus(gang.gpus)}, " + (
+                "still fits" if fits else "would no longer fit: see the wrong-shape rule"
+            )
+        costs.append(text + ")")
+    return costs
+
+
 def chronic_preemption(
     cluster: Cluster, h: History, settings: AdviceSettings, inp: LintInputs
 ) -> list[Advice]:
@@ -100,7 +171,6 @@ def chronic_preemption(
     demand = serving_peak(cluster, h, s)
     wanted = demand.gpus if demand is not None else float(have)
     margin = 0 if len(cluster.nodes) == 1 else settings.failure_margin_nodes * node_gpus(cluster, s)
-    need = wanted + margin
     periods = _period_name(cp.period_s)
     why = (
         f"{len(stops)} preemptions for serving on {len(hit)} of the last {seen} {periods} "
@@ -127,52 +197,7 @@ def chronic_preemption(
         "peak_serving_gpus": wanted,
         "margin_gpus": margin,
     }
-    change = grow(cluster, s, need, donors(cluster, s)) if need > have else None
-    if change is None and need > have:
-        fix = (
-            f"Give {s} at least {gpus(need)}: serving's observed peak ({gpus(wanted)}) plus a "
-            f"margin of {gpus(margin)}; the other partitions cannot give that many: add hardware."
-        )
-        diff = ""
-    elif change is None:
-        lends = sum(r.cap_gpus for r in cluster.partitions[s].lending)
-        fix = (
-            f"Serving's observed peak ({gpus(wanted)}) plus a margin of {gpus(margin)} fits the "
-            f"{have} GPUs of {s}, so the preemptions come from capacity it did not have when "
-            "demand rose: "
-            + (f"the up to {gpus(lends)} it lends out, " if lends else "")
-            + "nodes that were down, or peaks shorter than the history shows. Fix that capacity "
-            "(lend less, keep a node of margin) rather than preempting."
-        )
-        diff = ""
-    else:
-        size = change.size(s)
-        evidence["recommended_gpus"] = size
-        costs = []
-        top = largest_gangs(h)
-        for d, after in change.gpus.items():
-            if d == s:
-                continue
-            before = len(cluster.partition_gpus[d])
-            used, _ = peak(
-                (a.start, a.end if a.end is not None else h.now, a.gpus)
-                for a in h.attempts
-                if a.partition == d and a.lent_from is None
-            )
-            text = f"{d} goes from {before} to {len(after)} GPUs (it used up to {used:g} at once"
-            gang = top.get(d)
-            if gang is not None:
-                fits = gang.gpus <= len(after)
-                text += f"; its largest gang, {gang.id} with {gpus(gang.gpus)}, " + (
-                    "still fits" if fits else "would no longer fit: see the wrong-shape rule"
-                )
-            costs.append(text + ")")
-        evidence["training_cost"] = costs
-        fix = (
-            f"Grow the serving reserve {s} from {have} to {gpus(size)} (observed peak "
-            f"{wanted:g} + margin {margin}). It costs: {'; '.join(costs)}."
-        )
-        diff = change.diff(cluster, inp.queue_index)
+    fix, diff = _reserve_fix(cluster, h, inp, s, (wanted, margin), evidence)
     return [
         Advice(
             rules.CHRONIC_PREEMPTION,
