@@ -119,3 +119,24 @@ def test_the_idle_gpus_a_lender_would_lend_are_capped_by_its_rule() -> None:
         "needs 2 free GPUs, partition train has 0 free; GPUs reserved from when running jobs "
         "end; serve lends 2 idle GPUs to checkpointable jobs only",
     )
+
+
+def test_gpus_stranded_by_cpu_say_what_is_short() -> None:
+    """Two 4-GPU nodes of 16 cores: two 1-GPU jobs of 12 cores each take most of a node's CPU,
+    so 6 GPUs stay free but no node has 12 cores left for a third. The reason names the CPU
+    and memory a replica needs and the most free on a node (FGD's stranded GPUs), not
+    "fragmented" GPUs."""
+    s = make(
+        ClusterBuilder()
+        .nodes("n", 2, gpus=4, cpu_cores=16, mem_gib=64)
+        .partition("p", ["n"])
+        .build()
+    )
+    jobs = [job(f"j{i}").gpus(1).cpu(12_000, 8192).build() for i in range(3)]
+    binds = s.step(sub(*jobs), 0)
+    assert [d.job_id for d in binds] == ["j0", "j1"]
+    assert s.why_pending("j2") == PendingReason(
+        Reason.FRAGMENTED,
+        "6 GPUs free in p, but the nodes with 1 of them free lack CPU or memory for a replica "
+        "(12 CPUs, 8.0 GiB): the most any of them has free is 4 CPUs and 56.0 GiB",
+    )

@@ -74,11 +74,33 @@ def place_whole(ledger: Ledger, job: Job, pool: str) -> PlaceResult:
     ]
     planned = spread(ledger, job, candidates, lambda n: ledger.free_gpus(pool, n))
     if planned is None:
-        return NotPlaced(
-            Reason.FRAGMENTED,
-            f"{free_total} GPUs free in {pool} but not {job.replicas} x {per} on usable nodes",
-        )
+        host = _host_short(ledger, job, pool)
+        where = host or f" but not {job.replicas} x {per} on usable nodes"
+        return NotPlaced(Reason.FRAGMENTED, f"{free_total} GPUs free in {pool}{where}")
     return Placed(planned)
+
+
+def _host_short(ledger: Ledger, job: Job, pool: str) -> str:
+    """When the GPUs alone would take the gang but the nodes that have them lack CPU or host
+    memory (FGD's stranded GPUs), what is short, with numbers, as ", but ..."; else ""."""
+    per = job.request.gpus
+    if per <= 0:
+        return ""
+    buckets = ledger.buckets[pool]
+    slots, cpu, mem = 0, 0, 0
+    for k in range(per, len(buckets)):
+        for node in buckets[k]:
+            typed = not job.gpu_types or ledger.cluster.nodes[node].gpu_type in job.gpu_types
+            if ledger.node_up[node] and typed:
+                slots += k // per
+                cpu, mem = max(cpu, ledger.cpu_free(node)), max(mem, ledger.mem_free(node))
+    if slots < job.replicas:
+        return ""
+    return (
+        f", but the nodes with {per} of them free lack CPU or memory for a replica "
+        f"({job.cpu_milli / 1000:g} CPUs, {job.mem_mib / 1024:.1f} GiB): "
+        f"the most any of them has free is {cpu / 1000:g} CPUs and {mem / 1024:.1f} GiB"
+    )
 
 
 def _best_fit_in_bucket(ledger: Ledger, job: Job, pool: str, k: int) -> int | None:
