@@ -121,33 +121,6 @@ def test_replicas_spread_over_partial_nodes_fewest_nodes_first() -> None:
     ]
 
 
-def test_small_jobs_fill_the_fullest_rack_so_a_rack_stays_whole() -> None:
-    """Rack-level best fit: four 8-GPU jobs fill both racks; those on nodes 0, 1 and 2 end, in
-    that order. A 1-GPU job then sees three empty nodes, equally good node by node; the fuller
-    rack (r1: 8 free against r0's 16) takes it, so r0 stays whole for a 2 x 8 gang that needs
-    one rack. Without the rack rule the job lands on node 0 (first freed) and the gang has to
-    span two racks (nodes 1 and 2)."""
-    s = make(racks())
-    eights = [job(n).gpus(8).build() for n in ("a", "b", "c", "d")]
-    got = flat(
-        s,
-        [
-            (0, sub(*eights)),
-            (5, [JobFinished("a")]),
-            (6, [JobFinished("b")]),
-            (7, [JobFinished("c")]),
-            (8, sub(job("one").gpus(1).build())),
-            (9, sub(job("gang").gang(2, 8).build())),
-        ],
-    )
-    whole = tuple(range(8))
-    assert got == [
-        *(Bind(n, "p", (an(i, *whole),)) for i, n in enumerate("abcd")),
-        Bind("one", "p", (an(2, 0),)),
-        Bind("gang", "p", (an(0, *whole), an(1, *whole))),
-    ]
-
-
 def test_gang_is_all_or_nothing() -> None:
     s = make(racks(nodes_per_rack=(2,)))
     got = s.step(sub(job("f").gpus(1).build(), job("j").gang(2, 8).build()), 0)

@@ -156,14 +156,6 @@ def _check_indexes(ledger: Ledger) -> list[str]:
             out.append(f"index: ({p}, node {node}) free {ledger.free_count[(p, node)]} != {free}")
         elif node not in ledger.buckets[p][free]:
             out.append(f"index: node {node} missing from bucket {free} of {p}")
-        elif node not in ledger.rack_buckets[p][free].get(ledger.cluster.nodes[node].rack, {}):
-            out.append(f"index: node {node} missing from its rack's bucket {free} of {p}")
-    rack_free: dict[tuple[str, str], int] = {}
-    for (p, node), free in ledger.free_count.items():
-        key = (p, ledger.cluster.nodes[node].rack)
-        rack_free[key] = rack_free.get(key, 0) + free
-    if rack_free != ledger.rack_free:
-        out.append(f"index: free GPUs per rack {ledger.rack_free} != {rack_free}")
     want: dict[tuple[str, str], dict[int, int]] = {}
     for g, st in ledger.mig.items():
         pool = ledger.cluster.gpus[g].partition

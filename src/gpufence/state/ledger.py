@@ -87,12 +87,6 @@ class Ledger:
         # index: (pool, node) -> number of GPUs that are entirely free; buckets by that number
         self.free_count: dict[tuple[str, int], int] = {}
         self.buckets: dict[str, list[dict[int, None]]] = {}
-        # the same buckets split by rack, and each rack's free GPUs per pool: a small job's
-        # best-fit node is taken from the fullest rack, so whole racks stay free for the gangs
-        # that need one (see placement/whole.py)
-        self.rack_buckets: dict[str, list[dict[str, dict[int, None]]]] = {}
-        self.rack_free: dict[tuple[str, str], int] = {}
-        self._rack_of = [n.rack for n in cluster.nodes]
         self.pool_free: dict[str, int] = {p: 0 for p in cluster.partitions}
         self.pool_held: dict[str, int] = {p: 0 for p in cluster.partitions}  # GPUs on hold
         self._held: dict[str, dict[str, set[int]]] = {}  # pool -> hold tag -> its GPUs
@@ -118,14 +112,10 @@ class Ledger:
         c = self.cluster
         for p in c.partitions:
             self.buckets[p] = [{} for _ in range(c.max_gpus_per_node(p) + 1)]
-            self.rack_buckets[p] = [{} for _ in range(c.max_gpus_per_node(p) + 1)]
         for (p, node), gids in c.node_partition_gpus.items():
             free = sum(1 for g in gids if self._is_free(g))
             self.free_count[(p, node)] = free
             self.buckets[p][free][node] = None
-            rack = self._rack_of[node]
-            self.rack_buckets[p][free].setdefault(rack, {})[node] = None
-            self.rack_free[(p, rack)] = self.rack_free.get((p, rack), 0) + free
             self.pool_free[p] += free
 
     def _init_mig(self) -> None:
@@ -263,14 +253,6 @@ class Ledger:
         b = self.buckets[gpu.partition]
         del b[old][gpu.node]
         b[new][gpu.node] = None
-        rack = self._rack_of[gpu.node]
-        rb = self.rack_buckets[gpu.partition]
-        was_in = rb[old][rack]
-        del was_in[gpu.node]
-        if not was_in:
-            del rb[old][rack]
-        rb[new].setdefault(rack, {})[gpu.node] = None
-        self.rack_free[(gpu.partition, rack)] += new - old
         self.pool_free[gpu.partition] += new - old
 
     def _changed(self, node: int) -> None:

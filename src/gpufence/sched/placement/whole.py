@@ -60,11 +60,17 @@ def place_whole(ledger: Ledger, job: Job, pool: str) -> PlaceResult:
     buckets = ledger.buckets[pool]
     top = len(buckets) - 1
     # 1. the whole gang on one node, best fit (the fullest node that still fits)
-    for k in range(need, top + 1):
-        node = _best_fit_in_bucket(ledger, job, pool, k) if buckets[k] else None
-        if node is not None:
-            free = ledger.free_gpus(pool, node)
-            return Placed(tuple(_assign_from(ledger, node, free, job.replicas, per)))
+    if need <= top:
+        for k in range(need, top + 1):
+            for node in buckets[k]:
+                if node_admits(ledger, job, node, job.replicas):
+                    return Placed(
+                        tuple(
+                            _assign_from(
+                                ledger, node, ledger.free_gpus(pool, node), job.replicas, per
+                            )
+                        )
+                    )
     # 2. across nodes (counts from the buckets; GPU lists only for the nodes chosen)
     candidates = [
         (node, k)
@@ -101,20 +107,6 @@ def _host_short(ledger: Ledger, job: Job, pool: str) -> str:
         f"({job.cpu_milli / 1000:g} CPUs, {job.mem_mib / 1024:.1f} GiB): "
         f"the most any of them has free is {cpu / 1000:g} CPUs and {mem / 1024:.1f} GiB"
     )
-
-
-def _best_fit_in_bucket(ledger: Ledger, job: Job, pool: str, k: int) -> int | None:
-    """A node of ``pool`` with exactly ``k`` free GPUs that admits the whole job, taken from
-    the fullest rack (fewest free GPUs of the pool) that has one. Among nodes of equal free
-    GPUs any choice packs the node equally well; the rack decides which racks stay whole for a
-    gang that must sit in one (rack-level best fit). Ties keep the index's order."""
-    racks = ledger.rack_buckets[pool][k]
-    by_fullness = sorted(racks, key=lambda r: ledger.rack_free[(pool, r)])
-    for rack in by_fullness:
-        for node in racks[rack]:
-            if node_admits(ledger, job, node, job.replicas):
-                return node
-    return None
 
 
 def held_for(ledger: Ledger, pool: str) -> str:
