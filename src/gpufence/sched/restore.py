@@ -21,7 +21,6 @@ from gpufence.sched.jobs import Notice as NoticeState
 from gpufence.sched.reclaim import track
 from gpufence.state.ledger import Allocation, charge_milli
 
-
 # notices that took a slot of an incident preemption budget when they were given
 COUNTED_NOTICES = frozenset((Reason.INCIDENT_PREEMPTION, Reason.ON_DEMAND_PREEMPTION))
 
