@@ -101,6 +101,8 @@ def pod(
     scheduler: str = "gpufence",
     resources: dict[str, str] | None = None,
     group: str = "",
+    grace_s: int | None = None,
+    owner: dict[str, Any] | None = None,
 ) -> str:
     pod_name = pod_name or name("pod")
     limits = resources if resources is not None else {GPU: str(gpus)}
@@ -115,6 +117,10 @@ def pod(
     }
     if group:
         body["spec"]["schedulingGroup"] = {"podGroupName": group}  # type: ignore[index]
+    if grace_s is not None:  # how long a deleted pod's containers get (the fake kubelet waits it)
+        body["spec"]["terminationGracePeriodSeconds"] = grace_s  # type: ignore[index]
+    if owner is not None:  # an ownerReference, as a controller sets it
+        body["metadata"]["ownerReferences"] = [owner]  # type: ignore[index]
     ok(kc, "POST", f"/api/v1/namespaces/{ns}/pods", body, 201)
     return pod_name
 

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
 from gpufence.kube import names
-from gpufence.kube.actions import Action, AnnotatePod, BindPod, DeletePod, ShowPending
+from gpufence.kube.actions import Action, AnnotatePod, BindPod, DeletePod, EvictPod, ShowPending
 from gpufence.kube.objects import ObservedPod
 from gpufence.kube.placement_notes import BindNote, assignments_of, plan_of
 from gpufence.kube.pods import PodAsk, PodProblem, assemble, job_id_of, read_pod
@@ -27,11 +27,13 @@ from gpufence.model.decisions import (
     MigReconfigure,
     Notice,
     NoticeWithdrawn,
+    Reason,
     Reject,
     Requeue,
     Stop,
 )
 from gpufence.model.events import (
+    CheckpointAck,
     Event,
     JobCancelled,
     JobFinished,
@@ -56,6 +58,25 @@ class CoreJob:
     ended: dict[str, bool] = field(default_factory=dict)  # pod -> succeeded (or gone: False)
     stop_requeue: bool = False
     torn_down: bool = False  # its remaining pods were told to go (once)
+    notice: str = ""  # the value of the notice in flight (the gpufence.io/notice annotation)
+    acked: bool = False  # the workload answered that notice (gpufence.io/checkpointed)
+
+
+ANN_ACK = names.ANN_CHECKPOINTED
+
+
+def notice_value(reason: Reason, deadline: float) -> str:
+    """The ``gpufence.io/notice`` annotation: ``"<reason> <deadline, seconds since the epoch>"``."""
+    return f"{reason.value} {deadline:.0f}"
+
+
+def read_notice(value: str) -> tuple[Reason, float] | None:
+    """A notice annotation back in the core's terms; None when it is not one gpufence wrote."""
+    reason, _, deadline = value.partition(" ")
+    try:
+        return Reason(reason), float(deadline)
+    except ValueError:
+        return None
 
 
 class Tracker:
@@ -176,6 +197,7 @@ class Tracker:
                 del self.asks[jid]
 
     def _member_changed(self, jid: str, core: CoreJob, pod: ObservedPod) -> None:
+        self._maybe_acked(jid, core, pod)
         if pod.terminal and pod.name not in core.ended:
             core.ended[pod.name] = pod.phase == "Succeeded"
             self._maybe_over(jid, core)
@@ -209,13 +231,25 @@ class Tracker:
             return
         self._forget(jid, JobFinished(jid, succeeded=all(core.ended.values())))
 
-    def _delete_rest(self, core: CoreJob, why: str) -> None:
+    def _maybe_acked(self, jid: str, core: CoreJob, pod: ObservedPod) -> None:
+        """A member copied the notice in flight into ``gpufence.io/checkpointed``: the job's
+        checkpoint is written (one member's word is the job's: rank 0 writes it). An older
+        value (a notice since withdrawn) acknowledges nothing."""
+        if core.notice and not core.acked and pod.annotations.get(ANN_ACK) == core.notice:
+            core.acked = True
+            self.events.append(CheckpointAck(jid))
+
+    def _delete_rest(self, core: CoreJob, why: str, *, evict: bool = False) -> None:
+        """Tell the members still there to go: by eviction for the core's Stop (their
+        PodDisruptionBudget is honoured), by delete for a gang already broken (all-or-nothing:
+        a member failed, or it cannot be restored)."""
         if core.torn_down:
             return
         core.torn_down = True
         for name in core.pods:
             if name not in core.ended:
-                self.actions.append(DeletePod(core.namespace, name, why))
+                cls = EvictPod if evict else DeletePod
+                self.actions.append(cls(core.namespace, name, why))
 
     def _forget(self, jid: str, event: Event) -> None:
         self.events.append(event)
@@ -315,6 +349,7 @@ class Tracker:
             elif not pod.node:
                 self.actions.append(BindPod(namespace, m.pod, m.node, note))  # roll forward
         stopping = any(p.deleting for p in members)
+        notice = None if stopping else self._restored_notice(core, members)
         self.jobs[jid] = core
         self.pod_job.update((f"{namespace}/{name}", jid) for name in core.uids)
         base = jid.split("#", 1)[0]
@@ -329,12 +364,28 @@ class Tracker:
                 attempt=note.attempt,
                 started_at=note.bound_at,
                 lent_from=note.lent_from,
+                notice=notice,
             )
         )
+        if core.acked:  # answered while no scheduler ran
+            self.events.append(CheckpointAck(jid))
         if stopping:
             core.phase = "stopping"
             self._delete_rest(core, "it was being stopped before the restart")
         self._maybe_over(jid, core)
+
+    @staticmethod
+    def _restored_notice(core: CoreJob, members: list[ObservedPod]) -> tuple[Reason, float] | None:
+        """The notice a restored job's pods carry (it lives on the pods: the restart takes it
+        back instead of forgetting it or giving a second one), and whether it was answered."""
+        for pod in members:
+            value = pod.annotations.get(names.ANN_NOTICE, "")
+            notice = read_notice(value) if value else None
+            if notice is not None:
+                core.notice = value
+                core.acked = any(p.annotations.get(ANN_ACK) == value for p in members)
+                return notice
+        return None
 
     # -- decisions ----------------------------------------------------------------------------
 
@@ -348,10 +399,12 @@ class Tracker:
                 self.actions.extend(BindPod(core.namespace, m.pod, m.node, note) for m in plan)
             elif isinstance(d, Stop) and core is not None:
                 core.phase, core.stop_requeue = "stopping", d.requeue
-                self._delete_rest(core, f"{d.reason.value}: {d.message}".rstrip(": "))
+                why = f"{d.reason.value}: {d.message}".rstrip(": ")
+                self._delete_rest(core, why, evict=True)
                 self._maybe_over(d.job_id, core)
             elif isinstance(d, Notice | NoticeWithdrawn) and core is not None:
-                value = f"{d.reason.value} {d.deadline:.0f}" if isinstance(d, Notice) else None
+                value = notice_value(d.reason, d.deadline) if isinstance(d, Notice) else None
+                core.notice, core.acked = value or "", False
                 text = f"{'notice' if value else 'notice withdrawn'}: {d.reason.value} {d.message}"
                 self.actions.extend(
                     AnnotatePod(core.namespace, p, names.ANN_NOTICE, value, text.strip())
