@@ -86,7 +86,7 @@ class Full:
     by two checkpointable pods (``ckpt`` of the lower priority: the core's first victim) and one
     that is not."""
 
-    def __init__(self, env: Env, kubelet: FakeKubelet) -> None:
+    def __init__(self, env: Env, kubelet: FakeKubelet, *, job: bool = False) -> None:
         self.env, self.kc, self.ns = env, env.kc, env.ns
         for fence, gpus in (("serving", 2), ("training", 6)):
             labels = {"test.gpufence.io/run": env.run, "gpufence.io/fence": fence}
@@ -100,18 +100,55 @@ class Full:
         ckpt = {"gpufence.io/checkpointable": "true"}
         # a few seconds of grace: the eviction's marks (deletionTimestamp, DisruptionTarget)
         # stay visible that long before the fake kubelet finishes the pod
-        self.ckpt = env.pod(
-            "ckpt",
-            gpus=2,
-            annotations={**ckpt, "gpufence.io/priority": "0"},
-            labels={"app": "ckpt"},
-            grace_s=4,
+        self.ckpt = (
+            self.job_pod()
+            if job
+            else env.pod(
+                "ckpt",
+                gpus=2,
+                annotations={**ckpt, "gpufence.io/priority": "0"},
+                labels={"app": "ckpt"},
+                grace_s=4,
+            )
         )
         self.ckpt2 = env.pod("ckpt2", gpus=2, annotations={**ckpt, "gpufence.io/priority": "5"})
         self.keep = env.pod("keep", gpus=2, annotations={"gpufence.io/priority": "0"})
         for p in (self.sv0, self.ckpt, self.ckpt2, self.keep):
             env.bound(p)
             k.wait(f"{p} Running", lambda p=p: self.pod(p)["status"].get("phase") == "Running")
+
+    def job_pod(self) -> str:
+        """ckpt as the pod of a batch/v1 Job (its controller makes the next attempt's pod)."""
+        ann = {"gpufence.io/checkpointable": "true", "gpufence.io/priority": "0"}
+        spec = {
+            "schedulerName": self.env.sched,
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 4,
+            "containers": [
+                {"name": "main", "image": "busybox", "resources": {"limits": {k.GPU: "2"}}}
+            ],
+        }
+        job = {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {"name": "train"},
+            "spec": {
+                "backoffLimit": 6,
+                "template": {
+                    "metadata": {"labels": {"app": "ckpt"}, "annotations": ann},
+                    "spec": spec,
+                },
+            },
+        }
+        k.ok(self.kc, "POST", f"/apis/batch/v1/namespaces/{self.ns}/jobs", job, 201)
+        return str(k.wait("the Job's pod", lambda: self.job_pods() and self.job_pods()[0]))
+
+    def job_pods(self) -> list[str]:
+        return [
+            p["metadata"]["name"]
+            for p in k.pods(self.kc, self.ns)
+            if p["metadata"].get("labels", {}).get("job-name") == "train"
+        ]
 
     def start(self) -> Any:
         s = self.env.start(extra=["--lease-namespace", self.ns])
@@ -265,3 +302,36 @@ def test_k8s_kill_9_between_notice_and_stop_keeps_the_notice_and_the_spent_budge
     time.sleep(2)
     full.no_notice_but(full.ckpt)
     assert not k.node_of(full.kc, full.ns, sv2)
+
+
+@pytest.fixture
+def full_job(controlled: KubeCluster, kubelet: FakeKubelet, tmp_path: Path) -> Iterator[Full]:
+    f = Full(_env(controlled, tmp_path, budget=1, grace=120), kubelet, job=True)
+    try:
+        yield f
+    finally:
+        for p in f.env.procs:
+            p.stop()
+
+
+def test_k8s_an_evicted_job_pod_comes_back_through_its_controller_as_attempt_2(
+    full_job: Full,
+) -> None:
+    full = full_job
+    first = full.ckpt
+    job_id = full.annotation(first, "gpufence.io/job")
+    assert full.annotation(first, "gpufence.io/attempt") == "1"
+    sv1 = full.env.pod("sv1", gpus=2, labels=SERVING)
+    k.wait("the notice on the Job's pod", lambda: full.annotation(first, NOTICE))
+    full.ack(first)
+    k.wait("the Job's pod evicted", lambda: full.evicted(first), 15)
+    full.env.bound(sv1, 30)
+    # the Job controller replaces the evicted pod; the fence is full, so it waits ...
+    again = k.wait("the Job's next pod", lambda: [p for p in full.job_pods() if p != first], 60)
+    time.sleep(2)
+    assert not k.node_of(full.kc, full.ns, again[0])
+    # ... until room frees up: then it is bound as the same job's second attempt
+    k.delete_pod(full.kc, full.ns, full.keep)
+    full.env.bound(again[0], 30)
+    assert full.annotation(again[0], "gpufence.io/job") == job_id
+    assert full.annotation(again[0], "gpufence.io/attempt") == "2"

@@ -107,6 +107,7 @@ class ObservedPod:
     tolerations: tuple[Toleration, ...] = ()
     created: float = 0.0  # creationTimestamp, seconds since the epoch
     group: str = ""  # spec.schedulingGroup.podGroupName: Kubernetes' own gang API (a PodGroup)
+    owner: str = ""  # "<Kind>/<uid>" of its controller (a Job, a JobSet's Job, a ReplicaSet)
 
     @property
     def key(self) -> str:
@@ -170,6 +171,7 @@ def observe_pod(pod: Any) -> ObservedPod:
         tolerations=tolerations,
         created=created,
         group=(spec.schedulingGroup.podGroupName or "") if spec.schedulingGroup else "",
+        owner=next((f"{o.kind}/{o.uid}" for o in meta.ownerReferences or () if o.controller), ""),
     )
 
 

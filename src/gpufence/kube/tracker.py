@@ -4,9 +4,12 @@ actions it returns.
 
 A job's life on Kubernetes: its pods appear (a gang: once all of them exist) -> JobSubmitted;
 Bind -> the pods are bound, each carrying the placement (kube/placement_notes.py); the pods end
-(Succeeded / Failed) -> JobFinished; the user deletes them -> JobCancelled; Stop -> the pods are
-deleted and, once gone, JobStopped -- a bound pod cannot be moved, so a requeued job is then
-dropped (JobCancelled): the pods' owner (a Job, a Deployment) makes new ones, which are new jobs.
+(Succeeded / Failed) -> JobFinished; the user deletes them -> JobCancelled; Notice -> the
+``gpufence.io/notice`` annotation, answered by the workload's ``gpufence.io/checkpointed`` ->
+CheckpointAck; Stop -> the pods are evicted and, once gone, JobStopped. A bound pod cannot be
+moved: a requeued job whose pods have a controller (a Job) waits, held, for the controller's new
+pods, which become its next attempt (same job id, attempt + 1); one without (a bare pod) is
+dropped (JobCancelled).
 """
 
 from __future__ import annotations
@@ -37,6 +40,8 @@ from gpufence.model.events import (
     Event,
     JobCancelled,
     JobFinished,
+    JobHeld,
+    JobReleased,
     JobRestored,
     JobStopped,
     JobSubmitted,
@@ -60,6 +65,10 @@ class CoreJob:
     torn_down: bool = False  # its remaining pods were told to go (once)
     notice: str = ""  # the value of the notice in flight (the gpufence.io/notice annotation)
     acked: bool = False  # the workload answered that notice (gpufence.io/checkpointed)
+    owner: str = ""  # its pods' controller ("Job/<uid>"): who makes the next attempt's pods
+    attempt: int = 1
+    # requeued: the pods its controller made for the next attempt, until there are enough
+    fresh: dict[str, ObservedPod] = field(default_factory=dict)
 
 
 ANN_ACK = names.ANN_CHECKPOINTED
@@ -104,6 +113,8 @@ class Tracker:
         # pods the core or the reader refused, with what they said then: not read again
         # until their labels or annotations change (the user's fix) or they are recreated
         self._refused: dict[str, tuple[str, dict[str, str], dict[str, str]]] = {}
+        # controller -> the requeued job whose next attempt its new pods are (see _requeue)
+        self.requeued: dict[str, str] = {}
         self.events: list[Event] = []
         self.actions: list[Action] = []
 
@@ -134,6 +145,11 @@ class Tracker:
             self._drop_ask(pod.key)
             return
         self.problems.pop(pod.key, None)
+        requeued = self.jobs.get(self.requeued.get(pod.owner, ""))
+        if requeued is not None:
+            requeued.fresh[pod.name] = pod
+            self._attach_if_ready(self.requeued[pod.owner], requeued)
+            return
         if core is not None:
             # a new pod for a job the core already has (a gang member replaced, a pod of a
             # finished gang's name reused): wait until that job is over
@@ -227,7 +243,10 @@ class Tracker:
             return
         if core.phase == "stopping":
             self.events.append(JobStopped(jid))
-            self._forget(jid, JobCancelled(jid))
+            if core.stop_requeue and core.owner in self.requeued:
+                self._requeue(jid, core)
+            else:
+                self._forget(jid, JobCancelled(jid))
             return
         self._forget(jid, JobFinished(jid, succeeded=all(core.ended.values())))
 
@@ -254,11 +273,39 @@ class Tracker:
     def _forget(self, jid: str, event: Event) -> None:
         self.events.append(event)
         core = self.jobs.pop(jid, None)
+        if core is not None and self.requeued.get(core.owner) == jid:
+            del self.requeued[core.owner]
         for name in core.pods if core is not None else ():
             self.pod_job.pop(f"{core.namespace}/{name}", None)  # type: ignore[union-attr]
         base = jid.split("#", 1)[0]
         if self.asks.get(base):
             self._dirty_jobs.add(base)
+
+    def _requeue(self, jid: str, core: CoreJob) -> None:
+        """A stopped job whose controller makes its pods again (a Job's, a JobSet's): it stays
+        the core's job -- requeued by the core as its next attempt, held while it has no pods
+        to bind -- and the controller's new pods become that attempt (``_attach_if_ready``):
+        the same job id, so fair share and accounting carry on, and ``gpufence.io/attempt`` in
+        their bind note tells the workload to resume from its checkpoint."""
+        for name in core.pods:
+            self.pod_job.pop(f"{core.namespace}/{name}", None)
+        core.pods, core.uids, core.ended = (), {}, {}
+        core.phase, core.torn_down, core.notice, core.acked = "requeued", False, "", False
+        self.events.append(JobHeld(jid))
+        self._attach_if_ready(jid, core)
+
+    def _attach_if_ready(self, jid: str, core: CoreJob) -> None:
+        live = {n: p for n, p in core.fresh.items() if self.pods.get(p.key) == p}
+        if core.phase != "requeued" or len(live) < core.job.replicas:
+            return
+        pods = sorted(live.values(), key=lambda p: (p.created, p.name))[: core.job.replicas]
+        core.fresh = {}
+        core.pods = tuple(p.name for p in pods)
+        core.uids = {p.name: p.uid for p in pods}
+        core.phase = "pending"
+        self.pod_job.update((p.key, jid) for p in pods)
+        del self.requeued[core.owner]
+        self.events.append(JobReleased(jid))
 
     def submit_ready(self) -> None:
         """Jobs whose pods are all there become JobSubmitted."""
@@ -286,6 +333,7 @@ class Tracker:
                 namespace=first.namespace,
                 pods=tuple(p.name for p in gang.pods),
                 uids={p.name: p.uid for p in gang.pods},
+                owner=first.owner if len({p.owner for p in gang.pods}) == 1 else "",
             )
             for key in self.asks.pop(gang.job.id, {}):
                 self._ask_job.pop(key, None)
@@ -338,6 +386,7 @@ class Tracker:
         core = CoreJob(
             job, namespace, tuple(m.pod for m in note.plan), {}, phase="running", note=note
         )
+        core.owner, core.attempt = members[0].owner, note.attempt
         for m in note.plan:
             pod = by_name.get(m.pod) or self.pods.get(f"{namespace}/{m.pod}")
             if pod is None:
@@ -394,11 +443,14 @@ class Tracker:
             core = self.jobs.get(d.job_id) if not isinstance(d, MigReconfigure) else None
             if isinstance(d, Bind) and core is not None:
                 plan = plan_of(cluster, core.pods, d.assignments)
-                note = BindNote(d.job_id, d.partition, d.lent_from, 1, now, plan)
+                note = BindNote(d.job_id, d.partition, d.lent_from, core.attempt, now, plan)
                 core.phase, core.note = "running", note
                 self.actions.extend(BindPod(core.namespace, m.pod, m.node, note) for m in plan)
             elif isinstance(d, Stop) and core is not None:
                 core.phase, core.stop_requeue = "stopping", d.requeue
+                if d.requeue and core.owner and core.owner not in self.requeued:
+                    # its controller makes the next attempt's pods (maybe before these go)
+                    self.requeued[core.owner] = d.job_id
                 why = f"{d.reason.value}: {d.message}".rstrip(": ")
                 self._delete_rest(core, why, evict=True)
                 self._maybe_over(d.job_id, core)
@@ -420,8 +472,8 @@ class Tracker:
                         # the core speaks the CLI's words; a pod names its queue by label
                         text = d.message.replace("--queue", f"the label {names.LABEL_QUEUE}")
                         self._refuse(pod, f"{d.reason.value}: {text}")
-            elif isinstance(d, Requeue | MigReconfigure):
-                pass  # a requeued job was dropped when its pods went (see the module doc)
+            elif isinstance(d, Requeue) and core is not None:
+                core.attempt = d.attempt  # (written through the next bind: the resume path)
 
     def bind_failed(self, namespace: str, pod: str, why: str, gone: bool) -> list[str]:
         """A bind the API refused: the pod is gone (deleted meanwhile) or bound elsewhere.
