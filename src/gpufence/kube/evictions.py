@@ -115,6 +115,7 @@ class Evictions:
             return
         with self._cv:
             self.evicted += 1
+            p.refused = ""  # evicted: nothing holds it any more
             # done once the pod is seen terminating (forget); until then a lost answer is
             # retried, and an eviction of a pod already terminating is harmless
             if key in self._pending:
