@@ -335,3 +335,35 @@ def test_k8s_an_evicted_job_pod_comes_back_through_its_controller_as_attempt_2(
     full.env.bound(again[0], 30)
     assert full.annotation(again[0], "gpufence.io/job") == job_id
     assert full.annotation(again[0], "gpufence.io/attempt") == "2"
+
+
+def _requeued_record(full: Full) -> dict[str, Any]:
+    path = f"/apis/coordination.k8s.io/v1/namespaces/{full.ns}/leases/gpufence-scheduler-state"
+    status, body = full.kc.request("GET", path)
+    raw = (body.get("metadata") or {}).get("annotations", {}) if status == 200 else {}
+    return dict(json.loads(raw.get("gpufence.io/requeued") or "{}"))
+
+
+def test_k8s_a_requeued_job_is_still_attempt_2_after_a_kill_9_before_its_next_pod_binds(
+    full_job: Full,
+) -> None:
+    full = full_job
+    first = full.ckpt
+    job_id = full.annotation(first, "gpufence.io/job")
+    sv1 = full.env.pod("sv1", gpus=2, labels=SERVING)
+    k.wait("the notice on the Job's pod", lambda: full.annotation(first, NOTICE))
+    full.ack(first)
+    k.wait("the Job's pod evicted", lambda: full.evicted(first), 15)
+    full.env.bound(sv1, 30)
+    # the requeued job waits for its controller's pod: that is written down before a crash
+    saved = k.wait("the requeued job in the state record", lambda: _requeued_record(full), 60)
+    assert list(saved.values()) == [[job_id, 2]], saved
+    full.sched.kill()
+    again = k.wait("the Job's next pod", lambda: [p for p in full.job_pods() if p != first], 60)
+    full.sched = full.start()
+    time.sleep(2)
+    assert not k.node_of(full.kc, full.ns, again[0])
+    k.delete_pod(full.kc, full.ns, full.keep)
+    full.env.bound(again[0], 30)
+    assert full.annotation(again[0], "gpufence.io/job") == job_id
+    assert full.annotation(again[0], "gpufence.io/attempt") == "2"

@@ -99,6 +99,7 @@ class KubeScheduler:
         self.lock = threading.Lock()  # held while the core steps; readers (HTTP) take it too
         self.state = state  # budgets and fair share kept across restarts (kube/state_record.py)
         self._saved: list[Event] = []  # what the record held at start-up, for the first core
+        self._saved_awaiting: dict[str, tuple[str, int]] = {}  # (see Tracker.expected)
 
     def _uid(self, namespace: str, pod: str) -> str:
         obj = self.pods.get(f"{namespace}/{pod}")
@@ -130,7 +131,8 @@ class KubeScheduler:
 
     def run(self) -> None:
         if self.state is not None:
-            self._saved = self.state.load().events()
+            saved = self.state.load()
+            self._saved, self._saved_awaiting = saved.events(), saved.awaiting
         self.start_informers()
         synced: set[str] = set()
         try:
@@ -294,7 +296,8 @@ class KubeScheduler:
             self.tracker.decide(self.hardware.cluster, decisions, now)
             if self.state is not None:
                 windows = self.core.query.preemption_windows()
-                self.state.maybe_save(windows, self.core.fair_share_usage(), now)
+                usage, awaiting = self.core.fair_share_usage(), self.tracker.awaiting()
+                self.state.maybe_save(windows, usage, now, awaiting)
             self._carry, more = self.tracker.take()
             actions += more
             self.stats.cycles += 1
@@ -357,7 +360,10 @@ class KubeScheduler:
             if c.notice
             for p in c.pods
         }
-        self.tracker = Tracker(self.names.scheduler_name, self.fences.policy.queues, self.groups)
+        expected = self.tracker.awaiting() if old is not None else self._saved_awaiting
+        self.tracker = Tracker(
+            self.names.scheduler_name, self.fences.policy.queues, self.groups, expected
+        )
         self._down = {}
         self._carry = []
         pods = [self._with_inflight(p, noticed.get(p.key)) for p in self.pods.values()]

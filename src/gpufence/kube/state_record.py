@@ -22,7 +22,7 @@ import math
 import threading
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from gpufence.kube.api import CallFailed, KubeApi
 from gpufence.kube.names import PREFIX
@@ -32,6 +32,8 @@ log = logging.getLogger("gpufence.kube")
 
 ANN_PREEMPTIONS = PREFIX + "preemptions"  # {"fence": [times of counted notices], ...}
 ANN_FAIR_SHARE = PREFIX + "fair-share"  # {"at": t, "usage": {"queue": milli-GPU-s}}
+# {"Job/<uid>": ["ns/job", attempt]}: requeued jobs waiting for their controller's new pods
+ANN_REQUEUED = PREFIX + "requeued"
 
 Windows = Mapping[str, tuple[float, ...]]
 
@@ -41,6 +43,7 @@ class Saved:
     windows: dict[str, tuple[float, ...]]
     usage: dict[str, float] | None
     usage_at: float
+    awaiting: dict[str, tuple[str, int]] = field(default_factory=dict)
 
     def events(self) -> list[Event]:
         out: list[Event] = []
@@ -71,11 +74,25 @@ def decode(annotations: Mapping[str, str]) -> Saved:
             usage = {str(q): float(v) for q, v in raw_usage["usage"].items()}
     except (ValueError, TypeError, KeyError, AttributeError) as exc:
         log.error("state record: %s is not {at, usage}: %s", ANN_FAIR_SHARE, exc)
-    return Saved(windows, usage, at)
+    awaiting: dict[str, tuple[str, int]] = {}
+    try:
+        raw_req = json.loads(annotations.get(ANN_REQUEUED, "{}"))
+        awaiting = {str(o): (str(j), int(n)) for o, (j, n) in raw_req.items()}
+    except (ValueError, TypeError, AttributeError) as exc:
+        log.error("state record: %s is not {controller: [job, attempt]}: %s", ANN_REQUEUED, exc)
+    return Saved(windows, usage, at, awaiting)
 
 
-def encode(windows: Windows, usage: Mapping[str, float], at: float) -> dict[str, str]:
+def encode(
+    windows: Windows,
+    usage: Mapping[str, float],
+    at: float,
+    awaiting: Mapping[str, tuple[str, int]] | None = None,
+) -> dict[str, str]:
     return {
+        ANN_REQUEUED: json.dumps(
+            {o: [j, n] for o, (j, n) in sorted((awaiting or {}).items())}, separators=(",", ":")
+        ),
         ANN_PREEMPTIONS: json.dumps(
             {p: [round(t, 3) for t in ts] for p, ts in sorted(windows.items())},
             separators=(",", ":"),
@@ -97,7 +114,7 @@ class StateRecord:
         self.writes = 0
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="state")
         self._lock = threading.Lock()
-        self._written: dict[str, tuple[float, ...]] | None = None
+        self._written: tuple[object, ...] | None = None
         self._usage_at = -math.inf
         self._broken = False  # said once; the scheduler goes on without the record
 
@@ -110,17 +127,24 @@ class StateRecord:
         meta = found.get("metadata") if found else None
         annotations = meta.get("annotations") if isinstance(meta, dict) else None
         saved = decode(annotations if isinstance(annotations, dict) else {})
-        self._written = dict(saved.windows)
+        self._written = (dict(saved.windows), saved.awaiting)
         return saved
 
-    def maybe_save(self, windows: Windows, usage: Mapping[str, float], now: float) -> None:
-        """Queue a write when the budget windows changed, or fair share is due."""
+    def maybe_save(
+        self,
+        windows: Windows,
+        usage: Mapping[str, float],
+        now: float,
+        awaiting: Mapping[str, tuple[str, int]] | None = None,
+    ) -> None:
+        """Queue a write when the budget windows or the requeued jobs changed, or fair share
+        is due."""
+        state = (dict(windows), dict(awaiting or {}))
         with self._lock:
-            changed = self._written != dict(windows)
-            if not changed and now - self._usage_at < self.usage_every_s:
+            if self._written == state and now - self._usage_at < self.usage_every_s:
                 return
-            self._written, self._usage_at = dict(windows), now
-        body = encode(windows, usage, now)
+            self._written, self._usage_at = state, now
+        body = encode(windows, usage, now, awaiting)
         self._pool.submit(self._write, body)
 
     def close(self) -> None:

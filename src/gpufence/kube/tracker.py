@@ -94,6 +94,7 @@ class Tracker:
         scheduler_name: str,
         queues: Mapping[str, QueueSpec],
         groups: Mapping[str, int | None] | None = None,
+        expected: Mapping[str, tuple[str, int]] | None = None,
     ) -> None:
         self.scheduler_name = scheduler_name
         self.queues = queues
@@ -115,6 +116,9 @@ class Tracker:
         self._refused: dict[str, tuple[str, dict[str, str], dict[str, str]]] = {}
         # controller -> the requeued job whose next attempt its new pods are (see _requeue)
         self.requeued: dict[str, str] = {}
+        # controller -> (job id, attempt) of a requeued job a restart or a rebuild carried over
+        # before its new pods came: they are submitted as that job's next attempt
+        self.expected: dict[str, tuple[str, int]] = dict(expected or {})
         self.events: list[Event] = []
         self.actions: list[Action] = []
 
@@ -145,6 +149,9 @@ class Tracker:
             self._drop_ask(pod.key)
             return
         self.problems.pop(pod.key, None)
+        carried = self.expected.get(pod.owner)
+        if carried is not None and carried[0] not in self.jobs:
+            ask = replace(ask, job=replace(ask.job, id=carried[0]))
         requeued = self.jobs.get(self.requeued.get(pod.owner, ""))
         if requeued is not None:
             requeued.fresh[pod.name] = pod
@@ -294,6 +301,16 @@ class Tracker:
         self.events.append(JobHeld(jid))
         self._attach_if_ready(jid, core)
 
+    def awaiting(self) -> dict[str, tuple[str, int]]:
+        """Controller -> (job id, next attempt) of every requeued job still waiting for its
+        controller's new pods: what a restart or a rebuild must not forget."""
+        out = dict(self.expected)
+        for owner, jid in self.requeued.items():
+            core = self.jobs.get(jid)
+            if core is not None and core.phase == "requeued":
+                out[owner] = (jid, core.attempt)
+        return out
+
     def _attach_if_ready(self, jid: str, core: CoreJob) -> None:
         live = {n: p for n, p in core.fresh.items() if self.pods.get(p.key) == p}
         if core.phase != "requeued" or len(live) < core.job.replicas:
@@ -335,6 +352,10 @@ class Tracker:
                 uids={p.name: p.uid for p in gang.pods},
                 owner=first.owner if len({p.owner for p in gang.pods}) == 1 else "",
             )
+            carried = self.expected.get(first.owner)
+            if carried is not None and carried[0] == job.id:
+                self.jobs[job.id].attempt = carried[1]
+                del self.expected[first.owner]
             for key in self.asks.pop(gang.job.id, {}):
                 self._ask_job.pop(key, None)
             self.events.append(JobSubmitted(job))
@@ -398,7 +419,10 @@ class Tracker:
             elif not pod.node:
                 self.actions.append(BindPod(namespace, m.pod, m.node, note))  # roll forward
         stopping = any(p.deleting for p in members)
-        notice = None if stopping else self._restored_notice(core, members)
+        notice = self._restored_notice(core, members)
+        stop_reason, requeue = None, False
+        if stopping:
+            notice, (stop_reason, requeue) = None, self._restored_stop(jid, core)
         self.jobs[jid] = core
         self.pod_job.update((f"{namespace}/{name}", jid) for name in core.uids)
         base = jid.split("#", 1)[0]
@@ -414,6 +438,8 @@ class Tracker:
                 started_at=note.bound_at,
                 lent_from=note.lent_from,
                 notice=notice,
+                stopping=stop_reason,
+                requeue=requeue,
             )
         )
         if core.acked:  # answered while no scheduler ran
@@ -422,6 +448,17 @@ class Tracker:
             core.phase = "stopping"
             self._delete_rest(core, "it was being stopped before the restart")
         self._maybe_over(jid, core)
+
+    def _restored_stop(self, jid: str, core: CoreJob) -> tuple[Reason, bool]:
+        """A job being stopped before the restart: the stop's reason (its notice's, when it had
+        one), and whether it is requeued -- a controller's job is, through its new pods."""
+        reason = (read_notice(core.notice) or (Reason.QUEUED, 0.0))[0]
+        core.notice, core.acked = "", False
+        requeue = bool(core.owner) and core.owner not in self.requeued
+        if requeue:
+            core.stop_requeue = True
+            self.requeued[core.owner] = jid
+        return reason, requeue
 
     @staticmethod
     def _restored_notice(core: CoreJob, members: list[ObservedPod]) -> tuple[Reason, float] | None:
