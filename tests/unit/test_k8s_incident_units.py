@@ -37,7 +37,9 @@ def test_only_an_ack_of_the_notice_in_flight_counts_and_only_once() -> None:
 
 
 def test_the_state_record_round_trips_and_drops_what_it_cannot_read() -> None:
-    saved = decode(encode({"serving": (900.0, 1000.5)}, {"research": 12.5}, 1234.0))
+    awaiting = {"Job/u1": ("team/train-abc", 2)}
+    saved = decode(encode({"serving": (900.0, 1000.5)}, {"research": 12.5}, 1234.0, awaiting))
+    assert saved.awaiting == awaiting
     assert saved.events() == [
         UsageRestored((("research", 12.5),), 1234.0),
         PreemptionsRestored((("serving", (900.0, 1000.5)),)),

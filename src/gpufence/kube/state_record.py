@@ -3,15 +3,18 @@
 The API server is the store (docs/kubernetes.md). Running jobs, their attempts and start times
 (the minimum runtime before a job may be preempted: the thrash guard) and notices in flight live
 on the pods. What outlives the pods -- the incident preemptions still counted against each
-fence's budget window, and each queue's fair-share history -- is kept here, as annotations on a
+fence's budget window, each queue's fair-share history, and the requeued jobs still waiting for
+their controller's new pods (so that those pods are the job's next attempt even after a restart)
+-- is kept here, as annotations on a
 ``coordination.k8s.io`` Lease beside the leader's (``<lease-name>-state`` in the lease
 namespace). A Lease, not the Fence objects: Leases are always served (the Fence CRDs may not be
 installed), the record is one small object the ClusterRole can grant by name, and it is not
 rewritten by the status publisher.
 
-Budget windows are written as soon as they change (a notice just took a slot), from a thread of
-its own; fair share at most every ``usage_every_s``. A missing or unreadable record is said
-once in the log: the scheduler then starts with whole budgets and no history, as a first start.
+Budget windows and requeued jobs are written as soon as they change (a notice just took a
+slot), from a thread of its own; fair share at most every ``usage_every_s``. A missing or
+unreadable record is said once in the log: the scheduler then starts with whole budgets and no
+history, as a first start.
 """
 
 from __future__ import annotations
