@@ -101,6 +101,8 @@ def pod(
     scheduler: str = "gpufence",
     resources: dict[str, str] | None = None,
     group: str = "",
+    grace_s: int | None = None,
+    owner: dict[str, Any] | None = None,
     spec: dict[str, object] | None = None,
 ) -> str:
     """A pending pod; ``spec`` adds fields to its spec (nodeSelector, affinity, ...)."""
@@ -118,6 +120,10 @@ def pod(
     }
     if group:
         body["spec"]["schedulingGroup"] = {"podGroupName": group}  # type: ignore[index]
+    if grace_s is not None:  # how long a deleted pod's containers get (the fake kubelet waits it)
+        body["spec"]["terminationGracePeriodSeconds"] = grace_s  # type: ignore[index]
+    if owner is not None:  # an ownerReference, as a controller sets it
+        body["metadata"]["ownerReferences"] = [owner]  # type: ignore[index]
     ok(kc, "POST", f"/api/v1/namespaces/{ns}/pods", body, 201)
     return pod_name
 

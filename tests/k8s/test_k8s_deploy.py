@@ -354,6 +354,8 @@ def test_k8s_deploy_rbac_is_enough_for_the_real_scheduler(
         _pending_with_reason(kc, "online", waiting)
         _fail_one_member(kc, gang_ns, gang)
         assert k.ok(kc, "GET", LEASE)["spec"]["holderIdentity"] == f"replica-{run}"
+        # the state record (budgets, fair share) written under these grants alone
+        k.wait("the state record", lambda: kc.request("GET", f"{LEASE}-state")[0] == 200, 20)
         assert proc.proc.poll() is None, proc.log_tail()
     finally:
         proc.stop()
@@ -375,6 +377,7 @@ USED = [
     ("patch", "", "pods", "", "any-ns", ""),
     ("delete", "", "pods", "", "any-ns", ""),
     ("create", "", "pods", "binding", "any-ns", ""),
+    ("create", "", "pods", "eviction", "any-ns", ""),
     ("patch", "", "pods", "status", "any-ns", ""),
     ("create", "", "events", "", "any-ns", ""),
     ("list", "", "nodes", "", "", ""),
@@ -384,6 +387,8 @@ USED = [
     ("create", "coordination.k8s.io", "leases", "", NS, ""),
     ("get", "coordination.k8s.io", "leases", "", NS, "gpufence-scheduler"),
     ("update", "coordination.k8s.io", "leases", "", NS, "gpufence-scheduler"),
+    ("get", "coordination.k8s.io", "leases", "", NS, "gpufence-scheduler-state"),
+    ("update", "coordination.k8s.io", "leases", "", NS, "gpufence-scheduler-state"),
     ("get", "gpufence.io", "fences", "", "", "training"),
     ("create", "gpufence.io", "queues", "", "", ""),
     ("update", "gpufence.io", "fences", "status", "", "training"),

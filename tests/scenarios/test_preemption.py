@@ -21,7 +21,7 @@ from scenario_harness import (
 )
 
 from gpufence.model.decisions import Bind, Notice, PendingReason, Reason, Requeue, Stop
-from gpufence.model.events import PreemptionsRestored
+from gpufence.model.events import JobRestored, PreemptionsRestored
 from gpufence.model.job import WorkloadClass as W
 from gpufence.sched.jobs import JobState
 from gpufence.sched.scheduler import Scheduler
@@ -357,3 +357,37 @@ def test_requeued_victim_runs_again_when_gpus_free() -> None:
     )
     assert got[-1] == Bind("t1", "train", (A(1, 4, 5),))
     assert s.job("t1").attempt == 2
+
+
+def test_a_restored_notice_is_kept_not_given_again() -> None:
+    """A front end restarted between a notice and its stop: the fresh core takes the notice
+    back as it was (same deadline), gives no second one, names it to the waiting serving job,
+    and stops the victim on its ack -- one preemption, counted once."""
+    s = make(cluster(budget=2))
+    busy(s, ("t1", 2, 0, True), ("t2", 2, 1, True))
+    assert s.step(sub(serving("sv1")), 1000) == [
+        Notice("t1", Reason.INCIDENT_PREEMPTION, 1120.0, WHY.format("sv1"))
+    ]
+    fresh = make(cluster(budget=2))
+    restored = [
+        JobRestored(
+            job=s.job(j).job,
+            pool="train",
+            assignments=s.ledger.allocs[j].assignments,
+            started_at=0.0,
+            notice=(Reason.INCIDENT_PREEMPTION, 1120.0) if j == "t1" else None,
+        )
+        for j in ("t1", "t2")
+    ]
+    restored.append(JobRestored(s.job("sv0").job, "serve", s.ledger.allocs["sv0"].assignments))
+    windows = PreemptionsRestored(tuple(s.query.preemption_windows().items()))
+    assert fresh.step([*restored, windows, *sub(serving("sv1"))], 1010) == []
+    assert fresh.waiting_on("sv1") == {"t1": 1120.0}
+    assert fresh.next_wakeup() == 1120.0
+    got = flat(fresh, [(1020, [CheckpointAck("t1")]), (1030, [JobStopped("t1")])])
+    assert got == [
+        Stop("t1", Reason.INCIDENT_PREEMPTION, True, "checkpoint acknowledged"),
+        Requeue("t1", Reason.INCIDENT_PREEMPTION, 2, "back in its queue"),
+        Bind("sv1", "train", (A(1, 6, 7),), Reason.INCIDENT, FREED),
+    ]
+    assert fresh.query.preemption_windows() == {"serve": (1000.0,)}

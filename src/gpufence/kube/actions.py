@@ -27,6 +27,17 @@ class DeletePod:
 
 
 @dataclass(frozen=True, slots=True)
+class EvictPod:
+    """Stop a running pod the core decided to stop (preemption, reclaim, a node failure) through
+    the Eviction API, so that its PodDisruptionBudget is honoured: a refused eviction is retried,
+    never replaced by a delete."""
+
+    namespace: str
+    pod: str
+    why: str
+
+
+@dataclass(frozen=True, slots=True)
 class ShowPending:
     """Set PodScheduled=False with this reason and message, and record an Event."""
 
@@ -34,6 +45,9 @@ class ShowPending:
     pod: str
     reason: str  # Unschedulable | gpufence/Rejected
     message: str
+    # the message without what changes by itself (a countdown): a pod's condition and Event are
+    # rewritten when this changes, not every time the countdown ticks ("" = the message)
+    gist: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,4 +61,4 @@ class AnnotatePod:
     event: str = ""  # also record an Event with this message
 
 
-Action = BindPod | DeletePod | ShowPending | AnnotatePod
+Action = BindPod | DeletePod | EvictPod | ShowPending | AnnotatePod

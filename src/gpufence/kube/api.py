@@ -204,6 +204,16 @@ class KubeApi:
     def delete_pod(self, namespace: str, pod: str) -> None:
         self._write("DELETE", f"/api/v1/namespaces/{namespace}/pods/{pod}", {})
 
+    def evict_pod(self, namespace: str, pod: str) -> None:
+        """``policy/v1`` Eviction: the API server deletes the pod only if its
+        PodDisruptionBudgets allow it, else answers 429 (the pod's own grace period holds)."""
+        body = {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": pod, "namespace": namespace},
+        }
+        self._write("POST", f"/api/v1/namespaces/{namespace}/pods/{pod}/eviction", body)
+
     def annotate_pod(self, namespace: str, pod: str, key: str, value: str | None) -> None:
         patch = {"metadata": {"annotations": {key: value}}}
         self._write(

@@ -18,8 +18,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from gpufence.kube import names
-from gpufence.kube.actions import Action, AnnotatePod, BindPod, DeletePod, ShowPending
+from gpufence.kube.actions import Action, AnnotatePod, BindPod, DeletePod, EvictPod, ShowPending
 from gpufence.kube.api import CallFailed, KubeApi
+from gpufence.kube.evictions import Evictions
 
 log = logging.getLogger("gpufence.kube")
 
@@ -64,8 +65,10 @@ class ActionRunner:
         self._shown: dict[str, tuple[str, float, float]] = {}  # pod -> (message, at, event at)
         self._lock = threading.Lock()
         self._clock = clock
+        self.evictions = Evictions(api, uid_of)
 
     def close(self) -> None:
+        self.evictions.close()
         self._fast.shutdown(wait=True, cancel_futures=False)
         self._slow.shutdown(wait=False, cancel_futures=True)
 
@@ -75,12 +78,16 @@ class ActionRunner:
                 self._fast.submit(self._bind, a)
             elif isinstance(a, DeletePod):
                 self._fast.submit(self._delete, a)
+            elif isinstance(a, EvictPod):
+                self.evictions.submit(a)
             elif isinstance(a, AnnotatePod):
                 self._fast.submit(self._annotate, a)
             elif isinstance(a, ShowPending):
                 self._maybe_show(a)
 
     def forget(self, namespace: str, pod: str) -> None:
+        """The pod is terminating or gone: nothing more to show on it or evict."""
+        self.evictions.forget(namespace, pod)
         with self._lock:
             self._shown.pop(f"{namespace}/{pod}", None)
 
@@ -135,14 +142,13 @@ class ActionRunner:
 
     def _maybe_show(self, a: ShowPending) -> None:
         key, now = f"{a.namespace}/{a.pod}", self._clock()
+        gist = a.gist or a.message  # (a countdown in the message is no change)
         with self._lock:
             last = self._shown.get(key)
-            if last is not None and last[0] == a.message and now - last[1] < self._reason_interval:
+            if last is not None and last[0] == gist and now - last[1] < self._reason_interval:
                 return
-            event_due = (
-                last is None or last[0] != a.message or now - last[2] >= self._event_interval
-            )
-            self._shown[key] = (a.message, now, now if event_due else last[2] if last else now)
+            event_due = last is None or last[0] != gist or now - last[2] >= self._event_interval
+            self._shown[key] = (gist, now, now if event_due else last[2] if last else now)
         self._slow.submit(self._show, a, event_due)
 
     def _show(self, a: ShowPending, event: bool) -> None:

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from gpufence.kube import names
-from gpufence.kube.actions import Action, BindPod, DeletePod, ShowPending
+from gpufence.kube.actions import Action, BindPod, DeletePod, EvictPod, ShowPending
 from gpufence.kube.api import KubeApi
 from gpufence.kube.api_actions import ActionRunner, BindFailed
 from gpufence.kube.fences import FenceSpec
@@ -32,8 +32,18 @@ from gpufence.kube.objects import (
     observe_pod_group,
 )
 from gpufence.kube.placement_notes import BindNote
+from gpufence.kube.state_record import StateRecord
 from gpufence.kube.tracker import Tracker
-from gpufence.model.events import Event, JobRestored, NodeDown, NodeUp, UsageRestored
+from gpufence.kube.waits import waiting_reason
+from gpufence.model.decisions import Decision, Reason
+from gpufence.model.events import (
+    Event,
+    JobRestored,
+    NodeDown,
+    NodeUp,
+    PreemptionsRestored,
+    UsageRestored,
+)
 from gpufence.sched.restore import RestoreConflict
 from gpufence.sched.scheduler import Scheduler, SchedulerConfig
 
@@ -62,6 +72,7 @@ class KubeScheduler:
         reason_delay_s: float = 5.0,
         rebuild_every_s: float = 2.0,
         bind_workers: int = 32,
+        state: StateRecord | None = None,
     ) -> None:
         self.api, self.fences, self.clock = api, fences, clock
         self.names = fences.names
@@ -87,6 +98,9 @@ class KubeScheduler:
         self._now = 0.0
         self._last_reasons = 0.0
         self.lock = threading.Lock()  # held while the core steps; readers (HTTP) take it too
+        self.state = state  # budgets and fair share kept across restarts (kube/state_record.py)
+        self._saved: list[Event] = []  # what the record held at start-up, for the first core
+        self._saved_awaiting: dict[str, tuple[str, int]] = {}  # (see Tracker.expected)
 
     def _uid(self, namespace: str, pod: str) -> str:
         obj = self.pods.get(f"{namespace}/{pod}")
@@ -117,6 +131,9 @@ class KubeScheduler:
         return informers
 
     def run(self) -> None:
+        if self.state is not None:
+            saved = self.state.load()
+            self._saved, self._saved_awaiting = saved.events(), saved.awaiting
         self.start_informers()
         synced: set[str] = set()
         try:
@@ -127,6 +144,8 @@ class KubeScheduler:
                 self.cycle()
         finally:
             self.runner.close()
+            if self.state is not None:
+                self.state.close()
 
     def _timeout(self) -> float:
         wake = self.core.next_wakeup() if self.core is not None else None
@@ -276,6 +295,10 @@ class KubeScheduler:
             decisions = self.core.step(events, now)
             self.stats.step_seconds += time.perf_counter() - t0
             self.tracker.decide(self.hardware.cluster, decisions, now)
+            if self.state is not None:
+                windows = self.core.query.preemption_windows()
+                usage, awaiting = self.core.fair_share_usage(), self.tracker.awaiting()
+                self.state.maybe_save(windows, usage, now, awaiting)
             self._carry, more = self.tracker.take()
             actions += more
             self.stats.cycles += 1
@@ -330,21 +353,35 @@ class KubeScheduler:
         for line in self.hardware.problems:
             log.warning("%s", line)
         self.core = Scheduler(self.hardware.cluster, SchedulerConfig())
+        # notices given but not yet seen back in the watch are overlaid too, so that a rebuild
+        # right after a notice neither forgets it nor gives another
+        noticed = {
+            f"{c.namespace}/{p}": c.notice
+            for c in self.tracker.jobs.values()
+            if c.notice
+            for p in c.pods
+        }
+        expected = self.tracker.awaiting() if old is not None else self._saved_awaiting
         facts = {
             n.name: GpuNodeFacts(self.nodes[n.name].labels, n.gpu_type)
             for n in self.hardware.cluster.nodes
         }
         self.tracker = Tracker(
-            self.names.scheduler_name, self.fences.policy.queues, self.groups, facts
+            self.names.scheduler_name, self.fences.policy.queues, self.groups, expected, facts
         )
         self._down = {}
         self._carry = []
-        pods = [self._with_inflight(p) for p in self.pods.values()]
+        pods = [self._with_inflight(p, noticed.get(p.key)) for p in self.pods.values()]
         self.tracker.restore(self.hardware.cluster, pods)
         self._restore_each(now)
         if old is not None:
+            # the old core's history and spent budgets: a rebuild is no fresh start either
             carried = tuple(sorted(old.fair_share_usage().items()))
             self._carry.append(UsageRestored(carried, now))
+            windows = tuple(sorted(old.query.preemption_windows().items()))
+            self._carry.append(PreemptionsRestored(windows))
+        else:
+            self._carry += self._saved
         self.stats.rebuilds += 1
         log.info(
             "cluster model: %d GPU nodes, %d GPUs, %d pods of ours",
@@ -361,25 +398,34 @@ class KubeScheduler:
         assert self.core is not None
         events, actions = self.tracker.take()
         disowned: set[str] = set()
+        decided: list[Decision] = []
         for ev in events:
             if not isinstance(ev, JobRestored):
                 self._carry.append(ev)
                 continue
             try:
-                self.core.step([ev], now)
+                # (a restored notice already past its deadline is stopped right here)
+                decided += self.core.step([ev], now)
             except RestoreConflict as exc:
                 log.error("not restoring %s where its pods run: %s", ev.job.id, exc)
                 for key in self.tracker.disown(ev.job.id):
                     disowned.add(key)
                     self._disowned.add(key)
                 self._mark_rebuild()
+        assert self.hardware is not None
+        self.tracker.decide(self.hardware.cluster, decided, now)
+        more_events, more = self.tracker.take()
+        self._carry += more_events
         self._restore_actions = [
             a
-            for a in actions
-            if not isinstance(a, BindPod | DeletePod) or f"{a.namespace}/{a.pod}" not in disowned
+            for a in actions + more
+            if not isinstance(a, BindPod | DeletePod | EvictPod)
+            or f"{a.namespace}/{a.pod}" not in disowned
         ]
 
-    def _with_inflight(self, pod: ObservedPod) -> ObservedPod:
+    def _with_inflight(self, pod: ObservedPod, notice: str | None = None) -> ObservedPod:
+        if notice and pod.annotations.get(names.ANN_NOTICE) != notice:
+            pod = replace(pod, annotations={**pod.annotations, names.ANN_NOTICE: notice})
         sent = self.inflight.get(pod.key)
         if sent is None or pod.node:
             return pod
@@ -390,15 +436,22 @@ class KubeScheduler:
         assert self.core is not None
         out: list[ShowPending] = []
         due = now - self.reason_delay_s
+        refused = self.runner.evictions.refused()
         for jid, core_job in self.tracker.jobs.items():
             if core_job.phase != "pending" or core_job.job.submit_time > due:
                 continue
             pending = self.core.why_pending(jid)
             if pending is None:
                 continue
-            message = f"{pending.reason.value}: {pending.message}"
+            message, gist = f"{pending.reason.value}: {pending.message}", ""
+            if pending.reason is Reason.WAITING_PREEMPTION:
+                victims = self.core.waiting_on(jid)
+                told = waiting_reason(victims, self.tracker, refused, now)
+                if told is not None:
+                    message = f"{pending.reason.value}: {told[0]}"
+                    gist = f"{pending.reason.value}: {told[1]}"
             out.extend(
-                ShowPending(core_job.namespace, p, names.CONDITION_REASON_PENDING, message)
+                ShowPending(core_job.namespace, p, names.CONDITION_REASON_PENDING, message, gist)
                 for p in core_job.pods
             )
         for jid, why in self.tracker.waiting.items():

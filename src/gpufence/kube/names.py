@@ -46,6 +46,10 @@ ANN_ATTEMPT = PREFIX + "attempt"
 ANN_JOB = PREFIX + "job"  # the core's job id (a gang's pods share it)
 ANN_GANG_PLAN = PREFIX + "gang-plan"  # "pod=node:gpus;..." the whole gang's placement
 ANN_NOTICE = PREFIX + "notice"  # a preemption/reclaim notice: "reason deadline"
+# -- set by the workload on its own pod ---------------------------------------------------------
+# the acknowledgement of a notice: the workload copies the notice's value here once its
+# checkpoint is written (a value that is not the current notice acknowledges nothing)
+ANN_CHECKPOINTED = PREFIX + "checkpointed"
 
 # -- resources and node labels (NVIDIA's GPU operator and feature discovery) -----------------
 RES_GPU = "nvidia.com/gpu"

@@ -108,6 +108,7 @@ class ObservedPod:
     tolerations: tuple[Toleration, ...] = ()
     created: float = 0.0  # creationTimestamp, seconds since the epoch
     group: str = ""  # spec.schedulingGroup.podGroupName: Kubernetes' own gang API (a PodGroup)
+    owner: str = ""  # "<Kind>/<uid>" of its controller (a Job, a JobSet's Job, a ReplicaSet)
     node_rule: NodeRule = field(default_factory=NodeRule)  # nodeSelector, required affinity
 
     @property
@@ -172,6 +173,7 @@ def observe_pod(pod: Any) -> ObservedPod:
         tolerations=tolerations,
         created=created,
         group=(spec.schedulingGroup.podGroupName or "") if spec.schedulingGroup else "",
+        owner=next((f"{o.kind}/{o.uid}" for o in meta.ownerReferences or () if o.controller), ""),
         node_rule=node_rule_of(spec),
     )
 

@@ -20,6 +20,7 @@ from gpufence.kube.fences import FenceSpec
 from gpufence.kube.http import make_app, serve
 from gpufence.kube.leader import LeaderElector
 from gpufence.kube.loop import KubeScheduler
+from gpufence.kube.state_record import StateRecord
 from gpufence.sched.holdings import partition_figures, queue_figures
 
 log = logging.getLogger("gpufence.kube")
@@ -47,7 +48,8 @@ def default_identity() -> str:
 
 def run_replica(fences: FenceSpec, opts: RunOptions) -> int:
     api = KubeApi(opts.kubeconfig)
-    loop = KubeScheduler(api, fences, reason_delay_s=opts.reason_delay_s)
+    record = StateRecord(api, opts.lease_namespace, f"{opts.lease_name}-state")
+    loop = KubeScheduler(api, fences, reason_delay_s=opts.reason_delay_s, state=record)
     elector = None
     if opts.leader_elect:
         elector = LeaderElector(

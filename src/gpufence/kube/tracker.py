@@ -4,9 +4,12 @@ actions it returns.
 
 A job's life on Kubernetes: its pods appear (a gang: once all of them exist) -> JobSubmitted;
 Bind -> the pods are bound, each carrying the placement (kube/placement_notes.py); the pods end
-(Succeeded / Failed) -> JobFinished; the user deletes them -> JobCancelled; Stop -> the pods are
-deleted and, once gone, JobStopped -- a bound pod cannot be moved, so a requeued job is then
-dropped (JobCancelled): the pods' owner (a Job, a Deployment) makes new ones, which are new jobs.
+(Succeeded / Failed) -> JobFinished; the user deletes them -> JobCancelled; Notice -> the
+``gpufence.io/notice`` annotation, answered by the workload's ``gpufence.io/checkpointed`` ->
+CheckpointAck; Stop -> the pods are evicted and, once gone, JobStopped. A bound pod cannot be
+moved: a requeued job whose pods have a controller (a Job) waits, held, for the controller's new
+pods, which become its next attempt (same job id, attempt + 1); one without (a bare pod) is
+dropped (JobCancelled).
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
 from gpufence.kube import names
-from gpufence.kube.actions import Action, AnnotatePod, BindPod, DeletePod, ShowPending
+from gpufence.kube.actions import Action, AnnotatePod, BindPod, DeletePod, EvictPod, ShowPending
 from gpufence.kube.node_rules import GpuNodeFacts
 from gpufence.kube.objects import ObservedPod
 from gpufence.kube.placement_notes import BindNote, assignments_of, plan_of
@@ -28,14 +31,18 @@ from gpufence.model.decisions import (
     MigReconfigure,
     Notice,
     NoticeWithdrawn,
+    Reason,
     Reject,
     Requeue,
     Stop,
 )
 from gpufence.model.events import (
+    CheckpointAck,
     Event,
     JobCancelled,
     JobFinished,
+    JobHeld,
+    JobReleased,
     JobRestored,
     JobStopped,
     JobSubmitted,
@@ -57,6 +64,29 @@ class CoreJob:
     ended: dict[str, bool] = field(default_factory=dict)  # pod -> succeeded (or gone: False)
     stop_requeue: bool = False
     torn_down: bool = False  # its remaining pods were told to go (once)
+    notice: str = ""  # the value of the notice in flight (the gpufence.io/notice annotation)
+    acked: bool = False  # the workload answered that notice (gpufence.io/checkpointed)
+    owner: str = ""  # its pods' controller ("Job/<uid>"): who makes the next attempt's pods
+    attempt: int = 1
+    # requeued: the pods its controller made for the next attempt, until there are enough
+    fresh: dict[str, ObservedPod] = field(default_factory=dict)
+
+
+ANN_ACK = names.ANN_CHECKPOINTED
+
+
+def notice_value(reason: Reason, deadline: float) -> str:
+    """The ``gpufence.io/notice`` annotation: ``"<reason> <deadline, seconds since the epoch>"``."""
+    return f"{reason.value} {deadline:.0f}"
+
+
+def read_notice(value: str) -> tuple[Reason, float] | None:
+    """A notice annotation back in the core's terms; None when it is not one gpufence wrote."""
+    reason, _, deadline = value.partition(" ")
+    try:
+        return Reason(reason), float(deadline)
+    except ValueError:
+        return None
 
 
 class Tracker:
@@ -65,6 +95,7 @@ class Tracker:
         scheduler_name: str,
         queues: Mapping[str, QueueSpec],
         groups: Mapping[str, int | None] | None = None,
+        expected: Mapping[str, tuple[str, int]] | None = None,
         nodes: Mapping[str, GpuNodeFacts] | None = None,
     ) -> None:
         self.scheduler_name = scheduler_name
@@ -88,6 +119,11 @@ class Tracker:
         # pods the core or the reader refused, with what they said then: not read again
         # until their labels or annotations change (the user's fix) or they are recreated
         self._refused: dict[str, tuple[str, dict[str, str], dict[str, str]]] = {}
+        # controller -> the requeued job whose next attempt its new pods are (see _requeue)
+        self.requeued: dict[str, str] = {}
+        # controller -> (job id, attempt) of a requeued job a restart or a rebuild carried over
+        # before its new pods came: they are submitted as that job's next attempt
+        self.expected: dict[str, tuple[str, int]] = dict(expected or {})
         self.events: list[Event] = []
         self.actions: list[Action] = []
 
@@ -118,6 +154,14 @@ class Tracker:
             self._drop_ask(pod.key)
             return
         self.problems.pop(pod.key, None)
+        carried = self.expected.get(pod.owner)
+        if carried is not None and carried[0] not in self.jobs:
+            ask = replace(ask, job=replace(ask.job, id=carried[0]))
+        requeued = self.jobs.get(self.requeued.get(pod.owner, ""))
+        if requeued is not None:
+            requeued.fresh[pod.name] = pod
+            self._attach_if_ready(self.requeued[pod.owner], requeued)
+            return
         if core is not None:
             # a new pod for a job the core already has (a gang member replaced, a pod of a
             # finished gang's name reused): wait until that job is over
@@ -181,6 +225,7 @@ class Tracker:
                 del self.asks[jid]
 
     def _member_changed(self, jid: str, core: CoreJob, pod: ObservedPod) -> None:
+        self._maybe_acked(jid, core, pod)
         if pod.terminal and pod.name not in core.ended:
             core.ended[pod.name] = pod.phase == "Succeeded"
             self._maybe_over(jid, core)
@@ -210,26 +255,79 @@ class Tracker:
             return
         if core.phase == "stopping":
             self.events.append(JobStopped(jid))
-            self._forget(jid, JobCancelled(jid))
+            if core.stop_requeue and core.owner in self.requeued:
+                self._requeue(jid, core)
+            else:
+                self._forget(jid, JobCancelled(jid))
             return
         self._forget(jid, JobFinished(jid, succeeded=all(core.ended.values())))
 
-    def _delete_rest(self, core: CoreJob, why: str) -> None:
+    def _maybe_acked(self, jid: str, core: CoreJob, pod: ObservedPod) -> None:
+        """A member copied the notice in flight into ``gpufence.io/checkpointed``: the job's
+        checkpoint is written (one member's word is the job's: rank 0 writes it). An older
+        value (a notice since withdrawn) acknowledges nothing."""
+        if core.notice and not core.acked and pod.annotations.get(ANN_ACK) == core.notice:
+            core.acked = True
+            self.events.append(CheckpointAck(jid))
+
+    def _delete_rest(self, core: CoreJob, why: str, *, evict: bool = False) -> None:
+        """Tell the members still there to go: by eviction for the core's Stop (their
+        PodDisruptionBudget is honoured), by delete for a gang already broken (all-or-nothing:
+        a member failed, or it cannot be restored)."""
         if core.torn_down:
             return
         core.torn_down = True
         for name in core.pods:
             if name not in core.ended:
-                self.actions.append(DeletePod(core.namespace, name, why))
+                cls = EvictPod if evict else DeletePod
+                self.actions.append(cls(core.namespace, name, why))
 
     def _forget(self, jid: str, event: Event) -> None:
         self.events.append(event)
         core = self.jobs.pop(jid, None)
+        if core is not None and self.requeued.get(core.owner) == jid:
+            del self.requeued[core.owner]
         for name in core.pods if core is not None else ():
             self.pod_job.pop(f"{core.namespace}/{name}", None)  # type: ignore[union-attr]
         base = jid.split("#", 1)[0]
         if self.asks.get(base):
             self._dirty_jobs.add(base)
+
+    def _requeue(self, jid: str, core: CoreJob) -> None:
+        """A stopped job whose controller makes its pods again (a Job's, a JobSet's): it stays
+        the core's job -- requeued by the core as its next attempt, held while it has no pods
+        to bind -- and the controller's new pods become that attempt (``_attach_if_ready``):
+        the same job id, so fair share and accounting carry on, and ``gpufence.io/attempt`` in
+        their bind note tells the workload to resume from its checkpoint."""
+        for name in core.pods:
+            self.pod_job.pop(f"{core.namespace}/{name}", None)
+        core.pods, core.uids, core.ended = (), {}, {}
+        core.phase, core.torn_down, core.notice, core.acked = "requeued", False, "", False
+        self.events.append(JobHeld(jid))
+        self._attach_if_ready(jid, core)
+
+    def awaiting(self) -> dict[str, tuple[str, int]]:
+        """Controller -> (job id, next attempt) of every requeued job still waiting for its
+        controller's new pods: what a restart or a rebuild must not forget."""
+        out = dict(self.expected)
+        for owner, jid in self.requeued.items():
+            core = self.jobs.get(jid)
+            if core is not None and core.phase == "requeued":
+                out[owner] = (jid, core.attempt)
+        return out
+
+    def _attach_if_ready(self, jid: str, core: CoreJob) -> None:
+        live = {n: p for n, p in core.fresh.items() if self.pods.get(p.key) == p}
+        if core.phase != "requeued" or len(live) < core.job.replicas:
+            return
+        pods = sorted(live.values(), key=lambda p: (p.created, p.name))[: core.job.replicas]
+        core.fresh = {}
+        core.pods = tuple(p.name for p in pods)
+        core.uids = {p.name: p.uid for p in pods}
+        core.phase = "pending"
+        self.pod_job.update((p.key, jid) for p in pods)
+        del self.requeued[core.owner]
+        self.events.append(JobReleased(jid))
 
     def submit_ready(self) -> None:
         """Jobs whose pods are all there become JobSubmitted."""
@@ -257,7 +355,12 @@ class Tracker:
                 namespace=first.namespace,
                 pods=tuple(p.name for p in gang.pods),
                 uids={p.name: p.uid for p in gang.pods},
+                owner=first.owner if len({p.owner for p in gang.pods}) == 1 else "",
             )
+            carried = self.expected.get(first.owner)
+            if carried is not None and carried[0] == job.id:
+                self.jobs[job.id].attempt = carried[1]
+                del self.expected[first.owner]
             for key in self.asks.pop(gang.job.id, {}):
                 self._ask_job.pop(key, None)
             self.events.append(JobSubmitted(job))
@@ -309,6 +412,7 @@ class Tracker:
         core = CoreJob(
             job, namespace, tuple(m.pod for m in note.plan), {}, phase="running", note=note
         )
+        core.owner, core.attempt = members[0].owner, note.attempt
         for m in note.plan:
             pod = by_name.get(m.pod) or self.pods.get(f"{namespace}/{m.pod}")
             if pod is None:
@@ -320,6 +424,10 @@ class Tracker:
             elif not pod.node:
                 self.actions.append(BindPod(namespace, m.pod, m.node, note))  # roll forward
         stopping = any(p.deleting for p in members)
+        notice = self._restored_notice(core, members)
+        stop_reason, requeue = None, False
+        if stopping:
+            notice, (stop_reason, requeue) = None, self._restored_stop(jid, core)
         self.jobs[jid] = core
         self.pod_job.update((f"{namespace}/{name}", jid) for name in core.uids)
         base = jid.split("#", 1)[0]
@@ -334,12 +442,41 @@ class Tracker:
                 attempt=note.attempt,
                 started_at=note.bound_at,
                 lent_from=note.lent_from,
+                notice=notice,
+                stopping=stop_reason,
+                requeue=requeue,
             )
         )
+        if core.acked:  # answered while no scheduler ran
+            self.events.append(CheckpointAck(jid))
         if stopping:
             core.phase = "stopping"
             self._delete_rest(core, "it was being stopped before the restart")
         self._maybe_over(jid, core)
+
+    def _restored_stop(self, jid: str, core: CoreJob) -> tuple[Reason, bool]:
+        """A job being stopped before the restart: the stop's reason (its notice's, when it had
+        one), and whether it is requeued -- a controller's job is, through its new pods."""
+        reason = (read_notice(core.notice) or (Reason.QUEUED, 0.0))[0]
+        core.notice, core.acked = "", False
+        requeue = bool(core.owner) and core.owner not in self.requeued
+        if requeue:
+            core.stop_requeue = True
+            self.requeued[core.owner] = jid
+        return reason, requeue
+
+    @staticmethod
+    def _restored_notice(core: CoreJob, members: list[ObservedPod]) -> tuple[Reason, float] | None:
+        """The notice a restored job's pods carry (it lives on the pods: the restart takes it
+        back instead of forgetting it or giving a second one), and whether it was answered."""
+        for pod in members:
+            value = pod.annotations.get(names.ANN_NOTICE, "")
+            notice = read_notice(value) if value else None
+            if notice is not None:
+                core.notice = value
+                core.acked = any(p.annotations.get(ANN_ACK) == value for p in members)
+                return notice
+        return None
 
     # -- decisions ----------------------------------------------------------------------------
 
@@ -348,15 +485,20 @@ class Tracker:
             core = self.jobs.get(d.job_id) if not isinstance(d, MigReconfigure) else None
             if isinstance(d, Bind) and core is not None:
                 plan = plan_of(cluster, core.pods, d.assignments)
-                note = BindNote(d.job_id, d.partition, d.lent_from, 1, now, plan)
+                note = BindNote(d.job_id, d.partition, d.lent_from, core.attempt, now, plan)
                 core.phase, core.note = "running", note
                 self.actions.extend(BindPod(core.namespace, m.pod, m.node, note) for m in plan)
             elif isinstance(d, Stop) and core is not None:
                 core.phase, core.stop_requeue = "stopping", d.requeue
-                self._delete_rest(core, f"{d.reason.value}: {d.message}".rstrip(": "))
+                if d.requeue and core.owner and core.owner not in self.requeued:
+                    # its controller makes the next attempt's pods (maybe before these go)
+                    self.requeued[core.owner] = d.job_id
+                why = f"{d.reason.value}: {d.message}".rstrip(": ")
+                self._delete_rest(core, why, evict=True)
                 self._maybe_over(d.job_id, core)
             elif isinstance(d, Notice | NoticeWithdrawn) and core is not None:
-                value = f"{d.reason.value} {d.deadline:.0f}" if isinstance(d, Notice) else None
+                value = notice_value(d.reason, d.deadline) if isinstance(d, Notice) else None
+                core.notice, core.acked = value or "", False
                 text = f"{'notice' if value else 'notice withdrawn'}: {d.reason.value} {d.message}"
                 self.actions.extend(
                     AnnotatePod(core.namespace, p, names.ANN_NOTICE, value, text.strip())
@@ -372,8 +514,8 @@ class Tracker:
                         # the core speaks the CLI's words; a pod names its queue by label
                         text = d.message.replace("--queue", f"the label {names.LABEL_QUEUE}")
                         self._refuse(pod, f"{d.reason.value}: {text}")
-            elif isinstance(d, Requeue | MigReconfigure):
-                pass  # a requeued job was dropped when its pods went (see the module doc)
+            elif isinstance(d, Requeue) and core is not None:
+                core.attempt = d.attempt  # (written through the next bind: the resume path)
 
     def bind_failed(self, namespace: str, pod: str, why: str, gone: bool) -> list[str]:
         """A bind the API refused: the pod is gone (deleted meanwhile) or bound elsewhere.

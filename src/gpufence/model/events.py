@@ -19,7 +19,8 @@ class JobRestored:
 
     The scheduler takes it back exactly where it runs, without a Bind. ``stopping`` is set when
     the front end had already been told to stop it (the Stop is not repeated); ``requeue`` is
-    what that Stop said.
+    what that Stop said. ``notice`` is a notice the job had been given and had not yet answered
+    (its reason and deadline): it is taken back as it was, not given again.
     """
 
     job: Job
@@ -30,6 +31,7 @@ class JobRestored:
     lent_from: str | None = None
     stopping: Reason | None = None
     requeue: bool = False
+    notice: tuple[Reason, float] | None = None
 
 
 @dataclass(frozen=True, slots=True)

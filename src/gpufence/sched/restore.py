@@ -10,14 +10,19 @@ it raises, naming the job, instead of silently double-booking a GPU.
 from __future__ import annotations
 
 from gpufence.model import mig as migmod
+from gpufence.model.decisions import Reason
 from gpufence.model.events import JobRestored
 from gpufence.model.job import RequestKind
 from gpufence.sched.book import JobBook
 from gpufence.sched.context import Core
 from gpufence.sched.intake import Refused, resolve
 from gpufence.sched.jobs import JobRecord, JobState
+from gpufence.sched.jobs import Notice as NoticeState
 from gpufence.sched.reclaim import track
 from gpufence.state.ledger import Allocation, charge_milli
+
+# notices that took a slot of an incident preemption budget when they were given
+COUNTED_NOTICES = frozenset((Reason.INCIDENT_PREEMPTION, Reason.ON_DEMAND_PREEMPTION))
 
 
 class RestoreConflict(ValueError):
@@ -85,6 +90,13 @@ def restore(core: Core, book: JobBook, ev: JobRestored) -> None:
         rec.requeue_on_stop = ev.requeue
     else:
         home = core.cluster.partitions[got.home]
+        if ev.notice is not None:
+            # a notice in flight: the same deadline; its budget slot came back with
+            # PreemptionsRestored, so it is not counted again
+            reason, deadline = ev.notice
+            rec.notice = NoticeState(reason, deadline, reason in COUNTED_NOTICES)
+            book.noticed[job.id] = None
+            book.inflight_changes += 1
         book.arm_limit(rec, home.preemption.grace_s)
         if home.reclaim is not None:
             book.interactive[job.id] = None

@@ -132,6 +132,19 @@ class Scheduler:
         why = s.reasons.why(job_id, s.core.queues)
         return why or PendingReason(Reason.QUEUED, "not yet considered")
 
+    def waiting_on(self, job_id: str) -> dict[str, float | None]:
+        """The victims a pending job waits for (noticed or told to stop so that it can run),
+        each with its notice deadline (None once it was told to stop): what a front end
+        needs to say "waiting for j to checkpoint, deadline in 42 s"."""
+        nom = self.state.claims.nominations.get(job_id)
+        book = self.state.book
+        out: dict[str, float | None] = {}
+        for v in nom.victims if nom is not None else ():
+            if v in book.noticed or v in book.stopping:
+                n = book.records[v].notice
+                out[v] = n.deadline if n is not None else None
+        return out
+
     def fair_share(self, partition: str) -> list[TenantShare]:
         return self.state.core.fairshare.explain(partition, self.state.core.ledger)
 
