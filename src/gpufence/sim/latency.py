@@ -262,6 +262,7 @@ class Pools:
         offered = np.where(ok, lam / mu, 0.0)
         self.wait_prob = np.where(ok, erlang_c_array(np.where(ok, c, 1.0), offered), 1.0)
         cs = np.maximum(cs, 0.0)
+        self.service_cv, self.arrival_cv = cs, ca
         variability = np.maximum((ca * ca + cs * cs) / 2.0, 1e-9)
         self.theta = np.where(ok, np.maximum(c * mu - lam, 1e-12) / variability, 1.0)
         self.svc = _Service(self.service, cs)
@@ -271,6 +272,15 @@ class Pools:
 
     def __len__(self) -> int:
         return int(self.c.size)
+
+    def subset(self, idx: NDArray[np.intp]) -> Pools:
+        return Pools(
+            self.c[idx],
+            self.rate[idx],
+            self.service[idx],
+            self.service_cv[idx],
+            self.arrival_cv[idx],
+        )
 
     def cdf(self, t: ArrayLike) -> Arr:
         """P(T ≤ t) per pool (``t`` scalar or one value per pool)."""
@@ -334,6 +344,54 @@ def mixture_quantile(pools: Pools, weights: ArrayLike, q: float = 0.99) -> float
         if hi - lo <= 1e-7 * max(hi, 1e-9):
             break
     return hi
+
+
+def _grouped(owner: ArrayLike, weight: ArrayLike, groups: int) -> tuple[NDArray[np.intp], Arr, Arr]:
+    """Group index per pool, the weights (equal within a group whose weights are all 0), and
+    each group's total weight."""
+    own = np.asarray(owner, np.intp)
+    w = np.asarray(weight, float)
+    den = np.bincount(own, weights=w, minlength=groups)
+    w = np.where(den[own] > 0, w, 1.0).astype(float)
+    total: Arr = np.bincount(own, weights=w, minlength=groups).astype(float)
+    return own, w, total
+
+
+def window_shares(pools: Pools, owner: ArrayLike, weight: ArrayLike, groups: int, t: float) -> Arr:
+    """Per group of pools (``owner[i]`` the group of pool i, ``weight[i]`` its requests): the
+    share of the group's requests answered within ``t``."""
+    own, w, den = _grouped(owner, weight, groups)
+    return np.bincount(own, weights=w * pools.cdf(t), minlength=groups) / den
+
+
+def window_quantiles(
+    pools: Pools, owner: ArrayLike, weight: ArrayLike, groups: int, q: float = 0.99
+) -> Arr:
+    """Per group of pools (``owner`` ascending), the q-quantile of a request drawn from its
+    pools by ``weight``: a pool's own quantile where the group is one pool, else the
+    mixture's, by bisection on its CDF (inf when more than 1 − q of it is overloaded)."""
+    own, w, den = _grouped(owner, weight, groups)
+    per = pools.quantile(q)
+    count = np.bincount(own, minlength=groups)
+    first = np.searchsorted(own, np.arange(groups))
+    out = np.where(count == 1, per[np.minimum(first, len(per) - 1)], 0.0)
+    multi = count > 1
+    if not multi.any():
+        return out
+    idx = np.flatnonzero(multi[own])
+    sub, so, sw = pools.subset(idx), own[idx], w[idx]
+    over = np.bincount(so, weights=sw * sub.overloaded, minlength=groups) / np.maximum(den, 1e-300)
+    hi = np.zeros(groups)
+    np.maximum.at(hi, so, np.where(sub.overloaded, 0.0, per[idx]))
+    lo = np.zeros(groups)
+    for _ in range(60):
+        mid = (lo + hi) / 2.0
+        got = np.bincount(so, weights=sw * sub.cdf(mid[so]), minlength=groups) / den
+        below = got < q
+        lo = np.where(below, mid, lo)
+        hi = np.where(below, hi, mid)
+    mixed = np.where(over > 1.0 - q + 1e-12, INF, hi)
+    return np.where(multi, mixed, out)
 
 
 # ---------------------------------------------------------------- scalar helpers
