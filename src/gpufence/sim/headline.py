@@ -43,6 +43,7 @@ HEADLINE = (
     "preemptions.count",
     "preemptions.gpu_hours_lost",
     "reclaims.count",
+    "lending.gpu_hours",
     "interconnect.node_uplink.p95",
     "interconnect.node_uplink.max",
     "interconnect.rack_uplink.p95",
