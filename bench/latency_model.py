@@ -1,12 +1,13 @@
 """Serving latency model vs a request-level DES: the measured error of the p99 response time.
 
-For a grid of replicas c, utilisation ρ and service CV (gamma service, Poisson arrivals, 40 ms
-mean), an FCFS c-server DES (each request takes the earliest free replica) runs ``--reps``
-independent replications of ``--requests`` requests (the first 10 % dropped as warm-up); its
-p99 gets a 95 % Student-t interval over the replications. Printed per cell: the DES p99 and
-interval, ``gpufence.sim.latency``'s p99 (exact M/M/c at cv = 1, the M/G/c approximation
-otherwise) and its error, and the pre-issue-14 formula p99(W) + p99(S) for comparison. Last
-line: ``max_abs_err_pct=X (cv=1: Y) cells_outside_interval=N old_max_err_pct=Z``.
+For a grid of replicas c, utilisation ρ and service CV (gamma service -- constant at CV 0 --,
+Poisson arrivals, 40 ms mean), an FCFS c-server DES (each request takes the earliest free
+replica) runs ``--reps`` independent replications of ``--requests`` requests (the first 10 %
+dropped as warm-up); its p99 gets a 95 % Student-t interval over the replications. Printed per
+cell: the DES p99 and interval, ``gpufence.sim.latency``'s p99 (exact M/M/c at cv = 1, exact
+M/G/1 for one replica, the M/G/c approximation otherwise) and its error, and the pre-issue-14
+formula p99(W) + p99(S) for comparison. Last line:
+``max_abs_err_pct=X (cv=1: Y) cells_outside_interval=N old_max_err_pct=Z``.
 
     PYTHONPATH=src python bench/latency_model.py [--reps 6] [--requests 60000] [--quick]
 """
@@ -29,8 +30,11 @@ T975 = {3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10
 def des_p99(c: int, lam: float, cv: float, n: int, seed: int) -> float:
     rng = np.random.default_rng(seed)
     arrivals = np.cumsum(rng.exponential(1.0 / lam, n))
-    shape = 1.0 / (cv * cv)
-    service = rng.gamma(shape, SERVICE_S / shape, n)
+    if cv > 0:
+        shape = 1.0 / (cv * cv)
+        service = rng.gamma(shape, SERVICE_S / shape, n)
+    else:  # deterministic
+        service = np.full(n, SERVICE_S)
     free = [0.0] * c
     resp = np.empty(n)
     for i in range(n):
@@ -59,7 +63,7 @@ def main() -> int:
     args = ap.parse_args()
     cs = (4, 16) if args.quick else (1, 4, 16, 64)
     rhos = (0.5, 0.8) if args.quick else (0.5, 0.7, 0.8, 0.9)
-    cvs = (0.5, 1.0, 1.5)
+    cvs = (0.0, 0.5, 1.0, 1.5)
     reps = max(3, min(args.reps, 10))
     errs: list[float] = []
     errs_exp: list[float] = []

@@ -49,7 +49,9 @@ def test_guarantees_hold_when_serving_passes_a_reservation_made_in_the_same_walk
     8-GPU partition protecting serving, gang g reserves the node in the walk in which serving sv
     passes the reservation and ends it; b (1 GPU, behind g) must not be left waiting with 6 GPUs
     free and no reservation."""
-    pol = PreemptionPolicy(mode=PreemptionMode.ON_DEMAND, from_partitions=("p0",), budget=1)
+    pol = PreemptionPolicy(
+        mode=PreemptionMode.ON_DEMAND, from_partitions=("p0",), budget=1, min_runtime_s=0.0
+    )
     cluster = (
         ClusterBuilder("shared")
         .nodes("n", 1, 8, rack="r0")
@@ -190,7 +192,11 @@ def test_guarantees_hold_when_a_node_failure_leaves_what_comes_back_to_the_next_
     for b1, serving b behind it cannot be helped; b1 is stopping when a node of a's plan
     fails, so what b1 frees no longer fits a: protection must look again and nominate b."""
     pol = PreemptionPolicy(
-        mode=PreemptionMode.ON_DEMAND, from_partitions=("p0",), budget=1, grace_s=30.0
+        mode=PreemptionMode.ON_DEMAND,
+        from_partitions=("p0",),
+        budget=1,
+        grace_s=30.0,
+        min_runtime_s=0.0,
     )
     cluster = (
         ClusterBuilder("shared")
@@ -219,7 +225,11 @@ def test_guarantees_hold_when_one_batch_nominates_two_jobs_on_shared_victims() -
     nominated in one batch, r2 on all its victims; t exits during its notice and is requeued.
     What t freed must stay r2's, so that b's stop makes room for both."""
     pol = PreemptionPolicy(
-        mode=PreemptionMode.ON_DEMAND, from_partitions=("p0",), budget=4, grace_s=120.0
+        mode=PreemptionMode.ON_DEMAND,
+        from_partitions=("p0",),
+        budget=4,
+        grace_s=120.0,
+        min_runtime_s=0.0,
     )
     cluster = (
         ClusterBuilder("shared")

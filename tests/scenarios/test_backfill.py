@@ -153,11 +153,16 @@ def test_overrunning_estimate_recomputes_the_reservation() -> None:
     s = gang_waiting()
     assert s.step([Tick()], 150) == []
     why = s.why_pending("g")
-    assert why is not None and why.message.endswith("GPUs reserved from when running jobs end")
+    assert why is not None and why.message.endswith(
+        "GPUs reserved from when running jobs end: r ran past its 100 s estimate, due t=100, "
+        "and holds 6 of them"
+    )
     got = s.step(sub(job("s").gpus(2).est(10).build()), 151)
     assert got == []
     assert s.why_pending("s") == PendingReason(
-        Reason.RESERVED_FOR_GANG, "GPUs reserved for gang g (starts when running jobs end)"
+        Reason.RESERVED_FOR_GANG,
+        "GPUs reserved for gang g (starts when running jobs end: r ran past its 100 s "
+        "estimate, due t=100, and holds 6 of them)",
     )
 
 
@@ -180,7 +185,9 @@ def test_every_job_behind_the_gang_gets_a_reason() -> None:
 def _protecting_node():  # type: ignore[no-untyped-def]
     """One node of 8 GPUs in a fence that protects serving (on-demand preemption from itself,
     as the simulator's preempt-on-demand builds it): serving passes a gang's reservation."""
-    pol = PreemptionPolicy(mode=PreemptionMode.ON_DEMAND, from_partitions=("p",), grace_s=0.0)
+    pol = PreemptionPolicy(
+        mode=PreemptionMode.ON_DEMAND, from_partitions=("p",), grace_s=0.0, min_runtime_s=0.0
+    )
     return ClusterBuilder().nodes("n", 1, gpus=8).partition("p", ["n"], preemption=pol).build()
 
 

@@ -49,7 +49,9 @@ def _serving(jid: str, gpus: int = 2, priority: int = 0):  # type: ignore[no-unt
 def test_on_demand_preempts_while_a_gang_holds_the_reservation() -> None:
     """One shared partition, full, with a gang reserved for when running jobs end: a serving
     job arriving then preempts on demand (before: nothing, as long as the gang waited)."""
-    pol = PreemptionPolicy(mode=PreemptionMode.ON_DEMAND, from_partitions=("shared",))
+    pol = PreemptionPolicy(
+        mode=PreemptionMode.ON_DEMAND, from_partitions=("shared",), min_runtime_s=0.0
+    )
     s = make(
         ClusterBuilder().nodes("n", 2, gpus=4).partition("shared", ["n"], preemption=pol).build()
     )
@@ -181,7 +183,9 @@ def test_a_job_waiting_for_a_victim_names_it_and_its_deadline() -> None:
 def test_a_gang_reservation_holds_no_gpus_against_serving_in_a_protecting_fence() -> None:
     """Equal priorities: the 2 free GPUs are held for the gang, but a serving job of the same
     fence (which protects serving) takes them, and the gang is planned again."""
-    pol = PreemptionPolicy(mode=PreemptionMode.ON_DEMAND, from_partitions=("shared",))
+    pol = PreemptionPolicy(
+        mode=PreemptionMode.ON_DEMAND, from_partitions=("shared",), min_runtime_s=0.0
+    )
     s = make(
         ClusterBuilder().nodes("n", 2, gpus=4).partition("shared", ["n"], preemption=pol).build()
     )
@@ -408,7 +412,9 @@ def test_a_node_failure_lets_protection_give_the_capacity_coming_back_to_the_nex
     nominated, b1 (requeued, priority 3) bound again on the GPUs it freed and was noticed a
     second time, for b (found by test_guarantees_in_one_shared_partition: protection
     liveness)."""
-    pol = PreemptionPolicy(mode=PreemptionMode.ON_DEMAND, from_partitions=("p",), grace_s=30.0)
+    pol = PreemptionPolicy(
+        mode=PreemptionMode.ON_DEMAND, from_partitions=("p",), grace_s=30.0, min_runtime_s=0.0
+    )
     s = make(ClusterBuilder().nodes("n", 3, gpus=2).partition("p", ["n"], preemption=pol).build())
     b1 = job("b1").gang(3, gpus=1).priority(3).build()
     got = run(
@@ -444,7 +450,9 @@ def test_jobs_nominated_in_one_batch_are_planned_on_different_gpus() -> None:
     once b has stopped. Before, r2 was planned on b's GPUs too: nothing held what t freed, t
     bound again on it, and was noticed a second time for r2 (found by
     test_guarantees_in_one_shared_partition, seed 503: protection liveness)."""
-    pol = PreemptionPolicy(mode=PreemptionMode.ON_DEMAND, from_partitions=("p",), grace_s=120.0)
+    pol = PreemptionPolicy(
+        mode=PreemptionMode.ON_DEMAND, from_partitions=("p",), grace_s=120.0, min_runtime_s=0.0
+    )
     s = make(ClusterBuilder().nodes("n", 1, gpus=8).partition("p", ["n"], preemption=pol).build())
     fill = [
         job("b").gang(3, gpus=1).priority(3).build(),

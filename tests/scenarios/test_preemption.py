@@ -1,9 +1,9 @@
 """Serving protection: a serving job its fence cannot hold reclaims lent capacity first, then
 preempts per policy (incident-only: checkpointable victims in ``from_partitions``, lowest
 priority, least work lost, never younger than min_runtime_s, within the budget per window;
-on-demand: no budget or minimum runtime). Handshake: Notice -> CheckpointAck or grace deadline
--> Stop -> JobStopped -> Requeue (attempt + 1); the serving job then binds with reason
-``incident``."""
+on-demand: no budget, any non-serving victim past the minimum runtime). Handshake: Notice ->
+CheckpointAck or grace deadline -> Stop -> JobStopped -> Requeue (attempt + 1); the serving
+job then binds with reason ``incident``."""
 
 from __future__ import annotations
 
@@ -295,7 +295,8 @@ def test_training_never_triggers_incident_preemption() -> None:
 
 
 def test_on_demand_takes_young_non_checkpointable_jobs_without_budget() -> None:
-    s = make(cluster(mode=PreemptionMode.ON_DEMAND, budget=0))
+    # (no minimum runtime: on demand honours it too, tests/scenarios/test_reasons_told_true.py)
+    s = make(cluster(mode=PreemptionMode.ON_DEMAND, budget=0, min_runtime=0.0))
     busy(s, ("t1", 2, 0, False), ("t2", 2, 1, False))
     got = flat(
         s,

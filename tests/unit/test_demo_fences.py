@@ -1,5 +1,6 @@
 """The fenced demo act's fences come from the machine (issue 13, item 7): a valid spec for 1,
-2, 4, 8 and 16 GPUs (real or fake), every GPU in exactly one fence."""
+2, 4, 8 and 16 GPUs (real or fake), every GPU in exactly one fence; and its cast from the fences
+(issue 33, item 9): the gang fits the training fence and the surge finds both fences full."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ import pytest
 
 from gpufence.control.base.config import cluster_from_spec_dict
 from gpufence.control.gpus.discovery import fake_gpus
-from gpufence.demo.live import _job, fence_layout, fenced_spec
+from gpufence.demo.fences import cast, fence_layout, fenced_spec
+from gpufence.demo.live import _job, seed_job_s
 from gpufence.model.partition import PreemptionMode
 
 
@@ -43,6 +45,32 @@ def test_fences_are_derived_from_the_gpus_of_the_machine(
     assert all(
         p.reclaim is not None for p in cluster.partitions.values() if "interactive" in p.admits
     )
+
+
+@pytest.mark.parametrize("n", [2, 3, 4, 5, 8, 16, 24])
+def test_the_cast_fills_both_fences_so_the_surge_must_preempt_the_gang(n: int) -> None:
+    """With a 4-GPU gang on 4 GPUs the gang was rejected (the training fence holds 2); on 16
+    the surge found idle training GPUs and nobody was preempted."""
+    layout = fence_layout(list(range(n)))
+    c = cast(layout)
+    assert c.preempts and not c.missing
+    assert c.base_replicas == len(layout["serving"])  # the serving fence is full
+    assert c.gang_replicas * c.gang_gpus == len(layout["training"])  # so is the training fence
+    assert 1 <= c.surge_replicas <= len(layout["training"])  # the preempted gang makes room
+
+
+def test_on_one_gpu_the_act_says_what_the_preemption_needs() -> None:
+    c = cast(fence_layout([0]))
+    assert not c.preempts and c.surge_replicas == 0
+    assert c.base_seconds is not None  # serving leaves the one GPU to the gang
+    assert c.missing == (
+        "a serving fence beside a training fence: 2 GPUs or more; this machine has 1"
+    )
+
+
+@pytest.mark.parametrize(("n", "seconds"), [(1, 0.25), (2, 0.25), (4, 0.5), (8, 1.0), (16, 1.0)])
+def test_act_one_takes_about_as_long_on_few_gpus(n: int, seconds: float) -> None:
+    assert seed_job_s(n) == seconds
 
 
 def test_demo_jobs_run_under_the_interpreter_gpufence_runs_under() -> None:

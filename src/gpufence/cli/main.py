@@ -110,7 +110,11 @@ def demo(
     fake_gpus: Annotated[
         int | None,
         typer.Option(
-            "--fake-gpus", metavar="N", help="use N fake GPUs even when real ones are present"
+            "--fake-gpus",
+            metavar="N",
+            min=1,
+            help="use N fake GPUs even when real ones are present (any number: the acts are "
+            "cast for it)",
         ),
     ] = None,
     simulated: Annotated[
@@ -125,7 +129,8 @@ def demo(
         ),
     ] = False,
 ) -> None:
-    """The main job: the control plane on this machine's GPUs (8 fake ones if there are none)
+    """The main job: the control plane on this machine's GPUs, however many (8 fake ones if
+    there are none)
     runs the seed's 66-job case and a fenced machine through a serving surge, with real
     processes, then prints what happened and the URL of the web dashboard that showed act 2."""
     if simulated and keep:

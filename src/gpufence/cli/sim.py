@@ -131,6 +131,8 @@ def print_result(console: Console, result: ExperimentResult) -> None:
     console.print(summary_table(metrics))
     if result.intervals:
         console.print(interval_table(result.intervals, result.seeds))
+    if result.paired:
+        console.print(paired_table(result.paired, str(metrics["paired"]["baseline"]), result.seeds))
     for name, m in metrics["policies"].items():
         for a in m.get("advice", []):
             line = f"advice for {name}: {a['evidence'].get('summary', '')} [{a['rule']}]"
@@ -190,6 +192,28 @@ def interval_table(intervals: dict[str, dict[str, dict[str, Any]]], seeds: list[
             iv = per.get(fig)
             cells.append("-" if iv is None else _fmt_interval(fig, iv))
         t.add_row(fig, *cells)
+    return t
+
+
+def paired_table(
+    paired: dict[str, dict[str, dict[str, Any]]], baseline: str, seeds: list[int]
+) -> Table:
+    """Each policy minus ``baseline``, seed by seed (the seeds are shared): mean [95 %]."""
+    t = Table(
+        title=f"paired difference from {baseline}, seed by seed (n={len(seeds)}): mean [95 %]"
+    )
+    t.add_column("figure")
+    for p in paired:
+        t.add_column(f"{p} - {baseline}", justify="right")
+    figures = [f for f in HEADLINE if any(f in per for per in paired.values())]
+    for fig in figures:
+        t.add_row(
+            fig,
+            *(
+                "-" if (iv := per.get(fig)) is None else _fmt_interval(fig, iv)
+                for per in paired.values()
+            ),
+        )
     return t
 
 

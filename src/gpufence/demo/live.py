@@ -18,7 +18,6 @@ Time is compressed (seconds instead of hours) so the whole demo runs in well und
 
 from __future__ import annotations
 
-import copy
 import functools
 import math
 import socket
@@ -44,14 +43,15 @@ from gpufence.control.gpus.discovery import (
 )
 from gpufence.control.gpus.nvml import GpuApi
 from gpufence.control.plane import ControlPlane
+from gpufence.control.reconciler.inbox import CancelError
 from gpufence.control.store import database as st
 from gpufence.demo import joblogs
+from gpufence.demo.fences import Cast, cast, fence_layout, fenced_spec, whole_gpus
 from gpufence.demo.gpu_model import FakeDevices, FakeGpuModel
 from gpufence.demo.joint_summary import joint_rows
 from gpufence.demo.story import SEED_CASE, SERVING_SURGE, STORY
 from gpufence.demo.webview import Dashboard
 from gpufence.progress import progress_bar
-from gpufence.spec.errors import number_ranges
 
 # the interpreter gpufence itself runs under: ``.venv/bin/gpufence demo`` without an activated
 # venv found another ``python`` (or none) on PATH, and no job completed
@@ -68,9 +68,19 @@ OBSERVE = {  # time-compressed like the rest of the demo
 SEED_JOBS = 66
 SEED_JOB_S = 1.0
 NEED_GPUS = 8
+"""The GPUs the demo fakes when the machine has none (its acts run on any number)."""
+
+
+def seed_job_s(gpus: int) -> float:
+    """How long each of act 1's jobs holds its GPU: 1 s on 8 GPUs or more, shorter on fewer
+    (a quarter second at least, well above the hand-off gap), so the act takes about as long on
+    1 GPU (66 rounds) as on 8 (9 rounds)."""
+    return min(SEED_JOB_S, max(0.25, SEED_JOB_S * gpus / 8))
 
 
 def pick_gpus(fake: int | None, console: Console) -> Discovery:
+    """The GPUs the demo runs on: ``--fake-gpus N``, else this machine's (its acts are cast
+    for any number, ``fences.py``), else 8 fake ones where it has no whole GPU to use."""
     if fake is not None:
         return fake_gpus(fake)
     try:
@@ -78,9 +88,9 @@ def pick_gpus(fake: int | None, console: Console) -> Discovery:
     except DiscoveryError as exc:
         console.print(f"[dim]no usable NVIDIA GPU ({exc}); using {NEED_GPUS} fake GPUs[/dim]")
         return fake_gpus(NEED_GPUS)
-    if len(d.gpus) < NEED_GPUS:
+    if not whole_gpus(d):
         console.print(
-            f"[dim]found {len(d.gpus)} GPU(s); the demo's acts need {NEED_GPUS}: "
+            f"[dim]all {len(d.gpus)} GPU(s) are in MIG mode; the demo's jobs need whole GPUs: "
             f"using {NEED_GPUS} fake GPUs[/dim]"
         )
         return fake_gpus(NEED_GPUS)
@@ -171,15 +181,16 @@ def sixty_six(
     plane, model = _plane(node_spec(d), d, data)
     try:
         gpus = len(plane.cluster.gpus)
+        job_s = seed_job_s(gpus)
         for _ in range(SEED_JOBS):
-            plane.submit(_job("sleep", str(SEED_JOB_S)), ADMIN)
+            plane.submit(_job("sleep", f"{job_s:g}"), ADMIN)
         counts = _wait(
             plane,
             console,
             SEED_CASE.step(f"{SEED_JOBS} one-GPU jobs on {gpus} GPUs"),
             SEED_JOBS,
             lambda c: sum(c.get(s, 0) for s in st.TERMINAL) >= SEED_JOBS,
-            limit_s=SEED_JOBS * SEED_JOB_S + 60,
+            limit_s=SEED_JOBS * job_s + 60,
         )
         handoff_ctl = list(plane.telemetry.handoffs)
     finally:
@@ -192,7 +203,7 @@ def sixty_six(
     worst = max(joblogs.max_per_device(lines), joblogs.max_per_device(procs))
     gaps = joblogs.handoff_gaps(procs)
     first_line = joblogs.handoff_gaps(lines)
-    ideal = math.ceil(SEED_JOBS / gpus) * SEED_JOB_S
+    ideal = math.ceil(SEED_JOBS / gpus) * job_s
     span = joblogs.makespan(procs)
     done = counts.get(st.DONE, 0)
     res = ActResult()
@@ -221,77 +232,68 @@ def sixty_six(
     return res
 
 
-# The fenced act's fences: how each is set up (its GPUs come from ``fence_layout``).
-_SERVING_PREEMPTION = {
-    "mode": "incident-only",
-    "budget": 2,
-    "window_s": 3600,
-    "min_runtime_s": 0,
-    "grace_s": 10,
-}
-_NOTEBOOK_RECLAIM = {"idle_threshold": 0.05, "idle_after_s": 3, "warning_s": 2}
+def _play(
+    plane: ControlPlane, console: Console, c: Cast, began: float
+) -> tuple[str, list[tuple[str, str]]]:
+    """Submit the act's cast, wait through the surge and the reclaim, scale serving down;
+    returns the gang's job id and the serving and interconnect rows measured before the
+    scale-down."""
+    served = ("--seconds", f"{c.base_seconds:g}") if c.base_seconds is not None else ()
+    base = [plane.submit(_serve(*served), ADMIN).job_id for _ in range(c.base_replicas)]
+    train = plane.submit(
+        _job(
+            "train",
+            *("--steps", "60", "--step-s", "0.1", "--ckpt-every", "10"),
+            replicas=c.gang_replicas,
+            gpus=c.gang_gpus,
+            checkpointable=True,
+        ),
+        ADMIN,
+    ).job_id
+    plane.submit(_job("notebook", "--busy-s", "2", **{"class": "interactive"}), ADMIN)
+    time.sleep(2.5)
+    surge = [plane.submit(_serve("--seconds", "3"), ADMIN).job_id for _ in range(c.surge_replicas)]
+    watched = [train, *surge, *(base if c.base_seconds is not None else [])]
+    step = "serving surge" if c.surge_replicas else "serving, then training"
+    _wait(
+        plane,
+        console,
+        SERVING_SURGE.step(step),
+        len(watched),
+        lambda _: _settled(plane, watched),
+        60,
+    )
+    _wait(
+        plane,
+        console,
+        SERVING_SURGE.step("notebook reclaim"),
+        1,
+        lambda counts: counts.get(st.RECLAIMED, 0) >= 1,
+        20,
+    )
+    time.sleep(2 * plane.config.telemetry.series_step_s)  # the last scrape of the surge
+    joint = joint_rows(plane, began)
+    scale_down(plane, base)
+    _wait(
+        plane,
+        console,
+        SERVING_SURGE.step("serving deployment scaled down"),
+        len(base) + len(watched) + 1,
+        lambda counts: sum(counts.get(s, 0) for s in st.ACTIVE) == 0,
+        20,
+    )
+    return train, joint
 
 
-def fence_layout(whole: list[int]) -> dict[str, list[int]]:
-    """The whole GPUs (indices) of each fence of the fenced act on this machine: serving and
-    interactive a quarter each (at least one GPU), training the rest -- 0-1 / 2-5 / 6-7 on 8
-    GPUs, 0-3 / 4-11 / 12-15 on 16. Two GPUs: serving and training, which also holds the
-    notebooks; one GPU: one fence for everything."""
-    n = len(whole)
-    if n <= 1:
-        return {"shared": whole}
-    if n == 2:
-        return {"serving": whole[:1], "training": whole[1:]}
-    q = max(1, n // 4)
-    return {"serving": whole[:q], "training": whole[q : n - q], "interactive": whole[n - q :]}
-
-
-def fenced_spec(d: Discovery) -> dict[str, Any]:
-    """The fenced act's cluster spec for the machine ``d`` describes (GPUs in MIG mode keep
-    the partitions ``node_spec`` gives them)."""
-    spec = copy.deepcopy(node_spec(d))
-    group = spec["node_groups"][0]["name"]
-    spec["name"] = "demo-fenced"
-    whole = sorted(g.index for g in d.gpus if not g.mig_enabled)
-    mig = {k: v for k, v in spec["partitions"].items() if v.get("sharing") == "mig"}
-    layout = fence_layout(whole)
-
-    def on(indices: list[int]) -> list[str]:
-        return [f"{group}:{r}" for r in number_ranges(indices).split(",")]
-
-    parts: dict[str, Any] = {}
-    if "shared" in layout and whole:
-        parts["shared"] = {
-            "gpus": on(layout["shared"]),
-            "admits": ["serving", "training", "interactive", "batch"],
-            "sharing": "exclusive",  # (a fence cannot preempt from itself: no incident here)
-            "reclaim": _NOTEBOOK_RECLAIM,
-        }
-    if "serving" in layout:
-        parts["serving"] = {
-            "gpus": on(layout["serving"]),
-            "admits": ["serving"],
-            "sharing": "exclusive",
-            "backfill": False,
-            "preemption": {**_SERVING_PREEMPTION, "from": ["training"]},
-        }
-        notebooks_here = "interactive" not in layout
-        parts["training"] = {
-            "gpus": on(layout["training"]),
-            "admits": ["training", "interactive"] if notebooks_here else ["training"],
-            "sharing": "exclusive",
-            **({"reclaim": _NOTEBOOK_RECLAIM} if notebooks_here else {}),
-        }
-    if "interactive" in layout:
-        parts["interactive"] = {
-            "gpus": on(layout["interactive"]),
-            "admits": ["interactive"],
-            "sharing": "exclusive",
-            "reclaim": _NOTEBOOK_RECLAIM,
-        }
-    spec["partitions"] = {**parts, **mig}
-    spec.pop("queues", None)
-    return spec
+def scale_down(plane: ControlPlane, replicas: list[str]) -> None:
+    """Cancel the serving replicas still up. One that ended on its own (served its time, or
+    crashed) cannot be cancelled: that is no reason for the clean-up to raise CancelError."""
+    for job_id in replicas:
+        try:
+            plane.cancel(job_id, ADMIN)
+        except CancelError:
+            if not _settled(plane, [job_id]):
+                raise
 
 
 def fenced(
@@ -301,6 +303,7 @@ def fenced(
     fake_nvml: FakeNvmlFactory | None = None,
     keep: bool = False,
 ) -> ActResult:
+    c = cast(fence_layout(whole_gpus(d)))
     plane, model = _plane(fenced_spec(d), d, data, activity_s=0.5, fake_nvml=fake_nvml)
     res = ActResult()
     began = time.time()
@@ -310,53 +313,7 @@ def fenced(
         soft_wrap=True,
     )
     try:
-        base = [plane.submit(_serve(), ADMIN) for _ in range(2)]
-        train = plane.submit(
-            _job(
-                "train",
-                "--steps",
-                "60",
-                "--step-s",
-                "0.1",
-                "--ckpt-every",
-                "10",
-                replicas=2,
-                gpus=2,
-                checkpointable=True,
-            ),
-            ADMIN,
-        )
-        plane.submit(_job("notebook", "--busy-s", "2", **{"class": "interactive"}), ADMIN)
-        time.sleep(2.5)
-        surge = [plane.submit(_serve("--seconds", "3"), ADMIN) for _ in range(2)]
-        _wait(
-            plane,
-            console,
-            SERVING_SURGE.step("serving surge"),
-            4,
-            lambda c: _settled(plane, [train.job_id, *(s.job_id for s in surge)]),
-            limit_s=60,
-        )
-        _wait(
-            plane,
-            console,
-            SERVING_SURGE.step("notebook reclaim"),
-            1,
-            lambda c: c.get(st.RECLAIMED, 0) >= 1,
-            20,
-        )
-        time.sleep(2 * plane.config.telemetry.series_step_s)  # the last scrape of the surge
-        joint = joint_rows(plane, began)
-        for b in base:
-            plane.cancel(b.job_id, ADMIN)
-        _wait(
-            plane,
-            console,
-            SERVING_SURGE.step("serving deployment scaled down"),
-            6,
-            lambda c: sum(c.get(s, 0) for s in st.ACTIVE) == 0,
-            20,
-        )
+        train, joint = _play(plane, console, c, began)
         events = plane.events(ADMIN, limit=10_000)
         with plane.store.reader() as r:
             rows = r.jobs(limit=100)
@@ -368,32 +325,29 @@ def fenced(
             res.close = functools.partial(_close, web, plane)
         else:
             _close(web, plane)
-    interesting = ("notice", "checkpoint-ack", "stop", "requeue", "reject", "cancel")
-    for e in events:
-        if e["kind"] in interesting or (
-            e["kind"] == "bind" and e["reason"] in ("incident", "lent")
-        ):
-            res.log.append(
-                f"{e['job_id'] or '-':>4} {e['kind']:<16} {e['reason']:<22} {e['message']}"
-            )
+    res.log = _shown_events(events)
     runs = joblogs.runs(data, node=plane.cluster.nodes[0].name)
     worst = joblogs.max_per_device(runs)
     by_state: dict[str, int] = {}
     for row in rows:
         by_state[row.state] = by_state.get(row.state, 0) + 1
-    train_row = next(r for r in rows if r.id == train.job_id)
-    resumed = [r for r in runs if r.job == train.job_id]
+    train_row = next(r for r in rows if r.id == train)
+    resumed = [r for r in runs if r.job == train]
     preempt = [e for e in events if e["kind"] == "stop" and e["reason"] == "incident-preemption"]
     reclaim = [e for e in events if e["kind"] == "stop" and e["reason"] == "idle"]
+    shown = f"{len(preempt)} ({', '.join(e['job_id'] for e in preempt)})"
     res.rows = [
         ("jobs by final state", ", ".join(f"{k}={v}" for k, v in sorted(by_state.items()))),
         ("max jobs per GPU at any instant", f"{worst} (from the jobs' own logs)"),
         (
             "training gang",
-            f"{train_row.state} after {train_row.attempt} attempts "
-            f"({len({r.attempt for r in resumed})} ran)",
+            f"{c.gang_replicas} x {c.gang_gpus} GPU(s): {train_row.state} after "
+            f"{train_row.attempt} attempts ({len({r.attempt for r in resumed})} ran)",
         ),
-        ("incident preemptions", f"{len(preempt)} ({', '.join(e['job_id'] for e in preempt)})"),
+        (
+            "incident preemptions",
+            shown if c.preempts else f"{shown}: not shown, it needs {c.missing}",
+        ),
         ("idle reclaims", f"{len(reclaim)} ({', '.join(e['job_id'] for e in reclaim)})"),
         ("/metrics preemption counter", _metric_line(metrics, "gpufence_preemptions_total")),
         *joint,
@@ -401,11 +355,20 @@ def fenced(
     res.ok = (
         worst == 1
         and train_row.state == st.DONE
-        and train_row.attempt == 2
-        and len(preempt) == 1
+        and train_row.attempt == (2 if c.preempts else 1)
+        and len(preempt) == (1 if c.preempts else 0)
         and len(reclaim) == 1
     )
     return res
+
+
+def _shown_events(events: list[dict[str, Any]]) -> list[str]:
+    interesting = ("notice", "checkpoint-ack", "stop", "requeue", "reject", "cancel")
+    return [
+        f"{e['job_id'] or '-':>4} {e['kind']:<16} {e['reason']:<22} {e['message']}"
+        for e in events
+        if e["kind"] in interesting or (e["kind"] == "bind" and e["reason"] in ("incident", "lent"))
+    ]
 
 
 def _close(web: Dashboard, plane: ControlPlane) -> None:

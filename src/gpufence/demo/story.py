@@ -3,8 +3,8 @@
 ``gpufence demo`` tells it on the live control plane with real processes (``live.py``), and
 ``gpufence demo --simulated`` tells it in the simulator on a virtual clock (``simulated.py``);
 each telling takes its headings and its opening lines from here, so the two cannot drift apart.
-What differs is only the stage: one machine of 8 GPUs (real or fake) for the live demo, the
-shipped example clusters for the simulated one.
+What differs is only the stage: this machine's GPUs for the live demo (any number: 1, 2, 4, 8, 16
+...; 8 fake ones where it has none), the shipped example clusters for the simulated one.
 """
 
 from __future__ import annotations
@@ -31,8 +31,9 @@ class Act:
 SEED_CASE = Act(
     1,
     "the seed's 66-job case",
-    "66 one-GPU training jobs on 8 GPUs: the excess queues, every job completes, no GPU ever "
-    "runs two jobs, and the makespan stays close to ceil(66 / 8) rounds.",
+    "66 one-GPU training jobs on N GPUs (the machine's, or the simulator's 8): the excess queues, "
+    "every job completes, no GPU ever runs two jobs, and the makespan stays close to "
+    "ceil(66 / N) rounds.",
 )
 SERVING_SURGE = Act(
     2,

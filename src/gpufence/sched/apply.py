@@ -210,6 +210,11 @@ def _end(
 def _stopped(core: Core, book: JobBook, gates: Gates, rec: JobRecord, out: list[Decision]) -> None:
     if rec.state is JobState.PENDING:
         return
+    if rec.state is JobState.RUNNING:
+        # reported stopped, but no Stop decision asked it to: it failed silently, with nothing
+        # in the log. Its outcome is unknown, as when its processes are lost (JobLost)
+        why = "reported stopped, but no stop was decided for it: its outcome is unknown"
+        out.append(book.stop(rec, Reason.LOST, True, why, core.now))
     book.release(core, rec)
     if rec.requeue_on_stop:
         rec.attempt += 1

@@ -47,9 +47,10 @@ def reserve(core: Core, book: JobBook, rec: JobRecord, pool: str) -> Reservation
     free: dict[int, list[int]] = {n: led.free_gpus(pool, n) for n in c.partition_nodes[pool]}
     free = {n: v for n, v in free.items() if led.node_up[n]}
     releases: list[tuple[float, int, tuple[int, ...]]] = []
+    ending: dict[str, float] = {}
     for jid in led.pool_allocs[pool]:
         alloc = led.allocs[jid]
-        end = book.records[jid].expected_end(now)
+        end = ending[jid] = book.records[jid].expected_end(now)
         for a in alloc.assignments:
             if led.node_up[a.node]:
                 releases.append((end, a.node, a.gpus))
@@ -90,4 +91,29 @@ def reserve(core: Core, book: JobBook, rec: JobRecord, pool: str) -> Reservation
         if planned is None:
             return None
     gpus = tuple(g for a in planned for g in a.gpus)
-    return Reservation(job.id, pool, start, gpus, job.priority, rec.queue)
+    counted = tuple(sorted((e, j) for j, e in ending.items() if e <= start and e < INF))
+    overran = _overran(core, book, pool, gpus) if start == INF else ""
+    return Reservation(job.id, pool, start, gpus, job.priority, rec.queue, counted, overran)
+
+
+def _overran(core: Core, book: JobBook, pool: str, gpus: tuple[int, ...]) -> str:
+    """The running jobs that hold GPUs the gang needs and ran past their estimates (a
+    backfilled job, say, that was to end before the gang's start): the reason names them,
+    since they, not "running jobs", keep the gang waiting."""
+    led, now = core.ledger, core.now
+    wanted = set(gpus)
+    named: list[str] = []
+    for jid in led.pool_allocs[pool]:
+        rec = book.records[jid]
+        est, began = rec.job.est_runtime_s, rec.started_at
+        if est is None or began is None or rec.job.time_limit_s is not None:
+            continue
+        if began + est >= now:
+            continue
+        held = sum(1 for a in led.allocs[jid].assignments for g in a.gpus if g in wanted)
+        if held:
+            named.append(
+                f"{jid} ran past its {est:g} s estimate, due t={began + est:g}, and holds "
+                f"{held} of them"
+            )
+    return "; ".join(named)

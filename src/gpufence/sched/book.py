@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from gpufence.model.cluster import Cluster
 from gpufence.model.decisions import Notice, Reason, Stop
 from gpufence.model.lifecycle import TRANSITIONS, JobState
+from gpufence.model.partition import PreemptionMode
 from gpufence.sched.context import Core, Nomination
 from gpufence.sched.jobs import JobRecord
 from gpufence.sched.jobs import Notice as NoticeState
@@ -45,15 +46,21 @@ class JobBook:
         self.idle_heap: list[tuple[float, str]] = []  # (idle deadline, job), see sched/reclaim
         # time limits: (when, 0 = notice / 1 = stop, job, start of the attempt), lazily invalid
         self.limits: list[tuple[float, int, str, float]] = []
-        # per donor pool: (start, job) of checkpointable binds in start order, so protection
-        # finds the next victim to age past its minimum runtime without scanning every job
+        # per donor pool: (start, job) of the binds that may become victims (checkpointable
+        # ones; every job where on-demand preemption draws on the pool) in start order, so
+        # protection finds the next victim to age past its minimum runtime without scanning
+        # every job
         self.starts: dict[str, deque[tuple[float, str]]] = {}
         # donor pool -> the longest minimum runtime of the policies drawing on it
         self.donor_min_runtime: dict[str, float] = {}
+        self.on_demand_donors: set[str] = set()
         for part in cluster.partitions.values():
-            for pool in part.preemption.from_partitions:
+            pol = part.preemption
+            for pool in pol.from_partitions:
                 prev = self.donor_min_runtime.get(pool, 0.0)
-                self.donor_min_runtime[pool] = max(prev, part.preemption.min_runtime_s)
+                self.donor_min_runtime[pool] = max(prev, pol.min_runtime_s)
+                if pol.mode is PreemptionMode.ON_DEMAND:
+                    self.on_demand_donors.add(pool)
 
     @staticmethod
     def move(rec: JobRecord, new: JobState) -> None:

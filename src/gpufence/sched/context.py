@@ -10,6 +10,7 @@ Claims    what waiting jobs hold on to across cycles: the head-of-line gang's re
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from gpufence.model.cluster import Cluster
@@ -48,6 +49,20 @@ class Reservation:
     gpus: tuple[int, ...]
     priority: int
     queue: str  # the gang's queue: jobs of queues ahead of it by fair share may pass
+    # (expected end, job) of the running jobs whose GPUs the start counts on, by end: one
+    # still running past its end proves the start wrong (``overrun``)
+    counted: tuple[tuple[float, str], ...] = ()
+    overran: str = ""
+    """Running jobs past their estimates that hold GPUs the gang needs, named for its reason."""
+
+    def overrun(self, now: float, running: Callable[[str], bool]) -> bool:
+        """Some job the start counts on is still running past its expected end."""
+        for end, job_id in self.counted:
+            if end >= now:
+                return False
+            if running(job_id):
+                return True
+        return False
 
 
 @dataclass(slots=True)

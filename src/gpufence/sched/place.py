@@ -9,7 +9,7 @@ costs O(shapes + binds) per cycle.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from gpufence.model.cluster import Cluster
 from gpufence.model.decisions import Bind, Decision, Reason
@@ -74,7 +74,9 @@ class PlaceMemo:
         on_hold = tuple(g for g in held if gpus[g].partition in pools)
         seen = (sum(led.freed[q] for q in pools), core.queues.added[p], on_hold)
         res = st.claims.reservations.get(p)
-        due = res is not None and core.now > res.start
+        due = res is not None and (
+            core.now > res.start or res.overrun(core.now, led.allocs.__contains__)
+        )
         nominated = any(st.book.records[j].home == p for j in st.claims.nominations)
         if seen == self.seen.get(p) and not due and not nominated:
             return False
@@ -248,7 +250,7 @@ def bind(
     book.move(rec, JobState.RUNNING)
     rec.started_at = now
     rec.last_active = now
-    if job.checkpointable:
+    if job.checkpointable or pool in book.on_demand_donors:
         book.note_start(pool, job.id, now)
     st.reasons.forget(job.id)
     st.claims.nominations.pop(job.id, None)
@@ -273,6 +275,9 @@ def _valid(st: Placing, p: str) -> Reservation | None:
     stale = (
         any(not led.gpu_usable(g) for g in res.gpus)
         or st.core.now > res.start  # the estimates were wrong, or the start fell between steps
+        # a job the start counts on runs past its estimate (a backfilled one, say): the start
+        # no longer holds, and the job is named
+        or res.overrun(st.core.now, led.allocs.__contains__)
     )
     if stale:
         # recompute for the same gang before anything is placed: dropping it would let the
@@ -348,8 +353,7 @@ def place_partition(st: Placing, p: str) -> bool:
         if whole_only and res is not None and not held and led.pool_free[p] == 0:
             # no free GPU, the head-of-line gang already holds its reservation and nothing
             # reserved is free to backfill into: the rest of the queue waits
-            n = len(cluster.partition_gpus[p])
-            msg = f"partition {p} has 0 of {n} GPUs free{held_for(led, p)}; "
+            msg = _free_of(st, p)
             reasons.set_partition(
                 p, Reason.NO_FIT, f"{msg}gang {res.job_id} holds the reservation ({_starts(res)})"
             )
@@ -489,12 +493,20 @@ def _holds_reservation(
     st.reasons.set_shape(shape, r.reason, f"behind gang {rec.job.id}, which holds the reservation")
 
 
+def _free_of(st: Placing, p: str) -> str:
+    led = st.core.ledger
+    n = len(st.core.cluster.partition_gpus[p])
+    return f"partition {p} has {led.pool_free[p]} of {n} GPUs free{held_for(led, p)}; "
+
+
 def _starts(res: Reservation) -> str:
     return _when(res) if res.start == INF else f"by {_when(res)}"
 
 
 def _when(res: Reservation) -> str:
-    return "when running jobs end" if res.start == INF else f"t={res.start:g}"
+    if res.start != INF:
+        return f"t={res.start:g}"
+    return f"when running jobs end: {res.overran}" if res.overran else "when running jobs end"
 
 
 def _past_holds(
@@ -520,7 +532,18 @@ def _past_holds(
         if higher:
             del st.claims.reservations[p]
             return []
-        return _hold(st, res)
+        # the gang's start now counts on this job ending by its estimate too: if it runs past
+        # it, the start is planned again and the job named ("reserved from t=1000" stayed)
+        end = rec.expected_end(st.core.now)
+        if end < INF:
+            counted = tuple(sorted((*res.counted, (end, rec.job.id))))
+            res = st.claims.reservations[p] = replace(res, counted=counted)
+        held = _hold(st, res)
+        if res.job_id not in st.claims.nominations:  # (its free GPUs were counted before)
+            st.reasons.set_job(
+                res.job_id, Reason.NO_FIT, f"{_free_of(st, p)}GPUs reserved from {_when(res)}"
+            )
+        return held
     led.rollback(m)
     return None
 

@@ -207,6 +207,10 @@ def protect_partition(st: Protecting, p: str, waiting: list[JobRecord]) -> bool:
         times.popleft()
     taken: dict[str, None] = {}  # victims chosen in this batch, in order
     plan: list[tuple[JobRecord, tuple[str, ...], str, Reason]] = []
+    # jobs that wait for victims on their way back, told so once this batch's notices are out
+    # (told before, a victim chosen earlier in the batch was not yet noticed: "waiting for
+    # nothing to stop")
+    waits: list[tuple[JobRecord, dict[str, None]]] = []
     counted = 0
     budget_hit: list[JobRecord] = []
     # victims already noticed or chosen in this batch -> the pool their GPUs come back to
@@ -254,13 +258,13 @@ def protect_partition(st: Protecting, p: str, waiting: list[JobRecord]) -> bool:
                 changes += 1  # capacity on its way back covers it: it waits for that
                 coming = {v: None for v, vp in inflight.items() if vp == p}
                 claims.nominations[rec.job.id] = Nomination(coming, (p,), False)
-                _waits(st, rec, coming)
+                waits.append((rec, coming))
                 continue
             covered = _covered_elsewhere(core, rec, pol, inflight)
             if covered is not None:
                 changes += 1
                 claims.nominations[rec.job.id] = Nomination(covered[1], (covered[0],), True)
-                _waits(st, rec, covered[1])
+                waits.append((rec, covered[1]))
                 continue
             if lent_out and blocked is None:
                 if lent_cands is None:
@@ -337,7 +341,9 @@ def protect_partition(st: Protecting, p: str, waiting: list[JobRecord]) -> bool:
                 _notice(st, v, reason, pol.grace_s, True, why)
         incident = reason is not Reason.LENT_RECLAIM
         claims.nominations[rec.job.id] = Nomination(dict.fromkeys(victims), (pool,), incident)
-        _waits(st, rec, dict.fromkeys(victims))
+        waits.append((rec, dict.fromkeys(victims)))
+    for rec, on_the_way in waits:
+        _waits(st, rec, on_the_way)
     return unserved
 
 
@@ -364,15 +370,16 @@ def _too_young(
     ``min_runtime_s`` yet: which would make room, and from when they may be preempted.
     ``cands_of``: the batch's candidates per pool, in preference order (computed once: while
     a batch runs no job starts or gets a notice, and what it releases is in ``taken``)."""
-    if pol.mode is not PreemptionMode.INCIDENT_ONLY or pol.min_runtime_s <= 0:
+    if pol.mode is PreemptionMode.OFF or pol.min_runtime_s <= 0:
         return None
+    any_job = pol.mode is PreemptionMode.ON_DEMAND
     led = core.ledger
     for pool in pol.from_partitions:
 
         def young(r: JobRecord, pool: str = pool) -> bool:
             a = led.allocs[r.job.id]
             serving = r.job.workload_class is WorkloadClass.SERVING
-            return a.pool == pool and not serving and r.job.checkpointable
+            return a.pool == pool and not serving and (any_job or r.job.checkpointable)
 
         # (a bounded look: the reason names the blocker; it must not cost a victim search over
         # every job of a large donor pool on each cycle protection runs)
@@ -441,12 +448,12 @@ def _next_chance(
     if not waiting or pol.mode is PreemptionMode.OFF:
         return INF
     best = INF
-    if pol.mode is PreemptionMode.INCIDENT_ONLY:
-        if times and len(times) >= pol.budget:
-            # (no victim aging past the minimum runtime helps before a budget slot frees up)
-            return times[0] + pol.window_s
-        for pool in pol.from_partitions:
-            aged = first_to_age(core, book, pool, pol.min_runtime_s)
-            if aged is not None:
-                best = min(best, aged)
+    incident = pol.mode is PreemptionMode.INCIDENT_ONLY
+    if incident and times and len(times) >= pol.budget:
+        # (no victim aging past the minimum runtime helps before a budget slot frees up)
+        return times[0] + pol.window_s
+    for pool in pol.from_partitions:
+        aged = first_to_age(core, book, pool, pol.min_runtime_s, checkpointable_only=incident)
+        if aged is not None:
+            best = min(best, aged)
     return best

@@ -88,27 +88,31 @@ def _lost(rec: JobRecord, now: float) -> float:
 
 
 def eligible(core: Core, pol: PreemptionPolicy, pool: str) -> Callable[[JobRecord], bool]:
-    """Who a serving job may preempt in donor ``pool`` under ``pol``: never serving; on demand
-    anyone else; in an incident only checkpointable jobs past the minimum runtime."""
+    """Who a serving job may preempt in donor ``pool`` under ``pol``: never serving, and never
+    a job younger than the minimum runtime (on demand too: the policy's ``min_runtime_s`` was
+    ignored there); on demand anyone else, in an incident only checkpointable jobs."""
     on_demand = pol.mode is PreemptionMode.ON_DEMAND
 
     def ok(r: JobRecord) -> bool:
         a = core.ledger.allocs[r.job.id]
         if a.pool != pool or r.job.workload_class is WorkloadClass.SERVING:
             return False
-        if on_demand:
-            return True
         started = r.started_at
         return (
-            r.job.checkpointable and started is not None and core.now - started >= pol.min_runtime_s
+            (on_demand or r.job.checkpointable)
+            and started is not None
+            and core.now - started >= pol.min_runtime_s
         )
 
     return ok
 
 
-def first_to_age(core: Core, book: JobBook, pool: str, min_runtime_s: float) -> float | None:
-    """Earliest start + ``min_runtime_s`` still in the future among the checkpointable jobs
-    running in ``pool``. ``book.starts`` holds binds in start order; an entry at the front is
+def first_to_age(
+    core: Core, book: JobBook, pool: str, min_runtime_s: float, checkpointable_only: bool = True
+) -> float | None:
+    """Earliest start + ``min_runtime_s`` still in the future among the jobs running in
+    ``pool`` that may be victims (checkpointable ones only, unless ``checkpointable_only`` is
+    off: on-demand preemption). ``book.starts`` holds binds in start order; an entry at the front is
     dropped for good when its job no longer runs there from that start (a later bind is a new
     entry) or when it has aged past every policy's minimum runtime (time only moves on), and
     the first valid entry still younger than ``min_runtime_s`` is the answer."""
@@ -128,6 +132,8 @@ def first_to_age(core: Core, book: JobBook, pool: str, min_runtime_s: float) -> 
         starts.popleft()
     for start, jid in starts:
         if start + min_runtime_s > now and valid(start, jid):
+            if checkpointable_only and not records[jid].job.checkpointable:
+                continue
             return start + min_runtime_s
     return None
 

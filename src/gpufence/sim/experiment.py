@@ -12,8 +12,9 @@ reduced to ``metrics.json`` with each policy's advice.
 ``gpufence sim`` is this call between its argument checks and its tables. ``result.metrics`` is
 the top of ``metrics.json``: the scenario, the cluster, the first seed and its ``policies``
 (docs/architecture.md §9, one object per policy from ``sim.policy_run``), and with several seeds
-``seeds``, ``by_seed`` and ``intervals`` (each headline figure's mean and 95 % interval,
-``sim.headline``). The advice (``sim.advice_run``) is that of the first seed's runs.
+``seeds``, ``by_seed``, ``intervals`` (each headline figure's mean and 95 % interval,
+``sim.headline``) and ``paired`` (each policy's per-seed difference from the first policy's,
+mean and 95 % interval). The advice (``sim.advice_run``) is that of the first seed's runs.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from typing import Any
 
 from gpufence.model.cluster import Cluster
 from gpufence.sim.advice_run import add_advice
-from gpufence.sim.headline import headline_intervals
+from gpufence.sim.headline import headline_intervals, paired_differences
 from gpufence.sim.inputs import SeedInputs
 from gpufence.sim.policy_run import PolicyRun, run_policy
 from gpufence.sim.scenario import Scenario
@@ -57,6 +58,7 @@ class ExperimentResult:
     by_seed: dict[int, list[PolicyRun]]  # one run per policy, in the order asked
     metrics: dict[str, Any]  # the top of metrics.json, advice included
     intervals: dict[str, dict[str, dict[str, Any]]] | None  # several seeds only
+    paired: dict[str, dict[str, dict[str, Any]]] | None = None  # several seeds and policies
 
     @property
     def seeds(self) -> list[int]:
@@ -101,12 +103,16 @@ def run_experiment(
     if len(by_seed) > 1:
         metrics["seeds"] = list(by_seed)
         metrics["by_seed"] = {str(k): {r.policy: r.metrics for r in v} for k, v in by_seed.items()}
-        intervals = headline_intervals(
-            {p: [_by_policy(v)[p] for v in by_seed.values()] for p in policies}
-        )
+        per_policy = {p: [_by_policy(v)[p] for v in by_seed.values()] for p in policies}
+        intervals = headline_intervals(per_policy)
         metrics["intervals"] = intervals
+        paired = paired_differences(per_policy) or None
+        if paired:
+            metrics["paired"] = {"baseline": policies[0], "policies": paired}
+    else:
+        paired = None
     add_advice(metrics, sc, runs)  # metrics["policies"][P]["advice"]: why each policy loses
-    return ExperimentResult(sc, first.cluster, by_seed, metrics, intervals)
+    return ExperimentResult(sc, first.cluster, by_seed, metrics, intervals, paired)
 
 
 def _by_policy(runs: list[PolicyRun]) -> dict[str, dict[str, Any]]:

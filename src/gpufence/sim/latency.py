@@ -11,15 +11,20 @@ at once.
   contention.md §3.1 (Erlang C and its waiting tail, the standard results). This replaces the
   old p99(W) + p99(S), which overstated p99 by 7–45 % (issue 14: c=16, ρ=0.9, 40 ms: 211 ms
   exact vs 286 ms).
+* **M/G/1 (exact, one replica with Poisson arrivals).** The waiting time from the
+  Pollaczek–Khinchine transform, inverted numerically (``sim/mg1.py``); P(W > 0) = ρ. The
+  approximation below was +5–7 % on the p99 at cv 0.5, ρ ≤ 0.7 (issue 33, item 11).
 * **M/G/c (approximation, for service CV ≠ 1 or arrival CV ≠ 1).** Three choices:
   1. P(W > 0) ≈ C(c, A), the M/M/c value;
   2. W | W > 0 ~ Exp(θ') with θ' = (cμ − λ)·2/(c_a² + c_s²): the Allen–Cunneen two-moment mean
      wait E[W] ≈ E[W_M/M/c]·(c_a² + c_s²)/2 (contention.md §3.1), carried into the tail by
      scaling its decay rate (contention.md §4.4-2);
   3. S is gamma with the given mean and CV (the shape the issue's reference figures use): for
-     c_s ≤ 1 as a mixture of Erlang(k−1) and Erlang(k) with a common rate (Tijms, "A First
-     Course in Stochastic Models", the standard two-moment phase-type fit [R]; exactly gamma
-     when 1/c_s² is an integer, e.g. c_s = 0.5), for c_s > 1 by the incomplete-gamma series.
+     0.1 ≤ c_s ≤ 1 as a mixture of Erlang(k−1) and Erlang(k) with a common rate (Tijms, "A
+     First Course in Stochastic Models", the standard two-moment phase-type fit [R]; exactly
+     gamma when 1/c_s² is an integer, e.g. c_s = 0.5), for c_s > 1 by the incomplete-gamma
+     series, for 0 < c_s < 0.1 by the Wilson–Hilferty normal approximation, and c_s = 0 is a
+     constant (W' + D: the exponential shifted; it was clipped to c_s = 0.1 before).
   T's CDF is then (1 − C)·F_S(t) + C·P(W' + S ≤ t), the convolution done by 24-point
   Gauss–Legendre quadrature. Measured against a request-level DES with gamma service
   (``bench/latency_model.py``; the figures are in bench/README.md): the p99 is within a few
@@ -37,8 +42,10 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from gpufence.sim.mg1 import waiting_then_served_cdf
+
 INF = float("inf")
-MIN_CV = 0.1  # below this a service is treated as cv 0.1 (an Erlang of 100 phases)
+MIN_CV = 0.1  # below this a service's gamma is approximated (Wilson–Hilferty); 0: constant
 Arr = NDArray[np.float64]
 
 _GL_X, _GL_W = np.polynomial.legendre.leggauss(24)
@@ -132,19 +139,40 @@ def _hypo_cdf(theta: Arr, r: Arr, t: Arr) -> Arr:
     return out
 
 
+def _normal_cdf(z: Arr) -> Arr:
+    """Φ(z) by Abramowitz & Stegun 7.1.26 (|error| < 1.5e-7), vectorised."""
+    x = np.abs(z) / math.sqrt(2.0)
+    k = 1.0 / (1.0 + 0.3275911 * x)
+    poly = k * (
+        0.254829592 + k * (-0.284496736 + k * (1.421413741 + k * (-1.453152027 + k * 1.061405429)))
+    )
+    erf = 1.0 - poly * np.exp(-x * x)
+    out: Arr = 0.5 * (1.0 + np.sign(z) * erf)
+    return out
+
+
 class _Service:
-    """Gamma-shaped service times (mean, cv) per pool: phases for cv ≤ 1, a series for cv > 1."""
+    """Gamma-shaped service times (mean, cv) per pool: phases for 0.1 ≤ cv ≤ 1, a series for
+    cv > 1, the Wilson–Hilferty normal approximation of the gamma for 0 < cv < 0.1 (shape >
+    100, where it is within ~1e-4 of the CDF), and a constant for cv = 0. (cv below 0.1 was
+    clipped to 0.1: a deterministic service was +24.7 % at c=64 ρ=0.7, issue 33 item 11.)"""
 
     def __init__(self, mean: Arr, cv: Arr) -> None:
-        cv = np.clip(cv, MIN_CV, None)
-        self.phases = _phases(mean, cv)
-        self.heavy = (cv * cv > 1.0) & ~np.isclose(cv * cv, 1.0)
-        self.shape = np.where(self.heavy, 1.0 / (cv * cv), 1.0)
+        cv = np.maximum(np.asarray(cv, float), 0.0)
+        self.mean = mean
+        self.det = cv <= 0.0
+        self.fine = (cv > 0.0) & (cv < MIN_CV)
+        special = self.det | self.fine
+        usual = np.where(special, 1.0, cv)
+        self.phases = [(w * ~special, j, r) for w, j, r in _phases(mean, usual)]
+        self.heavy = (usual * usual > 1.0) & ~np.isclose(usual * usual, 1.0)
+        self.shape = np.where(self.heavy, 1.0 / (usual * usual), 1.0)
         self.rate = self.shape / mean
         self.lgamma1 = np.array([math.lgamma(a + 1.0) for a in self.shape.ravel()]).reshape(
             self.shape.shape
         )
-        self.exp_only = ~self.heavy  # S is one exponential phase or a mixture of them
+        self.fine_shape = np.where(self.fine, 1.0 / np.maximum(cv * cv, 1e-300), 1.0)
+        self.exp_only = ~self.heavy & ~special  # S is one exponential phase or a mixture
         for w, j, _ in self.phases:
             if j > 1:
                 self.exp_only &= w == 0
@@ -161,23 +189,50 @@ class _Service:
         if self.heavy.any():
             g = _gamma_cdf(e(self.shape), e(self.lgamma1), e(self.rate), t)
             out = np.where(e(self.heavy), g, out)
+        if self.fine.any():  # Wilson–Hilferty: (X / E[X])^(1/3) ~ N(1 − 1/(9k), 1/(9k))
+            k = e(self.fine_shape)
+            ratio = np.cbrt(np.maximum(t, 0.0) / e(self.mean))
+            z = (ratio - (1.0 - 1.0 / (9.0 * k))) / np.sqrt(1.0 / (9.0 * k))
+            out = np.where(e(self.fine), _normal_cdf(z), out)
+        if self.det.any():
+            out = np.where(e(self.det), (t >= e(self.mean)).astype(float), out)
         return out
 
     def with_wait_cdf(self, theta: Arr, t: Arr) -> Arr:
-        """P(Exp(θ) + S ≤ t): closed form where S is exponential, quadrature elsewhere."""
+        """P(Exp(θ) + S ≤ t): closed form where S is exponential or constant, quadrature
+        elsewhere."""
         exp_only = self.exp_only
         out = np.zeros(theta.shape)
         for w, j, r in self.phases:
             if j == 1:
                 out = out + w * _hypo_cdf(theta, r, t)
-        if exp_only.all():
-            return out
-        # ∫_0^t θe^{−θw} F_S(t − w) dw with u = 1 − e^{−θw}: a smooth integrand on [0, U]
-        top = -np.expm1(-theta * t)
-        u = top[..., None] * _GL_U
-        rest = np.maximum(t[..., None] + np.log1p(-u) / theta[..., None], 0.0)
-        quad = top * (self.cdf(rest, axis=True) @ _GL_V)
-        return np.where(exp_only, out, quad)
+        if not exp_only.all():
+            # ∫_0^t θe^{−θw} F_S(t − w) dw with u = 1 − e^{−θw}: a smooth integrand on [0, U]
+            top = -np.expm1(-theta * t)
+            u = top[..., None] * _GL_U
+            rest = np.maximum(t[..., None] + np.log1p(-u) / theta[..., None], 0.0)
+            quad = top * (self.cdf(rest, axis=True) @ _GL_V)
+            out = np.where(exp_only, out, quad)
+        if self.det.any():  # Exp(θ) + D: the exponential shifted by D
+            late = np.maximum(t - self.mean, 0.0)
+            out = np.where(self.det, -np.expm1(-theta * late), out)
+        return out
+
+    def transform(self, s: NDArray[np.complex128]) -> NDArray[np.complex128]:
+        """S*(s) = E[e^{−sS}] per pool (``s`` has one more, trailing, axis than the pools)."""
+        out = np.zeros(s.shape, complex)
+        for w, j, r in self.phases:
+            out = out + w[..., None] * (r[..., None] / (r[..., None] + s)) ** j
+        for mask, shape, rate in (
+            (self.heavy, self.shape, self.rate),
+            (self.fine, self.fine_shape, self.fine_shape / self.mean),
+        ):
+            if mask.any():
+                g = (rate[..., None] / (rate[..., None] + s)) ** shape[..., None]
+                out = np.where(mask[..., None], g, out)
+        if self.det.any():
+            out = np.where(self.det[..., None], np.exp(-s * self.mean[..., None]), out)
+        return out
 
 
 # ---------------------------------------------------------------- the pool
@@ -206,12 +261,26 @@ class Pools:
         ok = ~self.overloaded
         offered = np.where(ok, lam / mu, 0.0)
         self.wait_prob = np.where(ok, erlang_c_array(np.where(ok, c, 1.0), offered), 1.0)
-        variability = np.maximum((ca * ca + np.maximum(cs, MIN_CV) ** 2) / 2.0, 1e-9)
+        cs = np.maximum(cs, 0.0)
+        self.service_cv, self.arrival_cv = cs, ca
+        variability = np.maximum((ca * ca + cs * cs) / 2.0, 1e-9)
         self.theta = np.where(ok, np.maximum(c * mu - lam, 1e-12) / variability, 1.0)
         self.svc = _Service(self.service, cs)
+        # one replica, Poisson arrivals: the exact M/G/1 wait (Pollaczek–Khinchine, sim/mg1.py)
+        self.mg1 = np.flatnonzero(ok & (c == 1) & np.isclose(ca, 1.0) & (lam > 0))
+        self.svc1 = _Service(self.service[self.mg1], cs[self.mg1])
 
     def __len__(self) -> int:
         return int(self.c.size)
+
+    def subset(self, idx: NDArray[np.intp]) -> Pools:
+        return Pools(
+            self.c[idx],
+            self.rate[idx],
+            self.service[idx],
+            self.service_cv[idx],
+            self.arrival_cv[idx],
+        )
 
     def cdf(self, t: ArrayLike) -> Arr:
         """P(T ≤ t) per pool (``t`` scalar or one value per pool)."""
@@ -219,6 +288,13 @@ class Pools:
         tt = np.maximum(tt, 0.0)
         fs = self.svc.cdf(tt)
         fw = self.svc.with_wait_cdf(self.theta, tt)
+        if self.mg1.size:
+            i = self.mg1
+            det = np.where(self.svc1.det, self.service[i], np.nan)
+            fw = fw.copy()
+            fw[i] = waiting_then_served_cdf(
+                self.rate[i], self.wait_prob[i], self.svc1.transform, tt[i], det
+            )
         out = (1.0 - self.wait_prob) * fs + self.wait_prob * fw
         return np.where(self.overloaded, 0.0, np.clip(out, 0.0, 1.0))
 
@@ -268,6 +344,54 @@ def mixture_quantile(pools: Pools, weights: ArrayLike, q: float = 0.99) -> float
         if hi - lo <= 1e-7 * max(hi, 1e-9):
             break
     return hi
+
+
+def _grouped(owner: ArrayLike, weight: ArrayLike, groups: int) -> tuple[NDArray[np.intp], Arr, Arr]:
+    """Group index per pool, the weights (equal within a group whose weights are all 0), and
+    each group's total weight."""
+    own = np.asarray(owner, np.intp)
+    w = np.asarray(weight, float)
+    den = np.bincount(own, weights=w, minlength=groups)
+    w = np.where(den[own] > 0, w, 1.0).astype(float)
+    total: Arr = np.bincount(own, weights=w, minlength=groups).astype(float)
+    return own, w, total
+
+
+def window_shares(pools: Pools, owner: ArrayLike, weight: ArrayLike, groups: int, t: float) -> Arr:
+    """Per group of pools (``owner[i]`` the group of pool i, ``weight[i]`` its requests): the
+    share of the group's requests answered within ``t``."""
+    own, w, den = _grouped(owner, weight, groups)
+    return np.bincount(own, weights=w * pools.cdf(t), minlength=groups) / den
+
+
+def window_quantiles(
+    pools: Pools, owner: ArrayLike, weight: ArrayLike, groups: int, q: float = 0.99
+) -> Arr:
+    """Per group of pools (``owner`` ascending), the q-quantile of a request drawn from its
+    pools by ``weight``: a pool's own quantile where the group is one pool, else the
+    mixture's, by bisection on its CDF (inf when more than 1 − q of it is overloaded)."""
+    own, w, den = _grouped(owner, weight, groups)
+    per = pools.quantile(q)
+    count = np.bincount(own, minlength=groups)
+    first = np.searchsorted(own, np.arange(groups))
+    out = np.where(count == 1, per[np.minimum(first, len(per) - 1)], 0.0)
+    multi = count > 1
+    if not multi.any():
+        return out
+    idx = np.flatnonzero(multi[own])
+    sub, so, sw = pools.subset(idx), own[idx], w[idx]
+    over = np.bincount(so, weights=sw * sub.overloaded, minlength=groups) / np.maximum(den, 1e-300)
+    hi = np.zeros(groups)
+    np.maximum.at(hi, so, np.where(sub.overloaded, 0.0, per[idx]))
+    lo = np.zeros(groups)
+    for _ in range(60):
+        mid = (lo + hi) / 2.0
+        got = np.bincount(so, weights=sw * sub.cdf(mid[so]), minlength=groups) / den
+        below = got < q
+        lo = np.where(below, mid, lo)
+        hi = np.where(below, hi, mid)
+    mixed = np.where(over > 1.0 - q + 1e-12, INF, hi)
+    return np.where(multi, mixed, out)
 
 
 # ---------------------------------------------------------------- scalar helpers

@@ -85,7 +85,10 @@ def _merged(name: str, base: Cluster) -> Policy:
         sharing=SharingMode.EXCLUSIVE,
         backfill=True,
         preemption=PreemptionPolicy(
-            mode=PreemptionMode.ON_DEMAND, from_partitions=(SHARED,), grace_s=120.0
+            mode=PreemptionMode.ON_DEMAND,
+            from_partitions=(SHARED,),
+            grace_s=120.0,
+            min_runtime_s=0.0,  # (the anti-pattern as documented: no minimum runtime)
         )
         if on_demand
         else PreemptionPolicy(),

@@ -7,7 +7,8 @@ fragmentation}, preemptions {count, gpu_hours_lost, by_reason}, reclaims {count,
 gpu_hours_returned}, invariant_violations — plus extras: the same delays over all jobs with the
 unfinished ones censored at the horizon (queue_delay_all_s, jct_all_s, with counts), serving's
 worst window and requests within the SLO, interconnect {link class: {p50, p95, max, mean}},
-losses by cause (node failures included), per-service figures, job states. Every figure's
+losses by cause (node failures included), lending {binds, gpu_hours}, per-service figures,
+job states. Every figure's
 definition: ``gpufence.telemetry``.
 """
 
@@ -18,6 +19,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from gpufence.model.cluster import Cluster
+from gpufence.model.decisions import Bind
 from gpufence.model.lifecycle import JobState
 from gpufence.sched.scheduler import SchedulerConfig
 from gpufence.sim.contention import Contention
@@ -104,6 +106,18 @@ def run_policy(
     result = sim.run(until=sc.horizon_s, progress=progress)
     metrics = policy_metrics(sc, pol.cluster, result, fleets, timeline)
     return PolicyRun(policy, pol.cluster, result, fleets, timeline, metrics)
+
+
+def _lending(result: SimResult) -> dict[str, float]:
+    """Binds on GPUs another partition lent, and the GPU-hours they held those GPUs (to the
+    run's end where still running): what a fence that lends gives training."""
+    lent = {(d.job_id, t) for t, d in result.log if isinstance(d, Bind) and d.lent_from}
+    held = sum(
+        ((o.end if o.end is not None else result.end_time) - o.start) * len(o.gpus)
+        for o in result.occupancy
+        if (o.job_id, o.start) in lent
+    )
+    return {"binds": len(lent), "gpu_hours": _r(held / 3600.0, 3)}
 
 
 def _r(x: float, n: int = 4) -> float:
@@ -204,6 +218,7 @@ def policy_metrics(
             "gpu_hours_returned": _r(returned / 3600.0, 3),
             "by_reason": dict(sorted(rec.items())),
         },
+        "lending": _lending(result),
         "storage": {
             "checkpoint_writes": len(result.checkpoints),
             "utilization_mean": _r(sum(x.storage_util for x in samples) / len(samples))

@@ -4,8 +4,11 @@ Every ``autoscale_every_s`` the fleet (1) records the window that just ended: th
 the replicas actually running and their service time stretched by contention (its mean and
 CV); (2) sets the replica target to keep per-replica utilisation at ``target_utilization``
 within [min, max] and submits or cancels replica jobs. After the run every window is scored at
-once with the response-time distribution of its pool (sim.latency: exact M/M/c, M/G/c
-approximation): its p99 and the share of its requests within the SLO.
+once with the response-time distribution of its pool (sim.latency: exact M/M/c and M/G/1, M/G/c
+approximation): its p99 and the share of its requests within the SLO. A window in which
+replicas started or stopped is scored piece by piece, each piece with the replicas running
+in it (its requests a mixture of the pieces'): scored with the replicas running at its end, a
+window where the fleet grew late counted the new replicas for all of it (issue 33, item 11).
 Replica jobs are ordinary serving jobs: the scheduler places them inside the fence (or, under
 other policies, wherever the policy lets it), so a full fence shows up as replicas pending and
 a p99 that leaves the SLO.
@@ -13,6 +16,7 @@ a p99 that leaves the SLO.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -21,8 +25,14 @@ from gpufence.model.events import Event
 from gpufence.model.job import GpuRequest, Job, WorkloadClass
 from gpufence.model.lifecycle import JobState
 from gpufence.sim.contention import Contention
-from gpufence.sim.latency import INF, Pools, mixture_quantile
-from gpufence.sim.runner import Simulation
+from gpufence.sim.latency import (
+    INF,
+    Pools,
+    mixture_quantile,
+    window_quantiles,
+    window_shares,
+)
+from gpufence.sim.runner import Occupancy, Simulation
 from gpufence.sim.scenario import Demand, Service
 from gpufence.sim.workloads.records import WorkItem
 from gpufence.telemetry import slo
@@ -51,13 +61,19 @@ class Window:
     start: float
     end: float
     rate_rps: float
-    replicas: int  # running during the window
+    replicas: int  # running at the window's end
     target: int
     service_s: float  # mean service time, contention included
     service_cv: float  # contention's extra variance included
     inflation: float
     p99_ms: float = math.nan  # filled by Fleet.score
     within_slo: float = math.nan  # share of the window's requests answered within the SLO
+    # (seconds, replicas running) of each piece of the window, in order; () = all of it with
+    # ``replicas``
+    pieces: tuple[tuple[float, int], ...] = ()
+
+    def spans(self) -> tuple[tuple[float, int], ...]:
+        return self.pieces or ((self.end - self.start, self.replicas),)
 
     @property
     def requests(self) -> float:
@@ -79,6 +95,9 @@ class Fleet:
     _last: float = 0.0
     _scored: int = 0  # windows[: _scored] have their latency
     _p99_all: tuple[int, float] | None = None  # (windows, run p99 ms) once computed
+    _seen_occ: int = 0  # sim.occupancy[: _seen_occ] looked at
+    _occ: list[Occupancy] = field(default_factory=list)  # replicas' attempts still open
+    _ids: set[str] = field(default_factory=set)  # every replica this fleet submitted
 
     def first_wake(self) -> float | None:
         return 0.0
@@ -124,6 +143,7 @@ class Fleet:
         )
         job = self.adapt(job)
         self._alive[job.id] = None
+        self._ids.add(job.id)
         return WorkItem(job, self.horizon_s * 10, ack_after_s=None)
 
     def _record(self, now: float, sim: Simulation) -> None:
@@ -135,6 +155,7 @@ class Fleet:
         s = self.svc
         ledger = sim.scheduler.ledger
         running = [j for j in self._alive if sim.jobs[j].state is JobState.RUNNING]
+        pieces = self._pieces(start, now, sim)
         exp = self.contention.mean_replica_exposure(ledger, running, s.network_share)
         inflation = exp.mean_factor
         cv = math.sqrt(s.service_cv**2 + exp.extra_cv2)
@@ -150,26 +171,71 @@ class Fleet:
                     s.service_ms / 1000.0 * inflation,
                     cv,
                     inflation,
+                    pieces=pieces if len(pieces) > 1 else (),
                 )
             )
         self._last = now
 
+    def _pieces(self, start: float, end: float, sim: Simulation) -> tuple[tuple[float, int], ...]:
+        """The window [start, end) cut where one of this fleet's replicas started or stopped:
+        (seconds, replicas running) per piece."""
+        occ = sim.occupancy
+        mine = f"{self.svc.name}-r"
+        for o in occ[self._seen_occ :]:
+            if o.job_id.startswith(mine) and o.job_id in self._ids:
+                self._occ.append(o)
+        self._seen_occ = len(occ)
+        cuts = {start, end}
+        for o in self._occ:
+            for t in (o.start, o.end):
+                if t is not None and start < t < end:
+                    cuts.add(t)
+        edges = sorted(cuts)
+        out: list[tuple[float, int]] = []
+        for a, b in itertools.pairwise(edges):
+            n = sum(1 for o in self._occ if o.start <= a and (o.end is None or o.end >= b))
+            if out and out[-1][1] == n:
+                out[-1] = (out[-1][0] + b - a, n)
+            else:
+                out.append((b - a, n))
+        self._occ = [o for o in self._occ if o.end is None or o.end > end]
+        return tuple(out)
+
     # ------------------------------------------------------------------ results
     def pools(self) -> Pools:
-        w = self.windows
-        return Pools(
-            [x.replicas for x in w],
-            [x.rate_rps for x in w],
-            [x.service_s for x in w],
-            [x.service_cv for x in w],
-        )
+        """One pool per piece of every window, in window order."""
+        c: list[int] = []
+        lam: list[float] = []
+        svc: list[float] = []
+        cv: list[float] = []
+        for x in self.windows:
+            for _, n in x.spans():
+                c.append(n)
+                lam.append(x.rate_rps)
+                svc.append(x.service_s)
+                cv.append(x.service_cv)
+        return Pools(c, lam, svc, cv)
+
+    def _weights(self) -> tuple[list[int], list[float]]:
+        """Per piece: its window's index and its requests."""
+        owner: list[int] = []
+        weight: list[float] = []
+        for i, x in enumerate(self.windows):
+            for secs, _ in x.spans():
+                owner.append(i)
+                weight.append(x.rate_rps * secs)
+        return owner, weight
 
     def score(self) -> list[Window]:
-        """Fill in every window's p99 and share of requests within the SLO (vectorised)."""
+        """Fill in every window's p99 and share of requests within the SLO (vectorised over
+        the windows' pieces; a window of several pieces is their request-weighted mixture)."""
         if self._scored < len(self.windows) and self.windows:
             pools = self.pools()
-            p99 = pools.quantile(0.99)
-            within = pools.cdf(self.svc.slo_p99_ms / 1000.0)
+            owner, weight = self._weights()
+            p99 = window_quantiles(pools, owner, weight, len(self.windows), 0.99)
+            within = window_shares(
+                pools, owner, weight, len(self.windows), self.svc.slo_p99_ms / 1000.0
+            )
             for w, p, ok in zip(self.windows, p99, within, strict=True):
                 w.p99_ms = float(p) * 1000.0 if p != INF else INF
                 w.within_slo = float(ok) if w.rate_rps > 0 else 1.0
@@ -195,6 +261,6 @@ class Fleet:
         if not self.windows:
             return 0.0
         if self._p99_all is None or self._p99_all[0] != len(self.windows):
-            q = mixture_quantile(self.pools(), [x.requests for x in self.windows], 0.99)
+            q = mixture_quantile(self.pools(), self._weights()[1], 0.99)
             self._p99_all = (len(self.windows), q * 1000.0 if q != INF else INF)
         return self._p99_all[1]

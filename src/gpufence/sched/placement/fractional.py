@@ -368,17 +368,20 @@ def _why(idx: PoolIndex, ledger: Ledger, job: Job, pool: str) -> NotPlaced:
     want = (req.milli if req.kind is RequestKind.FRACTION else MILLI_PER_GPU * req.gpus) * (
         job.replicas
     )
-    if free >= want and cpu >= job.cpu_milli * job.replicas:
+    want_cpu = job.cpu_milli * job.replicas
+    if free >= want and cpu >= want_cpu:
         return NotPlaced(
             Reason.FRAGMENTED,
             f"{free / 1000:g} GPUs free in {pool}, but no GPU fits {req.describe()}",
         )
-    return NotPlaced(
-        Reason.NO_FIT,
-        f"no GPU in {pool} fits {req.describe()}: needs {want / 1000:g} GPUs and "
-        f"{job.cpu_milli * job.replicas / 1000:g} CPUs, {free / 1000:g} GPUs and "
-        f"{cpu / 1000:g} CPUs free",
-    )
+    # only what is short is named: "0.1 GPUs and 64 CPUs free" for a GPU share that asked
+    # for no CPU read as if the CPUs were the blocker
+    short = []
+    if free < want:
+        short.append(f"needs {want / 1000:g} GPUs, {free / 1000:g} free")
+    if cpu < want_cpu:
+        short.append(f"needs {want_cpu / 1000:g} CPUs, {cpu / 1000:g} free on its nodes")
+    return NotPlaced(Reason.NO_FIT, f"{pool} has no room for {req.describe()}: {'; '.join(short)}")
 
 
 class FractionalPlacer:
