@@ -25,7 +25,7 @@ from gpufence.control.http.problems import (
     safe,
 )
 from gpufence.control.plane import AccessError, InvalidField
-from gpufence.control.reconciler.inbox import CancelError, IdempotencyConflict
+from gpufence.control.reconciler.inbox import CancelError, IdempotencyConflict, PendingCapReached
 from gpufence.control.store.errors import StoreUnavailable
 
 UNPROCESSABLE = 422  # starlette renamed the constant (..._CONTENT); the number is stable
@@ -85,6 +85,10 @@ def _install_domain(app: FastAPI) -> None:
         loc = ".".join(exc.loc) if isinstance(exc, InvalidField) else "body"
         err = FieldError(field=loc, message=str(exc), type="invalid")
         return problem(UNPROCESSABLE, f"{loc}: {exc}", errors=[err])
+
+    @app.exception_handler(PendingCapReached)
+    def _too_many(_req: Request, exc: Exception) -> Response:
+        return problem(status.HTTP_429_TOO_MANY_REQUESTS, str(exc))
 
     @app.exception_handler(IdempotencyConflict)
     def _key_reused(_req: Request, exc: Exception) -> Response:

@@ -31,6 +31,7 @@ TITLES = {
     409: ("conflict", "Conflicts with the job's state"),
     413: ("too-large", "Request body too large"),
     422: ("invalid", "Invalid request"),
+    429: ("too-many-pending", "Too many pending jobs"),
     500: ("internal", "Internal error"),
     503: ("unavailable", "Service unavailable"),
 }
@@ -141,6 +142,8 @@ _DESCRIPTIONS = {
     409: "conflicts with the job's state (e.g. cancelling an ended job)",
     413: "request body larger than control.max_request_bytes (default 1 MiB)",
     422: "invalid request: `field` names the first offending field, `errors` all of them",
+    429: "the tenant's pending jobs would pass its cap (control.max_pending_jobs); the detail "
+    "names the cap and the fix",
     503: "store unavailable (disk full, read-only, I/O error) or the control plane is busy; "
     "retry (POST /v1/jobs with the same Idempotency-Key)",
 }

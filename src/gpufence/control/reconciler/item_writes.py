@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from gpufence.control.base.arrays import parse_array
 from gpufence.control.base.config import core_tenant
 from gpufence.control.base.executor import AttemptExit
 from gpufence.control.base.jobspec import SubmitRequest, escape
@@ -24,6 +25,7 @@ from gpufence.control.reconciler.inbox import (
     IdempotencyConflict,
     Live,
     NodeEvent,
+    PendingCapReached,
     Staged,
     Submit,
 )
@@ -76,6 +78,7 @@ def write_submit(ctx: WriteContext, tx: JobTx, it: Submit, now: float, staged: S
             replay(ctx, tx, it, it.key, digest, staged)
             return
     # a request these raise on is undone with its savepoint (see Reconciler._inbox_tx)
+    check_pending_cap(ctx, tx, it.tenant, req)
     ready, known = prepare(ctx, tx, it.tenant, req)  # names, after_* -> ids (job_writes.py)
     staged.events += known
     if ready.array is not None:
@@ -87,6 +90,25 @@ def write_submit(ctx: WriteContext, tx: JobTx, it: Submit, now: float, staged: S
         staged.submits.append((jid, it.future))
     if jid != claimed:
         raise st.StoreError(f"job {jid} was inserted under another id than {claimed}")
+
+
+def check_pending_cap(ctx: WriteContext, tx: JobTx, tenant: str, req: SubmitRequest) -> None:
+    """``PendingCapReached`` if ``req`` (an array: all its tasks) would take ``tenant`` past its
+    cap on pending jobs: each pending job is a row every restart reads back and a candidate
+    every cycle weighs, so one tenant's flood must not become everyone's slow restart."""
+    cap = ctx.config.pending_cap(tenant)
+    if cap is None:
+        return
+    adding = len(parse_array(req.array)[0]) if req.array is not None else 1
+    pending = tx.pending_count(tenant)
+    if pending + adding > cap:
+        what = f"{adding} more" if adding > 1 else "one more"
+        raise PendingCapReached(
+            f"tenant {tenant} has {pending} pending job(s); {what} would pass its cap of "
+            f"{cap} (control.max_pending_jobs, or control.tenants.{tenant}.max_pending_jobs): "
+            "wait for some to start, cancel some, submit a smaller array, or ask the admin "
+            "to raise the cap"
+        )
 
 
 def replay(ctx: WriteContext, tx: JobTx, it: Submit, key: str, digest: str, staged: Staged) -> None:

@@ -464,6 +464,9 @@ class Tx:
         """The id ``add_job`` gives the next job of this transaction."""
         return f"j{self._last_seq() + 1}"
 
+    def pending_count(self, tenant: str) -> int:
+        return names.pending_count(self._c.execute, tenant)
+
     def live_holder(self, tenant: str, name: str, serving: bool = False) -> names.Named | None:
         """The job of ``tenant`` that has not ended and is called ``name`` (``names.py``)."""
         return names.live_holder(self._c.execute, tenant, name, serving)
