@@ -94,7 +94,7 @@ def test_no_response_is_untyped_and_every_error_is_a_problem(server: Server) -> 
 
 # the error statuses each route documents: those it can give, no more
 STATUSES = [
-    ("post", "/v1/jobs", {"401", "403", "413", "422", "503"}),
+    ("post", "/v1/jobs", {"401", "403", "413", "422", "429", "503", "507"}),
     ("get", "/v1/jobs", {"401", "403", "422", "503"}),
     ("get", "/v1/jobs/{job_id}", {"401", "403", "404", "422", "503"}),
     ("post", "/v1/jobs/{job_id}/cancel", {"401", "403", "404", "409", "413", "422", "503"}),

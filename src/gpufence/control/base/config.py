@@ -14,6 +14,8 @@ control:
     ops: {run_as: root, allow_root: true}   # a tenant's jobs as root: only like this
   allow_run_as_root: false  # control.run_as with uid 0 is refused unless this is true
   max_pending_jobs: 10000   # per tenant (an array counts its tasks); the admin has none
+  store_reserve_mib: 16     # free pages kept inside the store: cancels and exits land on a
+                            # full disk (new submits get 507 there); 0: none
   job_env_inherit: [CONDA_PREFIX, "http_proxy"]   # server variables jobs also get (NAME, PREFIX*)
   job_pids_limit: 16384     # processes + threads per gang member (null: no limit)
   stop_grace_s: 10          # SIGTERM -> SIGKILL
@@ -84,6 +86,8 @@ DEFAULT_MAX_PENDING = 10_000
 """Pending jobs per tenant: one full array (``arrays.MAX_TASKS``); what a restart reads back
 stays bounded by the tenants, not by whoever submits most (issue 30 case 7)."""
 MAX_PENDING_CAP = 1_000_000
+DEFAULT_RESERVE_MIB = 16
+"""The store's free pages kept for cancels and exits on a full disk (``store/reserve.py``)."""
 
 TOKEN_FILE = "admin.token"
 SERVER_FILE = "server.json"
@@ -161,6 +165,7 @@ class ControlSchema(BaseModel):
     run_as: str | None = Field(default=None, min_length=1)
     allow_run_as_root: bool = False
     max_pending_jobs: int = Field(default=DEFAULT_MAX_PENDING, ge=1, le=MAX_PENDING_CAP)
+    store_reserve_mib: int = Field(default=DEFAULT_RESERVE_MIB, ge=0, le=1 << 14)
     job_env_inherit: list[str] = Field(default_factory=list)
     job_pids_limit: int | None = Field(default=DEFAULT_PIDS_LIMIT, ge=16, le=1 << 22)
     stop_grace_s: float = Field(default=10.0, ge=0.0, le=3600.0)
@@ -185,6 +190,8 @@ class ControlConfig:
     max_pending: Mapping[str, int] = field(default_factory=dict)
     """Tenant -> its own cap on pending jobs (others: ``default_max_pending``)."""
     default_max_pending: int = DEFAULT_MAX_PENDING
+    store_reserve_mib: int = DEFAULT_RESERVE_MIB
+    """Free pages the store keeps for cancels and exits on a full disk (store/reserve.py)."""
     job_env_inherit: tuple[str, ...] = ()
     """Server variables (NAME or PREFIX*) jobs get besides memberenv.DEFAULT_ENV_INHERIT."""
     job_pids_limit: int | None = DEFAULT_PIDS_LIMIT
@@ -413,6 +420,7 @@ def control_config(raw: object, data_dir: Path, source: str | None = None) -> Co
             if ts.max_pending_jobs is not None
         },
         default_max_pending=schema.max_pending_jobs,
+        store_reserve_mib=schema.store_reserve_mib,
         job_env_inherit=inherit,
         job_pids_limit=schema.job_pids_limit,
         stop_grace_s=schema.stop_grace_s,

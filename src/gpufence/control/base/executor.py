@@ -63,6 +63,8 @@ class Limits:
     """Host memory; over it the member is OOM-killed."""
     pids: int | None = None
     """Processes and threads."""
+    log_bytes: int | None = None
+    """Each of its logs (stdout, stderr): cut by the launcher past this (``logcap.py``)."""
 
 
 @dataclass(frozen=True, slots=True)

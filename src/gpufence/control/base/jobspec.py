@@ -49,6 +49,8 @@ RESERVED_ENV = (
 MIB = 1 << 20
 MAX_CPUS = 4096.0
 MAX_MEM_BYTES = 1 << 50  # 1 PiB
+MIN_LOG_LIMIT = 4096  # = logcap.MIN_LIMIT
+MAX_LOG_LIMIT = 1 << 40
 MAX_TIME_LIMIT_S = 366 * 86400.0
 
 MAX_ARGS = 4096
@@ -249,6 +251,14 @@ class SubmitRequest(BaseModel):
         le=MAX_MEM_BYTES,
         description="host memory per replica in bytes: placed on a node that has it free; a "
         "member over it is OOM-killed (job failed, reason 'oom')",
+    )
+    log_limit_bytes: Int | None = Field(
+        default=None,
+        ge=MIN_LOG_LIMIT,
+        le=MAX_LOG_LIMIT,
+        description="cap on each replica's stdout and stderr in bytes: past it the log keeps its "
+        "first half, a note and the newest output (event 'log-limit'); at most its "
+        "partition's log_limit_mib (the default)",
     )
     time_limit_s: Float | None = Field(
         default=None,

@@ -27,6 +27,7 @@ from gpufence.control.http.problems import (
 from gpufence.control.plane import AccessError, InvalidField
 from gpufence.control.reconciler.inbox import CancelError, IdempotencyConflict, PendingCapReached
 from gpufence.control.store.errors import StoreUnavailable
+from gpufence.control.store.reserve import SpaceLow
 
 UNPROCESSABLE = 422  # starlette renamed the constant (..._CONTENT); the number is stable
 log = logging.getLogger("gpufence.api")
@@ -85,6 +86,10 @@ def _install_domain(app: FastAPI) -> None:
         loc = ".".join(exc.loc) if isinstance(exc, InvalidField) else "body"
         err = FieldError(field=loc, message=str(exc), type="invalid")
         return problem(UNPROCESSABLE, f"{loc}: {exc}", errors=[err])
+
+    @app.exception_handler(SpaceLow)
+    def _disk_full(_req: Request, exc: Exception) -> Response:
+        return problem(507, str(exc), slug="disk-full", headers={"Retry-After": "10"})
 
     @app.exception_handler(PendingCapReached)
     def _too_many(_req: Request, exc: Exception) -> Response:

@@ -146,7 +146,10 @@ def write_bind(ctx: WriteContext, tx: JobTx, d: Bind, now: float, act: Pending) 
         act.launches.append((d.job_id, empty))
         return
     attempt = row.attempt
-    launch = launch_for(ctx.config, ctx.data_dir, d.job_id, attempt, row.tenant, spec, members)
+    home = ctx.scheduler.cluster.partitions.get(d.partition)
+    launch = launch_for(
+        ctx.config, ctx.data_dir, d.job_id, attempt, row.tenant, spec, members, home
+    )
     tx.add_attempt(
         job_id=d.job_id,
         attempt=attempt,

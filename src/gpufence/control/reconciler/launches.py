@@ -19,6 +19,7 @@ from gpufence.control.base.executor import Launch, Limits, Member
 from gpufence.control.base.jobdirs import JOBS_DIR
 from gpufence.control.base.jobspec import SubmitRequest
 from gpufence.control.base.memberenv import inherited_env
+from gpufence.model.partition import DEFAULT_LOG_LIMIT, Partition
 
 
 def job_dir(data_dir: Path, job_id: str) -> Path:
@@ -33,7 +34,10 @@ def launch_for(
     tenant: str,
     spec: SubmitRequest,
     members: Sequence[Member],
+    partition: Partition | None = None,
 ) -> Launch:
+    """The attempt's ``Launch``; ``partition`` (where it runs) gives its log cap (a submit's
+    ``log_limit_bytes`` may lower it, never raise it: a tenant cannot lift its own cap)."""
     jdir = job_dir(data_dir, job_id)
     env = inherited_env(os.environ, config.job_env_inherit) if config.job_env_inherit else {}
     # NVML (discovery) numbers GPUs in PCI bus order; make CUDA agree
@@ -50,8 +54,19 @@ def launch_for(
         checkpoint_dir=jdir / "checkpoints",
         cwd=Path(spec.cwd) if spec.cwd else None,
         run_as=config.run_as_for(tenant),
-        limits=Limits(cpus=spec.cpus, mem_bytes=spec.mem_bytes, pids=config.job_pids_limit),
+        limits=Limits(
+            cpus=spec.cpus,
+            mem_bytes=spec.mem_bytes,
+            pids=config.job_pids_limit,
+            log_bytes=log_limit(spec, partition),
+        ),
     )
+
+
+def log_limit(spec: SubmitRequest, partition: Partition | None) -> int:
+    """The smaller of the submit's cap and its partition's (``DEFAULT_LOG_LIMIT`` without one)."""
+    most = partition.log_limit_bytes if partition is not None else DEFAULT_LOG_LIMIT
+    return min(spec.log_limit_bytes, most) if spec.log_limit_bytes is not None else most
 
 
 TRANSIENT_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.EAGAIN, errno.ENOMEM})
