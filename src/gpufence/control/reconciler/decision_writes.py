@@ -146,9 +146,12 @@ def write_bind(ctx: WriteContext, tx: JobTx, d: Bind, now: float, act: Pending) 
         act.launches.append((d.job_id, empty))
         return
     attempt = row.attempt
-    home = ctx.scheduler.cluster.partitions.get(d.partition)
+    cluster = ctx.scheduler.cluster
+    home = cluster.partitions.get(d.partition)
+    index = cluster.node_by_name
+    on = [cluster.nodes[index[m.node]] for m in members if m.node in index]
     launch = launch_for(
-        ctx.config, ctx.data_dir, d.job_id, attempt, row.tenant, spec, members, home
+        ctx.config, ctx.data_dir, d.job_id, attempt, row.tenant, spec, members, home, on
     )
     tx.add_attempt(
         job_id=d.job_id,
