@@ -33,6 +33,7 @@ STATE_OR_CROSS_FIELD = [
     ("body.array", "at most"),
     ("body.array", "the cap after %"),
     ("body.metrics_url", "scrape_hosts"),  # the server's configuration
+    ("body.cwd", "is not a directory the job's user"),  # the machine's file system
     ("body", ""),  # a rule on two fields (gpu_mem_gib goes with gpu_fraction, ...)
     ("query.since", "since must be before until"),  # /v1/series: two parameters
     ("query.step", "buckets"),

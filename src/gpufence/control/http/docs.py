@@ -69,6 +69,9 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
     body = json_schema_bounds(
         SubmitRequest.model_json_schema(ref_template="#/components/schemas/{model}")
     )
+    # set by gpufence on each task of an array, refused from a client: not in the request's
+    # document (it keeps its own schema, ArrayTask, for the jobs read back)
+    body["properties"].pop("array_task", None)
     for name, sub in body.pop("$defs", {}).items():
         schemas.setdefault(name, sub)
     schemas["SubmitRequest"] = body
