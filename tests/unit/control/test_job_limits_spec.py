@@ -69,7 +69,8 @@ def test_launch_carries_limits_run_as_and_the_configured_pids_limit(tmp_path: Pa
     assert launch.checkpoint_dir == tmp_path / "jobs" / "j7" / "checkpoints"
     assert launch.env == {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "A": "1"}
     other = launch_for(cfg, tmp_path, "j8", 1, "nlp", _req(), members)
-    assert other.run_as is None and other.limits == Limits(None, None, 300, GIB)
+    assert other.run_as is None
+    assert other.limits == Limits(None, None, 300, GIB, frozenset({"cpus", "mem_bytes"}))
 
 
 def test_the_log_limit_is_the_partitions_unless_the_submit_asks_for_less(tmp_path: Path) -> None:

@@ -67,6 +67,11 @@ def launch_for(
             mem_bytes=spec.mem_bytes if spec.mem_bytes is not None else mem,
             pids=config.job_pids_limit,
             log_bytes=log_limit(spec, partition),
+            defaulted=frozenset(
+                f
+                for f, asked in (("cpus", spec.cpus), ("mem_bytes", spec.mem_bytes))
+                if asked is None
+            ),
         ),
     )
 
