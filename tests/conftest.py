@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import shutil
 import sys
@@ -37,3 +38,24 @@ try:
     settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE") or "ci")
 except ImportError:  # pragma: no cover - hypothesis is a test dependency
     pass
+
+
+# A root server without run_as creates gpufence-<tenant> users (control/base/tenant_users.py);
+# the tests that make it do so remove them (unix_users.managed_users_removed), and so does the
+# session, for any test that did not: only those it saw appear, and only when nothing runs as
+# them (another session on this machine may be using its own).
+_SESSION_USERS: contextlib.ExitStack | None = None
+
+
+def pytest_sessionstart(session: object) -> None:
+    global _SESSION_USERS
+    if os.geteuid() == 0 and shutil.which("userdel") is not None:
+        from unix_users import managed_users_removed
+
+        _SESSION_USERS = contextlib.ExitStack()
+        _SESSION_USERS.enter_context(managed_users_removed())
+
+
+def pytest_sessionfinish(session: object, exitstatus: int) -> None:
+    if _SESSION_USERS is not None:
+        _SESSION_USERS.close()

@@ -70,3 +70,42 @@ def unix_users(*suffixes: str) -> Iterator[list[User]]:
             _kill_processes_of(pwd.getpwnam(name).pw_uid)  # else userdel refuses: a leak
             subprocess.run(["userdel", name], check=False, capture_output=True)
             subprocess.run(["groupdel", name], check=False, capture_output=True)
+
+
+MANAGED_PREFIX = "gpufence-"  # = tenant_users.PREFIX: the users a root server makes itself
+
+
+def managed_users() -> set[str]:
+    """The ``gpufence-<tenant>`` users on this machine now."""
+    return {p.pw_name for p in pwd.getpwall() if p.pw_name.startswith(MANAGED_PREFIX)}
+
+
+def _in_use(uid: int) -> bool:
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with contextlib.suppress(OSError):
+                if os.stat(f"/proc/{entry}").st_uid == uid:
+                    return True
+    return False
+
+
+@contextlib.contextmanager
+def managed_users_removed() -> Iterator[set[str]]:
+    """Remove the managed users (and their groups) that appeared while the block ran: a root
+    ``gpufence up`` or ``control_config`` without ``run_as`` creates ``gpufence-<tenant>``
+    (``tenant_users.py``), and a test that makes it do so must not leave the users behind.
+    Yields the set of those removed (filled at the end). A user some process still runs as is
+    left (another test session on this machine may be using it) -- nothing is killed here."""
+    before = managed_users()
+    removed: set[str] = set()
+    try:
+        yield removed
+    finally:
+        for name in sorted(managed_users() - before):
+            with contextlib.suppress(KeyError):
+                if _in_use(pwd.getpwnam(name).pw_uid):
+                    continue
+            done = subprocess.run(["userdel", name], check=False, capture_output=True)
+            subprocess.run(["groupdel", name], check=False, capture_output=True)
+            if done.returncode == 0:
+                removed.add(name)

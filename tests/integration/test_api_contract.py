@@ -94,7 +94,7 @@ def test_no_response_is_untyped_and_every_error_is_a_problem(server: Server) -> 
 
 # the error statuses each route documents: those it can give, no more
 STATUSES = [
-    ("post", "/v1/jobs", {"401", "403", "413", "422", "503"}),
+    ("post", "/v1/jobs", {"401", "403", "413", "422", "429", "503", "507"}),
     ("get", "/v1/jobs", {"401", "403", "422", "503"}),
     ("get", "/v1/jobs/{job_id}", {"401", "403", "404", "422", "503"}),
     ("post", "/v1/jobs/{job_id}/cancel", {"401", "403", "404", "409", "413", "422", "503"}),
@@ -229,3 +229,23 @@ def test_issue_15_answers_are_in_their_models(server: Server) -> None:
     for jid in [*arr["tasks"], first["id"]]:
         status, res, _ = call(server, "POST", f"/v1/jobs/{jid}/cancel", ADMIN)
         assert status == 200, res
+
+
+@pytest.mark.parametrize(
+    ("path", "allow"),
+    [
+        ("/v1/jobs", "GET, OPTIONS, POST"),  # two routes: Starlette's own 405 named POST only
+        ("/v1/jobs/j1", "GET, OPTIONS"),
+        ("/v1/jobs/j1/cancel", "OPTIONS, POST"),
+    ],
+)
+def test_options_and_405_name_every_method_of_the_path(
+    server: Server, path: str, allow: str
+) -> None:
+    """RFC 9110: OPTIONS says which methods a path has (no token needed: it tells nothing
+    else), and a 405 carries the same ``Allow``."""
+    status, body, headers = call(server, "OPTIONS", path, token=None)
+    assert (status, headers.get("allow"), body) == (204, allow, "")
+    status, out, headers = call(server, "PUT", path)
+    assert status == 405 and headers.get("allow") == allow, (status, out)
+    assert out["detail"] == f"PUT is not a method of this path; use one of: {allow}"

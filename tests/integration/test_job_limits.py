@@ -142,7 +142,7 @@ def test_limits_reach_the_core_job_and_the_launch(
     assert status == 201, out
     wait(url, out["id"], lambda j: j["state"] == "done")
     (launch,) = [la for la in ex.launches if la.job_id == out["id"]]
-    assert launch.limits == Limits(cpus=1.5, mem_bytes=256 * MIB, pids=777)
+    assert launch.limits == Limits(cpus=1.5, mem_bytes=256 * MIB, pids=777, log_bytes=1 << 30)
     assert launch.run_as is None, "no run_as configured: the server's own user"
     # the core's Job (the scheduler of an identical server keeps it while it runs)
     burl, plane = built
@@ -154,6 +154,22 @@ def test_limits_reach_the_core_job_and_the_launch(
     finally:
         call(burl, "POST", f"/v1/jobs/{out['id']}/cancel")
         wait(burl, out["id"], lambda j: j["state"] == "cancelled")
+
+
+@pytest.mark.parametrize(("gpus", "share"), [(1, 0.5), (2, 1.0)])
+def test_a_job_naming_no_limits_gets_its_gpus_share_of_the_node(
+    flagging: tuple[str, FlaggingExecutor], gpus: int, share: float
+) -> None:
+    """No --cpus / --mem: the member is still limited, to its node's cores and memory in
+    proportion to the GPUs it holds (the node has 2)."""
+    url, ex = flagging
+    status, out = call(url, "POST", "/v1/jobs", {"command": ["true"], "gpus": gpus})
+    assert status == 201, out
+    wait(url, out["id"], lambda j: j["state"] == "done")
+    (launch,) = [la for la in ex.launches if la.job_id == out["id"]]
+    cores, mem_gib = host_cpu_cores(), host_memory_gib()
+    assert launch.limits.cpus == max(round(cores * share, 3), 0.1)
+    assert launch.limits.mem_bytes == int(mem_gib * 1024 * MIB * share)
 
 
 def test_cpus_and_memory_are_placed_against_this_machines(built: tuple[str, ControlPlane]) -> None:

@@ -19,6 +19,7 @@ import pytest
 from tenant_server import CGROUP_PARENT, JOB_PY, Server, gpufence_up, private_root, remove
 
 import gpufence
+from unix_users import managed_users_removed
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0 or not Path(JOB_PY).exists(), reason=f"needs root and {JOB_PY}"
@@ -64,11 +65,13 @@ def server() -> Iterator[Server]:
     tokens = {"vision": secrets.token_urlsafe(24), "nlp": secrets.token_urlsafe(24)}
     env = {**os.environ, "VISION_TOKEN": tokens["vision"], "NLP_TOKEN": tokens["nlp"]}
     root = private_root()
-    try:
-        with gpufence_up(root, config, env, tokens, gpus=8) as srv:
-            yield srv
-    finally:
-        remove(root)
+    # the server creates gpufence-vision and gpufence-nlp when missing: removed again after
+    with managed_users_removed():
+        try:
+            with gpufence_up(root, config, env, tokens, gpus=8) as srv:
+                yield srv
+        finally:
+            remove(root)
 
 
 @pytest.mark.parametrize("tenant", ["vision", "nlp"])

@@ -145,6 +145,15 @@ def submit(
             help="host memory per replica, e.g. 8G (over it the job is OOM-killed)",
         ),
     ] = None,
+    log_limit: Annotated[
+        str | None,
+        typer.Option(
+            "--log-limit",
+            metavar="SIZE",
+            help="cap on each replica's stdout and stderr, e.g. 100M (past it the log keeps its "
+            "start and newest output) [default: the partition's, which is also the most]",
+        ),
+    ] = None,
     time_limit: Annotated[
         str | None,
         typer.Option(
@@ -335,6 +344,10 @@ def build_body(params: dict[str, Any]) -> dict[str, Any]:
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="--mem") from None
     try:
+        log_bytes = parse_size(p["log_limit"]) if p["log_limit"] is not None else None
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--log-limit") from None
+    try:
         time_limit_s = parse_duration(time_limit) if time_limit is not None else None
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="--time-limit") from None
@@ -350,6 +363,7 @@ def build_body(params: dict[str, Any]) -> dict[str, Any]:
         "est_runtime_s": p["est_runtime"],
         "cpus": p["cpus"],
         "mem_bytes": mem_bytes,
+        "log_limit_bytes": log_bytes,
         "time_limit_s": time_limit_s,
         "slo_p99_ms": p["slo_p99_ms"],
         "metrics_url": p["metrics_url"],

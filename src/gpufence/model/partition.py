@@ -21,6 +21,10 @@ class PreemptionMode(StrEnum):
     ON_DEMAND = "on-demand"  # the anti-pattern: serving preempts whenever it needs GPUs
 
 
+DEFAULT_LOG_LIMIT = 1 << 30
+"""A member's log cap (each of stdout, stderr) where the partition names none: 1 GiB."""
+
+
 @dataclass(frozen=True, slots=True)
 class MigConfig:
     layout: tuple[str, ...] = ()  # profiles per GPU ("name" or "name@start"); () = none created
@@ -84,6 +88,8 @@ class Partition:
     backfill: bool = True
     queue_order: str = "fair-share"  # how pending jobs are ranked (sched/registry.py)
     slo: ServingSlo | None = None  # serving partitions only
+    log_limit_bytes: int = DEFAULT_LOG_LIMIT
+    """Each member's stdout and stderr are cut past this (a submit may ask for less)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -68,6 +68,7 @@ from pydantic_core import PydanticCustomError
 from gpufence.model.hardware import Fabric
 from gpufence.model.job import MILLI_PER_GPU, WorkloadClass
 from gpufence.model.partition import (
+    DEFAULT_LOG_LIMIT,
     LendingRule,
     MigConfig,
     Partition,
@@ -315,6 +316,8 @@ class PartitionSchema(PartitionFence):
     preemption: PreemptionSchema | None = None
     reclaim: ReclaimSchema | None = None
     slo: SloSchema | None = None
+    log_limit_mib: int = Field(default=DEFAULT_LOG_LIMIT >> 20, ge=1, le=1 << 20)
+    """Each member's stdout and stderr are cut past this many MiB (``--log-limit`` lowers it)."""
 
     def local_problems(self) -> Problems:
         """Contradictions inside this partition alone (rules needing other items live in build)."""
@@ -384,6 +387,7 @@ class PartitionSchema(PartitionFence):
             slo=ServingSlo(self.slo.p99_ms, self.slo.window_s, self.slo.contractual)
             if self.slo is not None
             else None,
+            log_limit_bytes=self.log_limit_mib << 20,
         )
 
 

@@ -18,7 +18,7 @@ from gpufence.control.base.runas import resolve_user
 from gpufence.control.base.tenant_users import managed_name
 from gpufence.control.base.tokens import GENERATED_CHARS, TokenError
 from gpufence.spec.errors import SpecError
-from unix_users import User, unix_users
+from unix_users import User, managed_users, managed_users_removed, unix_users
 
 ADMIN_TOKEN = "admin-token-0123456789"
 
@@ -102,7 +102,15 @@ def test_a_root_server_gives_each_tenant_without_run_as_its_own_unprivileged_use
     tmp_path: Path,
 ) -> None:
     """Secure by default: no run_as anywhere (or a root control.run_as) never makes a tenant's
-    jobs root; each tenant gets ``gpufence-<tenant>``, created when missing."""
+    jobs root; each tenant gets ``gpufence-<tenant>``, created when missing (and removed
+    again after the test)."""
+    before = managed_users()
+    with managed_users_removed():
+        _each_tenant_gets_its_own_user(tmp_path)
+    assert managed_users() <= before, "the users this test made were left behind"
+
+
+def _each_tenant_gets_its_own_user(tmp_path: Path) -> None:
     for extra in ({}, {"run_as": "root", "allow_run_as_root": True}):
         cfg = control_config(_control(**extra), tmp_path / "data")
         vision, nlp = cfg.run_as_for("vision"), cfg.run_as_for("nlp")

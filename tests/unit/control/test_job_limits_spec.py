@@ -14,6 +14,8 @@ from gpufence.control.base.config import ControlConfig
 from gpufence.control.base.executor import Limits, Member, RunAs
 from gpufence.control.base.jobspec import SubmitRequest
 from gpufence.control.reconciler.launches import launch_for
+from gpufence.model.job import WorkloadClass
+from gpufence.model.partition import Partition
 
 GIB = 1 << 30
 
@@ -61,13 +63,29 @@ def test_launch_carries_limits_run_as_and_the_configured_pids_limit(tmp_path: Pa
     spec = _req(cpus=1.5, mem_bytes=GIB, time_limit_s=5, env={"A": "1"})
     members = [Member(0, "local-0", ("0",))]
     launch = launch_for(cfg, tmp_path, "j7", 2, "vision", spec, members)
-    assert launch.limits == Limits(cpus=1.5, mem_bytes=GIB, pids=300)
+    assert launch.limits == Limits(cpus=1.5, mem_bytes=GIB, pids=300, log_bytes=GIB)
     assert launch.run_as == alice
     assert launch.attempt_dir == tmp_path / "jobs" / "j7" / "attempt-2"
     assert launch.checkpoint_dir == tmp_path / "jobs" / "j7" / "checkpoints"
     assert launch.env == {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "A": "1"}
     other = launch_for(cfg, tmp_path, "j8", 1, "nlp", _req(), members)
-    assert other.run_as is None and other.limits == Limits(None, None, 300)
+    assert other.run_as is None
+    assert other.limits == Limits(None, None, 300, GIB, frozenset({"cpus", "mem_bytes"}))
+
+
+def test_the_log_limit_is_the_partitions_unless_the_submit_asks_for_less(tmp_path: Path) -> None:
+    home = Partition("p", frozenset(WorkloadClass), log_limit_bytes=64 << 20)
+    members = [Member(0, "local-0", ("0",))]
+
+    def limit(**fields: Any) -> int | None:
+        spec = _req(**fields)
+        return launch_for(
+            ControlConfig(), tmp_path, "j1", 1, "t", spec, members, home
+        ).limits.log_bytes
+
+    assert limit() == 64 << 20
+    assert limit(log_limit_bytes=1 << 20) == 1 << 20
+    assert limit(log_limit_bytes=GIB) == 64 << 20  # a tenant cannot lift its own cap
 
 
 @pytest.mark.parametrize(

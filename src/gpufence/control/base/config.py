@@ -9,10 +9,13 @@ control:
       nlp: {token: "sha256:9f86d0..."}      # printf %s "$TOKEN" | sha256sum
   run_as: gpufence-jobs     # Unix user of the admin's jobs and of tenants without their own
   tenants:
-    vision: {run_as: vision-jobs}
+    vision: {run_as: vision-jobs, max_pending_jobs: 50000}   # its own cap on pending jobs
     nlp: {run_as: nlp-jobs}
     ops: {run_as: root, allow_root: true}   # a tenant's jobs as root: only like this
   allow_run_as_root: false  # control.run_as with uid 0 is refused unless this is true
+  max_pending_jobs: 10000   # per tenant (an array counts its tasks); the admin has none
+  store_reserve_mib: 16     # free pages kept inside the store: cancels and exits land on a
+                            # full disk (new submits get 507 there); 0: none
   job_env_inherit: [CONDA_PREFIX, "http_proxy"]   # server variables jobs also get (NAME, PREFIX*)
   job_pids_limit: 16384     # processes + threads per gang member (null: no limit)
   stop_grace_s: 10          # SIGTERM -> SIGKILL
@@ -79,6 +82,13 @@ from gpufence.spec.errors import SpecError, SpecIssue
 
 log = logging.getLogger("gpufence.config")
 
+DEFAULT_MAX_PENDING = 10_000
+"""Pending jobs per tenant: one full array (``arrays.MAX_TASKS``); what a restart reads back
+stays bounded by the tenants, not by whoever submits most (issue 30 case 7)."""
+MAX_PENDING_CAP = 1_000_000
+DEFAULT_RESERVE_MIB = 16
+"""The store's free pages kept for cancels and exits on a full disk (``store/reserve.py``)."""
+
 TOKEN_FILE = "admin.token"
 SERVER_FILE = "server.json"
 _ENV_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*\*?$"
@@ -131,6 +141,9 @@ class TenantSchema(BaseModel):
     model_config = ConfigDict(extra="forbid")
     run_as: str | None = Field(default=None, min_length=1, description="Unix user of its jobs")
     allow_root: bool = Field(default=False, description="run_as may be uid 0 (root)")
+    max_pending_jobs: int | None = Field(
+        default=None, ge=1, le=MAX_PENDING_CAP, description="control.max_pending_jobs for it"
+    )
 
     @model_validator(mode="after")
     def _root_needs_run_as(self) -> TenantSchema:
@@ -151,6 +164,8 @@ class ControlSchema(BaseModel):
 
     run_as: str | None = Field(default=None, min_length=1)
     allow_run_as_root: bool = False
+    max_pending_jobs: int = Field(default=DEFAULT_MAX_PENDING, ge=1, le=MAX_PENDING_CAP)
+    store_reserve_mib: int = Field(default=DEFAULT_RESERVE_MIB, ge=0, le=1 << 14)
     job_env_inherit: list[str] = Field(default_factory=list)
     job_pids_limit: int | None = Field(default=DEFAULT_PIDS_LIMIT, ge=16, le=1 << 22)
     stop_grace_s: float = Field(default=10.0, ge=0.0, le=3600.0)
@@ -172,6 +187,11 @@ class ControlConfig:
     """Tenant -> the Unix user its jobs run as (tenants without one: ``default_run_as``)."""
     default_run_as: RunAs | None = None
     """The admin's jobs and those of tenants without their own; None: the server's own user."""
+    max_pending: Mapping[str, int] = field(default_factory=dict)
+    """Tenant -> its own cap on pending jobs (others: ``default_max_pending``)."""
+    default_max_pending: int = DEFAULT_MAX_PENDING
+    store_reserve_mib: int = DEFAULT_RESERVE_MIB
+    """Free pages the store keeps for cancels and exits on a full disk (store/reserve.py)."""
     job_env_inherit: tuple[str, ...] = ()
     """Server variables (NAME or PREFIX*) jobs get besides memberenv.DEFAULT_ENV_INHERIT."""
     job_pids_limit: int | None = DEFAULT_PIDS_LIMIT
@@ -194,6 +214,12 @@ class ControlConfig:
 
     def run_as_for(self, tenant: str) -> RunAs | None:
         return self.run_as.get(tenant, self.default_run_as)
+
+    def pending_cap(self, tenant: str) -> int | None:
+        """How many pending jobs ``tenant`` may have (None: the admin, who has no cap)."""
+        if tenant == ADMIN:
+            return None
+        return self.max_pending.get(tenant, self.default_max_pending)
 
     @property
     def jobs_traversable(self) -> bool:
@@ -388,6 +414,13 @@ def control_config(raw: object, data_dir: Path, source: str | None = None) -> Co
         tenants=tuple(schema.auth.tenants),
         run_as=users,
         default_run_as=default,
+        max_pending={
+            t: ts.max_pending_jobs
+            for t, ts in schema.tenants.items()
+            if ts.max_pending_jobs is not None
+        },
+        default_max_pending=schema.max_pending_jobs,
+        store_reserve_mib=schema.store_reserve_mib,
         job_env_inherit=inherit,
         job_pids_limit=schema.job_pids_limit,
         stop_grace_s=schema.stop_grace_s,

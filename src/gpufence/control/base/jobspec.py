@@ -49,6 +49,8 @@ RESERVED_ENV = (
 MIB = 1 << 20
 MAX_CPUS = 4096.0
 MAX_MEM_BYTES = 1 << 50  # 1 PiB
+MIN_LOG_LIMIT = 4096  # = logcap.MIN_LIMIT
+MAX_LOG_LIMIT = 1 << 40
 MAX_TIME_LIMIT_S = 366 * 86400.0
 
 MAX_ARGS = 4096
@@ -66,6 +68,27 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 # 'txt.exe'), the BOM
 _INVISIBLE = re.compile(r"[\u2028\u2029\u200b-\u200f\u202a-\u202e\u2060-\u2069\ufeff]")
 _CONTROL_NOT_WS = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+
+# The same rules as JSON Schema patterns for the OpenAPI document (what a client or a fuzzer
+# reads: a request the document calls valid must not be refused for its text). Names are
+# documented as their ASCII subset: the rest of what ``_readable`` lets through (visible,
+# composed, assigned) is no regular expression.
+NO_CONTROL_PATTERN = "^[^\\u0000-\\u001f\\u007f-\\u009f]*$"
+ARG_PATTERN = "^[^\\u0000-\\u0008\\u000b\\u000c\\u000e-\\u001f\\u007f-\\u009f]*$"
+NAME_PATTERN = "^[!-.0-~]([ -.0-~]*[!-.0-~])?$"
+LABEL_PATTERN = "^$|" + NAME_PATTERN
+JOB_NAME_PATTERN = "^[!-+\\--.0-~]([ -+\\--.0-~]*[!-+\\--.0-~])?$"  # and no ','
+ENV_NAME_PATTERN = "^[A-Za-z_][A-Za-z0-9_]{0,255}$"
+METRICS_URL_PATTERN = "^https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?(/[!-~]*)?$"
+METRIC_NAME_PATTERN = "^[a-zA-Z_:][a-zA-Z0-9_:]*$"
+_ARRAY_ITEM = "[0-9]{1,6}(-[0-9]{1,6}(:[0-9]{1,6})?)?"
+ARRAY_PATTERN = f"^{_ARRAY_ITEM}(,{_ARRAY_ITEM})*(%[0-9]{{1,5}})?$"
+ABS_PATH_PATTERN = "^/[^\\u0000-\\u001f\\u007f-\\u009f]*$"
+
+
+def _pattern(regex: str) -> Any:
+    """Schema-only ``pattern`` (the validators above say what is wrong, by position)."""
+    return Field(json_schema_extra={"pattern": regex})
 
 
 def _utf8(value: str) -> str:
@@ -149,9 +172,16 @@ def _abs_path(value: str) -> str:
     return value
 
 
-Name = Annotated[str, Field(max_length=MAX_NAME), AfterValidator(_name_text)]
+Name = Annotated[
+    str, Field(max_length=MAX_NAME), _pattern(NAME_PATTERN), AfterValidator(_name_text)
+]
 MAX_DEPENDENCIES = 100
-JobRef = Annotated[str, Field(min_length=1, max_length=MAX_NAME), AfterValidator(_name_text)]
+JobRef = Annotated[
+    str,
+    Field(min_length=1, max_length=MAX_NAME),
+    _pattern(NAME_PATTERN),
+    AfterValidator(_name_text),
+]
 """A job id (``j12``) or a job name; names are resolved to ids when the job is accepted."""
 Deps = Annotated[list[JobRef], Field(max_length=MAX_DEPENDENCIES)]
 
@@ -174,7 +204,7 @@ class ArrayTask(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-Arg = Annotated[str, AfterValidator(_arg_text)]
+Arg = Annotated[str, _pattern(ARG_PATTERN), AfterValidator(_arg_text)]
 
 
 def escape(text: object) -> str:
@@ -212,11 +242,23 @@ Float = Annotated[float, BeforeValidator(_number_not_bool)]
 Flag = Annotated[bool, BeforeValidator(_flag_is_bool)]
 
 
+Label = Annotated[
+    str, Field(max_length=MAX_NAME), _pattern(LABEL_PATTERN), AfterValidator(_label_text)
+]
+"""A partition or queue: a name, or "" for the default."""
+
+
 class SubmitRequest(BaseModel):
     command: list[Arg] = Field(
-        min_length=1, max_length=MAX_ARGS, description="argv of each replica (no shell)"
+        min_length=1,
+        max_length=MAX_ARGS,
+        description="argv of each replica (no shell); command[0], the program, is not empty",
+        # command[0] (the program) is no empty string: JSON Schema says it with prefixItems
+        json_schema_extra={
+            "prefixItems": [{"type": "string", "minLength": 1, "pattern": ARG_PATTERN}]
+        },
     )
-    name: Name | None = None
+    name: Annotated[Name, _pattern(JOB_NAME_PATTERN)] | None = None
     workload_class: WorkloadClass = Field(default=WorkloadClass.TRAINING, alias="class")
     gpus: Int = Field(default=1, ge=0, le=1024, description="whole GPUs per replica")
     mig: Name | None = Field(default=None, description="one MIG instance of this profile")
@@ -225,16 +267,26 @@ class SubmitRequest(BaseModel):
         default=None, gt=0.0, le=MAX_GPU_MEM_GIB, description="GiB, with gpu_fraction"
     )
     replicas: Int = Field(default=1, ge=1, le=4096)
-    partition: Annotated[str, Field(max_length=MAX_NAME), AfterValidator(_label_text)] = ""
-    queue: Annotated[str, Field(max_length=MAX_NAME), AfterValidator(_label_text)] = ""
+    partition: Label = ""
+    queue: Label = ""
     priority: Int = Field(default=0, ge=-1000, le=1000)
     checkpointable: Flag = False
     est_runtime_s: Float | None = Field(
         default=None, gt=0.0, le=MAX_RUNTIME_S, description="seconds, at most ten years"
     )
-    env: dict[str, Arg] = Field(default_factory=dict, max_length=MAX_ENV)
+    env: dict[str, Arg] = Field(
+        default_factory=dict,
+        max_length=MAX_ENV,
+        json_schema_extra={"propertyNames": {"pattern": ENV_NAME_PATTERN}},
+    )
     cwd: (
-        Annotated[str, Field(min_length=1, max_length=MAX_PATH), AfterValidator(_abs_path)] | None
+        Annotated[
+            str,
+            Field(min_length=1, max_length=MAX_PATH),
+            _pattern(ABS_PATH_PATTERN),
+            AfterValidator(_abs_path),
+        ]
+        | None
     ) = Field(default=None, description="absolute working directory of every replica")
     cpus: Float | None = Field(
         default=None,
@@ -249,6 +301,14 @@ class SubmitRequest(BaseModel):
         le=MAX_MEM_BYTES,
         description="host memory per replica in bytes: placed on a node that has it free; a "
         "member over it is OOM-killed (job failed, reason 'oom')",
+    )
+    log_limit_bytes: Int | None = Field(
+        default=None,
+        ge=MIN_LOG_LIMIT,
+        le=MAX_LOG_LIMIT,
+        description="cap on each replica's stdout and stderr in bytes: past it the log keeps its "
+        "first half, a note and the newest output (event 'log-limit'); at most its "
+        "partition's log_limit_mib (the default)",
     )
     time_limit_s: Float | None = Field(
         default=None,
@@ -265,7 +325,7 @@ class SubmitRequest(BaseModel):
         description="the p99 latency SLO of a serving job: its deployment's p99 and SLO attainment "
         "are judged against it (default: its partition's serving SLO)",
     )
-    metrics_url: str | None = Field(
+    metrics_url: Annotated[str, _pattern(METRICS_URL_PATTERN)] | None = Field(
         default=None,
         max_length=2048,
         description="serving: the replica's Prometheus endpoint (http://HOST:PORT/metrics) that "
@@ -278,7 +338,7 @@ class SubmitRequest(BaseModel):
         le=65535,
         description="serving: as metrics_url, http://<the replica's node>:PORT/metrics",
     )
-    latency_metric: str | None = Field(
+    latency_metric: Annotated[str, _pattern(METRIC_NAME_PATTERN)] | None = Field(
         default=None,
         max_length=200,
         description="serving: the histogram to read (default: any *_request_duration_seconds)",
@@ -301,7 +361,10 @@ class SubmitRequest(BaseModel):
         "cancelled, ...); cancelled if one ends done",
     )
     hold: Flag = Field(default=False, description="submit on hold: pending until released")
-    array: Annotated[str, Field(max_length=256), AfterValidator(_array_text)] | None = Field(
+    array: (
+        Annotated[str, Field(max_length=256), _pattern(ARRAY_PATTERN), AfterValidator(_array_text)]
+        | None
+    ) = Field(
         default=None,
         description="a job array: one job per index ('0-99', '1,3,5-7', '0-20:2'), '%N' caps "
         "how many run at once ('0-99%8'); each task gets GPUFENCE_ARRAY_TASK_ID and "

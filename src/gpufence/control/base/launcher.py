@@ -3,8 +3,8 @@
 Usage::
 
     python -m gpufence.control.base.launcher ATTEMPT_DIR --rank R [--catch N]...
-        [--fence-parent PID] [--cgroup DIR]... [--uid U --gid G [--groups G1,G2]] [--cwd DIR]
-        -- ARGV...
+        [--fence-parent PID] [--log-limit BYTES] [--cgroup DIR]...
+        [--uid U --gid G [--groups G1,G2]] [--cwd DIR] -- ARGV...
 
 (The Ray node agent runs this file by path with ``python -I -S``: it imports only the standard
 library and its record formats (``member_records.py``, standard library only, found beside it),
@@ -39,7 +39,9 @@ fork server in a new process group). It
    and is done even if the control plane had just decided to stop it) and exits with the code
    (128 + signal for a signal death). A command that cannot be executed gets 127 (not found)
    or 126, one that cannot be contained (cgroup, user switch or working directory refused, a
-   log that is not a plain file) 125, and a line in ``rank-R.err``.
+   log that is not a plain file) 125, and a line in ``rank-R.err``. With ``--log-limit`` it
+   holds both logs to that many bytes while it waits (``logcap.py``: cut, with a note in the
+   log and ``rank-R.logcap`` in its records).
 
 The exit record survives a full or failing data disk (``write_exit_record``), or a completed job
 would run again after a restart: the executor *reserves* it at spawn (``EXIT_RESERVED`` bytes,
@@ -81,11 +83,14 @@ EXIT_NOT_CONTAINED = 125
 if not __package__:
     sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
+from gpufence.control.base.logcap import POLL_S, LogCap  # noqa: E402
+from gpufence.control.base.logcap import record as logcap_record  # noqa: E402
 from gpufence.control.base.member_records import (  # noqa: E402
     LAUNCHER_ENV,
     STOPS,
     atomic_write,
     err_file,
+    logcap_file,
     open_log,
     out_file,
     pid_file,
@@ -117,6 +122,7 @@ def _usage(msg: str) -> int:
     print(f"gpufence launcher: {msg}", file=sys.stderr)
     print(
         "usage: launcher ATTEMPT_DIR --rank R [--catch SIGNUM]... [--fence-parent PID] "
+        "[--log-limit BYTES] "
         "[--cgroup DIR]... [--uid U --gid G [--groups G,...]] [--cwd DIR] -- ARGV...",
         file=sys.stderr,
     )
@@ -253,32 +259,42 @@ def await_exec(pid: int, report: int, command: list[str]) -> int:
 FENCE_GRACE_S = 5.0
 
 
-def _wait_or_fence(child: int, parent: int) -> bool:
+def _wait_or_fence(child: int, parent: int | None, cap: LogCap | None = None) -> bool:
     """Return when ``child`` has exited (not reaped); True if that is because process ``parent``
     (the node agent) died first and the group was stopped: SIGTERM, up to ``FENCE_GRACE_S`` for
     the child to exit, then SIGKILL to it (the caller records the exit, then kills what is left
-    of the group). Both ends are pidfds: no polling, and no confusion with a reused pid."""
+    of the group). Both ends are pidfds: no polling, and no confusion with a reused pid. With a
+    log ``cap`` it wakes every ``logcap.POLL_S`` to hold the logs to it."""
     fd = os.pidfd_open(child)
+    watch: int | None = None
     try:
-        try:
-            watch = os.pidfd_open(parent)
-        except ProcessLookupError:
-            watch = None  # already gone: fence at once
-        try:
-            if watch is not None:
-                ready = select.select([fd, watch], [], [])[0]
-                if fd in ready:
-                    return False
-            os.killpg(0, signal.SIGTERM)  # the group: the command and its children (we survive)
-            if not select.select([fd], [], [], FENCE_GRACE_S)[0]:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(child, signal.SIGKILL)
-            return True
-        finally:
-            if watch is not None:
-                os.close(watch)
+        if parent is not None:
+            try:
+                watch = os.pidfd_open(parent)
+            except ProcessLookupError:  # already gone: fence at once
+                return _fence(fd)
+        ends = [fd] if watch is None else [fd, watch]
+        while True:
+            ready = select.select(ends, [], [], POLL_S if cap is not None else None)[0]
+            if fd in ready:
+                return False
+            if ready:  # the parent died
+                return _fence(fd)
+            if cap is not None:
+                cap.check()
     finally:
+        if watch is not None:
+            os.close(watch)
         os.close(fd)
+
+
+def _fence(fd: int) -> bool:
+    """Stop the group whose command is pidfd ``fd``: SIGTERM, then SIGKILL after the grace."""
+    os.killpg(0, signal.SIGTERM)  # the group: the command and its children (we survive)
+    if not select.select([fd], [], [], FENCE_GRACE_S)[0]:
+        with contextlib.suppress(ProcessLookupError):
+            signal.pidfd_send_signal(fd, signal.SIGKILL)
+    return True
 
 
 def _kill_cgroup(dirs: list[str], limit_s: float = FENCE_GRACE_S) -> None:
@@ -348,6 +364,7 @@ class Options:
         self.rank: int | None = None
         self.caught: set[signal.Signals] = set(ALWAYS_CAUGHT)
         self.fence_parent: int | None = None
+        self.log_limit: int | None = None
         self.confine = Confine()
 
     def set(self, opt: str, value: str) -> str | None:
@@ -359,6 +376,8 @@ class Options:
             self.caught.add(signal.Signals(int(value)))
         elif opt == "--fence-parent":
             self.fence_parent = int(value) or None
+        elif opt == "--log-limit":
+            self.log_limit = int(value) or None
         elif opt == "--cgroup":
             self.confine.cgroups.append(value)
         elif opt == "--uid":
@@ -541,11 +560,16 @@ def _run(
             with contextlib.suppress(ProcessLookupError):
                 os.kill(child, sig)
         signal.pthread_sigmask(signal.SIG_UNBLOCK, o.caught)  # later ones: our no-op handlers
-        if o.fence_parent is not None:
-            fenced = _wait_or_fence(child, o.fence_parent)
+        cap = LogCap((out_fd, err_fd), o.log_limit) if o.log_limit is not None else None
+        if o.fence_parent is not None or cap is not None:
+            fenced = _wait_or_fence(child, o.fence_parent, cap)
         _, status = os.waitpid(child, 0)  # PEP 475: retried after _survive runs
         code = os.waitstatus_to_exitcode(status)
         stop_reached = fenced or _stop_reached(supervisor)
+        if cap is not None:
+            cap.check()  # what it wrote last
+            if cap.hit:
+                logcap_record(logcap_file(o.attempt_dir, o.rank), cap)
     finally:
         os.close(out_fd)
         os.close(err_fd)

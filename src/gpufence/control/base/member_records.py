@@ -39,6 +39,11 @@ def started_file(attempt_dir: Path, rank: int) -> Path:
     return records_dir(attempt_dir) / f"rank-{rank}.started"
 
 
+def logcap_file(attempt_dir: Path, rank: int) -> Path:
+    """The launcher's note that it cut the member's logs to their limit (``logcap.py``)."""
+    return records_dir(attempt_dir) / f"rank-{rank}.logcap"
+
+
 def out_file(attempt_dir: Path, rank: int) -> Path:
     return attempt_dir / f"rank-{rank}.out"
 

@@ -139,8 +139,12 @@ class V2Driver:
 
     def create(self, name: str, limits: Limits, deny: Sequence[DeviceRule]) -> V2Member:
         for what, value, ctrl in (
-            ("a CPU limit", limits.cpus, "cpu"),
-            ("a memory limit", limits.mem_bytes, "memory"),
+            ("a CPU limit", limits.cpus if "cpus" not in limits.defaulted else None, "cpu"),
+            (
+                "a memory limit",
+                limits.mem_bytes if "mem_bytes" not in limits.defaulted else None,
+                "memory",
+            ),
             ("a pids limit", limits.pids, "pids"),
         ):
             if value is not None and ctrl not in self.controllers:

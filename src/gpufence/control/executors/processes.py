@@ -226,11 +226,14 @@ def launcher_argv(
     caught: set[signal.Signals],
     confine: Iterable[str] = (),
     fence_parent: bool = False,
+    log_limit: int | None = None,
 ) -> list[str]:
     """The launcher's arguments (after the interpreter and script): see ``launcher.py``."""
     argv = [str(adir), "--rank", str(rank)]
     for sig in sorted(caught):
         argv += ["--catch", str(int(sig))]
+    if log_limit is not None:
+        argv += ["--log-limit", str(log_limit)]
     if fence_parent:  # the member dies with its starter (Ray agents; see launcher.py)
         argv += ["--fence-parent", str(os.getpid())]
     return [*argv, *confine, "--", *command]
@@ -245,6 +248,7 @@ def spawn_member(
     caught: set[signal.Signals],
     fence_parent: bool = False,
     confine: Iterable[str] = (),
+    log_limit: int | None = None,
 ) -> MemberProcess:
     """Start one gang member: the launcher (``python -I -S``: no site, ~20 ms sooner) in its own
     session, told to survive ``caught`` (which it forwards to the command's group) and confined by
@@ -252,7 +256,7 @@ def spawn_member(
     inherits this thread's mask, so it starts with those signals blocked and unblocks them once its
     handlers are in place: a stop sent right after the spawn is never lost. Its pid record is
     written here too, so a crash before the launcher writes it still leaves one."""
-    args = launcher_argv(adir, rank, command, caught, confine, fence_parent)
+    args = launcher_argv(adir, rank, command, caught, confine, fence_parent, log_limit)
     argv = [python, "-I", "-S", str(LAUNCHER), *args]
     old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, caught)
     try:

@@ -15,10 +15,11 @@ from fastapi import APIRouter, Depends, Query
 from pydantic import AfterValidator
 
 from gpufence.control.base.config import ADMIN
+from gpufence.control.base.jobspec import NO_CONTROL_PATTERN
 from gpufence.control.http.auth import tenant_dependency
 from gpufence.control.http.problems import error_responses
 from gpufence.control.http.schemas import HistoryPage, UsageReport
-from gpufence.control.plane import AccessError, ControlPlane, InvalidField
+from gpufence.control.plane import AccessError, ControlPlane
 from gpufence.control.store import database as st
 
 MAX_SEQ = 2**63 - 1
@@ -35,7 +36,10 @@ def query_text(value: str | None) -> str | None:
     return value
 
 
-Text = Annotated[str | None, Query(max_length=128), AfterValidator(query_text)]
+NO_CONTROL = {"pattern": NO_CONTROL_PATTERN}  # query_text's rule, for the OpenAPI document
+Text = Annotated[
+    str | None, Query(max_length=128, json_schema_extra=NO_CONTROL), AfterValidator(query_text)
+]
 Seconds = Annotated[float, Query(ge=0, le=MAX_TIME, description="seconds since the epoch")]
 
 
@@ -49,9 +53,11 @@ def _scope(tenant: str, only: str | None) -> str | None:
     return tenant
 
 
-def _window(since: float | None, until: float | None) -> None:
-    if since is not None and until is not None and until <= since:
-        raise InvalidField(("query", "until"), f"must be after since ({since})")
+def _empty(since: float | None, until: float | None) -> bool:
+    """``[since, until)`` holds no time: ``until`` at or before ``since``. Answered as what it
+    is, an empty window (no jobs, no GPU-hours), not a 422: OpenAPI cannot say that one query
+    parameter must exceed another, and a request the document calls valid is not refused."""
+    return since is not None and until is not None and until <= since
 
 
 def accounting_router(plane: ControlPlane) -> APIRouter:
@@ -59,7 +65,12 @@ def accounting_router(plane: ControlPlane) -> APIRouter:
     Tenant = Annotated[str, Depends(tenant_dependency(plane.config))]
     TenantFilter = Annotated[
         str | None,
-        Query(alias="tenant", max_length=128, description="admin: one tenant's jobs only"),
+        Query(
+            alias="tenant",
+            max_length=128,
+            description="admin: one tenant's jobs only",
+            json_schema_extra=NO_CONTROL,
+        ),
         AfterValidator(query_text),
     ]
 
@@ -80,8 +91,9 @@ def accounting_router(plane: ControlPlane) -> APIRouter:
         """Jobs whose life (submitted -> ended, or now) overlaps ``[since, until)``, in
         submission order, with their accounting: queue delay, elapsed, GPUs, GPU-hours,
         attempts, preemptions (``gpufence history``)."""
-        _window(since, until)
         who = _scope(tenant, tenant_filter)
+        if _empty(since, until):
+            return {"jobs": [], "next_after": after}
         with plane.store.reader() as r:
             rows = r.history(
                 now=plane.now(),
@@ -106,8 +118,9 @@ def accounting_router(plane: ControlPlane) -> APIRouter:
         """GPU-hours held in ``[since, until)`` (default: until now), per tenant, partition or
         class, with the jobs that held GPUs and the queue delay (p50, p95) of the jobs first
         bound in the window (``gpufence usage``)."""
-        _window(since, until)
         who = _scope(tenant, tenant_filter)
+        if _empty(since, until):
+            until = since  # a window of no time: nothing held in it
         now = plane.now()
         with plane.store.reader() as r:
             groups, total = r.accounting_usage(by=by, now=now, since=since, until=until, tenant=who)

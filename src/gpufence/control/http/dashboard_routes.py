@@ -36,7 +36,7 @@ from pydantic import AfterValidator, BaseModel
 
 from gpufence import __version__
 from gpufence.control.base.config import ADMIN
-from gpufence.control.base.jobspec import from_stored
+from gpufence.control.base.jobspec import NO_CONTROL_PATTERN, from_stored
 from gpufence.control.base.tenantview import redact
 from gpufence.control.http import schemas
 from gpufence.control.http.accounting_routes import query_text
@@ -71,7 +71,8 @@ SECURITY_HEADERS = {
 MAX_PAGE = 500
 CLASSES = ("training", "serving", "interactive", "batch")
 Clean = AfterValidator(query_text)  # filters go to SQLite: valid UTF-8, no control characters
-Filter = Annotated[str | None, Query(max_length=128), Clean]
+NO_CONTROL = {"pattern": NO_CONTROL_PATTERN}  # query_text's rule, for the OpenAPI document
+Filter = Annotated[str | None, Query(max_length=128, json_schema_extra=NO_CONTROL), Clean]
 ERRORS = (401, 503)  # a bad token; the store or the reconciler not answering
 
 
@@ -274,16 +275,34 @@ def dashboard_router(plane: ControlPlane) -> APIRouter:
         tenant: Tenant,
         state: Annotated[
             list[str] | None,
-            Query(description=f"repeatable, one of {', '.join(st.STATES)} (default: pending)"),
+            Query(
+                description=f"repeatable, one of {', '.join(st.STATES)} (default: pending)",
+                # as the check below (its 422 names the state), for the OpenAPI document
+                json_schema_extra={"items": {"type": "string", "enum": list(st.STATES)}},
+            ),
         ] = None,
         partition: Filter = None,
-        queue_name: Annotated[str | None, Query(alias="queue", max_length=128), Clean] = None,
+        queue_name: Annotated[
+            str | None, Query(alias="queue", max_length=128, json_schema_extra=NO_CONTROL), Clean
+        ] = None,
         tenant_filter: Annotated[
-            str | None, Query(alias="tenant", max_length=128, description="admin only"), Clean
+            str | None,
+            Query(
+                alias="tenant",
+                max_length=128,
+                description="admin only",
+                json_schema_extra=NO_CONTROL,
+            ),
+            Clean,
         ] = None,
         workload_class: Annotated[
             str | None,
-            Query(alias="class", max_length=128, description=f"one of {', '.join(CLASSES)}"),
+            Query(
+                alias="class",
+                max_length=128,
+                description=f"one of {', '.join(CLASSES)}",
+                json_schema_extra={"enum": [*CLASSES, None]},
+            ),
             Clean,
         ] = None,
         offset: Annotated[int, Query(ge=0, le=10**9)] = 0,

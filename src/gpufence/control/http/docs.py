@@ -66,7 +66,12 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
         title=app.title, version=app.version, description=app.description, routes=app.routes
     )
     schemas = doc.setdefault("components", {}).setdefault("schemas", {})
-    body = SubmitRequest.model_json_schema(ref_template="#/components/schemas/{model}")
+    body = json_schema_bounds(
+        SubmitRequest.model_json_schema(ref_template="#/components/schemas/{model}")
+    )
+    # set by gpufence on each task of an array, refused from a client: not in the request's
+    # document (it keeps its own schema, ArrayTask, for the jobs read back)
+    body["properties"].pop("array_task", None)
     for name, sub in body.pop("$defs", {}).items():
         schemas.setdefault(name, sub)
     schemas["SubmitRequest"] = body
@@ -78,6 +83,25 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
                     content.pop("application/json", None)
     app.openapi_schema = doc
     return doc
+
+
+_BOUNDS = {"gt": "exclusiveMinimum", "ge": "minimum", "lt": "exclusiveMaximum", "le": "maximum"}
+
+
+def json_schema_bounds(schema: Any) -> Any:
+    """``schema`` with pydantic's own names of numeric bounds (``gt``, ``le``...), which it
+    writes for a constrained number whose type carries a validator of its own (``jobspec.Int``,
+    ``Float``), as JSON Schema's: no client or fuzzer reads ``le``, so a limit the server
+    enforces was missing from the document (``time_limit_s`` up to 1e10 looked valid)."""
+    if isinstance(schema, list):
+        return [json_schema_bounds(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    numeric = schema.get("type") in ("number", "integer")
+    return {
+        (_BOUNDS[k] if numeric and k in _BOUNDS else k): json_schema_bounds(v)
+        for k, v in schema.items()
+    }
 
 
 def install_openapi(app: FastAPI) -> None:

@@ -10,10 +10,14 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Iterable
+from typing import Any
 
+import fastapi.routing
 from fastapi import FastAPI, Request, Response, status
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import compile_path
 
 from gpufence.control.base.jobspec import escape
 from gpufence.control.http.client import IDEMPOTENCY_KEY
@@ -25,8 +29,9 @@ from gpufence.control.http.problems import (
     safe,
 )
 from gpufence.control.plane import AccessError, InvalidField
-from gpufence.control.reconciler.inbox import CancelError, IdempotencyConflict
+from gpufence.control.reconciler.inbox import CancelError, IdempotencyConflict, PendingCapReached
 from gpufence.control.store.errors import StoreUnavailable
+from gpufence.control.store.reserve import SpaceLow
 
 UNPROCESSABLE = 422  # starlette renamed the constant (..._CONTENT); the number is stable
 log = logging.getLogger("gpufence.api")
@@ -42,7 +47,9 @@ def _install_protocol(app: FastAPI) -> None:
     """HTTP's own errors, validation, a store that refuses writes, and anything unexpected."""
 
     @app.exception_handler(StarletteHTTPException)
-    def _http(_req: Request, exc: StarletteHTTPException) -> ProblemResponse:
+    def _http(req: Request, exc: StarletteHTTPException) -> Response:
+        if exc.status_code == 405:
+            return _not_allowed(app, req)
         if exc.status_code == 400:  # FastAPI: a body that is not JSON (or not UTF-8)
             msg = "the body is not valid JSON text (UTF-8)"
             err = FieldError(field="body", message=msg, type="json_invalid")
@@ -68,6 +75,36 @@ def _install_protocol(app: FastAPI) -> None:
         return problem(500, "internal error; see the server log")
 
 
+def allowed_methods(app: FastAPI, path: str) -> list[str]:
+    """Every method some route of ``app`` serves at ``path``, and OPTIONS.
+
+    Starlette's own 405 names only the methods of the first route with that path (``/v1/jobs``:
+    POST, though GET is served too), so every route is asked here. FastAPI keeps included
+    routers whole (``iter_route_contexts`` walks through them to each route); before 0.16x it
+    listed every route itself."""
+    walk = getattr(fastapi.routing, "iter_route_contexts", None)
+    routes: Iterable[Any] = walk(app.router.routes) if walk is not None else app.router.routes
+    methods = {"OPTIONS"}
+    for route in routes:
+        if route.path and route.methods and compile_path(route.path)[0].match(path):
+            methods |= set(route.methods)
+    return sorted(methods)
+
+
+def _not_allowed(app: FastAPI, req: Request) -> Response:
+    """405 with an ``Allow`` naming every method of the path (RFC 9110 15.5.6); OPTIONS is
+    answered, 204 with the same ``Allow`` (RFC 9110 9.3.7), without authentication: it says
+    nothing but which methods exist."""
+    allow = ", ".join(allowed_methods(app, req.url.path))
+    if req.method == "OPTIONS":
+        return Response(status_code=204, headers={"Allow": allow})
+    return problem(
+        405,
+        f"{req.method} is not a method of this path; use one of: {allow}",
+        headers={"Allow": allow},
+    )
+
+
 def _install_domain(app: FastAPI) -> None:
     """The control plane's refusals: another tenant's job (403), a job's state (409), a field
     the plane refused or an Idempotency-Key reused (422), the reconciler too busy (503)."""
@@ -85,6 +122,14 @@ def _install_domain(app: FastAPI) -> None:
         loc = ".".join(exc.loc) if isinstance(exc, InvalidField) else "body"
         err = FieldError(field=loc, message=str(exc), type="invalid")
         return problem(UNPROCESSABLE, f"{loc}: {exc}", errors=[err])
+
+    @app.exception_handler(SpaceLow)
+    def _disk_full(_req: Request, exc: Exception) -> Response:
+        return problem(507, str(exc), slug="disk-full", headers={"Retry-After": "10"})
+
+    @app.exception_handler(PendingCapReached)
+    def _too_many(_req: Request, exc: Exception) -> Response:
+        return problem(status.HTTP_429_TOO_MANY_REQUESTS, str(exc))
 
     @app.exception_handler(IdempotencyConflict)
     def _key_reused(_req: Request, exc: Exception) -> Response:

@@ -18,7 +18,7 @@ from fastapi import APIRouter, Depends, Query, Response, status
 from fastapi.exceptions import HTTPException
 from pydantic import AfterValidator, BaseModel, Field
 
-from gpufence.control.base.jobspec import MAX_NAME
+from gpufence.control.base.jobspec import MAX_NAME, NO_CONTROL_PATTERN
 from gpufence.control.http import schemas as out
 from gpufence.control.http.auth import tenant_dependency
 from gpufence.control.http.problems import SafeJSONResponse, error_responses, safe
@@ -110,7 +110,11 @@ def _query_text(value: str) -> str:
     return value
 
 
-QueryText = Annotated[str, Field(max_length=MAX_NAME), AfterValidator(_query_text)]
+QueryText = Annotated[
+    str,
+    Field(max_length=MAX_NAME, json_schema_extra={"pattern": NO_CONTROL_PATTERN}),
+    AfterValidator(_query_text),
+]
 
 
 def row_of(plane: ControlPlane, job_id: str, tenant: str) -> st.JobRow:

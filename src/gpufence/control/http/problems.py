@@ -31,8 +31,10 @@ TITLES = {
     409: ("conflict", "Conflicts with the job's state"),
     413: ("too-large", "Request body too large"),
     422: ("invalid", "Invalid request"),
+    429: ("too-many-pending", "Too many pending jobs"),
     500: ("internal", "Internal error"),
     503: ("unavailable", "Service unavailable"),
+    507: ("disk-full", "The data directory's disk is full"),
 }
 
 
@@ -141,6 +143,10 @@ _DESCRIPTIONS = {
     409: "conflicts with the job's state (e.g. cancelling an ended job)",
     413: "request body larger than control.max_request_bytes (default 1 MiB)",
     422: "invalid request: `field` names the first offending field, `errors` all of them",
+    429: "the tenant's pending jobs would pass its cap (control.max_pending_jobs); the detail "
+    "names the cap and the fix",
+    507: "the data directory's disk is full: new jobs are refused while cancels and exits "
+    "land in the store's reserve (control.store_reserve_mib)",
     503: "store unavailable (disk full, read-only, I/O error) or the control plane is busy; "
     "retry (POST /v1/jobs with the same Idempotency-Key)",
 }

@@ -202,7 +202,7 @@ def submit_router(plane: ControlPlane) -> APIRouter:
         response_model=SubmitResponse,
         responses={
             200: {"model": SubmitResponse, "description": "the same Idempotency-Key again"},
-            **error_responses(401, 403, 413, 422, 503),
+            **error_responses(401, 403, 413, 422, 429, 503, 507),
         },
         openapi_extra=SUBMIT_DOC,
     )

@@ -37,6 +37,8 @@ class LatencyPush(BaseModel):
         min_length=1,
         max_length=MAX_PUSH,
         description="request latencies in milliseconds measured by the replica since its last push",
+        # _finite's range, for the OpenAPI document
+        json_schema_extra={"items": {"type": "number", "minimum": 0.0, "maximum": MAX_LATENCY_MS}},
     )
 
     @field_validator("latencies_ms")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -84,7 +85,12 @@ def open_store(
             check_store_present(data_dir)
         except DataDirError as exc:
             raise st.StoreError(str(exc)) from None
-        store = st.Store(data_dir, check_integrity=check_integrity, id_floor=floor)
+        store = st.Store(
+            data_dir,
+            check_integrity=check_integrity,
+            id_floor=floor,
+            reserve_bytes=config.store_reserve_mib << 20,
+        )
         mark_store(data_dir)
         return store
     except st.StoreError as exc:
@@ -182,6 +188,8 @@ class ControlPlane:
             self.reconciler.clock,
         )
         self.telemetry.add_collector(LiveCollector(self._gauges, self.observatory))
+        # the store's free-space reserve refilled once the disk has room again (reserve.py)
+        self.reconciler.after_cycle.append(lambda _r: self.store.keep_reserve(time.monotonic()))
         if config.telemetry.dcgm_job_mapping_dir:
             jobmap = DcgmJobMap(Path(config.telemetry.dcgm_job_mapping_dir))
             self.reconciler.after_cycle.append(jobmap.update)

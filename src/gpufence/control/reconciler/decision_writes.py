@@ -146,7 +146,13 @@ def write_bind(ctx: WriteContext, tx: JobTx, d: Bind, now: float, act: Pending) 
         act.launches.append((d.job_id, empty))
         return
     attempt = row.attempt
-    launch = launch_for(ctx.config, ctx.data_dir, d.job_id, attempt, row.tenant, spec, members)
+    cluster = ctx.scheduler.cluster
+    home = cluster.partitions.get(d.partition)
+    index = cluster.node_by_name
+    on = [cluster.nodes[index[m.node]] for m in members if m.node in index]
+    launch = launch_for(
+        ctx.config, ctx.data_dir, d.job_id, attempt, row.tenant, spec, members, home, on
+    )
     tx.add_attempt(
         job_id=d.job_id,
         attempt=attempt,

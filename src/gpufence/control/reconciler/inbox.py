@@ -69,6 +69,10 @@ class Action:
     future: Future[str]
 
 
+class PendingCapReached(ValueError):
+    """A submit that would take its tenant past its cap on pending jobs (HTTP 429)."""
+
+
 class IdempotencyConflict(ValueError):
     """An Idempotency-Key reused for a different request (HTTP 422)."""
 

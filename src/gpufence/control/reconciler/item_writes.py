@@ -12,9 +12,12 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from gpufence.control.base.arrays import parse_array
 from gpufence.control.base.config import core_tenant
-from gpufence.control.base.executor import AttemptExit
+from gpufence.control.base.executor import AttemptExit, Launch
 from gpufence.control.base.jobspec import SubmitRequest, escape
+from gpufence.control.base.logcap import read_record as read_logcap
+from gpufence.control.base.member_records import logcap_file
 from gpufence.control.base.record_reads import forget_spooled_exits
 from gpufence.control.reconciler.context import submit_result
 from gpufence.control.reconciler.inbox import (
@@ -24,11 +27,13 @@ from gpufence.control.reconciler.inbox import (
     IdempotencyConflict,
     Live,
     NodeEvent,
+    PendingCapReached,
     Staged,
     Submit,
 )
 from gpufence.control.reconciler.job_writes import insert_job, prepare, write_array
 from gpufence.control.store import database as st
+from gpufence.control.store.reserve import SpaceLow
 from gpufence.model.decisions import Reason
 from gpufence.model.events import (
     CheckpointAck,
@@ -76,6 +81,10 @@ def write_submit(ctx: WriteContext, tx: JobTx, it: Submit, now: float, staged: S
             replay(ctx, tx, it, it.key, digest, staged)
             return
     # a request these raise on is undone with its savepoint (see Reconciler._inbox_tx)
+    check_pending_cap(ctx, tx, it.tenant, req)
+    full = tx.submit_refusal()
+    if full is not None:
+        raise SpaceLow(full)
     ready, known = prepare(ctx, tx, it.tenant, req)  # names, after_* -> ids (job_writes.py)
     staged.events += known
     if ready.array is not None:
@@ -87,6 +96,25 @@ def write_submit(ctx: WriteContext, tx: JobTx, it: Submit, now: float, staged: S
         staged.submits.append((jid, it.future))
     if jid != claimed:
         raise st.StoreError(f"job {jid} was inserted under another id than {claimed}")
+
+
+def check_pending_cap(ctx: WriteContext, tx: JobTx, tenant: str, req: SubmitRequest) -> None:
+    """``PendingCapReached`` if ``req`` (an array: all its tasks) would take ``tenant`` past its
+    cap on pending jobs: each pending job is a row every restart reads back and a candidate
+    every cycle weighs, so one tenant's flood must not become everyone's slow restart."""
+    cap = ctx.config.pending_cap(tenant)
+    if cap is None:
+        return
+    adding = len(parse_array(req.array)[0]) if req.array is not None else 1
+    pending = tx.pending_count(tenant)
+    if pending + adding > cap:
+        what = f"{adding} more" if adding > 1 else "one more"
+        raise PendingCapReached(
+            f"tenant {tenant} has {pending} pending job(s); {what} would pass its cap of "
+            f"{cap} (control.max_pending_jobs, or control.tenants.{tenant}.max_pending_jobs): "
+            "wait for some to start, cancel some, submit a smaller array, or ask the admin "
+            "to raise the cap"
+        )
 
 
 def replay(ctx: WriteContext, tx: JobTx, it: Submit, key: str, digest: str, staged: Staged) -> None:
@@ -169,9 +197,7 @@ def write_exit(ctx: WriteContext, tx: JobTx, ev: AttemptExit, now: float, staged
     tx.set_attempt(jid, ev.attempt, state="exited", ended_at=end, exit_codes=list(ev.codes))
     msg = f"attempt {ev.attempt} exited with {list(ev.codes)}"
     tx.log(now, jid, "exited", "oom" if ev.oom else "", msg)
-    strays = strays_note(ev)
-    if strays:
-        tx.log(now, jid, "strays-killed", "", strays)
+    strays = log_exit_notes(tx, ev, live.launch, now)
     staged.exits += 1
 
     def forget(v: Live = live) -> None:
@@ -300,6 +326,34 @@ def exit_code(codes: tuple[int | None, ...]) -> int | None:
     known = [c for c in codes if c is not None]
     bad = [c for c in known if c != 0]
     return bad[0] if bad else (0 if known and len(known) == len(codes) else None)
+
+
+def log_exit_notes(tx: JobTx, ev: AttemptExit, launch: Launch, now: float) -> str:
+    """The events beside an exit: strays killed, logs cut at their limit; the strays' note."""
+    strays = strays_note(ev)
+    if strays:
+        tx.log(now, ev.job_id, "strays-killed", "", strays)
+    cut = logs_cut_note(launch)
+    if cut:
+        tx.log(now, ev.job_id, "log-limit", "log-limit", cut)
+    return strays
+
+
+def logs_cut_note(launch: Launch) -> str:
+    """The job's ``log-limit`` event: which members' logs their launchers cut (``logcap.py``)."""
+    cut = [
+        (m.rank, found)
+        for m in launch.members
+        if (found := read_logcap(logcap_file(launch.attempt_dir, m.rank))) is not None
+    ]
+    if not cut:
+        return ""
+    ranks = ", ".join(f"rank {r}: {dropped} bytes cut" for r, (_, dropped) in cut)
+    return (
+        f"output passed the log limit of {cut[0][1][0]} bytes per log ({ranks}); each log keeps "
+        "its first half, a note and the newest output (submit with --log-limit up to the "
+        "partition's log_limit_mib to keep more)"
+    )
 
 
 def strays_note(ev: AttemptExit) -> str:

@@ -19,6 +19,11 @@ from gpufence.control.base.executor import Launch, Limits, Member
 from gpufence.control.base.jobdirs import JOBS_DIR
 from gpufence.control.base.jobspec import SubmitRequest
 from gpufence.control.base.memberenv import inherited_env
+from gpufence.model.hardware import Node
+from gpufence.model.partition import DEFAULT_LOG_LIMIT, Partition
+
+MIB = 1 << 20
+MIN_CPUS = 0.1
 
 
 def job_dir(data_dir: Path, job_id: str) -> Path:
@@ -33,8 +38,15 @@ def launch_for(
     tenant: str,
     spec: SubmitRequest,
     members: Sequence[Member],
+    partition: Partition | None = None,
+    nodes: Sequence[Node] = (),
 ) -> Launch:
+    """The attempt's ``Launch``; ``partition`` (where it runs) gives its log cap (a submit's
+    ``log_limit_bytes`` may lower it, never raise it: a tenant cannot lift its own cap);
+    ``nodes`` (those its members run on) the CPU and memory limits of a submit that names none
+    (``default_limits``)."""
     jdir = job_dir(data_dir, job_id)
+    cpus, mem = default_limits(spec, nodes)
     env = inherited_env(os.environ, config.job_env_inherit) if config.job_env_inherit else {}
     # NVML (discovery) numbers GPUs in PCI bus order; make CUDA agree
     env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
@@ -50,8 +62,39 @@ def launch_for(
         checkpoint_dir=jdir / "checkpoints",
         cwd=Path(spec.cwd) if spec.cwd else None,
         run_as=config.run_as_for(tenant),
-        limits=Limits(cpus=spec.cpus, mem_bytes=spec.mem_bytes, pids=config.job_pids_limit),
+        limits=Limits(
+            cpus=spec.cpus if spec.cpus is not None else cpus,
+            mem_bytes=spec.mem_bytes if spec.mem_bytes is not None else mem,
+            pids=config.job_pids_limit,
+            log_bytes=log_limit(spec, partition),
+            defaulted=frozenset(
+                f
+                for f, asked in (("cpus", spec.cpus), ("mem_bytes", spec.mem_bytes))
+                if asked is None
+            ),
+        ),
     )
+
+
+def default_limits(spec: SubmitRequest, nodes: Sequence[Node]) -> tuple[float | None, int | None]:
+    """(CPU cores, memory bytes) of a member whose submit names none: its node's, in proportion
+    to the GPUs it holds there (one GPU's worth for a share of one, or for a job with none),
+    the smallest over the nodes of its gang. Without a limit one job's members could take
+    every core and all the memory of a node whose other GPUs run other tenants' jobs.
+    (None, None) without nodes (an adopted attempt: its cgroups exist already)."""
+    sized = [n for n in nodes if n.gpu_ids]
+    if not sized:
+        return None, None
+    held = max(float(spec.gpus), 1.0)
+    cpus = min(n.cpu_milli / 1000 * held / len(n.gpu_ids) for n in sized)
+    mem = min(n.mem_mib * MIB * held // len(n.gpu_ids) for n in sized)
+    return max(round(cpus, 3), MIN_CPUS), max(int(mem), MIB)
+
+
+def log_limit(spec: SubmitRequest, partition: Partition | None) -> int:
+    """The smaller of the submit's cap and its partition's (``DEFAULT_LOG_LIMIT`` without one)."""
+    most = partition.log_limit_bytes if partition is not None else DEFAULT_LOG_LIMIT
+    return min(spec.log_limit_bytes, most) if spec.log_limit_bytes is not None else most
 
 
 TRANSIENT_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.EAGAIN, errno.ENOMEM})

@@ -66,6 +66,7 @@ from gpufence.control.reconciler.inbox import (
     NodeEvent,
     Observation,
     Pending,
+    PendingCapReached,
     Staged,
     Submit,
     SubmitResult,
@@ -86,6 +87,7 @@ from gpufence.control.reconciler.launches import launch_failure
 from gpufence.control.reconciler.seam import JobStore, JobTx
 from gpufence.control.store import database as st
 from gpufence.control.store.errors import IllegalStateChange, StoreUnavailable, medium_fault
+from gpufence.control.store.reserve import SpaceLow
 from gpufence.model.decisions import Decision, Reason
 from gpufence.model.events import (
     Activity,
@@ -99,6 +101,9 @@ from gpufence.sched.jobs import JobState
 from gpufence.sched.scheduler import Scheduler
 
 log = logging.getLogger("gpufence.reconciler")
+
+REFUSALS = (InvalidField, PendingCapReached, SpaceLow)
+"""What a request is refused with on purpose (answered to its client, not logged as a bug)."""
 USAGE_SAVE_S = 30.0  # fair-share usage is saved this often (and at a clean stop)
 RETRY_S = 1.0  # while the store refuses writes, held observations are retried this often
 GATHER_S = 0.002  # at most this long a request waits for others to share its commit
@@ -408,7 +413,7 @@ class Reconciler:
             except Exception as exc:
                 if medium_fault(exc):
                     raise
-                if not isinstance(exc, InvalidField):  # a 422 for the client, not a bug
+                if not isinstance(exc, REFUSALS):  # a 4xx/507 for the client, not a bug
                     kind = type(r).__name__.lower()
                     what = "submit" if isinstance(r, Submit) else f"{kind} of job {r.job_id}"
                     log.exception("%s could not be handled; refused", what)

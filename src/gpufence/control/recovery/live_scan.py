@@ -13,7 +13,11 @@ from gpufence.control.base.jobdirs import JOBS_DIR
 from gpufence.control.base.member_records import RECORDS_SUFFIX
 from gpufence.control.containment.cgroup import MemberCgroup
 from gpufence.control.containment.members import Containment, member_cgroup_name
-from gpufence.control.executors.leftovers import live_member_pids, recorded_ranks
+from gpufence.control.executors.leftovers import (
+    ProcessGroups,
+    live_member_pids,
+    recorded_ranks,
+)
 
 SHOWN = 5
 """Items an error message lists before 'and N more'."""
@@ -64,11 +68,12 @@ def live_attempts(data_dir: Path, containment: Containment | None = None) -> lis
     """``j3 attempt 1 (pid 123)`` for every attempt directory with a member that still runs
     (a launcher, what its dead launcher left in its process group, or anything in its cgroup)."""
     found = []
+    groups = ProcessGroups()  # one look at /proc for every attempt
     for _n, jdir in job_dirs(data_dir):
         for attempt, adir in attempt_dirs(jdir):
             ranks = max(recorded_ranks(adir), default=-1) + 1
             cgroups = member_cgroups(containment, jdir.name, attempt, adir, max(ranks, 1))
-            pids = live_member_pids(adir, cgroups)
+            pids = live_member_pids(adir, cgroups, groups)
             if pids:
                 found.append(f"{jdir.name} attempt {attempt} (pid {pids[0]})")
     return found

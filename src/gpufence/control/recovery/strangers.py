@@ -33,7 +33,11 @@ from typing import TYPE_CHECKING, Any
 
 from gpufence.control.base.jobdirs import JOBS_DIR
 from gpufence.control.containment.members import Containment, member_cgroup_name
-from gpufence.control.executors.leftovers import live_member_pids, recorded_ranks
+from gpufence.control.executors.leftovers import (
+    ProcessGroups,
+    live_member_pids,
+    recorded_ranks,
+)
 from gpufence.control.gpus.devices import assignment_from_json
 from gpufence.control.reconciler.launches import job_dir
 from gpufence.control.recovery.live_scan import attempt_dirs, job_dirs, listed, member_cgroups
@@ -89,12 +93,13 @@ def live_strangers(
         for key, pid in _ours_in_cgroups(data_dir, containment).items():
             if stranger(*key):
                 found[key] = pid
+    groups = ProcessGroups()  # one look at /proc for every attempt
     for _n, jdir in job_dirs(data_dir):
         for attempt, adir in attempt_dirs(jdir):
             key = (jdir.name, attempt)
             if key in found or not stranger(*key) or not recorded_ranks(adir):
                 continue
-            pids = live_member_pids(adir)  # (their cgroups were looked at above)
+            pids = live_member_pids(adir, (), groups)  # (their cgroups were looked at above)
             if pids:
                 found[key] = pids[0]
     order = sorted(found, key=lambda k: (int(k[0][1:]), k[1]))
@@ -153,6 +158,7 @@ def refuse_misplaced(
 ) -> None:
     """``StoreError`` naming the running attempts whose GPUs this cluster does not have."""
     found = []
+    groups = ProcessGroups()
     for row in rows:
         att = attempts.get(row.id)
         if row.state not in st.ACTIVE or att is None:
@@ -162,7 +168,8 @@ def refuse_misplaced(
             continue
         adir = job_dir(rec.data_dir, row.id) / f"attempt-{att.attempt}"
         ranks = max(len(att.assignments), 1)
-        pids = live_member_pids(adir, member_cgroups(containment, row.id, att.attempt, adir, ranks))
+        cgroups = member_cgroups(containment, row.id, att.attempt, adir, ranks)
+        pids = live_member_pids(adir, cgroups, groups)
         if pids:
             found.append(f"{row.id} attempt {att.attempt} (pid {pids[0]}: {why})")
     if found:

@@ -35,7 +35,6 @@ import logging
 import os
 import sqlite3
 import threading
-import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -48,10 +47,12 @@ from gpufence.control.store.errors import (
     IllegalStateChange,
     StoreError,
     StoreUnavailable,
+    integrity_problem,
     unavailable,
 )
 from gpufence.control.store.ownership import FileLock, Owner
 from gpufence.control.store.reads import Reader
+from gpufence.control.store.reserve import SpaceReserve
 from gpufence.control.store.rows import (
     AttemptRow,
     JobRow,
@@ -111,22 +112,6 @@ def _connect(path: Path) -> sqlite3.Connection:
     return conn
 
 
-def integrity_problem(conn: sqlite3.Connection, budget_s: float) -> str | None:
-    """What ``PRAGMA quick_check`` found wrong (None: nothing, or out of time, logged)."""
-    deadline = time.monotonic() + budget_s
-    conn.set_progress_handler(lambda: int(time.monotonic() > deadline), 10_000)
-    try:
-        rows = [str(r[0]) for r in conn.execute("PRAGMA quick_check(20)").fetchall()]
-    except sqlite3.OperationalError as exc:
-        if "interrupt" not in str(exc):
-            raise
-        log.warning("integrity check of the store stopped after %.0f s: not verified", budget_s)
-        return None
-    finally:
-        conn.set_progress_handler(None, 0)
-    return None if rows == ["ok"] else "; ".join(rows[:5])
-
-
 def _refined(gone: StoreUnavailable, db: Path) -> StoreUnavailable:
     """SQLite reports a read-only file system as an I/O error or "cannot open": say so."""
     if gone.reason in ("I/O error", "cannot open the database file") and _read_only(db.parent):
@@ -182,6 +167,7 @@ class Store:
         check_integrity: bool = True,
         id_floor: int = 0,
         integrity_budget_s: float = INTEGRITY_BUDGET_S,
+        reserve_bytes: int = 0,
     ) -> None:
         data_dir.mkdir(mode=PRIVATE_DIR, parents=True, exist_ok=True)
         self.path = data_dir / DB_NAME
@@ -199,6 +185,8 @@ class Store:
                     raise StoreError(f"the store {self.path} is damaged: {problem}")
             migrations.migrate(self._conn, str(self.path))
             self._claim(id_floor)
+            self.reserve = SpaceReserve(self._conn, data_dir, reserve_bytes)
+            self.reserve.top_up()
         except sqlite3.DatabaseError as exc:
             self._abort()
             gone = unavailable(exc)
@@ -283,7 +271,7 @@ class Store:
             except StoreUnavailable:
                 self._rollback()
                 raise
-            tx = Tx(c)
+            tx = Tx(c, self.reserve)
             try:
                 yield tx
                 failpoints.hit("store.before-commit")
@@ -349,6 +337,11 @@ class Store:
         with self._lock:
             return select_job(self._conn, job_id)
 
+    def keep_reserve(self, now: float) -> None:
+        """Refill the free-space reserve if it is short (``reserve.py``; rate-limited)."""
+        with self._lock:
+            self.reserve.top_up(now)
+
     def max_seq(self) -> int:
         with self._lock:
             row = self._conn.execute("SELECT MAX(seq) AS m FROM jobs").fetchone()
@@ -365,8 +358,9 @@ class Store:
 class Tx:
     """Writes inside one transaction (only the reconciler holds one)."""
 
-    def __init__(self, conn: sqlite3.Connection) -> None:
+    def __init__(self, conn: sqlite3.Connection, reserve: SpaceReserve | None = None) -> None:
         self._c = conn
+        self.reserve = reserve
         self.changes: list[StateChange] = []  # for the observers, once committed
         self._seq: int | None = None  # the jobs sequence as this transaction advanced it
 
@@ -463,6 +457,13 @@ class Tx:
     def next_id(self) -> str:
         """The id ``add_job`` gives the next job of this transaction."""
         return f"j{self._last_seq() + 1}"
+
+    def submit_refusal(self) -> str | None:
+        """Why no new job may be stored now (the disk is full: ``reserve.py``), or None."""
+        return self.reserve.submit_refusal() if self.reserve is not None else None
+
+    def pending_count(self, tenant: str) -> int:
+        return names.pending_count(self._c.execute, tenant)
 
     def live_holder(self, tenant: str, name: str, serving: bool = False) -> names.Named | None:
         """The job of ``tenant`` that has not ended and is called ``name`` (``names.py``)."""

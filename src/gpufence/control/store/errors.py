@@ -12,7 +12,11 @@ control plane asked the store for a move of a job's state that the lifecycle tab
 from __future__ import annotations
 
 import errno
+import logging
 import sqlite3
+import time
+
+log = logging.getLogger("gpufence.store")
 
 
 class StoreError(RuntimeError):
@@ -93,3 +97,19 @@ def unavailable(exc: BaseException) -> StoreUnavailable | None:
 def medium_fault(exc: BaseException) -> bool:
     """The store's medium failed (full disk, I/O error, gone), as opposed to a bug."""
     return isinstance(exc, StoreUnavailable) or unavailable(exc) is not None
+
+
+def integrity_problem(conn: sqlite3.Connection, budget_s: float) -> str | None:
+    """What ``PRAGMA quick_check`` found wrong (None: nothing, or out of time, logged)."""
+    deadline = time.monotonic() + budget_s
+    conn.set_progress_handler(lambda: int(time.monotonic() > deadline), 10_000)
+    try:
+        rows = [str(r[0]) for r in conn.execute("PRAGMA quick_check(20)").fetchall()]
+    except sqlite3.OperationalError as exc:
+        if "interrupt" not in str(exc):
+            raise
+        log.warning("integrity check of the store stopped after %.0f s: not verified", budget_s)
+        return None
+    finally:
+        conn.set_progress_handler(None, 0)
+    return None if rows == ["ok"] else "; ".join(rows[:5])

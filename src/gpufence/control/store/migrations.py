@@ -156,6 +156,11 @@ MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE jobs ADD COLUMN held INTEGER NOT NULL DEFAULT 0;
     CREATE INDEX jobs_tenant_name ON jobs(tenant, name);
     """,
+    # 8: a tenant's pending jobs counted at each submit (its cap, issue 30 case 7) from an index
+    # of pending rows only: the count reads that tenant's entries, never the table
+    """
+    CREATE INDEX jobs_pending_tenant ON jobs(tenant) WHERE state = 'pending';
+    """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -124,3 +124,10 @@ def array_tasks(
     return tuple(
         str(jid) for jid, raw in rows if json.loads(raw).get("array_task", {}).get("job") == first
     )
+
+
+def pending_count(q: Query, tenant: str) -> int:
+    """How many jobs of ``tenant`` are pending (held ones included): the count its cap on
+    pending jobs is held to, read from migration 8's index of pending rows alone."""
+    sql = "SELECT count(*) FROM jobs WHERE state = 'pending' AND tenant = ?"
+    return int(q(sql, (tenant,)).fetchone()[0])

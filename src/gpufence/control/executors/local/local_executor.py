@@ -335,7 +335,9 @@ class LocalExecutor(AttemptWatcher):
             cg = self._cgroup(launch, member)
         # a spare has joined its cgroup already, and its child is told its user and cwd itself
         confine = launcher_args(cg, run_as, cwd) if ready is None else []
-        argv = launcher_argv(adir, rank, launch.command, self._caught, confine)
+        argv = launcher_argv(
+            adir, rank, launch.command, self._caught, confine, log_limit=launch.limits.log_bytes
+        )
         try:
             if ready is not None:
                 child = {

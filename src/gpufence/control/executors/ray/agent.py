@@ -178,6 +178,7 @@ class NodeAgent:
                 caught,
                 fence_parent=True,
                 confine=launcher_args(cg, run_as, workdir),
+                log_limit=launch.limits.log_bytes if launch is not None else None,
             )
         except SpawnError as exc:
             if cg is not None:
