@@ -78,7 +78,13 @@ def submit(
         ),
     ] = None,
     gpus: Annotated[
-        int | None, typer.Option("--gpus", metavar="N", help="whole GPUs per replica")
+        int | None,
+        typer.Option(
+            "--gpus",
+            metavar="N",
+            min=0,
+            help="whole GPUs per replica; 0: a CPU-only step (one core unless --cpus)",
+        ),
     ] = None,
     mig: Annotated[
         str | None,

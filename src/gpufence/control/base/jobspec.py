@@ -392,6 +392,19 @@ class SubmitRequest(BaseModel):
         return self
 
     @property
+    def cpu_only(self) -> bool:
+        """Whether its replicas hold no GPU at all (``gpus: 0``: a prep or report step)."""
+        return self.gpus == 0 and self.mig is None and self.gpu_fraction is None
+
+    def with_cpu_default(self) -> SubmitRequest:
+        """A CPU-only job that names no ``cpus`` takes one core per replica, as Slurm gives a
+        task one CPU: the scheduler places it by that core (and counts it on the node), and its
+        cgroup holds it to it. Applied at submit, so the stored spec says what it holds."""
+        if self.cpu_only and self.cpus is None:
+            return self.model_copy(update={"cpus": 1.0})
+        return self
+
+    @property
     def cpu_milli(self) -> int:
         """Per replica, as the core counts CPU (0: not requested)."""
         return round(self.cpus * 1000) if self.cpus is not None else 0

@@ -90,6 +90,8 @@ def _reject_field(req: SubmitRequest, reason: str, message: str) -> str:
         return "body.queue"
     if "partition '" in message and req.partition:
         return "body.partition"
+    if "give cpus" in message:
+        return "body.cpus"
     if "gpus per replica" in message:
         return "body.gpus"
     if "CPU/memory" in message:

@@ -251,6 +251,7 @@ class ControlPlane:
                 raise AccessError("only the admin may submit on behalf of another tenant")
             tenant = req.tenant
         self._check_queue(req, tenant)
+        req = req.with_cpu_default()
         try:
             self._check_cwd(req, tenant)
         except InvalidField:
