@@ -25,14 +25,9 @@ CANCELLED_EXIT = 3
 TIME_LIMIT_EXIT = 124
 
 
-def is_id(ref: str) -> bool:
-    return len(ref) > 1 and ref[0] == "j" and ref[1:].isdigit()
-
-
 def resolve_many(client: Client, ref: str) -> list[str]:
-    """The ids ``ref`` denotes (ClientError 404 when none)."""
-    if is_id(ref):
-        return [ref]
+    """The ids ``ref`` denotes (ClientError 404 when none). An id is asked too: it may be an
+    array's (every task of it), as may ``j4_3`` (task 3 of the array j4)."""
     return [str(j["id"]) for j in client.named(ref)]
 
 

@@ -34,6 +34,7 @@ from gpufence.cli.jobfile import DIRECTIVE, load_job_file, read_directives, scri
 from gpufence.cli.jobrefs import WAIT_CODES, wait_exit, wait_for
 from gpufence.cli.render import err_console
 from gpufence.cli.units import parse_duration, parse_size
+from gpufence.control.base.arrays import ArraySpecError, parse_array
 from gpufence.control.http.client import (
     IDEMPOTENCY_KEY_PATTERN,
     SUBMIT_PATIENCE_S,
@@ -434,12 +435,23 @@ def submit_one(client: Client, body: dict[str, Any], key: str | None = None) -> 
     typer.echo(res["id"])
     tasks = [str(t) for t in res.get("tasks") or []]
     if tasks:
-        err_console().print(
-            f"array {res['id']}: {len(tasks)} task(s), {tasks[0]}..{tasks[-1]}", markup=False
-        )
+        err_console().print(array_line(str(res["id"]), tasks, body.get("array")), markup=False)
     if res.get("state") == "pending" and res.get("reason"):
         err_console().print(f"pending ({res['reason']}): {res.get('message', '')}", markup=False)
     return tasks or [str(res["id"])]
+
+
+def array_line(array: str, tasks: list[str], spec: object) -> str:
+    """``array j4: 6 task(s) j4_0..j4_5 (jobs j5..j10)``: the array's id (which dependencies,
+    cancel, hold, release and status take for every task) and its tasks, each also a job."""
+    try:
+        indices = parse_array(str(spec))[0] if spec is not None else ()
+    except ArraySpecError:
+        indices = ()
+    head = f"array {array}: {len(tasks)} task(s)"
+    if array == tasks[0] or len(indices) != len(tasks):  # a server that gives arrays no id
+        return f"{head}, {tasks[0]}..{tasks[-1]}"
+    return f"{head} {array}_{indices[0]}..{array}_{indices[-1]} (jobs {tasks[0]}..{tasks[-1]})"
 
 
 def submit_file(client: Client, path: Path, wait: bool) -> None:

@@ -167,7 +167,9 @@ def _array_text(value: str) -> str:
 class ArrayTask(BaseModel):
     """Which task of which array a job is: set by gpufence on every task, never by a client."""
 
-    job: str = Field(description="id of the array (its first task)")
+    job: str = Field(
+        description="id of the array (its own; an array an older version stored: its first task's)"
+    )
     index: int = Field(ge=0, description="GPUFENCE_ARRAY_TASK_ID of this task")
     cap: int = Field(default=0, ge=0, description="tasks of the array queued or running at once")
 
