@@ -16,6 +16,7 @@ import pytest
 from cli_server import Cli, CliServer, cli_for, cli_server
 
 from gpufence.control.gpus.discovery import fake_gpus
+from gpufence.control.http.client import ClientError
 from gpufence.demo.live import fenced_spec
 from gpufence.testing.waiting import until_value
 
@@ -98,5 +99,8 @@ def test_an_unknown_array_task_is_named(cli: Cli, server: CliServer) -> None:
     array = ok(cli("submit", "--array", "0-1", "--", "true")).strip()
     r = cli("status", f"{array}_7")
     assert r.exit_code == 2 and f"no task 7 in an array {array}" in r.output, r.output
+    with pytest.raises(ClientError) as err:  # the API's job routes: the array is no job
+        server.client.job(array)
+    assert err.value.status == 404 and f"{array} is an array of 2 task(s)" in str(err.value)
     r = cli("submit", "--name", "j3_1", "--", "true")
     assert r.exit_code == 2 and "array task" in r.output, r.output
