@@ -31,7 +31,7 @@ from gpufence.cli.connect import (
     fail,
 )
 from gpufence.cli.failure import failing_rank, failure_line
-from gpufence.cli.jobrefs import resolve_many, resolve_one
+from gpufence.cli.jobrefs import named_jobs, resolve_many, resolve_one
 from gpufence.cli.jobtables import attempts_table, fair_share_table, queue_table, status_grid
 from gpufence.cli.output import (
     CountOpt,
@@ -179,7 +179,7 @@ def status(
     fmt = check_format(output)
     client = client_for(url, token, data, context)
     with client_errors():
-        named = client.named(job_id)
+        named = named_jobs(client, job_id)
         array = one_array(named)
         if array is not None:  # an array's id (or its name): the array as a whole
             show_array(client, array, named, fmt)
