@@ -20,6 +20,7 @@ import typer
 from rich.console import Group, RenderableType
 from rich.text import Text
 
+from gpufence.cli.array_status import one_array, show_array
 from gpufence.cli.connect import (
     ContextOpt,
     DataOpt,
@@ -30,7 +31,7 @@ from gpufence.cli.connect import (
     fail,
 )
 from gpufence.cli.failure import failing_rank, failure_line
-from gpufence.cli.jobrefs import resolve_many, resolve_one
+from gpufence.cli.jobrefs import named_jobs, resolve_many, resolve_one
 from gpufence.cli.jobtables import attempts_table, fair_share_table, queue_table, status_grid
 from gpufence.cli.output import (
     CountOpt,
@@ -49,7 +50,12 @@ from gpufence.cli.render import ACTIVE_STATES, err_console, styled, when
 from gpufence.control.http.client import Client, ClientError
 
 JobArg = Annotated[
-    str, typer.Argument(metavar="JOB", help="job id (j12) or name", show_default=False)
+    str,
+    typer.Argument(
+        metavar="JOB",
+        help="job id (j12), array task (j12_3) or name; status also takes an array's id",
+        show_default=False,
+    ),
 ]
 LAST_ERR_BYTES = 4096
 
@@ -173,6 +179,11 @@ def status(
     fmt = check_format(output)
     client = client_for(url, token, data, context)
     with client_errors():
+        named = named_jobs(client, job_id)
+        array = one_array(named)
+        if array is not None:  # an array's id (or its name): the array as a whole
+            show_array(client, array, named, fmt)
+            return
         j = client.job(resolve_one(client, job_id))
         err_line = None
         if j.get("state") == "failed" and (j.get("exit_code") or 0) > 0:

@@ -8,12 +8,15 @@ they ended into the exit code (``WAIT_CODES``).
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from gpufence.cli.connect import fail
-from gpufence.control.http.client import Client
+from gpufence.control.http.client import Client, ClientError
+
+_JOB_ID = re.compile(r"j[0-9]+")
 
 WAIT_CODES = (
     "0 done; the job's own exit code when it exited non-zero; 128+N when killed by signal N "
@@ -25,15 +28,22 @@ CANCELLED_EXIT = 3
 TIME_LIMIT_EXIT = 124
 
 
-def is_id(ref: str) -> bool:
-    return len(ref) > 1 and ref[0] == "j" and ref[1:].isdigit()
+def named_jobs(client: Client, ref: str) -> list[dict[str, Any]]:
+    """The jobs ``ref`` denotes (``Client.named``; ClientError 404 when none). An id is asked
+    too: it may be an array's (every task of it), as may ``j4_3`` (task 3 of the array j4).
+    An id the names do not know for this token is passed on as it is: the job routes say
+    whether it is another tenant's (403) or no job at all (404)."""
+    try:
+        return client.named(ref)
+    except ClientError as exc:
+        if exc.status == 404 and _JOB_ID.fullmatch(ref):
+            return [{"id": ref}]
+        raise
 
 
 def resolve_many(client: Client, ref: str) -> list[str]:
-    """The ids ``ref`` denotes (ClientError 404 when none)."""
-    if is_id(ref):
-        return [ref]
-    return [str(j["id"]) for j in client.named(ref)]
+    """The ids ``ref`` denotes (``named_jobs``)."""
+    return [str(j["id"]) for j in named_jobs(client, ref)]
 
 
 def resolve_one(client: Client, ref: str) -> str:

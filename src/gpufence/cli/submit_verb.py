@@ -34,6 +34,7 @@ from gpufence.cli.jobfile import DIRECTIVE, load_job_file, read_directives, scri
 from gpufence.cli.jobrefs import WAIT_CODES, wait_exit, wait_for
 from gpufence.cli.render import err_console
 from gpufence.cli.units import parse_duration, parse_size
+from gpufence.control.base.arrays import ArraySpecError, parse_array
 from gpufence.control.http.client import (
     IDEMPOTENCY_KEY_PATTERN,
     SUBMIT_PATIENCE_S,
@@ -78,7 +79,13 @@ def submit(
         ),
     ] = None,
     gpus: Annotated[
-        int | None, typer.Option("--gpus", metavar="N", help="whole GPUs per replica")
+        int | None,
+        typer.Option(
+            "--gpus",
+            metavar="N",
+            min=0,
+            help="whole GPUs per replica; 0: a CPU-only step (one core unless --cpus)",
+        ),
     ] = None,
     mig: Annotated[
         str | None,
@@ -94,7 +101,21 @@ def submit(
     ] = None,
     replicas: Annotated[
         int | None,
-        typer.Option("--replicas", metavar="R", help="gang size: R members placed together"),
+        typer.Option(
+            "--replicas",
+            metavar="R",
+            help="gang size: R members placed together as one job (serving: see --instances)",
+        ),
+    ] = None,
+    instances: Annotated[
+        int | None,
+        typer.Option(
+            "--instances",
+            metavar="N",
+            min=1,
+            help="serving: a deployment of N replicas, each a job of its own sharing --name "
+            "(scaled, placed and stopped one by one)",
+        ),
     ] = None,
     partition: Annotated[
         str | None,
@@ -314,7 +335,10 @@ def submit(
             "must be 1-255 visible ASCII characters (no spaces)", param_hint="--idempotency-key"
         )
     body = build_body(params)
-    ids = submit_one(client, body, idempotency_key)
+    if params["instances"] is not None:
+        ids = submit_instances(client, body, params["instances"], idempotency_key)
+    else:
+        ids = submit_one(client, body, idempotency_key)
     if wait:
         raise typer.Exit(wait_exit(wait_for(client, ids)))
 
@@ -442,12 +466,50 @@ def submit_one(client: Client, body: dict[str, Any], key: str | None = None) -> 
     typer.echo(res["id"])
     tasks = [str(t) for t in res.get("tasks") or []]
     if tasks:
-        err_console().print(
-            f"array {res['id']}: {len(tasks)} task(s), {tasks[0]}..{tasks[-1]}", markup=False
-        )
+        err_console().print(array_line(str(res["id"]), tasks, body.get("array")), markup=False)
     if res.get("state") == "pending" and res.get("reason"):
         err_console().print(f"pending ({res['reason']}): {res.get('message', '')}", markup=False)
     return tasks or [str(res["id"])]
+
+
+def array_line(array: str, tasks: list[str], spec: object) -> str:
+    """``array j4: 6 task(s) j4_0..j4_5 (jobs j5..j10)``: the array's id (which dependencies,
+    cancel, hold, release and status take for every task) and its tasks, each also a job."""
+    try:
+        indices = parse_array(str(spec))[0] if spec is not None else ()
+    except ArraySpecError:
+        indices = ()
+    head = f"array {array}: {len(tasks)} task(s)"
+    if array == tasks[0] or len(indices) != len(tasks):  # a server that gives arrays no id
+        return f"{head}, {tasks[0]}..{tasks[-1]}"
+    return f"{head} {array}_{indices[0]}..{array}_{indices[-1]} (jobs {tasks[0]}..{tasks[-1]})"
+
+
+def submit_instances(client: Client, body: dict[str, Any], n: int, key: str | None) -> list[str]:
+    """``--instances N``: a serving deployment of N replicas, each a job of its own sharing the
+    deployment's name (what ``gpufence_serving_replicas`` counts); all or none: if the server
+    refuses one, those already submitted are cancelled again. With ``--idempotency-key K`` the
+    instances are keyed ``K.1`` .. ``K.N``, so a retried command makes no second deployment."""
+    if body.get("class") != "serving":
+        raise fail("--instances makes a serving deployment: give --class serving (the members "
+                   "of one gang job are --replicas)")  # fmt: skip
+    if n > 1 and "name" not in body:
+        raise fail(f"--instances {n}: the replicas of a deployment share its name; give --name")
+    if "array" in body:
+        raise fail("give either --instances or --array, not both")
+    done: list[str] = []
+    for i in range(1, n + 1):
+        try:
+            res = client.submit(body, None if key is None else f"{key}.{i}")
+        except ClientError as exc:
+            for jid in done:
+                with contextlib.suppress(ClientError):
+                    client.cancel(jid)
+            undone = f"; cancelled again: {', '.join(done)}" if done else ""
+            raise fail(f"instance {i} of {n}: {exc}{undone}", 2 if exc.bad_input else 1) from None
+        done.append(str(res["id"]))
+        typer.echo(res["id"])
+    return done
 
 
 def submit_file(client: Client, path: Path, wait: bool) -> None:

@@ -248,12 +248,15 @@ def _shape_problem(
             return Refused(
                 Reason.NEVER_FITS, f"needs {req.gpu_mem_mib} MiB GPU memory; largest GPU {biggest}"
             )
-    elif req.gpus < 0 or (req.gpus == 0 and part.sharing is not SharingMode.FRACTIONAL):
-        # 0 GPUs: a CPU-only replica (openb CPU pods), placed only where pods share GPUs
+    elif req.gpus < 0:
+        return Refused(Reason.INVALID, f"gpus per replica must be >= 0 (got {req.gpus})")
+    elif req.gpus == 0 and job.cpu_milli == 0 and part.sharing is not SharingMode.FRACTIONAL:
+        # a CPU-only replica (a prep or report step) is placed by its CPU: one asking for none
+        # would hold nothing at all, and any number of them would fit on one node. (Fractional
+        # partitions keep taking CPU-only pods as the openb traces give them.)
         return Refused(
             Reason.INVALID,
-            f"gpus per replica must be >= 1 (got {req.gpus}); CPU-only replicas (0) are "
-            "accepted only in fractional partitions",
+            "gpus per replica is 0 (a CPU-only replica) but it asks for no CPU; give cpus",
         )
     per_node = cluster.max_gpus_per_node(home)
     if req.gpus > per_node:

@@ -197,7 +197,9 @@ def _array_text(value: str) -> str:
 class ArrayTask(BaseModel):
     """Which task of which array a job is: set by gpufence on every task, never by a client."""
 
-    job: str = Field(description="id of the array (its first task)")
+    job: str = Field(
+        description="id of the array (its own; an array an older version stored: its first task's)"
+    )
     index: int = Field(ge=0, description="GPUFENCE_ARRAY_TASK_ID of this task")
     cap: int = Field(default=0, ge=0, description="tasks of the array queued or running at once")
 
@@ -452,6 +454,19 @@ class SubmitRequest(BaseModel):
                 f"({self.time_limit_s:g}): the job would be stopped before its expected end; "
                 "raise time_limit_s or lower est_runtime_s"
             )
+        return self
+
+    @property
+    def cpu_only(self) -> bool:
+        """Whether its replicas hold no GPU at all (``gpus: 0``: a prep or report step)."""
+        return self.gpus == 0 and self.mig is None and self.gpu_fraction is None
+
+    def with_cpu_default(self) -> SubmitRequest:
+        """A CPU-only job that names no ``cpus`` takes one core per replica, as Slurm gives a
+        task one CPU: the scheduler places it by that core (and counts it on the node), and its
+        cgroup holds it to it. Applied at submit, so the stored spec says what it holds."""
+        if self.cpu_only and self.cpus is None:
+            return self.model_copy(update={"cpus": 1.0})
         return self
 
     @property

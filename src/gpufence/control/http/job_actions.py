@@ -23,7 +23,12 @@ from gpufence.control.store import database as st
 from gpufence.control.store import names as job_names
 
 Ref = Annotated[
-    str, Path(min_length=1, max_length=MAX_NAME, description="a job id (j12) or a job name")
+    str,
+    Path(
+        min_length=1,
+        max_length=MAX_NAME,
+        description="a job id (j12), an array's id (every task), an array task (j12_3) or a name",
+    ),
 ]
 
 _DONE = {"hold": "held", "release": "released"}
@@ -45,7 +50,8 @@ class NamedJob(BaseModel):
     id: str
     tenant: str
     state: str
-    array: str | None = Field(description="the array (its first task's id) it is a task of")
+    array: str | None = Field(description="the id of the array it is a task of")
+    index: int | None = Field(default=None, description="its index in that array (j4_3: 3)")
 
 
 class NameResponse(BaseModel):
@@ -118,7 +124,10 @@ def job_actions_router(plane: ControlPlane) -> APIRouter:
         found = lookup(plane, tenant, ref)
         return NameResponse(
             name=ref,
-            jobs=[NamedJob(id=n.id, tenant=n.tenant, state=n.state, array=n.array) for n in found],
+            jobs=[
+                NamedJob(id=n.id, tenant=n.tenant, state=n.state, array=n.array, index=n.index)
+                for n in found
+            ],
         )
 
     return router

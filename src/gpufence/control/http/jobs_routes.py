@@ -25,6 +25,7 @@ from gpufence.control.http.problems import SafeJSONResponse, error_responses, sa
 from gpufence.control.http.schemas import ok
 from gpufence.control.plane import ControlPlane
 from gpufence.control.store import database as st
+from gpufence.control.store import names
 from gpufence.model.job import GpuRequest
 
 MAX_LOG_CHUNK = 1 << 20
@@ -122,8 +123,24 @@ def row_of(plane: ControlPlane, job_id: str, tenant: str) -> st.JobRow:
     comes first, from the plane)."""
     row = plane.job(job_id, tenant) if _JOB_ID.fullmatch(job_id) else None
     if row is None:
-        raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"no job {job_id}")
+        why = _array(plane, job_id, tenant)
+        raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"no job {job_id}{why}")
     return row
+
+
+def _array(plane: ControlPlane, ref: str, tenant: str) -> str:
+    """Why an array's id is no job here, and where its tasks are ("" for no array's)."""
+    if not _JOB_ID.fullmatch(ref):
+        return ""
+    try:
+        with plane.store.reader() as r:
+            tasks = r.resolve_ref(tenant, ref)  # no job has the id: its array's tasks, if any
+    except names.UnknownJob:
+        return ""
+    return (
+        f": {ref} is an array of {len(tasks)} task(s), {tasks[0].id}..{tasks[-1].id} "
+        f"(GET /v1/names/{ref} lists them; the CLI takes {ref} for every task)"
+    )
 
 
 def read_log(

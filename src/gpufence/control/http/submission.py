@@ -90,6 +90,8 @@ def _reject_field(req: SubmitRequest, reason: str, message: str) -> str:
         return "body.queue"
     if "partition '" in message and req.partition:
         return "body.partition"
+    if "give cpus" in message:
+        return "body.cpus"
     if "gpus per replica" in message:
         return "body.gpus"
     if "CPU/memory" in message:
@@ -106,10 +108,10 @@ def _reject_field(req: SubmitRequest, reason: str, message: str) -> str:
 
 
 class SubmitResponse(BaseModel):
-    id: str
     state: str
     reason: str = ""
     message: str = ""
+    id: str = Field(description="the job's id; an array's own id (j4: its tasks are j4_0, ...)")
     tasks: list[str] = Field(default_factory=list, description="an array: every task's id")
 
 
@@ -142,7 +144,7 @@ def _parse(raw: bytes) -> SubmitRequest | Response:
 def _accepted(res: SubmitResult) -> Response:
     """201 (200: the same Idempotency-Key again) with the job's id and state."""
     body: dict[str, Any] = {
-        "id": res.job_id,
+        "id": res.array or res.job_id,
         "state": res.state,
         "reason": res.reason,
         "message": res.message,

@@ -54,9 +54,27 @@ from gpufence.control.recovery.recovery import damaged_hint, prepare_store, reco
 from gpufence.control.store import database as st
 from gpufence.control.store.errors import unavailable
 from gpufence.model.cluster import Cluster
+from gpufence.model.job import WorkloadClass
 from gpufence.sched.scheduler import Scheduler, SchedulerConfig
 
 __all__ = ["AccessError", "ControlPlane", "InvalidField"]
+
+
+def serving_gang_problem(req: SubmitRequest) -> None:
+    """A serving user's "replicas" are instances that scale one by one, each its own job (the
+    deployment's replicas: jobs sharing its name); ``replicas`` is a gang's size (ranks placed
+    and stopped together, one job, counted as one serving replica). Refused at submit, naming
+    what to use, so a deployment is never a gang by mistake (jobs stored before still load)."""
+    if req.workload_class is WorkloadClass.SERVING and req.replicas > 1:
+        raise InvalidField(
+            ("body", "replicas"),
+            f"replicas is a gang's size (ranks placed together as one job), not a serving "
+            f"deployment's replicas: submit {req.replicas} jobs with the same name, each a "
+            f"replica of its own (gpufence submit --class serving --instances {req.replicas} "
+            "--name NAME)",
+        )
+
+
 log = logging.getLogger("gpufence.plane")
 CALL_TIMEOUT_S = 30.0
 
@@ -259,6 +277,8 @@ class ControlPlane:
                 raise AccessError("only the admin may submit on behalf of another tenant")
             tenant = req.tenant
         self._check_queue(req, tenant)
+        serving_gang_problem(req)
+        req = req.with_cpu_default()
         try:
             self._check_cwd(req, tenant)
         except InvalidField:

@@ -32,6 +32,8 @@ class SubmitResult:
     """The Idempotency-Key was seen before: this is the job it created then."""
     tasks: tuple[str, ...] = ()
     """An array: the id of every task, in index order (``job_id`` is the first)."""
+    array: str = ""
+    """An array: its own id (which every task's ``array_task.job`` names)."""
 
 
 def reply(fut: Future[Any], value: object) -> None:

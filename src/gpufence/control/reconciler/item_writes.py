@@ -130,9 +130,14 @@ def replay(ctx: WriteContext, tx: JobTx, it: Submit, key: str, digest: str, stag
         )
         staged.replies.append((it.future, conflict))
         return
-    row = tx.job(jid)
-    res = submit_result(ctx.scheduler, ctx.live, jid, lambda _jid: row, replayed=True)
-    staged.replies.append((it.future, replace(res, tasks=tx.array_tasks(jid))))
+    # the key stands for the job, or for an array's own id (an array an older version stored:
+    # for its first task's id): the answer is its first task's, with the array's ids
+    tasks = tx.array_tasks(jid)
+    first = tasks[0] if tasks else jid
+    row = tx.job(first)
+    res = submit_result(ctx.scheduler, ctx.live, first, lambda _jid: row, replayed=True)
+    array = jid if first != jid else ""
+    staged.replies.append((it.future, replace(res, tasks=tasks, array=array)))
 
 
 def write_cancel(ctx: WriteContext, tx: JobTx, it: Cancel, now: float, staged: Staged) -> None:

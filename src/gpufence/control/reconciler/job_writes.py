@@ -120,21 +120,26 @@ def dependency_ids(
 def write_array(
     ctx: WriteContext, tx: JobTx, it: Submit, req: SubmitRequest, now: float, staged: Staged
 ) -> str:
-    """Insert every task of ``req.array``; the first task's id names the array. The client's
-    future gets the first task's answer with every task's id."""
+    """Insert every task of ``req.array`` under an id of the array's own, taken from the job
+    sequence right before its tasks (as Slurm's array job id: a dependency on it, a cancel,
+    hold or release of it is one on every task; ``names.array_of``). Returns the array's id.
+    The client's future gets the first task's answer with the array's id and every task's."""
     assert req.array is not None
     indices, cap = parse_array(req.array)
-    ids: list[str] = []
-    for index in indices:
-        first = ids[0] if ids else "?"
-        task = req.model_copy(update={"array_task": ArrayTask(job=first, index=index, cap=cap)})
-        jid = insert_job(ctx, tx, it.tenant, task, now, staged, defer_event=not ids)
-        if not ids:  # the array is named by its first task, known only once it is inserted
-            task = task.model_copy(update={"array_task": ArrayTask(job=jid, index=index, cap=cap)})
-            tx.set_spec(jid, task.stored())
-            staged.events.append(JobSubmitted(task.to_job(jid, now, core_tenant(it.tenant))))
-        ids.append(jid)
-    tx.log(now, ids[0], "array", "", f"{len(ids)} task(s) {ids[0]}..{ids[-1]}, cap {cap or '-'}")
+    array = tx.next_id(reserve=True)
+    ids = [
+        insert_job(
+            ctx,
+            tx,
+            it.tenant,
+            req.model_copy(update={"array_task": ArrayTask(job=array, index=i, cap=cap)}),
+            now,
+            staged,
+        )
+        for i in indices
+    ]
+    what = f"array {array}: {len(ids)} task(s) {ids[0]}..{ids[-1]}, cap {cap or '-'}"
+    tx.log(now, ids[0], "array", "", what)
     first_answer: Future[SubmitResult] = Future()
     staged.submits.append((ids[0], first_answer))
     for jid in ids[1:]:
@@ -144,10 +149,10 @@ def write_array(
 
     def answer(f: Future[SubmitResult]) -> None:
         exc = f.exception()  # through reply: a caller that gave up has cancelled its future
-        reply(user, exc if exc is not None else replace(f.result(), tasks=tasks))
+        reply(user, exc if exc is not None else replace(f.result(), tasks=tasks, array=array))
 
     first_answer.add_done_callback(answer)
-    return ids[0]
+    return array
 
 
 def insert_job(

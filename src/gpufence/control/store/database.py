@@ -454,9 +454,12 @@ class Tx:
             self._seq = int(row[0]) if row else 0
         return self._seq
 
-    def next_id(self) -> str:
-        """The id ``add_job`` gives the next job of this transaction."""
-        return f"j{self._last_seq() + 1}"
+    def next_id(self, reserve: bool = False) -> str:
+        """The id ``add_job`` gives the next job; ``reserve``: no job gets it (an array's)."""
+        seq = self._last_seq() + 1
+        if reserve:
+            self._seq = seq
+        return f"j{seq}"
 
     def submit_refusal(self) -> str | None:
         """Why no new job may be stored now (the disk is full: ``reserve.py``), or None."""
@@ -473,10 +476,9 @@ class Tx:
         """The jobs an id or a name denotes for ``tenant`` (``names.resolve``)."""
         return names.resolve(self._c.execute, tenant, ref)
 
-    def array_tasks(self, first: str) -> tuple[str, ...]:
-        """Every task of the array ``first`` names, in order (``names.array_tasks``)."""
-        row = self.job(first)
-        return names.array_tasks(self._c.execute, first, row.seq, row.spec)
+    def array_tasks(self, ref: str) -> tuple[str, ...]:
+        """Every task of the array ``ref`` names, in order (``names.array_tasks``)."""
+        return names.array_tasks(self._c.execute, ref)
 
     def idempotent(self, tenant: str, key: str) -> tuple[str, str] | None:
         """(job id, request hash) an Idempotency-Key of this tenant already stands for."""

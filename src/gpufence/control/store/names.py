@@ -22,6 +22,7 @@ from gpufence.model.lifecycle import TERMINAL_STATES
 
 Query = Callable[[str, Sequence[object]], sqlite3.Cursor]
 JOB_ID = re.compile(r"j[0-9]+")
+TASK_REF = re.compile(r"(j[0-9]+)_([0-9]+)")  # j4_3: task 3 of the array j4, as Slurm shows it
 # str(s): a JobState's own repr is not an SQL string
 _LIVE = f"state NOT IN ({','.join(repr(str(s)) for s in TERMINAL_STATES)})"
 
@@ -31,7 +32,8 @@ class Named:
     id: str
     tenant: str
     state: str
-    array: str | None  # the array (its first task's id) the job is a task of
+    array: str | None  # the id of the array the job is a task of
+    index: int | None = None  # its index in that array
 
 
 class UnknownJob(LookupError):
@@ -52,6 +54,8 @@ def name_problem(name: str) -> str | None:
     """Why ``name`` cannot be a job name (None: it can)."""
     if is_id(name) or _looks_like_id(name):
         return f"'{name}' looks like a job id (j and digits); pick a name that does not"
+    if TASK_REF.fullmatch(name):
+        return f"'{name}' looks like an array task (j4_3); pick a name that does not"
     if "," in name:
         return "a name cannot contain ',' (lists of names are comma-separated)"
     return None
@@ -78,9 +82,16 @@ def resolve(q: Query, tenant: str, ref: str) -> list[Named]:
     if is_id(ref):
         row = q(f"SELECT id, tenant, state, spec FROM jobs WHERE id=?{who}", (ref, *args))
         found = row.fetchone()
-        if found is None:
+        tasks = array_of(q, ref, who, args) if found is None else []
+        if found is None and not tasks:
             raise UnknownJob(f"no job {ref}")
-        return [_named(found)]
+        return tasks or [_named(found)]
+    task = TASK_REF.fullmatch(ref)
+    if task is not None:
+        hit = [n for n in array_of(q, task[1], who, args) if n.index == int(task[2])]
+        if not hit:
+            raise UnknownJob(f"no task {task[2]} in an array {task[1]}")
+        return hit
     sql = f"SELECT id, tenant, state, spec FROM jobs WHERE name=?{who} AND {_LIVE} ORDER BY seq"
     rows = [_named(r) for r in q(sql, (ref, *args)).fetchall()]
     if not rows:
@@ -101,29 +112,39 @@ def resolve(q: Query, tenant: str, ref: str) -> list[Named]:
 def _named(row: sqlite3.Row | tuple[object, ...]) -> Named:
     spec = json.loads(str(row[3]))
     task = spec.get("array_task") if isinstance(spec, dict) else None
-    array = str(task["job"]) if isinstance(task, dict) and "job" in task else None
-    return Named(str(row[0]), str(row[1]), str(row[2]), array)
+    if not isinstance(task, dict) or "job" not in task:
+        return Named(str(row[0]), str(row[1]), str(row[2]), None)
+    index = task.get("index")
+    index = index if type(index) is int else None
+    return Named(str(row[0]), str(row[1]), str(row[2]), str(task["job"]), index)
 
 
-def array_tasks(
-    execute: Callable[..., sqlite3.Cursor], first: str, seq: int, spec: dict[str, object]
-) -> tuple[str, ...]:
-    """Every task of the array ``first`` (at ``seq``, with ``spec``) names, in order (none when
-    it is no array): what a replayed submit (the same Idempotency-Key) answers with. The tasks
-    were inserted one after the other in one transaction, so they are the rows from ``first``
-    on; their specs are read here, not by SQLite's JSON functions (a spec an older version
-    stored with ``Infinity`` is malformed JSON to SQLite, which reports that as a damaged
-    database)."""
-    task, array = spec.get("array_task"), spec.get("array")
-    if not isinstance(task, dict) or task.get("job") != first or not isinstance(array, str):
-        return ()
-    count = len(parse_array(array)[0])
-    rows = execute(
-        "SELECT id, spec FROM jobs WHERE seq >= ? ORDER BY seq LIMIT ?", (seq, count)
-    ).fetchall()
-    return tuple(
-        str(jid) for jid, raw in rows if json.loads(raw).get("array_task", {}).get("job") == first
-    )
+def array_of(q: Query, array: str, who: str = "", args: tuple[object, ...] = ()) -> list[Named]:
+    """Every task of the array ``array`` (an id), in index order; none when it names no array.
+
+    An array's id is taken from the job sequence right before its tasks, which are inserted
+    one after the other in the same transaction: its tasks are the rows from the next ``seq``
+    on, as many as its spec has indices (an array an older version stored is named by its
+    first task's id: its tasks start at that ``seq``). Specs are read here, not by SQLite's
+    JSON functions (a spec an older version stored with ``Infinity`` is malformed JSON to
+    SQLite, which reports that as a damaged database). ``who``/``args``: the tenant filter."""
+    seq = int(array[1:])
+    cols = "SELECT seq, id, tenant, state, spec FROM jobs WHERE"
+    head = q(f"{cols} seq IN (?, ?){who} ORDER BY seq", (seq, seq + 1, *args)).fetchall()
+    first = next((r for r in head if _named(r[1:]).array == array), None)
+    if first is None:
+        return []
+    spec = json.loads(str(first[4]))
+    count = len(parse_array(str(spec.get("array", "")))[0]) if "array" in spec else 1
+    rows = q(f"{cols} seq >= ?{who} ORDER BY seq LIMIT ?", (first[0], *args, count)).fetchall()
+    return [n for n in (_named(r[1:]) for r in rows) if n.array == array]
+
+
+def array_tasks(execute: Callable[..., sqlite3.Cursor], ref: str) -> tuple[str, ...]:
+    """The ids of the tasks of the array ``ref`` (its id, or for an array an older version
+    stored, its first task's) in order; none when it is no array: what a replayed submit (the
+    same Idempotency-Key) answers with."""
+    return tuple(n.id for n in array_of(execute, ref))
 
 
 def pending_count(q: Query, tenant: str) -> int:

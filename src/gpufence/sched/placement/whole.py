@@ -79,6 +79,8 @@ def place_whole(ledger: Ledger, job: Job, pool: str) -> PlaceResult:
         if node_admits(ledger, job, node)
     ]
     planned = spread(ledger, job, candidates, lambda n: ledger.free_gpus(pool, n))
+    if planned is None and per == 0:  # CPU-only: only host room can be missing
+        return NotPlaced(Reason.NO_FIT, f"no node of {pool} has {host_need(job)} free")
     if planned is None:
         host = _host_short(ledger, job, pool)
         where = host or f" but not {job.replicas} x {per} on usable nodes"
@@ -107,6 +109,13 @@ def _host_short(ledger: Ledger, job: Job, pool: str) -> str:
         f"({job.cpu_milli / 1000:g} CPUs, {job.mem_mib / 1024:.1f} GiB): "
         f"the most any of them has free is {cpu / 1000:g} CPUs and {mem / 1024:.1f} GiB"
     )
+
+
+def host_need(job: Job) -> str:
+    """What one CPU-only gang asks of nodes' hosts, in words: "2 x 1 CPU, 512 MiB"."""
+    parts = [f"{job.cpu_milli / 1000:g} CPU"] if job.cpu_milli else []
+    parts += [f"{job.mem_mib} MiB"] if job.mem_mib else []
+    return f"{job.replicas} x " * (job.replicas > 1) + (", ".join(parts) or "room")
 
 
 def held_for(ledger: Ledger, pool: str) -> str:
