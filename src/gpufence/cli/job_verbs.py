@@ -301,23 +301,29 @@ def cancel(
             ids = [i for i in ids if i in keep]
         if not ids:
             raise fail("no job matches", 1)
-        failed = 0
+        failed: list[ClientError] = []
         for jid in ids:
             try:
                 res = client.cancel(jid)
                 typer.echo(f"{res['id']}: {res['state']}")
             except ClientError as exc:
-                failed += 1
+                failed.append(exc)
                 err_console().print(f"{jid}: {exc}", markup=False, soft_wrap=True)
     if failed:
-        raise typer.Exit(1)
+        raise typer.Exit(failed_exit(failed))
+
+
+def failed_exit(failed: list[ClientError]) -> int:
+    """The exit code of a verb some of whose jobs failed: 2 when each failure was bad input
+    (an unknown job: README's exit codes), 1 when the server refused any (403, 409, ...)."""
+    return 2 if all(exc.bad_input for exc in failed) else 1
 
 
 def _act(
     refs: list[str], kind: str, url: str | None, token: str | None, data: Any, ctx: str | None
 ) -> None:
     client = client_for(url, token, data, ctx)
-    failed = 0
+    failed: list[ClientError] = []
     with client_errors():
         for ref in refs:
             try:
@@ -325,13 +331,13 @@ def _act(
             except ClientError as exc:
                 if len(refs) == 1:
                     raise
-                failed += 1
+                failed.append(exc)
                 err_console().print(f"{ref}: {exc}", markup=False, soft_wrap=True)
                 continue
             for j in res["jobs"]:
                 typer.echo(f"{j['id']}: {j['state']}{' (held)' if j['held'] else ''}")
     if failed:
-        raise typer.Exit(1)
+        raise typer.Exit(failed_exit(failed))
 
 
 HoldArgs = Annotated[

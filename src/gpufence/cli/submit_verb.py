@@ -338,6 +338,10 @@ def build_body(params: dict[str, Any]) -> dict[str, Any]:
         time_limit_s = parse_duration(time_limit) if time_limit is not None else None
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="--time-limit") from None
+    if p["gpus"] is not None and p["gpus"] < 0:  # exit 2 naming the flag, before the server
+        raise typer.BadParameter(
+            f"{p['gpus']} is not 0 or more (GPUs per replica)", param_hint="--gpus"
+        )
     optional: dict[str, Any] = {
         "gpus": p["gpus"],
         "mig": p["mig"],
