@@ -21,9 +21,12 @@ from __future__ import annotations
 import copy
 import functools
 import math
+import os
+import signal
 import socket
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -501,13 +504,31 @@ def _last_word(console: Console, res: ActResult) -> None:
         return
     console.print(
         f"[bold]dashboard[/bold]: {web.url} ({web.sign_in_hint()}); act 2's control plane stays "
-        "up: Ctrl-C to stop",
+        f"up: Ctrl-C to stop (or kill -TERM {os.getpid()})",
         soft_wrap=True,
     )
     try:
-        while True:
-            time.sleep(3600)
-    except KeyboardInterrupt:
+        _until_told_to_stop()
         console.print("stopping the demo's control plane")
     finally:
         res.close()
+
+
+def _until_told_to_stop() -> None:
+    """Block until SIGTERM, or SIGINT unless it is ignored (a demo started in the background
+    by a non-interactive shell ignores it: SIGTERM must still stop it cleanly, with its plane
+    and jobs, instead of killing it where it stands -- issue 32, case 7)."""
+    stop = threading.Event()
+
+    def told(signum: int, frame: object) -> None:
+        stop.set()
+
+    previous = {signal.SIGTERM: signal.signal(signal.SIGTERM, told)}
+    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+        previous[signal.SIGINT] = signal.signal(signal.SIGINT, told)
+    try:
+        while not stop.wait(0.5):
+            pass
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
