@@ -108,7 +108,7 @@ def queue(
         if not jobs:
             empty = "no jobs" + ("" if all_jobs or state else " waiting or running")
         return Frame(
-            {"jobs": jobs, "more": more},
+            {"jobs": [gpus_as_numbers(j) for j in jobs], "more": more},
             lambda wide: queue_table(jobs, wide),
             more_footer(more, limit),
             empty,
@@ -121,6 +121,24 @@ def queue(
             watch(fetch, fmt, interval, count)
         else:
             show(fetch(), fmt)
+
+
+def gpus_as_numbers(job: dict[str, Any]) -> dict[str, Any]:
+    """A job for ``-o json`` / ``yaml``: ``gpus`` a number, as in a submit body or a job file
+    (GPUs per replica: whole ones, or the share of one for a fractional job), with
+    ``replicas`` and ``gpus_total`` beside it; the API's words for tables (``2x 4 GPUs``)
+    become ``request`` -- a script reading ``gpus`` got ``"1 GPU"`` (issue 32)."""
+    spec = job.get("spec") or {}
+    out = {**job, "request": job.get("gpus")}
+    try:
+        per = float(spec["gpu_fraction"]) if spec.get("gpu_fraction") is not None else None
+        whole = int(spec.get("gpus", 1))
+        replicas = int(spec.get("replicas", 1))
+    except (TypeError, ValueError):
+        return out  # an unreadable stored spec: the words stay the only form
+    gpus: float = per if per is not None else whole
+    out["gpus"], out["replicas"], out["gpus_total"] = gpus, replicas, gpus * replicas
+    return out
 
 
 # ------------------------------------------------------------------------------------ status
