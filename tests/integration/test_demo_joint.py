@@ -21,9 +21,7 @@ def test_act_two_reports_serving_p99_vs_slo_and_the_interconnect(tmp_path: Path)
     console = Console(file=io.StringIO(), width=200)
     res = fenced(console, fake_gpus(8), tmp_path / "act2", lambda n: FakeNvml(hgx_h100(n)))
     rows = dict(res.rows)
-    # the fence's promises held; the SLO verdict depends on this machine's load (a loaded one
-    # misses it, and says so: test_demo_verdict.py)
-    assert [m for m in res.misses if "SLO" not in m] == [], res.misses
+    assert res.ok, rows
     p99 = rows["serving chat: p99 vs SLO"]
     m = re.match(r"([\d.]+) ms at the end, worst ([\d.]+) ms vs SLO ([\d.]+) ms; attainment", p99)
     assert m is not None, p99  # requests were measured (not "no requests measured")

@@ -114,9 +114,12 @@ def interconnect_rows(series: SeriesResponse, fake: bool) -> list[tuple[str, str
     return rows
 
 
-def joint_rows(plane: ControlPlane, since: float) -> tuple[list[tuple[str, str]], list[str]]:
-    """The rows for an act's table, from ``since`` to now at the plane's own step, and what
-    missed the serving SLO (``serving_misses``)."""
+def joint_rows(plane: ControlPlane, since: float) -> list[tuple[str, str]]:
+    """The rows for an act's table, from ``since`` to now at the plane's own step."""
     series = plane.series(ADMIN, since, None, plane.config.telemetry.series_step_s)
-    rows = serving_rows(series) + interconnect_rows(series, plane.discovery.fake)
-    return rows, serving_misses(series)
+    return serving_rows(series) + interconnect_rows(series, plane.discovery.fake)
+
+
+def slo_misses(plane: ControlPlane, since: float) -> list[str]:
+    """``serving_misses`` of the series ``joint_rows`` printed (from ``since`` to now)."""
+    return serving_misses(plane.series(ADMIN, since, None, plane.config.telemetry.series_step_s))
