@@ -175,7 +175,9 @@ class Client:
                     f"no gpufence server is running for the data dir {self._data} "
                     f"({self._data / SERVER_FILE} is missing): start it with `gpufence up "
                     f"--data {self._data}`, or pass the server's URL; its admin token is not "
-                    f"sent to the default {DEFAULT_URL}"
+                    f"sent to the default {DEFAULT_URL}",
+                    retry=True,  # nothing was sent; a server starting there writes the file
+                    unsent=True,
                 )
             try:
                 self._token = path.read_text(encoding="utf-8").strip()
