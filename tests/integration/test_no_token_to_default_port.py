@@ -72,7 +72,10 @@ def _gpufence(*argv: str, env: dict[str, str]) -> subprocess.CompletedProcess[st
 
 def _env(home: Path, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPUFENCE_")}
-    return {**env, "HOME": str(home), **extra}
+    # no client context either: another test's `gpufence up` made one current in the shared
+    # $XDG_CONFIG_HOME, and it would name that (gone) server instead of the default
+    config = home / ".config"
+    return {**env, "HOME": str(home), "XDG_CONFIG_HOME": str(config), **extra}
 
 
 def _stopped_plane(where: Path) -> Path:
