@@ -252,7 +252,7 @@ def test_nodes_and_partitions_shapes(server: Server) -> None:
     assert [g["index"] for g in node["gpus"]] == list(range(8))
     for g in node["gpus"]:
         assert g["partition"] == "shared" and g["type"] == "H100-80GB"
-        assert g["state"] in ("free", "used") and isinstance(g["jobs"], list)
+        assert g["state"] in ("free", "used", "held") and isinstance(g["jobs"], list)
     status, body, _ = call(server, "GET", "/v1/partitions", token=TOKEN_A)
     assert status == 200
     (part,) = body["partitions"]

@@ -83,8 +83,9 @@ def test_decayed_usage_puts_the_heavy_user_behind() -> None:
     expected_gpu_h = 4 * 1 / math.log(2) * 0.5  # integral of 4 GPUs over one half-life
     assert qa.decayed_usage_gpu_h == pytest.approx(expected_gpu_h)
     assert qa.holding_gpus == 0 and qb.holding_gpus == 4
-    assert qa.share == pytest.approx(expected_gpu_h * 1000)
-    assert qb.share == pytest.approx(4000)
+    # in GPUs, like holding_gpus beside it (issue 32: not milli-GPUs)
+    assert qa.share == pytest.approx(expected_gpu_h)
+    assert qb.share == pytest.approx(4)
     assert (qa.rank, qb.rank) == (1, 2)
     assert "lowest weighted share" in qa.explanation
     assert qb.explanation.startswith("behind qa")

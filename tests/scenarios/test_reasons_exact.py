@@ -107,7 +107,7 @@ def test_fair_share_ties_are_explained_as_ties() -> None:
     s.step(sub(job("x").gpus(1).queue("a").build(), job("y").gpus(1).queue("b").build()), 0.0)
     shares = s.fair_share("p")
     assert [t.queue for t in shares] == ["a", "b"]
-    assert shares[1].explanation.startswith("behind a (shares tied at 1000.00: ties go by queue")
+    assert shares[1].explanation.startswith("behind a (shares tied at 1.00: ties go by queue")
 
 
 def test_the_idle_gpus_a_lender_would_lend_are_capped_by_its_rule() -> None:

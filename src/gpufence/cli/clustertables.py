@@ -35,6 +35,8 @@ def _jobs_cell(g: dict[str, Any]) -> str:
     others = int(g.get("other_tenants_jobs", 0))
     if others:
         cell = (cell + " " if cell else "") + f"+{others} other tenant{'s' if others != 1 else ''}"
+    if g.get("state") == "held":
+        cell = f"held for {g.get('held_for') or 'another tenant'}'s gang"
     return cell or "-"
 
 
@@ -195,6 +197,8 @@ def gpu_map(nodes: list[dict[str, Any]]) -> Table:
             if g.get("other_tenants_jobs"):
                 jobs.append("other")  # another tenant's job: counted, never named
             label = ",".join(jobs) if jobs else "."
+            if g["state"] == "held":  # idle, kept for a waiting gang
+                label = f"held:{g.get('held_for') or 'other'}"
             cells.append(f"[{g['index']}:{label}]", style=STATE_STYLE.get(g["state"], ""))
             cells.append(" ")
         table.add_row(n["name"], cells)

@@ -7,7 +7,9 @@ first one found of:
   for a context that names only a ``url``: that is a remote server). A data dir given by flag or
   variable is a local server of its own: the context is then not used at all;
 * URL: ``--url``, ``$GPUFENCE_URL``, the data dir's ``server.json`` (written by a running
-  ``gpufence up``), the context's ``url``, else ``http://127.0.0.1:7878``;
+  ``gpufence up``), the context's ``url``, else ``http://127.0.0.1:7878`` -- but never for a
+  data dir's token or a data dir given: without its ``server.json`` its server is not running,
+  and the verb fails saying so (whatever listens on the default port may be another user's);
 * token: ``--token``, ``$GPUFENCE_TOKEN``, the context's ``token`` or ``token-file``, else the data
   dir's ``admin.token``;
 
@@ -186,6 +188,27 @@ def no_token_message(target: Target) -> str:
     )
 
 
+def _guessed_for_a_data_dir(target: Target) -> bool:
+    """The URL is only the built-in default while a data dir was meant: its ``server.json`` is
+    missing (its server stopped, or is restarting). Whatever listens on the default port then
+    is not that server -- maybe another user's -- and must get neither the data dir's admin
+    token nor a job meant for it (issue 32, case 2). A token given by flag or variable to the
+    built-in ``~/.gpufence`` keeps the documented default URL."""
+    if target.url_source != "default" or target.data is None:
+        return False
+    from_dir = target.token_source == str(target.data / TOKEN_FILE)
+    return from_dir or target.data.resolve() != DEFAULT_DATA.expanduser().resolve()
+
+
+def no_server_message(data: Path) -> str:
+    return (
+        f"no gpufence server is running for the data dir {data} ({data / SERVER_FILE} is "
+        f"missing: a running `gpufence up --data {data}` writes it). Start it with `gpufence up "
+        f"--data {data}` (add --fake-gpus N without GPUs), or name the server with --url; "
+        f"the token is not sent to the default {DEFAULT_URL}"
+    )
+
+
 def client_for(
     url: str | None, token: str | None, data: Path | None, context: str | None
 ) -> Client:
@@ -198,6 +221,12 @@ def client_for(
         raise typer.Exit(2) from None
     if target.token is None:
         err_console().print(f"error: {no_token_message(target)}", markup=False, soft_wrap=True)
+        raise typer.Exit(1)
+    if _guessed_for_a_data_dir(target):
+        assert target.data is not None
+        err_console().print(
+            f"error: {no_server_message(target.data)}", markup=False, soft_wrap=True
+        )
         raise typer.Exit(1)
     # after a lost answer the client re-reads DATA/server.json (a restart may change the port)
     # when the URL is that file's, or $GPUFENCE_URL beside a data directory (what `gpufence up`

@@ -4,6 +4,8 @@ with a progress bar per act and what the fence did."""
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
@@ -32,6 +34,16 @@ def _run(console: Console, act: SimulatedAct, verbose: bool) -> SimResult:
         task = bar.add_task(act.act.step("simulating"), total=horizon)
         result = sim.run(progress=lambda t: bar.update(task, completed=min(t, horizon)))
     return result
+
+
+def counts(by: Mapping[Any, int]) -> str:
+    """``done=55, reclaimed=3``: a count per key in words (a state's, a reason's value), never
+    Python's repr of the dict (``{<JobState.DONE: 'done'>: 55}``: issue 32)."""
+    return ", ".join(f"{getattr(k, 'value', k)}={v}" for k, v in by.items()) or "none"
+
+
+def _by(by: Mapping[Any, int]) -> str:
+    return f" ({counts(by)})" if by else ""
 
 
 def run_demo(console: Console, verbose: bool = True) -> bool:
@@ -70,16 +82,16 @@ def run_demo(console: Console, verbose: bool = True) -> bool:
                 console.print(decision_line(when, d), markup=False, highlight=False, soft_wrap=True)
     t = Table(title=act.act.heading, show_header=False)
     t.add_row(
-        "jobs completed / submitted", f"{s['completed']} / {s['submitted']} (states: {s['states']})"
+        "jobs completed / submitted",
+        f"{s['completed']} / {s['submitted']} (states: {counts(s['states'])})",
     )
     for cls in ("serving", "training", "interactive", "batch"):
         q = s["queue_delay_s"].get(cls)
         if q:
             t.add_row(f"queue delay {cls} p50 / p99", f"{q['p50']:,.0f} s / {q['p99']:,.0f} s")
-    pre = {str(k): v for k, v in s["preemptions"].items()}
-    rec = {str(k): v for k, v in s["reclaims"].items()}
-    t.add_row("incident preemptions", f"{sum(pre.values())} {pre or ''}")
-    t.add_row("reclaims", f"{sum(rec.values())} {rec}")
+    pre, rec = s["preemptions"], s["reclaims"]
+    t.add_row("incident preemptions", f"{sum(pre.values())}{_by(pre)}")
+    t.add_row("reclaims", f"{sum(rec.values())}{_by(rec)}")
     t.add_row("GPU allocation (time average)", f"{s['gpu']['allocation_ratio']:.1%}")
     t.add_row("max jobs per exclusive GPU", str(exclusive_overlap(r)))
     t.add_row("invariant violations", str(s["invariant_violations"]))

@@ -114,7 +114,7 @@ def queue(
         if not jobs:
             empty = "no jobs" + ("" if all_jobs or state else " waiting or running")
         return Frame(
-            {"jobs": jobs, "more": more},
+            {"jobs": [gpus_as_numbers(j) for j in jobs], "more": more},
             lambda wide: queue_table(jobs, wide),
             more_footer(more, limit),
             empty,
@@ -127,6 +127,24 @@ def queue(
             watch(fetch, fmt, interval, count)
         else:
             show(fetch(), fmt)
+
+
+def gpus_as_numbers(job: dict[str, Any]) -> dict[str, Any]:
+    """A job for ``-o json`` / ``yaml``: ``gpus`` a number, as in a submit body or a job file
+    (GPUs per replica: whole ones, or the share of one for a fractional job), with
+    ``replicas`` and ``gpus_total`` beside it; the API's words for tables (``2x 4 GPUs``)
+    become ``request`` -- a script reading ``gpus`` got ``"1 GPU"`` (issue 32)."""
+    spec = job.get("spec") or {}
+    out = {**job, "request": job.get("gpus")}
+    try:
+        per = float(spec["gpu_fraction"]) if spec.get("gpu_fraction") is not None else None
+        whole = int(spec.get("gpus", 1))
+        replicas = int(spec.get("replicas", 1))
+    except (TypeError, ValueError):
+        return out  # an unreadable stored spec: the words stay the only form
+    gpus: float = per if per is not None else whole
+    out["gpus"], out["replicas"], out["gpus_total"] = gpus, replicas, gpus * replicas
+    return out
 
 
 # ------------------------------------------------------------------------------------ status
@@ -312,23 +330,29 @@ def cancel(
             ids = [i for i in ids if i in keep]
         if not ids:
             raise fail("no job matches", 1)
-        failed = 0
+        failed: list[ClientError] = []
         for jid in ids:
             try:
                 res = client.cancel(jid)
                 typer.echo(f"{res['id']}: {res['state']}")
             except ClientError as exc:
-                failed += 1
+                failed.append(exc)
                 err_console().print(f"{jid}: {exc}", markup=False, soft_wrap=True)
     if failed:
-        raise typer.Exit(1)
+        raise typer.Exit(failed_exit(failed))
+
+
+def failed_exit(failed: list[ClientError]) -> int:
+    """The exit code of a verb some of whose jobs failed: 2 when each failure was bad input
+    (an unknown job: README's exit codes), 1 when the server refused any (403, 409, ...)."""
+    return 2 if all(exc.bad_input for exc in failed) else 1
 
 
 def _act(
     refs: list[str], kind: str, url: str | None, token: str | None, data: Any, ctx: str | None
 ) -> None:
     client = client_for(url, token, data, ctx)
-    failed = 0
+    failed: list[ClientError] = []
     with client_errors():
         for ref in refs:
             try:
@@ -336,13 +360,13 @@ def _act(
             except ClientError as exc:
                 if len(refs) == 1:
                     raise
-                failed += 1
+                failed.append(exc)
                 err_console().print(f"{ref}: {exc}", markup=False, soft_wrap=True)
                 continue
             for j in res["jobs"]:
                 typer.echo(f"{j['id']}: {j['state']}{' (held)' if j['held'] else ''}")
     if failed:
-        raise typer.Exit(1)
+        raise typer.Exit(failed_exit(failed))
 
 
 HoldArgs = Annotated[

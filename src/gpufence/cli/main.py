@@ -125,7 +125,8 @@ def demo(
         bool,
         typer.Option(
             "--keep",
-            help="keep act 2's control plane and its web dashboard up after the demo, until Ctrl-C",
+            help="keep act 2's control plane and its web dashboard up after the demo, until "
+            "Ctrl-C or SIGTERM",
         ),
     ] = False,
 ) -> None:

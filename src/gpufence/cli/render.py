@@ -44,6 +44,7 @@ STATE_STYLE: dict[str, str] = {
     JobState.RECLAIMED: "magenta",
     JobState.REJECTED: "red",
     "free": "dim",
+    "held": "yellow",  # idle, kept for a waiting gang
     "used": "green",
     "down": "red",
     "refused": "red",

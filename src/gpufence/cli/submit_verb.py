@@ -30,9 +30,12 @@ from gpufence.cli.connect import (
     client_for,
     fail,
 )
+from gpufence.cli.failure import failure_line
+from gpufence.cli.job_verbs import last_err_line
 from gpufence.cli.jobfile import DIRECTIVE, load_job_file, read_directives, script_command
 from gpufence.cli.jobrefs import WAIT_CODES, wait_exit, wait_for
 from gpufence.cli.render import err_console
+from gpufence.cli.sbatch import unapplied_sbatch_lines
 from gpufence.cli.units import parse_duration, parse_size
 from gpufence.control.base.arrays import ArraySpecError, parse_array
 from gpufence.control.http.client import (
@@ -323,6 +326,9 @@ def submit(
         raise fail("give the command after --, a script, or -f JOBS.yaml")
     if is_script(Path(command[0])):  # its #GPUFENCE lines count with arguments too (sbatch)
         script = Path(command[0])
+        refusal = unapplied_sbatch_lines(script)
+        if refusal is not None:
+            raise fail(refusal)
         params = with_directives(ctx, script, params)
         params["command"] = [*script_command(script), *command[1:]]
     elif len(command) == 1 and _looks_like_a_path(command[0]) and not Path(command[0]).exists():
@@ -340,7 +346,30 @@ def submit(
     else:
         ids = submit_one(client, body, idempotency_key)
     if wait:
-        raise typer.Exit(wait_exit(wait_for(client, ids)))
+        raise typer.Exit(end_of_wait(client, wait_for(client, ids)))
+
+
+SHOWN_FAILURES = 5
+"""How many failed jobs ``--wait`` describes (an array's other failures are counted)."""
+
+
+def end_of_wait(client: Client, jobs: list[dict[str, Any]]) -> int:
+    """``--wait``'s exit code; first, on stderr, how each job that ended badly ended (its exit
+    and the last line its failing member wrote to stderr, as ``status`` says it): the id alone
+    sent the user to ``status`` and ``logs`` for what ``--wait`` already knew (issue 32)."""
+    bad = [j for j in jobs if failure_line(j) is not None]
+    for j in bad[:SHOWN_FAILURES]:
+        err = None
+        if j.get("state") == "failed" and (j.get("exit_code") or 0) > 0:
+            with contextlib.suppress(ClientError):  # the exit code stands without its stderr
+                err = last_err_line(client, j)
+        err_console().print(f"{j['id']}: {failure_line(j, err)}", markup=False, soft_wrap=True)
+    if len(bad) > SHOWN_FAILURES:
+        err_console().print(
+            f"... and {len(bad) - SHOWN_FAILURES} more that ended badly (gpufence queue --all)",
+            markup=False,
+        )
+    return wait_exit(jobs)
 
 
 def is_script(path: Path) -> bool:
@@ -375,6 +404,10 @@ def build_body(params: dict[str, Any]) -> dict[str, Any]:
         time_limit_s = parse_duration(time_limit) if time_limit is not None else None
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="--time-limit") from None
+    if p["gpus"] is not None and p["gpus"] < 0:  # exit 2 naming the flag, before the server
+        raise typer.BadParameter(
+            f"{p['gpus']} is not 0 or more (GPUs per replica)", param_hint="--gpus"
+        )
     optional: dict[str, Any] = {
         "gpus": p["gpus"],
         "mig": p["mig"],
@@ -534,7 +567,7 @@ def submit_file(client: Client, path: Path, wait: bool) -> None:
     for jid in done:
         typer.echo(jid)
     if wait:
-        raise typer.Exit(wait_exit(wait_for(client, done)))
+        raise typer.Exit(end_of_wait(client, wait_for(client, done)))
 
 
 def submit_quiet(client: Client, body: dict[str, Any]) -> list[str]:

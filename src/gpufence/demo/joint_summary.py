@@ -57,6 +57,29 @@ def serving_rows(series: SeriesResponse) -> list[tuple[str, str]]:
     return rows
 
 
+ATTAINMENT_GOAL = 0.9
+"""The demo's serving objective: at least this share of requests served in windows whose p99
+met the SLO (``gpufence_serving_slo_attainment``). Below it, the act's verdict fails."""
+
+
+def serving_misses(series: SeriesResponse, goal: float = ATTAINMENT_GOAL) -> list[str]:
+    """What missed the serving SLO the act prints (empty: every deployment met it): a
+    deployment with an SLO whose attainment is under ``goal`` or was never measured."""
+    out = []
+    for s in series.serving:
+        if s.slo_p99_ms is None:
+            continue
+        worst = _peak(s.p99_ms)
+        if s.slo_attainment is None or worst is None:
+            out.append(f"serving {s.deployment}: no latency measured against its SLO")
+        elif s.slo_attainment < goal:
+            out.append(
+                f"serving {s.deployment} missed its SLO: attainment {s.slo_attainment:.1%} < "
+                f"{goal:.0%} goal (worst p99 {worst:.1f} ms vs SLO {s.slo_p99_ms:g} ms)"
+            )
+    return out
+
+
 def interconnect_rows(series: SeriesResponse, fake: bool) -> list[tuple[str, str]]:
     rows = []
     nics = _links(series, "nic")
@@ -95,3 +118,8 @@ def joint_rows(plane: ControlPlane, since: float) -> list[tuple[str, str]]:
     """The rows for an act's table, from ``since`` to now at the plane's own step."""
     series = plane.series(ADMIN, since, None, plane.config.telemetry.series_step_s)
     return serving_rows(series) + interconnect_rows(series, plane.discovery.fake)
+
+
+def slo_misses(plane: ControlPlane, since: float) -> list[str]:
+    """``serving_misses`` of the series ``joint_rows`` printed (from ``since`` to now)."""
+    return serving_misses(plane.series(ADMIN, since, None, plane.config.telemetry.series_step_s))

@@ -20,9 +20,12 @@ from __future__ import annotations
 
 import functools
 import math
+import os
+import signal
 import socket
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -30,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from gpufence.control.base.config import ADMIN, cluster_from_spec_dict, control_config
@@ -48,7 +52,7 @@ from gpufence.control.store import database as st
 from gpufence.demo import joblogs
 from gpufence.demo.fences import Cast, cast, fence_layout, fenced_spec, whole_gpus
 from gpufence.demo.gpu_model import FakeDevices, FakeGpuModel
-from gpufence.demo.joint_summary import joint_rows
+from gpufence.demo.joint_summary import joint_rows, slo_misses
 from gpufence.demo.story import SEED_CASE, SERVING_SURGE, STORY
 from gpufence.demo.webview import Dashboard
 from gpufence.progress import progress_bar
@@ -105,6 +109,9 @@ def _job(kind: str, *args: str, **fields: Any) -> SubmitRequest:
 class ActResult:
     rows: list[tuple[str, str]] = field(default_factory=list)
     ok: bool = True
+    misses: list[str] = field(default_factory=list)
+    """What missed the serving SLO the act's table prints, in words: it fails the verdict as a
+    failed check of ``ok`` does, and the verdict says it (issue 32, case 3)."""
     log: list[str] = field(default_factory=list)
     dashboard: Dashboard | None = None
     close: Callable[[], None] | None = None
@@ -318,6 +325,7 @@ def fenced(
         with plane.store.reader() as r:
             rows = r.jobs(limit=100)
         metrics = plane.metrics().decode()
+        res.misses = slo_misses(plane, began)
     finally:
         if model is not None:
             model.stop()
@@ -417,14 +425,22 @@ def run_demo(
             )
             for k, v in res.rows:
                 table.add_row(k, v)
-            table.add_row("verdict", "[green]ok[/green]" if res.ok else "[red]FAILED[/red]")
+            table.add_row("verdict", _verdict(res))
             console.print(table)
-            ok &= res.ok
+            ok &= res.ok and not res.misses
             if res.dashboard is not None:
                 kept.append(res)
         for res in kept:
             _last_word(console, res)
     return ok
+
+
+def _verdict(res: ActResult) -> str:
+    """ok, or FAILED and what missed: the checks of the rows above, the serving SLO."""
+    if res.ok and not res.misses:
+        return "[green]ok[/green]"
+    why = ([] if res.ok else ["see the rows above"]) + [escape(m) for m in res.misses]
+    return "[red]FAILED[/red]: " + "; ".join(why)
 
 
 def _last_word(console: Console, res: ActResult) -> None:
@@ -440,13 +456,31 @@ def _last_word(console: Console, res: ActResult) -> None:
         return
     console.print(
         f"[bold]dashboard[/bold]: {web.url} ({web.sign_in_hint()}); act 2's control plane stays "
-        "up: Ctrl-C to stop",
+        f"up: Ctrl-C to stop (or kill -TERM {os.getpid()})",
         soft_wrap=True,
     )
     try:
-        while True:
-            time.sleep(3600)
-    except KeyboardInterrupt:
+        _until_told_to_stop()
         console.print("stopping the demo's control plane")
     finally:
         res.close()
+
+
+def _until_told_to_stop() -> None:
+    """Block until SIGTERM, or SIGINT unless it is ignored (a demo started in the background
+    by a non-interactive shell ignores it: SIGTERM must still stop it cleanly, with its plane
+    and jobs, instead of killing it where it stands -- issue 32, case 7)."""
+    stop = threading.Event()
+
+    def told(signum: int, frame: object) -> None:
+        stop.set()
+
+    previous = {signal.SIGTERM: signal.signal(signal.SIGTERM, told)}
+    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+        previous[signal.SIGINT] = signal.signal(signal.SIGINT, told)
+    try:
+        while not stop.wait(0.5):
+            pass
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)

@@ -23,6 +23,8 @@ class TenantShare:
     holding_gpus: float
     decayed_usage_gpu_h: float
     share: float
+    """GPUs per unit of weight -- held now plus the decayed usage's GPU-equivalent -- in the
+    unit of ``holding_gpus`` beside it (``FairShare.share`` ranks in milli-GPUs)."""
     rank: int
     explanation: str
 
@@ -83,7 +85,7 @@ class FairShare:
                 why = "lowest weighted share: its jobs are tried first among equal priorities"
             else:
                 ahead = ranked[rank - 2]
-                order = _compare(self.share(ahead, ledger), s, ahead)
+                order = _compare(self.share(ahead, ledger) / 1000, s / 1000, ahead)
                 why = (
                     f"behind {ahead} ({order}): "
                     f"it holds {held:g} GPUs and used {self.usage[q] / 3.6e6:.1f} GPU-h "
@@ -96,7 +98,7 @@ class FairShare:
                     weight=spec.weight,
                     holding_gpus=held,
                     decayed_usage_gpu_h=self.usage[q] / 3.6e6,
-                    share=s,
+                    share=s / 1000,  # milli-GPUs -> GPUs, the unit of every other column
                     rank=rank,
                     explanation=why,
                 )

@@ -37,23 +37,48 @@ def _png(fig: Figure) -> str:
 
 
 def plot_queue_cdf(run: PolicyRun) -> str:
-    fig, ax = plt.subplots(figsize=(8, 3))
     per: dict[str, list[float]] = {c: [] for c in CLASSES}
     for tr in run.result.jobs.values():
         if tr.first_start is not None:
             per[str(tr.item.job.workload_class)].append((tr.first_start - tr.submitted) / 60.0)
-    for cls, vals in per.items():
-        if vals:
-            vals.sort()
-            ys = [(i + 1) / len(vals) for i in range(len(vals))]
-            ax.plot([max(v, 1e-3) for v in vals], ys, label=f"{cls} (n={len(vals)} started)")
+    return _png(queue_cdf_figure(per, f"{run.policy}: queue delay per class"))
+
+
+ZERO_FLOOR_MIN = 1e-3
+"""Where a zero delay is drawn on the log axis (minutes; 0.06 s)."""
+_STYLES = (("-", "o"), ("--", "s"), (":", "^"), ("-.", "D"))
+
+
+def queue_cdf_figure(per: dict[str, list[float]], title: str) -> Figure:
+    """Each class's CDF of queue delay (minutes). A delay of 0 cannot sit on a log axis, so it
+    is drawn at ``ZERO_FLOOR_MIN``; classes that never waited all draw the same vertical line
+    there, so each class gets its own line style and marker, its line is nudged along the
+    axis (x1.3 per class, far below any real delay), and its label gives the share that
+    waited 0 s -- else all but one of them vanished behind the last drawn (issue 32)."""
+    fig, ax = plt.subplots(figsize=(8, 3))
+    for k, (cls, vals) in enumerate(per.items()):
+        if not vals:
+            continue
+        vals = sorted(vals)
+        ys = [(i + 1) / len(vals) for i in range(len(vals))]
+        floor = ZERO_FLOOR_MIN * 1.3**k
+        zero = sum(v <= 0 for v in vals) / len(vals)
+        line, marker = _STYLES[k % len(_STYLES)]
+        ax.plot(
+            [max(v, floor) for v in vals],
+            ys,
+            linestyle=line,
+            marker=marker,
+            markevery=[0, len(vals) - 1],
+            label=f"{cls} (n={len(vals)} started, {zero:.0%} waited 0 s)",
+        )
     ax.set_xscale("log")
-    ax.set_xlabel("queue delay (minutes, log) of the jobs that started")
+    ax.set_xlabel("queue delay (minutes, log; 0 s drawn at the far left) of the jobs that started")
     ax.set_ylabel("CDF")
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=7)
-    ax.set_title(f"{run.policy}: queue delay per class")
-    return _png(fig)
+    ax.set_title(title)
+    return fig
 
 
 def plot_partitions(run: PolicyRun) -> str:

@@ -47,6 +47,8 @@ def nodes_for(nodes: list[dict[str, Any]], viewer: str, owner: Owner) -> list[di
             g["jobs"] = mine
             g["other_tenants_jobs"] = len(jobs) - len(mine)
             held += len(jobs) > len(mine)
+            if g.get("held_for") is not None and owner(g["held_for"]) != viewer:
+                g["held_for"] = None  # kept for another tenant's gang: said, never named
             for slot in g.get("mig", ()):
                 if slot["job"] is not None and owner(slot["job"]) != viewer:
                     slot["job"] = None

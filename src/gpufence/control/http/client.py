@@ -150,9 +150,11 @@ class Client:
         self._data = data
         given = bool(url or os.environ.get("GPUFENCE_URL"))
         self._follow = not given if follow is None else follow
-        self.url = (
-            url or os.environ.get("GPUFENCE_URL") or _read_server_url(data) or DEFAULT_URL
-        ).rstrip("/")
+        written = None if given else _read_server_url(data)
+        self._guessed = not given and written is None
+        """The URL is the built-in default, not the data dir's server's: its admin token
+        must not go there (``token``)."""
+        self.url = (url or os.environ.get("GPUFENCE_URL") or written or DEFAULT_URL).rstrip("/")
         if urllib.parse.urlsplit(self.url).scheme not in ("http", "https"):
             raise ClientError(
                 f"the server URL must start with http:// or https://, not {self.url!r} "
@@ -166,6 +168,17 @@ class Client:
     def token(self) -> str:
         if self._token is None:
             path = self._data / TOKEN_FILE
+            if self._guessed:
+                # its server is not running: whatever listens on the default port is someone
+                # else's, and gets no admin token (issue 32, case 2)
+                raise ClientError(
+                    f"no gpufence server is running for the data dir {self._data} "
+                    f"({self._data / SERVER_FILE} is missing): start it with `gpufence up "
+                    f"--data {self._data}`, or pass the server's URL; its admin token is not "
+                    f"sent to the default {DEFAULT_URL}",
+                    retry=True,  # nothing was sent; a server starting there writes the file
+                    unsent=True,
+                )
             try:
                 self._token = path.read_text(encoding="utf-8").strip()
             except OSError:
@@ -265,15 +278,15 @@ class Client:
             )
         msg = format_problem(payload)
         if code == 401:
-            msg = f"unauthorized: {msg} (check --token / GPUFENCE_TOKEN)"
+            msg = f"unauthorized by {self.url}: {msg} (check --token / GPUFENCE_TOKEN)"
         elif code == 403:
-            msg = f"forbidden: {msg}"
+            msg = f"forbidden by {self.url}: {msg}"
         elif code == 413:
             msg = f"too large: {msg}"
         elif code == 422:
             msg = f"invalid request: {msg}"
         elif code == 503:
-            msg = f"unavailable: {msg}"
+            msg = f"unavailable ({self.url}): {msg}"
         return ClientError(str(msg), code, payload)
 
     def _json(self, method: str, path: str, **kw: Any) -> Any:
@@ -340,6 +353,7 @@ class Client:
             url = _read_server_url(self._data)
             if url:
                 self.url = url.rstrip("/")
+                self._guessed = False
 
     def jobs(
         self,

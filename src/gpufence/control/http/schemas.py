@@ -152,7 +152,13 @@ class GpuOut(_Out):
     nvlink_domain: int
     jobs: list[str]
     milli_used: int
-    state: str = Field(description="free, used, down or refused")
+    state: str = Field(
+        description="free, used, held (idle, kept for a waiting gang), down or refused"
+    )
+    held_for: str | None = Field(
+        default=None,
+        description="held: the waiting gang's job id (null in a tenant's view of another's)",
+    )
     mig: list[MigSlot] | None = None
     other_tenants_jobs: int | None = Field(default=None, description="tenant view")
     uuid: str | None = Field(default=None, description="the GPU's UUID (NVML or made up)")

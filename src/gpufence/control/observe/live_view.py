@@ -94,7 +94,7 @@ def _fair_share(r: Reconciler) -> list[dict[str, Any]]:
                 {
                     "partition": name,
                     "queue": t.queue,
-                    "share": t.share / 1000.0,  # milli-GPUs per unit of weight -> GPUs
+                    "share": t.share,  # GPUs per unit of weight
                     "rank": t.rank,
                     "usage_gpu_s": t.decayed_usage_gpu_h * 3600.0,
                     "holding_gpus": t.holding_gpus,

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from gpufence.control.reconciler import Reconciler
 
 
-def _gpu(r: Reconciler, gid: int) -> dict[str, Any]:
+def _gpu(r: Reconciler, gid: int, reserved: dict[int, str]) -> dict[str, Any]:
     sched = r.scheduler
     gpu = sched.cluster.gpus[gid]
     use = sched.query.gpu(gid)
@@ -33,6 +33,10 @@ def _gpu(r: Reconciler, gid: int) -> dict[str, Any]:
         "milli_used": use.milli_used,
         "state": "down" if not use.usable else ("used" if use.jobs else "free"),
     }
+    if out["state"] == "free" and gid in reserved:
+        # idle, but kept for a waiting gang (backfill lets in only what ends before it
+        # starts): shown as free, it looked like capacity nobody used (issue 32)
+        out["state"], out["held_for"] = "held", reserved[gid]
     if use.mig is not None:
         if use.jobs:
             out["state"] = "used"  # (even on a node that is down: its instances are held)
@@ -57,8 +61,19 @@ def job_owner(r: Reconciler) -> Owner:
     return owner
 
 
+def reserved_gpus(r: Reconciler) -> dict[int, str]:
+    """GPU id -> the waiting gang each partition's reservation keeps it for."""
+    out: dict[int, str] = {}
+    for p in r.scheduler.cluster.partitions:
+        res = r.scheduler.query.reservation(p)
+        if res is not None:
+            out.update(dict.fromkeys(res.gpus, res.job_id))
+    return out
+
+
 def nodes(r: Reconciler, viewer: str = ADMIN) -> list[dict[str, Any]]:
     sched = r.scheduler
+    reserved = reserved_gpus(r)
     out = [
         {
             "name": n.name,
@@ -66,7 +81,7 @@ def nodes(r: Reconciler, viewer: str = ADMIN) -> list[dict[str, Any]]:
             "up": sched.query.node_up(n.idx),
             "gpu_type": n.gpu_type,
             "fake": r.devices.discovery.fake,
-            "gpus": [_gpu(r, g) for g in n.gpu_ids],
+            "gpus": [_gpu(r, g, reserved) for g in n.gpu_ids],
         }
         for n in sched.cluster.nodes
     ]

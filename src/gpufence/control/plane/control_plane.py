@@ -147,7 +147,11 @@ class ControlPlane:
         ``gpufence.testing.fake_nvml``); on fake GPUs, only its counters are read (the demo
         models the devices with one). ``clock``: the plane's "now" for every deadline (default:
         ``plane_clock.anchored``, the monotonic clock resumed from the data dir's anchor)."""
-        check_machine(cluster, discovery)
+        if executor is None:
+            # the local executor runs everything here, so the spec must be this machine; a
+            # remote executor's nodes declare their own GPUs (a one-node Ray cluster has one
+            # node with GPUs and no local discovery: issue 32, case 1)
+            check_machine(cluster, discovery)
         # one directory, one name: attempt paths name the members' cgroups and exit spools, so
         # a restart through a symlink must find the same ones (else it loses their processes)
         data_dir = data_dir.expanduser().resolve()

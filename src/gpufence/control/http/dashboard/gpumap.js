@@ -72,7 +72,9 @@ function gpuCell(node, gpu, data) {
     away.length ? h("span", { class: "away", title: `held by a job of partition ${away.join(", ")} (lent, or taken in an incident)`, text: `⇠ ${away.join(", ")}` }) : null),
   gpu.mig ? migCell(gpu, data) : h("div", { class: "gpu-jobs" },
     gpu.jobs.map((j) => jobLabel(j, data)),
-    gpu.other_tenants_jobs ? h("span", { class: "other", text: `${gpu.other_tenants_jobs} other tenant` }) : null),
+    gpu.other_tenants_jobs ? h("span", { class: "other", text: `${gpu.other_tenants_jobs} other tenant` }) : null,
+    // idle, but kept for a waiting gang: not capacity anyone may take
+    gpu.state === "held" ? h("span", { class: "held", text: `held for ${gpu.held_for ?? "another tenant"}'s gang` }) : null),
   shared ? h("div", { class: "frac" }, h("div", { class: "frac-fill", style: { width: `${gpu.milli_used / 10}%` } })) : null,
   utilBar(u));
   cell.style.borderColor = colourOf("partition", gpu.partition);
