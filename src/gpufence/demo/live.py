@@ -63,7 +63,7 @@ JOB = (sys.executable, "-m", "gpufence.demo.programs")
 FakeNvmlFactory = Callable[[int], FakeDevices]
 """n -> a fake NVML of n GPUs whose counters the demo models (the CLI gives the testing one)."""
 SERVING_SLO_MS = 25.0
-SERVING_RPS = "40"  # per replica, from its own request loop
+SERVING_RPS = "20"  # per replica, from its own request loop
 SERVING_WORK_MS = "3"  # CPU work per request
 OBSERVE = {  # time-compressed like the rest of the demo
     "gpu_sample_interval_s": 0.5,

@@ -123,7 +123,10 @@ def _serve_requests(deadline: float | None, opts: dict[str, str]) -> int:
             if self.path == "/metrics":
                 body = hist.text().encode()
             elif self.path == "/infer":
-                _busy(work_ms)
+                # the device's share of a request: a real replica's host thread waits on its
+                # GPU (a fake one here), it does not spin a CPU -- spinning made the demo's p99
+                # a measure of the host's other load, not of what the scheduler decides
+                time.sleep(work_ms / 1000.0)
                 body = b"ok"
             else:
                 self.send_error(404)
