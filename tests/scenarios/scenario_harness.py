@@ -20,8 +20,10 @@ from gpufence.model.events import (
     NodeUp,
     Tick,
 )
-from gpufence.model.job import Job
+from gpufence.model.job import Job, WorkloadClass
+from gpufence.model.partition import LendingRule, PreemptionPolicy
 from gpufence.sched.scheduler import Scheduler, SchedulerConfig
+from gpufence.testing.builders import ClusterBuilder
 
 Step = tuple[float, Sequence[Event]]
 
@@ -66,3 +68,24 @@ __all__ = [
     "run",
     "sub",
 ]
+
+
+def serve_and_train(pol: PreemptionPolicy | None = None, lend: int = 0) -> Scheduler:
+    """Two fences of one 4-GPU node each: serve (node s-0, GPUs 0-3; admits serving, lends
+    ``lend`` GPUs to train, no backfill) and train (node t-0, GPUs 4-7; admits training)."""
+    lending = (LendingRule(to=("train",), cap_gpus=lend, reclaim_deadline_s=60.0),) if lend else ()
+    return make(
+        ClusterBuilder()
+        .nodes("s", 1, gpus=4)
+        .nodes("t", 1, gpus=4)
+        .partition(
+            "serve",
+            ["s"],
+            admits=frozenset({WorkloadClass.SERVING}),
+            preemption=pol or PreemptionPolicy(),
+            lending=lending,
+            backfill=False,
+        )
+        .partition("train", ["t"], admits=frozenset({WorkloadClass.TRAINING}))
+        .build()
+    )

@@ -4,14 +4,12 @@ preemption, a lending rule for checkpointable jobs only, and fair-share ties."""
 
 from __future__ import annotations
 
-from scenario_harness import make, sub
+from scenario_harness import make, serve_and_train, sub
 
 from gpufence.model.decisions import PendingReason, Reason
 from gpufence.model.job import WorkloadClass as W
-from gpufence.sched.scheduler import Scheduler
 from gpufence.testing.builders import (
     ClusterBuilder,
-    LendingRule,
     PreemptionMode,
     PreemptionPolicy,
     SharingMode,
@@ -22,29 +20,9 @@ SERVING = frozenset({W.SERVING})
 TRAINING = frozenset({W.TRAINING})
 
 
-def _fences(pol: PreemptionPolicy | None = None, lend: int = 0) -> Scheduler:
-    """serve: node s-0 (GPUs 0-3); train: node t-0 (GPUs 4-7)."""
-    lending = (LendingRule(to=("train",), cap_gpus=lend, reclaim_deadline_s=60.0),) if lend else ()
-    return make(
-        ClusterBuilder()
-        .nodes("s", 1, gpus=4)
-        .nodes("t", 1, gpus=4)
-        .partition(
-            "serve",
-            ["s"],
-            admits=SERVING,
-            preemption=pol or PreemptionPolicy(),
-            lending=lending,
-            backfill=False,
-        )
-        .partition("train", ["t"], admits=TRAINING)
-        .build()
-    )
-
-
 def test_free_gpus_held_for_a_waiting_job_are_counted_and_named() -> None:
     """r1 (4 GPUs) reclaims ck's 2 lent GPUs and holds the 2 free ones; r2 is told so."""
-    s = _fences(lend=2)
+    s = serve_and_train(lend=2)
     s.step(sub(job("own").gpus(4).build(), job("ck").gpus(2).checkpointable().build()), 0.0)
     s.step(sub(job("r1").gpus(4).cls("serving").build()), 10.0)
     s.step(sub(job("r2").gpus(2).cls("serving").build()), 20.0)
@@ -73,7 +51,7 @@ def test_a_preemption_blocked_by_the_minimum_runtime_says_so_and_until_when() ->
     pol = PreemptionPolicy(
         mode=PreemptionMode.INCIDENT_ONLY, from_partitions=("train",), budget=4, min_runtime_s=600
     )
-    s = _fences(pol)
+    s = serve_and_train(pol)
     s.step(sub(job("sv0").gpus(4).cls("serving").build()), 0.0)
     s.step(sub(job("t1").gpus(4).checkpointable().build()), 100.0)
     s.step(sub(job("sv1").gpus(2).cls("serving").build()), 200.0)
@@ -86,7 +64,7 @@ def test_a_preemption_blocked_by_the_minimum_runtime_says_so_and_until_when() ->
 
 
 def test_a_job_refused_lent_gpus_for_not_checkpointing_is_told_why() -> None:
-    s = _fences(lend=4)
+    s = serve_and_train(lend=4)
     s.step(sub(job("own").gpus(4).build(), job("nc").gpus(2).build()), 0.0)
     assert s.why_pending("nc") == PendingReason(
         Reason.NO_FIT,
@@ -112,7 +90,7 @@ def test_fair_share_ties_are_explained_as_ties() -> None:
 
 def test_the_idle_gpus_a_lender_would_lend_are_capped_by_its_rule() -> None:
     """Issue 33, item 10: 'serve lends 4 idle GPUs' where its rule lends at most 2."""
-    s = _fences(lend=2)
+    s = serve_and_train(lend=2)
     s.step(sub(job("own").gpus(4).build(), job("nc").gpus(2).build()), 0.0)
     assert s.why_pending("nc") == PendingReason(
         Reason.NO_FIT,

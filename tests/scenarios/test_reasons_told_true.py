@@ -5,7 +5,7 @@ on-demand preemption honours ``min_runtime_s``; a stop no decision asked for is 
 
 from __future__ import annotations
 
-from scenario_harness import A, JobFinished, JobStopped, Tick, make, sub
+from scenario_harness import A, JobFinished, JobStopped, Tick, make, serve_and_train, sub
 
 from gpufence.model.decisions import Bind, Notice, PendingReason, Reason, Requeue, Stop
 from gpufence.model.job import WorkloadClass as W
@@ -13,7 +13,6 @@ from gpufence.sched.jobs import JobState
 from gpufence.sched.scheduler import Scheduler
 from gpufence.testing.builders import (
     ClusterBuilder,
-    LendingRule,
     PreemptionMode,
     PreemptionPolicy,
     SharingMode,
@@ -24,31 +23,11 @@ SERVING = frozenset({W.SERVING})
 TRAINING = frozenset({W.TRAINING})
 
 
-def _fences(pol: PreemptionPolicy | None = None, lend: int = 0) -> Scheduler:
-    """serve: node s-0 (GPUs 0-3); train: node t-0 (GPUs 4-7)."""
-    lending = (LendingRule(to=("train",), cap_gpus=lend, reclaim_deadline_s=60.0),) if lend else ()
-    return make(
-        ClusterBuilder()
-        .nodes("s", 1, gpus=4)
-        .nodes("t", 1, gpus=4)
-        .partition(
-            "serve",
-            ["s"],
-            admits=SERVING,
-            preemption=pol or PreemptionPolicy(),
-            lending=lending,
-            backfill=False,
-        )
-        .partition("train", ["t"], admits=TRAINING)
-        .build()
-    )
-
-
 def test_a_job_covered_by_a_victim_of_its_own_batch_names_it() -> None:
     """r1 and r2 (2 GPUs each) arrive together; reclaiming ck's 4 lent GPUs for r1 also makes
     room for r2, which was told "waiting for nothing to stop": its reason was written before
     the batch's notices went out."""
-    s = _fences(lend=4)
+    s = serve_and_train(lend=4)
     s.step(sub(job("own").gpus(4).build(), job("ck").gpus(4).checkpointable().build()), 0.0)
     got = s.step(
         sub(job("r1").gpus(2).cls("serving").build(), job("r2").gpus(2).cls("serving").build()),
@@ -127,7 +106,7 @@ def _on_demand(min_runtime: float) -> Scheduler:
         min_runtime_s=min_runtime,
         grace_s=120.0,
     )
-    s = _fences(pol)
+    s = serve_and_train(pol)
     s.step(sub(job("sv0").gpus(4).cls("serving").build()), 0.0)
     s.step(sub(job("t1").gpus(4).build()), 100.0)  # not checkpointable: on demand takes it
     return s
