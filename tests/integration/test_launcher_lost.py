@@ -27,10 +27,19 @@ def _child_of(pid: int) -> int:
     return int(children[0])
 
 
+def _started(data: Path, jid: str) -> dict[str, object]:
+    """The member's started record, or {} while the launcher has not written it yet (a job
+    shows as running once the plane spawned it; the record comes a moment later)."""
+    try:
+        return dict(record(data, jid, 1, 0, "started"))
+    except FileNotFoundError:
+        return {}
+
+
 def _kill_keepers(data: Path, jid: str) -> None:
     """SIGKILL the member's supervisor (its recorded pid) and then its launcher (the job's
     parent): nobody is left who could learn how the job ends."""
-    until(lambda: "launcher" in record(data, jid, 1, 0, "started"), 10, "started record")
+    until(lambda: "launcher" in _started(data, jid), 10, "started record")
     supervisor = int(str(record(data, jid, 1, 0, "pid")["pid"]))
     launcher = int(str(record(data, jid, 1, 0, "started")["launcher"]))
     assert _child_of(supervisor) == launcher
@@ -123,7 +132,7 @@ def test_a_job_completing_while_the_plane_is_down_and_its_launcher_dead_never_ru
         body = {"command": [sys.executable, "-c", RUN_LOG, str(log), str(go)], "gpus": 1}
         jid = str(c.submit(body)["id"])
         until(lambda: c.job(jid)["state"] == "running" and log.exists(), 30, "running")
-        until(lambda: "pid" in record(data, jid, 1, 0, "started"), 10, "started record")
+        until(lambda: "pid" in _started(data, jid), 10, "started record")
         stop(server)  # the plane goes down; the job runs on
         if victim == "supervisor":
             pid = int(str(record(data, jid, 1, 0, "pid")["pid"]))
