@@ -74,6 +74,33 @@ def open_gates(
     return out
 
 
+def _finished(
+    core: Core,
+    book: JobBook,
+    claims: Claims,
+    reasons: PendingReasons,
+    gates: Gates,
+    rec: JobRecord,
+    succeeded: bool,
+    out: list[Decision],
+) -> None:
+    """A job's process ended by itself (``JobFinished``)."""
+    if rec.state is JobState.PENDING:
+        return  # a late report from an earlier attempt: the requeued job lives on
+    n = rec.notice
+    if not succeeded and n is not None and n.reason is not Reason.IDLE:
+        # it was asked to wrap up and went down doing so (e.g. killed by the notice
+        # signal before it could handle it): a stop it did itself, so it is requeued
+        # like any preempted job instead of failing for the scheduler's own action
+        # (a time limit's notice ends the job all the same: it is not requeued)
+        requeue = n.reason is not Reason.TIME_LIMIT
+        out.append(book.stop(rec, n.reason, requeue, "exited during its notice", core.now))
+        _stopped(core, book, gates, rec, out)
+        return
+    state = JobState.DONE if succeeded else JobState.FAILED
+    _end(core, book, claims, reasons, gates, rec, state)
+
+
 def _apply(
     core: Core,
     book: JobBook,
@@ -126,27 +153,7 @@ def _apply(
         return  # late report about a job we no longer track: nothing to do
     now = core.now
     if isinstance(ev, JobFinished):
-        if rec.state is JobState.PENDING:
-            return  # a late report from an earlier attempt: the requeued job lives on
-        n = rec.notice
-        if not ev.succeeded and n is not None and n.reason is not Reason.IDLE:
-            # it was asked to wrap up and went down doing so (e.g. killed by the notice
-            # signal before it could handle it): a stop it did itself, so it is requeued
-            # like any preempted job instead of failing for the scheduler's own action
-            # (a time limit's notice ends the job all the same: it is not requeued)
-            requeue = n.reason is not Reason.TIME_LIMIT
-            out.append(book.stop(rec, n.reason, requeue, "exited during its notice", now))
-            _stopped(core, book, gates, rec, out)
-            return
-        _end(
-            core,
-            book,
-            claims,
-            reasons,
-            gates,
-            rec,
-            JobState.DONE if ev.succeeded else JobState.FAILED,
-        )
+        _finished(core, book, claims, reasons, gates, rec, ev.succeeded, out)
     elif isinstance(ev, JobStopped):
         _stopped(core, book, gates, rec, out)
     elif isinstance(ev, JobLost):

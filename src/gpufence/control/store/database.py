@@ -482,20 +482,12 @@ class Tx:
 
     def idempotent(self, tenant: str, key: str) -> tuple[str, str] | None:
         """(job id, request hash) an Idempotency-Key of this tenant already stands for."""
-        row = self._c.execute(
-            "SELECT job_id, request FROM idempotency WHERE tenant=? AND key=?", (tenant, key)
-        ).fetchone()
-        return (str(row[0]), str(row[1])) if row else None
+        return names.idempotent(self._c.execute, tenant, key)
 
     def claim_key(self, tenant: str, key: str, job_id: str, request: str, at: float) -> bool:
         """Bind an Idempotency-Key of this tenant to ``job_id``, unless it stands for a job
-        already (False: ``idempotent`` says which). One statement for the usual new key."""
-        cur = self._c.execute(
-            "INSERT INTO idempotency(tenant, key, job_id, request, at) VALUES(?,?,?,?,?)"
-            " ON CONFLICT(tenant, key) DO NOTHING",
-            (tenant, key, job_id, request, at),
-        )
-        return cur.rowcount == 1
+        already (False: ``idempotent`` says which)."""
+        return names.claim_key(self._c.execute, (tenant, key, job_id, request, at))
 
     def set_spec(self, job_id: str, spec: dict[str, Any]) -> None:
         """Replace a stored spec (recovery's repair of one an older version accepted)."""

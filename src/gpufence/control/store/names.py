@@ -152,3 +152,26 @@ def pending_count(q: Query, tenant: str) -> int:
     pending jobs is held to, read from migration 8's index of pending rows alone."""
     sql = "SELECT count(*) FROM jobs WHERE state = 'pending' AND tenant = ?"
     return int(q(sql, (tenant,)).fetchone()[0])
+
+
+def idempotent(
+    execute: Callable[..., sqlite3.Cursor], tenant: str, key: str
+) -> tuple[str, str] | None:
+    """(job id, request hash) an Idempotency-Key of ``tenant`` already stands for."""
+    row = execute(
+        "SELECT job_id, request FROM idempotency WHERE tenant=? AND key=?", (tenant, key)
+    ).fetchone()
+    return (str(row[0]), str(row[1])) if row else None
+
+
+def claim_key(
+    execute: Callable[..., sqlite3.Cursor], row: tuple[str, str, str, str, float]
+) -> bool:
+    """Insert (tenant, key, job id, request hash, at) unless the key stands for a job already:
+    one statement for the usual new key."""
+    cur = execute(
+        "INSERT INTO idempotency(tenant, key, job_id, request, at) VALUES(?,?,?,?,?)"
+        " ON CONFLICT(tenant, key) DO NOTHING",
+        row,
+    )
+    return bool(cur.rowcount == 1)
