@@ -180,6 +180,15 @@ def load_pai(
                 duration,
             )
         )
+    items = _work_items(pending, rebase, queue, checkpointable, with_estimates)
+    st.kept += len(items)
+    return items
+
+
+def _work_items(
+    pending: list[_Task], rebase: bool, queue: str, checkpointable: bool, with_estimates: bool
+) -> list[WorkItem]:
+    """The tasks read, as training jobs in submit order (times from the first when ``rebase``)."""
     origin = min((t.submit for t in pending), default=0.0) if rebase else 0.0
     pending.sort(key=lambda t: (t.submit, t.job_id))
     items = [
@@ -201,7 +210,6 @@ def load_pai(
         )
         for t in pending
     ]
-    st.kept += len(items)
     return items
 
 
