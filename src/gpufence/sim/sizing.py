@@ -142,21 +142,11 @@ def _hours(iv: dict[str, Any]) -> str:
     )
 
 
-def size_fence(
-    sc: Scenario,
-    cluster: Cluster,
-    slo_p99_ms: float,
-    failure_margin: int = 1,
-    seeds: Sequence[int] | None = None,
-) -> SizeAnswer:
-    if not sc.services:
-        raise ValueError("the scenario has no services to size a fence for")
-    seeds = list(seeds) if seeds else [sc.seed, sc.seed + 1, sc.seed + 2]
-    serving = _partition_with(cluster, WorkloadClass.SERVING)
-    training = _partition_with(cluster, WorkloadClass.TRAINING, exclude=serving)
-    per_node = min(
-        len(cluster.node_partition_gpus[(serving, n)]) for n in cluster.partition_nodes[serving]
-    )
+def _peak_demand(
+    sc: Scenario, slo_p99_ms: float, per_node: int, failure_margin: int
+) -> tuple[float, float, int, int, list[int]]:
+    """Serving's peak: total request rate, when the largest service peaks, the replicas every
+    service needs then (Erlang C), the margin's GPUs, and the GPUs of each replica."""
     peak_total, peak_at, replicas, margin_gpus = 0.0, 0.0, 0, 0
     sizes: list[int] = []  # GPUs of every replica needed at peak
     for i, svc in enumerate(sc.services):
@@ -178,6 +168,27 @@ def size_fence(
         sizes += [svc.gpus_per_replica] * r
         per_node_replicas = max(1, per_node // svc.gpus_per_replica)
         margin_gpus = max(margin_gpus, failure_margin * per_node_replicas * svc.gpus_per_replica)
+    return peak_total, peak_at, replicas, margin_gpus, sizes
+
+
+def size_fence(
+    sc: Scenario,
+    cluster: Cluster,
+    slo_p99_ms: float,
+    failure_margin: int = 1,
+    seeds: Sequence[int] | None = None,
+) -> SizeAnswer:
+    if not sc.services:
+        raise ValueError("the scenario has no services to size a fence for")
+    seeds = list(seeds) if seeds else [sc.seed, sc.seed + 1, sc.seed + 2]
+    serving = _partition_with(cluster, WorkloadClass.SERVING)
+    training = _partition_with(cluster, WorkloadClass.TRAINING, exclude=serving)
+    per_node = min(
+        len(cluster.node_partition_gpus[(serving, n)]) for n in cluster.partition_nodes[serving]
+    )
+    peak_total, peak_at, replicas, margin_gpus, sizes = _peak_demand(
+        sc, slo_p99_ms, per_node, failure_margin
+    )
     # replicas never span nodes: a node holds per_node // gpus_per_replica of them and the
     # rest of its GPUs are stranded (3-GPU replicas on 8-GPU nodes: 2 per node, not 8/3); the
     # margin is K whole nodes, what K failed nodes take away
