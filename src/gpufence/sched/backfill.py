@@ -13,6 +13,7 @@ free up, instead of waiting on it.
 from __future__ import annotations
 
 from bisect import bisect_right
+from collections.abc import Callable
 
 from gpufence.model.job import Job, RequestKind
 from gpufence.model.partition import SharingMode
@@ -40,21 +41,15 @@ def reservable(core: Core, job: Job, pool: str) -> bool:
 
 
 def reserve(core: Core, book: JobBook, rec: JobRecord, pool: str) -> Reservation | None:
+    """The earliest start at which ``rec``'s gang fits in ``pool`` as running jobs end, and
+    the GPUs it will get then (None: not even once every running job has ended)."""
     job = rec.job
     led = core.ledger
     c = core.cluster
     now = core.now
     free: dict[int, list[int]] = {n: led.free_gpus(pool, n) for n in c.partition_nodes[pool]}
     free = {n: v for n, v in free.items() if led.node_up[n]}
-    releases: list[tuple[float, int, tuple[int, ...]]] = []
-    ending: dict[str, float] = {}
-    for jid in led.pool_allocs[pool]:
-        alloc = led.allocs[jid]
-        end = ending[jid] = book.records[jid].expected_end(now)
-        for a in alloc.assignments:
-            if led.node_up[a.node]:
-                releases.append((end, a.node, a.gpus))
-    releases.sort(key=lambda r: (r[0], r[1], r[2]))
+    releases, ending = _releases(core, book, pool)
     ends = [r[0] for r in releases]
 
     def view(t: float) -> dict[int, list[int]]:
@@ -73,17 +68,9 @@ def reserve(core: Core, book: JobBook, rec: JobRecord, pool: str) -> Reservation
         per = job.request.gpus
         return sum(v // per for v in counts.values()) >= job.replicas
 
-    times = sorted(set(ends) | {now})
     if not feasible(INF):
         return None
-    lo, hi = 0, len(times)  # find the first feasible time; hi == len(times) means only at inf
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if feasible(times[mid]):
-            hi = mid
-        else:
-            lo = mid + 1
-    start = times[lo] if lo < len(times) else INF
+    start = _first_feasible(sorted(set(ends) | {now}), feasible)
     planned = plan_on(led, job, view(start))
     if planned is None:  # per-node counts fit but topology does not: wait for everything
         start = INF
@@ -94,6 +81,59 @@ def reserve(core: Core, book: JobBook, rec: JobRecord, pool: str) -> Reservation
     counted = tuple(sorted((e, j) for j, e in ending.items() if e <= start and e < INF))
     overran = _overran(core, book, pool, gpus) if start == INF else ""
     return Reservation(job.id, pool, start, gpus, job.priority, rec.queue, counted, overran)
+
+
+def _releases(
+    core: Core, book: JobBook, pool: str
+) -> tuple[list[tuple[float, int, tuple[int, ...]]], dict[str, float]]:
+    """The GPUs each running job of ``pool`` gives back on an up node, (expected end, node,
+    GPUs) by end, and each job's expected end."""
+    led = core.ledger
+    releases: list[tuple[float, int, tuple[int, ...]]] = []
+    ending: dict[str, float] = {}
+    for jid in led.pool_allocs[pool]:
+        alloc = led.allocs[jid]
+        end = ending[jid] = book.records[jid].expected_end(core.now)
+        for a in alloc.assignments:
+            if led.node_up[a.node]:
+                releases.append((end, a.node, a.gpus))
+    releases.sort(key=lambda r: (r[0], r[1], r[2]))
+    return releases, ending
+
+
+def _first_feasible(times: list[float], feasible: Callable[[float], bool]) -> float:
+    """The first of ``times`` (sorted) at which the gang fits (binary search: feasibility only
+    grows with time); inf when only once every running job has ended."""
+    lo, hi = 0, len(times)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if feasible(times[mid]):
+            hi = mid
+        else:
+            lo = mid + 1
+    return times[lo] if lo < len(times) else INF
+
+
+class EasyBackfill:
+    """The default rule (registered as ``easy``): the head-of-line multi-GPU gang of a
+    whole-GPU partition reserves at its earliest start (``reserve``); a job not ahead of it
+    may backfill into the reserved GPUs only with an estimate that ends by that start, and
+    only where the partition allows backfill and the start is known."""
+
+    def reservable(self, core: Core, job: Job, pool: str) -> bool:
+        return reservable(core, job, pool)
+
+    def reserve(self, core: Core, book: JobBook, rec: JobRecord, pool: str) -> Reservation | None:
+        return reserve(core, book, rec, pool)
+
+    def may_backfill(self, core: Core, job: Job, res: Reservation) -> bool:
+        planned = job.planned_runtime_s
+        return (
+            core.cluster.partitions[res.pool].backfill
+            and res.start != INF  # start unknown: any backfill could delay the gang
+            and planned is not None
+            and core.now + planned <= res.start
+        )
 
 
 def _overran(core: Core, book: JobBook, pool: str, gpus: tuple[int, ...]) -> str:

@@ -8,10 +8,13 @@ is one module plus one line here.
   placement     PLACERS        sched/placement/fit.Placer     per sharing mode
   score         SCORERS        sched/placement/scoring.Scorer fractional ``placement:``
   admission     ADMISSION      sched/admission.Admission      run in order on every job placed
+  reservation   RESERVATIONS   sched/context.ReservationRule  DEFAULT_RESERVATION (who
+                                                              reserves, who may backfill; no
+                                                              spec key names one yet)
 
-Fixed parts of the cycle that are not (yet) pluggable: reserve/backfill (sched/backfill.py),
-post-filter = protection (sched/protect.py), permit = gangs all-or-nothing (placers return a
-whole gang or nothing), reclaim of idle sessions (sched/reclaim.py).
+Fixed parts of the cycle that are not (yet) pluggable: post-filter = protection
+(sched/protect.py), permit = gangs all-or-nothing (placers return a whole gang or nothing),
+reclaim of idle sessions (sched/reclaim.py).
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ from typing import TYPE_CHECKING, TypeVar
 
 from gpufence.model.partition import Partition, SharingMode
 from gpufence.sched.admission import Admission, CohortQuota
+from gpufence.sched.backfill import EasyBackfill
+from gpufence.sched.context import ReservationRule
 from gpufence.sched.las import LeastAttainedService
 from gpufence.sched.ordering import PriorityFairShare, QueueOrder
 from gpufence.sched.placement.fit import Placer
@@ -75,6 +80,11 @@ ADMISSION: dict[str, Callable[[], Admission]] = {
     "quota": CohortQuota,
 }
 
+RESERVATIONS: dict[str, Callable[[], ReservationRule]] = {
+    "easy": EasyBackfill,
+}
+DEFAULT_RESERVATION = "easy"
+
 _KINDS: dict[str, Mapping[str, object]] = {
     "queue order": QUEUE_ORDERS,
     "placement policy": SCORERS,
@@ -106,6 +116,10 @@ def make_queue_order(name: str) -> QueueOrder:
 
 def make_placer(part: Partition, seed: int) -> Placer:
     return PLACERS[part.sharing](part, seed)
+
+
+def make_reservations(name: str = DEFAULT_RESERVATION) -> ReservationRule:
+    return _lookup(RESERVATIONS, "reservation rule", name)()
 
 
 def admission_rules() -> tuple[Admission, ...]:
