@@ -101,6 +101,18 @@ def _finished(
     _end(core, book, claims, reasons, gates, rec, state)
 
 
+# what the front end reports about one job it runs (or was told to run)
+_JOB_REPORTS = (
+    JobFinished,
+    JobStopped,
+    JobLost,
+    JobCancelled,
+    CheckpointAck,
+    CheckpointWritten,
+    Activity,
+)
+
+
 def _apply(
     core: Core,
     book: JobBook,
@@ -115,42 +127,79 @@ def _apply(
     if isinstance(ev, JobSubmitted):
         _submit(core, book, gates, ev, out)
         return
-    if isinstance(ev, Tick):
+    if _restored(core, book, gates, ev, protection):
         return
-    if isinstance(ev, JobRestored):
-        restore(core, book, ev)
-        if ev.job.id in book.records:  # gates: a running array task fills a slot of its cap
-            gates.restored(book.records[ev.job.id])
+    if _gate_event(core, book, claims, reasons, gates, ev):
         return
-    if isinstance(ev, JobHeld):  # gates
-        gates.hold(core, book, claims, reasons, ev.job_id)
+    if _cluster_event(core, book, mig, ev, out):
         return
-    if isinstance(ev, JobReleased):  # gates
-        gates.release(ev.job_id)
-        return
-    if isinstance(ev, OutcomeKnown):  # gates
-        gates.outcome(ev.job_id, ev.state)
-        return
-    if isinstance(ev, UsageRestored):
-        core.fairshare.restore(dict(ev.usage), ev.at, core.now)
-        return
-    if isinstance(ev, PreemptionsRestored):  # protection's own state (None: no protection)
-        if protection is not None:
-            protection.restore(ev.times, core.now)
-        return
-    if isinstance(ev, NodeUp | NodeDown):  # a cordon (stop_jobs False) keeps what runs
-        stop = isinstance(ev, NodeDown) and ev.stop_jobs
-        _node(core, book, ev.node, isinstance(ev, NodeUp), out, stop_jobs=stop)
-        return
-    if isinstance(ev, MigReconfigured):
-        mig.reconfigured(core, ev.gpu)
-        return
-    if isinstance(ev, MigLayoutRead):
-        apply_layout_read(core, mig, ev)
+    if not isinstance(ev, _JOB_REPORTS):  # (every event is one of the kinds above)
         return
     rec = book.records.get(ev.job_id)
     if rec is None or rec.state in TERMINAL:
         return  # late report about a job we no longer track: nothing to do
+    _job_event(core, book, claims, reasons, gates, rec, ev, out)
+
+
+def _restored(
+    core: Core, book: JobBook, gates: Gates, ev: Event, protection: ProtectionState | None
+) -> bool:
+    """What a front end restores after a restart (a job, fair-share usage, protection's
+    budget windows); False for any other event."""
+    if isinstance(ev, JobRestored):
+        restore(core, book, ev)
+        if ev.job.id in book.records:  # gates: a running array task fills a slot of its cap
+            gates.restored(book.records[ev.job.id])
+    elif isinstance(ev, UsageRestored):
+        core.fairshare.restore(dict(ev.usage), ev.at, core.now)
+    elif isinstance(ev, PreemptionsRestored):  # protection's own state (None: no protection)
+        if protection is not None:
+            protection.restore(ev.times, core.now)
+    else:
+        return False
+    return True
+
+
+def _gate_event(
+    core: Core, book: JobBook, claims: Claims, reasons: PendingReasons, gates: Gates, ev: Event
+) -> bool:
+    """Holds, releases and known outcomes (the gates'); False for any other event."""
+    if isinstance(ev, JobHeld):
+        gates.hold(core, book, claims, reasons, ev.job_id)
+    elif isinstance(ev, JobReleased):
+        gates.release(ev.job_id)
+    elif isinstance(ev, OutcomeKnown):
+        gates.outcome(ev.job_id, ev.state)
+    else:
+        return False
+    return True
+
+
+def _cluster_event(core: Core, book: JobBook, mig: MigWork, ev: Event, out: list[Decision]) -> bool:
+    """The clock, nodes and MIG layouts; False for any other event."""
+    if isinstance(ev, NodeUp | NodeDown):  # a cordon (stop_jobs False) keeps what runs
+        stop = isinstance(ev, NodeDown) and ev.stop_jobs
+        _node(core, book, ev.node, isinstance(ev, NodeUp), out, stop_jobs=stop)
+    elif isinstance(ev, MigReconfigured):
+        mig.reconfigured(core, ev.gpu)
+    elif isinstance(ev, MigLayoutRead):
+        apply_layout_read(core, mig, ev)
+    elif not isinstance(ev, Tick):
+        return False
+    return True
+
+
+def _job_event(
+    core: Core,
+    book: JobBook,
+    claims: Claims,
+    reasons: PendingReasons,
+    gates: Gates,
+    rec: JobRecord,
+    ev: Event,
+    out: list[Decision],
+) -> None:
+    """A report about a job the scheduler tracks and that has not ended."""
     now = core.now
     if isinstance(ev, JobFinished):
         _finished(core, book, claims, reasons, gates, rec, ev.succeeded, out)
