@@ -56,9 +56,10 @@ class Outcome(enum.Enum):
     SKIP = "skip"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Choice:
-    """The decision for one job, and what carrying it out needs."""
+    """The decision for one job, and what carrying it out needs. (Not frozen: one is made per
+    job walked, and a frozen dataclass's ``__init__`` costs several times as much.)"""
 
     outcome: Outcome
     reason: Reason = Reason.FITS
@@ -73,6 +74,9 @@ class Choice:
     drop: bool = True  # SKIP: its whole shape is done for this walk (else: the next job of it)
     forget: bool = False  # SKIP: its own older reason goes (the shape's now speaks for it)
     starved: bool = False  # SKIP: it waits for capacity (what lending and protection hear)
+
+
+_HOLD = Choice(Outcome.HOLD)  # (carrying out a hold reads it only)
 
 
 @dataclass(slots=True)
@@ -104,7 +108,8 @@ def place_partition(st: Placing, p: str) -> bool:
         whole_only=part.sharing is SharingMode.EXCLUSIVE,
     )
     while (rec := w.walk.next()) is not None:
-        gate = _gate(st, w, rec)
+        # (the gate matters only while a whole-GPU reservation stands: not called otherwise)
+        gate = _gate(st, w, rec) if w.res is not None and w.whole_only else True
         if gate is None:
             break
         if gate:
@@ -180,7 +185,7 @@ def decide(st: Placing, w: PartitionWalk, rec: JobRecord) -> Choice:
     holds in ``w`` follow the trial (the gang's own are let go while it tries to place)."""
     core, job = st.core, rec.job
     if job.id in st.claims.nominations:  # waits for its victims (place.place_nominated)
-        return Choice(Outcome.HOLD)
+        return _HOLD
     res = w.res
     refused = first_refusal(core, rec, charge_milli(job, core.cluster, w.p))
     if refused is not None:
@@ -253,10 +258,10 @@ def _past_holds(st: Placing, w: PartitionWalk, rec: JobRecord, res: Reservation)
 
 def carry_out(st: Placing, w: PartitionWalk, rec: JobRecord, c: Choice) -> None:
     """Apply the decision ``c`` for ``rec``: bind, reasons, the reservation book, the walk."""
-    if c.outcome is Outcome.HOLD:
-        w.walk.skip()
-    elif c.outcome is Outcome.SKIP:
+    if c.outcome is Outcome.SKIP:  # (the most frequent first)
         _wait(st, w, rec, c)
+    elif c.outcome is Outcome.HOLD:
+        w.walk.skip()
     elif c.outcome is Outcome.BIND:
         assert c.placed is not None
         bind(st, rec, w.p, c.placed, Reason.FITS)
