@@ -24,8 +24,6 @@ from typing import TYPE_CHECKING, TypeVar
 
 from gpufence.model.partition import Partition, SharingMode
 from gpufence.sched.admission import Admission, CohortQuota
-from gpufence.sched.backfill import EasyBackfill
-from gpufence.sched.context import ReservationRule
 from gpufence.sched.las import LeastAttainedService
 from gpufence.sched.ordering import PriorityFairShare, QueueOrder
 from gpufence.sched.placement.fit import Placer
@@ -34,6 +32,7 @@ from gpufence.sched.placement.timeslice import TimeSlicePlacer
 from gpufence.sched.placement.whole import WholeGpuPlacer
 
 if TYPE_CHECKING:
+    from gpufence.sched.context import ReservationRule
     from gpufence.sched.placement.scoring import Scorer
 
 # The fractional placer and the scorers need numpy; they are imported when a scheduler makes
@@ -80,8 +79,14 @@ ADMISSION: dict[str, Callable[[], Admission]] = {
     "quota": CohortQuota,
 }
 
+def _easy() -> ReservationRule:
+    from gpufence.sched.backfill import EasyBackfill  # (the core: numpy, see above)
+
+    return EasyBackfill()
+
+
 RESERVATIONS: dict[str, Callable[[], ReservationRule]] = {
-    "easy": EasyBackfill,
+    "easy": _easy,
 }
 DEFAULT_RESERVATION = "easy"
 
