@@ -79,6 +79,7 @@ ADMISSION: dict[str, Callable[[], Admission]] = {
     "quota": CohortQuota,
 }
 
+
 def _easy() -> ReservationRule:
     from gpufence.sched.backfill import EasyBackfill  # (the core: numpy, see above)
 
