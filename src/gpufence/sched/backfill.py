@@ -16,7 +16,6 @@ from bisect import bisect_right
 from collections.abc import Callable
 
 from gpufence.model.job import Job, RequestKind
-from gpufence.model.partition import SharingMode
 from gpufence.sched.book import JobBook
 from gpufence.sched.context import Core, Reservation
 from gpufence.sched.jobs import JobRecord
@@ -26,18 +25,14 @@ INF = float("inf")
 
 
 def reservable(core: Core, job: Job, pool: str) -> bool:
-    """Only gangs of more than one GPU reserve: a 1-GPU job fits on any GPU that frees up, and
+    """(Asked only in a sharing mode whose gangs reserve: ``PlacementMode.reserves``.) Only
+    gangs of more than one whole GPU reserve: a 1-GPU job fits on any GPU that frees up, and
     queue order gives it the first one among the jobs behind it (jobs ahead of a reservation by
     fair share pass it: docs/architecture.md), while its reservation would keep the partition's
     one reservation from the gang queued behind it (which a 1-GPU stream would then starve).
     A partition with ``backfill: false`` reserves too: the switch turns off backfill into the
     reserved GPUs, not the gang's protection from the jobs behind it."""
-    part = core.cluster.partitions[pool]
-    return (
-        part.sharing is SharingMode.EXCLUSIVE
-        and job.request.kind is RequestKind.WHOLE
-        and job.total_gpus > 1
-    )
+    return job.request.kind is RequestKind.WHOLE and job.total_gpus > 1
 
 
 def reserve(core: Core, book: JobBook, rec: JobRecord, pool: str) -> Reservation | None:

@@ -26,11 +26,9 @@ from dataclasses import dataclass, field, replace
 
 from gpufence.model.decisions import Reason
 from gpufence.model.job import WorkloadClass
-from gpufence.model.partition import SharingMode
 from gpufence.sched.backfill import INF
 from gpufence.sched.context import Reservation
 from gpufence.sched.jobs import JobRecord
-from gpufence.sched.migdyn import repartition_for
 from gpufence.sched.passing import ahead, ahead_by_share, may_pass_holds
 from gpufence.sched.placement.fit import NotPlaced, Placed
 from gpufence.sched.placement.whole import held_for
@@ -43,6 +41,7 @@ from gpufence.sched.placing import (
     release_holds,
 )
 from gpufence.sched.queues import ShapeKey, Walk
+from gpufence.sched.registry import PLACERS, PlacementMode
 from gpufence.state.ledger import charge_milli
 
 MAX_BACKFILL_SKIPS = 64  # jobs of one shape tried per cycle for backfill past the first
@@ -88,7 +87,7 @@ class PartitionWalk:
     walk: Walk
     res: Reservation | None
     held: list[int]
-    whole_only: bool  # whole-GPU sharing: reservations and their holds apply
+    mode: PlacementMode  # the partition's sharing mode's (sched/registry.py)
     restricted: bool = False  # only shapes that may pass the holds are walked
     starved: bool = False  # some job waits for capacity
     skips: dict[ShapeKey, int] = field(default_factory=dict)
@@ -105,11 +104,11 @@ def place_partition(st: Placing, p: str) -> bool:
         walk=core.queues.walk(p, core.share),
         res=res,
         held=hold_reserved(st, res),
-        whole_only=part.sharing is SharingMode.EXCLUSIVE,
+        mode=PLACERS[part.sharing],
     )
     while (rec := w.walk.next()) is not None:
         # (the gate matters only while a whole-GPU reservation stands: not called otherwise)
-        gate = _gate(st, w, rec) if w.res is not None and w.whole_only else True
+        gate = _gate(st, w, rec) if w.res is not None and w.mode.reserves else True
         if gate is None:
             break
         if gate:
@@ -152,7 +151,7 @@ def _gate(st: Placing, w: PartitionWalk, rec: JobRecord) -> bool | None:
     """Before ``rec`` is decided: None ends the walk, False moves on to the next job, True
     decides it."""
     res = w.res
-    if not (w.whole_only and res is not None and st.core.ledger.pool_free[w.p] == 0):
+    if not (w.mode.reserves and res is not None and st.core.ledger.pool_free[w.p] == 0):
         return True
     if not w.held:
         # no free GPU, the head-of-line gang already holds its reservation and nothing
@@ -210,6 +209,7 @@ def decide(st: Placing, w: PartitionWalk, rec: JobRecord) -> Choice:
         return _past_holds(st, w, rec, res)
     if (
         capacity
+        and w.mode.reserves
         and (res is None or ahead(core, rec, res))
         and core.reservations.reservable(core, job, w.p)
     ):
@@ -219,16 +219,9 @@ def decide(st: Placing, w: PartitionWalk, rec: JobRecord) -> Choice:
         w.held = hold_reserved(st, w.res)
         if w.res is not None:
             return Choice(Outcome.RESERVE, failed=r, new=True)
-    if capacity and _recut(st, w.p, rec):
+    if capacity and w.mode.recut is not None and w.mode.recut(st, rec):
         return Choice(Outcome.SKIP, Reason.RECONFIGURING, "waiting for a MIG re-partition")
     return Choice(Outcome.SKIP, r.reason, r.message, forget=True, starved=capacity)
-
-
-def _recut(st: Placing, p: str, rec: JobRecord) -> bool:
-    """A MIG partition may re-cut a GPU for a job no instance fits (``sched/migdyn.py``)."""
-    if st.core.cluster.partitions[p].sharing is not SharingMode.MIG:
-        return False
-    return repartition_for(st.core, st.mig, st.reasons, rec, st.out)
 
 
 def _past_holds(st: Placing, w: PartitionWalk, rec: JobRecord, res: Reservation) -> Choice:

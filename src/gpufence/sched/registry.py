@@ -5,7 +5,9 @@ factory; the spec's lists of valid names are these dicts' keys (``names``), so a
 is one module plus one line here.
 
   queue order   QUEUE_ORDERS   sched/ordering.QueueOrder      partition ``queue_order:``
-  placement     PLACERS        sched/placement/fit.Placer     per sharing mode
+  placement     PLACERS        PlacementMode (below)          per sharing mode: its placer
+                                                              (sched/placement/fit.Placer),
+                                                              whether gangs reserve, re-cuts
   score         SCORERS        sched/placement/scoring.Scorer fractional ``placement:``
   admission     ADMISSION      sched/admission.Admission      run in order on every job placed
   reservation   RESERVATIONS   sched/context.ReservationRule  DEFAULT_RESERVATION (who
@@ -20,6 +22,7 @@ reclaim of idle sessions (sched/reclaim.py).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
 from gpufence.model.partition import Partition, SharingMode
@@ -33,7 +36,9 @@ from gpufence.sched.placement.whole import WholeGpuPlacer
 
 if TYPE_CHECKING:
     from gpufence.sched.context import ReservationRule
+    from gpufence.sched.jobs import JobRecord
     from gpufence.sched.placement.scoring import Scorer
+    from gpufence.sched.placing import Placing
 
 # The fractional placer and the scorers need numpy; they are imported when a scheduler makes
 # one, not when the spec asks for the valid names: `gpufence validate` and the other client
@@ -67,12 +72,32 @@ SCORERS: dict[str, Callable[[int], Scorer]] = {
     "random": lambda seed: _scorer("RandomFit", seed),
 }
 
-# per sharing mode: a placer for a partition (and the seed of its scorer, where it has one)
-PLACERS: dict[SharingMode, Callable[[Partition, int], Placer]] = {
-    SharingMode.EXCLUSIVE: lambda part, seed: WholeGpuPlacer(),
-    SharingMode.MIG: lambda part, seed: MigPlacer(),
-    SharingMode.FRACTIONAL: _fractional,
-    SharingMode.TIME_SLICE: lambda part, seed: TimeSlicePlacer(),
+
+@dataclass(frozen=True, slots=True)
+class PlacementMode:
+    """What a sharing mode brings to a partition's walk (sched/partition_walk.py)."""
+
+    # a placer for a partition (and the seed of its scorer, where it has one)
+    placer: Callable[[Partition, int], Placer]
+    # gangs that do not fit reserve whole GPUs (the reservation rule says which), held from
+    # the jobs behind them but for backfill
+    reserves: bool = False
+    # when a job does not fit for capacity: make room that no layout offers yet (True: it
+    # started, and the job waits for it)
+    recut: Callable[[Placing, JobRecord], bool] | None = None
+
+
+def _mig_recut(st: Placing, rec: JobRecord) -> bool:
+    from gpufence.sched.migdyn import repartition_for  # (the core: numpy, see above)
+
+    return repartition_for(st.core, st.mig, st.reasons, rec, st.out)
+
+
+PLACERS: dict[SharingMode, PlacementMode] = {
+    SharingMode.EXCLUSIVE: PlacementMode(lambda part, seed: WholeGpuPlacer(), reserves=True),
+    SharingMode.MIG: PlacementMode(lambda part, seed: MigPlacer(), recut=_mig_recut),
+    SharingMode.FRACTIONAL: PlacementMode(_fractional),
+    SharingMode.TIME_SLICE: PlacementMode(lambda part, seed: TimeSlicePlacer()),
 }
 
 ADMISSION: dict[str, Callable[[], Admission]] = {
@@ -121,7 +146,7 @@ def make_queue_order(name: str) -> QueueOrder:
 
 
 def make_placer(part: Partition, seed: int) -> Placer:
-    return PLACERS[part.sharing](part, seed)
+    return PLACERS[part.sharing].placer(part, seed)
 
 
 def make_reservations(name: str = DEFAULT_RESERVATION) -> ReservationRule:
