@@ -13,10 +13,9 @@ free up, instead of waiting on it.
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from gpufence.model.job import Job, RequestKind
-from gpufence.sched.book import JobBook
 from gpufence.sched.context import Core, Reservation
 from gpufence.sched.jobs import JobRecord
 from gpufence.sched.placement.whole import plan_on
@@ -35,7 +34,9 @@ def reservable(core: Core, job: Job, pool: str) -> bool:
     return job.request.kind is RequestKind.WHOLE and job.total_gpus > 1
 
 
-def reserve(core: Core, book: JobBook, rec: JobRecord, pool: str) -> Reservation | None:
+def reserve(
+    core: Core, records: Mapping[str, JobRecord], rec: JobRecord, pool: str
+) -> Reservation | None:
     """The earliest start at which ``rec``'s gang fits in ``pool`` as running jobs end, and
     the GPUs it will get then (None: not even once every running job has ended)."""
     job = rec.job
@@ -44,7 +45,7 @@ def reserve(core: Core, book: JobBook, rec: JobRecord, pool: str) -> Reservation
     now = core.now
     free: dict[int, list[int]] = {n: led.free_gpus(pool, n) for n in c.partition_nodes[pool]}
     free = {n: v for n, v in free.items() if led.node_up[n]}
-    releases, ending = _releases(core, book, pool)
+    releases, ending = _releases(core, records, pool)
     ends = [r[0] for r in releases]
 
     def view(t: float) -> dict[int, list[int]]:
@@ -74,12 +75,12 @@ def reserve(core: Core, book: JobBook, rec: JobRecord, pool: str) -> Reservation
             return None
     gpus = tuple(g for a in planned for g in a.gpus)
     counted = tuple(sorted((e, j) for j, e in ending.items() if e <= start and e < INF))
-    overran = _overran(core, book, pool, gpus) if start == INF else ""
+    overran = _overran(core, records, pool, gpus) if start == INF else ""
     return Reservation(job.id, pool, start, gpus, job.priority, rec.queue, counted, overran)
 
 
 def _releases(
-    core: Core, book: JobBook, pool: str
+    core: Core, records: Mapping[str, JobRecord], pool: str
 ) -> tuple[list[tuple[float, int, tuple[int, ...]]], dict[str, float]]:
     """The GPUs each running job of ``pool`` gives back on an up node, (expected end, node,
     GPUs) by end, and each job's expected end."""
@@ -88,7 +89,7 @@ def _releases(
     ending: dict[str, float] = {}
     for jid in led.pool_allocs[pool]:
         alloc = led.allocs[jid]
-        end = ending[jid] = book.records[jid].expected_end(core.now)
+        end = ending[jid] = records[jid].expected_end(core.now)
         for a in alloc.assignments:
             if led.node_up[a.node]:
                 releases.append((end, a.node, a.gpus))
@@ -118,8 +119,10 @@ class EasyBackfill:
     def reservable(self, core: Core, job: Job, pool: str) -> bool:
         return reservable(core, job, pool)
 
-    def reserve(self, core: Core, book: JobBook, rec: JobRecord, pool: str) -> Reservation | None:
-        return reserve(core, book, rec, pool)
+    def reserve(
+        self, core: Core, records: Mapping[str, JobRecord], rec: JobRecord, pool: str
+    ) -> Reservation | None:
+        return reserve(core, records, rec, pool)
 
     def may_backfill(self, core: Core, job: Job, res: Reservation) -> bool:
         planned = job.planned_runtime_s
@@ -131,7 +134,7 @@ class EasyBackfill:
         )
 
 
-def _overran(core: Core, book: JobBook, pool: str, gpus: tuple[int, ...]) -> str:
+def _overran(core: Core, records: Mapping[str, JobRecord], pool: str, gpus: tuple[int, ...]) -> str:
     """The running jobs that hold GPUs the gang needs and ran past their estimates (a
     backfilled job, say, that was to end before the gang's start): the reason names them,
     since they, not "running jobs", keep the gang waiting."""
@@ -139,7 +142,7 @@ def _overran(core: Core, book: JobBook, pool: str, gpus: tuple[int, ...]) -> str
     wanted = set(gpus)
     named: list[str] = []
     for jid in led.pool_allocs[pool]:
-        rec = book.records[jid]
+        rec = records[jid]
         est, began = rec.job.est_runtime_s, rec.started_at
         if est is None or began is None or rec.job.time_limit_s is not None:
             continue

@@ -10,7 +10,7 @@ Claims    what waiting jobs hold on to across cycles: the head-of-line gang's re
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
@@ -23,7 +23,6 @@ from gpufence.state.ledger import Ledger
 
 if TYPE_CHECKING:
     from gpufence.model.job import Job
-    from gpufence.sched.book import JobBook
     from gpufence.sched.jobs import JobRecord
 
 
@@ -81,8 +80,11 @@ class ReservationRule(Protocol):
         """May ``job``, not fitting in ``pool`` now, reserve there?"""
         ...
 
-    def reserve(self, core: Core, book: JobBook, rec: JobRecord, pool: str) -> Reservation | None:
-        """The reservation for ``rec`` in ``pool`` (None: it can never be placed there)."""
+    def reserve(
+        self, core: Core, records: Mapping[str, JobRecord], rec: JobRecord, pool: str
+    ) -> Reservation | None:
+        """The reservation for ``rec`` in ``pool`` (None: it can never be placed there);
+        ``records``: every job's record (the running jobs' expected ends)."""
         ...
 
     def may_backfill(self, core: Core, job: Job, res: Reservation) -> bool:

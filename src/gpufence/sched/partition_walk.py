@@ -139,7 +139,7 @@ def _valid(st: Placing, p: str) -> Reservation | None:
     # recompute for the same gang before anything is placed: dropping it would let the jobs
     # queued ahead of the gang take the GPUs it was about to get, and push it back
     rec = st.core.queues.records[res.job_id]
-    new = st.core.reservations.reserve(st.core, st.book, rec, p)
+    new = st.core.reservations.reserve(st.core, st.book.records, rec, p)
     if new is None:
         del st.claims.reservations[p]
         return None
@@ -215,7 +215,7 @@ def decide(st: Placing, w: PartitionWalk, rec: JobRecord) -> Choice:
     ):
         release_holds(core.ledger, w.held)
         st.claims.reservations.pop(w.p, None)
-        w.res = core.reservations.reserve(core, st.book, rec, w.p)
+        w.res = core.reservations.reserve(core, st.book.records, rec, w.p)
         w.held = hold_reserved(st, w.res)
         if w.res is not None:
             return Choice(Outcome.RESERVE, failed=r, new=True)
