@@ -219,8 +219,8 @@ def decide(st: Placing, w: PartitionWalk, rec: JobRecord) -> Choice:
         w.held = hold_reserved(st, w.res)
         if w.res is not None:
             return Choice(Outcome.RESERVE, failed=r, new=True)
-    if capacity and w.mode.recut is not None and w.mode.recut(st, rec):
-        return Choice(Outcome.SKIP, Reason.RECONFIGURING, "waiting for a MIG re-partition")
+    if capacity and w.mode.recut is not None and (started := w.mode.recut(st, rec)):
+        return Choice(Outcome.SKIP, Reason.RECONFIGURING, started)
     return Choice(Outcome.SKIP, r.reason, r.message, forget=True, starved=capacity)
 
 

@@ -82,15 +82,17 @@ class PlacementMode:
     # gangs that do not fit reserve whole GPUs (the reservation rule says which), held from
     # the jobs behind them but for backfill
     reserves: bool = False
-    # when a job does not fit for capacity: make room that no layout offers yet (True: it
-    # started, and the job waits for it)
-    recut: Callable[[Placing, JobRecord], bool] | None = None
+    # when a job does not fit for capacity: make room that no layout offers yet; what it
+    # started, the job's reason while it waits for it (None: nothing to start)
+    recut: Callable[[Placing, JobRecord], str | None] | None = None
 
 
-def _mig_recut(st: Placing, rec: JobRecord) -> bool:
+def _mig_recut(st: Placing, rec: JobRecord) -> str | None:
     from gpufence.sched.migdyn import repartition_for  # (the core: numpy, see above)
 
-    return repartition_for(st.core, st.mig, st.reasons, rec, st.out)
+    if repartition_for(st.core, st.mig, st.reasons, rec, st.out):
+        return "waiting for a MIG re-partition"
+    return None
 
 
 PLACERS: dict[SharingMode, PlacementMode] = {
