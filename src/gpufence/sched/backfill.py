@@ -6,8 +6,8 @@ estimate): at a time T a node offers its free GPUs plus the GPUs of jobs expecte
 Jobs without either, or already past their estimate, are assumed to run forever, so a gang that
 needs their GPUs is reserved at T = inf: its GPUs are still held as they free up, and only jobs
 that cannot delay it (none, at inf) backfill. When a job overruns its estimate the start passes
-and the reservation is planned again (sched/place.py ``_valid``) without it, on GPUs that will
-free up, instead of waiting on it.
+and the reservation is planned again (sched/partition_walk.py ``_valid``) without it, on GPUs
+that will free up, instead of waiting on it.
 """
 
 from __future__ import annotations
