@@ -124,21 +124,18 @@ def _apply(
     out: list[Decision],
     protection: ProtectionState | None,
 ) -> None:
-    if isinstance(ev, JobSubmitted):
+    # (the kinds are disjoint: the most frequent are tested first)
+    if isinstance(ev, _JOB_REPORTS):
+        rec = book.records.get(ev.job_id)
+        if rec is None or rec.state in TERMINAL:
+            return  # late report about a job we no longer track: nothing to do
+        _job_event(core, book, claims, reasons, gates, rec, ev, out)
+    elif isinstance(ev, JobSubmitted):
         _submit(core, book, gates, ev, out)
-        return
-    if _restored(core, book, gates, ev, protection):
-        return
-    if _gate_event(core, book, claims, reasons, gates, ev):
-        return
-    if _cluster_event(core, book, mig, ev, out):
-        return
-    if not isinstance(ev, _JOB_REPORTS):  # (every event is one of the kinds above)
-        return
-    rec = book.records.get(ev.job_id)
-    if rec is None or rec.state in TERMINAL:
-        return  # late report about a job we no longer track: nothing to do
-    _job_event(core, book, claims, reasons, gates, rec, ev, out)
+    elif not _restored(core, book, gates, ev, protection) and not _gate_event(
+        core, book, claims, reasons, gates, ev
+    ):
+        _cluster_event(core, book, mig, ev, out)
 
 
 def _restored(

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import cache
 from typing import TYPE_CHECKING, TypeVar
 
 from gpufence.model.partition import Partition, SharingMode
@@ -87,10 +88,17 @@ class PlacementMode:
     recut: Callable[[Placing, JobRecord], str | None] | None = None
 
 
-def _mig_recut(st: Placing, rec: JobRecord) -> str | None:
-    from gpufence.sched.migdyn import repartition_for  # (the core: numpy, see above)
+@cache
+def _repartition_for() -> Callable[..., bool]:
+    # (the core: numpy, see above; an import statement on every call would cost 0.8 us, and
+    # the walk asks once per MIG shape that does not fit)
+    from gpufence.sched.migdyn import repartition_for
 
-    if repartition_for(st.core, st.mig, st.reasons, rec, st.out):
+    return repartition_for
+
+
+def _mig_recut(st: Placing, rec: JobRecord) -> str | None:
+    if _repartition_for()(st.core, st.mig, st.reasons, rec, st.out):
         return "waiting for a MIG re-partition"
     return None
 
