@@ -64,7 +64,7 @@ class Limits:
     pids: int | None = None
     """Processes and threads."""
     log_bytes: int | None = None
-    """Each of its logs (stdout, stderr): cut by the launcher past this (``logcap.py``)."""
+    """Each of its logs (stdout, stderr) never grows past this (``logcap.py``)."""
     defaulted: frozenset[str] = frozenset()
     """Which of ``cpus``, ``mem_bytes`` the job did not ask for (its node's share: a default,
     which a cgroup without that controller leaves out instead of refusing the start)."""

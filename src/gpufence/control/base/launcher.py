@@ -39,9 +39,10 @@ fork server in a new process group). It
    and is done even if the control plane had just decided to stop it) and exits with the code
    (128 + signal for a signal death). A command that cannot be executed gets 127 (not found)
    or 126, one that cannot be contained (cgroup, user switch or working directory refused, a
-   log that is not a plain file) 125, and a line in ``rank-R.err``. With ``--log-limit`` it
-   holds both logs to that many bytes while it waits (``logcap.py``: cut, with a note in the
-   log and ``rank-R.logcap`` in its records).
+   log that is not a plain file) 125, and a line in ``rank-R.err``. With ``--log-limit`` the
+   command's stdout and stderr are pipes that a log pump it forks copies into the logs, never
+   past that many bytes (``logcap.py``: cut, with a note in the log and ``rank-R.logcap`` in
+   its records); the exit is recorded once the pump has copied the last of it.
 
 The exit record survives a full or failing data disk (``write_exit_record``), or a completed job
 would run again after a restart: the executor *reserves* it at spawn (``EXIT_RESERVED`` bytes,
@@ -83,8 +84,7 @@ EXIT_NOT_CONTAINED = 125
 if not __package__:
     sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
-from gpufence.control.base.logcap import POLL_S, LogCap  # noqa: E402
-from gpufence.control.base.logcap import record as logcap_record  # noqa: E402
+from gpufence.control.base.logcap import Pump  # noqa: E402
 from gpufence.control.base.member_records import (  # noqa: E402
     LAUNCHER_ENV,
     STOPS,
@@ -259,29 +259,20 @@ def await_exec(pid: int, report: int, command: list[str]) -> int:
 FENCE_GRACE_S = 5.0
 
 
-def _wait_or_fence(child: int, parent: int | None, cap: LogCap | None = None) -> bool:
+def _wait_or_fence(child: int, parent: int) -> bool:
     """Return when ``child`` has exited (not reaped); True if that is because process ``parent``
     (the node agent) died first and the group was stopped: SIGTERM, up to ``FENCE_GRACE_S`` for
     the child to exit, then SIGKILL to it (the caller records the exit, then kills what is left
-    of the group). Both ends are pidfds: no polling, and no confusion with a reused pid. With a
-    log ``cap`` it wakes every ``logcap.POLL_S`` to hold the logs to it."""
+    of the group). Both ends are pidfds: no polling, and no confusion with a reused pid."""
     fd = os.pidfd_open(child)
     watch: int | None = None
     try:
-        if parent is not None:
-            try:
-                watch = os.pidfd_open(parent)
-            except ProcessLookupError:  # already gone: fence at once
-                return _fence(fd)
-        ends = [fd] if watch is None else [fd, watch]
-        while True:
-            ready = select.select(ends, [], [], POLL_S if cap is not None else None)[0]
-            if fd in ready:
-                return False
-            if ready:  # the parent died
-                return _fence(fd)
-            if cap is not None:
-                cap.check()
+        try:
+            watch = os.pidfd_open(parent)
+        except ProcessLookupError:  # already gone: fence at once
+            return _fence(fd)
+        ready = select.select([fd, watch], [], [])[0]
+        return False if fd in ready else _fence(fd)
     finally:
         if watch is not None:
             os.close(watch)
@@ -421,6 +412,12 @@ def parse(args: list[str]) -> Options | str:
     return parsed
 
 
+def log_limit_of(argv: list[str]) -> int | None:
+    """The ``--log-limit`` a launcher command line sets (None: uncapped, or not a valid one)."""
+    parsed = parse(argv)
+    return None if isinstance(parsed, str) else parsed.log_limit
+
+
 def main(
     argv: list[str] | None = None,
     env: dict[str, str] | None = None,
@@ -428,13 +425,15 @@ def main(
     keep_fds: Sequence[int] = (),
     link: Link | None = None,
     split_here: bool = True,
+    job_pipes: tuple[int, int] | None = None,
 ) -> int:
     """Run one member (see the module docstring); ``env`` is the user command's environment
     (default: the launcher's own, as when run by path; the fork server passes the job's);
     ``spawn`` starts it (default: fork now), using descriptors ``keep_fds``. The member's
     supervisor (``supervisor.py``) is split off here unless not ``split_here`` (a pre-started
     member, whose supervisor is made before its job's process: ``link`` is the way to it,
-    None when it has none)."""
+    None when it has none; ``job_pipes``: the read ends of the pipes its job's process writes
+    its output into, when the member has a log limit)."""
     args = list(sys.argv[1:] if argv is None else argv)
     job_env = dict(os.environ if env is None else env)
     for name in LAUNCHER_ENV:  # ours (run by path, the job's env is ours), never the job's
@@ -453,7 +452,7 @@ def main(
         signal.signal(sig, _survive)
 
     # descriptors the control plane leaked to us (not close-on-exec) must not reach the command
-    _close_fds((*keep_fds, *(link.fds() if link is not None else ())))
+    _close_fds((*keep_fds, *(link.fds() if link is not None else ()), *(job_pipes or ())))
     if split_here:
         link = split((attempt_dir, rank))  # from here on: the supervisor's child
     elif link is not None:
@@ -476,7 +475,7 @@ def main(
     # nothing sent to the member can have missed it, so there is no supervisor's to forward
     early_from = supervisor if split_here else None
     code, stop_reached, lost, fenced = _run(
-        parsed, job_env, spawn or _spawn, out_fd, err_fd, (supervisor, early_from)
+        parsed, job_env, spawn or _spawn, (out_fd, err_fd), (supervisor, early_from), job_pipes
     )
     if lost is not None:
         write_lost_record(attempt_dir, rank, lost, time.time())
@@ -516,65 +515,85 @@ def _run(
     o: Options,
     job_env: dict[str, str],
     spawn: Spawner,
-    out_fd: int,
-    err_fd: int,
+    logs: tuple[int, int],
     supervisors: tuple[int | None, int | None],
+    job_pipes: tuple[int, int] | None = None,
 ) -> tuple[int, bool | None, str | None, bool]:
     """Start the command and wait for it: (exit code, whether a stop reached it first (None:
     it never ran), why it was lost (None: it was not), whether the fence parent died). Closes
-    both log descriptors."""
+    both log descriptors. With a log limit the command writes into pipes a log pump copies
+    (``logcap.py``): ``job_pipes`` are their read ends when the command's process was made
+    with them already (a pre-started member), else they are made here."""
     assert o.rank is not None
-    supervisor, early_from = supervisors  # (for stops, for signals before the command ran)
+    out_fd, err_fd = logs
+    pump = None
+    if o.log_limit is not None:
+        pump = Pump(logs, o.log_limit, logcap_file(o.attempt_dir, o.rank), job_pipes)
     fenced = False
     stop_reached: bool | None = None  # the command never ran: no stop could reach it
     lost: str | None = None
     try:
-        child = spawn(o.command, job_env, out_fd, err_fd, o.confine)
+        ends = pump.writes if pump is not None and pump.writes else logs  # (pre-started: unused)
+        child = spawn(o.command, job_env, ends[0], ends[1], o.confine)
     except SpawnLost as exc:
         code, lost = exc.code, exc.message
-        with contextlib.suppress(OSError):
-            os.write(err_fd, f"gpufence launcher: {exc.message}\n".encode())
+        _say_failure(err_fd, exc.message, pump)
     except SpawnFailure as exc:
         code = exc.code
-        with contextlib.suppress(OSError):  # a full disk must not cost the exit record
-            os.write(err_fd, f"gpufence launcher: {exc.message}\n".encode())
+        _say_failure(err_fd, exc.message, pump)
     else:
-        # when the command exists (exec done): the GPU's hand-off ends here, whatever the
-        # command then spends on its own start-up
-        started = {
-            "pid": child,
-            "exec_unix": time.time(),
-            "devices": job_env.get("CUDA_VISIBLE_DEVICES", ""),
-            "fence_parent": o.fence_parent,
-            # while the supervisor is gone (killed), the member lives on in this launcher
-            "launcher": os.getpid(),
-            "launcher_start": proc_start_time(os.getpid()),
-        }
-        with contextlib.suppress(OSError):  # informational (hand-off timing): may be lost
-            atomic_write(started_file(o.attempt_dir, o.rank), json.dumps(started) + "\n")
-        # anything sent to the group before the command existed reached only us: pass it on
-        early = signal.sigpending() & o.caught
-        if early_from is not None:  # signals the executor sent the supervisor meanwhile
-            early |= {signal.Signals(s) for s in pending_signals(early_from) if s in o.caught}
-        for sig in sorted(early):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(child, sig)
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, o.caught)  # later ones: our no-op handlers
-        cap = LogCap((out_fd, err_fd), o.log_limit) if o.log_limit is not None else None
-        if o.fence_parent is not None or cap is not None:
-            fenced = _wait_or_fence(child, o.fence_parent, cap)
+        _started(o, child, job_env, supervisors)
+        if pump is not None:  # the job's first output waits in the pipe meanwhile
+            pump.start(o.confine.cgroups, _close_fds)
+        if o.fence_parent is not None:
+            fenced = _wait_or_fence(child, o.fence_parent)
         _, status = os.waitpid(child, 0)  # PEP 475: retried after _survive runs
         code = os.waitstatus_to_exitcode(status)
-        stop_reached = fenced or _stop_reached(supervisor)
-        if cap is not None:
-            cap.check()  # what it wrote last
-            if cap.hit:
-                logcap_record(logcap_file(o.attempt_dir, o.rank), cap)
+        stop_reached = fenced or _stop_reached(supervisors[0])
+        if pump is not None:
+            pump.finish()  # what it wrote last is in the log before the exit record
     finally:
         os.close(out_fd)
         os.close(err_fd)
     return code, stop_reached, lost, fenced
 
+
+def _say_failure(err_fd: int, message: str, pump: Pump | None) -> None:
+    """Why the command never ran, in its stderr log (a full disk must not cost the exit
+    record)."""
+    if pump is not None:
+        pump.abandon()
+    with contextlib.suppress(OSError):
+        os.write(err_fd, f"gpufence launcher: {message}\n".encode())
+
+
+def _started(
+    o: Options, child: int, job_env: dict[str, str], supervisors: tuple[int | None, int | None]
+) -> None:
+    """The command exists (exec done): record it, pass on the signals that came before it,
+    then let later ones reach our no-op handlers."""
+    assert o.rank is not None
+    early_from = supervisors[1]  # signals before the command ran went to this supervisor
+    # the GPU's hand-off ends here, whatever the command then spends on its own start-up
+    started = {
+        "pid": child,
+        "exec_unix": time.time(),
+        "devices": job_env.get("CUDA_VISIBLE_DEVICES", ""),
+        "fence_parent": o.fence_parent,
+        # while the supervisor is gone (killed), the member lives on in this launcher
+        "launcher": os.getpid(),
+        "launcher_start": proc_start_time(os.getpid()),
+    }
+    with contextlib.suppress(OSError):  # informational (hand-off timing): may be lost
+        atomic_write(started_file(o.attempt_dir, o.rank), json.dumps(started) + "\n")
+    # anything sent to the group before the command existed reached only us: pass it on
+    early = signal.sigpending() & o.caught
+    if early_from is not None:  # signals the executor sent the supervisor meanwhile
+        early |= {signal.Signals(s) for s in pending_signals(early_from) if s in o.caught}
+    for sig in sorted(early):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(child, sig)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, o.caught)  # later ones: our no-op handlers
 
 if __name__ == "__main__":
     sys.exit(main())
