@@ -149,3 +149,54 @@ def test_an_untranslated_directive_refuses_the_whole_script(
         "they ask as #GPUFENCE lines"
     )
     assert len(server.client.jobs(limit=1000)) == before  # nothing submitted, not one task
+
+
+def test_gpufence_sbatch_options_win_over_the_scripts_lines(
+    cli: Cli, server: CliServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)  # where sbatch is run: the job's working directory
+    script = tmp_path / "job.sh"
+    script.write_text(
+        "#!/bin/sh\n#SBATCH --gres=gpu:1 -J from-script -t 10\n#SBATCH -o script-%j.out\n"
+        'echo "args=$* name=$SLURM_JOB_NAME id=$SLURM_JOB_ID"\n'
+    )
+    r = cli("sbatch", "--parsable", "-J", "from-cli", "--output=cli-%j.out", str(script), "a", "b")
+    assert r.exit_code == 0, r.output
+    jid = r.stdout.strip()
+    job = ended(server, jid)
+    assert job["state"] == "done", job
+    assert (job["spec"]["time_limit_s"], job["spec"]["gpus"]) == (600.0, 1)  # the script's
+    assert not list(tmp_path.glob("script-*"))  # the command line's -o won
+    assert (tmp_path / f"cli-{jid}.out").read_text() == f"args=a b name=from-cli id={jid}\n"
+    r = cli("sbatch", "-t", "5", "--dependency", f"afterok:{jid}", str(script))
+    assert r.exit_code == 0, r.output
+    assert r.stdout.startswith("Submitted batch job j"), r.stdout
+    second = r.stdout.split()[-1]
+    spec = server.client.job(second)["spec"]
+    assert (spec["after_ok"], spec["time_limit_s"]) == ([jid], 300.0)
+    assert ended(server, second)["state"] == "done"
+    assert (tmp_path / f"script-{second}.out").read_text().startswith("args= name=from-script")
+
+
+def test_gpufence_sbatch_refuses_what_it_cannot_apply(
+    cli: Cli, server: CliServer, tmp_path: Path
+) -> None:
+    script = tmp_path / "job.sh"
+    script.write_text("#!/bin/sh\n#SBATCH --gres=gpu:1\ntrue\n")
+    before = len(server.client.jobs(limit=1000))
+    r = cli("sbatch", "--exclusive", "-q", "high", str(script))
+    assert r.exit_code == 2, r.output
+    assert " ".join(r.stderr.split()) == (
+        f"error: {script}: 2 #SBATCH directive(s) gpufence cannot apply, so nothing was "
+        "submitted: the command line: --exclusive: not a directive gpufence translates; the "
+        "command line: -q high: not a directive gpufence translates. The README's '#SBATCH "
+        "scripts' lists those it translates; remove the others or write what they ask as "
+        "#GPUFENCE lines"
+    )
+    own = tmp_path / "own.sh"
+    own.write_text("#!/bin/sh\n#GPUFENCE --gpus 1\ntrue\n")
+    r = cli("sbatch", str(own))
+    assert r.exit_code == 2 and "has #GPUFENCE lines: submit it with gpufence submit" in r.stderr
+    r = cli("sbatch", "-p", "x", "--url", "http://127.0.0.1:1", str(script))
+    assert r.exit_code == 2 and "put --url first, before sbatch's options" in r.stderr, r.output
+    assert len(server.client.jobs(limit=1000)) == before

@@ -26,6 +26,8 @@ from gpufence.cli.sbatch_output import pattern_problem
 from gpufence.control.base.arrays import ArraySpecError, parse_array
 
 SBATCH = "#SBATCH"
+COMMAND_LINE = 1 << 30
+"""The "line" of ``gpufence sbatch``'s own options: after every line of the script, so they win."""
 MIB = 1 << 20
 
 LONG = {
@@ -118,11 +120,15 @@ def read_sbatch(script: Path) -> Sbatch:
     return translate(text, str(script))
 
 
-def translate(text: str, where: str) -> Sbatch:
-    """``read_sbatch`` of a script's text (``where``: its path, for messages)."""
+def translate(text: str, where: str, options: list[str] | None = None) -> Sbatch:
+    """``read_sbatch`` of a script's text (``where``: its path, for messages); ``options``:
+    sbatch's command line (``gpufence sbatch``), which wins over the script's lines."""
     problems: list[tuple[int, str]] = []  # (line, what is wrong)
     given: dict[str, tuple[int, str]] = {}  # directive -> (line, value); a later line wins
-    for n, rest in sbatch_lines(text):
+    lines = sbatch_lines(text)
+    if options is not None:
+        lines.append((COMMAND_LINE, shlex.join(options)))
+    for n, rest in lines:
         try:
             tokens = shlex.split(rest, comments=True)
         except ValueError as exc:
@@ -137,13 +143,17 @@ def translate(text: str, where: str) -> Sbatch:
     if given:
         problems += apply(given, out)
     if problems:
-        named = "; ".join(f"line {n}: {what}" for n, what in sorted(problems, key=lambda p: p[0]))
+        named = "; ".join(f"{place(n)}: {what}" for n, what in sorted(problems, key=lambda p: p[0]))
         raise SbatchError(
             f"{where}: {len(problems)} #SBATCH directive(s) gpufence cannot apply, so nothing "
             f"was submitted: {named}. The README's '#SBATCH scripts' lists those "
             "it translates; remove the others or write what they ask as #GPUFENCE lines"
         )
     return out
+
+
+def place(line: int) -> str:
+    return "the command line" if line == COMMAND_LINE else f"line {line}"
 
 
 def split_options(tokens: list[str]) -> list[tuple[str, str, str]]:

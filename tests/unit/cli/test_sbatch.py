@@ -12,6 +12,7 @@ import pytest
 
 from gpufence.cli.sbatch import SbatchError, slurm_time, translate
 from gpufence.cli.sbatch_output import pattern_problem, with_output
+from gpufence.cli.sbatch_verb import split_command_line
 
 
 def params(*lines: str) -> dict[str, Any]:
@@ -221,3 +222,39 @@ def test_outside_an_array_a_is_slurms_no_value(tmp_path: Path) -> None:
 
 def test_no_pattern_no_wrapper() -> None:
     assert with_output(["a", "b"], None, None, gang=True) == ["a", "b"]
+
+
+def test_command_line_options_win_and_are_named_as_such() -> None:
+    text = "#SBATCH -t 10 -J script\n"
+    sb = translate(text, "s.sh", ["-t", "5", "--job-name=cli"])
+    assert sb.params == {"time_limit": "300", "name": "cli"}
+    with pytest.raises(SbatchError) as exc:
+        translate("#SBATCH --exclusive\n", "s.sh", ["--qos=high", "-t", "x"])
+    assert (
+        str(exc.value)
+        == HEAD.format(3)
+        + (
+            "line 1: --exclusive: not a directive gpufence translates; "
+            "the command line: --qos=high: not a directive gpufence translates; "
+            "the command line: --time=x: not a time limit; write MM, MM:SS, HH:MM:SS, D-HH, "
+            "D-HH:MM or D-HH:MM:SS"
+        )
+        + TAIL
+    )
+
+
+def test_gpufence_sbatch_finds_the_script_after_the_options(tmp_path: Path) -> None:
+    script = tmp_path / "job.sh"
+    script.write_text("#!/bin/sh\ntrue\n")
+    s = str(script)
+    assert split_command_line(["-p", "batch", "-n2", "--time=5", s, "-x", "y"]) == (
+        ["-p", "batch", "-n2", "--time=5"],
+        script,
+        ["-x", "y"],
+    )
+    # an option that is not translated takes the next word unless that is the script
+    assert split_command_line(["--qos", "high", "--exclusive", s]) == (
+        ["--qos", "high", "--exclusive"],
+        script,
+        [],
+    )
