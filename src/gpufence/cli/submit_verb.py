@@ -2,7 +2,8 @@
 
 * ``gpufence submit [OPTIONS] -- CMD ...`` submits CMD;
 * ``gpufence submit [OPTIONS] script.sh`` runs the script (through its ``#!`` line) with the
-  options of its ``#GPUFENCE`` lines; options on the command line win (``jobfile.py``);
+  options of its ``#GPUFENCE`` lines (``jobfile.py``) over those its ``#SBATCH`` lines translate
+  to (``sbatch.py``); options on the command line win over both;
 * ``gpufence submit -f jobs.yaml`` submits every document of a job file, all checked first.
 
 ``--array`` makes one job per index, ``--after-ok/--after-any/--after-not-ok`` chain jobs (ids
@@ -67,7 +68,8 @@ def submit(
         typer.Argument(
             metavar="CMD",
             help="the command to run, after --: -- python train.py --lr 3e-4; or one script "
-            f"whose '{DIRECTIVE} --gpus 2 ...' lines at its top give options",
+            f"whose '{DIRECTIVE} --gpus 2 ...' (or '#SBATCH --gres=gpu:2 ...') lines at its "
+            "top give options",
             show_default=False,
         ),
     ] = None,
