@@ -90,6 +90,15 @@ def test_an_sbatch_array_script_runs_after_its_dependency(
     assert r.exit_code == 0, r.output
     for t in tasks:
         assert f"{array}_{t['index']}" in r.stdout and str(t["id"]) in r.stdout, r.stdout
+    # the list and one task's status name it as Slurm does, next to its own id
+    r = cli("queue", "--all", "-o", "wide")
+    assert r.exit_code == 0, r.output
+    for t in tasks:
+        assert f"{t['id']} {array}_{t['index']}" in r.stdout, r.stdout
+    r = cli("status", f"{array}_2")
+    assert r.exit_code == 0, r.output
+    assert f"{tasks[2]['id']} {array}_2 (sweep)" in r.stdout, r.stdout
+    assert f"{script} > %A_%a.out 2>&1" in " ".join(r.stdout.split()), r.stdout
 
 
 def test_the_command_line_wins_over_sbatch_lines(

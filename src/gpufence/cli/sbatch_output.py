@@ -73,3 +73,15 @@ def with_output(command: list[str], output: str | None, error: str | None, gang:
         return command
     mode = "append" if gang else "truncate"
     return ["/bin/sh", "-c", WRAPPER, "gpufence-sbatch", output or "", error or "", mode, *command]
+
+
+def shown_command(command: list[str]) -> str:
+    """``command`` as ``status`` and ``queue`` show it: a wrapped script as the script with its
+    redirections (``sweep.sh > %A_%a.out``), not the wrapper's lines."""
+    if len(command) < 7 or command[:4] != ["/bin/sh", "-c", WRAPPER, "gpufence-sbatch"]:
+        return " ".join(command)
+    out, err, _, *rest = command[4:]
+    shown = " ".join(rest)
+    if out:
+        shown += f" > {out}" + ("" if err else " 2>&1")
+    return shown + (f" 2> {err}" if err else "")

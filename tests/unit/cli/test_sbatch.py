@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from gpufence.cli.sbatch import SbatchError, slurm_time, translate
-from gpufence.cli.sbatch_output import pattern_problem, with_output
+from gpufence.cli.sbatch_output import pattern_problem, shown_command, with_output
 from gpufence.cli.sbatch_verb import split_command_line
 
 
@@ -258,3 +258,12 @@ def test_gpufence_sbatch_finds_the_script_after_the_options(tmp_path: Path) -> N
         script,
         [],
     )
+
+
+def test_a_wrapped_script_is_shown_as_the_script_and_its_files() -> None:
+    wrapped = with_output(["/bin/bash", "/w/sweep.sh", "a"], "%A_%a.out", None, gang=False)
+    assert shown_command(wrapped) == "/bin/bash /w/sweep.sh a > %A_%a.out 2>&1"
+    both = with_output(["/bin/sh", "/w/s.sh"], "o", "e", gang=True)
+    assert shown_command(both) == "/bin/sh /w/s.sh > o 2> e"
+    assert shown_command(with_output(["x"], None, "e", gang=False)) == "x 2> e"
+    assert shown_command(["/bin/sh", "-c", "echo hi"]) == "/bin/sh -c echo hi"
