@@ -209,3 +209,18 @@ def test_gpufence_sbatch_refuses_what_it_cannot_apply(
     r = cli("sbatch", "-p", "x", "--url", "http://127.0.0.1:1", str(script))
     assert r.exit_code == 2 and "put --url first, before sbatch's options" in r.stderr, r.output
     assert len(server.client.jobs(limit=1000)) == before
+
+
+def test_a_script_that_asks_for_no_gpu_runs_without_one(
+    cli: Cli, server: CliServer, tmp_path: Path
+) -> None:
+    script = tmp_path / "prep.sh"
+    script.write_text(
+        "#!/bin/sh\n#SBATCH -c 1 -o prep.out\n"
+        'echo "gpus=[$CUDA_VISIBLE_DEVICES] job_gpus=[${SLURM_JOB_GPUS-unset}]"\n'
+    )
+    r = cli("submit", "--cwd", str(tmp_path), str(script))
+    assert r.exit_code == 0, r.output
+    job = ended(server, r.stdout.strip())
+    assert (job["state"], job["spec"]["gpus"]) == ("done", 0), job
+    assert (tmp_path / "prep.out").read_text() == "gpus=[] job_gpus=[unset]\n"

@@ -87,6 +87,9 @@ class Sbatch:
     error: str | None = None
     present: bool = False
     """The script has ``#SBATCH`` lines (a Slurm script: named after its file, as sbatch does)."""
+    cpu_only: bool = False
+    """Its lines ask for no GPU: Slurm gives it none (``finish``), where gpufence's default
+    is one."""
 
     def under(self, params: dict[str, Any], given: Callable[[str], bool]) -> dict[str, Any]:
         """``params`` with these options where the command line (``given``) names none."""
@@ -95,6 +98,12 @@ class Sbatch:
             if not given(key):
                 out[key] = value
         return out
+
+    def finish(self, params: dict[str, Any]) -> dict[str, Any]:
+        """``params`` (every layer applied) with ``--gpus 0`` where the lines ask for no GPU
+        and no other layer asks for any (``--gpus``, ``--mig``, ``--gpu-fraction``)."""
+        asked = any(params.get(k) is not None for k in ("gpus", "mig", "gpu_fraction"))
+        return params if asked or not self.cpu_only else {**params, "gpus": 0}
 
 
 def sbatch_lines(text: str) -> list[tuple[int, str]]:
@@ -237,6 +246,7 @@ def gpus_of(given: dict[str, tuple[int, str]], tasks: int, out: Sbatch, bad: Bad
         bad("gpus", "give the GPUs once: either --gres=gpu:N or --gpus=N")
         return
     if not asked:
+        out.cpu_only = True
         return
     key = asked[0]
     value = given[key][1]
@@ -248,8 +258,8 @@ def gpus_of(given: dict[str, tuple[int, str]], tasks: int, out: Sbatch, bad: Bad
     parts = gpu[0].split(":")[1:] or ["1"]
     total = count(parts[-1])
     kind = parts[0] if len(parts) == 2 else None
-    if len(parts) > 2 or total < 1:
-        bad(key, "write gpu:N or gpu:TYPE:N with N a whole number of at least 1")
+    if len(parts) > 2 or total < 0 or (total == 0 and kind is not None):
+        bad(key, "write gpu:N or gpu:TYPE:N with N a whole number (gpu:0: none)")
     elif kind is not None and not _MIG.fullmatch(kind):
         bad(key, f"gpufence picks GPUs by partition, not by type: write gpu:{total} and name "
                  f"the partition that holds {kind} GPUs with --partition")  # fmt: skip

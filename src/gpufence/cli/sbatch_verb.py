@@ -91,7 +91,7 @@ def sbatch(
         sb = translate(script.read_text(encoding="utf-8"), str(script), options)
     except SbatchError as exc:
         raise fail(str(exc)) from None
-    params: defaultdict[str, Any] = defaultdict(lambda: None, sb.params)
+    params: defaultdict[str, Any] = defaultdict(lambda: None, sb.finish(sb.params))
     gang = (params["replicas"] or 1) > 1
     params["command"] = with_output([*script_command(script), *args], sb.output, sb.error, gang)
     params["env"] = [f"SLURM_JOB_NAME={script.name}"]

@@ -458,7 +458,7 @@ def with_sbatch(
     except SbatchError as exc:
         raise fail(str(exc)) from None
     out = sb.under(params, lambda p: ctx.get_parameter_source(p) is ParameterSource.COMMANDLINE)
-    out = with_directives(ctx, script, out)
+    out = sb.finish(with_directives(ctx, script, out))
     gang = (out["replicas"] or 1) > 1
     out["command"] = with_output([*script_command(script), *args], sb.output, sb.error, gang)
     if sb.present:  # SLURM_JOB_NAME without --job-name: the script's file name, as sbatch's

@@ -22,6 +22,7 @@ def params(*lines: str) -> dict[str, Any]:
 TRANSLATIONS: list[tuple[list[str], dict[str, Any]]] = [
     (["--gres=gpu:4"], {"gpus": 4}),
     (["--gres=gpu"], {"gpus": 1}),
+    (["--gres=gpu:0"], {"gpus": 0}),
     (["--gres gpu:2"], {"gpus": 2}),
     (["--gres=gpu:1g.10gb:1"], {"mig": "1g.10gb"}),
     (["--gpus=3"], {"gpus": 3}),
@@ -114,7 +115,10 @@ REFUSALS: list[tuple[str, str]] = [
         "--gres=gpu:2,shard:1",
         "--gres=gpu:2,shard:1: only one gpu:[TYPE:]N is translated (no other generic resources)",
     ),
-    ("--gres=gpu:0", "--gres=gpu:0: write gpu:N or gpu:TYPE:N with N a whole number of at least 1"),
+    (
+        "--gres=gpu:x",
+        "--gres=gpu:x: write gpu:N or gpu:TYPE:N with N a whole number (gpu:0: none)",
+    ),
     (
         "--gres=gpu:3 -n 2",
         "--gres=gpu:3: 3 GPU(s) do not divide among 2 tasks: give a multiple of 2",
@@ -267,3 +271,16 @@ def test_a_wrapped_script_is_shown_as_the_script_and_its_files() -> None:
     assert shown_command(both) == "/bin/sh /w/s.sh > o 2> e"
     assert shown_command(with_output(["x"], None, "e", gang=False)) == "x 2> e"
     assert shown_command(["/bin/sh", "-c", "echo hi"]) == "/bin/sh -c echo hi"
+
+
+def test_a_script_that_asks_for_no_gpu_gets_none_unless_another_layer_asks() -> None:
+    sb = translate("#SBATCH -c 2\n", "s.sh")
+    assert (sb.params, sb.cpu_only) == ({"cpus": 2.0}, True)
+    assert sb.finish({"cpus": 2.0, "gpus": None, "mig": None}) == {
+        "cpus": 2.0,
+        "gpus": 0,
+        "mig": None,
+    }  # Slurm gives a job that names no GPU none; gpufence's default would be one
+    assert sb.finish({"gpus": 2, "mig": None}) == {"gpus": 2, "mig": None}
+    assert sb.finish({"gpus": None, "mig": "1g.10gb"}) == {"gpus": None, "mig": "1g.10gb"}
+    assert translate("#SBATCH -G 1\n", "s.sh").cpu_only is False
