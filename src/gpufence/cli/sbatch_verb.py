@@ -38,6 +38,7 @@ CONTEXT = {
     "ignore_unknown_options": True,
     "allow_interspersed_args": False,
 }
+USAGE = "[OPTIONS] [SBATCH OPTIONS] SCRIPT [ARGS]..."
 OWN_OPTIONS = frozenset({"--parsable", "--url", "--token", "--data", "--context"})
 
 
@@ -77,7 +78,8 @@ def sbatch(
     context: ContextOpt = None,
 ) -> None:
     """Submit a Slurm batch script: sbatch's options (README '#SBATCH scripts'), the script,
-    its arguments. The options win over its #SBATCH lines; an untranslated one is refused."""
+    its arguments. The options win over its #SBATCH lines; an untranslated one is refused.
+    gpufence's own options (below) go first."""
     options, script, args = split_command_line(list(ctx.args))
     if not is_script(script):
         raise fail(f"no such script: {script} (gpufence sbatch runs a batch script)")
