@@ -214,13 +214,16 @@ def test_gpufence_sbatch_refuses_what_it_cannot_apply(
 def test_a_script_that_asks_for_no_gpu_runs_without_one(
     cli: Cli, server: CliServer, tmp_path: Path
 ) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
     script = tmp_path / "prep.sh"
     script.write_text(
-        "#!/bin/sh\n#SBATCH -c 1 -o prep.out\n"
+        f"#!/bin/sh\n#SBATCH -c 1 -o prep.out\n#SBATCH --chdir={work}\n"
         'echo "gpus=[$CUDA_VISIBLE_DEVICES] job_gpus=[${SLURM_JOB_GPUS-unset}]"\n'
     )
-    r = cli("submit", "--cwd", str(tmp_path), str(script))
+    r = cli("submit", str(script))
     assert r.exit_code == 0, r.output
     job = ended(server, r.stdout.strip())
     assert (job["state"], job["spec"]["gpus"]) == ("done", 0), job
-    assert (tmp_path / "prep.out").read_text() == "gpus=[] job_gpus=[unset]\n"
+    # --chdir: the job ran there, so its relative --output landed there
+    assert (work / "prep.out").read_text() == "gpus=[] job_gpus=[unset]\n"

@@ -44,6 +44,8 @@ LONG = {
     "--output": "output",
     "--error": "error",
     "--nodes": "nodes",
+    "--gpus-per-task": "gpus-per-task",
+    "--chdir": "chdir",
 }
 SHORT = {
     "-G": "gpus",
@@ -57,6 +59,7 @@ SHORT = {
     "-o": "output",
     "-e": "error",
     "-N": "nodes",
+    "-D": "chdir",
 }
 DEPENDENCY_KINDS = {"afterok": "after_ok", "afterany": "after_any", "afternotok": "after_not_ok"}
 UNLIMITED = frozenset({"unlimited", "infinite", "0"})
@@ -239,11 +242,12 @@ def count(text: str) -> int:
 
 
 def gpus_of(given: dict[str, tuple[int, str]], tasks: int, out: Sbatch, bad: Bad) -> None:
-    """``--gres=gpu:[TYPE:]N`` / ``--gpus=[TYPE:]N``: the job's GPUs, divided among its tasks;
-    a MIG profile as TYPE (``gpu:1g.10gb:1``, Slurm's name for a MIG gres) is ``--mig``."""
-    asked = [k for k in ("gres", "gpus") if k in given]
-    if len(asked) == 2:
-        bad("gpus", "give the GPUs once: either --gres=gpu:N or --gpus=N")
+    """``--gres=gpu:[TYPE:]N`` / ``--gpus=[TYPE:]N``: the job's GPUs, divided among its tasks
+    (``--gpus-per-task=[TYPE:]N``: each task's); a MIG profile as TYPE (``gpu:1g.10gb:1``,
+    Slurm's name for a MIG gres) is ``--mig``."""
+    asked = [k for k in ("gres", "gpus", "gpus-per-task") if k in given]
+    if len(asked) > 1:
+        bad(asked[-1], "give the GPUs once: one of --gres=gpu:N, --gpus=N or --gpus-per-task=N")
         return
     if not asked:
         out.cpu_only = True
@@ -257,6 +261,8 @@ def gpus_of(given: dict[str, tuple[int, str]], tasks: int, out: Sbatch, bad: Bad
         return
     parts = gpu[0].split(":")[1:] or ["1"]
     total = count(parts[-1])
+    if key == "gpus-per-task" and total > 0:
+        total *= tasks
     kind = parts[0] if len(parts) == 2 else None
     if len(parts) > 2 or total < 0 or (total == 0 and kind is not None):
         bad(key, "write gpu:N or gpu:TYPE:N with N a whole number (gpu:0: none)")
@@ -326,6 +332,7 @@ CONVERT: dict[str, Convert] = {
     "array": _array,
     "job-name": lambda value, tasks: ("name", value),
     "partition": _partition,
+    "chdir": lambda value, tasks: ("cwd", str(Path(value).absolute())),
 }
 """Directive -> (its value, the job's task count) -> (submit option, value), None: no option;
 ``ValueError`` says what is wrong with the value."""

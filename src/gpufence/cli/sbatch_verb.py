@@ -10,7 +10,6 @@ both kinds; here it is refused rather than run with those lines ignored.
 
 from __future__ import annotations
 
-import os
 from collections import defaultdict
 from pathlib import Path
 from typing import Annotated, Any
@@ -97,7 +96,6 @@ def sbatch(
     gang = (params["replicas"] or 1) > 1
     params["command"] = with_output([*script_command(script), *args], sb.output, sb.error, gang)
     params["env"] = [f"SLURM_JOB_NAME={script.name}"]
-    params["cwd"] = os.getcwd()
     body = build_body(params)
     client = client_for(url, token, data, context)
     with client_errors():
