@@ -13,6 +13,9 @@ import typer
 from gpufence.cli import accounting_verbs, cluster_verbs, job_verbs
 from gpufence.cli.context_verbs import context_app
 from gpufence.cli.logs_verb import logs
+from gpufence.cli.sbatch_verb import CONTEXT as SBATCH_CONTEXT
+from gpufence.cli.sbatch_verb import USAGE as SBATCH_USAGE
+from gpufence.cli.sbatch_verb import sbatch
 from gpufence.cli.submit_verb import submit
 from gpufence.cli.up import up
 
@@ -23,6 +26,7 @@ def register(app: typer.Typer) -> None:
     """Add the control-plane verbs to the ``gpufence`` app."""
     app.command()(up)
     app.command(context_settings={"allow_interspersed_args": False})(submit)
+    app.command(context_settings=SBATCH_CONTEXT, options_metavar=SBATCH_USAGE)(sbatch)
     app.command()(job_verbs.queue)
     app.command()(job_verbs.status)
     app.command()(job_verbs.explain)

@@ -2,7 +2,8 @@
 
 * ``gpufence submit [OPTIONS] -- CMD ...`` submits CMD;
 * ``gpufence submit [OPTIONS] script.sh`` runs the script (through its ``#!`` line) with the
-  options of its ``#GPUFENCE`` lines; options on the command line win (``jobfile.py``);
+  options of its ``#GPUFENCE`` lines (``jobfile.py``) over those its ``#SBATCH`` lines translate
+  to (``sbatch.py``); options on the command line win over both;
 * ``gpufence submit -f jobs.yaml`` submits every document of a job file, all checked first.
 
 ``--array`` makes one job per index, ``--after-ok/--after-any/--after-not-ok`` chain jobs (ids
@@ -35,7 +36,8 @@ from gpufence.cli.job_verbs import last_err_line
 from gpufence.cli.jobfile import DIRECTIVE, load_job_file, read_directives, script_command
 from gpufence.cli.jobrefs import WAIT_CODES, wait_exit, wait_for
 from gpufence.cli.render import err_console
-from gpufence.cli.sbatch import unapplied_sbatch_lines
+from gpufence.cli.sbatch import SbatchError, read_sbatch
+from gpufence.cli.sbatch_output import with_output
 from gpufence.cli.units import parse_duration, parse_size
 from gpufence.control.base.arrays import ArraySpecError, parse_array
 from gpufence.control.http.client import (
@@ -66,7 +68,8 @@ def submit(
         typer.Argument(
             metavar="CMD",
             help="the command to run, after --: -- python train.py --lr 3e-4; or one script "
-            f"whose '{DIRECTIVE} --gpus 2 ...' lines at its top give options",
+            f"whose '{DIRECTIVE} --gpus 2 ...' (or '#SBATCH --gres=gpu:2 ...') lines at its "
+            "top give options",
             show_default=False,
         ),
     ] = None,
@@ -326,11 +329,7 @@ def submit(
         raise fail("give the command after --, a script, or -f JOBS.yaml")
     if is_script(Path(command[0])):  # its #GPUFENCE lines count with arguments too (sbatch)
         script = Path(command[0])
-        refusal = unapplied_sbatch_lines(script)
-        if refusal is not None:
-            raise fail(refusal)
-        params = with_directives(ctx, script, params)
-        params["command"] = [*script_command(script), *command[1:]]
+        params = with_sbatch(ctx, script, params, command[1:])
     elif len(command) == 1 and _looks_like_a_path(command[0]) and not Path(command[0]).exists():
         raise fail(
             f"no such script: {command[0]} (a command found on the job's PATH has no '/'; "
@@ -447,6 +446,24 @@ def build_body(params: dict[str, Any]) -> dict[str, Any]:
     if p["hold"]:
         body["hold"] = True
     return body
+
+
+def with_sbatch(
+    ctx: typer.Context, script: Path, params: dict[str, Any], args: list[str]
+) -> dict[str, Any]:
+    """``params`` for ``script`` run with ``args``: its ``#SBATCH`` lines translated
+    (``sbatch.py``), under its ``#GPUFENCE`` lines, under the command line."""
+    try:
+        sb = read_sbatch(script)
+    except SbatchError as exc:
+        raise fail(str(exc)) from None
+    out = sb.under(params, lambda p: ctx.get_parameter_source(p) is ParameterSource.COMMANDLINE)
+    out = sb.finish(with_directives(ctx, script, out))
+    gang = (out["replicas"] or 1) > 1
+    out["command"] = with_output([*script_command(script), *args], sb.output, sb.error, gang)
+    if sb.present:  # SLURM_JOB_NAME without --job-name: the script's file name, as sbatch's
+        out["env"] = [f"SLURM_JOB_NAME={script.name}", *(out["env"] or [])]
+    return out
 
 
 def with_directives(ctx: typer.Context, script: Path, params: dict[str, Any]) -> dict[str, Any]:

@@ -19,6 +19,7 @@ from gpufence.control.base.executor import Launch, Limits, Member
 from gpufence.control.base.jobdirs import JOBS_DIR
 from gpufence.control.base.jobspec import SubmitRequest
 from gpufence.control.base.memberenv import inherited_env
+from gpufence.control.base.slurmenv import slurm_job_env
 from gpufence.model.hardware import Node
 from gpufence.model.partition import DEFAULT_LOG_LIMIT, Partition
 
@@ -52,6 +53,8 @@ def launch_for(
     env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
     env.update(spec.env)
     env.update(spec.array_env())  # GPUFENCE_ARRAY_TASK_ID / _JOB_ID of an array task
+    # SLURM_JOB_ID and the others a batch script reads, twins of the GPUFENCE_* ones
+    env.update(slurm_job_env(job_id, spec, partition.name if partition else spec.partition))
     return Launch(
         job_id=job_id,
         attempt=attempt,
