@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import typer
 
-from gpufence.cli import accounting_verbs, cluster_verbs, job_verbs
+from gpufence.cli import account_verbs, accounting_verbs, cluster_verbs, job_verbs
 from gpufence.cli.context_verbs import context_app
 from gpufence.cli.logs_verb import logs
 from gpufence.cli.submit_verb import submit
@@ -23,7 +23,7 @@ def register(app: typer.Typer) -> None:
     """Add the control-plane verbs to the ``gpufence`` app."""
     app.command()(up)
     app.command(context_settings={"allow_interspersed_args": False})(submit)
-    app.command()(job_verbs.queue)
+    app.add_typer(account_verbs.queue_app, name="queue")  # jobs; `queue set|show`: QOS
     app.command()(job_verbs.status)
     app.command()(job_verbs.explain)
     app.command()(job_verbs.cancel)
@@ -38,3 +38,6 @@ def register(app: typer.Typer) -> None:
     app.command()(accounting_verbs.history)
     app.command()(accounting_verbs.usage)
     app.add_typer(context_app, name="context")
+    app.add_typer(account_verbs.tenant_app, name="tenant")
+    app.add_typer(account_verbs.token_app, name="token")
+    app.command()(account_verbs.audit)
