@@ -230,10 +230,23 @@ def test_queue_weight_set_at_run_time_orders_the_next_decisions(tmp_path: Path) 
 
         # a quota below what qa runs: nothing is stopped, new work of qa waits for quota
         assert "quota 0 GPUs" in plane.ok("queue", "set", "qa", "--quota", "0")
+        code, small = submit(srv, {"command": SLEEP, "gpus": 1}, token=TOKEN_A)
+        assert code == 201, small
         time.sleep(1.5)
         assert call(srv, "GET", f"/v1/jobs/{gang_a}")[1]["state"] == "running"
+        # all 8 GPUs free: qa's new job still waits, for its quota (the core has it now)
+        for jid in (gang_a, gang_b):
+            assert call(srv, "POST", f"/v1/jobs/{jid}/cancel")[0] == 200
+            wait_job(srv, jid, ("cancelled",))
+        time.sleep(1.5)
+        job = call(srv, "GET", f"/v1/jobs/{small['id']}")[1]
+        assert job["state"] == "pending" and job["pending"]["reason"] == "quota", job
+        assert "nominal quota (0 GPUs)" in job["pending"]["message"]
+        assert "quota none" in plane.ok("queue", "set", "qa", "--quota", "none")
+        wait_job(srv, small["id"], ("running",))
         audit = json.loads(plane.ok("audit", "--json"))
         sets = [a for a in audit if a["action"] == "queue.set"]
-        assert '"quota_gpus":0.0' in sets[0]["new"] and '"weight":10.0' in sets[1]["new"]
+        assert '"quota_gpus":null' in sets[0]["new"] and '"quota_gpus":0.0' in sets[1]["new"]
+        assert '"weight":1.0' in sets[2]["old"] and '"weight":10.0' in sets[2]["new"]
     finally:
         plane.stop()
