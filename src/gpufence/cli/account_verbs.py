@@ -153,7 +153,9 @@ def token_issue(
 
 @token_app.command("list")
 def token_list(
-    tenant: Annotated[str | None, typer.Option("--tenant", metavar="NAME")] = None,
+    tenant: Annotated[
+        str | None, typer.Option("--tenant", metavar="NAME", help="only this tenant's tokens")
+    ] = None,
     as_json: JsonOpt = False,
     url: UrlOpt = None,
     token: TokenOpt = None,
@@ -286,7 +288,9 @@ def queue_show(
 
 
 def audit(
-    limit: Annotated[int, typer.Option("--limit", min=1, max=1000)] = 50,
+    limit: Annotated[
+        int, typer.Option("--limit", metavar="N", min=1, max=1000, help="the newest N changes")
+    ] = 50,
     as_json: JsonOpt = False,
     url: UrlOpt = None,
     token: TokenOpt = None,
