@@ -25,7 +25,19 @@ def retune_queue(core: Core, ev: QueueRetuned) -> None:
     spec = queues.get(ev.queue)
     if spec is None or ev.weight <= 0:
         return
-    queues[ev.queue] = replace(spec, weight=ev.weight, nominal_milli=ev.nominal_milli)
+    queues[ev.queue] = new = replace(spec, weight=ev.weight, nominal_milli=ev.nominal_milli)
+    # a quota lowered below what the queue runs stops nothing: only new work waits. What runs
+    # now is recorded as its allowance (the invariants'); admission keeps to the new quota
+    used = core.ledger.queue_used[ev.queue]
+    limit = (
+        None
+        if new.nominal_milli is None or new.borrowing_limit_milli is None
+        else new.nominal_milli + new.borrowing_limit_milli
+    )
+    if limit is not None and used > limit:
+        core.over_quota[ev.queue] = used
+    else:
+        core.over_quota.pop(ev.queue, None)
     # a raised quota (or a lighter rival) may let a job that waited fit now: placement skips a
     # partition where nothing changed since its last walk, so count this as a change there
     core.queues.added[spec.partition] += 1

@@ -103,7 +103,7 @@ class Scheduler:
         self._started = True
         decisions = run_cycle(self.state, events, now)
         if self.config.validate:
-            problems = check(self.state.core.ledger)
+            problems = check(self.state.core.ledger, self.state.core.over_quota)
             if problems:
                 raise InvariantViolation("; ".join(problems[:10]))
         return decisions
