@@ -16,11 +16,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 from api_helpers import ADMIN, NODES, TOKEN_A, TOKEN_B, Server, call, run_server, submit
 from api_helpers import wait_state as wait_job
 from cli_server import CliServer, cli_for
 
+from gpufence.control.base.jobspec import SubmitRequest
 from gpufence.control.http.client import Client
+from gpufence.control.reconciler.inbox import TenantRemoved
 from gpufence.testing.waiting import until_value
 
 # qc is labelled with a tenant the YAML does not have: nobody's until team-c is added
@@ -168,6 +171,10 @@ def test_tenants_and_tokens_across_a_restart(tmp_path: Path) -> None:
         wait_job(plane.server, job["id"], ("cancelled",))
         plane.ok("tenant", "remove", "team-c")
         _refused(plane, rotated, "removed")
+        # a submit authenticated just before the removal is refused where it is written
+        late = plane.server.plane.submit_future(SubmitRequest(command=SLEEP, gpus=1), "team-c")
+        with pytest.raises(TenantRemoved, match="team-c was removed"):
+            late.result(30)
 
         audit = json.loads(plane.ok("audit", "--json"))
         actions = [(a["actor"], a["action"], a["target"]) for a in audit]
