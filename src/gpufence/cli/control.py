@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import typer
 
-from gpufence.cli import accounting_verbs, cluster_verbs, job_verbs
+from gpufence.cli import account_verbs, accounting_verbs, cluster_verbs, job_verbs
 from gpufence.cli.context_verbs import context_app
 from gpufence.cli.logs_verb import logs
 from gpufence.cli.sbatch_verb import CONTEXT as SBATCH_CONTEXT
@@ -27,7 +27,7 @@ def register(app: typer.Typer) -> None:
     app.command()(up)
     app.command(context_settings={"allow_interspersed_args": False})(submit)
     app.command(context_settings=SBATCH_CONTEXT, options_metavar=SBATCH_USAGE)(sbatch)
-    app.command()(job_verbs.queue)
+    app.add_typer(account_verbs.queue_app, name="queue")  # jobs; `queue set|show`: QOS
     app.command()(job_verbs.status)
     app.command()(job_verbs.explain)
     app.command()(job_verbs.cancel)
@@ -42,3 +42,6 @@ def register(app: typer.Typer) -> None:
     app.command()(accounting_verbs.history)
     app.command()(accounting_verbs.usage)
     app.add_typer(context_app, name="context")
+    app.add_typer(account_verbs.tenant_app, name="tenant")
+    app.add_typer(account_verbs.token_app, name="token")
+    app.command()(account_verbs.audit)

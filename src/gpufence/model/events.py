@@ -169,6 +169,25 @@ class MigLayoutRead:
 
 
 @dataclass(frozen=True, slots=True)
+class QueueRetuned:
+    """The admin changed a queue's fair-share weight or nominal quota at run time (the control
+    plane's ``queue set``): from this step on the core ranks and admits with the new values.
+    Work already running above a lowered quota keeps running; the quota only blocks new work."""
+
+    queue: str
+    weight: float
+    nominal_milli: int | None  # None: the queue has no quota
+
+
+@dataclass(frozen=True, slots=True)
+class TenantsChanged:
+    """The set of tenants changed at run time (a tenant added or removed): queue labels that
+    name a tenant are that tenant's, the others nobody's (``SchedulerConfig.tenants``)."""
+
+    tenants: frozenset[str]
+
+
+@dataclass(frozen=True, slots=True)
 class Tick:
     """Nothing happened but time passed (deadlines may expire)."""
 
@@ -192,5 +211,7 @@ Event = (
     | NodeUp
     | MigReconfigured
     | MigLayoutRead
+    | QueueRetuned
+    | TenantsChanged
     | Tick
 )

@@ -29,6 +29,8 @@ from gpufence.model.events import (
     NodeUp,
     OutcomeKnown,
     PreemptionsRestored,
+    QueueRetuned,
+    TenantsChanged,
     Tick,
     UsageRestored,
 )
@@ -43,6 +45,7 @@ from gpufence.sched.protect import ProtectionState
 from gpufence.sched.reasons import PendingReasons
 from gpufence.sched.reclaim import track
 from gpufence.sched.restore import restore
+from gpufence.sched.retune import change_tenants, retune_queue
 
 
 def apply_events(
@@ -147,6 +150,12 @@ def _apply(
         return
     if isinstance(ev, MigLayoutRead):
         apply_layout_read(core, mig, ev)
+        return
+    if isinstance(ev, QueueRetuned):
+        retune_queue(core, ev)
+        return
+    if isinstance(ev, TenantsChanged):
+        change_tenants(core, ev)
         return
     rec = book.records.get(ev.job_id)
     if rec is None or rec.state in TERMINAL:

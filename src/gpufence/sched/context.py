@@ -33,6 +33,9 @@ class Core:
     admission: tuple[Admission, ...] = ()  # rules every job passes before it is placed
     tenants: frozenset[str] | None = None  # who queue labels may name (SchedulerConfig.tenants)
     now: float = 0.0
+    # queue -> milli-GPU it ran when its quota was lowered below that (sched/retune.py): work
+    # already running is never stopped for a quota, so the invariants accept up to this much
+    over_quota: dict[str, int] = field(default_factory=dict)
 
     def share(self, queue: str) -> float:
         """The queue's weighted fair share now (the walk's order among equal priorities)."""

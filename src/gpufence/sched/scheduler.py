@@ -9,7 +9,7 @@ on and answers the front ends' questions.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from gpufence.model.cluster import Cluster
 from gpufence.model.decisions import Decision, PendingReason, Reason
@@ -52,6 +52,9 @@ class SchedulerConfig:
 class Scheduler:
     def __init__(self, cluster: Cluster, config: SchedulerConfig | None = None) -> None:
         self.config = config or SchedulerConfig()
+        # the core's own queue table: run-time weight and quota changes (``QueueRetuned``,
+        # sched/retune.py) change it in place, never the spec the caller holds
+        cluster = replace(cluster, queues=dict(cluster.queues))
         parts = cluster.partitions
         seed = self.config.seed
         core = Core(
@@ -100,7 +103,7 @@ class Scheduler:
         self._started = True
         decisions = run_cycle(self.state, events, now)
         if self.config.validate:
-            problems = check(self.state.core.ledger)
+            problems = check(self.state.core.ledger, self.state.core.over_quota)
             if problems:
                 raise InvariantViolation("; ".join(problems[:10]))
         return decisions

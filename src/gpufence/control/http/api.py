@@ -25,6 +25,7 @@ cluster, ops: ``jobs_routes.py``, ``cluster_routes.py``, ``ops_routes.py``; hold
 
 from gpufence import __version__
 from gpufence.control.http.accounting_routes import accounting_router
+from gpufence.control.http.accounts_routes import accounts_router
 from gpufence.control.http.body_limit import LimitBody
 from gpufence.control.http.cluster_routes import cluster_router
 from gpufence.control.http.dashboard_routes import dashboard_router
@@ -68,6 +69,7 @@ def make_app(plane: ControlPlane) -> FrontedAPI:
     app.include_router(cluster_router(plane))  # /v1/nodes, /v1/partitions, /v1/advice
     app.include_router(ops_router(plane))  # /metrics, /healthz, /readyz
     app.include_router(accounting_router(plane))  # /v1/history, /v1/usage
+    app.include_router(accounts_router(plane))  # /v1/admin/*: tenants, tokens, queues
     install_docs(app)
     install_openapi(app)
     # the submit route's hot path: its endpoint, ahead of FastAPI's machinery (submission.py)

@@ -47,6 +47,7 @@ from gpufence.control.observe.latency_book import DeploymentKey
 from gpufence.control.observe.observatory import MAX_PUSH, Observatory
 from gpufence.control.observe.prom_collectors import LiveCollector
 from gpufence.control.observe.series_model import SeriesResponse
+from gpufence.control.plane import admin_accounts
 from gpufence.control.plane.gpu_runtime import GpuRuntime, Holders, open_gpu_api
 from gpufence.control.reconciler.inbox import Clock, InvalidField, SubmitResult
 from gpufence.control.reconciler.loop import Reconciler
@@ -172,8 +173,14 @@ class ControlPlane:
         # validation re-checks every invariant after each cycle: cheap at one machine's scale,
         # and a control plane should stop rather than double-book a GPU
         # (queue labels that are no configured tenant are nobody's: sched/intake.default_queue)
-        tenants = frozenset(config.tenants)
+        # the admin's run-time changes kept in the store win over the YAML for what they
+        # changed (tenants, tokens, queues' weight and quota: admin_accounts.py)
+        yaml_queues = dict(cluster.queues)
+        cluster = admin_accounts.load(self.store, cluster, config)
+        tenants = frozenset(config.current_tenants())
         self.scheduler = Scheduler(cluster, SchedulerConfig(validate=validate, tenants=tenants))
+        # the core's own queue table: what the plane shows follows the admin's changes
+        self.cluster = cluster = self.scheduler.cluster
         devices = DeviceMap(cluster, discovery)
         # MIG instances, MPS daemons and foreign processes on this machine's real GPUs
         api = open_gpu_api(discovery, nvml)
@@ -216,6 +223,9 @@ class ControlPlane:
             jobmap = DcgmJobMap(Path(config.telemetry.dcgm_job_mapping_dir))
             self.reconciler.after_cycle.append(jobmap.update)
         self._names: dict[str, tuple[str, str, float | None]] = {}  # serving_state's cache
+        self.accounts = admin_accounts.AccountsAdmin(
+            self.reconciler, self.store, config, yaml_queues, config.accounts.clock
+        )
         self._started = False
         self.recovered: dict[str, int] = {}
         # where the spec came from, so advice can name file lines and queues[i] (build_plane)
@@ -312,7 +322,7 @@ class ControlPlane:
         if not req.queue or tenant == ADMIN:
             return
         q = self.cluster.queues.get(req.queue)
-        if q is not None and q.tenant in self.config.tenants and q.tenant != tenant:
+        if q is not None and q.tenant in self.config.current_tenants() and q.tenant != tenant:
             raise AccessError(f"queue '{req.queue}' belongs to tenant '{q.tenant}'")
 
     def cancel(self, job_id: str, tenant: str) -> str:

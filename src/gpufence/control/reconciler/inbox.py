@@ -71,6 +71,11 @@ class Action:
     future: Future[str]
 
 
+class TenantRemoved(PermissionError):
+    """A submit of a tenant the admin removed after its token was checked (HTTP 403): tenant
+    removal and submits are both written on the reconciler thread, so none slips in after."""
+
+
 class PendingCapReached(ValueError):
     """A submit that would take its tenant past its cap on pending jobs (HTTP 429)."""
 
