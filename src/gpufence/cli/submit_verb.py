@@ -249,6 +249,15 @@ def submit(
         str | None,
         typer.Option("--cwd", metavar="DIR", help="working directory [default: the current one]"),
     ] = None,
+    container: Annotated[
+        str | None,
+        typer.Option(
+            "--container",
+            metavar="IMAGE",
+            help="run in this image: a directory holding a root file system, on the server "
+            "[default --cwd: the job's attempt directory]",
+        ),
+    ] = None,
     tenant: Annotated[
         str | None,
         typer.Option("--tenant", metavar="NAME", help="admin only: submit on behalf of a tenant"),
@@ -387,10 +396,21 @@ def _looks_like_a_path(arg: str) -> bool:
     return "/" in arg or arg.endswith((".sh", ".py", ".bash"))
 
 
+def _where(p: dict[str, Any]) -> dict[str, Any]:
+    """The body's command, working directory and image. In a container the client's directory
+    is not mounted unless ``--cwd`` names it: the job starts in its attempt directory."""
+    body: dict[str, Any] = {"command": p["command"], "cwd": p["cwd"] or os.getcwd()}
+    if p.get("container") is not None:
+        body["container"] = os.path.abspath(p["container"])
+        if p["cwd"] is None:
+            del body["cwd"]
+    return body
+
+
 def build_body(params: dict[str, Any]) -> dict[str, Any]:
     """The submit body of the verb's options (``params``: the click parameters)."""
     p = params
-    body: dict[str, Any] = {"command": p["command"], "cwd": p["cwd"] or os.getcwd()}
+    body = _where(p)
     mem, time_limit, env = p["mem"], p["time_limit"], p["env"]
     try:
         mem_bytes = parse_size(mem) if mem is not None else None
