@@ -13,6 +13,7 @@ Needs bubblewrap (``bwrap``); skipped with the reason without it, failed instead
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import secrets
@@ -25,9 +26,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from containment_helpers import executor, mknod, wait_spares
+from executor_helpers import Recorder, make_launch
 from rootfs import MARKER, build_rootfs
 from tenant_server import CGROUP_PARENT, Server, gpufence_up, private_root, remove
 
+from gpufence.control.base.executor import Member
+from gpufence.control.containment.cgroup import CgroupDriver
 from unix_users import User, unix_users
 
 
@@ -241,3 +246,48 @@ def test_the_cli_submits_a_container_job_and_waits_for_it(
         check=False,
     )
     assert bad.returncode != 0 and "container" in bad.stderr, (bad.stdout, bad.stderr)
+
+
+DEVICES = """
+test -e {gpu0} && echo other=visible || echo other=absent
+( : < {gpu1} ) 2>/dev/null && echo own=opened || echo own=refused
+( : < /dev/full ) 2>/dev/null && echo full=opened || echo full=refused
+test -e {secret} && echo secret=visible || echo secret=absent
+"""
+
+
+@pytest.mark.parametrize("prestarted", [0, 2])
+def test_a_member_sees_only_its_own_gpu_nodes_and_the_device_rules_still_apply(
+    tmp_path: Path, driver: CgroupDriver, prestarted: int
+) -> None:
+    """The executor alone, as root (no user namespace): the other GPU's node is not in the
+    container; the member's own opens; the device rules of its cgroup still refuse the other
+    GPU's device numbers (``/dev/full``'s here, which bwrap's /dev holds); nothing of the data
+    directory but the job's own directories is there."""
+    if shutil.which("bwrap") is None:
+        _unavailable("bubblewrap (bwrap) is not installed: apt-get install bubblewrap")
+    if driver.device_isolation == "off":
+        pytest.skip(f"device isolation is off in this mode: {driver.describe()}")
+    image = build_rootfs(tmp_path / "image", "marker")
+    # /dev/full's and /dev/random's numbers: a real driver answers, so "opened" means allowed
+    gpu0, gpu1 = mknod(tmp_path / "fake0", 1, 7), mknod(tmp_path / "fake1", 1, 8)
+    secret = tmp_path / "admin.token"
+    secret.write_text("secret")
+    script = DEVICES.format(gpu0=gpu0, gpu1=gpu1, secret=secret)
+    member = Member(0, "n", ("1",), device_nodes=(str(gpu1),))
+    launch = make_launch(tmp_path, command=("/bin/sh", "-c", script), members=(member,))
+    launch = dataclasses.replace(launch, container=image)
+    rec = Recorder()
+    with executor(driver, gpu_nodes=(str(gpu0), str(gpu1)), prestarted=prestarted) as ex:
+        ex.set_callbacks(rec.on_exit, rec.on_ack)
+        wait_spares(driver, prestarted if driver.renames else 0)
+        ex.start(launch)
+        ended = rec.exit(timeout=20)[1]
+    out = (launch.attempt_dir / "rank-0.out").read_text()
+    assert ended.succeeded, (out, (launch.attempt_dir / "rank-0.err").read_text())
+    assert _fields(out) == {
+        "other": "absent",
+        "own": "opened",
+        "full": "refused",
+        "secret": "absent",
+    }
