@@ -214,11 +214,14 @@ def test_a_bad_image_is_a_422_naming_the_field_and_the_fix(
     assert "unpacked root file system" in text  # the fix: the supported form
 
 
-def test_a_working_directory_holding_the_data_directory_is_refused(
+def test_a_working_directory_or_image_in_or_around_the_data_directory_is_refused(
     server: Server, image: tuple[Path, str]
 ) -> None:
-    text = json.dumps(_problem(server, {"container": str(image[0]), "cwd": "/"}))
-    assert "cwd" in text and "data directory" in text, text
+    for cwd in ("/", str(server.data / "jobs")):
+        text = json.dumps(_problem(server, {"container": str(image[0]), "cwd": cwd}))
+        assert "cwd" in text and "data directory" in text, text
+    text = json.dumps(_problem(server, {"container": str(server.data / "jobs")}))
+    assert "container" in text and "data directory" in text, text
 
 
 def test_the_cli_submits_a_container_job_and_waits_for_it(
@@ -231,14 +234,19 @@ def test_the_cli_submits_a_container_job_and_waits_for_it(
         "GPUFENCE_TOKEN": server.tokens["vision"],
     }
     env.pop("GPUFENCE_DATA", None)
+    work = server.root / "work"  # the user's directory: mounted in, as Apptainer does $PWD
+    work.mkdir(mode=0o755, exist_ok=True)
+    (work / "job.sh").write_text(f"cat {MARKER}\npwd\n")
     cmd = [sys.executable, "-m", "gpufence", "submit", "--container", str(path), "--wait"]
-    cmd += ["--", "/bin/cat", str(MARKER)]
-    run = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120, check=False)
+    run = subprocess.run(
+        [*cmd, "job.sh"], env=env, cwd=work, capture_output=True, text=True, timeout=120
+    )
     assert run.returncode == 0, (run.stdout, run.stderr)
     job_id = run.stdout.split()[0]
-    assert server.log(job_id, "vision").decode().strip() == marker
+    assert server.log(job_id, "vision").decode().split() == [marker, str(work)]
     bad = subprocess.run(
         [*cmd[:5], str(path / "nowhere"), "--", "/bin/true"],
+        cwd=work,
         env=env,
         capture_output=True,
         text=True,

@@ -254,8 +254,8 @@ def submit(
         typer.Option(
             "--container",
             metavar="IMAGE",
-            help="run in this image: a directory holding a root file system, on the server "
-            "[default --cwd: the job's attempt directory]",
+            help="run in this image: a directory holding a root file system, on the server; "
+            "the working directory is mounted in",
         ),
     ] = None,
     tenant: Annotated[
@@ -397,13 +397,11 @@ def _looks_like_a_path(arg: str) -> bool:
 
 
 def _where(p: dict[str, Any]) -> dict[str, Any]:
-    """The body's command, working directory and image. In a container the client's directory
-    is not mounted unless ``--cwd`` names it: the job starts in its attempt directory."""
+    """The body's command, working directory and image. In a container the working directory
+    (the current one unless ``--cwd``) is mounted at its path, as Apptainer mounts $PWD."""
     body: dict[str, Any] = {"command": p["command"], "cwd": p["cwd"] or os.getcwd()}
     if p.get("container") is not None:
         body["container"] = os.path.abspath(p["container"])
-        if p["cwd"] is None:
-            del body["cwd"]
     return body
 
 

@@ -69,6 +69,8 @@ def container_problem(
         return "container", "--container runs with the local executor only (not on Ray nodes)"
     if runtime() is None:
         return "container", missing_runtime()
+    if _within(image, data_dir):
+        return "container", f"{image} lies in the server's data directory; give an image outside it"
     problem = image_problem(image, who)
     if problem is not None:
         return "container", problem
@@ -100,14 +102,18 @@ def image_problem(image: str, who: RunAs | None) -> str | None:
     return None
 
 
+def _within(path: str, data_dir: Path) -> bool:
+    data = Path(os.path.abspath(data_dir))
+    inside = Path(os.path.abspath(path))
+    return inside == data or data in inside.parents
+
+
 def cwd_problem(cwd: str | None, data_dir: Path) -> str | None:
     """A working directory is mounted into the container as it is: one that holds the data
     directory, or lies in it, would bring the store, the admin token or other jobs' files in."""
     if cwd is None:
         return None
-    data = Path(os.path.abspath(data_dir))
-    inside = Path(os.path.abspath(cwd))
-    if inside == data or inside in data.parents or data in inside.parents:
+    if _within(cwd, data_dir) or Path(os.path.abspath(data_dir)).is_relative_to(cwd):
         return (
             f"{cwd} is, holds or lies in the server's data directory, which a container job "
             "must not see; "
