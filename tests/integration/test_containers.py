@@ -177,6 +177,33 @@ def test_a_stop_reaches_the_jobs_command_which_finishes_its_handler(
     assert log.split() == ["ready", "caught", "checkpointed"], log
 
 
+NOTICED = """
+trap 'echo noticed; : > "$GPUFENCE_ACK_FILE"' USR1
+trap 'echo stopped; exit 0' TERM
+echo ready
+while :; do sleep 0.1; done
+"""
+
+
+def test_a_notice_reaches_the_jobs_command_and_it_lives_on_to_ack(
+    server: Server, image: tuple[Path, str]
+) -> None:
+    """The notice's SIGUSR1 (a time limit of a checkpointable job) kills bwrap's monitor, whose
+    default action for it is to die: the command must live on, ack, and take the stop."""
+    path, _ = image
+    body = {
+        "command": ["/bin/sh", "-c", NOTICED],
+        "container": str(path),
+        "checkpointable": True,
+        "time_limit_s": 2,
+    }
+    status, out, _ = server.call("POST", "/v1/jobs", "vision", body)
+    assert status == 201, out
+    job = server.wait(out["id"], ("failed", "done", "cancelled", "pending"), timeout=60)
+    log = server.log(out["id"], "vision").decode()
+    assert log.split() == ["ready", "noticed", "stopped"], (job, log)
+
+
 def _problem(server: Server, body: dict[str, Any]) -> dict[str, Any]:
     status, out, _ = server.call("POST", "/v1/jobs", "vision", {"command": ["/bin/sh"], **body})
     assert status == 422, out
