@@ -89,7 +89,7 @@ def image_problem(image: str, who: RunAs | None) -> str | None:
         return (
             f"{image}: Apptainer/Singularity .sif images are not run here (their squashfs is "
             f"not unpacked); give {SUPPORTED_FORMS}, e.g. one made by "
-            "'apptainer build --sandbox DIR IMAGE.sif' or 'unsquashfs -d DIR IMAGE.sif'"
+            "'apptainer build --sandbox DIR IMAGE.sif'"
         )
     if not _readable_dir(path, who):
         return f"{image} is not a directory {user} can read; give {SUPPORTED_FORMS}"
