@@ -19,8 +19,10 @@ import pytest
 
 from gpufence.control.base.containers import (
     ContainerError,
+    container_problem,
     cwd_problem,
     image_problem,
+    missing_runtime,
     sandbox_argv,
 )
 
@@ -125,3 +127,16 @@ def test_in_the_sandbox_the_image_entry_beside_a_job_directory_is_still_there(
     )
     assert run.returncode == 0, run.stderr
     assert run.stdout.split() == ["image", ".", "..", "attempt-1", str(job), "no"]
+
+
+def test_without_the_runtime_or_off_the_local_executor_the_submit_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    img = _image(tmp_path)
+    data = tmp_path / "data"
+    ray = container_problem(str(img), None, None, data, local=False)
+    assert ray is not None and ray[0] == "container" and "local executor only" in ray[1]
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    missing = container_problem(str(img), None, None, data, local=True)
+    assert missing == ("container", missing_runtime())
+    assert "apt-get install bubblewrap" in missing[1]
