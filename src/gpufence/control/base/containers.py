@@ -116,8 +116,7 @@ def cwd_problem(cwd: str | None, data_dir: Path) -> str | None:
     if _within(cwd, data_dir) or Path(os.path.abspath(data_dir)).is_relative_to(cwd):
         return (
             f"{cwd} is, holds or lies in the server's data directory, which a container job "
-            "must not see; "
-            "give --cwd a directory outside it (or none: the job's attempt directory)"
+            "must not see; give --cwd a directory outside it"
         )
     return None
 
