@@ -252,6 +252,15 @@ def submit(
         str | None,
         typer.Option("--cwd", metavar="DIR", help="working directory [default: the current one]"),
     ] = None,
+    container: Annotated[
+        str | None,
+        typer.Option(
+            "--container",
+            metavar="IMAGE",
+            help="run in this image: a directory holding a root file system, on the server; "
+            "the working directory is mounted in",
+        ),
+    ] = None,
     tenant: Annotated[
         str | None,
         typer.Option("--tenant", metavar="NAME", help="admin only: submit on behalf of a tenant"),
@@ -386,10 +395,19 @@ def _looks_like_a_path(arg: str) -> bool:
     return "/" in arg or arg.endswith((".sh", ".py", ".bash"))
 
 
+def _where(p: dict[str, Any]) -> dict[str, Any]:
+    """The body's command, working directory and image. In a container the working directory
+    (the current one unless ``--cwd``) is mounted at its path, as Apptainer mounts $PWD."""
+    body: dict[str, Any] = {"command": p["command"], "cwd": p["cwd"] or os.getcwd()}
+    if p.get("container") is not None:
+        body["container"] = os.path.abspath(p["container"])
+    return body
+
+
 def build_body(params: dict[str, Any]) -> dict[str, Any]:
     """The submit body of the verb's options (``params``: the click parameters)."""
     p = params
-    body: dict[str, Any] = {"command": p["command"], "cwd": p["cwd"] or os.getcwd()}
+    body = _where(p)
     mem, time_limit, env = p["mem"], p["time_limit"], p["env"]
     try:
         mem_bytes = parse_size(mem) if mem is not None else None

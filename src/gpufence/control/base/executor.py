@@ -94,6 +94,8 @@ class Launch:
     """``None``: run as the control plane's own user."""
     limits: Limits = Limits()
     """Per member."""
+    container: Path | None = None
+    """A directory image the members run in (``containers.py``); None: the machine's own root."""
 
 
 @dataclass(frozen=True, slots=True)

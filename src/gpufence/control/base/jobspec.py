@@ -290,6 +290,19 @@ class SubmitRequest(BaseModel):
         ]
         | None
     ) = Field(default=None, description="absolute working directory of every replica")
+    container: (
+        Annotated[
+            str,
+            Field(min_length=1, max_length=MAX_PATH),
+            _pattern(ABS_PATH_PATTERN),
+            AfterValidator(_abs_path),
+        ]
+        | None
+    ) = Field(
+        default=None,
+        description="absolute path, on the server, of a container image to run every replica "
+        "in: a directory holding an unpacked root file system (an Apptainer .sif is refused)",
+    )
     cpus: Float | None = Field(
         default=None,
         ge=0.001,

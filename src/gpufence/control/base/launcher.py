@@ -4,7 +4,7 @@ Usage::
 
     python -m gpufence.control.base.launcher ATTEMPT_DIR --rank R [--catch N]...
         [--fence-parent PID] [--log-limit BYTES] [--cgroup DIR]...
-        [--uid U --gid G [--groups G1,G2]] [--cwd DIR] -- ARGV...
+        [--uid U --gid G [--groups G1,G2]] [--cwd DIR] [--runtime-monitor 1] -- ARGV...
 
 (The Ray node agent runs this file by path with ``python -I -S``: it imports only the standard
 library and its record formats (``member_records.py``, standard library only, found beside it),
@@ -104,9 +104,11 @@ from gpufence.control.base.member_records import (  # noqa: E402
 )
 from gpufence.control.base.supervisor import (  # noqa: E402
     Link,
+    outlived_child,
     pending_signals,
     pending_stops,
     split,
+    subreaper,
 )
 
 
@@ -123,7 +125,8 @@ def _usage(msg: str) -> int:
     print(
         "usage: launcher ATTEMPT_DIR --rank R [--catch SIGNUM]... [--fence-parent PID] "
         "[--log-limit BYTES] "
-        "[--cgroup DIR]... [--uid U --gid G [--groups G,...]] [--cwd DIR] -- ARGV...",
+        "[--cgroup DIR]... [--uid U --gid G [--groups G,...]] [--cwd DIR] "
+        "[--runtime-monitor 1] -- ARGV...",
         file=sys.stderr,
     )
     return 2
@@ -308,6 +311,13 @@ def _kill_cgroup(dirs: list[str], limit_s: float = FENCE_GRACE_S) -> None:
         time.sleep(0.005)
 
 
+def _wait(child: int, parent: int | None) -> tuple[int, bool]:
+    """Wait for and reap ``child``: (its exit code, whether the fence parent died first)."""
+    fenced = _wait_or_fence(child, parent) if parent is not None else False
+    _, status = os.waitpid(child, 0)  # PEP 475: retried after _survive runs
+    return os.waitstatus_to_exitcode(status), fenced
+
+
 _seen: set[int] = set()
 """The caught signals that reached this launcher (``_survive``)."""
 
@@ -357,6 +367,9 @@ class Options:
         self.fence_parent: int | None = None
         self.log_limit: int | None = None
         self.confine = Confine()
+        self.runtime_monitor = False
+        """The command is a container runtime (``containers.py``) whose first process only
+        watches the job's: see ``supervisor.outlived_child``."""
 
     def set(self, opt: str, value: str) -> str | None:
         """Take one ``--opt value``; what is wrong with it, if anything (ValueError: a value
@@ -379,6 +392,8 @@ class Options:
             self.confine.groups = [int(g) for g in value.split(",") if g]
         elif opt == "--cwd":
             self.confine.cwd = value
+        elif opt == "--runtime-monitor":
+            self.runtime_monitor = value == "1"
         else:
             return f"unknown option {opt}"
         return None
@@ -459,6 +474,8 @@ def main(
         link.tell(attempt_dir, rank)
     supervisor = os.getppid() if link is not None else None
     _record_pid(attempt_dir, rank, supervisor or os.getpid())
+    if parsed.runtime_monitor:
+        subreaper()  # the job's command outlives its runtime's monitor as our child
 
     out_fd = -1
     try:
@@ -545,10 +562,12 @@ def _run(
         _started(o, child, job_env, supervisors)
         if pump is not None:  # the job's first output waits in the pipe meanwhile
             pump.start(o.confine.cgroups, _close_fds)
-        if o.fence_parent is not None:
-            fenced = _wait_or_fence(child, o.fence_parent)
-        _, status = os.waitpid(child, 0)  # PEP 475: retried after _survive runs
-        code = os.waitstatus_to_exitcode(status)
+        code, fenced = _wait(child, o.fence_parent)
+        pump_pid = pump.pid if pump is not None else None
+        inner = outlived_child(code, pump_pid) if o.runtime_monitor else None
+        if inner is not None:
+            code, fenced_inner = _wait(inner, o.fence_parent)
+            fenced = fenced or fenced_inner
         stop_reached = fenced or _stop_reached(supervisors[0])
         if pump is not None:
             pump.finish()  # what it wrote last is in the log before the exit record

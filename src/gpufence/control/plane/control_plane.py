@@ -20,6 +20,7 @@ from gpufence.advice.advise import advise
 from gpufence.advice.inputs import LintInputs
 from gpufence.advice.record import Advice
 from gpufence.control.base.config import ADMIN, ControlConfig
+from gpufence.control.base.containers import container_problem
 from gpufence.control.base.datadir import (
     DataDirError,
     check_data_dir,
@@ -309,10 +310,15 @@ class ControlPlane:
         """Jobs run on this machine: a ``cwd`` its user could not enter fails at submit, not at
         launch (Ray runs them elsewhere: checked there). Asked as that user (``can_enter``):
         the same answer for "missing" and "not yours", so a submit cannot probe through the
-        server's root which private directories exist."""
-        if req.cwd is None or not isinstance(self.executor, LocalExecutor):
-            return
+        server's root which private directories exist. So is a container image."""
         who = self.config.run_as_for(tenant)
+        local = isinstance(self.executor, LocalExecutor)
+        if req.container is not None:
+            problem = container_problem(req.container, req.cwd, who, self.data_dir, local)
+            if problem is not None:
+                raise InvalidField(("body", problem[0]), problem[1])
+        if req.cwd is None or not local:
+            return
         if not can_enter(req.cwd, who):
             user = f"the job's user ({who.user})" if who is not None else "the server's user"
             raise InvalidField(("body", "cwd"), f"{req.cwd} is not a directory {user} can enter")

@@ -64,6 +64,7 @@ def launch_for(
         attempt_dir=jdir / f"attempt-{attempt}",
         checkpoint_dir=jdir / "checkpoints",
         cwd=Path(spec.cwd) if spec.cwd else None,
+        container=Path(spec.container) if spec.container else None,
         run_as=config.run_as_for(tenant),
         limits=Limits(
             cpus=spec.cpus if spec.cpus is not None else cpus,

@@ -48,6 +48,12 @@ import time
 from pathlib import Path
 
 from gpufence.control.base import failpoints
+from gpufence.control.base.containers import (
+    ContainerError,
+    missing_runtime,
+    runtime,
+    sandbox_argv,
+)
 from gpufence.control.base.executor import (
     AckCallback,
     ExitCallback,
@@ -319,6 +325,7 @@ class LocalExecutor(AttemptWatcher):
         removed again if the spawn fails."""
         rank, run_as = member.rank, launch.run_as
         cwd = working_dir(launch)
+        command, monitor = contained_command(launch, member, cwd)  # before anything is taken
         err, pidf = err_file(adir, rank), pid_file(adir, rank)
         ready = self._spares.take() if self._spares is not None else None
         if ready is not None:
@@ -336,12 +343,17 @@ class LocalExecutor(AttemptWatcher):
         # a spare has joined its cgroup already, and its child is told its user and cwd itself
         confine = launcher_args(cg, run_as, cwd) if ready is None else []
         argv = launcher_argv(
-            adir, rank, launch.command, self._caught, confine, log_limit=launch.limits.log_bytes
+            adir,
+            rank,
+            command,
+            self._caught,
+            [*confine, *monitor],
+            log_limit=launch.limits.log_bytes,
         )
         try:
             if ready is not None:
                 child = {
-                    "command": list(launch.command),
+                    "command": command,
                     "uid": run_as.uid if run_as is not None else None,
                     "gid": run_as.gid if run_as is not None else None,
                     "groups": list(run_as.groups) if run_as is not None else [],
@@ -409,6 +421,26 @@ def check_launch(launch: Launch) -> None:
         raise LaunchError(f"{where}: empty command")
     if launch.cwd is not None and not launch.cwd.is_dir():
         raise LaunchError(f"{where}: working directory {launch.cwd} does not exist")
+
+
+def contained_command(launch: Launch, member: Member, cwd: Path) -> tuple[list[str], list[str]]:
+    """(the command to start, launcher options for it): with ``launch.container``, the job's
+    command inside its sandbox (``containers.sandbox_argv``), whose monitor the launcher sees
+    past (``--runtime-monitor``); else the job's command as it is."""
+    if launch.container is None:
+        return list(launch.command), []
+    where = f"job {launch.job_id} rank {member.rank}"
+    bwrap = runtime()
+    if bwrap is None:
+        raise LaunchError(f"{where}: {missing_runtime()}")
+    binds = [launch.attempt_dir, launch.checkpoint_dir, cwd]
+    if member.share is not None and member.share.mps_pipe_dir is not None:
+        binds.append(Path(member.share.mps_pipe_dir))
+    try:
+        sandbox = sandbox_argv(launch.container, binds, member.device_nodes, cwd, bwrap)
+    except ContainerError as exc:
+        raise LaunchError(f"{where}: {exc}") from exc
+    return [*sandbox, *launch.command], ["--runtime-monitor", "1"]
 
 
 def _cpu_seconds(members: list[MemberProcess]) -> float:
