@@ -106,7 +106,8 @@ control:
   containment: {{cgroup_parent: {CGROUP_PARENT}}}
 """
     srv_root = root / "srv"
-    srv_root.mkdir(mode=0o711)
+    srv_root.mkdir()
+    os.chmod(srv_root, 0o711)  # not mkdir's mode: a test before may have left a 077 umask
     env = {**os.environ, f"GFT_CTR_{tag}": token}
     with gpufence_up(srv_root, config, env, {"vision": token}) as srv:
         yield srv
