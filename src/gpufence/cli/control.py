@@ -13,6 +13,7 @@ import typer
 from gpufence.cli import accounting_verbs, cluster_verbs, job_verbs
 from gpufence.cli.context_verbs import context_app
 from gpufence.cli.logs_verb import logs
+from gpufence.cli.node_verbs import node_app, reserve_app
 from gpufence.cli.submit_verb import submit
 from gpufence.cli.up import up
 
@@ -38,3 +39,5 @@ def register(app: typer.Typer) -> None:
     app.command()(accounting_verbs.history)
     app.command()(accounting_verbs.usage)
     app.add_typer(context_app, name="context")
+    app.add_typer(node_app, name="node")  # drain, undrain, list
+    app.add_typer(reserve_app, name="reserve")  # maintenance windows

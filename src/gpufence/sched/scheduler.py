@@ -90,6 +90,11 @@ class Scheduler:
         return self.state.core.ledger
 
     @property
+    def closures(self) -> NodeClosures:
+        """Drained nodes and maintenance windows (read them; change them with events)."""
+        return self.state.core.closures
+
+    @property
     def counters(self) -> Counters:
         return self.state.book.counters
 
