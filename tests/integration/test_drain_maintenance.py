@@ -18,6 +18,7 @@ from api_helpers import ADMIN, CONFIG, SLEEPER, TOKEN_A, Server, call, run_serve
 from typer.testing import CliRunner
 
 from gpufence.cli.main import app
+from gpufence.control.http.maintenance_routes import MaintenanceList
 from gpufence.testing.waiting import until_value
 
 pytestmark = pytest.mark.slow  # two servers one after the other
@@ -110,7 +111,9 @@ def test_maintenance_window_and_restart(root: Path) -> None:
         wait_state(srv, short, ("done",))  # ends long before the window
         got = cli(srv, "reserve", "list", "-o", "json")
         assert got.exit_code == 0, got.output
-        [window] = json.loads(got.output)["maintenance"]
+        doc = json.loads(got.output)
+        assert MaintenanceList.model_validate(doc).model_dump() == doc  # the documented model
+        [window] = doc["maintenance"]
         assert (window["id"], window["nodes"], window["state"]) == ("m1", ["h100-0"], "scheduled")
         assert window["duration_s"] == 7200
         assert cli(srv, "node", "drain", "h100-0", "--reason", "disk").exit_code == 0
