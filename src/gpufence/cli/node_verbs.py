@@ -41,7 +41,9 @@ reserve_app = typer.Typer(
 )
 
 NodeArg = Annotated[str, typer.Argument(metavar="NODE", help="node name", show_default=False)]
-ReasonOpt = Annotated[str, typer.Option("--reason", help="why (shown in pending reasons)")]
+ReasonOpt = Annotated[
+    str, typer.Option("--reason", metavar="TEXT", help="why (shown in pending reasons)")
+]
 
 
 def _client(url: str | None, token: str | None, data: Path | None, context: str | None) -> Client:
@@ -75,6 +77,7 @@ def drain(
         str | None,
         typer.Option(
             "--deadline",
+            metavar="DUR",
             help="stop running work by then (e.g. 30m): it is noticed now, as for a "
             "preemption, and requeued; without it running work finishes",
         ),
@@ -162,12 +165,15 @@ def parse_start(text: str) -> dict[str, float]:
 @reserve_app.callback()
 def reserve(
     ctx: typer.Context,
-    nodes: Annotated[str | None, typer.Option("--nodes", help="n1,n2,...")] = None,
+    nodes: Annotated[str | None, typer.Option("--nodes", metavar="NODES", help="n1,n2,...")] = None,
     start: Annotated[
-        str | None, typer.Option("--start", help="now, +2h, or ISO 8601 (UTC unless it says)")
+        str | None,
+        typer.Option("--start", metavar="TIME", help="now, +2h, or ISO 8601 (UTC unless it says)"),
     ] = None,
-    duration: Annotated[str | None, typer.Option("--duration", help="e.g. 2h")] = None,
-    reason: Annotated[str | None, typer.Option("--reason", help="why")] = None,
+    duration: Annotated[
+        str | None, typer.Option("--duration", metavar="DUR", help="e.g. 2h")
+    ] = None,
+    reason: Annotated[str | None, typer.Option("--reason", metavar="TEXT", help="why")] = None,
     url: UrlOpt = None,
     token: TokenOpt = None,
     data: DataOpt = None,
