@@ -343,7 +343,7 @@ class Ledger:
         prev = self.node_up[node]
         if prev != up:
             self.nodes_down += -1 if up else 1
-        gids = [g.gid for g in self.cluster.gpus if g.node == node]
+        gids = list(self.cluster.nodes[node].gpu_ids)  # (toggled per placement by closures)
         was = [self._is_free(g) for g in gids]
         self.node_up[node] = up
         for g, w in zip(gids, was, strict=True):

@@ -51,7 +51,8 @@ class PlacementEngine:
         if closures is not None and (closures.windows or closures.drained):
             pool_nodes = tuple(ledger.cluster.partition_nodes[pool])
             shut = closures.closed_for(job.time_limit_s, pool_nodes)
-            key: tuple[object, ...] = (pool, job.shape(), job.time_limit_s, max_gpus, shut)
+            shape = job.shape() if request_id is None else request_id
+            key: tuple[object, ...] = (pool, shape, job.time_limit_s, max_gpus, shut)
             key = (*key, closures.version)
         else:
             key = (pool, job.shape() if request_id is None else request_id, max_gpus)
