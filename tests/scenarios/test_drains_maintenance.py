@@ -223,3 +223,37 @@ def test_waiting_reason_names_the_window_and_cancelling_it_lets_the_job_start() 
     )
     assert s.next_wakeup() == 100.0
     assert run(s, [(2, [MaintenanceCancelled("m1")])]) == [[Bind("b", "p", (A(0, 0, 1, 2, 3),))]]
+
+
+def test_a_gang_keeps_its_drain_notice_while_one_of_its_nodes_is_still_drained() -> None:
+    s = two_nodes()
+    got = run(
+        s,
+        [
+            (0, sub(job("g").gang(2, gpus=4).build())),
+            (1, [NodeDrained("n-0", "rack work", 50.0), NodeDrained("n-1", "rack work", 60.0)]),
+            (2, [NodeUndrained("n-0")]),
+            (3, [NodeUndrained("n-1")]),
+        ],
+    )
+    msg = "node n-0 drained: rack work; checkpoint and stop by t=50"
+    assert got == [
+        [Bind("g", "p", (A(0, 0, 1, 2, 3), A(1, 4, 5, 6, 7)))],
+        [Notice("g", Reason.DRAIN, 50.0, msg)],  # the earlier deadline stands
+        [],  # n-1 is still drained with a deadline: the notice stays
+        [NoticeWithdrawn("g", Reason.DRAIN, "node n-1 undrained")],
+    ]
+
+
+def test_during_the_window_the_reason_names_it() -> None:
+    s = two_nodes()
+    run(s, [(0, [WINDOW]), (1, sub(job("a").gpus(4).build()))])
+    run(s, [(100, sub(job("b").gpus(4).build()))])
+    ends = "GPUs reserved from when running jobs end"
+    assert s.why_pending("b") == PendingReason(Reason.NO_FIT, f"{M1}; {ends}")
+    run(s, [(101, sub(job("c").gpus(1).build()))])
+    assert s.why_pending("c") == PendingReason(
+        Reason.NO_FIT,
+        f"partition p has 0 of 8 GPUs free ({M1}); gang b holds the reservation (when running "
+        "jobs end)",
+    )
