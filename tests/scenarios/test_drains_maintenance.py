@@ -257,3 +257,17 @@ def test_during_the_window_the_reason_names_it() -> None:
         f"partition p has 0 of 8 GPUs free ({M1}); gang b holds the reservation (when running "
         "jobs end)",
     )
+
+
+def test_a_drained_node_in_a_window_is_named_once_with_its_window() -> None:
+    s = two_nodes()
+    run(
+        s,
+        [
+            (0, [WINDOW, NodeDrained("n-0", "swap a PSU"), NodeDrained("n-1", "disk")]),
+            (1, sub(job("a").gpus(1).build())),
+        ],
+    )
+    assert s.why_pending("a") == PendingReason(
+        Reason.NO_FIT, f"node n-0 drained: swap a PSU; node n-1 drained: disk; {M1}"
+    )

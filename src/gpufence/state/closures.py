@@ -88,7 +88,9 @@ class NodeClosures:
         for w in self.windows.values():
             if now < w.start and w.overlaps(now, limit):
                 shut.update(w.nodes)
-        return tuple(n for n in pool_nodes if n in shut and n not in self.down)
+        return tuple(
+            n for n in pool_nodes if n in shut and n not in self.down and not self.closed_now(n)
+        )
 
     def opened(self, pool_nodes: tuple[int, ...]) -> tuple[int, ...]:
         """Of ``pool_nodes``, the healthy ones closed now by a drain or a window."""
@@ -97,9 +99,10 @@ class NodeClosures:
     def describe(self, nodes: tuple[int, ...]) -> str:
         """Why ``nodes`` are closed: each drain, then each window, in a pending reason."""
         names = self.cluster.nodes
+        nodes = tuple(sorted(set(nodes)))
         parts = [
             f"node {names[n].name} drained: {self.drained[n].reason}"
-            for n in sorted(nodes)
+            for n in nodes
             if n in self.drained
         ]
         wanted = set(nodes)
