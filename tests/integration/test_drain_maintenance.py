@@ -8,6 +8,7 @@ the event log."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -106,7 +107,10 @@ def test_maintenance_window_and_restart(root: Path) -> None:
         assert got.output.startswith("maintenance m1 on h100-0 from ")
         assert "for 2h: firmware" in got.output
         unbounded = submit(srv, ["true"])
-        assert "maintenance m1 on h100-0 from t=" in why(srv, unbounded, "for 7200 s: firmware")
+        reason = why(srv, unbounded, "for 7200 s: firmware")
+        assert re.search(
+            r"maintenance m1 on h100-0 from \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC", reason
+        )
         short = submit(srv, ["true"], time_limit_s=60)
         wait_state(srv, short, ("done",))  # ends long before the window
         got = cli(srv, "reserve", "list", "-o", "json")

@@ -48,9 +48,27 @@ class Window:
 
 
 def when(t: float) -> str:
-    """A core time for a message: small times as the scenarios write them, plane-clock
-    (Unix-like) readings as whole seconds."""
-    return f"t={t:g}" if abs(t) < 1e6 else f"t={t:.0f}"
+    """A core time for a message: small times as the scenarios write them (t=100), plane-clock
+    readings (Unix-like, as the control plane's) as a UTC date an operator can read."""
+    return f"t={t:g}" if abs(t) < 1e8 else utc(t)
+
+
+def utc(t: float) -> str:
+    """``t`` seconds after the Unix epoch as "YYYY-MM-DD HH:MM:SS UTC", by the proleptic
+    Gregorian calendar (Howard Hinnant's days-to-civil), since the core imports no datetime."""
+    days, secs = divmod(int(t), 86400)
+    hh, rest = divmod(secs, 3600)
+    mm, ss = divmod(rest, 60)
+    z = days + 719468
+    era = z // 146097
+    doe = z - era * 146097
+    yoe = (doe - doe // 1460 + doe // 36524 - doe // 146096) // 365
+    doy = doe - (365 * yoe + yoe // 4 - yoe // 100)
+    mp = (5 * doy + 2) // 153
+    day = doy - (153 * mp + 2) // 5 + 1
+    month = mp + 3 if mp < 10 else mp - 9
+    year = yoe + era * 400 + (month <= 2)
+    return f"{year:04d}-{month:02d}-{day:02d} {hh:02d}:{mm:02d}:{ss:02d} UTC"
 
 
 @dataclass(slots=True)

@@ -12,6 +12,8 @@ import sqlite3
 from dataclasses import dataclass
 from typing import Protocol
 
+from gpufence.state.closures import utc
+
 
 class Writes(Protocol):
     def execute(self, sql: str, args: tuple[object, ...] = ()) -> sqlite3.Cursor: ...
@@ -48,7 +50,7 @@ def put_drain(tx: Writes, row: DrainRow) -> None:
         "INSERT OR REPLACE INTO node_drains(node, reason, deadline, at, by) VALUES(?,?,?,?,?)",
         (row.node, row.reason, row.deadline, row.at, row.by),
     )
-    until = "" if row.deadline is None else f", running work stopped by t={row.deadline:.0f}"
+    until = "" if row.deadline is None else f", running work stopped by {utc(row.deadline)}"
     tx.log(row.at, None, "node-drain", row.reason, f"node {row.node} drained by {row.by}{until}")
 
 
@@ -78,7 +80,7 @@ def put_window(tx: Writes, row: WindowRow) -> None:
         None,
         "maintenance-add",
         row.reason,
-        f"maintenance {row.window_id} on {','.join(row.nodes)} from t={row.start:.0f} for "
+        f"maintenance {row.window_id} on {','.join(row.nodes)} from {utc(row.start)} for "
         f"{row.end - row.start:g} s, by {row.by}",
     )
 
