@@ -99,6 +99,8 @@ def test_drain_deadline_notices_and_requeues_running_work(root: Path, tmp_path: 
 
 def test_maintenance_window_and_restart(root: Path) -> None:
     for srv in serve(root):
+        long = submit(srv, ["sleep", "60"])
+        wait_state(srv, long, ("running",))
         args = ["reserve", "--nodes", "h100-0", "--start", "+1h", "--duration", "2h"]
         got = cli(srv, *args, "--reason", "firmware", token=TOKEN_A)
         assert got.exit_code == 1 and "forbidden" in got.output.lower(), got.output
@@ -106,6 +108,9 @@ def test_maintenance_window_and_restart(root: Path) -> None:
         assert got.exit_code == 0, got.output
         assert got.output.startswith("maintenance m1 on h100-0 from ")
         assert "for 2h: firmware" in got.output
+        assert f"warning: {long} (no time limit) runs on its nodes" in got.output
+        status, _, _ = call(srv, "POST", f"/v1/jobs/{long}/cancel")
+        wait_state(srv, long, ("cancelled",))
         unbounded = submit(srv, ["true"])
         reason = why(srv, unbounded, "for 7200 s: firmware")
         assert re.search(

@@ -29,7 +29,7 @@ from gpufence.cli.connect import (
     fail,
 )
 from gpufence.cli.output import Frame, OutputOpt, check_format, show
-from gpufence.cli.render import Col, build_table, out_console
+from gpufence.cli.render import Col, build_table, err_console, out_console
 from gpufence.cli.units import format_duration, parse_duration
 from gpufence.control.http.client import Client
 
@@ -203,6 +203,12 @@ def reserve(
         f"maintenance {got['id']} on {','.join(got['nodes'])} from {_utc(got['start'])} for "
         f"{format_duration(got['duration_s'])}: {got['reason']}"
     )
+    for j in got.get("running_into", []):
+        err_console().print(
+            f"warning: {j} runs on its nodes and may still run when it begins (it is left "
+            "running: gpufence node drain NODE --deadline DUR stops it)",
+            markup=False,
+        )
 
 
 @reserve_app.command("list")

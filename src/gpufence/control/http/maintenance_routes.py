@@ -69,6 +69,12 @@ class WindowOut(BaseModel):
     by: str
 
 
+class WindowAdded(WindowOut):
+    running_into: list[str] = Field(
+        description="jobs running on its nodes that may still run when it begins (left running)"
+    )
+
+
 class MaintenanceList(BaseModel):
     now: float = Field(description="the server's clock")
     drains: list[DrainOut]
@@ -133,7 +139,7 @@ def maintenance_router(plane: ControlPlane) -> APIRouter:
 
     @router.post(
         "/v1/maintenance",
-        responses=ok(WindowOut) | error_responses(401, 403, 422, 503),
+        responses=ok(WindowAdded) | error_responses(401, 403, 422, 503),
         response_model=None,
     )
     def add(body: WindowBody, tenant: Tenant) -> dict[str, Any]:

@@ -104,7 +104,26 @@ def add_window(r: Reconciler, store: Store, ask: WindowAsk, by: str) -> dict[str
         row = rows.WindowRow(wid, nodes, start, end, why, now, by)
         rows.put_window(tx, row)
     r.boot([MaintenanceScheduled(wid, nodes, start, end, why)], [])
-    return _window_doc(row, now)
+    return {**_window_doc(row, now), "running_into": running_into(r, nodes, start)}
+
+
+def running_into(r: Reconciler, nodes: tuple[str, ...], start: float) -> list[str]:
+    """The jobs running on ``nodes`` now that may still run when a window begins at ``start``
+    (no time limit, or one that ends later): a window leaves them running (Slurm refuses such
+    a reservation without IGNORE_JOBS), so the operator is told, to drain with a deadline."""
+    sched = r.scheduler
+    idx = {sched.cluster.node_by_name[n] for n in nodes}
+    out: list[str] = []
+    for jid, alloc in sched.ledger.allocs.items():
+        if idx.isdisjoint(a.node for a in alloc.assignments):
+            continue
+        rec = sched.job(jid)
+        limit = rec.job.time_limit_s
+        if limit is None:
+            out.append(f"{jid} (no time limit)")
+        elif rec.started_at is not None and rec.started_at + limit > start:
+            out.append(f"{jid} (time limit ends {rec.started_at + limit - start:.0f} s into it)")
+    return sorted(out)
 
 
 def delete_window(r: Reconciler, store: Store, window_id: str, by: str) -> dict[str, Any]:
