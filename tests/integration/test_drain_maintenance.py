@@ -150,3 +150,29 @@ def test_maintenance_window_and_restart(root: Path) -> None:
             "maintenance-delete",
         ], audit
         assert all(m.endswith("by admin") or "by admin" in m for _, m in audit), audit
+
+
+def test_a_window_closes_and_reopens_its_node_on_time(root: Path) -> None:
+    """Nothing but the clock happens: the plane wakes at the window's start and end (the core's
+    next_wakeup) and the node closes, then takes the waiting job."""
+    for srv in serve(root):
+        args = ["reserve", "--nodes", "h100-0", "--start", "+2s", "--duration", "3s"]
+        got = cli(srv, *args, "--reason", "cable")
+        assert got.exit_code == 0, got.output
+        waiting = submit(srv, ["true"])  # no time limit: it would run into the window
+        assert "pending" in why(srv, waiting, "maintenance m1 on h100-0")
+        got = cli(srv, "reserve", "list", "-o", "json")
+        assert json.loads(got.output)["maintenance"][0]["state"] == "scheduled"
+        until_value(
+            lambda s=srv: json.loads(cli(s, "reserve", "list", "-o", "json").output),
+            lambda d: d["maintenance"][0]["state"] == "active",
+            10,
+            "the window begun",
+        )
+        nodes = json.loads(cli(srv, "node", "list", "-o", "json").output)["nodes"]
+        assert nodes[0]["drain"] == {"reason": "maintenance m1: cable", "deadline": None}
+        assert "pending" in why(srv, waiting, "maintenance m1 on h100-0")
+        wait_state(srv, waiting, ("done",), timeout=20)  # at the end of the window
+        _, job, _ = call(srv, "GET", f"/v1/jobs/{waiting}")
+        doc = json.loads(cli(srv, "reserve", "list", "-o", "json").output)
+        assert job["started_at"] >= doc["maintenance"][0]["end"], (job, doc)
