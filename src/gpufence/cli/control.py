@@ -13,6 +13,7 @@ import typer
 from gpufence.cli import account_verbs, accounting_verbs, cluster_verbs, job_verbs
 from gpufence.cli.context_verbs import context_app
 from gpufence.cli.logs_verb import logs
+from gpufence.cli.node_verbs import node_app, reserve_app
 from gpufence.cli.sbatch_verb import CONTEXT as SBATCH_CONTEXT
 from gpufence.cli.sbatch_verb import USAGE as SBATCH_USAGE
 from gpufence.cli.sbatch_verb import sbatch
@@ -45,3 +46,5 @@ def register(app: typer.Typer) -> None:
     app.add_typer(account_verbs.tenant_app, name="tenant")
     app.add_typer(account_verbs.token_app, name="token")
     app.command()(account_verbs.audit)
+    app.add_typer(node_app, name="node")  # drain, undrain, list
+    app.add_typer(reserve_app, name="reserve")  # maintenance windows

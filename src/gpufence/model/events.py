@@ -188,6 +188,40 @@ class TenantsChanged:
 
 
 @dataclass(frozen=True, slots=True)
+class NodeDrained:
+    """An operator drained the node: no new work is placed on it; what runs there finishes, or,
+    with a ``deadline`` (the core's time), is noticed now and stopped (requeued) by then.
+    Draining a drained node again replaces its reason and deadline."""
+
+    node: str
+    reason: str
+    deadline: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class NodeUndrained:
+    node: str
+
+
+@dataclass(frozen=True, slots=True)
+class MaintenanceScheduled:
+    """A maintenance window on ``nodes`` over [start, end) (the core's time): while it lasts the
+    nodes take no work, and before it a job starts on them only if its time limit ends by
+    ``start`` (a job without one is unbounded). The same ``window_id`` again replaces it."""
+
+    window_id: str
+    nodes: tuple[str, ...]
+    start: float
+    end: float
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class MaintenanceCancelled:
+    window_id: str
+
+
+@dataclass(frozen=True, slots=True)
 class Tick:
     """Nothing happened but time passed (deadlines may expire)."""
 
@@ -209,6 +243,10 @@ Event = (
     | Activity
     | NodeDown
     | NodeUp
+    | NodeDrained
+    | NodeUndrained
+    | MaintenanceScheduled
+    | MaintenanceCancelled
     | MigReconfigured
     | MigLayoutRead
     | QueueRetuned

@@ -23,9 +23,13 @@ from gpufence.model.events import (
     JobRestored,
     JobStopped,
     JobSubmitted,
+    MaintenanceCancelled,
+    MaintenanceScheduled,
     MigLayoutRead,
     MigReconfigured,
     NodeDown,
+    NodeDrained,
+    NodeUndrained,
     NodeUp,
     OutcomeKnown,
     PreemptionsRestored,
@@ -37,6 +41,7 @@ from gpufence.model.events import (
 from gpufence.model.lifecycle import after_stop
 from gpufence.sched.book import JobBook
 from gpufence.sched.context import Claims, Core
+from gpufence.sched.drains import apply_closure
 from gpufence.sched.gates import Gates
 from gpufence.sched.intake import Refused, resolve
 from gpufence.sched.jobs import TERMINAL, JobRecord, JobState
@@ -144,6 +149,9 @@ def _apply(
     if isinstance(ev, NodeUp | NodeDown):  # a cordon (stop_jobs False) keeps what runs
         stop = isinstance(ev, NodeDown) and ev.stop_jobs
         _node(core, book, ev.node, isinstance(ev, NodeUp), out, stop_jobs=stop)
+        return
+    if isinstance(ev, NodeDrained | NodeUndrained | MaintenanceScheduled | MaintenanceCancelled):
+        apply_closure(core, book, ev, out)
         return
     if isinstance(ev, MigReconfigured):
         mig.reconfigured(core, ev.gpu)
@@ -266,8 +274,13 @@ def _node(
     idx = core.cluster.node_by_name.get(name)
     if idx is None:
         return
-    if core.ledger.node_up[idx] != up:
-        core.ledger.set_node_up(idx, up)
+    # health is one of three things a node needs to take work (a drain or a maintenance window
+    # may keep it closed after it comes back: state/closures.py)
+    if up:
+        core.closures.down.discard(idx)
+    else:
+        core.closures.down.add(idx)
+    core.closures.sync(core.ledger, (idx,))
     if up or not stop_jobs:
         return
     # (also when it was already down: a cordoned node that then fails stops its jobs)

@@ -44,15 +44,19 @@ def reserve(core: Core, book: JobBook, rec: JobRecord, pool: str) -> Reservation
     led = core.ledger
     c = core.cluster
     now = core.now
+    # nodes a maintenance window closes to the gang (it would still run when the window
+    # begins) are left out, as down nodes are: holding their GPUs for it would keep the short
+    # jobs that may use them before the window off them (state/closures.py)
+    shut = set(core.closures.closed_for(job.time_limit_s, c.partition_nodes[pool]))
     free: dict[int, list[int]] = {n: led.free_gpus(pool, n) for n in c.partition_nodes[pool]}
-    free = {n: v for n, v in free.items() if led.node_up[n]}
+    free = {n: v for n, v in free.items() if led.node_up[n] and n not in shut}
     releases: list[tuple[float, int, tuple[int, ...]]] = []
     ending: dict[str, float] = {}
     for jid in led.pool_allocs[pool]:
         alloc = led.allocs[jid]
         end = ending[jid] = book.records[jid].expected_end(now)
         for a in alloc.assignments:
-            if led.node_up[a.node]:
+            if led.node_up[a.node] and a.node not in shut:
                 releases.append((end, a.node, a.gpus))
     releases.sort(key=lambda r: (r[0], r[1], r[2]))
     ends = [r[0] for r in releases]

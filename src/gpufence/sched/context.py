@@ -18,6 +18,7 @@ from gpufence.sched.admission import Admission
 from gpufence.sched.fairshare import FairShare
 from gpufence.sched.placement.dispatch import PlacementEngine
 from gpufence.sched.queues import PendingQueues
+from gpufence.state.closures import NodeClosures
 from gpufence.state.ledger import Ledger
 
 
@@ -30,6 +31,7 @@ class Core:
     queues: PendingQueues
     fairshare: FairShare
     engine: PlacementEngine
+    closures: NodeClosures  # drained nodes and maintenance windows (the engine's too)
     admission: tuple[Admission, ...] = ()  # rules every job passes before it is placed
     tenants: frozenset[str] | None = None  # who queue labels may name (SchedulerConfig.tenants)
     now: float = 0.0

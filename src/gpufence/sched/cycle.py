@@ -1,7 +1,9 @@
 """One scheduling cycle, as numbered phases. Each phase is a function of the state it owns and
 returns its decisions; the pieces of state are named in ``SchedulerState``:
 
-  1. apply events        sched/apply.py     submits, ends, stops, acks, activity, nodes, MIG
+  1. apply events        sched/apply.py     submits, ends, stops, acks, activity, nodes, MIG;
+                         sched/drains.py    drains and maintenance windows (windows that began
+                                            or ended are applied first)
   2. expire deadlines    sched/expiry.py    time limits; a notice past its deadline -> a stop
   3. warn idle           sched/reclaim.py   idle interactive sessions get a warning
   4. gates               sched/gates.py     held / dependent / array-capped jobs join their
@@ -21,6 +23,7 @@ from gpufence.model.events import Event
 from gpufence.sched.apply import apply_events, open_gates
 from gpufence.sched.book import JobBook
 from gpufence.sched.context import Claims, Core
+from gpufence.sched.drains import advance as advance_windows
 from gpufence.sched.expiry import expire_limits, expire_notices
 from gpufence.sched.gates import Gates
 from gpufence.sched.lend import lend
@@ -48,6 +51,7 @@ def run_cycle(s: SchedulerState, events: Iterable[Event], now: float) -> list[De
     core = s.core
     core.fairshare.advance(now, core.ledger)
     core.now = now
+    advance_windows(core)  # maintenance windows that began or ended close or open their nodes
     # this cycle's decisions, as each phase makes them: what a front end keeps (``made``) when a
     # phase raises after earlier ones changed the state
     out = s.made = []

@@ -19,6 +19,7 @@ from gpufence.sched.admission import Admission, quota_blocks
 from gpufence.sched.backfill import INF, reservable, reserve
 from gpufence.sched.book import JobBook
 from gpufence.sched.context import Claims, Core, Nomination, Reservation
+from gpufence.sched.drains import closed_note
 from gpufence.sched.jobs import JobRecord, JobState
 from gpufence.sched.migdyn import MigWork, repartition_for
 from gpufence.sched.passing import ahead, ahead_by_share, may_pass_holds
@@ -496,7 +497,8 @@ def _holds_reservation(
 def _free_of(st: Placing, p: str) -> str:
     led = st.core.ledger
     n = len(st.core.cluster.partition_gpus[p])
-    return f"partition {p} has {led.pool_free[p]} of {n} GPUs free{held_for(led, p)}; "
+    closed = closed_note(st.core, p)  # drained nodes and maintenance (sched/drains.py)
+    return f"partition {p} has {led.pool_free[p]} of {n} GPUs free{held_for(led, p)}{closed}; "
 
 
 def _starts(res: Reservation) -> str:

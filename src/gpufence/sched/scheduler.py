@@ -28,6 +28,7 @@ from gpufence.sched.queues import PendingQueues
 from gpufence.sched.reasons import PendingReasons
 from gpufence.sched.reclaim import idle_deadline
 from gpufence.sched.registry import admission_rules, make_placer, make_queue_order
+from gpufence.state.closures import NodeClosures
 from gpufence.state.invariants import check
 from gpufence.state.ledger import Ledger
 
@@ -65,9 +66,11 @@ class Scheduler:
             ),
             fairshare=FairShare(cluster, self.config.fair_share_half_life_s),
             engine=PlacementEngine({p: make_placer(part, seed) for p, part in parts.items()}),
+            closures=NodeClosures(cluster),
             admission=admission_rules(),
             tenants=self.config.tenants,
         )
+        core.engine.closures = core.closures
         self.state = SchedulerState(
             core=core,
             book=JobBook(cluster),
@@ -88,6 +91,11 @@ class Scheduler:
     @property
     def ledger(self) -> Ledger:
         return self.state.core.ledger
+
+    @property
+    def closures(self) -> NodeClosures:
+        """Drained nodes and maintenance windows (read them; change them with events)."""
+        return self.state.core.closures
 
     @property
     def counters(self) -> Counters:
@@ -156,11 +164,13 @@ class Scheduler:
 
     def next_wakeup(self) -> float | None:
         """The earliest time a deadline (notice, idle threshold, time limit, protection's next
-        look) falls due, for a front end to send a Tick then; None when nothing is timed."""
+        look, a maintenance window's start or end) falls due, for a front end to send a Tick
+        then; None when nothing is timed."""
         s = self.state
         book = s.book
         times = [n.deadline for j in book.noticed if (n := book.records[j].notice) is not None]
-        for due in (idle_deadline(s.core.cluster, book), book.next_limit()):
+        edge = s.core.closures.next_edge()  # a maintenance window begins or ends
+        for due in (idle_deadline(s.core.cluster, book), book.next_limit(), edge):
             if due is not None:
                 times.append(due)
         now = s.core.now

@@ -334,21 +334,28 @@ class Ledger:
         if self._undo is not None:  # only inside a transaction
             self._undo.append(lambda: self._set_alloc(job_id, prev))
 
-    def set_node_up(self, node: int, up: bool) -> None:
+    def set_node_up(self, node: int, up: bool, count: bool = True) -> None:
+        """``count`` False: a what-if toggle (a placement in a fork) that must not tell the
+        queues capacity came back when it is undone."""
         self._changed(node)
-        if up:
-            for p in self.cluster.partitions:
-                self.freed[p] += 1
+        if up and count:
+            self.capacity_back()
         prev = self.node_up[node]
         if prev != up:
             self.nodes_down += -1 if up else 1
-        gids = [g.gid for g in self.cluster.gpus if g.node == node]
+        gids = list(self.cluster.nodes[node].gpu_ids)  # (toggled per placement by closures)
         was = [self._is_free(g) for g in gids]
         self.node_up[node] = up
         for g, w in zip(gids, was, strict=True):
             self._reindex(g, w)
         if self._undo is not None:  # only inside a transaction
-            self._undo.append(lambda: self.set_node_up(node, prev))
+            self._undo.append(lambda: self.set_node_up(node, prev, count))
+
+    def capacity_back(self) -> None:
+        """Tell every partition's queue that what failed to fit may fit now (a node came back,
+        a maintenance window was called off)."""
+        for p in self.cluster.partitions:
+            self.freed[p] += 1
 
     def set_blocked(self, g: int, blocked: bool) -> None:
         self._changed(self._node_of[g])

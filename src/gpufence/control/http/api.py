@@ -33,6 +33,7 @@ from gpufence.control.http.docs import install_docs, install_openapi
 from gpufence.control.http.handlers import install_handlers
 from gpufence.control.http.job_actions import job_actions_router
 from gpufence.control.http.jobs_routes import jobs_router
+from gpufence.control.http.maintenance_routes import maintenance_router
 from gpufence.control.http.ops_routes import ops_router
 from gpufence.control.http.problems import SafeJSONResponse
 from gpufence.control.http.submission import FrontedAPI, SubmitFront, submit_router
@@ -70,6 +71,7 @@ def make_app(plane: ControlPlane) -> FrontedAPI:
     app.include_router(ops_router(plane))  # /metrics, /healthz, /readyz
     app.include_router(accounting_router(plane))  # /v1/history, /v1/usage
     app.include_router(accounts_router(plane))  # /v1/admin/*: tenants, tokens, queues
+    app.include_router(maintenance_router(plane))  # drains, /v1/maintenance
     install_docs(app)
     install_openapi(app)
     # the submit route's hot path: its endpoint, ahead of FastAPI's machinery (submission.py)

@@ -48,7 +48,7 @@ from gpufence.control.observe.latency_book import DeploymentKey
 from gpufence.control.observe.observatory import MAX_PUSH, Observatory
 from gpufence.control.observe.prom_collectors import LiveCollector
 from gpufence.control.observe.series_model import SeriesResponse
-from gpufence.control.plane import admin_accounts
+from gpufence.control.plane import admin_accounts, maintenance
 from gpufence.control.plane.gpu_runtime import GpuRuntime, Holders, open_gpu_api
 from gpufence.control.reconciler.inbox import Clock, InvalidField, SubmitResult
 from gpufence.control.reconciler.loop import Reconciler
@@ -240,6 +240,8 @@ class ControlPlane:
         # what the GPUs really have (MIG), before recovery's restores and any placement
         self.reconciler.boot(self.gpus.startup_events(self.store), [])
         self.recovered = recover(self.reconciler, self.store, self.containment)
+        # the operator's drains and maintenance windows, after the restores they may notice
+        self.reconciler.boot(maintenance.boot_events(self.store), [])
         self.reconciler.start()
         self._started = True
         self.gpus.start_watch(self._holders)

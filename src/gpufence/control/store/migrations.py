@@ -199,6 +199,26 @@ MIGRATIONS: tuple[str, ...] = (
         new TEXT NOT NULL DEFAULT ''
     );
     """,
+    # 10: drained nodes and maintenance windows (issue 32), the core's events at every start;
+    # times are plane-clock readings (base/plane_clock.py), as every deadline in the store
+    """
+    CREATE TABLE node_drains (
+        node TEXT PRIMARY KEY,
+        reason TEXT NOT NULL,
+        deadline REAL,                    -- running work stopped by then; NULL: it finishes
+        at REAL NOT NULL,
+        by TEXT NOT NULL
+    );
+    CREATE TABLE maintenance (
+        id TEXT PRIMARY KEY,
+        nodes TEXT NOT NULL,              -- node names, comma-separated
+        start REAL NOT NULL,
+        end REAL NOT NULL,
+        reason TEXT NOT NULL,
+        at REAL NOT NULL,
+        by TEXT NOT NULL
+    );
+    """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
