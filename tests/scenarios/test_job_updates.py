@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import pytest
-from scenario_harness import A, JobFinished, JobStopped, Tick, make, sub
+from scenario_harness import A, JobFinished, Tick, make, sub
 
 from gpufence.model.decisions import (
     Bind,
@@ -24,7 +24,6 @@ from gpufence.model.events import Event, JobHeld, JobReleased, JobUpdated
 from gpufence.model.job import Job
 from gpufence.sched.intake import Accepted, Refused
 from gpufence.sched.jobs import JobState
-from gpufence.sched.scheduler import Scheduler
 from gpufence.sched.update import Conflict, judge
 from gpufence.testing.builders import ClusterBuilder, PreemptionPolicy, job
 

@@ -90,7 +90,7 @@ def job_actions_router(plane: ControlPlane) -> APIRouter:
         errors: list[str] = []
         # every action queued before any is waited for: the reconciler takes them in one cycle
         # (one by one, holding a 2,000-task array took a cycle and a commit per task: minutes)
-        futures = [(n, plane.reconciler.action(n.id, kind)) for n in targets]
+        futures = [(n, plane.reconciler.action(n.id, kind, tenant)) for n in targets]
         for n, fut in futures:
             try:
                 state = fut.result(CALL_TIMEOUT_S)
