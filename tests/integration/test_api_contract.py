@@ -236,7 +236,7 @@ def test_issue_15_answers_are_in_their_models(server: Server) -> None:
     ("path", "allow"),
     [
         ("/v1/jobs", "GET, OPTIONS, POST"),  # two routes: Starlette's own 405 named POST only
-        ("/v1/jobs/j1", "GET, OPTIONS"),
+        ("/v1/jobs/j1", "GET, OPTIONS, PATCH"),  # PATCH: gpufence update (issue 32)
         ("/v1/jobs/j1/cancel", "OPTIONS, POST"),
     ],
 )
