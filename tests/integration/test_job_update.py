@@ -261,8 +261,8 @@ def test_hold_names_who_and_release_puts_it_back(clean: Server) -> None:
     srv = clean
     blocker = sub(srv, ADMIN, queue="qa", gpus=2)
     wait_state(srv, blocker, ("running",))
-    mine = sub(srv, TOKEN_A, queue="qa")
-    theirs = sub(srv, TOKEN_A, queue="qa")
+    mine = sub(srv, TOKEN_A, queue="qa", gpus=2)
+    theirs = sub(srv, TOKEN_A, queue="qa", gpus=2)
     assert call(srv, "POST", f"/v1/jobs/{mine}/hold", TOKEN_A)[0] == 200
     assert pending_why(srv, mine, TOKEN_A) == "held by team-a; release it to let it run"
     assert updates(srv, mine, "hold") == ["held by team-a"]
@@ -273,8 +273,10 @@ def test_hold_names_who_and_release_puts_it_back(clean: Server) -> None:
     assert call(srv, "POST", f"/v1/jobs/{theirs}/release", ADMIN)[0] == 200
     assert call(srv, "POST", f"/v1/jobs/{mine}/release", TOKEN_A)[0] == 200
     call(srv, "POST", f"/v1/jobs/{blocker}/cancel")
-    wait_state(srv, mine, ("running",), 30)  # back in its place: ahead of the later one
-    wait_state(srv, theirs, ("running",), 30)
+    # released, it is back in its place: ahead of the one submitted after it
+    wait_state(srv, mine, ("running",), 30)
+    assert call(srv, "GET", f"/v1/jobs/{theirs}")[1]["state"] == "pending"
+    assert updates(srv, theirs, "release") == ["released by admin"]
 
 
 def test_holding_a_running_job_is_refused_with_the_fix(clean: Server) -> None:

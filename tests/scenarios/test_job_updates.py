@@ -85,6 +85,35 @@ CASES: list[tuple[str, list[Step], list[list[Decision]]]] = [
         [[Bind("run", "p", (A(0, 0, 1),))], [], [], [], [Bind("a", "p", (A(0, 0, 1),))]],
     ),
     (
+        "released, a held job goes ahead of the gang that reserved the GPUs while it was held",
+        [
+            (0, sub(job("run").gpus(1).partition("p").build())),
+            (1, sub(two("a", 1))),
+            (2, [JobHeld("a")]),
+            (3, sub(two("b", 3))),  # b is the head now: GPUs reserved for it
+            (4, [JobReleased("a")]),
+            (10, [JobFinished("run")]),
+        ],
+        [[Bind("run", "p", (A(0, 0),))], [], [], [], [], [Bind("a", "p", (A(0, 0, 1),))]],
+    ),
+    (
+        "moved into a partition, an earlier job goes ahead of the gang reserved there",
+        [
+            (0, sub(job("run").gpus(1).partition("q").build(), two("x"))),
+            (1, sub(two("a", 1))),
+            (3, sub(job("b").gpus(2).partition("q").at(3).build())),  # reserved in q
+            (4, [JobUpdated("a", partition="q")]),
+            (10, [JobFinished("run")]),
+        ],
+        [
+            [Bind("x", "p", (A(0, 0, 1),)), Bind("run", "q", (A(1, 2),))],
+            [],
+            [],
+            [],
+            [Bind("a", "q", (A(1, 2, 3),))],
+        ],
+    ),
+    (
         "updated, a pending job keeps its place among jobs of its submit time",
         [
             (0, sub(two("run"))),

@@ -46,7 +46,7 @@ from gpufence.sched.protect import ProtectionState
 from gpufence.sched.reasons import PendingReasons
 from gpufence.sched.reclaim import track
 from gpufence.sched.restore import restore
-from gpufence.sched.update import apply_update
+from gpufence.sched.update import apply_update, replan
 
 
 def apply_events(
@@ -133,7 +133,8 @@ def _apply(
         apply_update(core, book, claims, reasons, gates, ev, out)
         return
     if isinstance(ev, JobReleased):  # gates
-        gates.release(ev.job_id)
+        if gates.release(ev.job_id):
+            replan(claims, book.records[ev.job_id].home)
         return
     if isinstance(ev, OutcomeKnown):  # gates
         gates.outcome(ev.job_id, ev.state)

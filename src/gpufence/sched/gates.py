@@ -115,11 +115,14 @@ class Gates:
             self.waiting[job_id] = rec
         self.reasons[job_id] = _held(by)
 
-    def release(self, job_id: str) -> None:
-        if job_id in self.held:
-            self.held.discard(job_id)
-            self.held_by.pop(job_id, None)
-            self.dirty = True
+    def release(self, job_id: str) -> bool:
+        """True when the job was held (it may now join its queue)."""
+        if job_id not in self.held:
+            return False
+        self.held.discard(job_id)
+        self.held_by.pop(job_id, None)
+        self.dirty = True
+        return True
 
     def outcome(self, job_id: str, state: str) -> None:
         self.outcomes[job_id] = state

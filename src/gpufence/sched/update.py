@@ -122,6 +122,14 @@ def apply_update(
             out.append(NoticeWithdrawn(rec.job.id, Reason.TIME_LIMIT, msg))
 
 
+def replan(claims: Claims, partition: str) -> None:
+    """A job joins ``partition``'s queue at a place that may be ahead of the gang holding its
+    reservation (released from a hold, moved there, updated): the reservation was planned on
+    the queue without it, and would keep it off the GPUs even where it comes first. Dropped,
+    it is planned again by the next walk for whichever job then heads the queue."""
+    claims.reservations.pop(partition, None)
+
+
 def _pending(
     core: Core,
     claims: Claims,
@@ -144,6 +152,7 @@ def _pending(
     rec.job, rec.home, rec.queue = new, home.home, home.queue
     if moved:
         core.engine.observe(new, home.home)
+    replan(claims, home.home)
     if queued:
         core.queues.add(rec)
     else:
