@@ -226,9 +226,9 @@ def test_a_pending_job_moves_to_another_partition_and_queue(clean: Server) -> No
     ("changes", "token", "status", "field", "words"),
     [
         ({"partition": "nowhere"}, TOKEN_A, 422, "body.partition", "does not exist"),
-        ({"partition": "spare", "queue": "sa"}, TOKEN_A, 422, "body.partition", "nodes of spare have at most 1"),
+        ({"partition": "spare", "queue": "sa"}, TOKEN_A, 422, "body.partition", "at most 1"),
         ({"queue": "qb"}, TOKEN_A, 403, None, "queue 'qb' belongs to tenant 'team-b'"),
-        ({"queue": "sa"}, TOKEN_A, 422, "body.queue", "nodes of spare have at most 1"),
+        ({"queue": "sa"}, TOKEN_A, 422, "body.queue", "spare have at most 1"),
         ({"time_limit_s": 50}, TOKEN_A, 422, "body.time_limit_s", "est_runtime_s (100)"),
         ({}, TOKEN_A, 422, "body", "give at least one of"),
         ({"priority": 2000}, ADMIN, 422, "body.priority", "1000"),
@@ -309,7 +309,7 @@ def test_the_cli_updates_an_array_and_prints_each_task(clean: Server) -> None:
     res = CliRunner().invoke(app, ["update", out["id"], "--time-limit", "30m"], env=env)
     assert res.exit_code == 0, res.output
     assert res.output.splitlines() == [
-        f"{t}: pending, updated: time limit {want}" for t, want in zip(out["tasks"], ["30m"] * 3)
+        f"{t}: pending, updated: time limit 30m" for t in out["tasks"]
     ]
     assert all(spec(srv, t)["time_limit_s"] == 1800 for t in out["tasks"])
     res = CliRunner().invoke(app, ["update", out["tasks"][0], "--priority", "3"], env=env)
