@@ -312,6 +312,10 @@ def test_the_cli_updates_an_array_and_prints_each_task(clean: Server) -> None:
         f"{t}: pending, updated: time limit 30m" for t in out["tasks"]
     ]
     assert all(spec(srv, t)["time_limit_s"] == 1800 for t in out["tasks"])
+    res = CliRunner().invoke(app, ["events", "--job", out["tasks"][1], "-o", "json"], env=env)
+    assert res.exit_code == 0, res.output
+    said = [e["message"] for e in json.loads(res.output)["events"] if e["kind"] == "update"]
+    assert said == ["by team-a: time_limit_s none -> 1800"]
     res = CliRunner().invoke(app, ["update", out["tasks"][0], "--priority", "3"], env=env)
     assert res.exit_code == 1 and "higher needs the admin token" in res.output, res.output
 
