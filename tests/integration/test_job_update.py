@@ -179,6 +179,7 @@ def test_priority_a_tenant_lowers_or_raises_up_to_the_default(clean: Server) -> 
     assert patch(srv, jid, TOKEN_A, priority=-5)[0] == 200
     assert patch(srv, jid, TOKEN_A, priority=0)[0] == 200  # back up to the default
     assert patch(srv, jid, ADMIN, priority=7)[0] == 200
+    assert patch(srv, jid, TOKEN_A, priority=7)[0] == 200  # a retry: no change, no event
     assert spec(srv, jid)["priority"] == 7
     assert updates(srv, jid) == [
         "by team-a: priority 0 -> -5",

@@ -109,6 +109,14 @@ def apply_to(spec: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
     return req.stored()
 
 
+_DEFAULTS: dict[str, Any] = {"priority": DEFAULT_PRIORITY, "partition": "", "queue": ""}
+
+
+def effective(spec: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
+    """The ``changes`` that change something (a retried update is no second change)."""
+    return {f: v for f, v in changes.items() if spec.get(f, _DEFAULTS.get(f)) != v}
+
+
 def rule_broken(spec: dict[str, Any], changes: dict[str, Any]) -> str | None:
     """Why a tenant (not the admin) may not make ``changes`` to a job stored as ``spec``."""
     limit = changes.get("time_limit_s")
@@ -132,7 +140,7 @@ def describe(spec: dict[str, Any], changes: dict[str, Any]) -> str:
     """``priority 0 -> 5, time_limit_s 3600 -> 1800``: what the audit event says changed."""
     parts = []
     for f, v in changes.items():
-        old = spec.get(f, DEFAULT_PRIORITY if f == "priority" else None)
+        old = spec.get(f, _DEFAULTS.get(f))
         parts.append(f"{f} {_show(old)} -> {_show(v)}")
     return ", ".join(parts)
 

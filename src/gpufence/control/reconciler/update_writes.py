@@ -24,7 +24,13 @@ from typing import TYPE_CHECKING, Any
 
 from gpufence.control.base.config import ADMIN
 from gpufence.control.base.jobspec import SubmitRequest
-from gpufence.control.base.jobupdate import UpdateInvalid, apply_to, describe, rule_broken
+from gpufence.control.base.jobupdate import (
+    UpdateInvalid,
+    apply_to,
+    describe,
+    effective,
+    rule_broken,
+)
 from gpufence.control.reconciler.inbox import (
     Action,
     CancelError,
@@ -44,15 +50,20 @@ if TYPE_CHECKING:
 
 def write_update(ctx: WriteContext, tx: JobTx, it: Action, now: float, staged: Staged) -> None:
     row = tx.job(it.job_id)
+    changes = effective(row.spec, it.changes)
     try:
-        spec, event, home = _judged(ctx, row, it)
+        if not changes:  # nothing to change (a retry): only a state that takes none refuses
+            _judge(ctx, JobUpdated(it.job_id), {})
+            staged.replies.append((it.future, row.state))
+            return
+        spec, event, home = _judged(ctx, row, it.by, changes)
     except (NotPermitted, InvalidField, CancelError) as exc:
         staged.replies.append((it.future, exc))
         return
     tx.set_spec(it.job_id, spec)
     if home is not None and home != (row.partition, row.queue):
         tx.set_homes([(it.job_id, home[0], home[1])])
-    what = describe(row.spec, it.changes)
+    what = describe(row.spec, changes)
     tx.log(now, it.job_id, "update", "", f"by {it.by or ADMIN}: {what}")
     staged.events.append(event)
     live = ctx.live.get(it.job_id)
@@ -63,29 +74,34 @@ def write_update(ctx: WriteContext, tx: JobTx, it: Action, now: float, staged: S
 
 
 def _judged(
-    ctx: WriteContext, row: st.JobRow, it: Action
+    ctx: WriteContext, row: st.JobRow, by: str, changes: dict[str, Any]
 ) -> tuple[dict[str, Any], JobUpdated, tuple[str, str] | None]:
     """(the spec to store, the core's event, the new (partition, queue) of a pending job)."""
-    changes = it.changes
-    if it.by != ADMIN:
-        broken = rule_broken(row.spec, changes) or _foreign_queue(ctx, it.by, changes)
+    if by != ADMIN:
+        broken = rule_broken(row.spec, changes) or _foreign_queue(ctx, by, changes)
         if broken is not None:
-            raise NotPermitted(f"job {it.job_id}: {broken}")
+            raise NotPermitted(f"job {row.id}: {broken}")
     try:
         spec = apply_to(row.spec, changes)
     except UpdateInvalid as exc:
         raise InvalidField(("body", exc.field), str(exc)) from None
-    event = JobUpdated(it.job_id, **changes)
+    event = JobUpdated(row.id, **changes)
+    home = _judge(ctx, event, changes)
+    return spec, event, home if row.state == st.PENDING else None
+
+
+def _judge(ctx: WriteContext, event: JobUpdated, changes: dict[str, Any]) -> tuple[str, str]:
+    """The core's verdict (``sched.update.judge``) as the plane answers it: where the job
+    then lives, or the refusal to raise."""
     view = ctx.scheduler
     verdict = judge(
-        view.cluster, view.jobs().get(it.job_id), event, view.ledger.mig, view.config.tenants
+        view.cluster, view.jobs().get(event.job_id), event, view.ledger.mig, view.config.tenants
     )
     if isinstance(verdict, Conflict):
         raise CancelError(verdict.message)
     if isinstance(verdict, Refused):
         raise InvalidField(("body", _field_of(verdict.message, changes)), verdict.message)
-    pending = row.state == st.PENDING
-    return spec, event, (verdict.home, verdict.queue) if pending else None
+    return verdict.home, verdict.queue
 
 
 def _foreign_queue(ctx: WriteContext, tenant: str, changes: dict[str, Any]) -> str | None:
