@@ -58,15 +58,17 @@ def update_router(plane: ControlPlane) -> APIRouter:
     Tenant = Annotated[str, Depends(tenant_dependency(plane.config))]
     router = APIRouter(tags=["jobs"])
 
+    # the path's parameter is named as GET's (``/v1/jobs/{job_id}``): one path of the document
     @router.patch(
-        "/v1/jobs/{ref}",
+        "/v1/jobs/{job_id}",
         response_model=UpdateResponse,
         responses=error_responses(401, 403, 404, 409, 413, 422, 503),
     )
-    def update(ref: Ref, body: UpdateRequest, tenant: Tenant) -> UpdateResponse:
+    def update(job_id: Ref, body: UpdateRequest, tenant: Tenant) -> UpdateResponse:
         """Change a job's priority or time limit (pending or running), or its partition or
         queue (pending); a tenant may only lower a time limit, and raise a priority no higher
         than the default 0."""
+        ref = job_id  # an id, an array's id or a name, as hold takes
         targets = _targets(lookup(plane, tenant, ref), ref)
         changes = body.changes()
         # all queued before any is waited for: one cycle and one commit for a whole array
