@@ -61,7 +61,10 @@ def write_update(ctx: WriteContext, tx: JobTx, it: Action, now: float, staged: S
         staged.replies.append((it.future, exc))
         return
     tx.set_spec(it.job_id, spec)
-    if home is not None and home != (row.partition, row.queue):
+    # only a move writes the home: two updates of one job in one batch are judged before the
+    # core has taken the first, and a priority change must not write back the old home
+    moves = "partition" in changes or "queue" in changes
+    if moves and home is not None and home != (row.partition, row.queue):
         tx.set_homes([(it.job_id, home[0], home[1])])
     what = describe(row.spec, changes)
     tx.log(now, it.job_id, "update", "", f"by {it.by or ADMIN}: {what}")
@@ -119,4 +122,4 @@ def _field_of(message: str, changes: dict[str, Any]) -> str:
     for f in ("queue", "partition", "time_limit_s", "priority"):
         if f in changes and f.split("_")[0] in message:
             return f
-    return "partition" if "partition" in changes else next(iter(changes))
+    return "partition" if "partition" in changes else next(iter(changes), "partition")
