@@ -329,3 +329,21 @@ def test_judge_tells_the_front_end(state: str, ev: JobUpdated, verdict: object) 
     if state == "done":
         s.step([JobFinished("a")], 2.0)
     assert judge(s.cluster, s.jobs().get("a"), ev) == verdict
+
+
+def test_a_move_into_a_queue_whose_quota_can_never_hold_the_job_is_refused() -> None:
+    """Quotas as at submit: a 2-GPU job may not move into a queue capped at 1 GPU."""
+    c = (
+        ClusterBuilder()
+        .nodes("a", 1, gpus=2)
+        .partition("p", ["a"])
+        .queue("big", "p")
+        .queue("small", "p", nominal_milli=1000, borrowing_limit_milli=0)
+        .build()
+    )
+    s = make(c)
+    s.step(sub(two("run"), job("a").gpus(2).queue("big").at(1).build()), 1.0)
+    got = judge(s.cluster, s.jobs().get("a"), JobUpdated("a", queue="small"))
+    assert got == Refused(Reason.NEVER_FITS, "needs 2 GPUs but queue small may hold at most 1")
+    assert s.step([JobUpdated("a", queue="small")], 2.0) == []
+    assert s.job("a").queue == "big"  # dropped by the core as the plane refused it
