@@ -1,16 +1,17 @@
 """``gpufence submit``, and ``register(app)``, which adds every control-plane verb to the app.
 
 The verbs live by group: ``up.py`` (the server), ``job_verbs.py`` (queue, status, explain,
-cancel), ``logs_verb.py``, ``cluster_verbs.py`` (nodes, partitions, events, top, advise),
-``context_verbs.py`` (the client config). How a client verb finds its server and token, and its
-exit codes, are in ``connect.py``; ``-o`` / ``--watch`` / ``--limit`` in ``output.py``.
+cancel, hold, release), ``update_verbs.py``, ``logs_verb.py``, ``cluster_verbs.py`` (nodes,
+partitions, events, top, advise), ``context_verbs.py`` (the client config). How a client verb
+finds its server and token, and its exit codes, are in ``connect.py``; ``-o`` / ``--watch`` /
+``--limit`` in ``output.py``.
 """
 
 from __future__ import annotations
 
 import typer
 
-from gpufence.cli import account_verbs, accounting_verbs, cluster_verbs, job_verbs
+from gpufence.cli import account_verbs, accounting_verbs, cluster_verbs, job_verbs, update_verbs
 from gpufence.cli.context_verbs import context_app
 from gpufence.cli.logs_verb import logs
 from gpufence.cli.node_verbs import node_app, reserve_app
@@ -34,6 +35,7 @@ def register(app: typer.Typer) -> None:
     app.command()(job_verbs.cancel)
     app.command()(job_verbs.hold)
     app.command()(job_verbs.release)
+    app.command()(update_verbs.update)
     app.command()(logs)
     app.command()(cluster_verbs.nodes)
     app.command()(cluster_verbs.partitions)

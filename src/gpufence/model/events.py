@@ -87,9 +87,11 @@ class JobCancelled:
 
 @dataclass(frozen=True, slots=True)
 class JobHeld:
-    """The user put a pending job on hold: it waits (reason ``held``) until released."""
+    """The user put a pending job on hold: it waits (reason ``held``) until released.
+    ``by``: who held it, named in the pending reason ("held by alice")."""
 
     job_id: str
+    by: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +99,24 @@ class JobReleased:
     """The user released a held job."""
 
     job_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class JobUpdated:
+    """A user changed a job, as Slurm's ``scontrol update`` (None: that field unchanged).
+
+    A pending job takes every field: it is routed again as at submit (``sched/update.judge``:
+    its partition and queue resolved, a request no partition can hold refused) and keeps its
+    place in its queue's order by submit time. A running one takes a new priority and time
+    limit (the limit counts from the attempt's start, as before), never a new partition or
+    queue. The front end judges the change with the same ``judge`` before it sends it, and
+    refuses what it says; the core drops a change that no longer applies (the job ended)."""
+
+    job_id: str
+    priority: int | None = None
+    time_limit_s: float | None = None
+    partition: str | None = None
+    queue: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,6 +257,7 @@ Event = (
     | JobCancelled
     | JobHeld
     | JobReleased
+    | JobUpdated
     | OutcomeKnown
     | CheckpointAck
     | CheckpointWritten

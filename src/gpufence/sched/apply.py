@@ -1,8 +1,10 @@
 """Phase 1 of a cycle: apply what the front end observed (submits, ends, stops, acks, activity,
-node and MIG changes, restores, holds) to the job book, the queues and the ledger; and phase 4,
-``open_gates``: held, dependent and capped jobs that may run now join their queues (gates.py).
+node and MIG changes, restores, holds, updates) to the job book, the queues and the ledger;
+and phase 4, ``open_gates``: held, dependent and capped jobs that may run now join their
+queues (gates.py).
 
-Submission checks live in ``sched/intake.py``; a restart's restores in ``sched/restore.py``.
+Submission checks live in ``sched/intake.py``; a restart's restores in ``sched/restore.py``;
+changes after submit (``JobUpdated``) in ``sched/update.py``.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from gpufence.model.events import (
     JobRestored,
     JobStopped,
     JobSubmitted,
+    JobUpdated,
     MaintenanceCancelled,
     MaintenanceScheduled,
     MigLayoutRead,
@@ -51,6 +54,7 @@ from gpufence.sched.reasons import PendingReasons
 from gpufence.sched.reclaim import track
 from gpufence.sched.restore import restore
 from gpufence.sched.retune import change_tenants, retune_queue
+from gpufence.sched.update import apply_update, replan
 
 
 def apply_events(
@@ -131,10 +135,14 @@ def _apply(
             gates.restored(book.records[ev.job.id])
         return
     if isinstance(ev, JobHeld):  # gates
-        gates.hold(core, book, claims, reasons, ev.job_id)
+        gates.hold(core, book, claims, reasons, ev.job_id, ev.by)
+        return
+    if isinstance(ev, JobUpdated):
+        apply_update(core, book, claims, reasons, gates, ev, out)
         return
     if isinstance(ev, JobReleased):  # gates
-        gates.release(ev.job_id)
+        if gates.release(ev.job_id):
+            replan(claims, book.records[ev.job_id].home)
         return
     if isinstance(ev, OutcomeKnown):  # gates
         gates.outcome(ev.job_id, ev.state)
@@ -244,6 +252,7 @@ def _stopped(core: Core, book: JobBook, gates: Gates, rec: JobRecord, out: list[
         rec.attempt += 1
         book.move(rec, JobState.PENDING)
         rec.started_at = None
+        rec.arrival = 0  # back in its queue as a new arrival, behind jobs of its submit time
         core.queues.add(rec)
         book.counters.requeues += 1
         reason = rec.stop_reason or Reason.QUEUED

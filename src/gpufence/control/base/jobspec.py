@@ -501,12 +501,17 @@ class SubmitRequest(BaseModel):
         return GpuRequest.whole(self.gpus)
 
     def to_job(
-        self, job_id: str, submitted_at: float, tenant: str, held: bool | None = None
+        self,
+        job_id: str,
+        submitted_at: float,
+        tenant: str,
+        held: bool | None = None,
+        held_by: str = "",
     ) -> Job:
         """The core's job; ``tenant``: who submitted it, as the core knows tenants
         (``config.core_tenant``: the admin's jobs carry none; a job naming no queue goes to its
         tenant's queue, sched/intake.py); ``held``: whether it is on hold now (default: as
-        submitted)."""
+        submitted), ``held_by``: who held it (its pending reason names them)."""
         held = self.hold if held is None else held
         return Job(
             id=job_id,
@@ -524,6 +529,7 @@ class SubmitRequest(BaseModel):
             time_limit_s=self.time_limit_s,
             after=self.dependencies(),
             held=held,
+            held_by=held_by if held else "",
             array_group=self.array_task.job if self.array_task is not None else "",
             array_cap=self.array_task.cap if self.array_task is not None else 0,
             tenant=tenant,

@@ -19,8 +19,8 @@ document (``problems.py``).
 
 ``make_app`` only assembles: one router per group of routes (submit: ``submission.py``; jobs,
 cluster, ops: ``jobs_routes.py``, ``cluster_routes.py``, ``ops_routes.py``; hold / release:
-``job_actions.py``; telemetry, dashboard, accounting), the exception handlers
-(``handlers.py``), the body limit and the documents (``docs.py``).
+``job_actions.py``; update: ``update_routes.py``; telemetry, dashboard, accounting), the
+exception handlers (``handlers.py``), the body limit and the documents (``docs.py``).
 """
 
 from gpufence import __version__
@@ -39,6 +39,7 @@ from gpufence.control.http.problems import SafeJSONResponse
 from gpufence.control.http.submission import FrontedAPI, SubmitFront, submit_router
 from gpufence.control.http.submission import SubmitResponse as SubmitResponse  # its old home
 from gpufence.control.http.telemetry_routes import telemetry_router
+from gpufence.control.http.update_routes import update_router
 from gpufence.control.plane import ControlPlane
 
 
@@ -66,6 +67,7 @@ def make_app(plane: ControlPlane) -> FrontedAPI:
     submit = submit_router(plane)  # POST /v1/jobs
     app.include_router(submit)
     app.include_router(job_actions_router(plane))  # hold, release, names
+    app.include_router(update_router(plane))  # PATCH /v1/jobs/{ref}
     app.include_router(jobs_router(plane))  # the rest of /v1/jobs, /v1/events
     app.include_router(cluster_router(plane))  # /v1/nodes, /v1/partitions, /v1/advice
     app.include_router(ops_router(plane))  # /metrics, /healthz, /readyz

@@ -32,6 +32,7 @@ from gpufence.control.plane import AccessError, InvalidField
 from gpufence.control.reconciler.inbox import (
     CancelError,
     IdempotencyConflict,
+    NotPermitted,
     PendingCapReached,
     TenantRemoved,
 )
@@ -116,6 +117,7 @@ def _install_domain(app: FastAPI) -> None:
 
     @app.exception_handler(AccessError)
     @app.exception_handler(TenantRemoved)  # (admin_accounts.py: removed while it submitted)
+    @app.exception_handler(NotPermitted)  # a rule of who may change a job (update_writes.py)
     def _forbidden(_req: Request, exc: Exception) -> Response:
         return problem(status.HTTP_403_FORBIDDEN, str(exc))
 

@@ -219,6 +219,11 @@ MIGRATIONS: tuple[str, ...] = (
         by TEXT NOT NULL
     );
     """,
+    # 11: who held a job (``gpufence hold``): its pending reason says "held by alice" after a
+    # restart too, and a job the admin held is released by the admin only
+    """
+    ALTER TABLE jobs ADD COLUMN held_by TEXT NOT NULL DEFAULT '';
+    """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
