@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import typer
 
-from gpufence.cli import accounting_verbs, cluster_verbs, job_verbs
+from gpufence.cli import accounting_verbs, cluster_verbs, job_verbs, pty_verbs
 from gpufence.cli.context_verbs import context_app
 from gpufence.cli.logs_verb import logs
 from gpufence.cli.submit_verb import submit
@@ -30,6 +30,8 @@ def register(app: typer.Typer) -> None:
     app.command()(job_verbs.hold)
     app.command()(job_verbs.release)
     app.command()(logs)
+    app.command(context_settings={"allow_interspersed_args": False})(pty_verbs.run)
+    app.command()(pty_verbs.attach)
     app.command()(cluster_verbs.nodes)
     app.command()(cluster_verbs.partitions)
     app.command()(cluster_verbs.events)

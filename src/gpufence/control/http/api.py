@@ -34,6 +34,7 @@ from gpufence.control.http.job_actions import job_actions_router
 from gpufence.control.http.jobs_routes import jobs_router
 from gpufence.control.http.ops_routes import ops_router
 from gpufence.control.http.problems import SafeJSONResponse
+from gpufence.control.http.pty_routes import pty_router
 from gpufence.control.http.submission import FrontedAPI, SubmitFront, submit_router
 from gpufence.control.http.submission import SubmitResponse as SubmitResponse  # its old home
 from gpufence.control.http.telemetry_routes import telemetry_router
@@ -68,6 +69,7 @@ def make_app(plane: ControlPlane) -> FrontedAPI:
     app.include_router(cluster_router(plane))  # /v1/nodes, /v1/partitions, /v1/advice
     app.include_router(ops_router(plane))  # /metrics, /healthz, /readyz
     app.include_router(accounting_router(plane))  # /v1/history, /v1/usage
+    app.include_router(pty_router(plane))  # /v1/jobs/{id}/pty (WebSocket)
     install_docs(app)
     install_openapi(app)
     # the submit route's hot path: its endpoint, ahead of FastAPI's machinery (submission.py)

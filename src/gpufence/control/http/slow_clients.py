@@ -132,6 +132,14 @@ def guarded(protocol: type[Any], caps: Caps | None = None) -> type[Any]:
                 return
             self._guard = self.loop.call_later(CHECK_S, self._check)
 
+        def handle_websocket_upgrade(self, *args: Any) -> None:
+            # the connection is a WebSocket's from here on, with a protocol object of its own
+            # (a terminal, ``pty_routes.py``): no request head to wait for, and this object
+            # never hears of its end, so it leaves the HTTP connections' count now
+            self._guard.cancel()
+            open_.pop(id(self), None)
+            super().handle_websocket_upgrade(*args)
+
         def connection_lost(self, exc: Exception | None) -> None:
             self._guard.cancel()
             open_.pop(id(self), None)
