@@ -95,7 +95,11 @@ class Session:
             if out.closed:
                 self.lost = out.reason
                 return None
-            watch = [self.link.sock, *([self.stdin] if reading else []), *([winch] if winch is not None else [])]
+            watch = [
+                self.link.sock,
+                *([self.stdin] if reading else []),
+                *([winch] if winch is not None else []),
+            ]
             ready = select.select(watch, [], [])[0]
             if winch is not None and winch in ready:
                 os.read(winch, 64)

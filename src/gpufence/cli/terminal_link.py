@@ -6,6 +6,7 @@ it beside the user's terminal.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import ssl
@@ -23,6 +24,7 @@ from wsproto.events import (
     Request,
     TextMessage,
 )
+from wsproto.utilities import LocalProtocolError
 
 CONNECT_TIMEOUT_S = 30.0
 
@@ -134,10 +136,9 @@ class TerminalLink:
         elif isinstance(event, CloseConnection):
             out.closed = True
             out.reason = event.reason or f"closed ({event.code})"
-            try:
+            # closing: the peer may be gone already, or the close already answered
+            with contextlib.suppress(OSError, LocalProtocolError):
                 self.sock.sendall(self._ws.send(event.response()))
-            except Exception:  # noqa: BLE001 - closing: the peer may be gone already
-                pass
 
     def close(self) -> None:
         self.sock.close()

@@ -47,7 +47,7 @@ from pathlib import Path
 if not __package__:
     sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
-from gpufence.control.base.ptyframes import (  # noqa: E402
+from gpufence.control.base.ptyframes import (
     DATA,
     EXIT,
     RESIZE,
@@ -93,8 +93,9 @@ class Host:
     def serve(self) -> int:
         """Relay until the command has exited; its exit code."""
         while True:
-            readers = [self.pidfd, self.listener, *(c.sock for c in self.clients.values())]
-            writers: list[object] = [c.sock for c in self.clients.values() if c.out]
+            readers = [self.pidfd, self.listener.fileno()]
+            readers += [c.sock.fileno() for c in self.clients.values()]
+            writers = [c.sock.fileno() for c in self.clients.values() if c.out]
             if self.tty_open:
                 readers.append(self.master)
                 if self.to_tty:
@@ -105,17 +106,17 @@ class Host:
             self._handle(ready_r, ready_w)
             self._check_grace()
 
-    def _handle(self, ready_r: list[object], ready_w: list[object]) -> None:
+    def _handle(self, ready_r: list[int], ready_w: list[int]) -> None:
         if self.master in ready_r:
             self._read_tty()
         if self.master in ready_w:
             self._write_tty()
-        if self.listener in ready_r:
+        if self.listener.fileno() in ready_r:
             self._accept()
-        for c in list(self.clients.values()):
-            if c.sock in ready_r:
+        for fd, c in list(self.clients.items()):
+            if fd in ready_r:
                 self._read_client(c)
-            if c.sock in ready_w and c.sock.fileno() in self.clients:
+            if fd in ready_w and fd in self.clients:
                 self._write_client(c)
 
     def _timeout(self) -> float | None:

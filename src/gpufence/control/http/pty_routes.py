@@ -25,6 +25,7 @@ import json
 import os
 import socket
 import struct
+from collections.abc import Mapping
 from typing import Any
 
 from fastapi import APIRouter, HTTPException, WebSocket, WebSocketDisconnect, status
@@ -187,7 +188,7 @@ async def _client_to_host(ws: WebSocket, writer: asyncio.StreamWriter) -> None:
     writer.close()  # the host counts its clients by their connections
 
 
-def _host_frame(msg: dict[str, Any]) -> bytes | None:
+def _host_frame(msg: Mapping[str, Any]) -> bytes | None:
     """The host's frame for one client message (None: nothing to send, e.g. bad JSON)."""
     if msg.get("bytes") is not None:
         return frame(DATA, msg["bytes"])

@@ -15,10 +15,10 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from gpufence.control.base import ptyhost
 from gpufence.control.base.config import ControlConfig
 from gpufence.control.base.executor import Launch, Limits, Member
 from gpufence.control.base.jobdirs import JOBS_DIR
-from gpufence.control.base import ptyhost
 from gpufence.control.base.jobspec import DEFAULT_PTY_GRACE_S, SubmitRequest
 from gpufence.control.base.memberenv import inherited_env
 from gpufence.control.base.ptyframes import SOCKET_NAME
