@@ -19,9 +19,16 @@ from pathlib import Path
 from typing import IO
 
 import pytest
-from api_helpers import ADMIN, TOKEN_A, TOKEN_B, Server, call, run_server, wait_state
+from api_helpers import ADMIN, CONFIG, TOKEN_A, TOKEN_B, Server, call, run_server, wait_state
 
 from gpufence.cli.terminal_link import LinkRefused, TerminalLink
+from gpufence.control.base.config import load_config
+from gpufence.control.base.jobspec import SubmitRequest
+from gpufence.control.gpus.discovery import fake_gpus
+from gpufence.control.gpus.nodespec import host_resources
+from gpufence.control.plane import ControlPlane
+from gpufence.control.reconciler.inbox import InvalidField
+from gpufence.testing.fake_executor import FakeExecutor
 from gpufence.testing.waiting import until
 
 ALL_GPUS = 8  # api_helpers' one node
@@ -209,3 +216,57 @@ def test_a_waiting_pty_job_says_why_then_runs(srv: Server, tmp_path: Path) -> No
     finally:
         c.close()
         call(srv, "POST", f"/v1/jobs/{blocker['id']}/cancel")
+
+
+def test_a_pty_job_needs_the_local_executor(tmp_path: Path) -> None:
+    """Elsewhere (Ray) the terminal would be on a node the server cannot reach: 422 at submit,
+    naming the field, rather than a session nobody can join, hung up after its grace."""
+    (tmp_path / "c.yaml").write_text(CONFIG)
+    cluster, config = load_config(tmp_path / "c.yaml", tmp_path / "data", host_resources())
+    plane = ControlPlane(cluster, config, fake_gpus(8), tmp_path / "data", executor=FakeExecutor())
+    try:
+        req = SubmitRequest.model_validate({"command": ["bash"], "pty": True})
+        with pytest.raises(InvalidField) as refused:
+            plane.submit_future(req, "team-a")
+        assert refused.value.loc == ("body", "pty")
+    finally:
+        plane.close()
+
+
+FENCED = CONFIG.replace(
+    """partitions:
+  shared:
+    nodes: [h100]
+    admits: [serving, training, interactive, batch]
+    sharing: exclusive""",
+    """partitions:
+  train:
+    gpus: ["h100[0]:0-5"]
+    admits: [training, batch]
+    sharing: exclusive
+  notebooks:
+    gpus: ["h100[0]:6-7"]
+    admits: [interactive]
+    sharing: exclusive
+    reclaim: {idle_threshold: 0.05, idle_after_s: 2, warning_s: 2}""",
+)
+
+
+def test_a_pty_session_is_a_notebook_of_the_interactive_fence(tmp_path: Path) -> None:
+    """``run --pty`` submits class interactive: it runs in the notebooks' fence, on its GPUs,
+    and is reclaimed there when idle like any notebook session, the client told why."""
+    assert "notebooks" in FENCED
+    for srv in run_server(tmp_path, FENCED):
+        c = Client(srv, ["run", "--pty", "--gpus", "1", "--", "bash", "--norc"])
+        try:
+            c.type('echo "dev=$CUDA_VISIBLE_DEVICES"\n')
+            c.sees("dev=")
+            jid = _job_of(c)
+            job = call(srv, "GET", f"/v1/jobs/{jid}")[1]
+            assert job["partition"] == "notebooks"
+            assert any(line in ("dev=6", "dev=7") for line in _lines(c.out)), c.transcript()
+            assert c.ended(60) == 3, c.transcript()  # idle: warned, then reclaimed
+        finally:
+            c.close()
+        assert b"reclaimed" in c.err, c.transcript()
+        assert call(srv, "GET", f"/v1/jobs/{jid}")[1]["state"] == "reclaimed"

@@ -115,16 +115,31 @@ def _join(client: Client, jid: str) -> int:
         code = session.run()
     finally:
         link.close()
+    job = _settled(client, jid) if code is not None else client.job(jid)
+    ended = job["state"] in TERMINAL_STATES
+    by_gpufence = job["state"] not in ("done", "failed") or job.get("reason") == "time-limit"
+    if ended and (code is None or by_gpufence):
+        # ended by gpufence rather than by its command (reclaimed idle, cancelled, its time
+        # limit), or the link was lost first: say why, and exit as `submit --wait` would
+        return _ended(jid, job)
     if code is not None:
         return code
-    job = client.job(jid)
-    if job["state"] in TERMINAL_STATES:
-        return exit_code_of(job)
     _say(
         f"{jid}: the terminal's connection was lost ({session.lost}); the job keeps running "
         f"for its grace with nobody attached: `gpufence attach {jid}`"
     )
     return LOST_EXIT
+
+
+def _settled(client: Client, jid: str, limit_s: float = 5.0) -> dict[str, Any]:
+    """The job once the server has recorded its end (the command has exited), or as it is
+    after ``limit_s``."""
+    end = time.monotonic() + limit_s
+    job = client.job(jid)
+    while job["state"] not in TERMINAL_STATES and time.monotonic() < end:
+        time.sleep(0.1)
+        job = client.job(jid)
+    return job
 
 
 def _ended(jid: str, job: dict[str, Any]) -> int:
