@@ -270,3 +270,19 @@ def test_a_pty_session_is_a_notebook_of_the_interactive_fence(tmp_path: Path) ->
             c.close()
         assert b"reclaimed" in c.err, c.transcript()
         assert call(srv, "GET", f"/v1/jobs/{jid}")[1]["state"] == "reclaimed"
+
+
+def test_the_readme_recipe_piped_into_run_pty(srv: Server) -> None:
+    """README, 'Interactive work': ``echo 'echo hi; exit 3' | gpufence run --pty -- bash``
+    prints hi and exits 3, through a shell as a user types it."""
+    env = {**os.environ, "GPUFENCE_URL": srv.url, "GPUFENCE_TOKEN": TOKEN_A}
+    env.pop("GPUFENCE_DATA", None)
+    gpufence = f"{sys.executable} -m gpufence"
+    done = subprocess.run(
+        ["sh", "-c", f"echo 'echo hi; exit 3' | {gpufence} run --pty -- bash"],
+        capture_output=True,
+        env=env,
+        timeout=120,
+    )
+    assert done.returncode == 3, done
+    assert "hi" in _lines(bytearray(done.stdout)), done
