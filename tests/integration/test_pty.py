@@ -286,3 +286,23 @@ def test_the_readme_recipe_piped_into_run_pty(srv: Server) -> None:
     )
     assert done.returncode == 3, done
     assert "hi" in _lines(bytearray(done.stdout)), done
+
+
+def test_cancel_ends_the_session_though_the_shell_ignores_sigterm(srv: Server) -> None:
+    """The stop reaches the launcher's group; the shell is in the terminal's own session and
+    ignores SIGTERM (interactive bash): the host hangs it up, the client is told and exits 3."""
+    c = Client(srv, ["run", "--pty", "--gpus", str(ALL_GPUS), "--", "bash", "--norc", "-i"])
+    try:
+        c.type("trap '' TERM; echo armed-$((3*3))\n")
+        c.sees("armed-9")
+        jid = _job_of(c)
+        status, _, _ = call(srv, "POST", f"/v1/jobs/{jid}/cancel")
+        assert status == 200
+        assert c.ended(30) == 3, c.transcript()
+    finally:
+        c.close()
+    assert b"cancelled" in c.err, c.transcript()
+    # hung up by its host (129), not killed with the host at the end of the stop's grace
+    job = wait_state(srv, jid, ("cancelled",))
+    assert job["attempts"][-1]["exit_codes"] == [128 + signal.SIGHUP], job["attempts"]
+    _all_gpus_run(srv)

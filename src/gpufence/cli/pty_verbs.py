@@ -115,7 +115,9 @@ def _join(client: Client, jid: str) -> int:
         code = session.run()
     finally:
         link.close()
-    job = _settled(client, jid) if code is not None else client.job(jid)
+    # the end as the server records it: a command that exited, or a link that closed because
+    # the job is being stopped, is settled within moments
+    job = _settled(client, jid)
     ended = job["state"] in TERMINAL_STATES
     by_gpufence = job["state"] not in ("done", "failed") or job.get("reason") == "time-limit"
     if ended and (code is None or by_gpufence):
