@@ -265,6 +265,7 @@ def test_a_pty_session_is_a_notebook_of_the_interactive_fence(tmp_path: Path) ->
             job = call(srv, "GET", f"/v1/jobs/{jid}")[1]
             assert job["partition"] == "notebooks"
             assert any(line in ("dev=6", "dev=7") for line in _lines(c.out)), c.transcript()
+            c.sees("[gpufence: this session has been idle: its GPUs are reclaimed in ")
             assert c.ended(60) == 3, c.transcript()  # idle: warned, then reclaimed
         finally:
             c.close()

@@ -22,7 +22,9 @@ GPUs; the launcher above it records its exit as the job's. It
    session (``pty.fork`` starts a new one), so the host sends SIGHUP and SIGTERM to that session
    (an interactive shell ignores SIGTERM); other caught signals (the notice) are forwarded as
    they are;
-5. exits with the command's code (128 + N for signal N), after sending it to every client.
+5. tells the clients (not the command) of a notice: the idle warning of the interactive fence,
+   a time limit, a preemption, as the job's notice file says (``NoticeWatch``);
+6. exits with the command's code (128 + N for signal N), after sending it to every client.
 
 Standard library only, run by path with ``python -I -S``: it needs nothing but its frames
 module, found beside it.
@@ -33,6 +35,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import json
 import os
 import pty
 import select
@@ -66,6 +69,41 @@ HANGUP_EXIT = 128 + signal.SIGHUP
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 
 
+NOTICE_POLL_S = 1.0
+NOTICES = {
+    "idle": "this session has been idle: its GPUs are reclaimed {when} unless it is used again",
+    "time-limit": "this session reaches its time limit: it is stopped {when}",
+}
+
+
+class NoticeWatch:
+    """The job's notice file (``$GPUFENCE_NOTICE_FILE``: an idle warning, a time limit, a
+    preemption), told to the people at the terminal: the shell itself never reads it."""
+
+    def __init__(self, path: str | None) -> None:
+        self.path = path
+        self.seen: tuple[int, int] | None = None
+
+    def check(self) -> str | None:
+        """A line for the terminal when the notice is new or changed; None otherwise."""
+        if not self.path:
+            return None
+        try:
+            st = os.stat(self.path)
+            key = (st.st_ino, st.st_mtime_ns)
+            if key == self.seen:
+                return None
+            self.seen = key
+            with open(self.path, encoding="utf-8") as fh:
+                notice = json.load(fh)
+            reason, deadline = str(notice["reason"]), float(notice["deadline_unix"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        when = f"in {max(0, round(deadline - time.time()))} s"
+        text = NOTICES.get(reason, "notice (" + reason + "): this session is stopped {when}")
+        return f"\r\n[gpufence: {text.format(when=when)}]\r\n"
+
+
 class Client:
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
@@ -88,6 +126,7 @@ class Host:
         self.kill_at: float | None = None
         self.pidfd = os.pidfd_open(child)
         self.tty_open = True
+        self.notices = NoticeWatch(os.environ.get("GPUFENCE_NOTICE_FILE"))
 
     # -------------------------------------------------------------- the loop
     def serve(self) -> int:
@@ -105,6 +144,9 @@ class Host:
                 return self._finish()
             self._handle(ready_r, ready_w)
             self._check_grace()
+            line = self.notices.check()
+            if line is not None:
+                self._tell(line.encode())
 
     def _handle(self, ready_r: list[int], ready_w: list[int]) -> None:
         if self.master in ready_r:
@@ -121,7 +163,10 @@ class Host:
 
     def _timeout(self) -> float | None:
         deadlines = [t for t in (self._grace_end(), self.kill_at) if t is not None]
-        return max(0.0, min(deadlines) - time.monotonic()) if deadlines else None
+        wait = max(0.0, min(deadlines) - time.monotonic()) if deadlines else None
+        if self.notices.path:
+            wait = NOTICE_POLL_S if wait is None else min(wait, NOTICE_POLL_S)
+        return wait
 
     def _grace_end(self) -> float | None:
         if self.alone_since is None or self.kill_at is not None:
@@ -170,6 +215,10 @@ class Host:
     def _output(self, data: bytes) -> None:
         with contextlib.suppress(OSError):  # a full disk must not stop the session
             os.write(1, data)
+        self._tell(data)
+
+    def _tell(self, data: bytes) -> None:
+        """To every client, and to the scrollback a client gets when it comes."""
         self.scrollback += data
         del self.scrollback[:-SCROLLBACK]
         out = frame(DATA, data)
@@ -250,6 +299,9 @@ class Host:
             if not select.select([self.master], [], [], 0.05)[0]:
                 break
             self._read_tty()
+        line = self.notices.check()  # one that came just before the end: why it ended
+        if line is not None:
+            self._tell(line.encode())
         for c in list(self.clients.values()):
             c.out += frame(EXIT, str(code).encode())
             c.sock.setblocking(True)
