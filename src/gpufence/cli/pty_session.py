@@ -25,14 +25,23 @@ from gpufence.cli.terminal_link import Output, TerminalLink
 EOT = b"\x04"
 
 
+def _leave(signum: int, _frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
 @contextlib.contextmanager
 def raw_mode(fd: int) -> Iterator[None]:
+    """The terminal raw until the block ends, however it ends: SIGTERM and SIGHUP unwind it
+    (the job lives on for its grace) rather than leave the user's terminal raw."""
     saved = termios.tcgetattr(fd)
+    old = {sig: signal.signal(sig, _leave) for sig in (signal.SIGTERM, signal.SIGHUP)}
     tty.setraw(fd)
     try:
         yield
     finally:
         termios.tcsetattr(fd, termios.TCSAFLUSH, saved)
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
 
 
 @contextlib.contextmanager

@@ -165,9 +165,17 @@ def run(
     workload_class: Annotated[
         str, typer.Option("--class", metavar="CLASS", help="its workload class")
     ] = "interactive",
-    partition: Annotated[str | None, typer.Option("--partition", metavar="NAME")] = None,
-    queue: Annotated[str | None, typer.Option("--queue", metavar="NAME")] = None,
-    name: Annotated[str | None, typer.Option("--name", metavar="NAME")] = None,
+    partition: Annotated[
+        str | None,
+        typer.Option("--partition", metavar="NAME", help="[default: one that admits its class]"),
+    ] = None,
+    queue: Annotated[
+        str | None, typer.Option("--queue", metavar="NAME", help="[default: your tenant's]")
+    ] = None,
+    name: Annotated[
+        str | None,
+        typer.Option("--name", metavar="NAME", help="a name for it, usable wherever its id is"),
+    ] = None,
     cpus: Annotated[float | None, typer.Option("--cpus", metavar="N", help="CPU cores")] = None,
     mem: Annotated[str | None, typer.Option("--mem", metavar="SIZE", help="e.g. 8G")] = None,
     time_limit: Annotated[
@@ -185,7 +193,10 @@ def run(
     env: Annotated[
         list[str] | None, typer.Option("--env", metavar="KEY=VALUE", help="(repeatable)")
     ] = None,
-    cwd: Annotated[str | None, typer.Option("--cwd", metavar="DIR")] = None,
+    cwd: Annotated[
+        str | None,
+        typer.Option("--cwd", metavar="DIR", help="working directory [default: the current one]"),
+    ] = None,
     url: UrlOpt = None,
     token: TokenOpt = None,
     data: DataOpt = None,

@@ -120,7 +120,7 @@ def _connect_checked(path: str, uid: int) -> socket.socket:
     """Connect through the directory's descriptor (the path may exceed a socket address's
     108 bytes), then refuse a peer that is not ``uid``'s."""
     directory, name = os.path.split(path)
-    dfd = os.open(directory, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    dfd = os.open(directory, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         sock.settimeout(2.0)
