@@ -8,10 +8,13 @@ job's side is a real one all the same.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import signal
+import struct
 import subprocess
 import sys
+import termios
 import threading
 import time
 from collections.abc import Iterator
@@ -307,3 +310,68 @@ def test_cancel_ends_the_session_though_the_shell_ignores_sigterm(srv: Server) -
     job = wait_state(srv, jid, ("cancelled",))
     assert job["attempts"][-1]["exit_codes"] == [128 + signal.SIGHUP], job["attempts"]
     _all_gpus_run(srv)
+
+
+def _winsize(fd: int, rows: int, cols: int) -> None:
+    fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+
+
+def test_on_a_terminal_keys_go_raw_the_size_follows_and_the_terminal_is_restored(
+    srv: Server,
+) -> None:
+    """The client on a real terminal (its controlling one): the job's terminal takes the
+    client's size and its changes (SIGWINCH), Ctrl-C reaches the job's command instead of
+    ending the client, and the client's terminal is back in cooked mode after the exit."""
+    master, slave = os.openpty()
+    _winsize(slave, 33, 99)
+    env = {**os.environ, "GPUFENCE_URL": srv.url, "GPUFENCE_TOKEN": TOKEN_A}
+    env.pop("GPUFENCE_DATA", None)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gpufence", "run", "--pty", "--gpus", "1", "--", "bash", "--norc"],
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        env=env,
+        start_new_session=True,
+        preexec_fn=lambda: fcntl.ioctl(0, termios.TIOCSCTTY, 0),  # noqa: PLW1509
+    )
+    seen = bytearray()
+    threading.Thread(target=_collect_fd, args=(master, seen), daemon=True).start()
+    try:
+
+        def sees(text: str) -> None:
+            until(lambda: text.encode() in seen, 30, f"{text!r} on the client's terminal")
+
+        sees("running")
+        os.write(master, b"stty size\r")
+        sees("33 99")
+        _winsize(master, 44, 111)  # the kernel sends the client SIGWINCH
+        time.sleep(0.5)
+        os.write(master, b"stty size\r")
+        sees("44 111")
+        os.write(master, b"sleep 100; echo slept-$((5*5))\r")
+        time.sleep(1.0)
+        os.write(master, b"\x03")  # Ctrl-C: the job's sleep, not the client
+        os.write(master, b"echo alive-$((4*4))\r")
+        sees("alive-16")
+        assert b"slept-25" not in seen
+        os.write(master, b"exit 7\r")
+        assert proc.wait(60) == 7, bytes(seen)
+        assert termios.tcgetattr(slave)[3] & termios.ECHO, "the client left its terminal raw"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(slave)
+        os.close(master)
+
+
+def _collect_fd(fd: int, buf: bytearray) -> None:
+    while True:
+        try:
+            chunk = os.read(fd, 65536)
+        except OSError:
+            return
+        if not chunk:
+            return
+        buf += chunk

@@ -35,11 +35,11 @@ def raw_mode(fd: int) -> Iterator[None]:
     (the job lives on for its grace) rather than leave the user's terminal raw."""
     saved = termios.tcgetattr(fd)
     old = {sig: signal.signal(sig, _leave) for sig in (signal.SIGTERM, signal.SIGHUP)}
-    tty.setraw(fd)
+    tty.setraw(fd, termios.TCSADRAIN)  # not TCSAFLUSH: what was typed ahead is the job's
     try:
         yield
     finally:
-        termios.tcsetattr(fd, termios.TCSAFLUSH, saved)
+        termios.tcsetattr(fd, termios.TCSADRAIN, saved)
         for sig, handler in old.items():
             signal.signal(sig, handler)
 
