@@ -333,7 +333,8 @@ def test_on_a_terminal_keys_go_raw_the_size_follows_and_the_terminal_is_restored
         stderr=slave,
         env=env,
         start_new_session=True,
-        preexec_fn=lambda: fcntl.ioctl(0, termios.TIOCSCTTY, 0),  # noqa: PLW1509
+        # its controlling terminal, as a login shell has: SIGWINCH comes from there
+        preexec_fn=lambda: fcntl.ioctl(0, termios.TIOCSCTTY, 0),
     )
     seen = bytearray()
     threading.Thread(target=_collect_fd, args=(master, seen), daemon=True).start()
