@@ -262,12 +262,13 @@ def test_a_pty_session_is_a_notebook_of_the_interactive_fence(tmp_path: Path) ->
     for srv in run_server(tmp_path, FENCED):
         c = Client(srv, ["run", "--pty", "--gpus", "1", "--", "bash", "--norc"])
         try:
-            c.type('echo "dev=$CUDA_VISIBLE_DEVICES"\n')
-            c.sees("dev=")
+            # $((1+1)): the output's line, not the terminal's echo of the typed one
+            c.type('echo "dev-$((1+1))=$CUDA_VISIBLE_DEVICES"\n')
+            c.sees("dev-2=")
             jid = _job_of(c)
             job = call(srv, "GET", f"/v1/jobs/{jid}")[1]
             assert job["partition"] == "notebooks"
-            assert any(line in ("dev=6", "dev=7") for line in _lines(c.out)), c.transcript()
+            assert any(line in ("dev-2=6", "dev-2=7") for line in _lines(c.out)), c.transcript()
             c.sees("[gpufence: this session has been idle: its GPUs are reclaimed in ")
             assert c.ended(60) == 3, c.transcript()  # idle: warned, then reclaimed
         finally:
