@@ -29,6 +29,7 @@ from gpufence.control.base.config import load_config
 from gpufence.control.base.jobspec import SubmitRequest
 from gpufence.control.gpus.discovery import fake_gpus
 from gpufence.control.gpus.nodespec import host_resources
+from gpufence.control.http import slow_clients
 from gpufence.control.plane import ControlPlane
 from gpufence.control.reconciler.inbox import InvalidField
 from gpufence.testing.fake_executor import FakeExecutor
@@ -377,3 +378,23 @@ def _collect_fd(fd: int, buf: bytearray) -> None:
         if not chunk:
             return
         buf += chunk
+
+
+def test_an_idle_terminal_link_is_no_slow_client(
+    srv: Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The slow-client guard cuts HTTP connections without a request in flight; an upgraded
+    one is a terminal, idle as long as its user thinks, and must stay."""
+    monkeypatch.setattr(slow_clients, "HEAD_TIMEOUT_S", 0.5)
+    monkeypatch.setattr(slow_clients, "CHECK_S", 0.1)
+    c = Client(srv, ["run", "--pty", "--gpus", "1", "--", "bash", "--norc"])
+    try:
+        c.type("echo a-$((2*2))\n")
+        c.sees("a-4")
+        time.sleep(2.0)  # four head timeouts without a byte
+        c.type("echo b-$((3*3))\n")
+        c.sees("b-9")
+        c.type("exit 0\n")
+        assert c.ended() == 0, c.transcript()
+    finally:
+        c.close()
