@@ -11,7 +11,14 @@ from __future__ import annotations
 
 import typer
 
-from gpufence.cli import account_verbs, accounting_verbs, cluster_verbs, job_verbs, update_verbs
+from gpufence.cli import (
+    account_verbs,
+    accounting_verbs,
+    cluster_verbs,
+    job_verbs,
+    pty_verbs,
+    update_verbs,
+)
 from gpufence.cli.context_verbs import context_app
 from gpufence.cli.logs_verb import logs
 from gpufence.cli.node_verbs import node_app, reserve_app
@@ -37,6 +44,8 @@ def register(app: typer.Typer) -> None:
     app.command()(job_verbs.release)
     app.command()(update_verbs.update)
     app.command()(logs)
+    app.command(context_settings={"allow_interspersed_args": False})(pty_verbs.run)
+    app.command()(pty_verbs.attach)
     app.command()(cluster_verbs.nodes)
     app.command()(cluster_verbs.partitions)
     app.command()(cluster_verbs.events)

@@ -59,6 +59,9 @@ MAX_ENV = 1024
 MAX_NAME = 128
 MAX_PATH = 4096
 MAX_RUNTIME_S = 10 * 366 * 86400.0  # ten years: beyond any estimate, far below float trouble
+DEFAULT_PTY_GRACE_S = 60.0
+"""How long a pty job outlives its last client (`run --pty --grace` changes it)."""
+MAX_PTY_GRACE_S = 7 * 86400.0
 MAX_GPU_MEM_GIB = 4096.0
 
 # C0 controls, DEL and C1 controls; tab, newline and carriage return are told apart below
@@ -388,6 +391,18 @@ class SubmitRequest(BaseModel):
     array_task: ArrayTask | None = Field(
         default=None, description="read-only: set by gpufence on each task of an array"
     )
+    pty: Flag = Field(
+        default=False,
+        description="run the command on a terminal that clients attach to (WebSocket "
+        "/v1/jobs/{id}/pty; `gpufence run --pty`, `gpufence attach`): one replica, local executor",
+    )
+    pty_grace_s: Float | None = Field(
+        default=None,
+        gt=0.0,
+        le=MAX_PTY_GRACE_S,
+        description="a pty job: seconds it lives on with no terminal attached before its "
+        f"session is hung up (default {DEFAULT_PTY_GRACE_S:g})",
+    )
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True, allow_inf_nan=False)
 
@@ -445,6 +460,14 @@ class SubmitRequest(BaseModel):
             )
         if self.metrics_url is not None and self.metrics_port is not None:
             raise ValueError("give either metrics_url or metrics_port, not both")
+        return self
+
+    @model_validator(mode="after")
+    def _one_terminal(self) -> SubmitRequest:
+        if self.pty and self.replicas != 1:
+            raise ValueError("a pty job has one terminal: submit it with replicas 1")
+        if self.pty_grace_s is not None and not self.pty:
+            raise ValueError("pty_grace_s is for a pty job: add pty, or drop it")
         return self
 
     @model_validator(mode="after")

@@ -36,6 +36,7 @@ from gpufence.control.http.jobs_routes import jobs_router
 from gpufence.control.http.maintenance_routes import maintenance_router
 from gpufence.control.http.ops_routes import ops_router
 from gpufence.control.http.problems import SafeJSONResponse
+from gpufence.control.http.pty_routes import pty_router
 from gpufence.control.http.submission import FrontedAPI, SubmitFront, submit_router
 from gpufence.control.http.submission import SubmitResponse as SubmitResponse  # its old home
 from gpufence.control.http.telemetry_routes import telemetry_router
@@ -74,6 +75,7 @@ def make_app(plane: ControlPlane) -> FrontedAPI:
     app.include_router(accounting_router(plane))  # /v1/history, /v1/usage
     app.include_router(accounts_router(plane))  # /v1/admin/*: tenants, tokens, queues
     app.include_router(maintenance_router(plane))  # drains, /v1/maintenance
+    app.include_router(pty_router(plane))  # /v1/jobs/{id}/pty (WebSocket)
     install_docs(app)
     install_openapi(app)
     # the submit route's hot path: its endpoint, ahead of FastAPI's machinery (submission.py)

@@ -294,6 +294,7 @@ class ControlPlane:
                 raise AccessError("only the admin may submit on behalf of another tenant")
             tenant = req.tenant
         self._check_queue(req, tenant)
+        self._check_pty(req)
         serving_gang_problem(req)
         req = req.with_cpu_default()
         try:
@@ -324,6 +325,16 @@ class ControlPlane:
         if not can_enter(req.cwd, who):
             user = f"the job's user ({who.user})" if who is not None else "the server's user"
             raise InvalidField(("body", "cwd"), f"{req.cwd} is not a directory {user} can enter")
+
+    def _check_pty(self, req: SubmitRequest) -> None:
+        """A pty job's terminal is served from its attempt directory on the machine where it
+        runs, which the server reaches only when that is this one (the local executor)."""
+        if req.pty and not isinstance(self.executor, LocalExecutor):
+            raise InvalidField(
+                ("body", "pty"),
+                "a pty job's terminal is served from this machine, and this server's executor "
+                "runs jobs on other nodes: submit it without pty (a batch job)",
+            )
 
     def _check_queue(self, req: SubmitRequest, tenant: str) -> None:
         """Queues owned by a configured tenant take that tenant's jobs only (and the admin's)."""

@@ -11,14 +11,17 @@ from __future__ import annotations
 
 import errno
 import os
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from gpufence.control.base import ptyhost
 from gpufence.control.base.config import ControlConfig
 from gpufence.control.base.executor import Launch, Limits, Member
 from gpufence.control.base.jobdirs import JOBS_DIR
-from gpufence.control.base.jobspec import SubmitRequest
+from gpufence.control.base.jobspec import DEFAULT_PTY_GRACE_S, SubmitRequest
 from gpufence.control.base.memberenv import inherited_env
+from gpufence.control.base.ptyframes import SOCKET_NAME
 from gpufence.control.base.slurmenv import slurm_job_env
 from gpufence.model.hardware import Node
 from gpufence.model.partition import DEFAULT_LOG_LIMIT, Partition
@@ -58,7 +61,7 @@ def launch_for(
     return Launch(
         job_id=job_id,
         attempt=attempt,
-        command=tuple(spec.command),
+        command=command_of(spec, jdir / f"attempt-{attempt}"),
         env=env,
         members=tuple(members),
         attempt_dir=jdir / f"attempt-{attempt}",
@@ -78,6 +81,20 @@ def launch_for(
             ),
         ),
     )
+
+
+PTYHOST = Path(ptyhost.__file__).resolve()
+
+
+def command_of(spec: SubmitRequest, attempt_dir: Path) -> tuple[str, ...]:
+    """The member's argv: a pty job's runs under its terminal host (``base/ptyhost.py``, by
+    path with ``-I -S`` as the Ray agent runs the launcher: the standard library only), which
+    serves the terminal on ``attempt-N/pty.sock``."""
+    if not spec.pty:
+        return tuple(spec.command)
+    grace = spec.pty_grace_s if spec.pty_grace_s is not None else DEFAULT_PTY_GRACE_S
+    host = (sys.executable, "-I", "-S", str(PTYHOST), str(attempt_dir / SOCKET_NAME), f"{grace:g}")
+    return (*host, "--", *spec.command)
 
 
 def default_limits(spec: SubmitRequest, nodes: Sequence[Node]) -> tuple[float | None, int | None]:
