@@ -450,11 +450,14 @@ def place_partition(st: Placing, p: str) -> bool:
                 starved = True
                 walk.drop()
                 continue
-        mig = cluster.partitions[p].sharing is SharingMode.MIG
-        if mig and r.reason in CAPACITY and repartition_for(core, st.mig, reasons, rec, st.out):
-            reasons.set_shape(sk, Reason.RECONFIGURING, "waiting for a MIG re-partition")
-            walk.drop()
-            continue
+        if cluster.partitions[p].sharing is SharingMode.MIG and r.reason in CAPACITY:
+            no_cut = repartition_for(core, st.mig, reasons, rec, st.out)
+            if no_cut is None:
+                reasons.set_shape(sk, Reason.RECONFIGURING, "waiting for a MIG re-partition")
+                walk.drop()
+                continue
+            if no_cut:
+                r = NotPlaced(r.reason, f"{r.message}; {no_cut}")
         reasons.set_shape(sk, r.reason, r.message)
         reasons.forget(job.id)
         walk.drop()

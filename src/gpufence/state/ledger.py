@@ -367,11 +367,15 @@ class Ledger:
         self._changed(self._node_of[g])
         self.freed[self.cluster.gpus[g].partition] += 1
         st = self.mig[g]
-        assert not st.busy(), "MIG layouts change only on idle GPUs"
         prev = list(st.instances)
+        new = list(instances)
+        # a re-cut around running instances keeps them where they are, with their jobs: the
+        # hardware only destroys and creates the idle ones (control/gpus/mig_device.py)
+        held = {i: occ for i, occ in zip(st.instances, st.occupant, strict=True) if occ}
+        assert set(held) <= set(new), "a MIG re-cut never drops an instance under a job"
         self._index_mig(g, -1)
-        st.instances = list(instances)
-        st.occupant = [None] * len(st.instances)
+        st.instances = new
+        st.occupant = [held.get(i) for i in new]
         self._index_mig(g, +1)
         if self._undo is not None:  # only inside a transaction
             self._undo.append(lambda: self.set_mig_layout(g, prev))
