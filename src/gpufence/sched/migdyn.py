@@ -4,14 +4,16 @@ jobs run on (never under them); the new layout is built by ``sched/migcut.py``."
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from gpufence.model import mig as migmod
 from gpufence.model.decisions import Decision, MigReconfigure, Reason
 from gpufence.model.events import MigLayoutRead
-from gpufence.sched import migcut
+from gpufence.sched import migcut, migindex
 from gpufence.sched.context import Core
 from gpufence.sched.jobs import JobRecord
 from gpufence.sched.migcut import destroyed, unmet_demand
+from gpufence.sched.migindex import PoolIndex, Sig
 from gpufence.sched.placement.fit import node_admits
 from gpufence.sched.placement.mig_room import Size, cut_key, starts_beside
 from gpufence.sched.reasons import PendingReasons
@@ -23,8 +25,7 @@ class MigWork:
 
     pending: dict[int, tuple[migmod.MigInstance, ...]] = field(default_factory=dict)  # GPU -> new
     made_for: dict[int, str] = field(default_factory=dict)  # GPU -> job it was re-partitioned for
-    # MIG pool -> (pool version, its GPUs that may be re-cut now)
-    usable: dict[str, tuple[int, list[_Gpu]]] = field(default_factory=dict)
+    index: dict[str, PoolIndex] = field(default_factory=dict)  # MIG pool -> GPUs to re-cut
 
     def reconfigured(self, core: Core, gpu: int) -> None:
         """The front end applied the layout asked for on ``gpu``: it is usable again."""
@@ -106,91 +107,74 @@ def _needed(core: Core, rec: JobRecord, pool: str, profile: str) -> int | None:
     return needed if needed <= migmod.MAX_INSTANCES else None
 
 
-@dataclass(frozen=True, slots=True)
-class _Gpu:
-    gid: int
-    node: int
-    model: str
-    running: tuple[migmod.MigInstance, ...]  # instances with a job on them: they stay
-    idle: tuple[migmod.MigInstance, ...]
-    jobs: tuple[str, ...]  # the jobs on ``running``, in its order
-
-
-def _usable(core: Core, mig: MigWork, pool: str) -> list[_Gpu]:
-    """The pool's GPUs that may be re-cut now (usable, no re-cut in flight), cached until the
-    ledger changes on the pool's nodes (a GPU enters or leaves ``pending`` only together with a
-    ledger change on it)."""
-    led = core.ledger
-    version = led.pool_version[pool]
-    cached = mig.usable.get(pool)
-    if cached is not None and cached[0] == version:
-        return cached[1]
-    gpus: list[_Gpu] = []
-    for g in core.cluster.partition_gpus[pool]:
-        if g in mig.pending or not led.gpu_usable(g):
-            continue
-        st = led.mig[g]
-        model = core.cluster.gpu_type_of(g).mig_model
-        assert model is not None
-        held = sorted(
-            ((i, o) for i, o in zip(st.instances, st.occupant, strict=True) if o is not None),
-            key=lambda io: (io[0].start, io[0].profile),
-        )
-        running = tuple(i for i, _ in held)
-        idle = tuple(i for i, o in zip(st.instances, st.occupant, strict=True) if o is None)
-        jobs = tuple(o for _, o in held)
-        gpus.append(_Gpu(g, core.cluster.gpus[g].node, model, running, idle, jobs))
-    mig.usable[pool] = (version, gpus)
-    return gpus
-
-
 def _choose(
     core: Core, mig: MigWork, rec: JobRecord, profile: str, needed: int
 ) -> tuple[int, list[migmod.MigInstance]] | str:
     """The GPU to re-cut and its new layout, or why there is none. GPUs are ranked like
     placement (``mig_room.cut_key``: least room that still takes the profile, beside the running
-    instances alone), then by the idle instances the cut destroys."""
-    led = core.ledger
-    ranked: list[tuple[_Rank, _Gpu]] = []
-    blocked: list[_Gpu] = []
-    for gpu in _usable(core, mig, rec.home):
-        if not node_admits(led, rec.job, gpu.node, needed) or _kept(core, mig, gpu.gid, rec):
+    instances alone), then by the idle instances the cut destroys, then by GPU index; ranks are
+    per group of GPUs that hold the same (``migindex``)."""
+    pool = rec.home
+    ix = mig.index[pool] = migindex.refresh(
+        core, mig.index.get(pool, PoolIndex()), pool, mig.pending
+    )
+    ranked: list[tuple[_Rank, int, Sig]] = []
+    blocked: list[int] = []
+    for sig, gids in ix.groups.items():
+        rank = _rank(sig, profile)
+        if rank is None:
+            blocked.extend(gids[:_SHOWN])
             continue
-        starts = starts_beside(gpu.model, gpu.running, profile)
-        if starts:
-            ranked.append((min(_rank(gpu, profile, s) for s in starts), gpu))
-        else:
-            blocked.append(gpu)
-    ranked.sort(key=lambda kg: kg[0])
+        tries = 0
+        for g in gids:
+            if tries == _TRIES:
+                break
+            node = core.cluster.gpus[g].node
+            if node_admits(core.ledger, rec.job, node, needed) and not _kept(core, mig, g, rec):
+                ranked.append((rank, g, sig))
+                tries += 1
+    ranked.sort(key=lambda r: (r[0], r[1]))
     demand: list[str] | None = None
-    for _, gpu in ranked[:_TRIES]:
+    for _, g, (model, running, idle) in ranked[:_TRIES]:
         if demand is None:
-            demand = unmet_demand(core, rec.home, rec)
-        layout = migcut.full_layout(gpu.model, gpu.running, gpu.idle, [profile] * needed, demand)
+            demand = unmet_demand(core, pool, rec)
+        layout = migcut.full_layout(model, running, idle, [profile] * needed, demand)
         if layout is not None:
-            return gpu.gid, layout
-    return _why_none(core, mig, rec.home, profile, blocked)
+            return g, layout
+    n_blocked = sum(len(gids) for sig, gids in ix.groups.items() if _rank(sig, profile) is None)
+    return _why_none(core, mig, pool, profile, sorted(blocked)[:_SHOWN], n_blocked)
 
 
-_Rank = tuple[Size, int, tuple[Size, Size, int], int, int]
+_Rank = tuple[Size, int, tuple[Size, Size, int], int]
 
 
-def _rank(gpu: _Gpu, profile: str, start: int) -> _Rank:
-    """Best fit by room first, then the fewest idle instances destroyed, then what is left."""
-    key = cut_key(gpu.model, gpu.running, profile, start)
-    lost = destroyed(migmod.profiles_for(gpu.model), gpu.idle, migmod.MigInstance(profile, start))
-    return key[0], lost, key, gpu.gid, start
+@lru_cache(maxsize=16384)
+def _rank(sig: Sig, profile: str) -> _Rank | None:
+    """Best fit by room first, then the fewest idle instances destroyed, then what is left;
+    None when ``profile`` does not fit beside the running instances."""
+    model, running, idle = sig
+    profiles = migmod.profiles_for(model)
+    best: _Rank | None = None
+    for s in starts_beside(model, running, profile):
+        key = cut_key(model, running, profile, s)
+        lost = destroyed(profiles, idle, migmod.MigInstance(profile, s))
+        rank = (key[0], lost, key, s)
+        if best is None or rank < best:
+            best = rank
+    return best
 
 
 _TRIES = 8  # GPUs tried for a gang's instances (the best-ranked one almost always takes them)
 _SHOWN = 3  # blocked GPUs named in a pending reason
 
 
-def _why_none(core: Core, mig: MigWork, pool: str, profile: str, blocked: list[_Gpu]) -> str:
+def _why_none(
+    core: Core, mig: MigWork, pool: str, profile: str, shown: list[int], n_blocked: int
+) -> str:
     """Which GPUs block the profile: at each legal start, the jobs whose instances are there."""
-    parts = [_blocking(g, profile) for g in blocked[:_SHOWN]]
-    if len(blocked) > _SHOWN:
-        parts.append(f"{len(blocked) - _SHOWN} more GPUs alike")
+    parts = [_blocking(core, g, profile) for g in shown]
+    if n_blocked > len(shown):
+        parts.append(f"{n_blocked - len(shown)} more GPUs alike")
     recut = sorted(g for g in mig.pending if core.cluster.gpus[g].partition == pool)
     if recut:
         parts.append("being re-cut: GPU " + ", ".join(str(g) for g in recut))
@@ -198,17 +182,22 @@ def _why_none(core: Core, mig: MigWork, pool: str, profile: str, blocked: list[_
     return f"no GPU in {pool} can be re-cut for {profile} beside its running instances{where}"
 
 
-def _blocking(gpu: _Gpu, profile: str) -> str:
-    profiles = migmod.profiles_for(gpu.model)
+def _blocking(core: Core, g: int, profile: str) -> str:
+    model = core.cluster.gpu_type_of(g).mig_model
+    assert model is not None
+    profiles = migmod.profiles_for(model)
     p = profiles[profile]
-    spans = [migmod.span_mask(i.start, profiles[i.profile].mem_slices) for i in gpu.running]
+    held = [
+        (migmod.span_mask(i.start, profiles[i.profile].mem_slices), j)
+        for i, j in migindex.running_jobs(core, g)
+    ]
     out: list[str] = []
     for s in p.starts:
         span = migmod.span_mask(s, p.mem_slices)
-        who = [j for m, j in zip(spans, gpu.jobs, strict=True) if m & span]
+        who = [j for m, j in held if m & span]
         # no overlap: the per-GPU caps (instances of the profile, 7 in all) are what block it
         out.append(f"@{s} under {', '.join(who)}" if who else f"@{s} over the per-GPU limits")
-    return f"GPU {gpu.gid}: " + ", ".join(out)
+    return f"GPU {g}: " + ", ".join(out)
 
 
 def _cut_message(core: Core, gid: int, profile: str) -> str:

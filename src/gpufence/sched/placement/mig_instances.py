@@ -7,7 +7,7 @@ from gpufence.model.decisions import Assignment, Reason
 from gpufence.model.job import Job, RequestKind
 from gpufence.model.mig import MigInstance
 from gpufence.sched.placement.fit import NotPlaced, Placed, PlaceResult, node_admits
-from gpufence.sched.placement.mig_room import cut_key, fixed_of
+from gpufence.sched.placement.mig_room import CutKey, cut_key, fixed_of
 from gpufence.state.ledger import Ledger
 
 
@@ -66,35 +66,52 @@ def _take_dynamic(
     the free instance that keeps the most room for large profiles (``mig_room.cut_key``), one
     replica at a time, each pick seeing the ones before it."""
     c = ledger.cluster
-    gpus = [(g, node) for _, g, node in _options(ledger, job, pool, profile)]
+    free = ledger.mig_free.get((pool, profile), {})
     taken: dict[int, list[MigInstance]] = {}  # GPU -> instances taken by this job's replicas
     out: list[Assignment] = []
     per_node: dict[int, int] = {}
     while len(out) < job.replicas:
-        best: tuple[tuple[object, ...], int, int, int] | None = None
-        for g, node in gpus:
-            if not node_admits(ledger, job, node, per_node.get(node, 0) + 1):
-                continue
-            st = ledger.mig[g]
+        best: tuple[CutKey, int, int] | None = None
+        for g, n_free in free.items():
             mine = taken.get(g, [])
-            model = c.gpu_type_of(g).mig_model
-            assert model is not None
-            fixed = fixed_of(
-                [*(i for i, o in zip(st.instances, st.occupant, strict=True) if o), *mine]
-            )
-            for inst, occ in zip(st.instances, st.occupant, strict=True):
-                if occ is not None or inst.profile != profile or inst in mine:
-                    continue
-                key = (cut_key(model, fixed, profile, inst.start), g, inst.start)
-                if best is None or key < best[0]:
-                    best = (key, g, node, inst.start)
+            if len(mine) >= n_free or not ledger.gpu_usable(g):
+                continue
+            pick = _best_free(ledger, g, profile, mine)
+            if pick is None or (best is not None and (pick[0], g) >= best[:2]):
+                continue  # (cheap test first: most GPUs lose on the key)
+            node = c.gpus[g].node
+            if node_admits(ledger, job, node, per_node.get(node, 0) + 1):
+                best = (pick[0], g, pick[1])
         if best is None:
             return None
-        _, g, node, start = best
+        _, g, start = best
+        node = c.gpus[g].node
         taken.setdefault(g, []).append(MigInstance(profile, start))
         per_node[node] = per_node.get(node, 0) + 1
         out.append(Assignment(node=node, gpus=(g,), mig_profile=profile, mig_start=start))
     return tuple(out)
+
+
+def _best_free(
+    ledger: Ledger, g: int, profile: str, mine: list[MigInstance]
+) -> tuple[CutKey, int] | None:
+    """GPU ``g``'s free ``profile`` instance to take next (its key and start), beside the
+    running instances and those this job already took there; memoised on the GPU's state."""
+    st = ledger.mig[g]
+    if not mine and profile in st.memo:
+        return st.memo[profile]  # type: ignore[return-value]
+    model = ledger.cluster.gpu_type_of(g).mig_model
+    assert model is not None
+    fixed = fixed_of([*(i for i, o in zip(st.instances, st.occupant, strict=True) if o), *mine])
+    best: tuple[CutKey, int] | None = None
+    for inst, occ in zip(st.instances, st.occupant, strict=True):
+        if occ is None and inst.profile == profile and inst not in mine:
+            key = cut_key(model, fixed, profile, inst.start)
+            if best is None or (key, inst.start) < best:
+                best = (key, inst.start)
+    if not mine:
+        st.memo[profile] = best
+    return best
 
 
 def _why_not(ledger: Ledger, job: Job, pool: str, profile: str) -> NotPlaced:

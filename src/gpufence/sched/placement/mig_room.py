@@ -15,6 +15,7 @@ from functools import lru_cache
 from gpufence.model import mig as migmod
 
 Size = tuple[int, int]  # (compute slices, memory slices) of a profile; (0, 0): nothing fits
+CutKey = tuple[Size, Size, int]
 
 
 @lru_cache(maxsize=16384)
@@ -43,9 +44,7 @@ def size_of(model: str, profile: str) -> Size:
 
 
 @lru_cache(maxsize=16384)
-def cut_key(
-    model: str, fixed: tuple[migmod.MigInstance, ...], profile: str, start: int
-) -> tuple[Size, Size, int]:
+def cut_key(model: str, fixed: tuple[migmod.MigInstance, ...], profile: str, start: int) -> CutKey:
     """Sort key of putting ``profile@start`` beside ``fixed`` (smaller is better): best fit by
     the GPU's room (the GPU with the least room that still takes it, so GPUs with room for a
     large profile keep it), then the start that leaves the largest profile placeable, then the
