@@ -4,7 +4,7 @@ largest profile placeable, and the pending reason names the GPUs and the jobs th
 
 from __future__ import annotations
 
-from scenario_harness import A, JobFinished, MigReconfigured, flat, make, run, sub
+from scenario_harness import A, JobCancelled, JobFinished, MigReconfigured, flat, make, run, sub
 
 from gpufence.model.decisions import Bind, Decision, MigReconfigure, PendingReason, Reason
 from gpufence.model.events import Event
@@ -160,3 +160,47 @@ def test_the_reason_names_the_gpus_and_the_jobs_that_block() -> None:
             "for pending 3g.40gb demand",
         )
     ]
+
+
+def test_a_gpu_is_drained_for_a_7g_job_while_1g_jobs_go_elsewhere() -> None:
+    """The pool has slices free but scattered: GPU 1 (one 1g job in the way, against two on
+    GPU 0) takes no new job until j7 ends, then is re-cut for the 7g. Was: s6 went to GPU 1 and
+    the 7g waited on, with no reason given."""
+    s = make(cluster(gpus=2))
+    s.step(sub(*[job(f"j{i}").mig("1g.10gb").build() for i in range(8)]), 0)
+    s.step([JobFinished(f"j{i}") for i in range(1, 6)], 10)  # GPU 0: j0, j6 run; GPU 1: j7
+    assert s.step(sub(job("big").mig("7g.80gb").build()), 20) == []
+    drained = "GPU 1 is drained for 7g.80gb (it takes no new job): waiting for j7 to end"
+    assert s.why_pending("big") == PendingReason(
+        Reason.MIG_LAYOUT,
+        f"0 free 7g.80gb instances in m (needs 1); 11 free instances of other profiles; {drained}",
+    )
+    got = flat(
+        s,
+        [
+            (30, sub(*[job(f"s{i}").mig("1g.10gb").build() for i in range(1, 7)])),
+            (600, [JobFinished("j7")]),
+            (630, [MigReconfigured(1)]),
+        ],
+    )
+    assert got == [
+        bind("s1", 0, "1g.10gb", 2),
+        bind("s2", 0, "1g.10gb", 0),
+        bind("s3", 0, "1g.10gb", 1),
+        bind("s4", 0, "1g.10gb", 4),
+        bind("s5", 0, "1g.10gb", 5),
+        recut(1, ("7g.80gb@0",), "re-partition idle GPU 1 for pending 7g.80gb demand"),
+        bind("big", 1, "7g.80gb", 0),
+    ]
+    assert s.ledger.blocked == {}
+
+
+def test_a_drain_ends_when_its_job_leaves_the_queue() -> None:
+    s = make(cluster(gpus=2))
+    s.step(sub(*[job(f"j{i}").mig("1g.10gb").build() for i in range(8)]), 0)
+    s.step([JobFinished(f"j{i}") for i in range(1, 6)], 10)
+    s.step(sub(job("big").mig("7g.80gb").build()), 20)
+    assert 1 in s.ledger.blocked
+    assert s.step([JobCancelled("big")], 30) == []
+    assert s.ledger.blocked == {}
+    assert s.step(sub(job("s").mig("1g.10gb").build()), 40) == [bind("s", 0, "1g.10gb", 2)]

@@ -9,10 +9,11 @@ from functools import lru_cache
 from gpufence.model import mig as migmod
 from gpufence.model.decisions import Decision, MigReconfigure, Reason
 from gpufence.model.events import MigLayoutRead
-from gpufence.sched import migcut, migindex
+from gpufence.sched import migcut, migdrain, migindex
 from gpufence.sched.context import Core
 from gpufence.sched.jobs import JobRecord
 from gpufence.sched.migcut import destroyed, unmet_demand
+from gpufence.sched.migdrain import Drain
 from gpufence.sched.migindex import PoolIndex, Sig
 from gpufence.sched.placement.fit import node_admits
 from gpufence.sched.placement.mig_room import Size, cut_key, starts_beside
@@ -26,20 +27,38 @@ class MigWork:
     pending: dict[int, tuple[migmod.MigInstance, ...]] = field(default_factory=dict)  # GPU -> new
     made_for: dict[int, str] = field(default_factory=dict)  # GPU -> job it was re-partitioned for
     index: dict[str, PoolIndex] = field(default_factory=dict)  # MIG pool -> GPUs to re-cut
+    drains: dict[str, Drain] = field(default_factory=dict)  # MIG pool -> its GPU being drained
+    # GPU being re-cut -> the jobs that wait for its new instances: job -> (profile, how many)
+    waiting: dict[int, dict[str, tuple[str, int]]] = field(default_factory=dict)
 
     def reconfigured(self, core: Core, gpu: int) -> None:
         """The front end applied the layout asked for on ``gpu``: it is usable again."""
         layout = self.pending.pop(gpu, None)
+        self.waiting.pop(gpu, None)
         if layout is not None:
             core.ledger.set_mig_layout(gpu, layout)
             core.ledger.set_blocked(gpu, False)
 
 
-def in_flight_offers(core: Core, mig: MigWork, pool: str, profile: str) -> bool:
-    return any(
-        core.cluster.gpus[g].partition == pool and any(i.profile == profile for i in inst)
-        for g, inst in mig.pending.items()
-    )
+def _in_flight_for(core: Core, mig: MigWork, rec: JobRecord, profile: str, needed: int) -> bool:
+    """Whether ``rec`` waits for a re-cut in flight: it did already, or a GPU of its pool is
+    being re-cut with ``needed`` new ``profile`` instances no job ahead of it waits for (a re-cut
+    serves the demand queued behind the job it was made for too)."""
+    jid = rec.job.id
+    mine = [g for g in mig.pending if core.cluster.gpus[g].partition == rec.home]
+    if any(jid in mig.waiting.get(g, {}) for g in mine):
+        return True
+    led = core.ledger
+    for g in mine:
+        st = led.mig[g]
+        running = {i for i, o in zip(st.instances, st.occupant, strict=True) if o is not None}
+        new = sum(i.profile == profile and i not in running for i in mig.pending[g])
+        waiting = mig.waiting.setdefault(g, {})
+        promised = sum(n for j, (p, n) in waiting.items() if p == profile and j in core.queues)
+        if new - promised >= needed:
+            waiting[jid] = (profile, needed)
+            return True
+    return False
 
 
 def _order(rec: JobRecord) -> tuple[int, float, str]:
@@ -67,20 +86,27 @@ def repartition_for(
     profile = rec.job.request.mig_profile
     if part.mig is None or not part.mig.dynamic or profile is None:
         return ""
-    if in_flight_offers(core, mig, pool, profile):
+    needed = _needed(core, rec, pool, profile)
+    if needed is None:
+        return ""
+    drain = mig.drains.get(pool)
+    if drain is not None and drain.job_id == rec.job.id:
+        if not migdrain.drained(core, drain):
+            return migdrain.waiting_for(core, drain)
+        del mig.drains[pool]
+        migdrain.end_drain(core, drain)  # and re-cut it (or a GPU that freed up meanwhile)
+    if _in_flight_for(core, mig, rec, profile, needed):
         reasons.set_job(
             rec.job.id, Reason.RECONFIGURING, f"a GPU is being re-partitioned for {profile}"
         )
         return None
-    needed = _needed(core, rec, pool, profile)
-    if needed is None:
-        return ""
     cut = _choose(core, mig, rec, profile, needed)
     if isinstance(cut, str):
-        return cut
+        return _drain_for(core, mig, rec, profile, needed) or cut
     gid, layout = cut
     mig.pending[gid] = tuple(layout)
     mig.made_for[gid] = rec.job.id
+    mig.waiting[gid] = {rec.job.id: (profile, needed)}
     core.ledger.set_blocked(gid, True)
     delay = part.mig.reconfigure_delay_s
     out.append(
@@ -94,6 +120,27 @@ def repartition_for(
     )
     reasons.set_job(rec.job.id, Reason.RECONFIGURING, f"GPU {gid} re-partitioning ({delay:g} s)")
     return None
+
+
+def _drain_for(core: Core, mig: MigWork, rec: JobRecord, profile: str, needed: int) -> str:
+    """Start draining a GPU for ``rec`` where that is the way out (``migdrain``): why it waits
+    then, or "" when no drain is started."""
+    pool = rec.home
+    if pool in mig.drains or needed != 1 or not migdrain.scattered_room(core, pool, profile):
+        return ""
+    drain = migdrain.start_drain(core, mig.index[pool], rec, profile)
+    if drain is None:
+        return ""
+    mig.drains[pool] = drain
+    return migdrain.waiting_for(core, drain)
+
+
+def release_drains(core: Core, mig: MigWork) -> None:
+    """End the drains whose jobs no longer wait (started elsewhere, cancelled)."""
+    for pool, drain in list(mig.drains.items()):
+        if drain.job_id not in core.queues:
+            del mig.drains[pool]
+            migdrain.end_drain(core, drain)
 
 
 def _needed(core: Core, rec: JobRecord, pool: str, profile: str) -> int | None:
@@ -233,7 +280,11 @@ def apply_layout_read(core: Core, mig: MigWork, ev: MigLayoutRead) -> None:
     if not 0 <= gid < len(core.cluster.gpus):
         return
     mig.pending.pop(gid, None)
+    mig.waiting.pop(gid, None)
     mig.made_for.pop(gid, None)
+    for pool, drain in list(mig.drains.items()):
+        if drain.gpu == gid:  # what the GPU holds is read anew: placement decides again
+            del mig.drains[pool]
     usable = ev.usable
     st = led.mig.get(gid)
     model = core.cluster.gpu_type_of(gid).mig_model

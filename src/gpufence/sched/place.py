@@ -454,7 +454,7 @@ def place_partition(st: Placing, p: str) -> bool:
             no_cut = repartition_for(core, st.mig, reasons, rec, st.out)
             if no_cut is None:
                 reasons.set_shape(sk, Reason.RECONFIGURING, "waiting for a MIG re-partition")
-                walk.drop()
+                walk.skip()  # the next job of the shape may be served by another re-cut
                 continue
             if no_cut:
                 r = NotPlaced(r.reason, f"{r.message}; {no_cut}")
