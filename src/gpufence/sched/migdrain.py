@@ -71,8 +71,8 @@ def _in_the_way(sig: Sig, profile: str) -> tuple[int, int]:
 def start_drain(core: Core, ix: PoolIndex, rec: JobRecord, profile: str) -> Drain | None:
     """Pick the GPU to drain for ``rec`` (see the module docstring) and block it."""
     best: tuple[tuple[int, int], int] | None = None
-    for sig, gids in ix.groups.items():
-        cost = _in_the_way(sig, profile)
+    for sid, gids in ix.groups.items():
+        cost = _in_the_way(ix.sigs[sid], profile)
         for g in gids:
             if best is not None and (cost, g) >= best:
                 break

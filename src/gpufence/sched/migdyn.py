@@ -4,7 +4,6 @@ jobs run on (never under them); the new layout is built by ``sched/migcut.py``."
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import lru_cache
 
 from gpufence.model import mig as migmod
 from gpufence.model.decisions import Decision, MigReconfigure, Reason
@@ -14,7 +13,7 @@ from gpufence.sched.context import Core
 from gpufence.sched.jobs import JobRecord
 from gpufence.sched.migcut import destroyed, unmet_demand
 from gpufence.sched.migdrain import Drain
-from gpufence.sched.migindex import PoolIndex, Sig
+from gpufence.sched.migindex import PoolIndex
 from gpufence.sched.placement.fit import node_admits
 from gpufence.sched.placement.mig_room import Size, cut_key, starts_beside
 from gpufence.sched.reasons import PendingReasons
@@ -30,11 +29,13 @@ class MigWork:
     drains: dict[str, Drain] = field(default_factory=dict)  # MIG pool -> its GPU being drained
     # GPU being re-cut -> the jobs that wait for its new instances: job -> (profile, how many)
     waiting: dict[int, dict[str, tuple[str, int]]] = field(default_factory=dict)
+    offers: dict[int, dict[str, int]] = field(default_factory=dict)  # GPU -> new instances
 
     def reconfigured(self, core: Core, gpu: int) -> None:
         """The front end applied the layout asked for on ``gpu``: it is usable again."""
         layout = self.pending.pop(gpu, None)
         self.waiting.pop(gpu, None)
+        self.offers.pop(gpu, None)
         if layout is not None:
             core.ledger.set_mig_layout(gpu, layout)
             core.ledger.set_blocked(gpu, False)
@@ -45,14 +46,13 @@ def _in_flight_for(core: Core, mig: MigWork, rec: JobRecord, profile: str, neede
     being re-cut with ``needed`` new ``profile`` instances no job ahead of it waits for (a re-cut
     serves the demand queued behind the job it was made for too)."""
     jid = rec.job.id
-    mine = [g for g in mig.pending if core.cluster.gpus[g].partition == rec.home]
-    if any(jid in mig.waiting.get(g, {}) for g in mine):
-        return True
-    led = core.ledger
-    for g in mine:
-        st = led.mig[g]
-        running = {i for i, o in zip(st.instances, st.occupant, strict=True) if o is not None}
-        new = sum(i.profile == profile and i not in running for i in mig.pending[g])
+    for waiting in mig.waiting.values():
+        if jid in waiting:
+            return True
+    for g, offer in mig.offers.items():
+        new = offer.get(profile, 0)
+        if new < needed or core.cluster.gpus[g].partition != rec.home:
+            continue
         waiting = mig.waiting.setdefault(g, {})
         promised = sum(n for j, (p, n) in waiting.items() if p == profile and j in core.queues)
         if new - promised >= needed:
@@ -107,6 +107,13 @@ def repartition_for(
     mig.pending[gid] = tuple(layout)
     mig.made_for[gid] = rec.job.id
     mig.waiting[gid] = {rec.job.id: (profile, needed)}
+    st = core.ledger.mig[gid]
+    running = {i for i, o in zip(st.instances, st.occupant, strict=True) if o is not None}
+    offer: dict[str, int] = {}
+    for i in layout:  # (running instances only end while the GPU is blocked: never new ones)
+        if i not in running:
+            offer[i.profile] = offer.get(i.profile, 0) + 1
+    mig.offers[gid] = offer
     core.ledger.set_blocked(gid, True)
     delay = part.mig.reconfigure_delay_s
     out.append(
@@ -165,12 +172,14 @@ def _choose(
     ix = mig.index[pool] = migindex.refresh(
         core, mig.index.get(pool, PoolIndex()), pool, mig.pending
     )
-    ranked: list[tuple[_Rank, int, Sig]] = []
+    ranked: list[tuple[_Rank, int, int]] = []
     blocked: list[int] = []
-    for sig, gids in ix.groups.items():
-        rank = _rank(sig, profile)
+    n_blocked = 0
+    for sid, gids in ix.groups.items():
+        rank = _rank(ix, sid, profile)
         if rank is None:
             blocked.extend(gids[:_SHOWN])
+            n_blocked += len(gids)
             continue
         tries = 0
         for g in gids:
@@ -178,36 +187,45 @@ def _choose(
                 break
             node = core.cluster.gpus[g].node
             if node_admits(core.ledger, rec.job, node, needed) and not _kept(core, mig, g, rec):
-                ranked.append((rank, g, sig))
+                ranked.append((rank, g, sid))
                 tries += 1
     ranked.sort(key=lambda r: (r[0], r[1]))
     demand: list[str] | None = None
-    for _, g, (model, running, idle) in ranked[:_TRIES]:
+    for _, g, sid in ranked[:_TRIES]:
         if demand is None:
             demand = unmet_demand(core, pool, rec)
+        model, running, idle = ix.sigs[sid]
         layout = migcut.full_layout(model, running, idle, [profile] * needed, demand)
         if layout is not None:
             return g, layout
-    n_blocked = sum(len(gids) for sig, gids in ix.groups.items() if _rank(sig, profile) is None)
-    return _why_none(core, mig, pool, profile, sorted(blocked)[:_SHOWN], n_blocked)
+    key = ("why", profile)
+    why = ix.memo.get(key)
+    if not isinstance(why, str):  # the same until the index changes
+        why = ix.memo[key] = _why_none(
+            core, mig, pool, profile, sorted(blocked)[:_SHOWN], n_blocked
+        )
+    return why
 
 
 _Rank = tuple[Size, int, tuple[Size, Size, int], int]
 
 
-@lru_cache(maxsize=16384)
-def _rank(sig: Sig, profile: str) -> _Rank | None:
+def _rank(ix: PoolIndex, sid: int, profile: str) -> _Rank | None:
     """Best fit by room first, then the fewest idle instances destroyed, then what is left;
     None when ``profile`` does not fit beside the running instances."""
-    model, running, idle = sig
+    key = (sid, profile)
+    if key in ix.ranks:  # a group's rank never changes: what it holds is its number
+        return ix.ranks[key]  # type: ignore[return-value]
+    model, running, idle = ix.sigs[sid]
     profiles = migmod.profiles_for(model)
     best: _Rank | None = None
     for s in starts_beside(model, running, profile):
-        key = cut_key(model, running, profile, s)
+        cut = cut_key(model, running, profile, s)
         lost = destroyed(profiles, idle, migmod.MigInstance(profile, s))
-        rank = (key[0], lost, key, s)
+        rank = (cut[0], lost, cut, s)
         if best is None or rank < best:
             best = rank
+    ix.ranks[key] = best
     return best
 
 
@@ -281,6 +299,7 @@ def apply_layout_read(core: Core, mig: MigWork, ev: MigLayoutRead) -> None:
         return
     mig.pending.pop(gid, None)
     mig.waiting.pop(gid, None)
+    mig.offers.pop(gid, None)
     mig.made_for.pop(gid, None)
     for pool, drain in list(mig.drains.items()):
         if drain.gpu == gid:  # what the GPU holds is read anew: placement decides again

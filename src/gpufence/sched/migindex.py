@@ -23,8 +23,13 @@ Sig = tuple[str, tuple[migmod.MigInstance, ...], tuple[migmod.MigInstance, ...]]
 class PoolIndex:
     epoch: int = -1
     pos: int = 0
-    sig_of: dict[int, Sig] = field(default_factory=dict)  # re-cuttable GPU -> its group
-    groups: dict[Sig, list[int]] = field(default_factory=dict)  # group -> its GPUs, ascending
+    sig_of: dict[int, int] = field(default_factory=dict)  # re-cuttable GPU -> its group
+    groups: dict[int, list[int]] = field(default_factory=dict)  # group -> its GPUs, ascending
+    # groups are numbered once (hashing a signature is dear; a number is not)
+    ids: dict[Sig, int] = field(default_factory=dict)
+    sigs: list[Sig] = field(default_factory=list)
+    ranks: dict[tuple[int, str], object] = field(default_factory=dict)  # (group, profile) ->
+    memo: dict[object, object] = field(default_factory=dict)  # emptied when the index changes
 
 
 def _sorted(instances: list[migmod.MigInstance]) -> tuple[migmod.MigInstance, ...]:
@@ -51,8 +56,12 @@ def _place(ix: PoolIndex, g: int, sig: Sig | None) -> None:
         if not members:
             del ix.groups[old]
     if sig is not None:
-        ix.sig_of[g] = sig
-        insort(ix.groups.setdefault(sig, []), g)
+        sid = ix.ids.get(sig)
+        if sid is None:
+            sid = ix.ids[sig] = len(ix.sigs)
+            ix.sigs.append(sig)
+        ix.sig_of[g] = sid
+        insort(ix.groups.setdefault(sid, []), g)
 
 
 def refresh(core: Core, ix: PoolIndex, pool: str, pending: Mapping[int, object]) -> PoolIndex:
@@ -69,7 +78,10 @@ def refresh(core: Core, ix: PoolIndex, pool: str, pending: Mapping[int, object])
         return ix
     npg = core.cluster.node_partition_gpus
     for node in dict.fromkeys(log[ix.pos :]):
-        for g in npg.get((pool, node), ()):
+        gids = npg.get((pool, node), ())
+        if gids:
+            ix.memo.clear()
+        for g in gids:
             _place(ix, g, _sig(core, pending, g))
     ix.pos = len(log)
     return ix
