@@ -133,9 +133,15 @@ def _drain_for(core: Core, mig: MigWork, rec: JobRecord, profile: str, needed: i
     """Start draining a GPU for ``rec`` where that is the way out (``migdrain``): why it waits
     then, or "" when no drain is started."""
     pool = rec.home
-    if pool in mig.drains or needed != 1 or not migdrain.scattered_room(core, pool, profile):
+    if pool in mig.drains or needed != 1:
         return ""
-    drain = migdrain.start_drain(core, mig.index[pool], rec, profile)
+    ix = mig.index[pool]
+    room = ix.memo.get(("room", profile))
+    if not isinstance(room, bool):  # the same until a node of the pool changes
+        room = ix.memo[("room", profile)] = migdrain.scattered_room(core, pool, profile)
+    if not room:
+        return ""
+    drain = migdrain.start_drain(core, ix, rec, profile)
     if drain is None:
         return ""
     mig.drains[pool] = drain
@@ -172,9 +178,16 @@ def _choose(
     ix = mig.index[pool] = migindex.refresh(
         core, mig.index.get(pool, PoolIndex()), pool, mig.pending
     )
+    job = rec.job
+    # a job like one that found no GPU since the pool last changed finds none either
+    nothing = ("none", profile, needed, job.cpu_milli, job.mem_mib, job.gpu_types)
+    why = ix.memo.get(nothing)
+    if isinstance(why, str):
+        return why
     ranked: list[tuple[_Rank, int, int]] = []
     blocked: list[int] = []
     n_blocked = 0
+    kept = False
     for sid, gids in ix.groups.items():
         rank = _rank(ix, sid, profile)
         if rank is None:
@@ -185,8 +198,9 @@ def _choose(
         for g in gids:
             if tries == _TRIES:
                 break
-            node = core.cluster.gpus[g].node
-            if node_admits(core.ledger, rec.job, node, needed) and not _kept(core, mig, g, rec):
+            if _kept(core, mig, g, rec):
+                kept = True  # (depends on the job, not on its shape: not remembered)
+            elif node_admits(core.ledger, job, core.cluster.gpus[g].node, needed):
                 ranked.append((rank, g, sid))
                 tries += 1
     ranked.sort(key=lambda r: (r[0], r[1]))
@@ -198,12 +212,9 @@ def _choose(
         layout = migcut.full_layout(model, running, idle, [profile] * needed, demand)
         if layout is not None:
             return g, layout
-    key = ("why", profile)
-    why = ix.memo.get(key)
-    if not isinstance(why, str):  # the same until the index changes
-        why = ix.memo[key] = _why_none(
-            core, mig, pool, profile, sorted(blocked)[:_SHOWN], n_blocked
-        )
+    why = _why_none(core, mig, pool, profile, sorted(blocked)[:_SHOWN], n_blocked)
+    if not kept and not ranked:
+        ix.memo[nothing] = why
     return why
 
 

@@ -451,10 +451,14 @@ def place_partition(st: Placing, p: str) -> bool:
                 walk.drop()
                 continue
         if cluster.partitions[p].sharing is SharingMode.MIG and r.reason in CAPACITY:
+            made = len(st.out)
             no_cut = repartition_for(core, st.mig, reasons, rec, st.out)
             if no_cut is None:
                 reasons.set_shape(sk, Reason.RECONFIGURING, "waiting for a MIG re-partition")
-                walk.skip()  # the next job of the shape may be served by another re-cut
+                if len(st.out) > made:
+                    walk.skip()  # a re-cut started: the next job of the shape may get one too
+                else:
+                    walk.drop()  # it waits for one in flight: so do the jobs behind it
                 continue
             if no_cut:
                 r = NotPlaced(r.reason, f"{r.message}; {no_cut}")

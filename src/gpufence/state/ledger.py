@@ -47,7 +47,7 @@ class MigGpu:
     busy_count: int = 0  # instances with a job on them
     # what placement derived from this GPU's instances (e.g. the best free instance per
     # profile); emptied whenever its instances or their occupants change
-    memo: dict[str, object] = field(default_factory=dict)
+    memo: dict[object, object] = field(default_factory=dict)
 
     def busy(self) -> bool:
         return self.busy_count > 0
