@@ -24,7 +24,7 @@ from gpufence.sched.migdyn import MigWork, repartition_for
 from gpufence.sched.passing import ahead, ahead_by_share, may_pass_holds
 from gpufence.sched.placement.fit import NotPlaced, Placed
 from gpufence.sched.placement.whole import held_for
-from gpufence.sched.queues import ShapeKey
+from gpufence.sched.queues import ShapeKey, Walk
 from gpufence.sched.reasons import PendingReasons
 from gpufence.sched.reclaim import track
 from gpufence.state.ledger import Allocation, Ledger, charge_milli
@@ -451,17 +451,10 @@ def place_partition(st: Placing, p: str) -> bool:
                 walk.drop()
                 continue
         if cluster.partitions[p].sharing is SharingMode.MIG and r.reason in CAPACITY:
-            made = len(st.out)
-            no_cut = repartition_for(core, st.mig, reasons, rec, st.out)
-            if no_cut is None:
-                reasons.set_shape(sk, Reason.RECONFIGURING, "waiting for a MIG re-partition")
-                if len(st.out) > made:
-                    walk.skip()  # a re-cut started: the next job of the shape may get one too
-                else:
-                    walk.drop()  # it waits for one in flight: so do the jobs behind it
+            recut = _recut(st, rec, sk, r, walk)
+            if recut is None:
                 continue
-            if no_cut:
-                r = NotPlaced(r.reason, f"{r.message}; {no_cut}")
+            r = recut
         reasons.set_shape(sk, r.reason, r.message)
         reasons.forget(job.id)
         walk.drop()
@@ -469,6 +462,21 @@ def place_partition(st: Placing, p: str) -> bool:
             starved = True
     _unhold(st, held)
     return starved
+
+
+def _recut(st: Placing, rec: JobRecord, sk: ShapeKey, r: NotPlaced, walk: Walk) -> NotPlaced | None:
+    """A dynamic-MIG job that did not fit: it waits for a re-cut (None: the walk moved on), or
+    ``r`` with why no re-cut helps."""
+    made = len(st.out)
+    no_cut = repartition_for(st.core, st.mig, st.reasons, rec, st.out)
+    if no_cut is None:
+        st.reasons.set_shape(sk, Reason.RECONFIGURING, "waiting for a MIG re-partition")
+        if len(st.out) > made:
+            walk.skip()  # a re-cut started: the next job of the shape may get one too
+        else:
+            walk.drop()  # it waits for one in flight: so do the jobs behind it
+        return None
+    return NotPlaced(r.reason, f"{r.message}; {no_cut}") if no_cut else r
 
 
 MAX_BACKFILL_SKIPS = 64  # jobs of one shape tried per cycle for backfill past the first
