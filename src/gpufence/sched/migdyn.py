@@ -184,25 +184,33 @@ def _choose(
     why = ix.memo.get(nothing)
     if isinstance(why, str):
         return why
-    ranked: list[tuple[_Rank, int, int]] = []
+    ranked: list[tuple[_Rank, int, int]] = []  # (rank, GPU, group) of admitted GPUs
     blocked: list[int] = []
     n_blocked = 0
     kept = False
+    fitting: list[tuple[_Rank, int]] = []
     for sid, gids in ix.groups.items():
         rank = _rank(ix, sid, profile)
         if rank is None:
             blocked.extend(gids[:_SHOWN])
             n_blocked += len(gids)
-            continue
-        tries = 0
-        for g in gids:
-            if tries == _TRIES:
+        else:
+            fitting.append((rank, sid))
+    # groups best first; a group's GPUs are ascending, so the walk meets candidates in (rank,
+    # GPU) order except across groups of equal rank: take those whole before stopping
+    fitting.sort(key=lambda rs: (rs[0], ix.groups[rs[1]][0]))
+    for rank, sid in fitting:
+        if len(ranked) >= _TRIES and rank > ranked[-1][0]:
+            break
+        taken = 0
+        for g in ix.groups[sid]:
+            if taken == _TRIES:
                 break
             if _kept(core, mig, g, rec):
                 kept = True  # (depends on the job, not on its shape: not remembered)
             elif node_admits(core.ledger, job, core.cluster.gpus[g].node, needed):
                 ranked.append((rank, g, sid))
-                tries += 1
+                taken += 1
     ranked.sort(key=lambda r: (r[0], r[1]))
     demand: list[str] | None = None
     for _, g, sid in ranked[:_TRIES]:
@@ -212,7 +220,10 @@ def _choose(
         layout = migcut.full_layout(model, running, idle, [profile] * needed, demand)
         if layout is not None:
             return g, layout
-    why = _why_none(core, mig, pool, profile, sorted(blocked)[:_SHOWN], n_blocked)
+    why = ix.memo.get(("why", profile))
+    if not isinstance(why, str):  # the pool's state alone says it: kept until that changes
+        why = _why_none(core, mig, pool, profile, sorted(blocked)[:_SHOWN], n_blocked)
+        ix.memo[("why", profile)] = why
     if not kept and not ranked:
         ix.memo[nothing] = why
     return why

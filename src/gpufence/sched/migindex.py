@@ -23,6 +23,7 @@ Sig = tuple[str, tuple[migmod.MigInstance, ...], tuple[migmod.MigInstance, ...]]
 class PoolIndex:
     epoch: int = -1
     pos: int = 0
+    version: int = -1  # the pool's ledger version when last brought up to date
     sig_of: dict[int, int] = field(default_factory=dict)  # re-cuttable GPU -> its group
     groups: dict[int, list[int]] = field(default_factory=dict)  # group -> its GPUs, ascending
     # groups are numbered once (hashing a signature is dear; a number is not)
@@ -70,12 +71,17 @@ def refresh(core: Core, ix: PoolIndex, pool: str, pending: Mapping[int, object])
     led = core.ledger
     log = led.node_log
     if ix.epoch != led.log_epoch:
-        ix = PoolIndex(led.log_epoch, len(log))
+        ix = PoolIndex(led.log_epoch, len(log), led.pool_version[pool])
         for g in core.cluster.partition_gpus[pool]:
             _place(ix, g, _sig(core, pending, g))
         return ix
     if ix.pos == len(log):
         return ix
+    version = led.pool_version[pool]
+    if version == ix.version:  # the log grew with other pools' changes only
+        ix.pos = len(log)
+        return ix
+    ix.version = version
     npg = core.cluster.node_partition_gpus
     for node in dict.fromkeys(log[ix.pos :]):
         gids = npg.get((pool, node), ())
