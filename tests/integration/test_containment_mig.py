@@ -7,9 +7,9 @@ EPERM before that. The GPUs' nodes have ``/dev/full``'s and ``/dev/random``'s nu
 allowed one opens.
 
 The first job's cgroup is made before the second GPU is re-partitioned (the second job asks for
-a 7g instance: a GPU of its own); it must still be refused the second instance's devices (the deny list holds
-every instance a MIG GPU could get), and the second job, on an instance created while the first
-ran, must be allowed its own (the MIG manager records them) and nothing else.
+a 7g instance: a GPU of its own); it must still be refused the second instance's devices (the
+deny list holds every instance a MIG GPU could get), and the second job, on an instance created
+while the first ran, must be allowed its own (the MIG manager records them) and nothing else.
 """
 
 from __future__ import annotations
