@@ -222,7 +222,7 @@ def _choose(
             return g, layout
     why = ix.memo.get(("why", profile))
     if not isinstance(why, str):  # the pool's state alone says it: kept until that changes
-        why = _why_none(core, mig, pool, profile, sorted(blocked)[:_SHOWN], n_blocked)
+        why = _why_none(core, mig, ix, rec, sorted(blocked)[:_SHOWN], n_blocked)
         ix.memo[("why", profile)] = why
     if not kept and not ranked:
         ix.memo[nothing] = why
@@ -256,10 +256,11 @@ _SHOWN = 3  # blocked GPUs named in a pending reason
 
 
 def _why_none(
-    core: Core, mig: MigWork, pool: str, profile: str, shown: list[int], n_blocked: int
+    core: Core, mig: MigWork, ix: PoolIndex, rec: JobRecord, shown: list[int], n_blocked: int
 ) -> str:
     """Which GPUs block the profile: at each legal start, the jobs whose instances are there."""
-    parts = [_blocking(core, g, profile) for g in shown]
+    pool, profile = rec.home, rec.job.request.mig_profile or ""
+    parts = [_blocking(core, ix, g, profile) for g in shown]
     if n_blocked > len(shown):
         parts.append(f"{n_blocked - len(shown)} more GPUs alike")
     recut = sorted(g for g in mig.pending if core.cluster.gpus[g].partition == pool)
@@ -269,21 +270,26 @@ def _why_none(
     return f"no GPU in {pool} can be re-cut for {profile} beside its running instances{where}"
 
 
-def _blocking(core: Core, g: int, profile: str) -> str:
-    model = core.cluster.gpu_type_of(g).mig_model
-    assert model is not None
-    profiles = migmod.profiles_for(model)
-    p = profiles[profile]
-    held = [
-        (migmod.span_mask(i.start, profiles[i.profile].mem_slices), j)
-        for i, j in migindex.running_jobs(core, g)
-    ]
+def _blocking(core: Core, ix: PoolIndex, g: int, profile: str) -> str:
+    """At each legal start of ``profile`` on GPU ``g``, the jobs whose instances are there."""
+    sid = ix.sig_of[g]
+    key = ("in the way", sid, profile)
+    way = ix.ranks.get(key)  # a group's geometry never changes: kept for the index's life
+    if way is None:
+        model, running, _ = ix.sigs[sid]
+        profiles = migmod.profiles_for(model)
+        p = profiles[profile]
+        spans = [migmod.span_mask(i.start, profiles[i.profile].mem_slices) for i in running]
+        way = ix.ranks[key] = [
+            (s, [k for k, m in enumerate(spans) if m & migmod.span_mask(s, p.mem_slices)])
+            for s in p.starts
+        ]
+    jobs = [j for _, j in migindex.running_jobs(core, g)]  # in the group's order (by start)
     out: list[str] = []
-    for s in p.starts:
-        span = migmod.span_mask(s, p.mem_slices)
-        who = [j for m, j in held if m & span]
+    for s, ks in way:  # type: ignore[attr-defined]
         # no overlap: the per-GPU caps (instances of the profile, 7 in all) are what block it
-        out.append(f"@{s} under {', '.join(who)}" if who else f"@{s} over the per-GPU limits")
+        who = ", ".join(jobs[k] for k in ks)
+        out.append(f"@{s} under {who}" if who else f"@{s} over the per-GPU limits")
     return f"GPU {g}: " + ", ".join(out)
 
 

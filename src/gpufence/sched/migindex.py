@@ -29,7 +29,7 @@ class PoolIndex:
     # groups are numbered once (hashing a signature is dear; a number is not)
     ids: dict[Sig, int] = field(default_factory=dict)
     sigs: list[Sig] = field(default_factory=list)
-    ranks: dict[tuple[int, str], object] = field(default_factory=dict)  # (group, profile) ->
+    ranks: dict[object, object] = field(default_factory=dict)  # derived from a group alone
     memo: dict[object, object] = field(default_factory=dict)  # emptied when the index changes
 
 
@@ -42,11 +42,14 @@ def _sig(core: Core, pending: Mapping[int, object], g: int) -> Sig | None:
     if g in pending or not led.gpu_usable(g):
         return None
     st = led.mig[g]
-    model = core.cluster.gpu_type_of(g).mig_model
-    assert model is not None
-    running = [i for i, o in zip(st.instances, st.occupant, strict=True) if o is not None]
-    idle = [i for i, o in zip(st.instances, st.occupant, strict=True) if o is None]
-    return model, _sorted(running), _sorted(idle)
+    sig = st.memo.get("sig")  # (the GPU's memo is emptied when its instances or jobs change)
+    if sig is None:
+        model = core.cluster.gpu_type_of(g).mig_model
+        assert model is not None
+        running = [i for i, o in zip(st.instances, st.occupant, strict=True) if o is not None]
+        idle = [i for i, o in zip(st.instances, st.occupant, strict=True) if o is None]
+        sig = st.memo["sig"] = (model, _sorted(running), _sorted(idle))
+    return sig  # type: ignore[return-value]
 
 
 def _place(ix: PoolIndex, g: int, sig: Sig | None) -> None:
