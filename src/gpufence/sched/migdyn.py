@@ -185,14 +185,14 @@ def _choose(
     if isinstance(why, str):
         return why
     ranked: list[tuple[_Rank, int, int]] = []  # (rank, GPU, group) of admitted GPUs
-    blocked: list[int] = []
+    blocked: list[int] = []  # groups the profile does not fit
     n_blocked = 0
     kept = False
     fitting: list[tuple[_Rank, int]] = []
     for sid, gids in ix.groups.items():
         rank = _rank(ix, sid, profile)
         if rank is None:
-            blocked.extend(gids[:_SHOWN])
+            blocked.append(sid)
             n_blocked += len(gids)
         else:
             fitting.append((rank, sid))
@@ -222,7 +222,8 @@ def _choose(
             return g, layout
     why = ix.memo.get(("why", profile))
     if not isinstance(why, str):  # the pool's state alone says it: kept until that changes
-        why = _why_none(core, mig, ix, rec, sorted(blocked)[:_SHOWN], n_blocked)
+        shown = sorted(g for sid in blocked for g in ix.groups[sid][:_SHOWN])[:_SHOWN]
+        why = _why_none(core, mig, ix, rec, shown, n_blocked)
         ix.memo[("why", profile)] = why
     if not kept and not ranked:
         ix.memo[nothing] = why
