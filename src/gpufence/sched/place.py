@@ -467,14 +467,10 @@ def place_partition(st: Placing, p: str) -> bool:
 def _recut(st: Placing, rec: JobRecord, sk: ShapeKey, r: NotPlaced, walk: Walk) -> NotPlaced | None:
     """A dynamic-MIG job that did not fit: it waits for a re-cut (None: the walk moved on), or
     ``r`` with why no re-cut helps."""
-    made = len(st.out)
     no_cut = repartition_for(st.core, st.mig, st.reasons, rec, st.out)
     if no_cut is None:
         st.reasons.set_shape(sk, Reason.RECONFIGURING, "waiting for a MIG re-partition")
-        if len(st.out) > made:
-            walk.skip()  # a re-cut started: the next job of the shape may get one too
-        else:
-            walk.drop()  # it waits for one in flight: so do the jobs behind it
+        walk.drop()  # one re-cut per shape per cycle: the next one comes with the next cycle
         return None
     return NotPlaced(r.reason, f"{r.message}; {no_cut}") if no_cut else r
 
