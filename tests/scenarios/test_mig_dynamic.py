@@ -204,3 +204,24 @@ def test_a_drain_ends_when_its_job_leaves_the_queue() -> None:
     assert s.step([JobCancelled("big")], 30) == []
     assert s.ledger.blocked == {}
     assert s.step(sub(job("s").mig("1g.10gb").build()), 40) == [bind("s", 0, "1g.10gb", 2)]
+
+
+def test_a_free_instance_is_taken_rather_than_waiting_for_a_recut() -> None:
+    """Work conservation (tests/property/test_guarantees.py): GPU 1 was re-cut for b and holds
+    b's free 1g.10gb+me. Was: b waited for a second re-cut of GPU 0 around a's 1g (keeping GPU 1
+    whole for a 7g) although the instance made for it was free."""
+    s = make(cluster(gpus=2, layout=()))
+    got = flat(
+        s,
+        [
+            (0, sub(job("a").mig("1g.10gb").build())),
+            (1, sub(job("b").mig("1g.10gb+me").build())),
+            (30, [MigReconfigured(0)]),
+            (31, [MigReconfigured(1)]),
+        ],
+    )
+    assert [d for d in got if isinstance(d, Bind)] == [
+        bind("a", 0, "1g.10gb", 6),
+        bind("b", 1, "1g.10gb+me", 6),
+    ]
+    assert not [d for d in got if isinstance(d, MigReconfigure) and d.gpu == 0][1:]

@@ -7,7 +7,7 @@ from gpufence.model.decisions import Assignment, Reason
 from gpufence.model.job import Job, RequestKind
 from gpufence.model.mig import MigInstance
 from gpufence.sched.placement.fit import NotPlaced, Placed, PlaceResult, node_admits
-from gpufence.sched.placement.mig_room import CutKey, cut_key, fixed_of, starts_beside
+from gpufence.sched.placement.mig_room import CutKey, cut_key, fixed_of
 from gpufence.state.ledger import Ledger
 
 
@@ -16,44 +16,14 @@ def place_mig(ledger: Ledger, job: Job, pool: str) -> PlaceResult:
     assert profile is not None
     part = ledger.cluster.partitions[pool]
     if part.mig is not None and part.mig.dynamic:
+        # a free instance that fits is taken (work conservation): the fragmentation-aware
+        # ranking below already prefers busy GPUs, so an idle GPU is cut into last
         got = _take_dynamic(ledger, job, pool, profile)
-        if got is not None and _breaks_idle_gpu(ledger, job, pool, profile, got):
-            return NotPlaced(
-                Reason.MIG_LAYOUT,
-                f"the free {profile} instances are on idle GPUs, kept whole for large "
-                f"profiles while a busy GPU can be re-cut for it",
-            )
     else:
         got = _take_static(ledger, job, pool, profile)
     if got is not None:
         return Placed(got)
     return _why_not(ledger, job, pool, profile)
-
-
-def _breaks_idle_gpu(
-    ledger: Ledger, job: Job, pool: str, profile: str, got: tuple[Assignment, ...]
-) -> bool:
-    """A one-replica job about to start on an idle GPU (the last room for a 7g) while a GPU
-    with running instances could be re-cut around them for it: a re-cut takes a short delay, a
-    7g job waits for a whole idle GPU."""
-    g = got[0].gpus[0]
-    if job.replicas != 1 or ledger.mig[g].busy():
-        return False
-    c = ledger.cluster
-    for h in c.partition_gpus[pool]:
-        st = ledger.mig[h]
-        if h == g or not st.busy() or not ledger.gpu_usable(h):
-            continue
-        key = ("beside", profile)
-        fits = st.memo.get(key)
-        if fits is None:
-            model = c.gpu_type_of(h).mig_model
-            assert model is not None
-            running = fixed_of(i for i, o in zip(st.instances, st.occupant, strict=True) if o)
-            fits = st.memo[key] = bool(starts_beside(model, running, profile))
-        if fits and node_admits(ledger, job, c.gpus[h].node):
-            return True
-    return False
 
 
 def _options(ledger: Ledger, job: Job, pool: str, profile: str) -> list[tuple[int, int, int]]:
