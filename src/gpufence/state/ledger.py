@@ -98,6 +98,9 @@ class Ledger:
         # per pool: bumped by every change on a node hosting GPUs of that pool, so a cache of one
         # pool's placements survives what happens in the others
         self.pool_version: dict[str, int] = dict.fromkeys(cluster.partitions, 0)
+        # what placement derives from the ledger and keeps current itself from ``node_log``
+        # (e.g. sched/placement/mig_rank.py's ranking of free MIG instances)
+        self.derived: dict[object, object] = {}
         pools_on: list[dict[str, None]] = [{} for _ in range(n_nodes)]
         for p, node in cluster.node_partition_gpus:
             pools_on[node][p] = None

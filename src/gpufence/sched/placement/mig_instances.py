@@ -7,7 +7,8 @@ from gpufence.model.decisions import Assignment, Reason
 from gpufence.model.job import Job, RequestKind
 from gpufence.model.mig import MigInstance
 from gpufence.sched.placement.fit import NotPlaced, Placed, PlaceResult, node_admits
-from gpufence.sched.placement.mig_room import CutKey, cut_key, fixed_of
+from gpufence.sched.placement.mig_rank import best_free, ranked
+from gpufence.sched.placement.mig_room import CutKey
 from gpufence.state.ledger import Ledger
 
 
@@ -67,6 +68,8 @@ def _take_dynamic(
     """A dynamic layout: only running instances are fixed (idle ones can be re-cut), so take
     the free instance that keeps the most room for large profiles (``mig_room.cut_key``), one
     replica at a time, each pick seeing the ones before it."""
+    if job.replicas == 1:
+        return _take_one(ledger, job, pool, profile)
     c = ledger.cluster
     free = ledger.mig_free.get((pool, profile), {})
     taken: dict[int, list[MigInstance]] = {}  # GPU -> instances taken by this job's replicas
@@ -78,7 +81,7 @@ def _take_dynamic(
             mine = taken.get(g, [])
             if len(mine) >= n_free or not ledger.gpu_usable(g):
                 continue
-            pick = _best_free(ledger, g, profile, mine)
+            pick = best_free(ledger, g, profile, mine)
             if pick is None or (best is not None and (pick[0], g) >= best[:2]):
                 continue  # (cheap test first: most GPUs lose on the key)
             node = c.gpus[g].node
@@ -94,26 +97,15 @@ def _take_dynamic(
     return tuple(out)
 
 
-def _best_free(
-    ledger: Ledger, g: int, profile: str, mine: list[MigInstance]
-) -> tuple[CutKey, int] | None:
-    """GPU ``g``'s free ``profile`` instance to take next (its key and start), beside the
-    running instances and those this job already took there; memoised on the GPU's state."""
-    st = ledger.mig[g]
-    if not mine and profile in st.memo:
-        return st.memo[profile]  # type: ignore[return-value]
-    model = ledger.cluster.gpu_type_of(g).mig_model
-    assert model is not None
-    fixed = fixed_of([*(i for i, o in zip(st.instances, st.occupant, strict=True) if o), *mine])
-    best: tuple[CutKey, int] | None = None
-    for inst, occ in zip(st.instances, st.occupant, strict=True):
-        if occ is None and inst.profile == profile and inst not in mine:
-            key = cut_key(model, fixed, profile, inst.start)
-            if best is None or (key, inst.start) < best:
-                best = (key, inst.start)
-    if not mine:
-        st.memo[profile] = best
-    return best
+def _take_one(ledger: Ledger, job: Job, pool: str, profile: str) -> tuple[Assignment, ...] | None:
+    """One replica: the best-ranked free instance on a node that admits the job -- the same
+    pick as the loop of ``_take_dynamic``, from a ranking kept current (``mig_rank``)."""
+    c = ledger.cluster
+    for _, g, start in ranked(ledger, pool, profile):
+        node = c.gpus[g].node
+        if node_admits(ledger, job, node):
+            return (Assignment(node=node, gpus=(g,), mig_profile=profile, mig_start=start),)
+    return None
 
 
 def _why_not(ledger: Ledger, job: Job, pool: str, profile: str) -> NotPlaced:
