@@ -31,6 +31,7 @@ class PoolIndex:
     sigs: list[Sig] = field(default_factory=list)
     ranks: dict[object, object] = field(default_factory=dict)  # derived from a group alone
     memo: dict[object, object] = field(default_factory=dict)  # emptied when the index changes
+    seen: dict[int, Sig | None] = field(default_factory=dict)  # GPU -> the signature placed
 
 
 def _sorted(instances: list[migmod.MigInstance]) -> tuple[migmod.MigInstance, ...]:
@@ -53,6 +54,9 @@ def _sig(core: Core, pending: Mapping[int, object], g: int) -> Sig | None:
 
 
 def _place(ix: PoolIndex, g: int, sig: Sig | None) -> None:
+    if g in ix.seen and ix.seen[g] is sig:  # the GPU's memo gave the same object: unchanged
+        return
+    ix.seen[g] = sig
     old = ix.sig_of.pop(g, None)
     if old is not None:
         members = ix.groups[old]

@@ -58,10 +58,13 @@ def _row(ledger: Ledger, pool: str, profile: str, g: int) -> Row | None:
 
 
 def _update(r: Ranking, ledger: Ledger, pool: str, profile: str, g: int) -> None:
-    old = r.row_of.pop(g, None)
+    new = _row(ledger, pool, profile, g)
+    old = r.row_of.get(g)
+    if new == old:  # most GPUs of a node that changed (one GPU of it did)
+        return
     if old is not None:
         del r.rows[bisect_left(r.rows, old)]
-    new = _row(ledger, pool, profile, g)
+        del r.row_of[g]
     if new is not None:
         insort(r.rows, new)
         r.row_of[g] = new
