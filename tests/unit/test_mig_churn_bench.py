@@ -43,3 +43,12 @@ def test_the_stream_is_seeded() -> None:
     a = mc.stream(mc.parse_args(["--gpus", "4", "--hours", "2", "--seed", "5"]))
     b = mc.stream(mc.parse_args(["--gpus", "4", "--hours", "2", "--seed", "5"]))
     assert a == b and len(a) > 10
+
+
+def test_the_bound_is_the_work_of_every_request_over_the_baselines() -> None:
+    reqs = [
+        mc.Request("a", "7g", 0.0, 3600.0, 7200.0),
+        mc.Request("b", "1g", 1.0, 3600.0, 60.0),
+    ]
+    base = mc.figures(reqs, {"a": 0.0}, mc.SIZES)  # b withdrawn
+    assert mc.accepted_bound(reqs, base) == 8 / 7
