@@ -57,7 +57,13 @@ def _row(ledger: Ledger, pool: str, profile: str, g: int) -> Row | None:
     return None if pick is None else (pick[0], g, pick[1])
 
 
-def _update(r: Ranking, ledger: Ledger, pool: str, profile: str, g: int) -> None:
+def _update(r: Ranking, ledger: Ledger, pool: str, profile: str, g: int, full: bool) -> None:
+    st = ledger.mig[g]
+    mark = ("ranked", profile)  # in the GPU's memo: its row is current unless usability changed
+    usable = ledger.gpu_usable(g)
+    if not full and st.memo.get(mark) is usable:  # (emptied when its instances or jobs change)
+        return
+    st.memo[mark] = usable
     new = _row(ledger, pool, profile, g)
     old = r.row_of.get(g)
     if new == old:  # most GPUs of a node that changed (one GPU of it did)
@@ -78,7 +84,7 @@ def ranked(ledger: Ledger, pool: str, profile: str) -> list[Row]:
     if not isinstance(r, Ranking) or r.epoch != ledger.log_epoch:
         r = Ranking(ledger.log_epoch, len(log), ledger.pool_version[pool])
         for g in ledger.mig_free.get((pool, profile), {}):
-            _update(r, ledger, pool, profile, g)
+            _update(r, ledger, pool, profile, g, True)
         ledger.derived[key] = r
         return r.rows
     version = ledger.pool_version[pool]
@@ -86,7 +92,7 @@ def ranked(ledger: Ledger, pool: str, profile: str) -> list[Row]:
         npg = ledger.cluster.node_partition_gpus
         for node in dict.fromkeys(log[r.pos :]):
             for g in npg.get((pool, node), ()):
-                _update(r, ledger, pool, profile, g)
+                _update(r, ledger, pool, profile, g, False)
         r.version = version
     r.pos = len(log)
     return r.rows
