@@ -42,14 +42,12 @@ def reservable(core: Core, job: Job, pool: str) -> bool:
 def reserve(core: Core, book: JobBook, rec: JobRecord, pool: str) -> Reservation | None:
     job = rec.job
     led = core.ledger
-    c = core.cluster
     now = core.now
     # nodes a maintenance window closes to the gang (it would still run when the window
     # begins) are left out, as down nodes are: holding their GPUs for it would keep the short
     # jobs that may use them before the window off them (state/closures.py)
-    shut = set(core.closures.closed_for(job.time_limit_s, c.partition_nodes[pool]))
-    free: dict[int, list[int]] = {n: led.free_gpus(pool, n) for n in c.partition_nodes[pool]}
-    free = {n: v for n, v in free.items() if led.node_up[n] and n not in shut}
+    shut = set(core.closures.closed_for(job.time_limit_s, core.cluster.partition_nodes[pool]))
+    free = {n: v for n, v in _free_by_node(core, pool).items() if n not in shut}
     releases: list[tuple[float, int, tuple[int, ...]]] = []
     ending: dict[str, float] = {}
     for jid in led.pool_allocs[pool]:
@@ -70,11 +68,13 @@ def reserve(core: Core, book: JobBook, rec: JobRecord, pool: str) -> Reservation
             out.setdefault(n, []).extend(v)
         return out
 
+    base = {n: len(v) for n, v in free.items()}
+    per = job.request.gpus
+
     def feasible(t: float) -> bool:
-        counts = {n: len(v) for n, v in free.items()}
+        counts = base.copy()
         for _, node, gpus in releases[: bisect_right(ends, t)]:
             counts[node] = counts.get(node, 0) + len(gpus)
-        per = job.request.gpus
         return sum(v // per for v in counts.values()) >= job.replicas
 
     times = sorted(set(ends) | {now})
@@ -121,3 +121,12 @@ def _overran(core: Core, book: JobBook, pool: str, gpus: tuple[int, ...]) -> str
                 f"{held} of them"
             )
     return "; ".join(named)
+
+
+def _free_by_node(core: Core, pool: str) -> dict[int, list[int]]:
+    """Free GPUs per up node of ``pool`` that has any, in node order, from the ledger's
+    free-count buckets: a 1,000-node pool is mostly full, and a node without free GPUs adds
+    nothing to a view or a count (``plan_on`` only looks at nodes with GPUs)."""
+    led = core.ledger
+    nodes = sorted(n for bucket in led.buckets[pool][1:] for n in bucket)
+    return {n: led.free_gpus(pool, n) for n in nodes if led.node_up[n]}

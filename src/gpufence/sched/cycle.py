@@ -27,7 +27,7 @@ from gpufence.sched.drains import advance as advance_windows
 from gpufence.sched.expiry import expire_limits, expire_notices
 from gpufence.sched.gates import Gates
 from gpufence.sched.lend import lend
-from gpufence.sched.migdyn import MigWork
+from gpufence.sched.migdyn import MigWork, release_drains
 from gpufence.sched.place import PlaceMemo, Placing, place_partitions, release_holds
 from gpufence.sched.protect import Protecting, ProtectionState, protect
 from gpufence.sched.reasons import PendingReasons
@@ -64,6 +64,7 @@ def run_cycle(s: SchedulerState, events: Iterable[Event], now: float) -> list[De
     out += warn_idle(core.cluster, s.book, now)
     # 4. gates: jobs that may run now join their queues (before placement sees the queues)
     out += open_gates(core, s.book, s.claims, s.reasons, s.gates)
+    release_drains(core, s.mig)  # a GPU drained for a job that no longer waits takes jobs again
     s.reasons.cycle += 1
     # 5. place per partition (the GPUs victims are freeing stay held for the jobs they are
     #    freed for through placement and lending)

@@ -25,7 +25,7 @@ from gpufence.sched.migdyn import MigWork, repartition_for
 from gpufence.sched.passing import ahead, ahead_by_share, may_pass_holds
 from gpufence.sched.placement.fit import NotPlaced, Placed
 from gpufence.sched.placement.whole import held_for
-from gpufence.sched.queues import ShapeKey
+from gpufence.sched.queues import ShapeKey, Walk
 from gpufence.sched.reasons import PendingReasons
 from gpufence.sched.reclaim import track
 from gpufence.state.ledger import Allocation, Ledger, charge_milli
@@ -455,11 +455,11 @@ def place_partition(st: Placing, p: str) -> bool:
                 starved = True
                 walk.drop()
                 continue
-        mig = cluster.partitions[p].sharing is SharingMode.MIG
-        if mig and r.reason in CAPACITY and repartition_for(core, st.mig, reasons, rec, st.out):
-            reasons.set_shape(sk, Reason.RECONFIGURING, "waiting for a MIG re-partition")
-            walk.drop()
-            continue
+        if cluster.partitions[p].sharing is SharingMode.MIG and r.reason in CAPACITY:
+            recut = _recut(st, rec, sk, r, walk)
+            if recut is None:
+                continue
+            r = recut
         reasons.set_shape(sk, r.reason, r.message)
         reasons.forget(job.id)
         walk.drop()
@@ -467,6 +467,17 @@ def place_partition(st: Placing, p: str) -> bool:
             starved = True
     _unhold(st, held)
     return starved
+
+
+def _recut(st: Placing, rec: JobRecord, sk: ShapeKey, r: NotPlaced, walk: Walk) -> NotPlaced | None:
+    """A dynamic-MIG job that did not fit: it waits for a re-cut (None: the walk moved on), or
+    ``r`` with why no re-cut helps."""
+    no_cut = repartition_for(st.core, st.mig, st.reasons, rec, st.out)
+    if no_cut is None:
+        st.reasons.set_shape(sk, Reason.RECONFIGURING, "waiting for a MIG re-partition")
+        walk.drop()  # one re-cut per shape per cycle: the next one comes with the next cycle
+        return None
+    return NotPlaced(r.reason, f"{r.message}; {no_cut}") if no_cut else r
 
 
 MAX_BACKFILL_SKIPS = 64  # jobs of one shape tried per cycle for backfill past the first
