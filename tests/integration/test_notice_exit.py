@@ -31,7 +31,7 @@ def test_a_job_killed_by_its_time_limit_notice_ends_failed(tmp_path: Path) -> No
             assert code == 200, out
             return dict(out)
 
-        until(lambda: row()["state"] not in ("pending", "running", "stopping"), 30, "ended")
+        until(lambda: row()["ended_at"] is not None, 30, "ended")
         got = row()
         assert (got["state"], got["reason"]) == ("failed", "time-limit"), got
         # and its GPUs are free: a job of the whole node starts
