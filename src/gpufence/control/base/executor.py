@@ -94,6 +94,10 @@ class Launch:
     """``None``: run as the control plane's own user."""
     limits: Limits = Limits()
     """Per member."""
+    pty_grace_s: float | None = None
+    """A pty job's (``run --pty``): its command runs on a terminal that a host serves (the
+    launcher's child, ``base/ptyhost.py``), ending the session this long after its last client
+    went away. ``None``: not a pty job."""
 
 
 @dataclass(frozen=True, slots=True)

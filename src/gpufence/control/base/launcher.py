@@ -4,7 +4,7 @@ Usage::
 
     python -m gpufence.control.base.launcher ATTEMPT_DIR --rank R [--catch N]...
         [--fence-parent PID] [--log-limit BYTES] [--cgroup DIR]...
-        [--uid U --gid G [--groups G1,G2]] [--cwd DIR] -- ARGV...
+        [--uid U --gid G [--groups G1,G2]] [--cwd DIR] [--pty-grace S] -- ARGV...
 
 (The Ray node agent runs this file by path with ``python -I -S``: it imports only the standard
 library and its record formats (``member_records.py``, standard library only, found beside it),
@@ -57,6 +57,9 @@ With ``--fence-parent PID`` (the Ray node agent's pid) the member does not outli
 if it dies (the control plane has declared the member lost and runs the job again elsewhere), the
 launcher stops the group itself (SIGTERM, 5 s, SIGKILL, and SIGKILL to whatever else is in its
 ``--cgroup``). The local executor does not use it: its jobs outlive a restart and are adopted.
+
+With ``--pty-grace S`` (a pty job) the child is the job's terminal host (``ptyhost.py``): in the
+cgroups as the control plane's user, it forks the command on its terminal, confined as above.
 """
 
 from __future__ import annotations
@@ -96,6 +99,7 @@ from gpufence.control.base.member_records import (  # noqa: E402
     pid_file,
     pid_record,
     proc_start_time,
+    pty_socket,
     read_text,
     records_dir,
     started_file,
@@ -123,7 +127,8 @@ def _usage(msg: str) -> int:
     print(
         "usage: launcher ATTEMPT_DIR --rank R [--catch SIGNUM]... [--fence-parent PID] "
         "[--log-limit BYTES] "
-        "[--cgroup DIR]... [--uid U --gid G [--groups G,...]] [--cwd DIR] -- ARGV...",
+        "[--cgroup DIR]... [--uid U --gid G [--groups G,...]] [--cwd DIR] [--pty-grace S] "
+        "-- ARGV...",
         file=sys.stderr,
     )
     return 2
@@ -162,16 +167,25 @@ class Confine:
         self.gid: int | None = None
         self.groups: list[int] = []
         self.cwd: str | None = None
+        self.terminal: tuple[str, float] | None = None
+        """A pty job's (socket, grace): the child is its terminal host (``ptyhost.py``)."""
 
     def enter(self) -> None:
         """In the forked child, before exec: join every cgroup, drop to the job's user, then
         enter the working directory by its full path as that user, so a directory the user may
         not reach (the server's own, one under a 0700 home) is refused, not entered as root."""
+        self.join_cgroups()
+        self.become_user()
+
+    def join_cgroups(self) -> None:
         for d in self.cgroups:
             try:
                 join_cgroup(d)
             except OSError as exc:
                 raise SpawnFailure(EXIT_NOT_CONTAINED, f"cannot join cgroup {d}: {exc}") from exc
+
+    def become_user(self) -> None:
+        """The job's groups, gid and uid, then its working directory entered as that user."""
         try:
             if self.gid is not None:
                 os.setgroups(self.groups)
@@ -216,10 +230,16 @@ def exec_child(
     command: list[str], env: dict[str, str], out_fd: int, err_fd: int, confine: Confine, report: int
 ) -> None:  # pragma: no cover - runs in the child, ends in exec or _exit
     """The child's side: logs on 1/2, into the cgroup and the job's identity, default signal
-    dispositions, exec. A failure is written to ``report`` (a close-on-exec pipe)."""
+    dispositions, exec. A failure is written to ``report`` (a close-on-exec pipe). A pty job's
+    child is its terminal host instead, which comes back here for the command (``ptyhost``)."""
     try:
         os.dup2(out_fd, 1)
         os.dup2(err_fd, 2)
+        if confine.terminal is not None:
+            # the host's imports are paid by pty jobs only, after the fork
+            from gpufence.control.base import ptyhost
+
+            ptyhost.host_job(command, env, confine, report, exec_child)  # ends in _exit
         confine.enter()
         # every disposition back to default: an ignored one (SIGHUP under nohup, SIGPIPE
         # from Python) would survive exec and change how the job reacts to signals
@@ -388,6 +408,8 @@ class Options:
             self.confine.groups = [int(g) for g in value.split(",") if g]
         elif opt == "--cwd":
             self.confine.cwd = value
+        elif opt == "--pty-grace":
+            self.confine.terminal = (str(pty_socket(self.attempt_dir)), float(value))
         else:
             return f"unknown option {opt}"
         return None
