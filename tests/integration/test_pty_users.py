@@ -43,6 +43,7 @@ control:
     team-a: {{run_as: {user_a}}}
     team-b: {{run_as: {user_b}}}
   stop_grace_s: 2
+  containment: {{prestarted: {prestarted}}}
 """
 
 
@@ -52,8 +53,10 @@ def users() -> Iterator[list[User]]:
         yield made
 
 
-@pytest.fixture(scope="module")
-def srv(users: list[User]) -> Iterator[Server]:
+@pytest.fixture(scope="module", params=[8, 0], ids=["prestarted", "forked"])
+def srv(users: list[User], request: pytest.FixtureRequest) -> Iterator[Server]:
+    """A server whose members are pre-started ones (the host is the spare's child ``C``), or
+    forked at the launch (the host is the launcher's new child): both paths start the host."""
     root = Path(tempfile.mkdtemp(prefix="gpufence-ptyusers-"))
     root.chmod(0o711)  # the run_as users pass through to their jobs' directories below it
     config = CONFIG.format(
@@ -63,6 +66,7 @@ def srv(users: list[User]) -> Iterator[Server]:
         b=TOKEN_B,
         user_a=users[0].name,
         user_b=users[1].name,
+        prestarted=request.param,
     )
     try:
         yield from run_server(root, config)
@@ -99,6 +103,7 @@ def test_the_shell_runs_as_the_tenants_user_and_cannot_touch_its_host(
             'echo "uid=$(id -u) gid=$(id -g)"; echo "hi-$((6*7))"; '
             'echo "devices=$CUDA_VISIBLE_DEVICES"; '
             'kill -0 "$PPID" 2>/dev/null && echo host=signalled || echo host=untouchable; '
+            'echo "cgroup=$(grep :pids: /proc/self/cgroup)"; '
             "exit 3\n"
         )
         c.proc.stdin.close()  # type: ignore[union-attr]
@@ -110,7 +115,13 @@ def test_the_shell_runs_as_the_tenants_user_and_cannot_touch_its_host(
     assert "hi-42" in lines and "devices=0,1,2,3,4,5,6,7" in lines, c.transcript()
     # its parent is the terminal host: the server's user, which the job may not signal
     assert "host=untouchable" in lines, c.transcript()
-    job = wait_state(srv, _job_of(c), ("failed",))
+    jid = _job_of(c)
+    # in a member's cgroup (joined by the host before the shell existed; a pre-started
+    # member's keeps its spare's name here), not the server's
+    ours = next(x for x in Path("/proc/self/cgroup").read_text().splitlines() if ":pids:" in x)
+    shell = next(x.removeprefix("cgroup=") for x in lines if x.startswith("cgroup="))
+    assert shell != ours and ":pids:/gpufence/" in shell, c.transcript()
+    job = wait_state(srv, jid, ("failed",))
     assert job["exit_code"] == 3
     _all_gpus_run(srv)
 
