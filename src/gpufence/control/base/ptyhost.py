@@ -98,8 +98,13 @@ class NoticeWatch:
         except (OSError, ValueError, KeyError, TypeError):
             return None
         when = f"in {max(0, round(deadline - time.time()))} s"
-        text = NOTICES.get(reason, "notice (" + reason + "): this session is stopped {when}")
-        return f"\r\n[gpufence: {text.format(when=when)}]\r\n"
+        known = NOTICES.get(reason)  # the file is the job's to write: its text is no format
+        text = (
+            known.format(when=when)
+            if known
+            else f"notice ({reason}): this session is stopped {when}"
+        )
+        return f"\r\n[gpufence: {text}]\r\n"
 
     def _read(self) -> dict[str, Any] | None:
         """The notice when new or changed. The host reads it as the control plane's user
