@@ -159,3 +159,38 @@ def test_attach_is_the_owners_and_the_socket_no_tenants(srv: Server, users: list
         if second is not None:
             second.close()
     assert not sock.exists(), "the host removes its socket when the session ends"
+
+
+def test_a_command_not_found_or_a_cwd_the_user_may_not_enter_is_refused(
+    srv: Server, users: list[User]
+) -> None:
+    """As for any job (127 not found, 125 not contained), and the directory is entered as the
+    tenant's user, not as the host's: one that only root may enter by the time the job starts
+    (it passed the submit's check, then became 0700) is refused."""
+    c = Client(srv, ["run", "--pty", "--", "/no/such/program"])
+    try:
+        assert c.ended() == 127, c.transcript()
+    finally:
+        c.close()
+    not_found = wait_state(srv, _job_of(c), ("failed",))
+    private = Path(tempfile.mkdtemp(prefix="gpufence-ptyusers-cwd-"))
+    try:
+        private.chmod(0o711)
+        body = {"command": ["bash"], "pty": True, "hold": True, "cwd": str(private)}
+        status, held, _ = call(srv, "POST", "/v1/jobs", TOKEN_A, body)
+        assert status == 201, held
+        private.chmod(0o700)
+        assert call(srv, "POST", f"/v1/jobs/{held['id']}/release", TOKEN_A)[0] == 200
+        refused = wait_state(srv, held["id"], ("failed",), timeout=30)
+    finally:
+        private.rmdir()
+    cases = (
+        (not_found, 127, "/no/such/program"),
+        (refused, 125, f"cannot enter the working directory {private} as uid {users[0].uid}"),
+    )
+    for job, code, why in cases:
+        assert job["exit_code"] == code, job
+        status, err, _ = call(srv, "GET", f"/v1/jobs/{job['id']}/logs?stream=err")
+        assert status == 200 and why in err, err
+        sock = pty_socket(srv.data / "jobs" / job["id"] / "attempt-1")
+        assert not sock.exists(), "the host removes its socket when the command never ran"

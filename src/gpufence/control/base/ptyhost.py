@@ -394,10 +394,13 @@ def host_job(
     confine.join_cgroups()  # before anything of the job exists (SpawnFailure: not contained)
     listener = listen(path)
     try:
-        child, master = _spawn(command, env, confine, exec_child, report)
-    except BaseException:
+        child, master = _spawn(command, env, confine, exec_child)
+    except BaseException as exc:
         with contextlib.suppress(OSError):
             os.unlink(path)
+        if isinstance(exc, NotStarted):  # the launcher records it as for any command
+            os.write(report, exc.why)
+            os._exit(127)
         raise
     os.close(report)  # the launcher's spawn returns: the command runs
     code = 125
@@ -435,16 +438,20 @@ def _serve(host: Host) -> int:
     return host.serve()
 
 
+class NotStarted(Exception):
+    """The command could not be executed (not found, not executable, not contained)."""
+
+    def __init__(self, why: bytes) -> None:
+        super().__init__(why.decode(errors="replace"))
+        self.why = why
+        """As ``exec_child`` reports it (``launcher.await_exec`` reads it)."""
+
+
 def _spawn(
-    command: list[str],
-    env: dict[str, str],
-    confine: Confinement,
-    exec_child: ExecChild,
-    report: int,
+    command: list[str], env: dict[str, str], confine: Confinement, exec_child: ExecChild
 ) -> tuple[int, int]:
     """(pid, terminal master) of ``command`` started on a new pseudo-terminal as the job's
-    user; if it could not be executed, why (as ``exec_child`` says it) goes to ``report`` and
-    the host exits."""
+    user; NotStarted if it could not be executed."""
     master, slave = os.openpty()
     r, w = os.pipe()  # close-on-exec: EOF once the command has exec'd
     pid = os.fork()
@@ -460,9 +467,9 @@ def _spawn(
     os.close(w)
     with os.fdopen(r, "rb") as fh:
         why = fh.read()
-    if why:  # not executed (not found, not executable, not contained): the launcher says so
+    if why:
         os.waitpid(pid, 0)
-        os.write(report, why)
-        os._exit(127)
+        os.close(master)
+        raise NotStarted(why)
     os.set_blocking(master, False)
     return pid, master
