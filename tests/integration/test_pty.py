@@ -59,8 +59,12 @@ class Client:
         self.out = bytearray()
         self.err = bytearray()
         assert self.proc.stdout is not None and self.proc.stderr is not None
-        for stream, buf in ((self.proc.stdout, self.out), (self.proc.stderr, self.err)):
-            threading.Thread(target=_collect, args=(stream, buf), daemon=True).start()
+        self.collectors = [
+            threading.Thread(target=_collect, args=(stream, buf), daemon=True)
+            for stream, buf in ((self.proc.stdout, self.out), (self.proc.stderr, self.err))
+        ]
+        for t in self.collectors:
+            t.start()
 
     def type(self, text: str) -> None:
         assert self.proc.stdin is not None
@@ -73,11 +77,14 @@ class Client:
 
     def ended(self, limit_s: float = 60.0) -> int:
         try:
-            return self.proc.wait(limit_s)
+            code = self.proc.wait(limit_s)
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
             raise AssertionError(f"client still running:\n{self.transcript()}") from None
+        for t in self.collectors:  # what it wrote last may still be in the pipes
+            t.join(10)
+        return code
 
     def transcript(self) -> str:
         return f"stdout: {bytes(self.out)!r}\nstderr: {bytes(self.err)!r}"

@@ -107,6 +107,9 @@ def _join(client: Client, jid: str) -> int:
     try:
         link = TerminalLink.open(client.url, client.token(), jid)
     except LinkRefused as exc:
+        job = _settled(client, jid, 0.0) if exc.status == 409 else {}
+        if job.get("state") in TERMINAL_STATES:  # it ended before the terminal was joined (a
+            return _ended(jid, job)  # command not found): its end, as `submit --wait` says it
         raise fail(str(exc), 2 if exc.status in (400, 404, 422) else 1) from None
     except OSError as exc:
         raise fail(f"cannot reach {client.url}: {exc}", 1) from None

@@ -96,6 +96,10 @@ class Launch:
     """Per member."""
     container: Path | None = None
     """A directory image the members run in (``containers.py``); None: the machine's own root."""
+    pty_grace_s: float | None = None
+    """A pty job's (``run --pty``): its command runs on a terminal that a host serves (the
+    launcher's child, ``base/ptyhost.py``), ending the session this long after its last client
+    went away. ``None``: not a pty job."""
 
 
 @dataclass(frozen=True, slots=True)

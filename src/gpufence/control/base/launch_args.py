@@ -8,6 +8,8 @@ import os
 import signal
 from pathlib import Path
 
+from gpufence.control.base.member_records import pty_socket
+
 ALWAYS_CAUGHT = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)
 """Signals the launcher survives; ``--catch`` adds more (the executor's notice signal)."""
 
@@ -48,16 +50,25 @@ class Confine:
         self.gid: int | None = None
         self.groups: list[int] = []
         self.cwd: str | None = None
+        self.terminal: tuple[str, float] | None = None
+        """A pty job's (socket, grace): the child is its terminal host (``ptyhost.py``)."""
 
     def enter(self) -> None:
         """In the forked child, before exec: join every cgroup, drop to the job's user, then
         enter the working directory by its full path as that user, so a directory the user may
         not reach (the server's own, one under a 0700 home) is refused, not entered as root."""
+        self.join_cgroups()
+        self.become_user()
+
+    def join_cgroups(self) -> None:
         for d in self.cgroups:
             try:
                 join_cgroup(d)
             except OSError as exc:
                 raise SpawnFailure(EXIT_NOT_CONTAINED, f"cannot join cgroup {d}: {exc}") from exc
+
+    def become_user(self) -> None:
+        """The job's groups, gid and uid, then its working directory entered as that user."""
         try:
             if self.gid is not None:
                 os.setgroups(self.groups)
@@ -116,6 +127,8 @@ class Options:
             self.confine.groups = [int(g) for g in value.split(",") if g]
         elif opt == "--cwd":
             self.confine.cwd = value
+        elif opt == "--pty-grace":
+            self.confine.terminal = (str(pty_socket(self.attempt_dir)), float(value))
         elif opt == "--runtime-monitor":
             self.runtime_monitor = value == "1"
         else:

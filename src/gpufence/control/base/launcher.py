@@ -4,7 +4,8 @@ Usage::
 
     python -m gpufence.control.base.launcher ATTEMPT_DIR --rank R [--catch N]...
         [--fence-parent PID] [--log-limit BYTES] [--cgroup DIR]...
-        [--uid U --gid G [--groups G1,G2]] [--cwd DIR] [--runtime-monitor 1] -- ARGV...
+        [--uid U --gid G [--groups G1,G2]] [--cwd DIR] [--runtime-monitor 1] [--pty-grace S]
+        -- ARGV...
 
 (The Ray node agent runs this file by path with ``python -I -S``: it imports only the standard
 library and its record formats (``member_records.py``, standard library only, found beside it),
@@ -58,6 +59,9 @@ With ``--fence-parent PID`` (the Ray node agent's pid) the member does not outli
 if it dies (the control plane has declared the member lost and runs the job again elsewhere), the
 launcher stops the group itself (SIGTERM, 5 s, SIGKILL, and SIGKILL to whatever else is in its
 ``--cgroup``). The local executor does not use it: its jobs outlive a restart and are adopted.
+
+With ``--pty-grace S`` (a pty job) the child is the job's terminal host (``ptyhost.py``): in the
+cgroups as the control plane's user, it forks the command on its terminal, confined as above.
 """
 
 from __future__ import annotations
@@ -139,7 +143,7 @@ def _usage(msg: str) -> int:
         "usage: launcher ATTEMPT_DIR --rank R [--catch SIGNUM]... [--fence-parent PID] "
         "[--log-limit BYTES] "
         "[--cgroup DIR]... [--uid U --gid G [--groups G,...]] [--cwd DIR] "
-        "[--runtime-monitor 1] -- ARGV...",
+        "[--runtime-monitor 1] [--pty-grace S] -- ARGV...",
         file=sys.stderr,
     )
     return 2
@@ -168,10 +172,16 @@ def exec_child(
     command: list[str], env: dict[str, str], out_fd: int, err_fd: int, confine: Confine, report: int
 ) -> None:  # pragma: no cover - runs in the child, ends in exec or _exit
     """The child's side: logs on 1/2, into the cgroup and the job's identity, default signal
-    dispositions, exec. A failure is written to ``report`` (a close-on-exec pipe)."""
+    dispositions, exec. A failure is written to ``report`` (a close-on-exec pipe). A pty job's
+    child is its terminal host instead, which comes back here for the command (``ptyhost``)."""
     try:
         os.dup2(out_fd, 1)
         os.dup2(err_fd, 2)
+        if confine.terminal is not None:
+            # the host's imports are paid by pty jobs only, after the fork
+            from gpufence.control.base import ptyhost
+
+            ptyhost.host_job(command, env, confine, report, exec_child)  # ends in _exit
         confine.enter()
         # every disposition back to default: an ignored one (SIGHUP under nohup, SIGPIPE
         # from Python) would survive exec and change how the job reacts to signals

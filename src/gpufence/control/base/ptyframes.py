@@ -8,7 +8,8 @@ A frame is one type byte, a 4-byte big-endian payload length, the payload:
 * ``x`` exit (from the host, last): the command's exit code as ASCII digits (128 + N when a
   signal N killed it).
 
-Standard library only: the host is run by path with ``python -I -S`` (like the launcher).
+Standard library only: the host is part of the launcher, which the Ray node agent runs by path
+with ``python -I -S``.
 """
 
 from __future__ import annotations
@@ -22,8 +23,6 @@ KINDS = frozenset({DATA, RESIZE, EXIT})
 HEADER = struct.Struct("!cI")
 MAX_PAYLOAD = 1 << 20
 """Larger frames are a protocol error: the peer is dropped, never buffered without a bound."""
-SOCKET_NAME = "pty.sock"
-"""The host's socket, in the attempt directory (``attempt-N/pty.sock``)."""
 
 
 class FrameError(ValueError):

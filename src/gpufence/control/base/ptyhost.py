@@ -1,33 +1,36 @@
 """The terminal of a pty job (``gpufence run --pty``): runs its command on a pseudo-terminal and
 serves that terminal on a Unix socket, for the server to relay to the user's WebSocket.
 
-Usage::
+The host is the launcher's child for a pty job (``launcher.py --pty-grace``; in a pre-started
+member, its child ``C``), forked without an exec: it runs as the control plane's user (root on a
+multi-tenant server), so it needs nothing the job's user may read (a server's interpreter under
+``/root`` is not), and the job, another uid, can neither signal nor trace it. ``host_job``
 
-    python -I -S ptyhost.py SOCKET GRACE_S -- ARGV...
+1. joins the member's cgroups (no process of the job ever runs outside them; the host's CPU and
+   memory are the job's), binds the socket (``member_records.pty_socket``: mode 0600 in the
+   control plane's 0700 records directory, so no tenant, the job's own user included, can
+   connect to it or replace it), and forks the command on a new pseudo-terminal: the child
+   becomes the leader of a new session with the terminal as its controlling one and its
+   stdin/stdout/stderr, then ``launcher.exec_child`` switches it to the job's groups, gid and
+   uid, enters its working directory as that user and execs it. The launcher learns of the
+   exec (or why it failed: the same 127/126/125 as any command) through its report pipe, then
+   records the host's exit as the job's;
+2. copies the output to stdout (the job's ``rank-0.out``: ``gpufence logs`` shows the session)
+   and keeps a scrollback of ``SCROLLBACK`` bytes that a client gets first when it connects;
+3. serves the socket with ``ptyframes``: every connected client gets the output, and its input
+   and window size go to the terminal; several clients (``gpufence attach``) share it;
+4. ends the session when nobody has been connected for the grace (the client's machine went
+   away): a line on stderr says so, the terminal's session gets SIGHUP (as a closed ssh does),
+   SIGKILL ``KILL_AFTER_S`` later; the job ends with 129, the shell's hangup;
+5. passes a stop on: SIGTERM / SIGINT / SIGHUP reach the launcher's group, not the terminal's
+   session, so the host sends SIGHUP and SIGTERM to that session (an interactive shell ignores
+   SIGTERM); other caught signals (the notice) are forwarded as they are;
+6. tells the clients (not the command) of a notice: the idle warning of the interactive fence,
+   a time limit, a preemption, as the job's notice file says (``NoticeWatch``: read without
+   following a link the job may have put in its place);
+7. exits with the command's code (128 + N for signal N), after sending it to every client.
 
-It is the job's command (``reconciler/launches.py`` wraps a pty job's argv in it), so it runs as
-every command does: in the member's cgroup, as the job's user, with the job's environment and
-GPUs; the launcher above it records its exit as the job's. It
-
-1. runs ARGV as the session leader of a new pseudo-terminal (``pty.fork``); the output is
-   copied to stdout (the job's ``rank-0.out``: ``gpufence logs`` shows the session) and kept in
-   a scrollback of ``SCROLLBACK`` bytes that a client gets first when it connects;
-2. serves SOCKET (mode 0600, in the job's attempt directory) with ``ptyframes``: every connected
-   client gets the output, and its input and window size go to the terminal; several clients
-   (``gpufence attach``) share it;
-3. ends the session when nobody has been connected for GRACE_S seconds (the client's machine
-   went away): a line on stderr says so, the terminal's session gets SIGHUP (as a closed ssh
-   does), SIGKILL ``KILL_AFTER_S`` later; the job ends with 129, the shell's hangup;
-4. passes a stop on: SIGTERM / SIGINT / SIGHUP reach the launcher's group, not the terminal's
-   session (``pty.fork`` starts a new one), so the host sends SIGHUP and SIGTERM to that session
-   (an interactive shell ignores SIGTERM); other caught signals (the notice) are forwarded as
-   they are;
-5. tells the clients (not the command) of a notice: the idle warning of the interactive fence,
-   a time limit, a preemption, as the job's notice file says (``NoticeWatch``);
-6. exits with the command's code (128 + N for signal N), after sending it to every client.
-
-Standard library only, run by path with ``python -I -S``: it needs nothing but its frames
-module, found beside it.
+Standard library only: the launcher imports it (by path with ``python -I -S`` on a Ray node).
 """
 
 from __future__ import annotations
@@ -37,18 +40,16 @@ import errno
 import fcntl
 import json
 import os
-import pty
 import select
 import signal
 import socket
+import stat
 import struct
-import sys
 import termios
 import time
-from pathlib import Path
-
-if not __package__:
-    sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
+import traceback
+from collections.abc import Callable
+from typing import Any, NoReturn, Protocol
 
 from gpufence.control.base.ptyframes import (
     DATA,
@@ -70,6 +71,7 @@ FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signa
 
 
 NOTICE_POLL_S = 1.0
+NOTICE_MAX = 64 * 1024
 NOTICES = {
     "idle": "this session has been idle: its GPUs are reclaimed {when} unless it is used again",
     "time-limit": "this session reaches its time limit: it is stopped {when}",
@@ -89,19 +91,40 @@ class NoticeWatch:
         if not self.path:
             return None
         try:
-            st = os.stat(self.path)
-            key = (st.st_ino, st.st_mtime_ns)
-            if key == self.seen:
+            notice = self._read()
+            if notice is None:
                 return None
-            self.seen = key
-            with open(self.path, encoding="utf-8") as fh:
-                notice = json.load(fh)
             reason, deadline = str(notice["reason"]), float(notice["deadline_unix"])
         except (OSError, ValueError, KeyError, TypeError):
             return None
         when = f"in {max(0, round(deadline - time.time()))} s"
-        text = NOTICES.get(reason, "notice (" + reason + "): this session is stopped {when}")
-        return f"\r\n[gpufence: {text.format(when=when)}]\r\n"
+        known = NOTICES.get(reason)  # the file is the job's to write: its text is no format
+        text = (
+            known.format(when=when)
+            if known
+            else f"notice ({reason}): this session is stopped {when}"
+        )
+        return f"\r\n[gpufence: {text}]\r\n"
+
+    def _read(self) -> dict[str, Any] | None:
+        """The notice when new or changed. The host reads it as the control plane's user
+        from the job's own directory: never through a link (the job could point one at a file
+        it may not read), a regular file with one link only, at most ``NOTICE_MAX`` bytes."""
+        assert self.path is not None
+        flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+        fd = os.open(self.path, flags)
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
+                return None
+            key = (st.st_ino, st.st_mtime_ns)
+            if key == self.seen:
+                return None
+            self.seen = key
+            notice = json.loads(os.read(fd, NOTICE_MAX))
+        finally:
+            os.close(fd)
+        return notice if isinstance(notice, dict) else None
 
 
 class Client:
@@ -114,7 +137,14 @@ class Client:
 class Host:
     """The terminal, its clients and the grace clock (``serve`` is the loop)."""
 
-    def __init__(self, child: int, master: int, listener: socket.socket, grace_s: float) -> None:
+    def __init__(
+        self,
+        child: int,
+        master: int,
+        listener: socket.socket,
+        grace_s: float,
+        notice_file: str | None,
+    ) -> None:
         self.child = child
         self.master = master
         self.listener = listener
@@ -126,7 +156,7 @@ class Host:
         self.kill_at: float | None = None
         self.pidfd = os.pidfd_open(child)
         self.tty_open = True
-        self.notices = NoticeWatch(os.environ.get("GPUFENCE_NOTICE_FILE"))
+        self.notices = NoticeWatch(notice_file)
 
     # -------------------------------------------------------------- the loop
     def serve(self) -> int:
@@ -334,57 +364,112 @@ def listen(path: str) -> socket.socket:
     return sock
 
 
-def _usage(msg: str) -> int:
-    print(f"gpufence ptyhost: {msg}", file=sys.stderr)
-    print("usage: ptyhost.py SOCKET GRACE_S -- ARGV...", file=sys.stderr)
-    return 2
+class Confinement(Protocol):
+    """What the host needs of ``launcher.Confine`` (imported by the launcher: not imported
+    back)."""
+
+    cgroups: list[str]
+    terminal: tuple[str, float] | None
+
+    def join_cgroups(self) -> None: ...
 
 
-def _spawn(argv: list[str]) -> tuple[int, int]:
-    """(pid, terminal master) of ``argv`` run on a new pseudo-terminal."""
-    pid, master = pty.fork()
-    if pid == 0:  # pragma: no cover - the child: exec, or say why not and exit 127/126
-        # Python ignores SIGPIPE and SIGXFSZ; an ignored disposition would survive exec
-        for sig in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT):
-            signal.signal(sig, signal.SIG_DFL)
-        code = 126
-        try:
-            os.execvp(argv[0], argv)
-        except OSError as exc:
-            code = 127 if isinstance(exc, FileNotFoundError) else 126
-            print(f"gpufence: cannot run {argv[0]!r}: {exc.strerror}", file=sys.stderr)
-        os._exit(code)
-    os.set_blocking(master, False)
-    return pid, master
+ExecChild = Callable[[list[str], dict[str, str], int, int, Any, int], None]
+"""``launcher.exec_child``: in a forked child, confine and exec the command (or report why
+not on the last argument, a close-on-exec pipe)."""
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = list(sys.argv[1:] if argv is None else argv)
-    if "--" not in args or len(args) < 4 or args.index("--") != 2:
-        return _usage("expected SOCKET GRACE_S -- ARGV...")
+def host_job(
+    command: list[str],
+    env: dict[str, str],
+    confine: Confinement,
+    report: int,
+    exec_child: ExecChild,
+) -> NoReturn:  # pragma: no cover - the launcher's child: ends in _exit
+    """Be the terminal host of ``command`` (see the module docstring); ``report`` is the
+    launcher's pipe: closed once the command has exec'd, else why it did not. Exits with the
+    command's code."""
+    assert confine.terminal is not None
+    path, grace_s = confine.terminal
+    confine.join_cgroups()  # before anything of the job exists (SpawnFailure: not contained)
+    listener = listen(path)
     try:
-        grace_s = float(args[1])
-    except ValueError:
-        return _usage(f"GRACE_S must be a number of seconds, not {args[1]!r}")
-    listener = listen(args[0])
-    child, master = _spawn(args[3:])
-    host = Host(child, master, listener, grace_s)
+        child, master = _spawn(command, env, confine, exec_child)
+    except BaseException as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+        if isinstance(exc, NotStarted):  # the launcher records it as for any command
+            os.write(report, exc.why)
+            os._exit(127)
+        raise
+    os.close(report)  # the launcher's spawn returns: the command runs
+    code = 125
+    try:
+        code = _serve(Host(child, master, listener, grace_s, env.get("GPUFENCE_NOTICE_FILE")))
+    except BaseException:  # a bug here must not leave the session without its host's end
+        with contextlib.suppress(OSError):
+            os.write(2, f"gpufence ptyhost: {traceback.format_exc()}".encode())
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(child, signal.SIGKILL)
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(child, 0)
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+    os._exit(code & 0xFF)
+
+
+def _serve(host: Host) -> int:
+    """The host's signals, then its loop: the command's exit code."""
 
     def forward(signum: int, _frame: object) -> None:
         if signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             host.hangup()
         else:
             with contextlib.suppress(ProcessLookupError):
-                os.killpg(child, signum)
+                os.killpg(host.child, signum)
 
+    signal.signal(signal.SIGPIPE, signal.SIG_IGN)  # a client gone: EPIPE, not death
     for sig in FORWARDED:
         signal.signal(sig, forward)
-    try:
-        return host.serve()
-    finally:
-        with contextlib.suppress(OSError):
-            os.unlink(args[0])
+    # the launcher forked us with its caught signals blocked: one that came meanwhile (a stop
+    # before the command ran) is handled now, by ``forward``
+    signal.pthread_sigmask(signal.SIG_SETMASK, ())
+    return host.serve()
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+class NotStarted(Exception):
+    """The command could not be executed (not found, not executable, not contained)."""
+
+    def __init__(self, why: bytes) -> None:
+        super().__init__(why.decode(errors="replace"))
+        self.why = why
+        """As ``exec_child`` reports it (``launcher.await_exec`` reads it)."""
+
+
+def _spawn(
+    command: list[str], env: dict[str, str], confine: Confinement, exec_child: ExecChild
+) -> tuple[int, int]:
+    """(pid, terminal master) of ``command`` started on a new pseudo-terminal as the job's
+    user; NotStarted if it could not be executed."""
+    master, slave = os.openpty()
+    r, w = os.pipe()  # close-on-exec: EOF once the command has exec'd
+    pid = os.fork()
+    if pid == 0:  # the command's side: ends in exec or _exit
+        os.close(master)
+        os.close(r)
+        os.login_tty(slave)  # a new session, this terminal its controlling one and its stdio
+        confine.cgroups = []  # joined by the host already: inherited
+        confine.terminal = None
+        exec_child(command, env, 1, 2, confine, w)
+        os._exit(127)
+    os.close(slave)
+    os.close(w)
+    with os.fdopen(r, "rb") as fh:
+        why = fh.read()
+    if why:
+        os.waitpid(pid, 0)
+        os.close(master)
+        raise NotStarted(why)
+    os.set_blocking(master, False)
+    return pid, master

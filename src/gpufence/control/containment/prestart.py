@@ -150,6 +150,8 @@ def _run_child(
         confine.uid, confine.gid = msg["uid"], msg["gid"]
         confine.groups = [int(g) for g in msg["groups"]]
         confine.cwd = msg.get("cwd")  # entered as the job's user, after the switch
+        if msg.get("pty"):  # a pty job's: C is its terminal host (ptyhost.py)
+            confine.terminal = (str(msg["pty"][0]), float(msg["pty"][1]))
         launcher.exec_child(
             [str(a) for a in msg["command"]], dict(msg["env"]), out, err, confine, report
         )

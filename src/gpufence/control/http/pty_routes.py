@@ -12,9 +12,12 @@ command has exited (then a normal close). A client that goes away does not end t
 host (``base/ptyhost.py``) hangs the session up when nobody has been attached for the job's
 ``pty_grace_s``.
 
-The relay talks to that host over ``attempt-N/pty.sock`` (``base/ptyframes.py``). The socket is
-in the job's own directory, so the job could put a link there to another user's socket: the
-server checks that the peer (``SO_PEERCRED``) runs as the job's user before it relays a byte.
+The relay talks to that host over ``attempt-N.records/pty.sock`` (``base/ptyframes.py``). The
+host runs as the control plane's user (not the job's: ``base/ptyhost.py``) and the socket is in
+the control plane's records directory, which no job can write. Before it relays a byte the server
+checks both: the directory it connected through is its own user's and writable by nobody else,
+and the peer (``SO_PEERCRED``) runs as its own user, so a socket or link a job made (as its
+tenant's user) is never taken for the terminal.
 """
 
 from __future__ import annotations
@@ -31,10 +34,10 @@ from typing import Any
 from fastapi import APIRouter, HTTPException, WebSocket, WebSocketDisconnect, status
 from starlette.concurrency import run_in_threadpool
 
+from gpufence.control.base.member_records import pty_socket
 from gpufence.control.base.ptyframes import (
     DATA,
     EXIT,
-    SOCKET_NAME,
     FrameError,
     FrameReader,
     frame,
@@ -101,10 +104,9 @@ def _pty_job(plane: ControlPlane, job_id: str, tenant: str) -> st.JobRow:
 
 
 async def _connect(plane: ControlPlane, row: st.JobRow) -> socket.socket:
-    """A connection to the job's terminal host, checked to run as the job's user."""
-    path = plane.data_dir / "jobs" / row.id / f"attempt-{row.attempt}" / SOCKET_NAME
-    run_as = plane.config.run_as_for(row.tenant)
-    uid = run_as.uid if run_as is not None else os.geteuid()
+    """A connection to the job's terminal host, checked to be the control plane's own."""
+    path = pty_socket(plane.data_dir / "jobs" / row.id / f"attempt-{row.attempt}")
+    uid = os.geteuid()
     loop = asyncio.get_running_loop()
     deadline = loop.time() + CONNECT_WAIT_S
     while True:
@@ -118,18 +120,21 @@ async def _connect(plane: ControlPlane, row: st.JobRow) -> socket.socket:
 
 def _connect_checked(path: str, uid: int) -> socket.socket:
     """Connect through the directory's descriptor (the path may exceed a socket address's
-    108 bytes), then refuse a peer that is not ``uid``'s."""
+    108 bytes); refuse a directory that is not ``uid``'s alone or a peer that is not ``uid``'s."""
     directory, name = os.path.split(path)
     dfd = os.open(directory, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
+        st = os.fstat(dfd)
+        if st.st_uid != uid or st.st_mode & 0o022:
+            raise Refused(409, "the job's terminal is in a directory others may write: refused")
         sock.settimeout(2.0)
         sock.connect(f"/proc/self/fd/{dfd}/{name}")
         _pid, peer_uid, _gid = _UCRED.unpack(
             sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _UCRED.size)
         )
         if peer_uid != uid:
-            raise Refused(409, "the job's terminal socket is not the job's own: refused")
+            raise Refused(409, "the job's terminal socket is not its host's: refused")
         sock.setblocking(False)
         return sock
     except BaseException:

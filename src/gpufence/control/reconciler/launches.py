@@ -11,17 +11,14 @@ from __future__ import annotations
 
 import errno
 import os
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from gpufence.control.base import ptyhost
 from gpufence.control.base.config import ControlConfig
 from gpufence.control.base.executor import Launch, Limits, Member
 from gpufence.control.base.jobdirs import JOBS_DIR
 from gpufence.control.base.jobspec import DEFAULT_PTY_GRACE_S, SubmitRequest
 from gpufence.control.base.memberenv import inherited_env
-from gpufence.control.base.ptyframes import SOCKET_NAME
 from gpufence.control.base.slurmenv import slurm_job_env
 from gpufence.model.hardware import Node
 from gpufence.model.partition import DEFAULT_LOG_LIMIT, Partition
@@ -61,7 +58,7 @@ def launch_for(
     return Launch(
         job_id=job_id,
         attempt=attempt,
-        command=command_of(spec, jdir / f"attempt-{attempt}"),
+        command=tuple(spec.command),
         env=env,
         members=tuple(members),
         attempt_dir=jdir / f"attempt-{attempt}",
@@ -80,21 +77,16 @@ def launch_for(
                 if asked is None
             ),
         ),
+        pty_grace_s=pty_grace(spec),
     )
 
 
-PTYHOST = Path(ptyhost.__file__).resolve()
-
-
-def command_of(spec: SubmitRequest, attempt_dir: Path) -> tuple[str, ...]:
-    """The member's argv: a pty job's runs under its terminal host (``base/ptyhost.py``, by
-    path with ``-I -S`` as the Ray agent runs the launcher: the standard library only), which
-    serves the terminal on ``attempt-N/pty.sock``."""
+def pty_grace(spec: SubmitRequest) -> float | None:
+    """A pty job's grace (``Launch.pty_grace_s``: its command runs on a terminal served by a
+    host the launcher forks, ``base/ptyhost.py``); None for any other job."""
     if not spec.pty:
-        return tuple(spec.command)
-    grace = spec.pty_grace_s if spec.pty_grace_s is not None else DEFAULT_PTY_GRACE_S
-    host = (sys.executable, "-I", "-S", str(PTYHOST), str(attempt_dir / SOCKET_NAME), f"{grace:g}")
-    return (*host, "--", *spec.command)
+        return None
+    return spec.pty_grace_s if spec.pty_grace_s is not None else DEFAULT_PTY_GRACE_S
 
 
 def default_limits(spec: SubmitRequest, nodes: Sequence[Node]) -> tuple[float | None, int | None]:

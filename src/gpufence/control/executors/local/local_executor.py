@@ -75,6 +75,7 @@ from gpufence.control.base.member_records import (
     out_file,
     pid_file,
     pid_record,
+    pty_socket,
 )
 from gpufence.control.base.memberenv import member_envs
 from gpufence.control.containment.cgroup import ContainmentError, MemberCgroup
@@ -349,6 +350,7 @@ class LocalExecutor(AttemptWatcher):
             self._caught,
             [*confine, *monitor],
             log_limit=launch.limits.log_bytes,
+            pty_grace=launch.pty_grace_s,
         )
         try:
             if ready is not None:
@@ -358,6 +360,7 @@ class LocalExecutor(AttemptWatcher):
                     "gid": run_as.gid if run_as is not None else None,
                     "groups": list(run_as.groups) if run_as is not None else [],
                     "cwd": str(cwd),
+                    "pty": _terminal(adir, launch.pty_grace_s),
                 }
                 logs = (out_file(adir, rank), err)
                 spare = ready[1]
@@ -462,3 +465,9 @@ def _free_port() -> int:
 
 def _notice_path(launch: Launch) -> Path:
     return launch.attempt_dir / NOTICE_FILE
+
+
+def _terminal(adir: Path, grace: float | None) -> list[str | float] | None:
+    """A pre-started member's ``pty`` (its child is then the job's terminal host: the
+    launcher's ``--pty-grace``): [socket, grace], or None for a job without a terminal."""
+    return None if grace is None else [str(pty_socket(adir)), grace]
