@@ -8,12 +8,18 @@ and checkpoint directories at their usual paths and nothing else of the data dir
 admin token, no store, no other job); a stop must reach the job's command, not end it by killing
 the runtime around it; a bad image is a 422 naming the field and the fix.
 
-Needs bubblewrap (``bwrap``); skipped with the reason without it, failed instead under CI=true.
+The same image as a ``.sif`` (``sif_writer``: the published SIF layout around a squashfs that
+``mksquashfs`` makes of that root; no Apptainer-built image is available here) runs the same
+way, unpacked once, as the job's user, into that user's own part of the image cache.
+
+Needs bubblewrap (``bwrap``), and squashfs-tools for the ``.sif`` tests; skipped with the
+reason without them, failed instead under CI=true.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import os
 import secrets
@@ -33,6 +39,7 @@ from tenant_server import CGROUP_PARENT, Server, gpufence_up, private_root, remo
 
 from gpufence.control.base.executor import Member
 from gpufence.control.containment.cgroup import CgroupDriver
+from sif_writer import ENCRYPTED_SQUASHFS, EXT3, Twist, make_sif, squash
 from unix_users import User, unix_users
 
 
@@ -240,7 +247,7 @@ def test_a_bad_image_is_a_422_naming_the_field_and_the_fix(
     elif case == "no-shell":
         (bad / "etc").mkdir(parents=True)
         bad.chmod(0o755)
-    elif case == "sif":
+    elif case == "sif":  # a .sif shorter than its header (more bad .sif files below)
         bad = root / "image.sif"
         bad.write_bytes(b"SIF_MAGIC")
     elif case == "not-readable":  # another user's private root: not readable through a job
@@ -254,7 +261,7 @@ def test_a_bad_image_is_a_422_naming_the_field_and_the_fix(
         "file": "is not a directory",
         "not-readable": "is not a directory the job's user",
         "no-shell": "no /bin/sh inside",
-        "sif": ".sif images are not run here",
+        "sif": "too short for a SIF image",
     }[case]
     assert want in text, text
     assert "unpacked root file system" in text  # the fix: the supported form
@@ -345,3 +352,126 @@ def test_a_member_sees_only_its_own_gpu_nodes_and_the_device_rules_still_apply(
         "full": "refused",
         "secret": "absent",
     }
+
+
+# ----------------------------------------------------------------------------- .sif images
+
+
+@pytest.fixture(scope="module")
+def sif_image(root: Path, image: tuple[Path, str]) -> tuple[Path, str]:
+    """The test image as a .sif (world-readable, like the directory image)."""
+    if shutil.which("mksquashfs") is None or shutil.which("unsquashfs") is None:
+        _unavailable("squashfs-tools is not installed: apt-get install squashfs-tools")
+    path, marker = image
+    out = make_sif(squash(path, root / "image.sqfs"), root / "image-ok.sif")
+    out.chmod(0o644)
+    return out, marker
+
+
+SIF_PROBE = """
+cat {marker}
+cat /etc/cached 2>/dev/null || echo fresh
+echo "uid=$(id -u)"
+printf cgroup=; while read -r line; do printf '%s;' "$line"; done < /proc/self/cgroup; echo
+test -e /usr/bin/python3 && echo "host=visible" || echo "host=hidden"
+"""
+
+
+def _run_sif_job(server: Server, sif: Path) -> tuple[str, list[str], dict[str, str]]:
+    script = SIF_PROBE.format(marker=MARKER)
+    body = {"command": ["/bin/sh", "-c", script], "container": str(sif), "gpus": 1}
+    status, out, _ = server.call("POST", "/v1/jobs", "vision", body)
+    assert status == 201, out
+    job = server.wait(out["id"], ("done", "failed"), timeout=120)
+    log = server.log(out["id"], "vision").decode()
+    err = server.log(out["id"], "vision", "err")
+    assert job["state"] == "done", (job["message"], job["attempts"], log, err)
+    return out["id"], log.splitlines(), _fields(log)
+
+
+def test_a_sif_runs_in_its_root_as_its_user_in_its_cgroup_and_a_second_job_reuses_it(
+    server: Server, sif_image: tuple[Path, str], user: User
+) -> None:
+    sif, marker = sif_image
+    job_id, lines, got = _run_sif_job(server, sif)
+    assert lines[:2] == [marker, "fresh"]  # the .sif's root, unpacked now
+    assert got["uid"] == str(user.uid)
+    assert CGROUP_PARENT.strip("/") in got["cgroup"] and f"{job_id}.a1.r0." in got["cgroup"]
+    assert got["host"] == "hidden"
+    # unpacked as the job's user, into its own directory of the cache, named by the content
+    mine = server.data / "images" / f"u{user.uid}"
+    digest = hashlib.sha256(sif.read_bytes()).hexdigest()
+    assert [p.name for p in mine.iterdir()] == [digest]
+    st = mine.stat()
+    assert (st.st_uid, st.st_mode & 0o777) == (user.uid, 0o700)
+    assert (mine / digest / "bin" / "sh").stat().st_uid == user.uid
+    # the second job runs in the same tree: what was put there shows, and nothing is unpacked
+    (mine / digest / "etc" / "cached").write_text("cached\n")
+    _, lines, _ = _run_sif_job(server, sif)
+    assert lines[:2] == [marker, "cached"]
+    assert [p.name for p in mine.iterdir()] == [digest]
+
+
+def _bad_sif(root: Path, case: str, good: Path) -> Path:
+    bad = root / f"bad-{case}.sif"
+    data = good.read_bytes()
+    sq = data[data.index(b"hsqs") :]
+    if case == "truncated":
+        bad.write_bytes(data[: len(data) // 2])
+    elif case == "magic":
+        make_sif(sq, bad, Twist(magic=b"SIF_MAGIX\0"))
+    elif case == "descriptors":
+        make_sif(sq, bad, Twist(slots=1 << 40))
+    elif case == "offset":
+        make_sif(sq, bad, Twist(part_offset=1 << 62))
+    elif case == "encrypted":
+        make_sif(sq, bad, Twist(fstype=ENCRYPTED_SQUASHFS))
+    elif case == "ext3":
+        make_sif(sq, bad, Twist(fstype=EXT3))
+    elif case == "unreadable":  # root's, 0600: the job's user cannot read it
+        bad.write_bytes(data)
+    bad.chmod(0o600 if case == "unreadable" else 0o644)
+    return bad
+
+
+@pytest.mark.parametrize(
+    ("case", "said"),
+    [
+        ("truncated", "lies outside the file"),
+        ("magic", "not a SIF image"),
+        ("descriptors", "claims 1099511627776 descriptors"),
+        ("offset", "lies outside the file"),
+        ("encrypted", "encrypted, which is not supported"),
+        ("ext3", "is ext3, not squashfs"),
+        ("unreadable", "is not a .sif file the job's user"),
+    ],
+)
+def test_a_bad_sif_is_a_422_naming_the_field_and_what_is_wrong(
+    server: Server, root: Path, sif_image: tuple[Path, str], case: str, said: str
+) -> None:
+    bad = _bad_sif(root, case, sif_image[0])
+    text = json.dumps(_problem(server, {"container": str(bad)}))
+    assert "container" in text and str(bad) in text, text
+    assert said in text, text
+
+
+def test_a_sif_its_user_cannot_read_at_launch_fails_the_job_and_unpacks_nothing(
+    server: Server, root: Path, sif_image: tuple[Path, str], user: User
+) -> None:
+    """Readable at submit, made root's own (0600) before it starts: the unpack runs as the
+    job's user, so the kernel refuses it -- the server does not read it on the tenant's behalf."""
+    sif = root / "private.sif"
+    sif.write_bytes(sif_image[0].read_bytes() + b"\0" * 4096)  # content of its own: a new digest
+    sif.chmod(0o644)
+    body = {"command": ["/bin/sh", "-c", "echo ran"], "container": str(sif), "hold": True}
+    body["max_attempts"] = 1
+    status, out, _ = server.call("POST", "/v1/jobs", "vision", body)
+    assert status == 201, out
+    sif.chmod(0o600)
+    status, released, _ = server.call("POST", f"/v1/jobs/{out['id']}/release", "vision")
+    assert status == 200, released
+    job = server.wait(out["id"], ("done", "failed"), timeout=120)
+    assert job["state"] == "failed", job
+    assert "Permission denied" in json.dumps(job), job
+    digest = hashlib.sha256(sif.read_bytes()).hexdigest()
+    assert not (server.data / "images" / f"u{user.uid}" / digest).exists()

@@ -12,8 +12,6 @@ import hashlib
 import os
 import random
 import struct
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -100,26 +98,3 @@ def test_the_layout_is_the_published_one() -> None:
     assert sif.HEADER.size == 128
     assert sif.DESCRIPTOR.size == 585
     assert struct.calcsize("<iBIII7q128s384s") == 585
-
-
-def test_run_by_file_path_it_prints_the_partition_or_the_problem(tmp_path: Path) -> None:
-    """How the executor asks it as the job's user (``python -I -S sif.py IMAGE``)."""
-    good = make_sif(FAKE_SQUASHFS, tmp_path / "good.sif")
-    run = subprocess.run(
-        [sys.executable, "-I", "-S", sif.__file__, str(good)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert run.returncode == 0, run.stderr
-    assert hashlib.sha256(good.read_bytes()).hexdigest() in run.stdout
-    bad = make_sif(FAKE_SQUASHFS, tmp_path / "bad.sif", Twist(fstype=ENCRYPTED_SQUASHFS))
-    run = subprocess.run(
-        [sys.executable, "-I", "-S", sif.__file__, str(bad)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert run.returncode == 2 and "encrypted" in run.stderr and not run.stdout

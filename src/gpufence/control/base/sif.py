@@ -1,10 +1,8 @@
 """Reading an Apptainer/Singularity image file (``.sif``): where its root file system lies.
 
 Written from the format's public description (Sylabs' SIF: a global header, a table of
-descriptors, then the data objects they point to); standard library only, and runnable by file
-path (``python -I -S sif.py IMAGE``) so the executor can ask it *as the job's user*
-(``sifcache``): the kernel, not a mode-bit check, then decides whether that user may read the
-image.
+descriptors, then the data objects they point to); standard library only. The executor reads
+an image through a file descriptor that the job's user opened (``sifcache``).
 
 Layout, little-endian, packed (no alignment padding):
 
@@ -25,11 +23,9 @@ is said in words (``SifError``).
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import stat
 import struct
-import sys
 from dataclasses import dataclass
 from typing import BinaryIO
 
@@ -145,28 +141,19 @@ def inspect_header(path: str) -> RootPartition:
 
 
 def inspect(path: str) -> tuple[RootPartition, str]:
-    """(the root partition, the sha256 of the whole file) of the SIF image at ``path``, from
-    one open of it."""
+    """(the root partition, the sha256 of the whole file) of the SIF image at ``path``."""
     with _open(path) as f:
-        part = root_partition(f, os.fstat(f.fileno()).st_size)
-        f.seek(0)
-        digest = hashlib.sha256()
-        while chunk := f.read(_CHUNK):
-            digest.update(chunk)
+        return inspect_file(f)
+
+
+def inspect_file(f: BinaryIO) -> tuple[RootPartition, str]:
+    """(the root partition, the sha256 of the whole file) of the open SIF file ``f``."""
+    st = os.fstat(f.fileno())
+    if not stat.S_ISREG(st.st_mode):
+        raise SifError("is not a regular file")
+    part = root_partition(f, st.st_size)
+    f.seek(0)
+    digest = hashlib.sha256()
+    while chunk := f.read(_CHUNK):
+        digest.update(chunk)
     return part, digest.hexdigest()
-
-
-def main(argv: list[str]) -> int:
-    """``sif.py IMAGE``: print ``{"offset", "size", "sha256"}`` (exit 0), or the problem on
-    stderr (exit 2)."""
-    try:
-        part, digest = inspect(argv[1])
-    except SifError as exc:
-        print(str(exc), file=sys.stderr)
-        return 2
-    print(json.dumps({"offset": part.offset, "size": part.size, "sha256": digest}))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv))
