@@ -455,14 +455,19 @@ def test_a_bad_sif_is_a_422_naming_the_field_and_what_is_wrong(
     assert said in text, text
 
 
-def test_a_sif_its_user_cannot_read_at_launch_fails_the_job_and_unpacks_nothing(
+def test_a_sif_its_user_can_no_longer_read_does_not_run_even_from_the_cache(
     server: Server, root: Path, sif_image: tuple[Path, str], user: User
 ) -> None:
-    """Readable at submit, made root's own (0600) before it starts: the unpack runs as the
-    job's user, so the kernel refuses it -- the server does not read it on the tenant's behalf."""
+    """Run once (unpacked into the user's cache), then held, made root's own (0600), released:
+    the image is opened by a process of the job's user, so the kernel refuses it, and the
+    cached tree of the same content is not a way around that -- the server does not read the
+    file for the tenant."""
     sif = root / "private.sif"
     sif.write_bytes(sif_image[0].read_bytes() + b"\0" * 4096)  # content of its own: a new digest
     sif.chmod(0o644)
+    _run_sif_job(server, sif)
+    digest = hashlib.sha256(sif.read_bytes()).hexdigest()
+    assert (server.data / "images" / f"u{user.uid}" / digest).is_dir()
     body = {"command": ["/bin/sh", "-c", "echo ran"], "container": str(sif), "hold": True}
     body["max_attempts"] = 1
     status, out, _ = server.call("POST", "/v1/jobs", "vision", body)
@@ -472,6 +477,5 @@ def test_a_sif_its_user_cannot_read_at_launch_fails_the_job_and_unpacks_nothing(
     assert status == 200, released
     job = server.wait(out["id"], ("done", "failed"), timeout=120)
     assert job["state"] == "failed", job
-    assert "Permission denied" in json.dumps(job), job
-    digest = hashlib.sha256(sif.read_bytes()).hexdigest()
-    assert not (server.data / "images" / f"u{user.uid}" / digest).exists()
+    assert "cannot read it: Permission denied" in job["message"], job["message"]
+    assert server.log(out["id"], "vision") == b""
