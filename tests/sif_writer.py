@@ -44,19 +44,12 @@ class Twist:
     truncate_to: int | None = None
 
 
-def squash(tree: Path, out: Path) -> bytes:
-    """``mksquashfs`` of ``tree`` (owners kept as they are; one processor)."""
+def squash(tree: Path, out: Path, pseudo: tuple[str, ...] = ()) -> bytes:
+    """``mksquashfs`` of ``tree`` (owners kept as they are), plus the
+    ``pseudo`` entries (mksquashfs's ``-p`` definitions: device nodes, root-owned files)."""
+    extra = [arg for p in pseudo for arg in ("-p", p)]
     subprocess.run(
-        [
-            "mksquashfs",
-            str(tree),
-            str(out),
-            "-noappend",
-            "-quiet",
-            "-no-progress",
-            "-processors",
-            "1",
-        ],
+        ["mksquashfs", str(tree), str(out), "-noappend", "-quiet", "-no-progress", *extra],
         check=True,
         capture_output=True,
         timeout=300,

@@ -76,3 +76,15 @@ def test_without_unsquashfs_the_submit_and_the_unpack_name_the_package(
     assert "apt-get install squashfs-tools" in str(sif_problem(image, None))
     with pytest.raises(ImageError, match="apt-get install squashfs-tools"):
         unpacked_root(image, None, tmp_path / "images")
+
+
+def test_a_corrupt_squashfs_fails_the_unpack_and_leaves_nothing(tmp_path: Path) -> None:
+    good = _sif(tmp_path, "c").read_bytes()
+    at = good.index(b"hsqs")
+    bad = tmp_path / "corrupt.sif"
+    used = int.from_bytes(good[at + 40 : at + 48], "little")  # the superblock's bytes_used
+    make_sif(good[at : at + used // 2], bad)  # the tables it points to are cut off
+    cache = tmp_path / "images"
+    with pytest.raises(ImageError, match="unpacking the image: "):
+        unpacked_root(bad, None, cache)
+    assert list((cache / f"u{os.geteuid()}").iterdir()) == []

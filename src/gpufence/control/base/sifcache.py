@@ -86,6 +86,8 @@ def _call(
         timeout=UNPACK_TIMEOUT_S,
         check=False,
         pass_fds=pass_fds,
+        # not the server's 077: the image's modes as they are (the user's directory is 0700)
+        umask=0o022,
         user=who.uid if switch and who is not None else None,
         group=who.gid if switch and who is not None else None,
         extra_groups=list(who.groups) if switch and who is not None else None,
@@ -191,7 +193,9 @@ def _unpack(fd: int, offset: int, tree: Path, who: RunAs | None) -> None:
     if tool is None:
         raise ImageError(missing_unpacker())
     work = tree.with_name(f".unpack-{tree.name[:16]}-{os.getpid()}-{time.monotonic_ns()}")
-    argv = [tool, "-no-xattrs", "-no-progress", "-quiet", "-processors", "1"]
+    # -no-exit-code: what a user may not make (device nodes, other owners) is skipped, not a
+    # failure; a corrupt image or a full disk still is (fatal errors keep their exit code)
+    argv = [tool, "-no-exit-code", "-no-xattrs", "-no-progress", "-quiet", "-processors", "1"]
     argv += ["-offset", str(offset), "-dest", str(work), f"/proc/self/fd/{fd}"]
     try:
         _run(argv, who, "unpacking the image", pass_fds=(fd,))
