@@ -11,7 +11,10 @@ Through that one descriptor the server reads the header and hashes the file (``s
 ``unsquashfs`` (Debian's ``squashfs-tools``), run as that user, extracts the primary partition
 at its offset -- so the tree is made with that user's rights: no device nodes, no files owned
 by others, no set-user-id root binaries (xattrs, file capabilities included, are not
-extracted at all).
+extracted at all). A job that runs as the server's own user unpacks as that user: as root, an
+image's device nodes and set-user-id files are made, in ``u0`` (0700, root's: no other user
+reaches them), and inside the sandbox every image mount is ``nosuid,nodev`` (bubblewrap's
+binds), as for a directory image.
 
 **Where.** ``DATA/images/`` (the server's, 0711) holds one directory per user, ``u<uid>``
 (that user's, 0700: no one else can list or read it), which holds one tree per image, named
