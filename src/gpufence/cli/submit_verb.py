@@ -257,8 +257,8 @@ def submit(
         typer.Option(
             "--container",
             metavar="IMAGE",
-            help="run in this image: a directory holding a root file system, on the server; "
-            "the working directory is mounted in",
+            help="run in this image, on the server: an Apptainer/Singularity .sif or a "
+            "directory holding a root file system; the working directory is mounted in",
         ),
     ] = None,
     tenant: Annotated[

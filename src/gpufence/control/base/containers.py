@@ -10,9 +10,10 @@ the job's processes stay in that cgroup under its device rules, and it runs unpr
 job's user it takes a user namespace that maps that uid to itself: files are checked as that
 user) as well as as root (with every capability dropped).
 
-**Images.** A directory holding an unpacked root file system (``/bin/sh`` inside) is the one
-form run. An Apptainer/Singularity ``.sif`` is refused with a message saying so: running it needs
-its squashfs partition unpacked or mounted, which is not done here (yet).
+**Images.** A directory holding an unpacked root file system (``/bin/sh`` inside), or an
+Apptainer/Singularity ``.sif`` file: its header is checked at submit (``sif``) and its squashfs
+root partition is unpacked at launch, as the job's user, into the server's image cache
+(``sifcache``); the tree is then run exactly like a directory image.
 
 **What the job sees** (``sandbox_argv``): the image read-only, its directories at the paths they
 have in the image; a fresh ``/proc``, a minimal ``/dev`` plus the member's own GPU device nodes
@@ -34,10 +35,15 @@ from pathlib import Path
 
 from gpufence.control.base.executor import RunAs
 from gpufence.control.base.runas import blocking_dir
+from gpufence.control.base.sif import SifError, inspect_header
+from gpufence.control.base.sifcache import missing_unpacker, unpacker
 
 RUNTIME = "bwrap"
 RUNTIME_PACKAGE = "bubblewrap"
-SUPPORTED_FORMS = "a directory holding an unpacked root file system (with /bin/sh inside)"
+SUPPORTED_FORMS = (
+    "an Apptainer/Singularity .sif file or a directory holding an unpacked root file system "
+    "(with /bin/sh inside)"
+)
 _OWN = ("/proc", "/dev", "/sys", "/tmp")
 """Provided by the sandbox, never taken from the image."""
 DRIVER_NODES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset")
@@ -86,11 +92,7 @@ def image_problem(image: str, who: RunAs | None) -> str | None:
     user = f"the job's user ({who.user})" if who is not None else "the server's user"
     path = Path(image)
     if image.endswith(".sif"):
-        return (
-            f"{image}: Apptainer/Singularity .sif images are not run here (their squashfs is "
-            f"not unpacked); give {SUPPORTED_FORMS}, e.g. one made by "
-            "'apptainer build --sandbox DIR IMAGE.sif'"
-        )
+        return sif_problem(path, who)
     if not _readable_dir(path, who):
         return f"{image} is not a directory {user} can read; give {SUPPORTED_FORMS}"
     shell = path / "bin" / "sh"
@@ -98,6 +100,27 @@ def image_problem(image: str, who: RunAs | None) -> str | None:
         return (
             f"{image} does not look like a root file system (no /bin/sh inside); give "
             f"{SUPPORTED_FORMS}"
+        )
+    return None
+
+
+def sif_problem(path: Path, who: RunAs | None) -> str | None:
+    """What is wrong with the ``.sif`` at ``path``, or None: a regular file ``who`` can read
+    (checked as ``_readable_dir`` does, before the server reads a byte of it) whose header
+    leads to a squashfs root partition inside the file (``sif.root_partition``). Unpacked at
+    launch, as the job's user (``sifcache``)."""
+    user = f"the job's user ({who.user})" if who is not None else "the server's user"
+    if not _readable(path, who, want_dir=False):
+        return f"{path} is not a .sif file {user} can read; give {SUPPORTED_FORMS}"
+    if unpacker() is None:
+        return missing_unpacker()
+    try:
+        inspect_header(str(path))
+    except SifError as exc:
+        return (
+            f"{path}: {exc}; give an Apptainer/Singularity .sif with a squashfs root file "
+            "system (as 'apptainer build' makes) or a directory holding an unpacked root file "
+            "system"
         )
     return None
 
@@ -122,11 +145,18 @@ def cwd_problem(cwd: str | None, data_dir: Path) -> str | None:
 
 
 def _readable_dir(path: Path, who: RunAs | None) -> bool:
-    if not path.is_dir():
+    return _readable(path, who, want_dir=True)
+
+
+def _readable(path: Path, who: RunAs | None, want_dir: bool) -> bool:
+    """``path`` is a directory (``want_dir``; else a regular file) ``who`` may read, by the
+    modes of it and of every directory above it (ACLs are not read)."""
+    if not (path.is_dir() if want_dir else path.is_file()):
         return False
     if who is None or who.uid == 0:
         return True
-    if blocking_dir(path / "x", who) is not None:  # every directory down to it, itself included
+    # every directory down to it (a directory: itself included)
+    if blocking_dir(path / "x" if want_dir else path, who) is not None:
         return False
     st = path.stat()
     if st.st_uid == who.uid:

@@ -95,7 +95,10 @@ class Launch:
     limits: Limits = Limits()
     """Per member."""
     container: Path | None = None
-    """A directory image the members run in (``containers.py``); None: the machine's own root."""
+    """The image the members run in (``containers.py``): a directory, or a ``.sif`` the
+    executor unpacks first; None: the machine's own root."""
+    image_cache: Path | None = None
+    """Where a ``.sif`` image is unpacked (``sifcache``): the server's ``DATA/images``."""
     pty_grace_s: float | None = None
     """A pty job's (``run --pty``): its command runs on a terminal that a host serves (the
     launcher's child, ``base/ptyhost.py``), ending the session this long after its last client

@@ -304,7 +304,8 @@ class SubmitRequest(BaseModel):
     ) = Field(
         default=None,
         description="absolute path, on the server, of a container image to run every replica "
-        "in: a directory holding an unpacked root file system (an Apptainer .sif is refused)",
+        "in: an Apptainer/Singularity .sif file or a directory holding an unpacked root file "
+        "system",
     )
     cpus: Float | None = Field(
         default=None,

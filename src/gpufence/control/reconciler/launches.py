@@ -19,6 +19,7 @@ from gpufence.control.base.executor import Launch, Limits, Member
 from gpufence.control.base.jobdirs import JOBS_DIR
 from gpufence.control.base.jobspec import DEFAULT_PTY_GRACE_S, SubmitRequest
 from gpufence.control.base.memberenv import inherited_env
+from gpufence.control.base.sifcache import IMAGES_DIR
 from gpufence.control.base.slurmenv import slurm_job_env
 from gpufence.model.hardware import Node
 from gpufence.model.partition import DEFAULT_LOG_LIMIT, Partition
@@ -65,6 +66,7 @@ def launch_for(
         checkpoint_dir=jdir / "checkpoints",
         cwd=Path(spec.cwd) if spec.cwd else None,
         container=Path(spec.container) if spec.container else None,
+        image_cache=data_dir / IMAGES_DIR if spec.container else None,
         run_as=config.run_as_for(tenant),
         limits=Limits(
             cpus=spec.cpus if spec.cpus is not None else cpus,

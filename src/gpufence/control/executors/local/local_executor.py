@@ -37,6 +37,7 @@ Policy worth knowing:
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -78,6 +79,7 @@ from gpufence.control.base.member_records import (
     pty_socket,
 )
 from gpufence.control.base.memberenv import member_envs
+from gpufence.control.base.sifcache import ImageError, unpacked_root
 from gpufence.control.containment.cgroup import ContainmentError, MemberCgroup
 from gpufence.control.containment.forkserver import ForkServer, ForkServerError
 from gpufence.control.containment.members import Containment, launcher_args
@@ -150,6 +152,7 @@ class LocalExecutor(AttemptWatcher):
                 raise LaunchError(f"attempt {launch.attempt} of job {launch.job_id} is running")
             self._starting.add(key)
         try:
+            launch = unpacked_launch(launch, self._images_in_use())
             members = self._spawn(launch)
         except BaseException:
             with self._lock:
@@ -288,6 +291,11 @@ class LocalExecutor(AttemptWatcher):
         if self.containment is not None:
             self.containment.release()
 
+    def _images_in_use(self) -> set[Path]:
+        """The unpacked images of this executor's running attempts (not to be evicted)."""
+        with self._lock:
+            return {a.launch.container for a in self._attempts.values() if a.launch.container}
+
     # ------------------------------------------------------------------ spawning
     def _spawn(self, launch: Launch) -> list[MemberProcess]:
         adir = launch.attempt_dir.absolute()
@@ -424,6 +432,22 @@ def check_launch(launch: Launch) -> None:
         raise LaunchError(f"{where}: empty command")
     if launch.cwd is not None and not launch.cwd.is_dir():
         raise LaunchError(f"{where}: working directory {launch.cwd} does not exist")
+
+
+def unpacked_launch(launch: Launch, in_use: set[Path]) -> Launch:
+    """``launch`` with a ``.sif`` container replaced by its unpacked tree (``sifcache``), made
+    as the job's user; any other launch as it is."""
+    image = launch.container
+    if image is None or image.suffix != ".sif":
+        return launch
+    where = f"job {launch.job_id} attempt {launch.attempt}"
+    if launch.image_cache is None:
+        raise LaunchError(f"{where}: a .sif image needs an image cache directory")
+    try:
+        tree = unpacked_root(image, launch.run_as, launch.image_cache, in_use)
+    except (ImageError, OSError) as exc:
+        raise LaunchError(f"{where}: {exc}") from exc
+    return dataclasses.replace(launch, container=tree)
 
 
 def contained_command(launch: Launch, member: Member, cwd: Path) -> tuple[list[str], list[str]]:
