@@ -33,8 +33,8 @@ from gpufence.cli.connect import (
 from gpufence.cli.jobrefs import exit_code_of, resolve_one
 from gpufence.cli.pty_session import Session
 from gpufence.cli.render import TERMINAL_STATES, err_console
+from gpufence.cli.submit_body import parse_env, parsed_duration, parsed_size
 from gpufence.cli.terminal_link import LinkRefused, TerminalLink
-from gpufence.cli.units import parse_duration, parse_size
 from gpufence.control.http.client import Client
 
 POLL_S = 0.5
@@ -45,36 +45,20 @@ def _say(text: str) -> None:
     err_console().print(text, markup=False, soft_wrap=True, style="dim")
 
 
-def _seconds(text: str | None, flag: str) -> float | None:
-    try:
-        return parse_duration(text) if text is not None else None
-    except ValueError as exc:
-        raise typer.BadParameter(str(exc), param_hint=flag) from None
-
-
 def _body(command: list[str], options: dict[str, Any]) -> dict[str, Any]:
     """The submit body of ``run``'s options."""
-    mem = options.pop("mem")
-    try:
-        mem_bytes = parse_size(mem) if mem is not None else None
-    except ValueError as exc:
-        raise typer.BadParameter(str(exc), param_hint="--mem") from None
     body: dict[str, Any] = {
         "command": command,
         "cwd": options.pop("cwd") or os.getcwd(),
         "pty": True,
         "max_attempts": 1,  # a session is not run again after a lost node or a restart
-        "mem_bytes": mem_bytes,
-        "time_limit_s": _seconds(options.pop("time_limit"), "--time-limit"),
-        "pty_grace_s": _seconds(options.pop("grace"), "--grace"),
+        "mem_bytes": parsed_size(options.pop("mem"), "--mem"),
+        "time_limit_s": parsed_duration(options.pop("time_limit"), "--time-limit"),
+        "pty_grace_s": parsed_duration(options.pop("grace"), "--grace"),
     }
     env = options.pop("env") or []
-    pairs = [e.partition("=") for e in env]
-    bad = [e for e, (k, sep, _v) in zip(env, pairs, strict=True) if not sep or not k]
-    if bad:
-        raise typer.BadParameter(f"{bad[0]!r} is not KEY=VALUE", param_hint="--env")
-    if pairs:
-        body["env"] = {k: v for k, _sep, v in pairs}
+    if env:
+        body["env"] = parse_env(env)
     body.update(options)
     return {k: v for k, v in body.items() if v is not None}
 

@@ -29,7 +29,8 @@ from gpufence.cli.jobfile import DIRECTIVE, read_directives, script_command
 from gpufence.cli.render import err_console
 from gpufence.cli.sbatch import LONG, SHORT, SbatchError, translate
 from gpufence.cli.sbatch_output import with_output
-from gpufence.cli.submit_verb import array_line, build_body, is_script
+from gpufence.cli.submit_body import build_body
+from gpufence.cli.submit_verb import array_line, is_script
 from gpufence.spec import SpecError
 
 CONTEXT = {

@@ -38,7 +38,7 @@ from gpufence.cli.jobrefs import WAIT_CODES, wait_exit, wait_for
 from gpufence.cli.render import err_console
 from gpufence.cli.sbatch import SbatchError, read_sbatch
 from gpufence.cli.sbatch_output import with_output
-from gpufence.cli.units import parse_duration, parse_size
+from gpufence.cli.submit_body import build_body
 from gpufence.control.base.arrays import ArraySpecError, parse_array
 from gpufence.control.http.client import (
     IDEMPOTENCY_KEY_PATTERN,
@@ -49,16 +49,6 @@ from gpufence.control.http.client import (
 from gpufence.spec import SpecError, format_spec_error
 
 NOT_IN_DIRECTIVES = ("file", "url", "token", "data", "context", "wait")
-
-
-def _parse_env(pairs: list[str]) -> dict[str, str]:
-    env: dict[str, str] = {}
-    for p in pairs:
-        key, sep, value = p.partition("=")
-        if not sep or not key:
-            raise typer.BadParameter(f"{p!r} is not KEY=VALUE", param_hint="--env")
-        env[key] = value
-    return env
 
 
 def submit(
@@ -393,77 +383,6 @@ def is_script(path: Path) -> bool:
 
 def _looks_like_a_path(arg: str) -> bool:
     return "/" in arg or arg.endswith((".sh", ".py", ".bash"))
-
-
-def _where(p: dict[str, Any]) -> dict[str, Any]:
-    """The body's command, working directory and image. In a container the working directory
-    (the current one unless ``--cwd``) is mounted at its path, as Apptainer mounts $PWD."""
-    body: dict[str, Any] = {"command": p["command"], "cwd": p["cwd"] or os.getcwd()}
-    if p.get("container") is not None:
-        body["container"] = os.path.abspath(p["container"])
-    return body
-
-
-def build_body(params: dict[str, Any]) -> dict[str, Any]:
-    """The submit body of the verb's options (``params``: the click parameters)."""
-    p = params
-    body = _where(p)
-    mem, time_limit, env = p["mem"], p["time_limit"], p["env"]
-    try:
-        mem_bytes = parse_size(mem) if mem is not None else None
-    except ValueError as exc:
-        raise typer.BadParameter(str(exc), param_hint="--mem") from None
-    try:
-        log_bytes = parse_size(p["log_limit"]) if p["log_limit"] is not None else None
-    except ValueError as exc:
-        raise typer.BadParameter(str(exc), param_hint="--log-limit") from None
-    try:
-        time_limit_s = parse_duration(time_limit) if time_limit is not None else None
-    except ValueError as exc:
-        raise typer.BadParameter(str(exc), param_hint="--time-limit") from None
-    if p["gpus"] is not None and p["gpus"] < 0:  # exit 2 naming the flag, before the server
-        raise typer.BadParameter(
-            f"{p['gpus']} is not 0 or more (GPUs per replica)", param_hint="--gpus"
-        )
-    optional: dict[str, Any] = {
-        "gpus": p["gpus"],
-        "mig": p["mig"],
-        "gpu_fraction": p["gpu_fraction"],
-        "gpu_mem_gib": p["gpu_mem"],
-        "replicas": p["replicas"],
-        "partition": p["partition"],
-        "queue": p["queue"],
-        "priority": p["priority"],
-        "est_runtime_s": p["est_runtime"],
-        "cpus": p["cpus"],
-        "mem_bytes": mem_bytes,
-        "log_limit_bytes": log_bytes,
-        "time_limit_s": time_limit_s,
-        "slo_p99_ms": p["slo_p99_ms"],
-        "metrics_url": p["metrics_url"],
-        "metrics_port": p["metrics_port"],
-        "latency_metric": p["latency_metric"],
-        "class": p["workload_class"],
-        "name": p["name"],
-        "max_attempts": p["max_attempts"],
-        "tenant": p["tenant"],
-    }
-    body.update({k: v for k, v in optional.items() if v is not None})
-    if p["mig"] is not None or p["gpu_fraction"] is not None:
-        body.setdefault("gpus", 1)
-    if p["checkpointable"]:
-        body["checkpointable"] = True
-    if env:
-        body["env"] = _parse_env(env)
-    if p["array"] is not None:
-        body["array"] = p["array"]
-    for key in ("after_ok", "after_any", "after_not_ok"):
-        refs = [r.strip() for item in p[key] or [] for r in item.split(",") if r.strip()]
-        if refs:
-            body[key] = refs
-    if p["hold"]:
-        body["hold"] = True
-    return body
 
 
 def with_sbatch(
