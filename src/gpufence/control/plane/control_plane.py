@@ -205,6 +205,20 @@ class ControlPlane:
         self.reconciler.gpu_board = self.gpus.board
         if api is not None and isinstance(self.executor, LocalExecutor):
             self.reconciler.gpu_util = GpuUtilization(api).of
+        self._observe(cluster, config)
+        self._names: dict[str, tuple[str, str, float | None]] = {}  # serving_state's cache
+        self.accounts = admin_accounts.AccountsAdmin(
+            self.reconciler, self.store, config, yaml_queues, config.accounts.clock
+        )
+        self._started = False
+        self.recovered: dict[str, int] = {}
+        # where the spec came from, so advice can name file lines and queues[i] (build_plane)
+        self.advice_inputs = LintInputs()
+        self.advice_source: str | None = None
+
+    def _observe(self, cluster: Cluster, config: ControlConfig) -> None:
+        """What the plane shows and keeps up after each cycle: metrics from every committed
+        state change, the observatory, the store's reserve, DCGM's job map."""
         # outcomes and time in state from every committed state change; 0s for quiet queues
         self.telemetry.clock = self.reconciler.clock
         self.store.observers.append(self.telemetry.state_changes)
@@ -223,15 +237,6 @@ class ControlPlane:
         if config.telemetry.dcgm_job_mapping_dir:
             jobmap = DcgmJobMap(Path(config.telemetry.dcgm_job_mapping_dir))
             self.reconciler.after_cycle.append(jobmap.update)
-        self._names: dict[str, tuple[str, str, float | None]] = {}  # serving_state's cache
-        self.accounts = admin_accounts.AccountsAdmin(
-            self.reconciler, self.store, config, yaml_queues, config.accounts.clock
-        )
-        self._started = False
-        self.recovered: dict[str, int] = {}
-        # where the spec came from, so advice can name file lines and queues[i] (build_plane)
-        self.advice_inputs = LintInputs()
-        self.advice_source: str | None = None
 
     def start(self) -> None:
         log.info("GPUs: %s", self.discovery.source)
