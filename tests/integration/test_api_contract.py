@@ -106,7 +106,8 @@ STATUSES = [
     ("get", "/v1/dashboard/fairshare", {"401", "503"}),
     ("get", "/v1/dashboard/gpus", {"401", "503"}),
     ("post", "/v1/jobs/{ref}/hold", {"401", "404", "409", "413", "422", "503"}),
-    ("post", "/v1/jobs/{ref}/release", {"401", "404", "409", "413", "422", "503"}),
+    ("post", "/v1/jobs/{ref}/release", {"401", "403", "404", "409", "413", "422", "503"}),
+    ("patch", "/v1/jobs/{job_id}", {"401", "403", "404", "409", "413", "422", "503"}),
     ("get", "/v1/names/{ref}", {"401", "404", "422", "503"}),
 ]
 
@@ -236,7 +237,7 @@ def test_issue_15_answers_are_in_their_models(server: Server) -> None:
     ("path", "allow"),
     [
         ("/v1/jobs", "GET, OPTIONS, POST"),  # two routes: Starlette's own 405 named POST only
-        ("/v1/jobs/j1", "GET, OPTIONS"),
+        ("/v1/jobs/j1", "GET, OPTIONS, PATCH"),  # PATCH: gpufence update (issue 32)
         ("/v1/jobs/j1/cancel", "OPTIONS, POST"),
     ],
 )

@@ -357,7 +357,7 @@ def test_hold_and_release(cli: Cli, server: Server) -> None:
     jid = submit(cli, "--hold", "--name", "held-one", "--", "true")
     assert pending_reason(server, jid) == {
         "reason": "held",
-        "message": "held; release it to let it run",
+        "message": "held by admin; release it to let it run",  # who held it (issue 32)
     }
     assert server.client.job(jid)["held"] is True
     time.sleep(1.0)

@@ -6,10 +6,10 @@ has: an open the cgroup lets through reaches no driver and fails ENXIO, one it r
 EPERM before that. The GPUs' nodes have ``/dev/full``'s and ``/dev/random``'s numbers, so an
 allowed one opens.
 
-The first job's cgroup is made before the second GPU is re-partitioned (the core re-partitions
-only idle GPUs); it must still be refused the second instance's devices (the deny list holds
-every instance a MIG GPU could get), and the second job, on an instance created while the first
-ran, must be allowed its own (the MIG manager records them) and nothing else.
+The first job's cgroup is made before the second GPU is re-partitioned (the second job asks for
+a 7g instance: a GPU of its own); it must still be refused the second instance's devices (the
+deny list holds every instance a MIG GPU could get), and the second job, on an instance created
+while the first ran, must be allowed its own (the MIG manager records them) and nothing else.
 """
 
 from __future__ import annotations
@@ -130,9 +130,9 @@ def _plane(tmp: Path, found: Discovery, contain: Containment, nvml: FakeNvml) ->
     return p
 
 
-def _submit(p: ControlPlane, *args: str) -> str:
+def _submit(p: ControlPlane, *args: str, mig: str = "3g.40gb") -> str:
     command = [sys.executable, "-c", textwrap.dedent(OPENS), *args]
-    req = SubmitRequest.model_validate({"command": command, "class": "batch", "mig": "3g.40gb"})
+    req = SubmitRequest.model_validate({"command": command, "class": "batch", "mig": mig})
     return p.submit(req, ADMIN).job_id
 
 
@@ -157,9 +157,10 @@ def test_jobs_on_runtime_created_instances_open_only_their_own_capabilities(
     dirs = (str(tmp_path / "gpus"), str(dev))
     first = _submit(p, str(go), *dirs)
     until(lambda: _state(p, first) == st.RUNNING, 20, "the first MIG job running")
-    # its cgroup was made before the second GPU had any instance
-    assert (len(nvml.gpus[0].migs), len(nvml.gpus[1].migs)) == (1, 0)
-    second = _submit(p, "", *dirs)
+    # its cgroup was made before the second GPU had any instance (the first GPU was cut into a
+    # full layout: the job's 3g and four idle 1g)
+    assert (len(nvml.gpus[0].migs), len(nvml.gpus[1].migs)) == (5, 0)
+    second = _submit(p, "", *dirs, mig="7g.80gb")
     b = _seen(p, second)
     go.write_text("")
     a = _seen(p, first)

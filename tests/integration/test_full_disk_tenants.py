@@ -72,11 +72,6 @@ def events(srv: Server, jid: str, token: str) -> list[dict[str, object]]:
     return list(out["events"])
 
 
-@pytest.mark.skip(
-    reason="known bug (issue 30, item 4): on a quiet machine the flooding job's log reaches "
-    "40-75 MB on the full tmpfs although its cap is 1 MiB (it held under load); the cap is not "
-    "yet shown to hold while the disk is full -- test_log_limit covers the cap on a free disk"
-)
 def test_a_flooding_job_on_a_full_disk_stops_nobody(disk: SmallDisk) -> None:
     srv = run_server(disk.path, config(RESERVE_MIB))
     server = next(srv)

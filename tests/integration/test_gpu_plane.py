@@ -99,9 +99,11 @@ def test_a_dynamic_mig_job_sees_the_instance_gpufence_created(plane: Make) -> No
     p = plane(_spec("mig"), nvml)
     jid = p.submit(_job(mig="2g.20gb"), ADMIN).job_id
     until(lambda: _state(p, jid) == st.DONE, 20, "the MIG job done")
-    (mig,) = nvml.gpus[0].migs
+    (mig,) = [m for m in nvml.gpus[0].migs if m.slices == 2]
     assert _shown(p, jid)["CUDA_VISIBLE_DEVICES"] == mig.uuid
-    assert nvml.gpus[0].layout() == [f"2g.20gb@{mig.start}"]
+    # a full layout: the 2g where it leaves a 4g placeable, the rest cut into 1g
+    ones = [f"1g.10gb@{s}" for s in (0, 1, 2, 3, 6)]
+    assert nvml.gpus[0].layout() == sorted([*ones, "2g.20gb@4"])
 
 
 def test_a_mig_job_on_metrics_names_its_instance_and_the_instance_memory(
@@ -115,7 +117,7 @@ def test_a_mig_job_on_metrics_names_its_instance_and_the_instance_memory(
     p = plane(_spec("mig"), nvml, telemetry={"dcgm_job_mapping_dir": str(jobmap)})
     jid = p.submit(_job(30, mig="2g.20gb"), ADMIN).job_id
     until(lambda: _state(p, jid) == st.RUNNING, 20, "the MIG job running")
-    (mig,) = nvml.gpus[0].migs
+    (mig,) = [m for m in nvml.gpus[0].migs if m.slices == 2]  # (the rest: idle 1g instances)
     nvml.gpus[0].mig_used_mib[mig.uuid] = 1234
     p.gpus.sample_once(p._holders())
     text = p.metrics().decode()
@@ -127,7 +129,9 @@ def test_a_mig_job_on_metrics_names_its_instance_and_the_instance_memory(
     assert 'gpufence_gpu_utilization{gpu="0"' not in text  # NVML has none in MIG mode
     p.nodes()  # a reconciler cycle: the job map is written after it
     files = {f.name: f.read_text() for f in jobmap.iterdir()}
-    assert files == {"0": f"{jid}\n", f"0.{mig.gi_id}": f"{jid}\n"}
+    mine = {"0": f"{jid}\n", f"0.{mig.gi_id}": f"{jid}\n"}
+    idle = {f"0.{m.gi_id}": "" for m in nvml.gpus[0].migs if m is not mig}  # the idle 1g
+    assert files == {**mine, **idle}
     p.cancel(jid, ADMIN)
     until(lambda: _state(p, jid) == st.CANCELLED, 20, "the MIG job cancelled")
     p.nodes()

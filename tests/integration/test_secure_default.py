@@ -12,6 +12,8 @@ import json
 import os
 import pwd
 import secrets
+import select
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,6 +21,7 @@ import pytest
 from tenant_server import CGROUP_PARENT, JOB_PY, Server, gpufence_up, private_root, remove
 
 import gpufence
+from gpufence.cli.terminal_link import TerminalLink
 from unix_users import managed_users_removed
 
 pytestmark = pytest.mark.skipif(
@@ -95,3 +98,27 @@ def test_the_two_tenants_do_not_share_a_user(server: Server) -> None:
     vision, nlp = pwd.getpwnam("gpufence-vision"), pwd.getpwnam("gpufence-nlp")
     assert vision.pw_uid != nlp.pw_uid and 0 not in (vision.pw_uid, nlp.pw_uid)
     assert vision.pw_shell.endswith("nologin") and nlp.pw_shell.endswith("nologin")
+
+
+def test_an_interactive_shell_runs_as_the_tenants_managed_user(server: Server) -> None:
+    """``run --pty`` on the secure default: the server's interpreter is not the tenant's to
+    read, yet its shell runs (its terminal host is the server's), as ``gpufence-vision``."""
+    body = {"command": ["bash", "--norc"], "cwd": "/", "gpus": 1, "pty": True}
+    status, out, _ = server.call("POST", "/v1/jobs", "vision", body)
+    assert status == 201, out
+    server.wait(out["id"], ("running",))
+    link = TerminalLink.open(server.url, server.tokens["vision"], out["id"])
+    seen, code = b"", None
+    try:
+        link.send_input(b'echo "uid=$(id -u)"; exit 5\n')
+        end = time.monotonic() + 30
+        while code is None and time.monotonic() < end:
+            if select.select([link.sock], [], [], 1.0)[0]:
+                got = link.read()
+                seen += got.data
+                code = got.exit_code
+                assert code is not None or not got.closed, seen
+    finally:
+        link.close()
+    assert code == 5, seen
+    assert f"uid={pwd.getpwnam('gpufence-vision').pw_uid}\r\n".encode() in seen, seen

@@ -168,7 +168,22 @@ def test_a_jobs_environment_holds_no_token(server: Server, users: list[User]) ->
     allowed = {"PATH", "HOME", "USER", "LOGNAME", "LANG", "TZ", "TERM", "CUDA_DEVICE_ORDER"}
     allowed |= {"CUDA_VISIBLE_DEVICES", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "WORLD_SIZE"}
     allowed |= {"MASTER_ADDR", "MASTER_PORT", "GFT_EXTRA_ONE"}
-    extra = {k for k in env if k not in allowed and not k.startswith("LC_")}
+    slurm = {k for k in env if k.startswith("SLURM_")}  # the GPUFENCE_* twins (slurmenv.py)
+    assert slurm == {
+        "SLURM_JOB_ID",
+        "SLURM_JOBID",
+        "SLURM_JOB_NAME",
+        "SLURM_NTASKS",
+        "SLURM_NPROCS",
+        "SLURM_JOB_PARTITION",
+        "SLURM_SUBMIT_DIR",
+        "SLURM_PROCID",
+        "SLURM_LOCALID",
+        "SLURM_NNODES",
+        "SLURM_JOB_NUM_NODES",
+        "SLURM_JOB_GPUS",
+    }, slurm
+    extra = {k for k in env if k not in allowed | slurm and not k.startswith("LC_")}
     assert extra == {
         "GPUFENCE_JOB_ID",
         "GPUFENCE_ATTEMPT",

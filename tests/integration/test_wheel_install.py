@@ -111,6 +111,7 @@ def test_wheel_metadata(wheel: Path, tmp_path: Path) -> None:
         "pyyaml",
         "rich",
         "typer",
+        "wsproto",  # run --pty / attach, client and server
     ]
 
 

@@ -37,18 +37,16 @@ def test_a_failed_repartition_takes_the_layout_read_and_places_the_job_again() -
         Bind("b", "m", (inst(0, "3g.40gb", 0),)),
     ]
     got = s.step(sub(job("c").mig("1g.10gb").build()), 1)
-    assert got == [
-        MigReconfigure(1, ("1g.10gb@6",), Reason.MIG_LAYOUT, 30.0, got[0].message)  # type: ignore[union-attr]
-    ]
+    full = ("3g.40gb@0", "1g.10gb@4", "1g.10gb@5", "1g.10gb@6")
+    assert got == [MigReconfigure(1, full, Reason.MIG_LAYOUT, 30.0, got[0].message)]  # type: ignore[union-attr]
     assert 1 in s.ledger.blocked
-    # the device ended up with the old 3g@0 destroyed and nothing created; the front end asks
-    # again: the core re-partitions the GPU for the waiting job at once
+    # the device ended up with 3g@4 alone (3g@0 destroyed, nothing created); the front end asks
+    # again: the core re-partitions the GPU for the waiting job at once, keeping 3g@4
     got = s.step([MigLayoutRead(1, ("3g.40gb@4",), failed="NVML error 999")], 2)
     assert s.ledger.mig[1].instances == [MigInstance("3g.40gb", 4)]
-    assert got == [
-        MigReconfigure(1, ("1g.10gb@6",), Reason.MIG_LAYOUT, 30.0, got[0].message)  # type: ignore[union-attr]
-    ]
-    assert s.step([MigReconfigured(1)], 3) == [Bind("c", "m", (inst(1, "1g.10gb", 6),))]
+    full = ("1g.10gb@0", "1g.10gb@1", "1g.10gb@2", "1g.10gb@3", "3g.40gb@4")
+    assert got == [MigReconfigure(1, full, Reason.MIG_LAYOUT, 30.0, got[0].message)]  # type: ignore[union-attr]
+    assert s.step([MigReconfigured(1)], 3) == [Bind("c", "m", (inst(1, "1g.10gb", 0),))]
 
 
 def test_a_layout_read_that_already_serves_the_job_binds_it() -> None:

@@ -161,7 +161,8 @@ def test_dynamic_mig_repartitions_an_idle_gpu_then_binds() -> None:
     assert got == [
         MigReconfigure(
             gpu=1,
-            layout=("1g.10gb@6", "2g.20gb@4"),
+            # a full layout: the job's 1g, the 2g queued behind it, and the old 3g@0 kept
+            layout=("3g.40gb@0", "2g.20gb@4", "1g.10gb@6"),
             reason=Reason.MIG_LAYOUT,
             ready_after_s=30.0,
             message="re-partition idle GPU 1 for pending 1g.10gb demand",
@@ -186,32 +187,41 @@ def test_gpu_blocked_while_reconfiguring_serves_no_old_instances() -> None:
     s = _busy_gpu0()
     s.step(sub(job("c").mig("1g.10gb").build()), 1)
     assert s.step(sub(job("f").mig("3g.40gb").build()), 2) == []
-    assert s.why_pending("f") == PendingReason(Reason.NO_FIT, "no free 3g.40gb MIG instance in m")
+    # the layout GPU 1 is being cut to keeps its idle 3g@0: f waits for that, not for GPU 1's
+    # old instances
+    assert s.why_pending("f") == PendingReason(
+        Reason.RECONFIGURING, "a GPU is being re-partitioned for 3g.40gb"
+    )
 
 
-def test_dynamic_mig_never_repartitions_under_a_running_job() -> None:
+def test_dynamic_mig_recuts_around_a_running_job_never_under_it() -> None:
     s = _busy_gpu0()
     assert s.step(sub(job("d").mig("3g.40gb").build()), 1) == [
         Bind("d", "m", (inst(1, "3g.40gb", 4),))
     ]
-    # GPU 1 still has a free 3g instance but is not idle: no MigReconfigure
-    assert s.step(sub(job("c").mig("1g.10gb").build()), 2) == []
-    assert s.why_pending("c") == PendingReason(
-        Reason.MIG_LAYOUT,
-        "0 free 1g.10gb instances in m (needs 1); 1 free instances of other profiles",
-    )
-    assert s.ledger.blocked == {}
-    # once GPU 1 is idle again it is re-partitioned
-    got = s.step([JobFinished("d")], 3)
+    # GPU 1's idle 3g@0 is re-cut into 1g instances; d's 3g@4 stays where it is, d runs on
+    got = s.step(sub(job("c").mig("1g.10gb").build()), 2)
     assert got == [
         MigReconfigure(
             gpu=1,
-            layout=("1g.10gb@6",),
+            layout=("1g.10gb@0", "1g.10gb@1", "1g.10gb@2", "1g.10gb@3", "3g.40gb@4"),
             reason=Reason.MIG_LAYOUT,
             ready_after_s=30.0,
-            message="re-partition idle GPU 1 for pending 1g.10gb demand",
+            message="re-partition GPU 1 around its running 3g.40gb@4 for pending 1g.10gb demand",
         )
     ]
+    assert s.why_pending("c") == PendingReason(Reason.RECONFIGURING, "GPU 1 re-partitioning (30 s)")
+    got = s.step([MigReconfigured(1)], 32)
+    assert got == [Bind("c", "m", (inst(1, "1g.10gb", 0),))]
+    st = s.ledger.mig[1]
+    assert dict(zip(st.instances, st.occupant, strict=True)) == {
+        MigInstance("1g.10gb", 0): "c",
+        MigInstance("1g.10gb", 1): None,
+        MigInstance("1g.10gb", 2): None,
+        MigInstance("1g.10gb", 3): None,
+        MigInstance("3g.40gb", 4): "d",
+    }
+    assert s.step([JobFinished("d")], 40) == []
 
 
 def test_static_mig_never_reconfigures() -> None:

@@ -186,10 +186,13 @@ PENDING_CASES = [
     ),
     pytest.param(
         [job("f").mig("3g.20gb").cls("batch").partition("mig").build()],
-        job("w").mig("1g.5gb").cls("batch").partition("mig").build(),
+        # (a 1g.5gb would be cut beside f; a 7g needs the whole GPU)
+        job("w").mig("7g.40gb").cls("batch").partition("mig").build(),
         PendingReason(
             Reason.MIG_LAYOUT,
-            "0 free 1g.5gb instances in mig (needs 1); 1 free instances of other profiles",
+            "0 free 7g.40gb instances in mig (needs 1); 1 free instances of other profiles; "
+            "no GPU in mig can be re-cut for 7g.40gb beside its running instances "
+            "(GPU 10: @0 under f)",
         ),
         id="mig-layout when only other profiles are free",
     ),

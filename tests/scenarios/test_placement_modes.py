@@ -11,6 +11,7 @@ from gpufence.model.decisions import Bind, PendingReason, Reason
 from gpufence.model.partition import SharingMode
 from gpufence.sched import registry
 from gpufence.sched.jobs import JobRecord
+from gpufence.sched.placement.fit import NotPlaced
 from gpufence.sched.placing import Placing
 from gpufence.sched.scheduler import Scheduler
 from gpufence.testing.builders import ClusterBuilder, job
@@ -52,9 +53,9 @@ def test_a_mode_that_can_make_room_is_asked_when_a_job_does_not_fit(
 ) -> None:
     asked: list[str] = []
 
-    def recut(st: Placing, rec: JobRecord) -> str | None:
+    def recut(st: Placing, rec: JobRecord, r: NotPlaced) -> str | NotPlaced:
         asked.append(rec.job.id)
-        return "waiting for the test's re-cut" if rec.job.id == "big" else None
+        return "waiting for the test's re-cut" if rec.job.id == "big" else r
 
     whole = registry.PLACERS[SharingMode.EXCLUSIVE]
     mode = registry.PlacementMode(whole.placer, reserves=False, recut=recut)

@@ -3,6 +3,7 @@ tracker's events and actions -- exact values, no API server (tests/k8s has the r
 
 from __future__ import annotations
 
+from dataclasses import replace
 from decimal import Decimal
 
 import pytest
@@ -15,7 +16,14 @@ from gpufence.kube.hardware import Usage, build_hardware, gpu_type_of
 from gpufence.kube.objects import ObservedNode, ObservedPod, Taint, quantity
 from gpufence.kube.pods import PodAsk, PodProblem, read_pod
 from gpufence.kube.tracker import Tracker
-from gpufence.model.events import JobCancelled, JobFinished, JobRestored, JobSubmitted
+from gpufence.model.decisions import Reason
+from gpufence.model.events import (
+    JobCancelled,
+    JobFinished,
+    JobRestored,
+    JobSubmitted,
+    JobUpdated,
+)
 from gpufence.model.job import RequestKind, WorkloadClass
 from gpufence.sched.scheduler import Scheduler
 from gpufence.spec import SpecError
@@ -519,3 +527,24 @@ def test_k8s_run_without_a_kubeconfig_says_so_without_a_traceback(tmp_path: obje
     assert got.exit_code == 2
     assert "cannot reach Kubernetes" in got.output and "--kubeconfig" in got.output
     assert "Traceback" not in got.output
+
+
+def test_an_annotated_time_limit_or_priority_is_the_cores_update() -> None:
+    """Issue 32 on Kubernetes: ``kubectl annotate`` of a member's time limit or priority is
+    the same ``JobUpdated`` ``gpufence update`` sends; the core stops the pod at the new limit."""
+    t, s = _world()
+    limit = {"gpufence.io/time-limit-s": "600"}
+    t.pod_seen(pod("a", 1, annotations=limit))
+    _cycle(t, s, 1000.0)
+    running = pod("a", 1, phase="Running", node_name="n0", annotations=limit)
+    t.pod_seen(running)
+    assert _cycle(t, s, 1001.0)[0] == []  # nothing changed: no update
+    lowered = {"gpufence.io/time-limit-s": "5", "gpufence.io/priority": "-2"}
+    t.pod_seen(replace(running, annotations=lowered))
+    events, _ = _cycle(t, s, 1002.0)
+    assert events == [JobUpdated("team/a", priority=-2, time_limit_s=5.0)]
+    assert s.step([], 1004.0) == []
+    stop = s.step([], 1005.0)
+    assert [(d.job_id, d.reason) for d in stop] == [("team/a", Reason.TIME_LIMIT)]
+    t.pod_seen(replace(running, annotations={"gpufence.io/time-limit-s": "soon"}))
+    assert _cycle(t, s, 1006.0)[0] == []  # unreadable: nothing changes

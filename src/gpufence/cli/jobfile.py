@@ -44,6 +44,14 @@ class JobDoc:
     body: dict[str, Any]  # the submit body, checked against SubmitRequest
 
 
+def _from_the_file(body: dict[str, Any], path: Path) -> None:
+    """A relative ``cwd`` or ``container`` is taken from the directory of the file."""
+    for key in ("cwd", "container"):
+        rel = body.get(key)
+        if isinstance(rel, str) and rel and not rel.startswith("/"):
+            body[key] = str((path.parent / rel).resolve())
+
+
 def load_job_file(path: Path, default_cwd: str) -> list[JobDoc]:
     """Every job of ``path``, or ``SpecError`` listing every problem of every document."""
     try:
@@ -69,9 +77,7 @@ def load_job_file(path: Path, default_cwd: str) -> list[JobDoc]:
                 found.append(SpecIssue((key,), f"required field is missing (write {key}: {want})"))
             elif got != want:
                 found.append(SpecIssue((key,), f"{got!r} is not supported (write {key}: {want})"))
-        cwd = body.get("cwd")
-        if isinstance(cwd, str) and cwd and not cwd.startswith("/"):
-            body["cwd"] = str((path.parent / cwd).resolve())
+        _from_the_file(body, path)
         body.setdefault("cwd", default_cwd)
         try:
             SubmitRequest.model_validate(body)

@@ -15,10 +15,11 @@ from rich.text import Text
 
 from gpufence.cli.failure import exit_text, previous_attempt_line, short_code
 from gpufence.cli.render import Col, age, build_table, job_reason, styled, when
+from gpufence.cli.sbatch_output import shown_command
 from gpufence.cli.units import format_duration, format_size
 
 QUEUE_COLS = (
-    Col("id", max_width=12),
+    Col("id", max_width=20),  # an array task's is "j105 j4_100"
     Col("tenant", max_width=12),
     Col("class", max_width=11),
     Col("partition", max_width=12),
@@ -43,7 +44,7 @@ def queue_rows(jobs: list[dict[str, Any]]) -> list[list[str | Text]]:
         spec = j.get("spec") or {}
         rows.append(
             [
-                j["id"],
+                j["id"] + array_label(spec),
                 j.get("tenant", ""),
                 j.get("class", ""),
                 j.get("partition") or "-",
@@ -56,10 +57,16 @@ def queue_rows(jobs: list[dict[str, Any]]) -> list[list[str | Text]]:
                 str(j.get("attempt", 1)),
                 when(j.get("submitted_at")),
                 job_reason(j),
-                " ".join(spec.get("command", [])),
+                shown_command(spec.get("command", [])),
             ]
         )
     return rows
+
+
+def array_label(spec: dict[str, Any]) -> str:
+    """`` j4_3`` for task 3 of array j4 (Slurm's name for it, which every verb takes), else ""."""
+    task = spec.get("array_task") or {}
+    return f" {task['job']}_{task['index']}" if "job" in task and "index" in task else ""
 
 
 def queue_table(jobs: list[dict[str, Any]], wide: bool = False, title: str | None = None) -> Table:
@@ -165,14 +172,14 @@ def status_grid(j: dict[str, Any], failure: str | None) -> Table:
     spec = j.get("spec", {})
     ended = j.get("ended_at") is not None
     rows: list[tuple[str, RenderableType]] = [
-        ("job", j["id"] + (f" ({j['name']})" if j.get("name") else "")),
+        ("job", j["id"] + array_label(spec) + (f" ({j['name']})" if j.get("name") else "")),
         ("state", styled(j["state"])),
         ("tenant", j.get("tenant", "")),
         ("class", j.get("class", "")),
         ("partition / queue", f"{j.get('partition') or '-'} / {j.get('queue') or '-'}"),
         ("request", j.get("gpus", "")),
         ("limits", limits_text(spec)),
-        ("command", " ".join(spec.get("command", []))),
+        ("command", shown_command(spec.get("command", []))),
         ("submitted", when(j.get("submitted_at"))),
         ("started", when(j.get("started_at"))),
         ("ended", when(j.get("ended_at"))),

@@ -2,7 +2,8 @@
 
 * ``gpufence submit [OPTIONS] -- CMD ...`` submits CMD;
 * ``gpufence submit [OPTIONS] script.sh`` runs the script (through its ``#!`` line) with the
-  options of its ``#GPUFENCE`` lines; options on the command line win (``jobfile.py``);
+  options of its ``#GPUFENCE`` lines (``jobfile.py``) over those its ``#SBATCH`` lines translate
+  to (``sbatch.py``); options on the command line win over both;
 * ``gpufence submit -f jobs.yaml`` submits every document of a job file, all checked first.
 
 ``--array`` makes one job per index, ``--after-ok/--after-any/--after-not-ok`` chain jobs (ids
@@ -35,8 +36,9 @@ from gpufence.cli.job_verbs import last_err_line
 from gpufence.cli.jobfile import DIRECTIVE, load_job_file, read_directives, script_command
 from gpufence.cli.jobrefs import WAIT_CODES, wait_exit, wait_for
 from gpufence.cli.render import err_console
-from gpufence.cli.sbatch import unapplied_sbatch_lines
-from gpufence.cli.units import parse_duration, parse_size
+from gpufence.cli.sbatch import SbatchError, read_sbatch
+from gpufence.cli.sbatch_output import with_output
+from gpufence.cli.submit_body import build_body
 from gpufence.control.base.arrays import ArraySpecError, parse_array
 from gpufence.control.http.client import (
     IDEMPOTENCY_KEY_PATTERN,
@@ -49,16 +51,6 @@ from gpufence.spec import SpecError, format_spec_error
 NOT_IN_DIRECTIVES = ("file", "url", "token", "data", "context", "wait")
 
 
-def _parse_env(pairs: list[str]) -> dict[str, str]:
-    env: dict[str, str] = {}
-    for p in pairs:
-        key, sep, value = p.partition("=")
-        if not sep or not key:
-            raise typer.BadParameter(f"{p!r} is not KEY=VALUE", param_hint="--env")
-        env[key] = value
-    return env
-
-
 def submit(
     ctx: typer.Context,
     command: Annotated[
@@ -66,7 +58,8 @@ def submit(
         typer.Argument(
             metavar="CMD",
             help="the command to run, after --: -- python train.py --lr 3e-4; or one script "
-            f"whose '{DIRECTIVE} --gpus 2 ...' lines at its top give options",
+            f"whose '{DIRECTIVE} --gpus 2 ...' (or '#SBATCH --gres=gpu:2 ...') lines at its "
+            "top give options",
             show_default=False,
         ),
     ] = None,
@@ -249,6 +242,15 @@ def submit(
         str | None,
         typer.Option("--cwd", metavar="DIR", help="working directory [default: the current one]"),
     ] = None,
+    container: Annotated[
+        str | None,
+        typer.Option(
+            "--container",
+            metavar="IMAGE",
+            help="run in this image, on the server: an Apptainer/Singularity .sif or a "
+            "directory holding a root file system; the working directory is mounted in",
+        ),
+    ] = None,
     tenant: Annotated[
         str | None,
         typer.Option("--tenant", metavar="NAME", help="admin only: submit on behalf of a tenant"),
@@ -326,11 +328,7 @@ def submit(
         raise fail("give the command after --, a script, or -f JOBS.yaml")
     if is_script(Path(command[0])):  # its #GPUFENCE lines count with arguments too (sbatch)
         script = Path(command[0])
-        refusal = unapplied_sbatch_lines(script)
-        if refusal is not None:
-            raise fail(refusal)
-        params = with_directives(ctx, script, params)
-        params["command"] = [*script_command(script), *command[1:]]
+        params = with_sbatch(ctx, script, params, command[1:])
     elif len(command) == 1 and _looks_like_a_path(command[0]) and not Path(command[0]).exists():
         raise fail(
             f"no such script: {command[0]} (a command found on the job's PATH has no '/'; "
@@ -387,66 +385,22 @@ def _looks_like_a_path(arg: str) -> bool:
     return "/" in arg or arg.endswith((".sh", ".py", ".bash"))
 
 
-def build_body(params: dict[str, Any]) -> dict[str, Any]:
-    """The submit body of the verb's options (``params``: the click parameters)."""
-    p = params
-    body: dict[str, Any] = {"command": p["command"], "cwd": p["cwd"] or os.getcwd()}
-    mem, time_limit, env = p["mem"], p["time_limit"], p["env"]
+def with_sbatch(
+    ctx: typer.Context, script: Path, params: dict[str, Any], args: list[str]
+) -> dict[str, Any]:
+    """``params`` for ``script`` run with ``args``: its ``#SBATCH`` lines translated
+    (``sbatch.py``), under its ``#GPUFENCE`` lines, under the command line."""
     try:
-        mem_bytes = parse_size(mem) if mem is not None else None
-    except ValueError as exc:
-        raise typer.BadParameter(str(exc), param_hint="--mem") from None
-    try:
-        log_bytes = parse_size(p["log_limit"]) if p["log_limit"] is not None else None
-    except ValueError as exc:
-        raise typer.BadParameter(str(exc), param_hint="--log-limit") from None
-    try:
-        time_limit_s = parse_duration(time_limit) if time_limit is not None else None
-    except ValueError as exc:
-        raise typer.BadParameter(str(exc), param_hint="--time-limit") from None
-    if p["gpus"] is not None and p["gpus"] < 0:  # exit 2 naming the flag, before the server
-        raise typer.BadParameter(
-            f"{p['gpus']} is not 0 or more (GPUs per replica)", param_hint="--gpus"
-        )
-    optional: dict[str, Any] = {
-        "gpus": p["gpus"],
-        "mig": p["mig"],
-        "gpu_fraction": p["gpu_fraction"],
-        "gpu_mem_gib": p["gpu_mem"],
-        "replicas": p["replicas"],
-        "partition": p["partition"],
-        "queue": p["queue"],
-        "priority": p["priority"],
-        "est_runtime_s": p["est_runtime"],
-        "cpus": p["cpus"],
-        "mem_bytes": mem_bytes,
-        "log_limit_bytes": log_bytes,
-        "time_limit_s": time_limit_s,
-        "slo_p99_ms": p["slo_p99_ms"],
-        "metrics_url": p["metrics_url"],
-        "metrics_port": p["metrics_port"],
-        "latency_metric": p["latency_metric"],
-        "class": p["workload_class"],
-        "name": p["name"],
-        "max_attempts": p["max_attempts"],
-        "tenant": p["tenant"],
-    }
-    body.update({k: v for k, v in optional.items() if v is not None})
-    if p["mig"] is not None or p["gpu_fraction"] is not None:
-        body.setdefault("gpus", 1)
-    if p["checkpointable"]:
-        body["checkpointable"] = True
-    if env:
-        body["env"] = _parse_env(env)
-    if p["array"] is not None:
-        body["array"] = p["array"]
-    for key in ("after_ok", "after_any", "after_not_ok"):
-        refs = [r.strip() for item in p[key] or [] for r in item.split(",") if r.strip()]
-        if refs:
-            body[key] = refs
-    if p["hold"]:
-        body["hold"] = True
-    return body
+        sb = read_sbatch(script)
+    except SbatchError as exc:
+        raise fail(str(exc)) from None
+    out = sb.under(params, lambda p: ctx.get_parameter_source(p) is ParameterSource.COMMANDLINE)
+    out = sb.finish(with_directives(ctx, script, out))
+    gang = (out["replicas"] or 1) > 1
+    out["command"] = with_output([*script_command(script), *args], sb.output, sb.error, gang)
+    if sb.present:  # SLURM_JOB_NAME without --job-name: the script's file name, as sbatch's
+        out["env"] = [f"SLURM_JOB_NAME={script.name}", *(out["env"] or [])]
+    return out
 
 
 def with_directives(ctx: typer.Context, script: Path, params: dict[str, Any]) -> dict[str, Any]:

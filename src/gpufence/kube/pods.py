@@ -67,6 +67,13 @@ def _positive(pod: ObservedPod, key: str) -> float | None:
     return value
 
 
+def changeable(pod: ObservedPod) -> tuple[int, float | None]:
+    """The fields of a pod's job that may change while it waits or runs (``JobUpdated``):
+    its priority and time limit annotations (``ValueError`` naming an unreadable one)."""
+    priority = _number(pod, names.ANN_PRIORITY, _integer) or 0
+    return int(priority), _positive(pod, names.ANN_TIME_LIMIT)
+
+
 def _integer(text: str) -> float:
     if not text.lstrip("-").isascii() or not text.lstrip("-").isdigit():
         raise ValueError(text)

@@ -22,7 +22,7 @@ from gpufence.kube.actions import Action, AnnotatePod, BindPod, DeletePod, Evict
 from gpufence.kube.node_rules import GpuNodeFacts
 from gpufence.kube.objects import ObservedPod
 from gpufence.kube.placement_notes import BindNote, assignments_of, plan_of
-from gpufence.kube.pods import PodAsk, PodProblem, assemble, job_id_of, read_pod
+from gpufence.kube.pods import PodAsk, PodProblem, assemble, changeable, job_id_of, read_pod
 from gpufence.model.cluster import Cluster
 from gpufence.model.decisions import (
     Bind,
@@ -46,6 +46,7 @@ from gpufence.model.events import (
     JobRestored,
     JobStopped,
     JobSubmitted,
+    JobUpdated,
 )
 from gpufence.model.job import Job
 from gpufence.model.partition import QueueSpec
@@ -226,11 +227,35 @@ class Tracker:
 
     def _member_changed(self, jid: str, core: CoreJob, pod: ObservedPod) -> None:
         self._maybe_acked(jid, core, pod)
+        self._maybe_updated(jid, core, pod)
         if pod.terminal and pod.name not in core.ended:
             core.ended[pod.name] = pod.phase == "Succeeded"
             self._maybe_over(jid, core)
         elif pod.deleting and core.phase == "pending":
             self._member_gone(jid, core, pod.name)
+
+    def _maybe_updated(self, jid: str, core: CoreJob, pod: ObservedPod) -> None:
+        """A member's priority or time-limit annotation changed (``kubectl annotate``): the
+        core's ``JobUpdated``, as ``gpufence update`` sends it on the local plane (who may is
+        RBAC on the pod). A gang's priority is its members' highest, as at submit; its time
+        limit the changed member's. An unreadable value changes nothing."""
+        if core.phase not in ("pending", "running") or pod.terminal or pod.deleting:
+            return
+        try:
+            members = [m for n in core.pods if (m := self.pods.get(f"{core.namespace}/{n}"))]
+            priority = max(changeable(m)[0] for m in members or [pod])
+            limit = changeable(pod)[1]
+        except ValueError:
+            return
+        job = core.job
+        changes: dict[str, int | float] = {}
+        if priority != job.priority:
+            changes["priority"] = priority
+        if limit is not None and limit != job.time_limit_s:
+            changes["time_limit_s"] = limit
+        if changes:
+            core.job = replace(job, **changes)  # type: ignore[arg-type]
+            self.events.append(JobUpdated(jid, **changes))  # type: ignore[arg-type]
 
     def _member_gone(self, jid: str, core: CoreJob, pod: str) -> None:
         if core.phase == "pending":

@@ -35,6 +35,7 @@ class Reason(StrEnum):
     LENT_RECLAIM = "lent-reclaim"
     IDLE = "idle"
     NODE_FAILURE = "node-failure"
+    DRAIN = "drain"  # its node is drained with a deadline (an operator's, for maintenance)
     ACTIVE_AGAIN = "active-again"
     TIME_LIMIT = "time-limit"  # the attempt reached its job's time limit
     LOST = "lost"  # its processes were lost: the launcher died without the job's exit

@@ -87,9 +87,11 @@ class JobCancelled:
 
 @dataclass(frozen=True, slots=True)
 class JobHeld:
-    """The user put a pending job on hold: it waits (reason ``held``) until released."""
+    """The user put a pending job on hold: it waits (reason ``held``) until released.
+    ``by``: who held it, named in the pending reason ("held by alice")."""
 
     job_id: str
+    by: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +99,24 @@ class JobReleased:
     """The user released a held job."""
 
     job_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class JobUpdated:
+    """A user changed a job, as Slurm's ``scontrol update`` (None: that field unchanged).
+
+    A pending job takes every field: it is routed again as at submit (``sched/update.judge``:
+    its partition and queue resolved, a request no partition can hold refused) and keeps its
+    place in its queue's order by submit time. A running one takes a new priority and time
+    limit (the limit counts from the attempt's start, as before), never a new partition or
+    queue. The front end judges the change with the same ``judge`` before it sends it, and
+    refuses what it says; the core drops a change that no longer applies (the job ended)."""
+
+    job_id: str
+    priority: int | None = None
+    time_limit_s: float | None = None
+    partition: str | None = None
+    queue: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,6 +189,59 @@ class MigLayoutRead:
 
 
 @dataclass(frozen=True, slots=True)
+class QueueRetuned:
+    """The admin changed a queue's fair-share weight or nominal quota at run time (the control
+    plane's ``queue set``): from this step on the core ranks and admits with the new values.
+    Work already running above a lowered quota keeps running; the quota only blocks new work."""
+
+    queue: str
+    weight: float
+    nominal_milli: int | None  # None: the queue has no quota
+
+
+@dataclass(frozen=True, slots=True)
+class TenantsChanged:
+    """The set of tenants changed at run time (a tenant added or removed): queue labels that
+    name a tenant are that tenant's, the others nobody's (``SchedulerConfig.tenants``)."""
+
+    tenants: frozenset[str]
+
+
+@dataclass(frozen=True, slots=True)
+class NodeDrained:
+    """An operator drained the node: no new work is placed on it; what runs there finishes, or,
+    with a ``deadline`` (the core's time), is noticed now and stopped (requeued) by then.
+    Draining a drained node again replaces its reason and deadline."""
+
+    node: str
+    reason: str
+    deadline: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class NodeUndrained:
+    node: str
+
+
+@dataclass(frozen=True, slots=True)
+class MaintenanceScheduled:
+    """A maintenance window on ``nodes`` over [start, end) (the core's time): while it lasts the
+    nodes take no work, and before it a job starts on them only if its time limit ends by
+    ``start`` (a job without one is unbounded). The same ``window_id`` again replaces it."""
+
+    window_id: str
+    nodes: tuple[str, ...]
+    start: float
+    end: float
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class MaintenanceCancelled:
+    window_id: str
+
+
+@dataclass(frozen=True, slots=True)
 class Tick:
     """Nothing happened but time passed (deadlines may expire)."""
 
@@ -184,13 +257,20 @@ Event = (
     | JobCancelled
     | JobHeld
     | JobReleased
+    | JobUpdated
     | OutcomeKnown
     | CheckpointAck
     | CheckpointWritten
     | Activity
     | NodeDown
     | NodeUp
+    | NodeDrained
+    | NodeUndrained
+    | MaintenanceScheduled
+    | MaintenanceCancelled
     | MigReconfigured
     | MigLayoutRead
+    | QueueRetuned
+    | TenantsChanged
     | Tick
 )

@@ -88,6 +88,7 @@ class Job:
     # gates (sched/gates.py): a job with any of these set may wait outside the queues
     after: tuple[tuple[AfterKind, str], ...] = ()  # (kind, parent job id)
     held: bool = False  # submitted on hold: waits until released
+    held_by: str = ""  # who held it (named in its pending reason: "held by alice")
     array_group: str = ""  # the array this job is a task of ("" : none)
     array_cap: int = 0  # at most this many tasks of ``array_group`` queued or running (0: no cap)
     # the tenant that submitted it ("" : the admin, or a simulation): a job naming no queue goes

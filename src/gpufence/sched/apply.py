@@ -1,8 +1,10 @@
 """Phase 1 of a cycle: apply what the front end observed (submits, ends, stops, acks, activity,
-node and MIG changes, restores, holds) to the job book, the queues and the ledger; and phase 4,
-``open_gates``: held, dependent and capped jobs that may run now join their queues (gates.py).
+node and MIG changes, restores, holds, updates) to the job book, the queues and the ledger;
+and phase 4, ``open_gates``: held, dependent and capped jobs that may run now join their
+queues (gates.py).
 
-Submission checks live in ``sched/intake.py``; a restart's restores in ``sched/restore.py``.
+Submission checks live in ``sched/intake.py``; a restart's restores in ``sched/restore.py``;
+changes after submit (``JobUpdated``) in ``sched/update.py``.
 """
 
 from __future__ import annotations
@@ -23,18 +25,26 @@ from gpufence.model.events import (
     JobRestored,
     JobStopped,
     JobSubmitted,
+    JobUpdated,
+    MaintenanceCancelled,
+    MaintenanceScheduled,
     MigLayoutRead,
     MigReconfigured,
     NodeDown,
+    NodeDrained,
+    NodeUndrained,
     NodeUp,
     OutcomeKnown,
     PreemptionsRestored,
+    QueueRetuned,
+    TenantsChanged,
     Tick,
     UsageRestored,
 )
 from gpufence.model.lifecycle import after_stop
 from gpufence.sched.book import JobBook
 from gpufence.sched.context import Claims, Core
+from gpufence.sched.drains import apply_closure
 from gpufence.sched.gates import Gates
 from gpufence.sched.intake import Refused, resolve
 from gpufence.sched.jobs import TERMINAL, JobRecord, JobState
@@ -43,6 +53,8 @@ from gpufence.sched.protect import ProtectionState
 from gpufence.sched.reasons import PendingReasons
 from gpufence.sched.reclaim import track
 from gpufence.sched.restore import restore
+from gpufence.sched.retune import change_tenants, retune_queue
+from gpufence.sched.update import apply_update, replan
 
 
 def apply_events(
@@ -133,7 +145,7 @@ def _apply(
     elif isinstance(ev, JobSubmitted):
         _submit(core, book, gates, ev, out)
     elif not _restored(core, book, gates, ev, protection) and not _gate_event(
-        core, book, claims, reasons, gates, ev
+        core, book, claims, reasons, gates, ev, out
     ):
         _cluster_event(core, book, mig, ev, out)
 
@@ -158,13 +170,23 @@ def _restored(
 
 
 def _gate_event(
-    core: Core, book: JobBook, claims: Claims, reasons: PendingReasons, gates: Gates, ev: Event
+    core: Core,
+    book: JobBook,
+    claims: Claims,
+    reasons: PendingReasons,
+    gates: Gates,
+    ev: Event,
+    out: list[Decision],
 ) -> bool:
-    """Holds, releases and known outcomes (the gates'); False for any other event."""
+    """Holds, releases, updates after submit and known outcomes (the gates'); False for any
+    other event."""
     if isinstance(ev, JobHeld):
-        gates.hold(core, book, claims, reasons, ev.job_id)
+        gates.hold(core, book, claims, reasons, ev.job_id, ev.by)
+    elif isinstance(ev, JobUpdated):
+        apply_update(core, book, claims, reasons, gates, ev, out)
     elif isinstance(ev, JobReleased):
-        gates.release(ev.job_id)
+        if gates.release(ev.job_id):
+            replan(claims, book.records[ev.job_id].home)
     elif isinstance(ev, OutcomeKnown):
         gates.outcome(ev.job_id, ev.state)
     else:
@@ -173,14 +195,21 @@ def _gate_event(
 
 
 def _cluster_event(core: Core, book: JobBook, mig: MigWork, ev: Event, out: list[Decision]) -> bool:
-    """The clock, nodes and MIG layouts; False for any other event."""
+    """The clock, nodes (health, drains, maintenance), MIG layouts, queues and tenants changed
+    at run time; False for any other event."""
     if isinstance(ev, NodeUp | NodeDown):  # a cordon (stop_jobs False) keeps what runs
         stop = isinstance(ev, NodeDown) and ev.stop_jobs
         _node(core, book, ev.node, isinstance(ev, NodeUp), out, stop_jobs=stop)
+    elif isinstance(ev, NodeDrained | NodeUndrained | MaintenanceScheduled | MaintenanceCancelled):
+        apply_closure(core, book, ev, out)
     elif isinstance(ev, MigReconfigured):
         mig.reconfigured(core, ev.gpu)
     elif isinstance(ev, MigLayoutRead):
         apply_layout_read(core, mig, ev)
+    elif isinstance(ev, QueueRetuned):
+        retune_queue(core, ev)
+    elif isinstance(ev, TenantsChanged):
+        change_tenants(core, ev)
     elif not isinstance(ev, Tick):
         return False
     return True
@@ -273,6 +302,7 @@ def _stopped(core: Core, book: JobBook, gates: Gates, rec: JobRecord, out: list[
         rec.attempt += 1
         book.move(rec, JobState.PENDING)
         rec.started_at = None
+        rec.arrival = 0  # back in its queue as a new arrival, behind jobs of its submit time
         core.queues.add(rec)
         book.counters.requeues += 1
         reason = rec.stop_reason or Reason.QUEUED
@@ -303,8 +333,13 @@ def _node(
     idx = core.cluster.node_by_name.get(name)
     if idx is None:
         return
-    if core.ledger.node_up[idx] != up:
-        core.ledger.set_node_up(idx, up)
+    # health is one of three things a node needs to take work (a drain or a maintenance window
+    # may keep it closed after it comes back: state/closures.py)
+    if up:
+        core.closures.down.discard(idx)
+    else:
+        core.closures.down.add(idx)
+    core.closures.sync(core.ledger, (idx,))
     if up or not stop_jobs:
         return
     # (also when it was already down: a cordoned node that then fails stops its jobs)

@@ -41,11 +41,13 @@ def reserve(
     the GPUs it will get then (None: not even once every running job has ended)."""
     job = rec.job
     led = core.ledger
-    c = core.cluster
     now = core.now
-    free: dict[int, list[int]] = {n: led.free_gpus(pool, n) for n in c.partition_nodes[pool]}
-    free = {n: v for n, v in free.items() if led.node_up[n]}
-    releases, ending = _releases(core, records, pool)
+    # nodes a maintenance window closes to the gang (it would still run when the window
+    # begins) are left out, as down nodes are: holding their GPUs for it would keep the short
+    # jobs that may use them before the window off them (state/closures.py)
+    shut = set(core.closures.closed_for(job.time_limit_s, core.cluster.partition_nodes[pool]))
+    free = {n: v for n, v in _free_by_node(core, pool).items() if n not in shut}
+    releases, ending = _releases(core, records, pool, shut)
     ends = [r[0] for r in releases]
 
     def view(t: float) -> dict[int, list[int]]:
@@ -57,11 +59,13 @@ def reserve(
             out.setdefault(n, []).extend(v)
         return out
 
+    base = {n: len(v) for n, v in free.items()}
+    per = job.request.gpus
+
     def feasible(t: float) -> bool:
-        counts = {n: len(v) for n, v in free.items()}
+        counts = base.copy()
         for _, node, gpus in releases[: bisect_right(ends, t)]:
             counts[node] = counts.get(node, 0) + len(gpus)
-        per = job.request.gpus
         return sum(v // per for v in counts.values()) >= job.replicas
 
     if not feasible(INF):
@@ -80,10 +84,10 @@ def reserve(
 
 
 def _releases(
-    core: Core, records: Mapping[str, JobRecord], pool: str
+    core: Core, records: Mapping[str, JobRecord], pool: str, shut: set[int]
 ) -> tuple[list[tuple[float, int, tuple[int, ...]]], dict[str, float]]:
-    """The GPUs each running job of ``pool`` gives back on an up node, (expected end, node,
-    GPUs) by end, and each job's expected end."""
+    """The GPUs each running job of ``pool`` gives back on an up node not ``shut`` to the
+    gang, (expected end, node, GPUs) by end, and each job's expected end."""
     led = core.ledger
     releases: list[tuple[float, int, tuple[int, ...]]] = []
     ending: dict[str, float] = {}
@@ -91,7 +95,7 @@ def _releases(
         alloc = led.allocs[jid]
         end = ending[jid] = records[jid].expected_end(core.now)
         for a in alloc.assignments:
-            if led.node_up[a.node]:
+            if led.node_up[a.node] and a.node not in shut:
                 releases.append((end, a.node, a.gpus))
     releases.sort(key=lambda r: (r[0], r[1], r[2]))
     return releases, ending
@@ -155,3 +159,12 @@ def _overran(core: Core, records: Mapping[str, JobRecord], pool: str, gpus: tupl
                 f"{held} of them"
             )
     return "; ".join(named)
+
+
+def _free_by_node(core: Core, pool: str) -> dict[int, list[int]]:
+    """Free GPUs per up node of ``pool`` that has any, in node order, from the ledger's
+    free-count buckets: a 1,000-node pool is mostly full, and a node without free GPUs adds
+    nothing to a view or a count (``plan_on`` only looks at nodes with GPUs)."""
+    led = core.ledger
+    nodes = sorted(n for bucket in led.buckets[pool][1:] for n in bucket)
+    return {n: led.free_gpus(pool, n) for n in nodes if led.node_up[n]}

@@ -44,8 +44,9 @@ class JobBook:
         self.inflight_changes = 0  # bumped whenever ``noticed`` or ``stopping`` changes here
         self.interactive: dict[str, None] = {}  # running, reclaim-eligible
         self.idle_heap: list[tuple[float, str]] = []  # (idle deadline, job), see sched/reclaim
-        # time limits: (when, 0 = notice / 1 = stop, job, start of the attempt), lazily invalid
-        self.limits: list[tuple[float, int, str, float]] = []
+        # time limits: (when, 0 = notice / 1 = stop, job, start of the attempt, the limit),
+        # lazily invalid: another attempt, or a limit changed since (sched/update.py)
+        self.limits: list[tuple[float, int, str, float, float]] = []
         # per donor pool: (start, job) of the binds that may become victims (checkpointable
         # ones; every job where on-demand preemption draws on the pool) in start order, so
         # protection finds the next victim to age past its minimum runtime without scanning
@@ -87,16 +88,22 @@ class JobBook:
             return
         end = start + limit
         if rec.job.checkpointable:
-            heapq.heappush(self.limits, (max(start, end - grace_s), 0, rec.job.id, start))
-        heapq.heappush(self.limits, (end, 1, rec.job.id, start))
+            notice = max(start, end - grace_s)
+            heapq.heappush(self.limits, (notice, 0, rec.job.id, start, limit))
+        heapq.heappush(self.limits, (end, 1, rec.job.id, start, limit))
 
     def next_limit(self) -> float | None:
         """When the next time-limit notice or stop falls due (stale entries dropped)."""
         heap = self.limits
         while heap:
-            _, _, jid, start = heap[0]
+            _, _, jid, start, limit = heap[0]
             rec = self.records.get(jid)
-            if rec is not None and rec.state is JobState.RUNNING and rec.started_at == start:
+            if (
+                rec is not None
+                and rec.state is JobState.RUNNING
+                and rec.started_at == start
+                and rec.job.time_limit_s == limit
+            ):
                 return heap[0][0]
             heapq.heappop(heap)
         return None

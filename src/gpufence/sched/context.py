@@ -19,6 +19,7 @@ from gpufence.sched.admission import Admission
 from gpufence.sched.fairshare import FairShare
 from gpufence.sched.placement.dispatch import PlacementEngine
 from gpufence.sched.queues import PendingQueues
+from gpufence.state.closures import NodeClosures
 from gpufence.state.ledger import Ledger
 
 if TYPE_CHECKING:
@@ -35,10 +36,14 @@ class Core:
     queues: PendingQueues
     fairshare: FairShare
     engine: PlacementEngine
+    closures: NodeClosures  # drained nodes and maintenance windows (the engine's too)
     reservations: ReservationRule  # who reserves, and who may backfill (sched/backfill.py)
     admission: tuple[Admission, ...] = ()  # rules every job passes before it is placed
     tenants: frozenset[str] | None = None  # who queue labels may name (SchedulerConfig.tenants)
     now: float = 0.0
+    # queue -> milli-GPU it ran when its quota was lowered below that (sched/retune.py): work
+    # already running is never stopped for a quota, so the invariants accept up to this much
+    over_quota: dict[str, int] = field(default_factory=dict)
 
     def share(self, queue: str) -> float:
         """The queue's weighted fair share now (the walk's order among equal priorities)."""

@@ -1,7 +1,9 @@
 """One scheduling cycle, as numbered phases. Each phase is a function of the state it owns and
 returns its decisions; the pieces of state are named in ``SchedulerState``:
 
-  1. apply events        sched/apply.py     submits, ends, stops, acks, activity, nodes, MIG
+  1. apply events        sched/apply.py     submits, ends, stops, acks, activity, nodes, MIG;
+                         sched/drains.py    drains and maintenance windows (windows that began
+                                            or ended are applied first)
   2. expire deadlines    sched/expiry.py    time limits; a notice past its deadline -> a stop
   3. warn idle           sched/reclaim.py   idle interactive sessions get a warning
   4. gates               sched/gates.py     held / dependent / array-capped jobs join their
@@ -22,10 +24,11 @@ from gpufence.model.events import Event
 from gpufence.sched.apply import apply_events, open_gates
 from gpufence.sched.book import JobBook
 from gpufence.sched.context import Claims, Core
+from gpufence.sched.drains import advance as advance_windows
 from gpufence.sched.expiry import expire_limits, expire_notices
 from gpufence.sched.gates import Gates
 from gpufence.sched.lend import lend
-from gpufence.sched.migdyn import MigWork
+from gpufence.sched.migdyn import MigWork, release_drains
 from gpufence.sched.place import PlaceMemo, Placing, place_partitions, release_holds
 from gpufence.sched.protect import Protecting, ProtectionState, protect
 from gpufence.sched.reasons import PendingReasons
@@ -49,6 +52,7 @@ def run_cycle(s: SchedulerState, events: Iterable[Event], now: float) -> list[De
     core = s.core
     core.fairshare.advance(now, core.ledger)
     core.now = now
+    advance_windows(core)  # maintenance windows that began or ended close or open their nodes
     # this cycle's decisions, as each phase makes them: what a front end keeps (``made``) when a
     # phase raises after earlier ones changed the state
     out = s.made = []
@@ -61,6 +65,7 @@ def run_cycle(s: SchedulerState, events: Iterable[Event], now: float) -> list[De
     out += warn_idle(core.cluster, s.book, now)
     # 4. gates: jobs that may run now join their queues (before placement sees the queues)
     out += open_gates(core, s.book, s.claims, s.reasons, s.gates)
+    release_drains(core, s.mig)  # a GPU drained for a job that no longer waits takes jobs again
     s.reasons.cycle += 1
     # 5. place per partition (the GPUs victims are freeing stay held for the jobs they are
     #    freed for through placement and lending)

@@ -19,7 +19,7 @@ from gpufence.sched.jobs import JobState
 def expire_limits(book: JobBook, now: float) -> list[Decision]:
     out: list[Decision] = []
     while (due := book.next_limit()) is not None and due <= now:
-        _, kind, jid, _ = heapq.heappop(book.limits)
+        _, kind, jid, _, _ = heapq.heappop(book.limits)
         rec = book.records[jid]
         limit = rec.job.time_limit_s
         assert limit is not None and rec.started_at is not None

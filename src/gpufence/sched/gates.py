@@ -53,6 +53,7 @@ class Gates:
     waiting: dict[str, JobRecord] = field(default_factory=dict)  # gated, in arrival order
     reasons: dict[str, PendingReason] = field(default_factory=dict)
     held: set[str] = field(default_factory=set)
+    held_by: dict[str, str] = field(default_factory=dict)  # who held each one ("": unknown)
     outcomes: dict[str, str] = field(default_factory=dict)  # end states of untracked jobs
     arrays: dict[str, dict[str, None]] = field(default_factory=dict)  # group -> live tasks
     dirty: bool = False  # something a verdict depends on changed since the last advance
@@ -65,6 +66,7 @@ class Gates:
             self.arrays.setdefault(job.array_group, {})[job.id] = None
         if job.held:
             self.held.add(job.id)
+            self.held_by[job.id] = job.held_by
         if not (job.held or job.after or job.array_cap):
             return True
         self.waiting[job.id] = rec
@@ -81,6 +83,7 @@ class Gates:
         job_id = rec.job.id
         self.dirty = True
         self.held.discard(job_id)
+        self.held_by.pop(job_id, None)
         self.reasons.pop(job_id, None)
         members = self.arrays.get(rec.job.array_group) if rec.job.array_group else None
         if members is not None:
@@ -90,25 +93,36 @@ class Gates:
         return self.waiting.pop(job_id, None) is not None
 
     def hold(
-        self, core: Core, book: JobBook, claims: Claims, reasons: PendingReasons, job_id: str
+        self,
+        core: Core,
+        book: JobBook,
+        claims: Claims,
+        reasons: PendingReasons,
+        job_id: str,
+        by: str = "",
     ) -> None:
-        """Hold a pending job: out of its queue (if there) until released."""
+        """Hold a pending job: out of its queue (if there) until released; ``by``: who."""
         rec = book.records.get(job_id)
         if rec is None or rec.state is not JobState.PENDING:
             return  # only pending jobs are held; the front end refuses the rest
         self.held.add(job_id)
+        self.held_by[job_id] = by
         self.dirty = True
         if job_id not in self.waiting:
             core.queues.remove(job_id)
             reasons.forget(job_id)
             claims.nominations.pop(job_id, None)
             self.waiting[job_id] = rec
-        self.reasons[job_id] = _held()
+        self.reasons[job_id] = _held(by)
 
-    def release(self, job_id: str) -> None:
-        if job_id in self.held:
-            self.held.discard(job_id)
-            self.dirty = True
+    def release(self, job_id: str) -> bool:
+        """True when the job was held (it may now join its queue)."""
+        if job_id not in self.held:
+            return False
+        self.held.discard(job_id)
+        self.held_by.pop(job_id, None)
+        self.dirty = True
+        return True
 
     def outcome(self, job_id: str, state: str) -> None:
         self.outcomes[job_id] = state
@@ -133,7 +147,7 @@ class Gates:
                 never.append(blocked)
                 continue
             if jid in self.held:
-                self.reasons[jid] = _held()
+                self.reasons[jid] = _held(self.held_by.get(jid, ""))
                 continue
             if blocked is not None:
                 self.reasons[jid] = blocked
@@ -172,8 +186,9 @@ class Gates:
         return PendingReason(Reason.DEPENDENCY, "waiting for " + ", ".join(waits))
 
 
-def _held() -> PendingReason:
-    return PendingReason(Reason.HELD, "held; release it to let it run")
+def _held(by: str) -> PendingReason:
+    who = f" by {by}" if by else ""
+    return PendingReason(Reason.HELD, f"held{who}; release it to let it run")
 
 
 def _active(core: Core, book: JobBook, members: dict[str, None]) -> int:

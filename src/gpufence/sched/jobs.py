@@ -32,6 +32,9 @@ class JobRecord:
     stop_reason: Reason | None = None
     requeue_on_stop: bool = False
     service_gpu_s: float = 0.0  # GPU-seconds held in earlier attempts (attained service)
+    # its place among jobs of one submit time in its queue (sched/queues.py), taken when it
+    # first joins it: a job held and released, or updated, goes back to the same place
+    arrival: int = 0
 
     def expected_end(self, now: float) -> float:
         """When the running job should end: at its time limit (enforced; a job past it is

@@ -27,6 +27,7 @@ from gpufence.model.decisions import Reason
 from gpufence.model.job import WorkloadClass
 from gpufence.sched.backfill import INF
 from gpufence.sched.context import Reservation
+from gpufence.sched.drains import closed_note
 from gpufence.sched.jobs import JobRecord
 from gpufence.sched.passing import ahead, ahead_by_share, may_pass_holds
 from gpufence.sched.placement.fit import NotPlaced, Placed
@@ -230,8 +231,11 @@ def decide(st: Placing, w: PartitionWalk, rec: JobRecord) -> Choice:
         w.held = hold_reserved(st, w.res)
         if w.res is not None:
             return Reserves(r, new=True)
-    if capacity and w.mode.recut is not None and (started := w.mode.recut(st, rec)):
-        return Skips(Reason.RECONFIGURING, started)
+    if capacity and w.mode.recut is not None:
+        waits = w.mode.recut(st, rec, r)
+        if isinstance(waits, str):
+            return Skips(Reason.RECONFIGURING, waits)
+        return Skips(waits.reason, waits.message, forget=True, starved=True)
     return Skips(r.reason, r.message, forget=True, starved=capacity)
 
 
@@ -354,7 +358,8 @@ def _holds_reservation(st: Placing, rec: JobRecord, r: NotPlaced, res: Reservati
 def _free_of(st: Placing, p: str) -> str:
     led = st.core.ledger
     n = len(st.core.cluster.partition_gpus[p])
-    return f"partition {p} has {led.pool_free[p]} of {n} GPUs free{held_for(led, p)}; "
+    closed = closed_note(st.core, p)  # drained nodes and maintenance (sched/drains.py)
+    return f"partition {p} has {led.pool_free[p]} of {n} GPUs free{held_for(led, p)}{closed}; "
 
 
 def _starts(res: Reservation) -> str:

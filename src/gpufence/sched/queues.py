@@ -80,8 +80,10 @@ class PendingQueues:
         return sid
 
     def add(self, rec: JobRecord) -> None:
-        self._seq += 1
-        key = (self._orders[rec.home].rank(rec), rec.job.submit_time, self._seq, rec.job.id)
+        if not rec.arrival:  # a first arrival (a requeued attempt is one again: _stopped)
+            self._seq += 1
+            rec.arrival = self._seq
+        key = (self._orders[rec.home].rank(rec), rec.job.submit_time, rec.arrival, rec.job.id)
         sid = self._intern(rec)
         request = rec.job.shape()
         rid = self._request_ids.setdefault(request, len(self._request_ids))

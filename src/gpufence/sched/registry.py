@@ -30,7 +30,7 @@ from gpufence.model.partition import Partition, SharingMode
 from gpufence.sched.admission import Admission, CohortQuota
 from gpufence.sched.las import LeastAttainedService
 from gpufence.sched.ordering import PriorityFairShare, QueueOrder
-from gpufence.sched.placement.fit import Placer
+from gpufence.sched.placement.fit import NotPlaced, Placer
 from gpufence.sched.placement.mig_instances import MigPlacer
 from gpufence.sched.placement.timeslice import TimeSlicePlacer
 from gpufence.sched.placement.whole import WholeGpuPlacer
@@ -83,13 +83,14 @@ class PlacementMode:
     # gangs that do not fit reserve whole GPUs (the reservation rule says which), held from
     # the jobs behind them but for backfill
     reserves: bool = False
-    # when a job does not fit for capacity: make room that no layout offers yet; what it
-    # started, the job's reason while it waits for it (None: nothing to start)
-    recut: Callable[[Placing, JobRecord], str | None] | None = None
+    # when a job does not fit for capacity (why: the NotPlaced): make room that no layout
+    # offers yet. A str: it started that, and the job waits for it with that reason; a
+    # NotPlaced: why the job waits (why no room can be made added where that says more)
+    recut: Callable[[Placing, JobRecord, NotPlaced], str | NotPlaced] | None = None
 
 
 @cache
-def _repartition_for() -> Callable[..., bool]:
+def _repartition_for() -> Callable[..., str | None]:
     # (the core: numpy, see above; an import statement on every call would cost 0.8 us, and
     # the walk asks once per MIG shape that does not fit)
     from gpufence.sched.migdyn import repartition_for
@@ -97,10 +98,11 @@ def _repartition_for() -> Callable[..., bool]:
     return repartition_for
 
 
-def _mig_recut(st: Placing, rec: JobRecord) -> str | None:
-    if _repartition_for()(st.core, st.mig, st.reasons, rec, st.out):
+def _mig_recut(st: Placing, rec: JobRecord, r: NotPlaced) -> str | NotPlaced:
+    no_cut = _repartition_for()(st.core, st.mig, st.reasons, rec, st.out)
+    if no_cut is None:  # a re-cut serves it: one per shape per cycle, the next with the next
         return "waiting for a MIG re-partition"
-    return None
+    return NotPlaced(r.reason, f"{r.message}; {no_cut}") if no_cut else r
 
 
 PLACERS: dict[SharingMode, PlacementMode] = {

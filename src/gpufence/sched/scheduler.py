@@ -9,7 +9,7 @@ on and answers the front ends' questions.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from gpufence.model.cluster import Cluster
 from gpufence.model.decisions import Decision, PendingReason, Reason
@@ -33,6 +33,7 @@ from gpufence.sched.registry import (
     make_queue_order,
     make_reservations,
 )
+from gpufence.state.closures import NodeClosures
 from gpufence.state.invariants import check
 from gpufence.state.ledger import Ledger
 
@@ -57,6 +58,9 @@ class SchedulerConfig:
 class Scheduler:
     def __init__(self, cluster: Cluster, config: SchedulerConfig | None = None) -> None:
         self.config = config or SchedulerConfig()
+        # the core's own queue table: run-time weight and quota changes (``QueueRetuned``,
+        # sched/retune.py) change it in place, never the spec the caller holds
+        cluster = replace(cluster, queues=dict(cluster.queues))
         parts = cluster.partitions
         seed = self.config.seed
         core = Core(
@@ -67,10 +71,12 @@ class Scheduler:
             ),
             fairshare=FairShare(cluster, self.config.fair_share_half_life_s),
             engine=PlacementEngine({p: make_placer(part, seed) for p, part in parts.items()}),
+            closures=NodeClosures(cluster),
             reservations=make_reservations(),
             admission=admission_rules(),
             tenants=self.config.tenants,
         )
+        core.engine.closures = core.closures
         self.state = SchedulerState(
             core=core,
             book=JobBook(cluster),
@@ -93,6 +99,11 @@ class Scheduler:
         return self.state.core.ledger
 
     @property
+    def closures(self) -> NodeClosures:
+        """Drained nodes and maintenance windows (read them; change them with events)."""
+        return self.state.core.closures
+
+    @property
     def counters(self) -> Counters:
         return self.state.book.counters
 
@@ -106,7 +117,7 @@ class Scheduler:
         self._started = True
         decisions = run_cycle(self.state, events, now)
         if self.config.validate:
-            problems = check(self.state.core.ledger)
+            problems = check(self.state.core.ledger, self.state.core.over_quota)
             if problems:
                 raise InvariantViolation("; ".join(problems[:10]))
         return decisions
@@ -159,11 +170,13 @@ class Scheduler:
 
     def next_wakeup(self) -> float | None:
         """The earliest time a deadline (notice, idle threshold, time limit, protection's next
-        look) falls due, for a front end to send a Tick then; None when nothing is timed."""
+        look, a maintenance window's start or end) falls due, for a front end to send a Tick
+        then; None when nothing is timed."""
         s = self.state
         book = s.book
         times = [n.deadline for j in book.noticed if (n := book.records[j].notice) is not None]
-        for due in (idle_deadline(s.core.cluster, book), book.next_limit()):
+        edge = s.core.closures.next_edge()  # a maintenance window begins or ends
+        for due in (idle_deadline(s.core.cluster, book), book.next_limit(), edge):
             if due is not None:
                 times.append(due)
         now = s.core.now

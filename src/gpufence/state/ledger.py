@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from gpufence.model import mig as migmod
 from gpufence.model.cluster import Cluster
@@ -45,6 +45,9 @@ class MigGpu:
     instances: list[migmod.MigInstance]
     occupant: list[str | None]
     busy_count: int = 0  # instances with a job on them
+    # what placement derived from this GPU's instances (e.g. the best free instance per
+    # profile); emptied whenever its instances or their occupants change
+    memo: dict[object, object] = field(default_factory=dict)
 
     def busy(self) -> bool:
         return self.busy_count > 0
@@ -95,6 +98,9 @@ class Ledger:
         # per pool: bumped by every change on a node hosting GPUs of that pool, so a cache of one
         # pool's placements survives what happens in the others
         self.pool_version: dict[str, int] = dict.fromkeys(cluster.partitions, 0)
+        # what placement derives from the ledger and keeps current itself from ``node_log``
+        # (e.g. sched/placement/mig_rank.py's ranking of free MIG instances)
+        self.derived: dict[object, object] = {}
         pools_on: list[dict[str, None]] = [{} for _ in range(n_nodes)]
         for p, node in cluster.node_partition_gpus:
             pools_on[node][p] = None
@@ -302,6 +308,7 @@ class Ledger:
         st = self.mig[g]
         prev = st.occupant[idx]
         st.occupant[idx] = job
+        st.memo.clear()
         if (prev is None) != (job is None):
             st.busy_count += 1 if job is not None else -1
             pool = self.cluster.gpus[g].partition
@@ -334,21 +341,28 @@ class Ledger:
         if self._undo is not None:  # only inside a transaction
             self._undo.append(lambda: self._set_alloc(job_id, prev))
 
-    def set_node_up(self, node: int, up: bool) -> None:
+    def set_node_up(self, node: int, up: bool, count: bool = True) -> None:
+        """``count`` False: a what-if toggle (a placement in a fork) that must not tell the
+        queues capacity came back when it is undone."""
         self._changed(node)
-        if up:
-            for p in self.cluster.partitions:
-                self.freed[p] += 1
+        if up and count:
+            self.capacity_back()
         prev = self.node_up[node]
         if prev != up:
             self.nodes_down += -1 if up else 1
-        gids = [g.gid for g in self.cluster.gpus if g.node == node]
+        gids = list(self.cluster.nodes[node].gpu_ids)  # (toggled per placement by closures)
         was = [self._is_free(g) for g in gids]
         self.node_up[node] = up
         for g, w in zip(gids, was, strict=True):
             self._reindex(g, w)
         if self._undo is not None:  # only inside a transaction
-            self._undo.append(lambda: self.set_node_up(node, prev))
+            self._undo.append(lambda: self.set_node_up(node, prev, count))
+
+    def capacity_back(self) -> None:
+        """Tell every partition's queue that what failed to fit may fit now (a node came back,
+        a maintenance window was called off)."""
+        for p in self.cluster.partitions:
+            self.freed[p] += 1
 
     def set_blocked(self, g: int, blocked: bool) -> None:
         self._changed(self._node_of[g])
@@ -367,11 +381,16 @@ class Ledger:
         self._changed(self._node_of[g])
         self.freed[self.cluster.gpus[g].partition] += 1
         st = self.mig[g]
-        assert not st.busy(), "MIG layouts change only on idle GPUs"
         prev = list(st.instances)
+        new = list(instances)
+        # a re-cut around running instances keeps them where they are, with their jobs: the
+        # hardware only destroys and creates the idle ones (control/gpus/mig_device.py)
+        held = {i: occ for i, occ in zip(st.instances, st.occupant, strict=True) if occ}
+        assert set(held) <= set(new), "a MIG re-cut never drops an instance under a job"
         self._index_mig(g, -1)
-        st.instances = list(instances)
-        st.occupant = [None] * len(st.instances)
+        st.instances = new
+        st.occupant = [held.get(i) for i in new]
+        st.memo.clear()
         self._index_mig(g, +1)
         if self._undo is not None:  # only inside a transaction
             self._undo.append(lambda: self.set_mig_layout(g, prev))

@@ -88,6 +88,13 @@ def test_relative_cwd_is_from_the_files_directory(tmp_path: Path) -> None:
     assert doc.body["cwd"] == str(tmp_path / "sub")
 
 
+def test_a_relative_container_image_is_from_the_files_directory(tmp_path: Path) -> None:
+    f = tmp_path / "f.yaml"
+    f.write_text("apiVersion: gpufence/v1\nkind: Job\ncommand: [x]\ncontainer: images/rootfs\n")
+    (doc,) = load_job_file(f, "/elsewhere")
+    assert doc.body["container"] == str(tmp_path / "images" / "rootfs")
+
+
 def test_directives_stop_at_the_first_command(tmp_path: Path) -> None:
     s = tmp_path / "s.sh"
     s.write_text(

@@ -56,9 +56,10 @@ def test_a_dynamic_mig_job_runs_on_the_instance_nvml_created(tmp_path: Path) -> 
     assert rig.ex.launches == []
     assert nvml.gpus[0].layout() == []  # decided, carried out by the next cycle
     rig.cycle()
-    assert nvml.gpus[0].layout() == ["3g.40gb@4"]  # the core's placement: 3g@0 stays free
+    # the core's layout: the 3g where a 4g stays placeable, the rest cut into 1g
+    assert nvml.gpus[0].layout() == [*(f"1g.10gb@{s}" for s in range(4)), "3g.40gb@4"]
     (launch,) = rig.ex.launches
-    (uuid,) = [m.uuid for m in nvml.gpus[0].migs]
+    (uuid,) = [m.uuid for m in nvml.gpus[0].migs if m.slices == 3]
     assert launch.members[0].devices == (uuid,)
     assert rig.attempt(jid, 1).devices == [[uuid]]  # type: ignore[union-attr]
     assert "mig-failed" not in [e["kind"] for e in _log(rig)]
@@ -93,7 +94,7 @@ def test_an_nvml_error_mid_reconfigure_is_handled_by_the_core(tmp_path: Path) ->
     rig.advance(5.0)
     rig.cycle()
     (launch,) = rig.ex.launches
-    assert launch.members[0].devices == tuple(m.uuid for m in nvml.gpus[0].migs)
+    assert launch.members[0].devices == tuple(m.uuid for m in nvml.gpus[0].migs if m.slices == 2)
     assert rig.job(jid).state == "running"
     assert b'gpufence_mig_reconfigures_total{result="ok"} 1.0' in _telemetry(rig).render()
 

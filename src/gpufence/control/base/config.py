@@ -58,6 +58,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from gpufence.advice.inputs import AdviceSettings
+from gpufence.control.base.accounts import Accounts
 from gpufence.control.base.containment_settings import (
     DEFAULT_PIDS_LIMIT,
     ContainmentSchema,
@@ -207,12 +208,32 @@ class ControlConfig:
     advice: AdviceSettings = field(default_factory=AdviceSettings)
     containment: ContainmentSettings = field(default_factory=ContainmentSettings)
     """How members are confined; its ``pids_max`` is ``job_pids_limit`` (one setting)."""
+    accounts: Accounts = field(default_factory=Accounts, compare=False)
+    """Tenants and tokens the admin changed at run time (kept in the store; they win over
+    ``tenants`` and ``tokens``, the YAML's, for what they changed: ``accounts.py``)."""
 
     def tenant_of(self, token: str) -> str | None:
-        """'admin' for the admin token, the tenant for a tenant token, else None."""
-        return self.tokens.tenant_of(token)
+        """'admin' for the admin token, the tenant for a tenant token, else None (a YAML
+        tenant removed at run time has no valid token)."""
+        name = self.tokens.tenant_of(token)
+        if name is not None:
+            return None if self.accounts.is_removed(name) else name
+        return self.accounts.tenant_of(token)
+
+    def token_refusal(self, token: str) -> str:
+        """Why ``token`` is refused (after ``tenant_of`` gave None), without revealing it."""
+        name = self.tokens.tenant_of(token)
+        if name is not None:
+            return f"tenant {name} was removed by the admin"
+        return self.accounts.refusal(token) or "invalid token"
+
+    def current_tenants(self) -> tuple[str, ...]:
+        """The tenants now: the YAML's, less those removed and with those added at run time."""
+        return self.accounts.tenants(self.tenants)
 
     def run_as_for(self, tenant: str) -> RunAs | None:
+        if tenant in self.accounts.run_as:
+            return self.accounts.run_as[tenant]
         return self.run_as.get(tenant, self.default_run_as)
 
     def pending_cap(self, tenant: str) -> int | None:

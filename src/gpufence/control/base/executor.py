@@ -64,7 +64,7 @@ class Limits:
     pids: int | None = None
     """Processes and threads."""
     log_bytes: int | None = None
-    """Each of its logs (stdout, stderr): cut by the launcher past this (``logcap.py``)."""
+    """Each of its logs (stdout, stderr) never grows past this (``logcap.py``)."""
     defaulted: frozenset[str] = frozenset()
     """Which of ``cpus``, ``mem_bytes`` the job did not ask for (its node's share: a default,
     which a cgroup without that controller leaves out instead of refusing the start)."""
@@ -94,6 +94,15 @@ class Launch:
     """``None``: run as the control plane's own user."""
     limits: Limits = Limits()
     """Per member."""
+    container: Path | None = None
+    """The image the members run in (``containers.py``): a directory, or a ``.sif`` the
+    executor unpacks first; None: the machine's own root."""
+    image_cache: Path | None = None
+    """Where a ``.sif`` image is unpacked (``sifcache``): the server's ``DATA/images``."""
+    pty_grace_s: float | None = None
+    """A pty job's (``run --pty``): its command runs on a terminal that a host serves (the
+    launcher's child, ``base/ptyhost.py``), ending the session this long after its last client
+    went away. ``None``: not a pty job."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,6 +8,7 @@ Layout (``DATA`` is the data dir; ``U`` the job's ``run_as`` user, else the serv
     DATA/jobs/<job>/attempt-N/        U   0700  rank-R.out / rank-R.err (U, 0600), notice
                                                 (U, 0600, written by the executor), ack (the job's)
     DATA/jobs/<job>/attempt-N.records/  server  0700  the launcher's rank-R.pid / .started / .exit
+                                                (a pty job's terminal socket, pty.sock, too)
     DATA/jobs/<job>/checkpoints/      U   0700  shared by the job's attempts
 
 ``prepare_job_dirs`` (called by an executor on the node where the member runs, before the first

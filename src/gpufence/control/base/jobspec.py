@@ -59,6 +59,9 @@ MAX_ENV = 1024
 MAX_NAME = 128
 MAX_PATH = 4096
 MAX_RUNTIME_S = 10 * 366 * 86400.0  # ten years: beyond any estimate, far below float trouble
+DEFAULT_PTY_GRACE_S = 60.0
+"""How long a pty job outlives its last client (`run --pty --grace` changes it)."""
+MAX_PTY_GRACE_S = 7 * 86400.0
 MAX_GPU_MEM_GIB = 4096.0
 
 # C0 controls, DEL and C1 controls; tab, newline and carriage return are told apart below
@@ -290,6 +293,20 @@ class SubmitRequest(BaseModel):
         ]
         | None
     ) = Field(default=None, description="absolute working directory of every replica")
+    container: (
+        Annotated[
+            str,
+            Field(min_length=1, max_length=MAX_PATH),
+            _pattern(ABS_PATH_PATTERN),
+            AfterValidator(_abs_path),
+        ]
+        | None
+    ) = Field(
+        default=None,
+        description="absolute path, on the server, of a container image to run every replica "
+        "in: an Apptainer/Singularity .sif file or a directory holding an unpacked root file "
+        "system",
+    )
     cpus: Float | None = Field(
         default=None,
         ge=0.001,
@@ -375,6 +392,18 @@ class SubmitRequest(BaseModel):
     array_task: ArrayTask | None = Field(
         default=None, description="read-only: set by gpufence on each task of an array"
     )
+    pty: Flag = Field(
+        default=False,
+        description="run the command on a terminal that clients attach to (WebSocket "
+        "/v1/jobs/{id}/pty; `gpufence run --pty`, `gpufence attach`): one replica, local executor",
+    )
+    pty_grace_s: Float | None = Field(
+        default=None,
+        gt=0.0,
+        le=MAX_PTY_GRACE_S,
+        description="a pty job: seconds it lives on with no terminal attached before its "
+        f"session is hung up (default {DEFAULT_PTY_GRACE_S:g})",
+    )
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True, allow_inf_nan=False)
 
@@ -435,6 +464,14 @@ class SubmitRequest(BaseModel):
         return self
 
     @model_validator(mode="after")
+    def _one_terminal(self) -> SubmitRequest:
+        if self.pty and self.replicas != 1:
+            raise ValueError("a pty job has one terminal: submit it with replicas 1")
+        if self.pty_grace_s is not None and not self.pty:
+            raise ValueError("pty_grace_s is for a pty job: add pty, or drop it")
+        return self
+
+    @model_validator(mode="after")
     def _one_request_kind(self) -> SubmitRequest:
         if self.mig is not None and self.gpu_fraction is not None:
             raise ValueError("give either mig or gpu_fraction, not both")
@@ -488,12 +525,17 @@ class SubmitRequest(BaseModel):
         return GpuRequest.whole(self.gpus)
 
     def to_job(
-        self, job_id: str, submitted_at: float, tenant: str, held: bool | None = None
+        self,
+        job_id: str,
+        submitted_at: float,
+        tenant: str,
+        held: bool | None = None,
+        held_by: str = "",
     ) -> Job:
         """The core's job; ``tenant``: who submitted it, as the core knows tenants
         (``config.core_tenant``: the admin's jobs carry none; a job naming no queue goes to its
         tenant's queue, sched/intake.py); ``held``: whether it is on hold now (default: as
-        submitted)."""
+        submitted), ``held_by``: who held it (its pending reason names them)."""
         held = self.hold if held is None else held
         return Job(
             id=job_id,
@@ -511,6 +553,7 @@ class SubmitRequest(BaseModel):
             time_limit_s=self.time_limit_s,
             after=self.dependencies(),
             held=held,
+            held_by=held_by if held else "",
             array_group=self.array_task.job if self.array_task is not None else "",
             array_cap=self.array_task.cap if self.array_task is not None else 0,
             tenant=tenant,

@@ -4,7 +4,8 @@ Usage::
 
     python -m gpufence.control.base.launcher ATTEMPT_DIR --rank R [--catch N]...
         [--fence-parent PID] [--log-limit BYTES] [--cgroup DIR]...
-        [--uid U --gid G [--groups G1,G2]] [--cwd DIR] -- ARGV...
+        [--uid U --gid G [--groups G1,G2]] [--cwd DIR] [--runtime-monitor 1] [--pty-grace S]
+        -- ARGV...
 
 (The Ray node agent runs this file by path with ``python -I -S``: it imports only the standard
 library and its record formats (``member_records.py``, standard library only, found beside it),
@@ -39,9 +40,10 @@ fork server in a new process group). It
    and is done even if the control plane had just decided to stop it) and exits with the code
    (128 + signal for a signal death). A command that cannot be executed gets 127 (not found)
    or 126, one that cannot be contained (cgroup, user switch or working directory refused, a
-   log that is not a plain file) 125, and a line in ``rank-R.err``. With ``--log-limit`` it
-   holds both logs to that many bytes while it waits (``logcap.py``: cut, with a note in the
-   log and ``rank-R.logcap`` in its records).
+   log that is not a plain file) 125, and a line in ``rank-R.err``. With ``--log-limit`` the
+   command's stdout and stderr are pipes that a log pump it forks copies into the logs, never
+   past that many bytes (``logcap.py``: cut, with a note in the log and ``rank-R.logcap`` in
+   its records); the exit is recorded once the pump has copied the last of it.
 
 The exit record survives a full or failing data disk (``write_exit_record``), or a completed job
 would run again after a restart: the executor *reserves* it at spawn (``EXIT_RESERVED`` bytes,
@@ -57,6 +59,9 @@ With ``--fence-parent PID`` (the Ray node agent's pid) the member does not outli
 if it dies (the control plane has declared the member lost and runs the job again elsewhere), the
 launcher stops the group itself (SIGTERM, 5 s, SIGKILL, and SIGKILL to whatever else is in its
 ``--cgroup``). The local executor does not use it: its jobs outlive a restart and are adopted.
+
+With ``--pty-grace S`` (a pty job) the child is the job's terminal host (``ptyhost.py``): in the
+cgroups as the control plane's user, it forks the command on its terminal, confined as above.
 """
 
 from __future__ import annotations
@@ -71,21 +76,33 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-ALWAYS_CAUGHT = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)
-"""Signals the launcher survives; ``--catch`` adds more (the executor's notice signal)."""
-
-EXIT_NOT_FOUND = 127
-EXIT_NOT_EXECUTABLE = 126
-EXIT_NOT_CONTAINED = 125
-
 # Run by path (``python -I -S launcher.py``: no ``site``, the script's directory not on the path),
 # the launcher finds its own package beside it; imported, it is already there.
 if not __package__:
     sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
-from gpufence.control.base.logcap import POLL_S, LogCap  # noqa: E402
-from gpufence.control.base.logcap import record as logcap_record  # noqa: E402
-from gpufence.control.base.member_records import (  # noqa: E402
+# (the fork server, prestart and the executors take these from here: the launcher's interface)
+from gpufence.control.base.launch_args import (
+    ALWAYS_CAUGHT as ALWAYS_CAUGHT,
+)
+from gpufence.control.base.launch_args import (
+    EXIT_NOT_CONTAINED as EXIT_NOT_CONTAINED,
+)
+from gpufence.control.base.launch_args import (
+    EXIT_NOT_EXECUTABLE as EXIT_NOT_EXECUTABLE,
+)
+from gpufence.control.base.launch_args import (
+    EXIT_NOT_FOUND,
+    Options,
+    SpawnFailure,
+    SpawnLost,
+    parse,
+)
+from gpufence.control.base.launch_args import Confine as Confine
+from gpufence.control.base.launch_args import join_cgroup as join_cgroup
+from gpufence.control.base.launch_args import log_limit_of as log_limit_of
+from gpufence.control.base.logcap import Pump
+from gpufence.control.base.member_records import (
     LAUNCHER_ENV,
     STOPS,
     atomic_write,
@@ -102,11 +119,13 @@ from gpufence.control.base.member_records import (  # noqa: E402
     write_exit_record,
     write_lost_record,
 )
-from gpufence.control.base.supervisor import (  # noqa: E402
+from gpufence.control.base.supervisor import (
     Link,
+    outlived_child,
     pending_signals,
     pending_stops,
     split,
+    subreaper,
 )
 
 
@@ -123,74 +142,11 @@ def _usage(msg: str) -> int:
     print(
         "usage: launcher ATTEMPT_DIR --rank R [--catch SIGNUM]... [--fence-parent PID] "
         "[--log-limit BYTES] "
-        "[--cgroup DIR]... [--uid U --gid G [--groups G,...]] [--cwd DIR] -- ARGV...",
+        "[--cgroup DIR]... [--uid U --gid G [--groups G,...]] [--cwd DIR] "
+        "[--runtime-monitor 1] [--pty-grace S] -- ARGV...",
         file=sys.stderr,
     )
     return 2
-
-
-class SpawnFailure(Exception):
-    def __init__(self, code: int, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-
-
-class SpawnLost(SpawnFailure):
-    """The command never reached the member (a pre-started one whose executor went away
-    between waking its launcher and handing its first process the command): nothing of the
-    job ran. Recorded with no code, as a lost member, so the attempt is run again rather than
-    settled by an exit code of ours: 0 would call a job that never ran done."""
-
-
-def join_cgroup(directory: str) -> None:
-    """Move this process into the cgroup ``directory`` (OSError if refused)."""
-    fd = os.open(os.path.join(directory, "cgroup.procs"), os.O_WRONLY)
-    try:
-        os.write(fd, str(os.getpid()).encode())
-    finally:
-        os.close(fd)
-
-
-class Confine:
-    """Where the user command runs: cgroup directories to join, the identity to take, then the
-    working directory to enter (as that identity)."""
-
-    def __init__(self) -> None:
-        self.cgroups: list[str] = []
-        self.uid: int | None = None
-        self.gid: int | None = None
-        self.groups: list[int] = []
-        self.cwd: str | None = None
-
-    def enter(self) -> None:
-        """In the forked child, before exec: join every cgroup, drop to the job's user, then
-        enter the working directory by its full path as that user, so a directory the user may
-        not reach (the server's own, one under a 0700 home) is refused, not entered as root."""
-        for d in self.cgroups:
-            try:
-                join_cgroup(d)
-            except OSError as exc:
-                raise SpawnFailure(EXIT_NOT_CONTAINED, f"cannot join cgroup {d}: {exc}") from exc
-        try:
-            if self.gid is not None:
-                os.setgroups(self.groups)
-                os.setgid(self.gid)
-            if self.uid is not None:
-                os.setuid(self.uid)
-        except OSError as exc:
-            raise SpawnFailure(
-                EXIT_NOT_CONTAINED, f"cannot switch to uid {self.uid} gid {self.gid}: {exc}"
-            ) from exc
-        if self.cwd is not None:
-            try:
-                os.chdir(self.cwd)
-            except OSError as exc:
-                raise SpawnFailure(
-                    EXIT_NOT_CONTAINED,
-                    f"cannot enter the working directory {self.cwd} as uid {os.getuid()}: "
-                    f"{exc.strerror}",
-                ) from exc
 
 
 def _spawn(
@@ -216,10 +172,16 @@ def exec_child(
     command: list[str], env: dict[str, str], out_fd: int, err_fd: int, confine: Confine, report: int
 ) -> None:  # pragma: no cover - runs in the child, ends in exec or _exit
     """The child's side: logs on 1/2, into the cgroup and the job's identity, default signal
-    dispositions, exec. A failure is written to ``report`` (a close-on-exec pipe)."""
+    dispositions, exec. A failure is written to ``report`` (a close-on-exec pipe). A pty job's
+    child is its terminal host instead, which comes back here for the command (``ptyhost``)."""
     try:
         os.dup2(out_fd, 1)
         os.dup2(err_fd, 2)
+        if confine.terminal is not None:
+            # the host's imports are paid by pty jobs only, after the fork
+            from gpufence.control.base import ptyhost
+
+            ptyhost.host_job(command, env, confine, report, exec_child)  # ends in _exit
         confine.enter()
         # every disposition back to default: an ignored one (SIGHUP under nohup, SIGPIPE
         # from Python) would survive exec and change how the job reacts to signals
@@ -259,29 +221,20 @@ def await_exec(pid: int, report: int, command: list[str]) -> int:
 FENCE_GRACE_S = 5.0
 
 
-def _wait_or_fence(child: int, parent: int | None, cap: LogCap | None = None) -> bool:
+def _wait_or_fence(child: int, parent: int) -> bool:
     """Return when ``child`` has exited (not reaped); True if that is because process ``parent``
     (the node agent) died first and the group was stopped: SIGTERM, up to ``FENCE_GRACE_S`` for
     the child to exit, then SIGKILL to it (the caller records the exit, then kills what is left
-    of the group). Both ends are pidfds: no polling, and no confusion with a reused pid. With a
-    log ``cap`` it wakes every ``logcap.POLL_S`` to hold the logs to it."""
+    of the group). Both ends are pidfds: no polling, and no confusion with a reused pid."""
     fd = os.pidfd_open(child)
     watch: int | None = None
     try:
-        if parent is not None:
-            try:
-                watch = os.pidfd_open(parent)
-            except ProcessLookupError:  # already gone: fence at once
-                return _fence(fd)
-        ends = [fd] if watch is None else [fd, watch]
-        while True:
-            ready = select.select(ends, [], [], POLL_S if cap is not None else None)[0]
-            if fd in ready:
-                return False
-            if ready:  # the parent died
-                return _fence(fd)
-            if cap is not None:
-                cap.check()
+        try:
+            watch = os.pidfd_open(parent)
+        except ProcessLookupError:  # already gone: fence at once
+            return _fence(fd)
+        ready = select.select([fd, watch], [], [])[0]
+        return False if fd in ready else _fence(fd)
     finally:
         if watch is not None:
             os.close(watch)
@@ -315,6 +268,13 @@ def _kill_cgroup(dirs: list[str], limit_s: float = FENCE_GRACE_S) -> None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
         time.sleep(0.005)
+
+
+def _wait(child: int, parent: int | None) -> tuple[int, bool]:
+    """Wait for and reap ``child``: (its exit code, whether the fence parent died first)."""
+    fenced = _wait_or_fence(child, parent) if parent is not None else False
+    _, status = os.waitpid(child, 0)  # PEP 475: retried after _survive runs
+    return os.waitstatus_to_exitcode(status), fenced
 
 
 _seen: set[int] = set()
@@ -354,73 +314,6 @@ def _close_fds(keep: Sequence[int]) -> None:
     os.closerange(low, os.sysconf("SC_OPEN_MAX"))
 
 
-class Options:
-    """The launcher's command line: where its records go, which rank it runs, the command,
-    which signals it survives, the process it is fenced to, and how the command is confined."""
-
-    def __init__(self, attempt_dir: Path, command: list[str]) -> None:
-        self.attempt_dir = attempt_dir
-        self.command = command
-        self.rank: int | None = None
-        self.caught: set[signal.Signals] = set(ALWAYS_CAUGHT)
-        self.fence_parent: int | None = None
-        self.log_limit: int | None = None
-        self.confine = Confine()
-
-    def set(self, opt: str, value: str) -> str | None:
-        """Take one ``--opt value``; what is wrong with it, if anything (ValueError: a value
-        that is not a number where one is needed)."""
-        if opt == "--rank":
-            self.rank = int(value)
-        elif opt == "--catch":
-            self.caught.add(signal.Signals(int(value)))
-        elif opt == "--fence-parent":
-            self.fence_parent = int(value) or None
-        elif opt == "--log-limit":
-            self.log_limit = int(value) or None
-        elif opt == "--cgroup":
-            self.confine.cgroups.append(value)
-        elif opt == "--uid":
-            self.confine.uid = int(value)
-        elif opt == "--gid":
-            self.confine.gid = int(value)
-        elif opt == "--groups":
-            self.confine.groups = [int(g) for g in value.split(",") if g]
-        elif opt == "--cwd":
-            self.confine.cwd = value
-        else:
-            return f"unknown option {opt}"
-        return None
-
-
-def parse(args: list[str]) -> Options | str:
-    """The options of ``args`` (``ATTEMPT_DIR --opt value ... -- COMMAND...``), or what is
-    wrong with them."""
-    if "--" not in args:
-        return "missing '--' before the command"
-    split = args.index("--")
-    opts, command = args[:split], args[split + 1 :]
-    if not command:
-        return "empty command"
-    if not opts:
-        return "missing ATTEMPT_DIR"
-    parsed = Options(Path(opts.pop(0)), command)
-    while opts:
-        opt = opts.pop(0)
-        if not opts:
-            return f"option {opt} needs a value"
-        value = opts.pop(0)
-        try:
-            problem = parsed.set(opt, value)
-        except ValueError:
-            return f"bad value for {opt}: {value!r}"
-        if problem is not None:
-            return problem
-    if parsed.rank is None:
-        return "missing --rank"
-    return parsed
-
-
 def main(
     argv: list[str] | None = None,
     env: dict[str, str] | None = None,
@@ -428,13 +321,15 @@ def main(
     keep_fds: Sequence[int] = (),
     link: Link | None = None,
     split_here: bool = True,
+    job_pipes: tuple[int, int] | None = None,
 ) -> int:
     """Run one member (see the module docstring); ``env`` is the user command's environment
     (default: the launcher's own, as when run by path; the fork server passes the job's);
     ``spawn`` starts it (default: fork now), using descriptors ``keep_fds``. The member's
     supervisor (``supervisor.py``) is split off here unless not ``split_here`` (a pre-started
     member, whose supervisor is made before its job's process: ``link`` is the way to it,
-    None when it has none)."""
+    None when it has none; ``job_pipes``: the read ends of the pipes its job's process writes
+    its output into, when the member has a log limit)."""
     args = list(sys.argv[1:] if argv is None else argv)
     job_env = dict(os.environ if env is None else env)
     for name in LAUNCHER_ENV:  # ours (run by path, the job's env is ours), never the job's
@@ -453,13 +348,15 @@ def main(
         signal.signal(sig, _survive)
 
     # descriptors the control plane leaked to us (not close-on-exec) must not reach the command
-    _close_fds((*keep_fds, *(link.fds() if link is not None else ())))
+    _close_fds((*keep_fds, *(link.fds() if link is not None else ()), *(job_pipes or ())))
     if split_here:
         link = split((attempt_dir, rank))  # from here on: the supervisor's child
     elif link is not None:
         link.tell(attempt_dir, rank)
     supervisor = os.getppid() if link is not None else None
     _record_pid(attempt_dir, rank, supervisor or os.getpid())
+    if parsed.runtime_monitor:
+        subreaper()  # the job's command outlives its runtime's monitor as our child
 
     out_fd = -1
     try:
@@ -476,7 +373,7 @@ def main(
     # nothing sent to the member can have missed it, so there is no supervisor's to forward
     early_from = supervisor if split_here else None
     code, stop_reached, lost, fenced = _run(
-        parsed, job_env, spawn or _spawn, out_fd, err_fd, (supervisor, early_from)
+        parsed, job_env, spawn or _spawn, (out_fd, err_fd), (supervisor, early_from), job_pipes
     )
     if lost is not None:
         write_lost_record(attempt_dir, rank, lost, time.time())
@@ -516,65 +413,87 @@ def _run(
     o: Options,
     job_env: dict[str, str],
     spawn: Spawner,
-    out_fd: int,
-    err_fd: int,
+    logs: tuple[int, int],
     supervisors: tuple[int | None, int | None],
+    job_pipes: tuple[int, int] | None = None,
 ) -> tuple[int, bool | None, str | None, bool]:
     """Start the command and wait for it: (exit code, whether a stop reached it first (None:
     it never ran), why it was lost (None: it was not), whether the fence parent died). Closes
-    both log descriptors."""
+    both log descriptors. With a log limit the command writes into pipes a log pump copies
+    (``logcap.py``): ``job_pipes`` are their read ends when the command's process was made
+    with them already (a pre-started member), else they are made here."""
     assert o.rank is not None
-    supervisor, early_from = supervisors  # (for stops, for signals before the command ran)
+    out_fd, err_fd = logs
+    pump = None
+    if o.log_limit is not None:
+        pump = Pump(logs, o.log_limit, logcap_file(o.attempt_dir, o.rank), job_pipes)
     fenced = False
     stop_reached: bool | None = None  # the command never ran: no stop could reach it
     lost: str | None = None
     try:
-        child = spawn(o.command, job_env, out_fd, err_fd, o.confine)
+        ends = pump.writes if pump is not None and pump.writes else logs  # (pre-started: unused)
+        child = spawn(o.command, job_env, ends[0], ends[1], o.confine)
     except SpawnLost as exc:
         code, lost = exc.code, exc.message
-        with contextlib.suppress(OSError):
-            os.write(err_fd, f"gpufence launcher: {exc.message}\n".encode())
+        _say_failure(err_fd, exc.message, pump)
     except SpawnFailure as exc:
         code = exc.code
-        with contextlib.suppress(OSError):  # a full disk must not cost the exit record
-            os.write(err_fd, f"gpufence launcher: {exc.message}\n".encode())
+        _say_failure(err_fd, exc.message, pump)
     else:
-        # when the command exists (exec done): the GPU's hand-off ends here, whatever the
-        # command then spends on its own start-up
-        started = {
-            "pid": child,
-            "exec_unix": time.time(),
-            "devices": job_env.get("CUDA_VISIBLE_DEVICES", ""),
-            "fence_parent": o.fence_parent,
-            # while the supervisor is gone (killed), the member lives on in this launcher
-            "launcher": os.getpid(),
-            "launcher_start": proc_start_time(os.getpid()),
-        }
-        with contextlib.suppress(OSError):  # informational (hand-off timing): may be lost
-            atomic_write(started_file(o.attempt_dir, o.rank), json.dumps(started) + "\n")
-        # anything sent to the group before the command existed reached only us: pass it on
-        early = signal.sigpending() & o.caught
-        if early_from is not None:  # signals the executor sent the supervisor meanwhile
-            early |= {signal.Signals(s) for s in pending_signals(early_from) if s in o.caught}
-        for sig in sorted(early):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(child, sig)
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, o.caught)  # later ones: our no-op handlers
-        cap = LogCap((out_fd, err_fd), o.log_limit) if o.log_limit is not None else None
-        if o.fence_parent is not None or cap is not None:
-            fenced = _wait_or_fence(child, o.fence_parent, cap)
-        _, status = os.waitpid(child, 0)  # PEP 475: retried after _survive runs
-        code = os.waitstatus_to_exitcode(status)
-        stop_reached = fenced or _stop_reached(supervisor)
-        if cap is not None:
-            cap.check()  # what it wrote last
-            if cap.hit:
-                logcap_record(logcap_file(o.attempt_dir, o.rank), cap)
+        _started(o, child, job_env, supervisors)
+        if pump is not None:  # the job's first output waits in the pipe meanwhile
+            pump.start(o.confine.cgroups, _close_fds)
+        code, fenced = _wait(child, o.fence_parent)
+        pump_pid = pump.pid if pump is not None else None
+        inner = outlived_child(code, pump_pid) if o.runtime_monitor else None
+        if inner is not None:
+            code, fenced_inner = _wait(inner, o.fence_parent)
+            fenced = fenced or fenced_inner
+        stop_reached = fenced or _stop_reached(supervisors[0])
+        if pump is not None:
+            pump.finish()  # what it wrote last is in the log before the exit record
     finally:
         os.close(out_fd)
         os.close(err_fd)
     return code, stop_reached, lost, fenced
 
+
+def _say_failure(err_fd: int, message: str, pump: Pump | None) -> None:
+    """Why the command never ran, in its stderr log (a full disk must not cost the exit
+    record)."""
+    if pump is not None:
+        pump.abandon()
+    with contextlib.suppress(OSError):
+        os.write(err_fd, f"gpufence launcher: {message}\n".encode())
+
+
+def _started(
+    o: Options, child: int, job_env: dict[str, str], supervisors: tuple[int | None, int | None]
+) -> None:
+    """The command exists (exec done): record it, pass on the signals that came before it,
+    then let later ones reach our no-op handlers."""
+    assert o.rank is not None
+    early_from = supervisors[1]  # signals before the command ran went to this supervisor
+    # the GPU's hand-off ends here, whatever the command then spends on its own start-up
+    started = {
+        "pid": child,
+        "exec_unix": time.time(),
+        "devices": job_env.get("CUDA_VISIBLE_DEVICES", ""),
+        "fence_parent": o.fence_parent,
+        # while the supervisor is gone (killed), the member lives on in this launcher
+        "launcher": os.getpid(),
+        "launcher_start": proc_start_time(os.getpid()),
+    }
+    with contextlib.suppress(OSError):  # informational (hand-off timing): may be lost
+        atomic_write(started_file(o.attempt_dir, o.rank), json.dumps(started) + "\n")
+    # anything sent to the group before the command existed reached only us: pass it on
+    early = signal.sigpending() & o.caught
+    if early_from is not None:  # signals the executor sent the supervisor meanwhile
+        early |= {signal.Signals(s) for s in pending_signals(early_from) if s in o.caught}
+    for sig in sorted(early):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(child, sig)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, o.caught)  # later ones: our no-op handlers
 
 if __name__ == "__main__":
     sys.exit(main())

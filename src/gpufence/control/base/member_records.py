@@ -27,6 +27,12 @@ def records_dir(attempt_dir: Path) -> Path:
     return attempt_dir.with_name(attempt_dir.name + RECORDS_SUFFIX)
 
 
+def pty_socket(attempt_dir: Path) -> Path:
+    """A pty job's terminal socket (``ptyhost.py``), in the records directory: the job's own
+    directory would let it plant a link there, or connect to its own terminal's host."""
+    return records_dir(attempt_dir) / "pty.sock"
+
+
 def pid_file(attempt_dir: Path, rank: int) -> Path:
     return records_dir(attempt_dir) / f"rank-{rank}.pid"
 

@@ -10,7 +10,7 @@ A job sees, in this order (later wins):
    ``control.job_env_inherit`` (the reconciler puts them there, see ``launches.py``);
 4. gpufence's own variables (GPU isolation, ranks, checkpoint and notice paths), which win;
    a fractional share under MPS also gets its GPU's MPS pipe directory and its limits
-   (``mps_env``).
+   (``mps_env``); and their ``SLURM_*`` twins (``slurmenv.py``: SLURM_PROCID, ...).
 
 No ``GPUFENCE_*`` variable is ever inherited: the only ones a job sees are those of step 4.
 Shared by the local and the Ray executors, so a job sees the same variables wherever it runs.
@@ -22,6 +22,7 @@ from collections.abc import Iterable, Mapping
 
 from gpufence.control.base.executor import GpuShare, Launch
 from gpufence.control.base.runas import home_of
+from gpufence.control.base.slurmenv import slurm_member_env
 
 DEFAULT_ENV_INHERIT = ("PATH", "HOME", "USER", "LANG", "LC_*", "TZ", "TERM")
 """Names (``PREFIX*``: every name starting with PREFIX) a job inherits from its executor."""
@@ -117,6 +118,7 @@ def member_envs(
             "LOCAL_RANK": str(local),
             "LOCAL_WORLD_SIZE": str(per_node[m.node]),
             "GPUFENCE_NODE": m.node,
+            **slurm_member_env(m.rank, local, len(per_node), m.devices),
             **mps_env(m.share),
         }
     return out

@@ -58,6 +58,32 @@ def _subreaper() -> bool:
         return False  # not Linux: the launcher alone records (as before)
 
 
+def subreaper() -> bool:
+    """Make this process a child subreaper: orphans of its descendants become its children."""
+    return _subreaper()
+
+
+def outlived_child(code: int, pump: int | None = None) -> int | None:
+    """The job's process that outlived a container runtime's monitor, now our child.
+
+    The runtime's first process (bwrap's monitor) is in the member's cgroup, so the signals
+    sent to the member -- a stop, a notice -- reach it too, and it dies of them where the job's
+    command may well catch them (a checkpoint on SIGTERM or SIGUSR1). Its exit is then not the
+    job's: the job runs on. As a child subreaper (``subreaper``, set before the spawn) the
+    launcher inherits the monitor's one child, the job's command, and waits for it and records
+    *its* exit. None when the monitor ended on its own (it reaped the command and
+    exits with its code, 128 + N for a signal N) or left no child. ``pump``: the launcher's
+    log pump (``logcap.py``), its own child, never the job's."""
+    if code >= 0:
+        return None
+    try:
+        with open(f"/proc/self/task/{os.getpid()}/children", encoding="ascii") as fh:
+            kids = [int(p) for p in fh.read().split() if int(p) != pump]
+    except (OSError, ValueError):
+        return None
+    return kids[0] if len(kids) == 1 else None
+
+
 class Link:
     """The launcher's two pipes to its supervisor: ``info`` (where the records are: read only
     if the launcher dies, so telling it wakes nobody on the hand-off) and ``done`` (the exit is

@@ -383,7 +383,9 @@ class ForkServer:
         once. The launcher's pid."""
         out, err = logs
         to_launcher = {"argv": argv, "env": env, "err": str(err)}
-        to_child = {**child, "env": env, "out": str(out), "err": str(err)}
+        # a capped log is written through a pipe the launcher pumps (logcap.py)
+        pipe = launcher.log_limit_of(argv) is not None
+        to_child = {**child, "env": env, "out": str(out), "err": str(err), "pipe": pipe}
         try:  # the launcher first: a child told to run must have its launcher running
             for fd, msg in ((spare.fd, to_launcher), (spare.child_fd, to_child)):
                 data = memoryview(prestart.frame(msg))

@@ -67,15 +67,16 @@ def run_launcher(activation: int, command: int, join_dirs: list[str]) -> NoRetur
         # exit is recorded even if L is killed, and the split costs the hand-off nothing
         link = supervisor.split()
         report_r, report_w = os.pipe()
+        # the job's stdout and stderr, if its logs are capped (a pump copies them, logcap.py)
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
         child = os.fork()
         if child == 0:
-            os.close(activation)
-            os.close(report_r)
-            for fd in link.fds() if link is not None else ():
+            for fd in (activation, report_r, out_r, err_r, *(link.fds() if link else ())):
                 os.close(fd)
-            _run_child(command, report_w, join_dirs)
-        os.close(command)
-        os.close(report_w)
+            _run_child(command, report_w, join_dirs, (out_w, err_w))
+        for fd in (command, report_w, out_w, err_w):
+            os.close(fd)
         msg = read_frame(activation)
         if msg is None:  # never used: the executor went away
             with contextlib.suppress(OSError):
@@ -93,13 +94,19 @@ def run_launcher(activation: int, command: int, join_dirs: list[str]) -> NoRetur
         ) -> int:
             return launcher.await_exec(child, report_r, cmd)  # C has its command already
 
+        argv = [str(a) for a in msg["argv"]]
+        pipes = (out_r, err_r) if launcher.log_limit_of(argv) is not None else None
+        if pipes is None:
+            os.close(out_r)
+            os.close(err_r)
         code = launcher.main(
-            [str(a) for a in msg["argv"]],
+            argv,
             dict(msg["env"]),
             spawn=spawn,
             keep_fds=(report_r,),
             link=link,
             split_here=False,
+            job_pipes=pipes,
         )
     except BaseException as exc:
         with contextlib.suppress(OSError):
@@ -108,8 +115,12 @@ def run_launcher(activation: int, command: int, join_dirs: list[str]) -> NoRetur
         os._exit(code & 0xFF)
 
 
-def _run_child(command: int, report: int, join_dirs: list[str]) -> NoReturn:  # pragma: no cover
-    """``C``: join the spare cgroup now (the slow part), then wait for the command."""
+def _run_child(
+    command: int, report: int, join_dirs: list[str], pipes: tuple[int, int]
+) -> NoReturn:  # pragma: no cover
+    """``C``: join the spare cgroup now (the slow part), then wait for the command. Its output
+    goes into ``pipes`` when the message says so (a capped log: ``L`` pumps them), else into
+    its logs, opened here."""
     failed = None
     for d in join_dirs:
         try:
@@ -129,11 +140,18 @@ def _run_child(command: int, report: int, join_dirs: list[str]) -> NoReturn:  # 
         if failed is not None:
             os.write(report, f"c{failed}".encode())
             os._exit(launcher.EXIT_NOT_CONTAINED)
-        out, err = member_records.open_log(msg["out"]), member_records.open_log(msg["err"])
+        if msg.get("pipe"):
+            out, err = pipes
+        else:
+            os.close(pipes[0])
+            os.close(pipes[1])
+            out, err = member_records.open_log(msg["out"]), member_records.open_log(msg["err"])
         confine = launcher.Confine()
         confine.uid, confine.gid = msg["uid"], msg["gid"]
         confine.groups = [int(g) for g in msg["groups"]]
         confine.cwd = msg.get("cwd")  # entered as the job's user, after the switch
+        if msg.get("pty"):  # a pty job's: C is its terminal host (ptyhost.py)
+            confine.terminal = (str(msg["pty"][0]), float(msg["pty"][1]))
         launcher.exec_child(
             [str(a) for a in msg["command"]], dict(msg["env"]), out, err, confine, report
         )

@@ -227,6 +227,7 @@ def launcher_argv(
     confine: Iterable[str] = (),
     fence_parent: bool = False,
     log_limit: int | None = None,
+    pty_grace: float | None = None,
 ) -> list[str]:
     """The launcher's arguments (after the interpreter and script): see ``launcher.py``."""
     argv = [str(adir), "--rank", str(rank)]
@@ -234,6 +235,8 @@ def launcher_argv(
         argv += ["--catch", str(int(sig))]
     if log_limit is not None:
         argv += ["--log-limit", str(log_limit)]
+    if pty_grace is not None:
+        argv += ["--pty-grace", f"{pty_grace:g}"]
     if fence_parent:  # the member dies with its starter (Ray agents; see launcher.py)
         argv += ["--fence-parent", str(os.getpid())]
     return [*argv, *confine, "--", *command]

@@ -19,12 +19,13 @@ document (``problems.py``).
 
 ``make_app`` only assembles: one router per group of routes (submit: ``submission.py``; jobs,
 cluster, ops: ``jobs_routes.py``, ``cluster_routes.py``, ``ops_routes.py``; hold / release:
-``job_actions.py``; telemetry, dashboard, accounting), the exception handlers
-(``handlers.py``), the body limit and the documents (``docs.py``).
+``job_actions.py``; update: ``update_routes.py``; telemetry, dashboard, accounting), the
+exception handlers (``handlers.py``), the body limit and the documents (``docs.py``).
 """
 
 from gpufence import __version__
 from gpufence.control.http.accounting_routes import accounting_router
+from gpufence.control.http.accounts_routes import accounts_router
 from gpufence.control.http.body_limit import LimitBody
 from gpufence.control.http.cluster_routes import cluster_router
 from gpufence.control.http.dashboard_routes import dashboard_router
@@ -32,11 +33,14 @@ from gpufence.control.http.docs import install_docs, install_openapi
 from gpufence.control.http.handlers import install_handlers
 from gpufence.control.http.job_actions import job_actions_router
 from gpufence.control.http.jobs_routes import jobs_router
+from gpufence.control.http.maintenance_routes import maintenance_router
 from gpufence.control.http.ops_routes import ops_router
 from gpufence.control.http.problems import SafeJSONResponse
+from gpufence.control.http.pty_routes import pty_router
 from gpufence.control.http.submission import FrontedAPI, SubmitFront, submit_router
 from gpufence.control.http.submission import SubmitResponse as SubmitResponse  # its old home
 from gpufence.control.http.telemetry_routes import telemetry_router
+from gpufence.control.http.update_routes import update_router
 from gpufence.control.plane import ControlPlane
 
 
@@ -64,10 +68,14 @@ def make_app(plane: ControlPlane) -> FrontedAPI:
     submit = submit_router(plane)  # POST /v1/jobs
     app.include_router(submit)
     app.include_router(job_actions_router(plane))  # hold, release, names
+    app.include_router(update_router(plane))  # PATCH /v1/jobs/{ref}
     app.include_router(jobs_router(plane))  # the rest of /v1/jobs, /v1/events
     app.include_router(cluster_router(plane))  # /v1/nodes, /v1/partitions, /v1/advice
     app.include_router(ops_router(plane))  # /metrics, /healthz, /readyz
     app.include_router(accounting_router(plane))  # /v1/history, /v1/usage
+    app.include_router(accounts_router(plane))  # /v1/admin/*: tenants, tokens, queues
+    app.include_router(maintenance_router(plane))  # drains, /v1/maintenance
+    app.include_router(pty_router(plane))  # /v1/jobs/{id}/pty (WebSocket)
     install_docs(app)
     install_openapi(app)
     # the submit route's hot path: its endpoint, ahead of FastAPI's machinery (submission.py)

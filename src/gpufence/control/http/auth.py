@@ -52,9 +52,10 @@ def tenant_of_header(config: ControlConfig, authorization: str | None) -> str:
     scheme, _, token = (authorization or "").partition(" ")
     if not token or scheme.lower() != "bearer":
         raise unauthorized("missing bearer token: send 'Authorization: Bearer <token>'")
-    name = config.tenant_of(token.strip()) if token.isascii() else None
+    token = token.strip()
+    name = config.tenant_of(token) if token.isascii() else None
     if name is None:
-        raise unauthorized("invalid token")
+        raise unauthorized(config.token_refusal(token) if token.isascii() else "invalid token")
     return name
 
 
@@ -72,8 +73,8 @@ def tenant_dependency(config: ControlConfig) -> Callable[..., Awaitable[str]]:
         token = creds.credentials
         # compare_digest refuses non-ASCII str; no configured token contains any
         name = config.tenant_of(token) if token.isascii() else None
-        if name is None:
-            raise unauthorized("invalid token")
+        if name is None:  # expired, revoked, rotated out, of a removed tenant: say which
+            raise unauthorized(config.token_refusal(token) if token.isascii() else "invalid token")
         return name
 
     return tenant

@@ -386,6 +386,16 @@ class Client:
         out: dict[str, Any] = self._json("POST", f"/v1/jobs/{_q(ref)}/release")
         return out
 
+    def admin(self, method: str, path: str, body: Any = None, query: Any = None) -> Any:
+        """One of the admin's ``/v1/admin/...`` requests (``cli/account_verbs.py``)."""
+        return self._json(method, "/v1/admin/" + path, body=body, query=query)
+
+    def update(self, ref: str, changes: dict[str, Any]) -> dict[str, Any]:
+        """``{jobs: [{id, state}]}``: ``PATCH /v1/jobs/{ref}`` with the fields to change
+        (``priority``, ``time_limit_s``, ``partition``, ``queue``)."""
+        out: dict[str, Any] = self._json("PATCH", f"/v1/jobs/{_q(ref)}", body=changes)
+        return out
+
     def named(self, ref: str) -> list[dict[str, Any]]:
         """The jobs a name (or id) denotes: ``[{id, tenant, state, array}]``."""
         out: list[dict[str, Any]] = self._json("GET", f"/v1/names/{_q(ref)}")["jobs"]

@@ -260,7 +260,7 @@ def dashboard_router(plane: ControlPlane) -> APIRouter:
         names (the queue page's filter)."""
         out: dict[str, Any] = {"tenant": tenant, "admin": tenant == ADMIN, "version": __version__}
         if tenant == ADMIN:
-            out["tenants"] = [ADMIN, *plane.config.tenants]
+            out["tenants"] = [ADMIN, *plane.config.current_tenants()]
         out["partitions"] = list(plane.cluster.partitions)
         out["queues"] = sorted({q.name for q in plane.cluster.queues.values()})
         return out

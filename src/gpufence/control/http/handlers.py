@@ -29,7 +29,13 @@ from gpufence.control.http.problems import (
     safe,
 )
 from gpufence.control.plane import AccessError, InvalidField
-from gpufence.control.reconciler.inbox import CancelError, IdempotencyConflict, PendingCapReached
+from gpufence.control.reconciler.inbox import (
+    CancelError,
+    IdempotencyConflict,
+    NotPermitted,
+    PendingCapReached,
+    TenantRemoved,
+)
 from gpufence.control.store.errors import StoreUnavailable
 from gpufence.control.store.reserve import SpaceLow
 
@@ -110,6 +116,8 @@ def _install_domain(app: FastAPI) -> None:
     the plane refused or an Idempotency-Key reused (422), the reconciler too busy (503)."""
 
     @app.exception_handler(AccessError)
+    @app.exception_handler(TenantRemoved)  # (admin_accounts.py: removed while it submitted)
+    @app.exception_handler(NotPermitted)  # a rule of who may change a job (update_writes.py)
     def _forbidden(_req: Request, exc: Exception) -> Response:
         return problem(status.HTTP_403_FORBIDDEN, str(exc))
 

@@ -3,9 +3,10 @@
 ``POST /v1/jobs/{ref}/hold`` and ``/release`` take an id or a name (a name of an array holds
 or releases every task of it that is pending); ``GET /v1/names/{name}`` says which jobs a name
 denotes. A tenant reaches only its own jobs (another tenant's name is simply unknown: 404).
-Status codes: 200; 401 missing or bad token; 404 no such job or name; 409 a job that is not
-pending (hold) or not held (release); 413 a body over the limit; 422 a reference that is too
-long or not text; 503 the store or the reconciler is unavailable.
+Status codes: 200; 401 missing or bad token; 403 a tenant releasing a job the admin held; 404
+no such job or name; 409 a job that is not pending (hold) or not held (release); 413 a body
+over the limit; 422 a reference that is too long or not text; 503 the store or the reconciler
+is unavailable.
 """
 
 from typing import Annotated
@@ -18,7 +19,7 @@ from gpufence.control.base.jobspec import MAX_NAME
 from gpufence.control.http.auth import tenant_dependency
 from gpufence.control.http.problems import error_responses
 from gpufence.control.plane import CALL_TIMEOUT_S, ControlPlane
-from gpufence.control.reconciler.inbox import CancelError
+from gpufence.control.reconciler.inbox import CancelError, NotPermitted
 from gpufence.control.store import database as st
 from gpufence.control.store import names as job_names
 
@@ -76,8 +77,10 @@ def job_actions_router(plane: ControlPlane) -> APIRouter:
     ``from __future__ import annotations`` in this module)."""
     Tenant = Annotated[str, Depends(tenant_dependency(plane.config))]
     router = APIRouter(tags=["jobs"])
-    # every status each can give (413: a POST body over the limit, as for any POST)
+    # every status each can give (413: a POST body over the limit, as for any POST; 403, of a
+    # release only: a tenant releasing what the admin held)
     posted = error_responses(401, 404, 409, 413, 422, 503)
+    released = error_responses(401, 403, 404, 409, 413, 422, 503)
 
     def act(ref: str, tenant: str, kind: str) -> ActionResponse:
         found = lookup(plane, tenant, ref)
@@ -87,21 +90,22 @@ def job_actions_router(plane: ControlPlane) -> APIRouter:
                 f"no job of '{ref}' is pending: only pending jobs can be {_DONE[kind]}"
             )
         out: list[ActionItem] = []
-        errors: list[str] = []
+        errors: list[CancelError | NotPermitted] = []
         # every action queued before any is waited for: the reconciler takes them in one cycle
         # (one by one, holding a 2,000-task array took a cycle and a commit per task: minutes)
-        futures = [(n, plane.reconciler.action(n.id, kind)) for n in targets]
+        futures = [(n, plane.reconciler.action(n.id, kind, tenant)) for n in targets]
         for n, fut in futures:
             try:
                 state = fut.result(CALL_TIMEOUT_S)
-            except CancelError as exc:
+            except (CancelError, NotPermitted) as exc:
                 if len(targets) == 1:
                     raise
-                errors.append(str(exc))
+                errors.append(exc)
                 continue
             out.append(ActionItem(id=n.id, state=state, held=kind == "hold"))
-        if not out:
-            raise CancelError("; ".join(errors))
+        if not out:  # a refusal (403) says more than a state (409)
+            first = next((e for e in errors if isinstance(e, NotPermitted)), None)
+            raise first or CancelError("; ".join(str(e) for e in errors))
         return ActionResponse(jobs=out)
 
     @router.post("/v1/jobs/{ref}/hold", response_model=ActionResponse, responses=posted)
@@ -109,7 +113,7 @@ def job_actions_router(plane: ControlPlane) -> APIRouter:
         """Hold a pending job: it stays pending (reason ``held``) until released."""
         return act(ref, tenant, "hold")
 
-    @router.post("/v1/jobs/{ref}/release", response_model=ActionResponse, responses=posted)
+    @router.post("/v1/jobs/{ref}/release", response_model=ActionResponse, responses=released)
     def release(ref: Ref, tenant: Tenant) -> ActionResponse:
         """Release a held job: it may run again when nothing else holds it back."""
         return act(ref, tenant, "release")

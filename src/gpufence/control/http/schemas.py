@@ -179,7 +179,15 @@ class NodeOut(_Out):
     gpu_type: str
     fake: bool
     gpus: list[GpuOut]
+    drain: NodeDrainOut | None = Field(
+        default=None, description="drained (gpufence node drain), or in a maintenance window now"
+    )
     other_tenants_gpus: int | None = Field(default=None, description="tenant view")
+
+
+class NodeDrainOut(_Out):
+    reason: str
+    deadline: float | None = Field(description="running work stopped by then; null: it finishes")
 
 
 class OthersSummary(_Out):

@@ -91,6 +91,22 @@ def make_room(open_: dict[int, Any], peer: str | None, caps: Caps) -> bool:
     return True
 
 
+def _is_idle(conn: Any) -> bool:
+    """No request in flight; never a WebSocket's (upgraded) connection, busy while open."""
+    if conn._upgraded:
+        return False
+    cycle: Any = conn.cycle
+    return cycle is None or bool(cycle.response_complete)
+
+
+def _watch_upgraded(conn: Any, open_: dict[int, Any]) -> None:
+    """Keep an upgraded connection counted until its transport closes."""
+    if conn.transport.is_closing():
+        open_.pop(id(conn), None)
+    else:
+        conn._guard = conn.loop.call_later(CHECK_S, _watch_upgraded, conn, open_)
+
+
 def guarded(protocol: type[Any], caps: Caps | None = None) -> type[Any]:
     """``protocol`` (a uvicorn HTTP protocol class) that closes slow-loris connections and
     keeps to ``caps`` (default: from this process's descriptor limit)."""
@@ -102,6 +118,7 @@ def guarded(protocol: type[Any], caps: Caps | None = None) -> type[Any]:
             super().connection_made(transport)
             self._idle_since = self._began = self.loop.time()
             self._seen_cycle: Any = None
+            self._upgraded = False
             self._guard = self.loop.call_later(CHECK_S, self._check)
             peer = transport.get_extra_info("peername")
             self._peer = peer[0] if isinstance(peer, tuple) and peer else None
@@ -112,8 +129,7 @@ def guarded(protocol: type[Any], caps: Caps | None = None) -> type[Any]:
             open_[id(self)] = self
 
         def _idle(self) -> bool:
-            cycle: Any = self.cycle
-            return cycle is None or bool(cycle.response_complete)
+            return _is_idle(self)
 
         def _check(self) -> None:
             now = self.loop.time()
@@ -131,6 +147,16 @@ def guarded(protocol: type[Any], caps: Caps | None = None) -> type[Any]:
                 self.transport.close()
                 return
             self._guard = self.loop.call_later(CHECK_S, self._check)
+
+        def handle_websocket_upgrade(self, *args: Any) -> None:
+            # the connection is a WebSocket's from here on (a terminal, ``pty_routes.py``),
+            # with a protocol object of its own: no request head to wait for, so it is never
+            # cut as idle; it still counts against the caps until its transport closes (this
+            # object never hears of its end: ``_watch_upgraded`` looks)
+            self._upgraded = True
+            self._guard.cancel()
+            self._guard = self.loop.call_later(CHECK_S, _watch_upgraded, self, open_)
+            super().handle_websocket_upgrade(*args)
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._guard.cancel()

@@ -143,7 +143,7 @@ def allocations(r: Reconciler) -> list[dict[str, str]]:
 def gauges(r: Reconciler) -> dict[str, Any]:
     """Everything the Prometheus collectors read from live state."""
     cluster = r.scheduler.cluster
-    led = r.scheduler.ledger
+    down = r.scheduler.closures.down
     board = r.gpu_board.gpus() if r.gpu_board is not None else {}
     gpus = [
         {
@@ -159,7 +159,8 @@ def gauges(r: Reconciler) -> dict[str, Any]:
         "queues": _queues(r),
         "fair_share": _fair_share(r),
         "allocations": allocations(r),
-        "nodes": [(n.name, led.node_up[n.idx]) for n in cluster.nodes],
+        # up: healthy, drained or not (a drain closes a node to work, it does not take it down)
+        "nodes": [(n.name, n.idx not in down) for n in cluster.nodes],
         "gpus": gpus,
     }
 

@@ -14,6 +14,7 @@ from gpufence.control.base.config import ADMIN
 from gpufence.control.base.tenantview import Owner, nodes_for, redact
 from gpufence.sched.holdings import partition_figures
 from gpufence.sched.jobs import JobState
+from gpufence.state.closures import NodeClosures
 
 if TYPE_CHECKING:
     from gpufence.control.reconciler import Reconciler
@@ -74,11 +75,13 @@ def reserved_gpus(r: Reconciler) -> dict[int, str]:
 def nodes(r: Reconciler, viewer: str = ADMIN) -> list[dict[str, Any]]:
     sched = r.scheduler
     reserved = reserved_gpus(r)
+    closures = sched.closures
     out = [
         {
             "name": n.name,
             "rack": n.rack,
-            "up": sched.query.node_up(n.idx),
+            "up": n.idx not in closures.down,  # healthy (drained or not)
+            "drain": _drain_of(closures, n.idx),
             "gpu_type": n.gpu_type,
             "fake": r.devices.discovery.fake,
             "gpus": [_gpu(r, g, reserved) for g in n.gpu_ids],
@@ -94,6 +97,17 @@ def nodes(r: Reconciler, viewer: str = ADMIN) -> list[dict[str, Any]]:
                         {"action": i["action"], "since": i["since"]} for i in g["foreign"]
                     ]
     return nodes_for(out, viewer, job_owner(r))
+
+
+def _drain_of(closures: NodeClosures, node: int) -> dict[str, Any] | None:
+    """The node's drain (reason, deadline), or the maintenance window it is in now."""
+    d = closures.drained.get(node)
+    if d is not None:
+        return {"reason": d.reason, "deadline": d.deadline}
+    for w in closures.windows.values():
+        if node in w.nodes and w.active(closures.now):
+            return {"reason": f"maintenance {w.window_id}: {w.reason}", "deadline": None}
+    return None
 
 
 def largest_gang(r: Reconciler, partition: str) -> int:

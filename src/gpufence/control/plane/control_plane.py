@@ -20,6 +20,7 @@ from gpufence.advice.advise import advise
 from gpufence.advice.inputs import LintInputs
 from gpufence.advice.record import Advice
 from gpufence.control.base.config import ADMIN, ControlConfig
+from gpufence.control.base.containers import container_problem
 from gpufence.control.base.datadir import (
     DataDirError,
     check_data_dir,
@@ -47,6 +48,7 @@ from gpufence.control.observe.latency_book import DeploymentKey
 from gpufence.control.observe.observatory import MAX_PUSH, Observatory
 from gpufence.control.observe.prom_collectors import LiveCollector
 from gpufence.control.observe.series_model import SeriesResponse
+from gpufence.control.plane import admin_accounts, maintenance
 from gpufence.control.plane.gpu_runtime import GpuRuntime, Holders, open_gpu_api
 from gpufence.control.reconciler.inbox import Clock, InvalidField, SubmitResult
 from gpufence.control.reconciler.loop import Reconciler
@@ -172,8 +174,14 @@ class ControlPlane:
         # validation re-checks every invariant after each cycle: cheap at one machine's scale,
         # and a control plane should stop rather than double-book a GPU
         # (queue labels that are no configured tenant are nobody's: sched/intake.default_queue)
-        tenants = frozenset(config.tenants)
+        # the admin's run-time changes kept in the store win over the YAML for what they
+        # changed (tenants, tokens, queues' weight and quota: admin_accounts.py)
+        yaml_queues = dict(cluster.queues)
+        cluster = admin_accounts.load(self.store, cluster, config)
+        tenants = frozenset(config.current_tenants())
         self.scheduler = Scheduler(cluster, SchedulerConfig(validate=validate, tenants=tenants))
+        # the core's own queue table: what the plane shows follows the admin's changes
+        self.cluster = cluster = self.scheduler.cluster
         devices = DeviceMap(cluster, discovery)
         # MIG instances, MPS daemons and foreign processes on this machine's real GPUs
         api = open_gpu_api(discovery, nvml)
@@ -197,6 +205,20 @@ class ControlPlane:
         self.reconciler.gpu_board = self.gpus.board
         if api is not None and isinstance(self.executor, LocalExecutor):
             self.reconciler.gpu_util = GpuUtilization(api).of
+        self._observe(cluster, config)
+        self._names: dict[str, tuple[str, str, float | None]] = {}  # serving_state's cache
+        self.accounts = admin_accounts.AccountsAdmin(
+            self.reconciler, self.store, config, yaml_queues, config.accounts.clock
+        )
+        self._started = False
+        self.recovered: dict[str, int] = {}
+        # where the spec came from, so advice can name file lines and queues[i] (build_plane)
+        self.advice_inputs = LintInputs()
+        self.advice_source: str | None = None
+
+    def _observe(self, cluster: Cluster, config: ControlConfig) -> None:
+        """What the plane shows and keeps up after each cycle: metrics from every committed
+        state change, the observatory, the store's reserve, DCGM's job map."""
         # outcomes and time in state from every committed state change; 0s for quiet queues
         self.telemetry.clock = self.reconciler.clock
         self.store.observers.append(self.telemetry.state_changes)
@@ -215,12 +237,6 @@ class ControlPlane:
         if config.telemetry.dcgm_job_mapping_dir:
             jobmap = DcgmJobMap(Path(config.telemetry.dcgm_job_mapping_dir))
             self.reconciler.after_cycle.append(jobmap.update)
-        self._names: dict[str, tuple[str, str, float | None]] = {}  # serving_state's cache
-        self._started = False
-        self.recovered: dict[str, int] = {}
-        # where the spec came from, so advice can name file lines and queues[i] (build_plane)
-        self.advice_inputs = LintInputs()
-        self.advice_source: str | None = None
 
     def start(self) -> None:
         log.info("GPUs: %s", self.discovery.source)
@@ -229,6 +245,8 @@ class ControlPlane:
         # what the GPUs really have (MIG), before recovery's restores and any placement
         self.reconciler.boot(self.gpus.startup_events(self.store), [])
         self.recovered = recover(self.reconciler, self.store, self.containment)
+        # the operator's drains and maintenance windows, after the restores they may notice
+        self.reconciler.boot(maintenance.boot_events(self.store), [])
         self.reconciler.start()
         self._started = True
         self.gpus.start_watch(self._holders)
@@ -281,6 +299,7 @@ class ControlPlane:
                 raise AccessError("only the admin may submit on behalf of another tenant")
             tenant = req.tenant
         self._check_queue(req, tenant)
+        self._check_pty(req)
         serving_gang_problem(req)
         req = req.with_cpu_default()
         try:
@@ -299,20 +318,35 @@ class ControlPlane:
         """Jobs run on this machine: a ``cwd`` its user could not enter fails at submit, not at
         launch (Ray runs them elsewhere: checked there). Asked as that user (``can_enter``):
         the same answer for "missing" and "not yours", so a submit cannot probe through the
-        server's root which private directories exist."""
-        if req.cwd is None or not isinstance(self.executor, LocalExecutor):
-            return
+        server's root which private directories exist. So is a container image."""
         who = self.config.run_as_for(tenant)
+        local = isinstance(self.executor, LocalExecutor)
+        if req.container is not None:
+            problem = container_problem(req.container, req.cwd, who, self.data_dir, local)
+            if problem is not None:
+                raise InvalidField(("body", problem[0]), problem[1])
+        if req.cwd is None or not local:
+            return
         if not can_enter(req.cwd, who):
             user = f"the job's user ({who.user})" if who is not None else "the server's user"
             raise InvalidField(("body", "cwd"), f"{req.cwd} is not a directory {user} can enter")
+
+    def _check_pty(self, req: SubmitRequest) -> None:
+        """A pty job's terminal is served from its attempt directory on the machine where it
+        runs, which the server reaches only when that is this one (the local executor)."""
+        if req.pty and not isinstance(self.executor, LocalExecutor):
+            raise InvalidField(
+                ("body", "pty"),
+                "a pty job's terminal is served from this machine, and this server's executor "
+                "runs jobs on other nodes: submit it without pty (a batch job)",
+            )
 
     def _check_queue(self, req: SubmitRequest, tenant: str) -> None:
         """Queues owned by a configured tenant take that tenant's jobs only (and the admin's)."""
         if not req.queue or tenant == ADMIN:
             return
         q = self.cluster.queues.get(req.queue)
-        if q is not None and q.tenant in self.config.tenants and q.tenant != tenant:
+        if q is not None and q.tenant in self.config.current_tenants() and q.tenant != tenant:
             raise AccessError(f"queue '{req.queue}' belongs to tenant '{q.tenant}'")
 
     def cancel(self, job_id: str, tenant: str) -> str:

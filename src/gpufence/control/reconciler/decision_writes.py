@@ -84,6 +84,15 @@ def write_notice(ctx: WriteContext, tx: JobTx, d: Notice, now: float, act: Pendi
 def write_stop(ctx: WriteContext, tx: JobTx, d: Stop, now: float, act: Pending) -> None:
     live = ctx.live.get(d.job_id)
     tx.log(now, d.job_id, "stop", str(d.reason), d.message)
+    core = ctx.scheduler.jobs().get(d.job_id)
+    if core is not None and core.state in st.TERMINAL:
+        # its processes exited during its notice and the core ended it in the same step (a
+        # time limit's notice is not requeued): nothing is left to stop and no JobStopped will
+        # come, so the job ends here, not in `stopping` for good
+        tx.set_job(d.job_id, state=core.state, reason=str(d.reason), message=d.message)
+        tx.set_job(d.job_id, ended_at=now)
+        ctx.telemetry.stopped(str(d.reason), d.requeue)
+        return
     tx.set_job(d.job_id, state=st.STOPPING, reason=str(d.reason), message=d.message)
     if live is not None:
         live.stopping, live.requeue = True, d.requeue

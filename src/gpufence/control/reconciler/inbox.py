@@ -62,13 +62,26 @@ class InvalidField(ValueError):
         self.loc = loc
 
 
+class NotPermitted(PermissionError):
+    """The caller may not make this change to its job (HTTP 403): the message names the rule
+    and who may (``update_writes``)."""
+
+
 @dataclass(slots=True)
 class Action:
-    """Hold or release a pending job (``job_actions.py``); answered with its new state."""
+    """Hold, release or update a job (``job_actions.py``, ``update_routes.py``); answered with
+    its state."""
 
     job_id: str
-    kind: str  # "hold" | "release"
+    kind: str  # "hold" | "release" | "update"
     future: Future[str]
+    by: str = ""  # the caller's tenant ("admin" for the admin token)
+    changes: dict[str, Any] = field(default_factory=dict)  # an update's (jobupdate.FIELDS)
+
+
+class TenantRemoved(PermissionError):
+    """A submit of a tenant the admin removed after its token was checked (HTTP 403): tenant
+    removal and submits are both written on the reconciler thread, so none slips in after."""
 
 
 class PendingCapReached(ValueError):

@@ -30,6 +30,7 @@ from gpufence.control.reconciler.inbox import (
     PendingCapReached,
     Staged,
     Submit,
+    TenantRemoved,
 )
 from gpufence.control.reconciler.job_writes import insert_job, prepare, write_array
 from gpufence.control.store import database as st
@@ -81,6 +82,8 @@ def write_submit(ctx: WriteContext, tx: JobTx, it: Submit, now: float, staged: S
             replay(ctx, tx, it, it.key, digest, staged)
             return
     # a request these raise on is undone with its savepoint (see Reconciler._inbox_tx)
+    if ctx.config.accounts.is_removed(it.tenant):
+        raise TenantRemoved(f"tenant {it.tenant} was removed by the admin")
     check_pending_cap(ctx, tx, it.tenant, req)
     full = tx.submit_refusal()
     if full is not None:

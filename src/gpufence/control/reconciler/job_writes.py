@@ -5,7 +5,8 @@ name (unique per tenant among jobs not ended), resolves ``after_*`` references (
 ids — a reference to no job of the tenant is a 422 naming the field — and tells the core how
 parents it no longer tracks ended (``OutcomeKnown``: they finished before a restart).
 ``write_array`` inserts one job per index of an array. ``write_action`` holds or releases a
-pending job; ``write_cancel_decision`` persists a dependent the core cancelled.
+pending job (or hands an update to ``update_writes``); ``write_cancel_decision`` persists a
+dependent the core cancelled.
 """
 
 from __future__ import annotations
@@ -16,18 +17,20 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from gpufence.control.base.arrays import parse_array
-from gpufence.control.base.config import core_tenant
+from gpufence.control.base.config import ADMIN, core_tenant
 from gpufence.control.base.jobspec import MAX_DEPENDENCIES, ArrayTask, SubmitRequest, escape
 from gpufence.control.reconciler.inbox import (
     Action,
     CancelError,
     Home,
     InvalidField,
+    NotPermitted,
     Staged,
     Submit,
     SubmitResult,
     reply,
 )
+from gpufence.control.reconciler.update_writes import write_update
 from gpufence.control.store import database as st
 from gpufence.control.store import names as job_names
 from gpufence.model.decisions import Cancel
@@ -173,7 +176,7 @@ def insert_job(
     rewrites only the homes the prediction got wrong (``Reconciler._save``), not every new
     row (an UPDATE of each job's row and indexes, as costly as its insert)."""
     jid = tx.next_id()
-    job = req.to_job(jid, now, core_tenant(tenant))
+    job = req.to_job(jid, now, core_tenant(tenant), held_by=tenant)
     asked = (req.partition, req.queue)
     home = predicted_home(ctx, job)
     what = job.request.describe()
@@ -191,7 +194,7 @@ def insert_job(
     assert added == jid
     staged.homes.append(Home(jid, home, asked))
     if req.hold:
-        tx.set_job(jid, held=1)
+        tx.set_job(jid, held=1, held_by=tenant)
     tx.log(now, jid, "submitted", "", f"by {tenant}: {what}")
     if not defer_event:
         staged.events.append(JobSubmitted(job))
@@ -226,30 +229,40 @@ def predicted_home(ctx: WriteContext, job: Job) -> tuple[str, str]:
 
 
 def write_action(ctx: WriteContext, tx: JobTx, it: Action, now: float, staged: Staged) -> None:
+    if it.kind == "update":
+        write_update(ctx, tx, it, now, staged)
+        return
     core = ctx.scheduler.jobs().get(it.job_id)
     row = tx.job(it.job_id)
     if core is None or core.state is not JobState.PENDING or row.state != st.PENDING:
+        fix = (
+            "; a running job keeps its GPUs until it ends: cancel it, or lower its time "
+            f"limit (gpufence update {it.job_id} --time-limit ...)"
+            if row.state in (st.STARTING, st.RUNNING)
+            else ""
+        )
+        only = f"only pending jobs can be {_DONE[it.kind]}"
         staged.replies.append(
-            (
-                it.future,
-                CancelError(
-                    f"job {it.job_id} is {row.state}: only pending jobs can be {_DONE[it.kind]}"
-                ),
-            )
+            (it.future, CancelError(f"job {it.job_id} is {row.state}: {only}{fix}"))
         )
         return
+    by = it.by or ADMIN
     if it.kind == "hold":
         if not row.held:
-            tx.set_job(it.job_id, held=1)
-            tx.log(now, it.job_id, "hold", "held", "held by the user")
-            staged.events.append(JobHeld(it.job_id))
+            tx.set_job(it.job_id, held=1, held_by=by)
+            tx.log(now, it.job_id, "hold", "held", f"held by {by}")
+            staged.events.append(JobHeld(it.job_id, by))
         staged.replies.append((it.future, st.PENDING))
         return
     if not row.held:
         staged.replies.append((it.future, CancelError(f"job {it.job_id} is not held")))
         return
-    tx.set_job(it.job_id, held=0)
-    tx.log(now, it.job_id, "release", "", "released by the user")
+    if row.held_by == ADMIN and by != ADMIN:  # as Slurm's admin hold: the admin releases it
+        refusal = NotPermitted(f"job {it.job_id} was held by the admin: only the admin releases it")
+        staged.replies.append((it.future, refusal))
+        return
+    tx.set_job(it.job_id, held=0, held_by="")
+    tx.log(now, it.job_id, "release", "", f"released by {by}")
     staged.events.append(JobReleased(it.job_id))
     staged.replies.append((it.future, st.PENDING))
 

@@ -17,8 +17,10 @@ from pathlib import Path
 from gpufence.control.base.config import ControlConfig
 from gpufence.control.base.executor import Launch, Limits, Member
 from gpufence.control.base.jobdirs import JOBS_DIR
-from gpufence.control.base.jobspec import SubmitRequest
+from gpufence.control.base.jobspec import DEFAULT_PTY_GRACE_S, SubmitRequest
 from gpufence.control.base.memberenv import inherited_env
+from gpufence.control.base.sifcache import IMAGES_DIR
+from gpufence.control.base.slurmenv import slurm_job_env
 from gpufence.model.hardware import Node
 from gpufence.model.partition import DEFAULT_LOG_LIMIT, Partition
 
@@ -52,6 +54,8 @@ def launch_for(
     env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
     env.update(spec.env)
     env.update(spec.array_env())  # GPUFENCE_ARRAY_TASK_ID / _JOB_ID of an array task
+    # SLURM_JOB_ID and the others a batch script reads, twins of the GPUFENCE_* ones
+    env.update(slurm_job_env(job_id, spec, partition.name if partition else spec.partition))
     return Launch(
         job_id=job_id,
         attempt=attempt,
@@ -61,6 +65,8 @@ def launch_for(
         attempt_dir=jdir / f"attempt-{attempt}",
         checkpoint_dir=jdir / "checkpoints",
         cwd=Path(spec.cwd) if spec.cwd else None,
+        container=Path(spec.container) if spec.container else None,
+        image_cache=data_dir / IMAGES_DIR if spec.container else None,
         run_as=config.run_as_for(tenant),
         limits=Limits(
             cpus=spec.cpus if spec.cpus is not None else cpus,
@@ -73,7 +79,16 @@ def launch_for(
                 if asked is None
             ),
         ),
+        pty_grace_s=pty_grace(spec),
     )
+
+
+def pty_grace(spec: SubmitRequest) -> float | None:
+    """A pty job's grace (``Launch.pty_grace_s``: its command runs on a terminal served by a
+    host the launcher forks, ``base/ptyhost.py``); None for any other job."""
+    if not spec.pty:
+        return None
+    return spec.pty_grace_s if spec.pty_grace_s is not None else DEFAULT_PTY_GRACE_S
 
 
 def default_limits(spec: SubmitRequest, nodes: Sequence[Node]) -> tuple[float | None, int | None]:

@@ -36,7 +36,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from gpufence.control.base import failpoints
 from gpufence.control.base.config import ControlConfig
@@ -187,10 +187,12 @@ class Reconciler:
         self.gather.arrived(self._inbox.qsize)
         return fut
 
-    def action(self, job_id: str, kind: str) -> Future[str]:
-        """Hold or release a pending job (``job_writes.write_action``)."""
+    def action(
+        self, job_id: str, kind: str, by: str = "", changes: dict[str, Any] | None = None
+    ) -> Future[str]:
+        """Hold, release or update a job (``job_writes.write_action``); ``by``: who asks."""
         fut: Future[str] = Future()
-        self._inbox.put(Action(job_id, kind, fut))
+        self._inbox.put(Action(job_id, kind, fut, by, changes or {}))
         return fut
 
     def call(self, fn: Callable[[Reconciler], T]) -> Future[T]:

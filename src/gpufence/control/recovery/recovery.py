@@ -362,7 +362,9 @@ def _recover_pending(
             found.events.append(OutcomeKnown(row.id, st.DONE))  # for its dependents
             return
     found.events.append(
-        JobSubmitted(spec.to_job(row.id, row.submitted_at, core_tenant(row.tenant), held=row.held))
+        JobSubmitted(
+            spec.to_job(row.id, row.submitted_at, core_tenant(row.tenant), row.held, row.held_by)
+        )
     )
     found.parents.update(p for _kind, p in spec.dependencies())
     found.counts["pending"] += 1

@@ -161,6 +161,69 @@ MIGRATIONS: tuple[str, ...] = (
     """
     CREATE INDEX jobs_pending_tenant ON jobs(tenant) WHERE state = 'pending';
     """,
+    # accounts and QOS changed at run time by the admin (issue 32): tenants added or removed
+    # over the cluster YAML's, API tokens (only their SHA-256 digests), queues' weight and
+    # quota, and the audit trail of every such change (who, what, when, old -> new)
+    """
+    CREATE TABLE tenants (
+        name TEXT PRIMARY KEY,
+        removed INTEGER NOT NULL DEFAULT 0,  -- 1: removed (a YAML tenant too) until added again
+        run_as TEXT,                         -- its jobs' Unix user (NULL: as the YAML's get one)
+        allow_root INTEGER NOT NULL DEFAULT 0,
+        at REAL NOT NULL
+    );
+    CREATE TABLE tokens (
+        id TEXT PRIMARY KEY,
+        tenant TEXT NOT NULL,
+        digest TEXT NOT NULL UNIQUE,         -- sha256 hex of the secret; the secret is not kept
+        created_at REAL NOT NULL,
+        expires_at REAL,
+        revoked_at REAL,
+        replaced_by TEXT                     -- rotate: the token that took its place
+    );
+    CREATE INDEX tokens_tenant ON tokens(tenant);
+    CREATE TABLE queue_settings (
+        queue TEXT PRIMARY KEY,
+        weight REAL,                         -- NULL: the YAML's
+        quota_set INTEGER NOT NULL DEFAULT 0,  -- 1: nominal_milli overrides the YAML's
+        nominal_milli INTEGER,               -- with quota_set, NULL means no quota
+        at REAL NOT NULL
+    );
+    CREATE TABLE audit (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        t REAL NOT NULL,
+        actor TEXT NOT NULL,
+        action TEXT NOT NULL,
+        target TEXT NOT NULL,
+        old TEXT NOT NULL DEFAULT '',
+        new TEXT NOT NULL DEFAULT ''
+    );
+    """,
+    # 10: drained nodes and maintenance windows (issue 32), the core's events at every start;
+    # times are plane-clock readings (base/plane_clock.py), as every deadline in the store
+    """
+    CREATE TABLE node_drains (
+        node TEXT PRIMARY KEY,
+        reason TEXT NOT NULL,
+        deadline REAL,                    -- running work stopped by then; NULL: it finishes
+        at REAL NOT NULL,
+        by TEXT NOT NULL
+    );
+    CREATE TABLE maintenance (
+        id TEXT PRIMARY KEY,
+        nodes TEXT NOT NULL,              -- node names, comma-separated
+        start REAL NOT NULL,
+        end REAL NOT NULL,
+        reason TEXT NOT NULL,
+        at REAL NOT NULL,
+        by TEXT NOT NULL
+    );
+    """,
+    # 11: who held a job (``gpufence hold``): its pending reason says "held by alice" after a
+    # restart too, and a job the admin held is released by the admin only
+    """
+    ALTER TABLE jobs ADD COLUMN held_by TEXT NOT NULL DEFAULT '';
+    """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -1,7 +1,7 @@
 """The store's own free-space reserve: cancels, exits and reads keep working on a full disk.
 
-Jobs write their logs to the data directory's file system, and a job can fill it faster than
-anything frees it (its log cap is checked ten times a second, ``base/logcap.py``). Space freed by
+Jobs' logs are on the data directory's file system. Each is capped (``base/logcap.py``), but a
+job's own files are not, and other programs share the disk: it fills. Space freed by
 deleting a reserve file would go to whoever writes first -- likely the job. Free pages *inside*
 the database file cannot: SQLite takes a new page from its own free list before it grows the
 file, so a transaction that fits in the free list writes over blocks the file already has and

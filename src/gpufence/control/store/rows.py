@@ -35,6 +35,9 @@ class JobRow:
     """The spec as stored (JSON text): list pages embed it without parsing it."""
     held: bool = False
     """On hold (``gpufence hold``): pending until released."""
+    held_by: str = ""
+    """Who held it (a tenant, or "admin"); "" when not held or held at submit before it was
+    stored."""
 
     def public(self) -> dict[str, Any]:
         return {
@@ -74,7 +77,8 @@ class AttemptRow:
 
 JOB_COLUMNS = (
     "seq, id, tenant, spec, workload_class, partition, queue, state, reason, message, attempt,"
-    " submitted_at, started_at, ended_at, exit_code, cancel_requested, name, gpus, held"
+    " submitted_at, started_at, ended_at, exit_code, cancel_requested, name, gpus, held,"
+    " held_by"
 )
 """In ``JobRow``'s field order: rows are read by position (a page of 1,000 jobs is read in a
 few milliseconds rather than tens)."""
@@ -84,6 +88,7 @@ def job_row(r: sqlite3.Row, parse_spec: bool = True) -> JobRow:
     return JobRow(
         r[0], r[1], r[2], json.loads(r[3]) if parse_spec else {}, r[4], r[5], r[6], r[7], r[8],
         r[9], r[10], r[11], r[12], r[13], r[14], bool(r[15]), r[16], r[17], r[3], bool(r[18]),
+        r[19],
     )  # fmt: skip
 
 

@@ -37,6 +37,7 @@ Policy worth knowing:
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -48,6 +49,12 @@ import time
 from pathlib import Path
 
 from gpufence.control.base import failpoints
+from gpufence.control.base.containers import (
+    ContainerError,
+    missing_runtime,
+    runtime,
+    sandbox_argv,
+)
 from gpufence.control.base.executor import (
     AckCallback,
     ExitCallback,
@@ -69,8 +76,10 @@ from gpufence.control.base.member_records import (
     out_file,
     pid_file,
     pid_record,
+    pty_socket,
 )
 from gpufence.control.base.memberenv import member_envs
+from gpufence.control.base.sifcache import ImageError, unpacked_root
 from gpufence.control.containment.cgroup import ContainmentError, MemberCgroup
 from gpufence.control.containment.forkserver import ForkServer, ForkServerError
 from gpufence.control.containment.members import Containment, launcher_args
@@ -143,6 +152,7 @@ class LocalExecutor(AttemptWatcher):
                 raise LaunchError(f"attempt {launch.attempt} of job {launch.job_id} is running")
             self._starting.add(key)
         try:
+            launch = unpacked_launch(launch, self._images_in_use())
             members = self._spawn(launch)
         except BaseException:
             with self._lock:
@@ -281,6 +291,11 @@ class LocalExecutor(AttemptWatcher):
         if self.containment is not None:
             self.containment.release()
 
+    def _images_in_use(self) -> set[Path]:
+        """The unpacked images of this executor's running attempts (not to be evicted)."""
+        with self._lock:
+            return {a.launch.container for a in self._attempts.values() if a.launch.container}
+
     # ------------------------------------------------------------------ spawning
     def _spawn(self, launch: Launch) -> list[MemberProcess]:
         adir = launch.attempt_dir.absolute()
@@ -319,6 +334,7 @@ class LocalExecutor(AttemptWatcher):
         removed again if the spawn fails."""
         rank, run_as = member.rank, launch.run_as
         cwd = working_dir(launch)
+        command, monitor = contained_command(launch, member, cwd)  # before anything is taken
         err, pidf = err_file(adir, rank), pid_file(adir, rank)
         ready = self._spares.take() if self._spares is not None else None
         if ready is not None:
@@ -336,16 +352,23 @@ class LocalExecutor(AttemptWatcher):
         # a spare has joined its cgroup already, and its child is told its user and cwd itself
         confine = launcher_args(cg, run_as, cwd) if ready is None else []
         argv = launcher_argv(
-            adir, rank, launch.command, self._caught, confine, log_limit=launch.limits.log_bytes
+            adir,
+            rank,
+            command,
+            self._caught,
+            [*confine, *monitor],
+            log_limit=launch.limits.log_bytes,
+            pty_grace=launch.pty_grace_s,
         )
         try:
             if ready is not None:
                 child = {
-                    "command": list(launch.command),
+                    "command": command,
                     "uid": run_as.uid if run_as is not None else None,
                     "gid": run_as.gid if run_as is not None else None,
                     "groups": list(run_as.groups) if run_as is not None else [],
                     "cwd": str(cwd),
+                    "pty": _terminal(adir, launch.pty_grace_s),
                 }
                 logs = (out_file(adir, rank), err)
                 spare = ready[1]
@@ -411,6 +434,42 @@ def check_launch(launch: Launch) -> None:
         raise LaunchError(f"{where}: working directory {launch.cwd} does not exist")
 
 
+def unpacked_launch(launch: Launch, in_use: set[Path]) -> Launch:
+    """``launch`` with a ``.sif`` container replaced by its unpacked tree (``sifcache``), made
+    as the job's user; any other launch as it is."""
+    image = launch.container
+    if image is None or image.suffix != ".sif":
+        return launch
+    where = f"job {launch.job_id} attempt {launch.attempt}"
+    if launch.image_cache is None:
+        raise LaunchError(f"{where}: a .sif image needs an image cache directory")
+    try:
+        tree = unpacked_root(image, launch.run_as, launch.image_cache, in_use)
+    except (ImageError, OSError) as exc:
+        raise LaunchError(f"{where}: {exc}") from exc
+    return dataclasses.replace(launch, container=tree)
+
+
+def contained_command(launch: Launch, member: Member, cwd: Path) -> tuple[list[str], list[str]]:
+    """(the command to start, launcher options for it): with ``launch.container``, the job's
+    command inside its sandbox (``containers.sandbox_argv``), whose monitor the launcher sees
+    past (``--runtime-monitor``); else the job's command as it is."""
+    if launch.container is None:
+        return list(launch.command), []
+    where = f"job {launch.job_id} rank {member.rank}"
+    bwrap = runtime()
+    if bwrap is None:
+        raise LaunchError(f"{where}: {missing_runtime()}")
+    binds = [launch.attempt_dir, launch.checkpoint_dir, cwd]
+    if member.share is not None and member.share.mps_pipe_dir is not None:
+        binds.append(Path(member.share.mps_pipe_dir))
+    try:
+        sandbox = sandbox_argv(launch.container, binds, member.device_nodes, cwd, bwrap)
+    except ContainerError as exc:
+        raise LaunchError(f"{where}: {exc}") from exc
+    return [*sandbox, *launch.command], ["--runtime-monitor", "1"]
+
+
 def _cpu_seconds(members: list[MemberProcess]) -> float:
     """CPU seconds of members: their cgroups', else their process groups' (live processes)."""
     per_group = group_cpu_by_pgid({m.pid for m in members if m.cgroup is None and m.pid > 1})
@@ -430,3 +489,9 @@ def _free_port() -> int:
 
 def _notice_path(launch: Launch) -> Path:
     return launch.attempt_dir / NOTICE_FILE
+
+
+def _terminal(adir: Path, grace: float | None) -> list[str | float] | None:
+    """A pre-started member's ``pty`` (its child is then the job's terminal host: the
+    launcher's ``--pty-grace``): [socket, grace], or None for a job without a terminal."""
+    return None if grace is None else [str(pty_socket(adir)), grace]

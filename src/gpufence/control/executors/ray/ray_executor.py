@@ -177,6 +177,8 @@ class RayExecutor(NodeHealth):
 
     def start(self, launch: Launch) -> None:
         check_launch(launch)
+        if launch.container is not None:  # refused at submit; a stored one must not run bare
+            raise LaunchError(f"job {launch.job_id}: --container runs with the local executor only")
         key = (launch.job_id, launch.attempt)
         members = sorted(launch.members, key=lambda m: m.rank)
         with self._lock:

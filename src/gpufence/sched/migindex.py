@@ -1,0 +1,107 @@
+"""The GPUs of a dynamic-MIG pool that may be re-cut now, grouped by what they hold.
+
+A re-cut choice depends on a GPU's model, its running instances and its idle ones (``migdyn``);
+many GPUs share those, so the choice is ranked once per group, not once per GPU. The groups are
+kept current from the ledger's node log (only the GPUs of nodes that changed are looked at
+again), so a placement cycle that asks about a 400-GPU pool pays for the few GPUs that changed.
+"""
+
+from __future__ import annotations
+
+from bisect import insort
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from gpufence.model import mig as migmod
+from gpufence.sched.context import Core
+
+# (MIG model, running instances sorted by start, idle instances sorted by start)
+Sig = tuple[str, tuple[migmod.MigInstance, ...], tuple[migmod.MigInstance, ...]]
+
+
+@dataclass(slots=True)
+class PoolIndex:
+    epoch: int = -1
+    pos: int = 0
+    version: int = -1  # the pool's ledger version when last brought up to date
+    sig_of: dict[int, int] = field(default_factory=dict)  # re-cuttable GPU -> its group
+    groups: dict[int, list[int]] = field(default_factory=dict)  # group -> its GPUs, ascending
+    # groups are numbered once (hashing a signature is dear; a number is not)
+    ids: dict[Sig, int] = field(default_factory=dict)
+    sigs: list[Sig] = field(default_factory=list)
+    ranks: dict[object, object] = field(default_factory=dict)  # derived from a group alone
+    memo: dict[object, object] = field(default_factory=dict)  # emptied when the index changes
+    seen: dict[int, Sig | None] = field(default_factory=dict)  # GPU -> the signature placed
+
+
+def _sorted(instances: list[migmod.MigInstance]) -> tuple[migmod.MigInstance, ...]:
+    return tuple(sorted(instances, key=lambda i: (i.start, i.profile)))
+
+
+def _sig(core: Core, pending: Mapping[int, object], g: int) -> Sig | None:
+    led = core.ledger
+    if g in pending or not led.gpu_usable(g):
+        return None
+    st = led.mig[g]
+    sig = st.memo.get("sig")  # (the GPU's memo is emptied when its instances or jobs change)
+    if sig is None:
+        model = core.cluster.gpu_type_of(g).mig_model
+        assert model is not None
+        running = [i for i, o in zip(st.instances, st.occupant, strict=True) if o is not None]
+        idle = [i for i, o in zip(st.instances, st.occupant, strict=True) if o is None]
+        sig = st.memo["sig"] = (model, _sorted(running), _sorted(idle))
+    return sig  # type: ignore[return-value]
+
+
+def _place(ix: PoolIndex, g: int, sig: Sig | None) -> None:
+    if g in ix.seen and ix.seen[g] is sig:  # the GPU's memo gave the same object: unchanged
+        return
+    ix.seen[g] = sig
+    old = ix.sig_of.pop(g, None)
+    if old is not None:
+        members = ix.groups[old]
+        members.remove(g)
+        if not members:
+            del ix.groups[old]
+    if sig is not None:
+        sid = ix.ids.get(sig)
+        if sid is None:
+            sid = ix.ids[sig] = len(ix.sigs)
+            ix.sigs.append(sig)
+        ix.sig_of[g] = sid
+        insort(ix.groups.setdefault(sid, []), g)
+
+
+def refresh(core: Core, ix: PoolIndex, pool: str, pending: Mapping[int, object]) -> PoolIndex:
+    """``ix`` brought up to date with the ledger (a GPU enters or leaves ``pending`` only
+    together with a ledger change on it)."""
+    led = core.ledger
+    log = led.node_log
+    if ix.epoch != led.log_epoch:
+        ix = PoolIndex(led.log_epoch, len(log), led.pool_version[pool])
+        for g in core.cluster.partition_gpus[pool]:
+            _place(ix, g, _sig(core, pending, g))
+        return ix
+    if ix.pos == len(log):
+        return ix
+    version = led.pool_version[pool]
+    if version == ix.version:  # the log grew with other pools' changes only
+        ix.pos = len(log)
+        return ix
+    ix.version = version
+    npg = core.cluster.node_partition_gpus
+    for node in dict.fromkeys(log[ix.pos :]):
+        gids = npg.get((pool, node), ())
+        if gids:
+            ix.memo.clear()
+        for g in gids:
+            _place(ix, g, _sig(core, pending, g))
+    ix.pos = len(log)
+    return ix
+
+
+def running_jobs(core: Core, g: int) -> list[tuple[migmod.MigInstance, str]]:
+    """The instances jobs run on, by start, with their jobs (for the pending reason)."""
+    st = core.ledger.mig[g]
+    held = [(i, o) for i, o in zip(st.instances, st.occupant, strict=True) if o is not None]
+    return sorted(held, key=lambda io: (io[0].start, io[0].profile))

@@ -1,0 +1,54 @@
+"""bench/mig_churn.py: the smallest-fit baseline follows its rule, gpufence keeps room for a
+4g beside a running 1g, and the figures count withdrawn requests at their patience."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+
+import mig_churn as mc
+
+
+def _args(*extra: str):  # type: ignore[no-untyped-def]
+    return mc.parse_args(["--gpus", "1", "--delay", "30", *extra])
+
+
+def test_smallest_fit_takes_the_lowest_start_and_strands_the_4g() -> None:
+    reqs = [
+        mc.Request("a", "1g", 0.0, 1000.0, 7200.0),
+        mc.Request("b", "4g", 10.0, 100.0, 7200.0),
+    ]
+    base = mc.smallest_fit(_args(), reqs)
+    assert base == {"a": 0.0, "b": 1000.0}  # 1g@0 sits on the only 4g start until it ends
+    ours = mc.gpufence(_args(), reqs)
+    # uncut GPU: a re-cut for a (t=0..30), then one around a for b (30..60): 4g@0 beside 1g@6
+    assert ours == {"a": 30.0, "b": 60.0}
+
+
+def test_a_request_that_never_starts_counts_its_patience() -> None:
+    reqs = [
+        mc.Request("a", "7g", 0.0, 5000.0, 7200.0),
+        mc.Request("b", "7g", 1.0, 10.0, 600.0),
+    ]
+    started = mc.smallest_fit(_args(), reqs)
+    assert started == {"a": 0.0}
+    f = mc.figures(reqs, started, ("7g",))
+    assert (f.requests, f.accepted, f.p95_wait_s) == (2, 1, 600.0)
+    assert f.work_h == 7 * 5000 / 3600
+
+
+def test_the_stream_is_seeded() -> None:
+    a = mc.stream(mc.parse_args(["--gpus", "4", "--hours", "2", "--seed", "5"]))
+    b = mc.stream(mc.parse_args(["--gpus", "4", "--hours", "2", "--seed", "5"]))
+    assert a == b and len(a) > 10
+
+
+def test_the_bound_is_the_work_of_every_request_over_the_baselines() -> None:
+    reqs = [
+        mc.Request("a", "7g", 0.0, 3600.0, 7200.0),
+        mc.Request("b", "1g", 1.0, 3600.0, 60.0),
+    ]
+    base = mc.figures(reqs, {"a": 0.0}, mc.SIZES)  # b withdrawn
+    assert mc.accepted_bound(reqs, base) == 8 / 7
