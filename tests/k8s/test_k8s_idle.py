@@ -6,7 +6,8 @@ a Notice Event) and the release (a Preempted Event and a ``policy/v1`` eviction)
 
 The API server writes an audit log; the scheduler runs as deploy/'s ServiceAccount (its token
 from the TokenRequest API, its grants deploy/'s RBAC alone), so its writes are read back from the
-log in the order the API server took them.
+log in the order the API server took them. deploy/07-notice-policy.yaml is in force: the
+scheduler's notices pass it, a tenant's forged or removed notice does not.
 """
 
 from __future__ import annotations
@@ -383,4 +384,79 @@ def test_k8s_dcgm_utilisation_through_prometheus_keeps_a_busy_notebook(
         "event",
         "event",
         "eviction",
+    ]
+
+
+# -- who may write the notice (deploy/07-notice-policy.yaml) ---------------------------------
+
+FORGED = "gpufence.io/notice is set, changed and removed only by the gpufence scheduler"
+
+
+def tenant_token(kc: KubeCluster, ns: str) -> str:
+    """A tenant's identity: a ServiceAccount of its namespace that may create and patch pods
+    there (what a notebook's pod runs as), its token from the TokenRequest API."""
+    k.ok(kc, "POST", f"/api/v1/namespaces/{ns}/serviceaccounts", {"metadata": {"name": "nb"}}, 201)
+    rules = [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "create", "patch"]}]
+    rbac = f"/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}"
+    k.ok(kc, "POST", f"{rbac}/roles", {"metadata": {"name": "nb"}, "rules": rules}, 201)
+    binding = {
+        "metadata": {"name": "nb"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "nb"},
+        "subjects": [{"kind": "ServiceAccount", "name": "nb", "namespace": ns}],
+    }
+    k.ok(kc, "POST", f"{rbac}/rolebindings", binding, 201)
+    req = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}}
+    got = k.ok(kc, "POST", f"/api/v1/namespaces/{ns}/serviceaccounts/nb/token", req, 201)
+    return str(got["status"]["token"])
+
+
+def _create_noticed(idle: Idle, token: str) -> tuple[int, Any]:
+    body = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": k.name("probe"), "annotations": {NOTICE: "idle 1"}},
+        "spec": {"schedulerName": "nobody", "containers": [{"name": "m", "image": "busybox"}]},
+    }
+    return idle.kc.request("POST", f"/api/v1/namespaces/{idle.ns}/pods", body, token=token)
+
+
+def test_k8s_a_tenant_cannot_forge_or_remove_a_notice_the_scheduler_writes(idle: Idle) -> None:
+    token = tenant_token(idle.kc, idle.ns)
+    # the policy is in force once the API server has loaded it
+    status, body = k.wait(
+        "the policy in force",
+        lambda: (r := _create_noticed(idle, token))[0] != 201 and r,
+        30,
+        every=0.5,
+    )
+    assert status == 403 and FORGED in json.dumps(body), body
+    idle.start()
+    nb = idle.notebook("nb")
+    idle.running(nb)
+
+    def patch(annotations: dict[str, str | None]) -> tuple[int, Any]:
+        path = f"/api/v1/namespaces/{idle.ns}/pods/{nb}"
+        body = {"metadata": {"annotations": annotations}}
+        return idle.kc.request("PATCH", path, body, token=token, content_type=k.MERGE)
+
+    status, body = patch({NOTICE: "incident-preemption 1"})  # a forged notice
+    assert status == 403 and FORGED in body["message"], body
+    assert not idle.annotation(nb, NOTICE)
+    # the scheduler's own notice passes the same policy
+    value = k.wait("the idle warning", lambda: idle.annotation(nb, NOTICE), IDLE_AFTER + 15)
+    assert value.startswith("idle "), value
+    for forged in (None, "idle 99999999999"):  # removed, or its deadline moved
+        status, body = patch({NOTICE: forged})
+        assert status == 403 and FORGED in body["message"], (forged, body)
+        assert idle.annotation(nb, NOTICE) == value
+    # what the tenant answers with stays its own to write
+    assert patch({"gpufence.io/checkpointed": value})[0] == 200
+    assert patch({ACTIVITY: f"0.9 {time.time():.0f}"})[0] == 200
+    k.wait("the warning withdrawn", lambda: not idle.annotation(nb, NOTICE), WARNING)
+    assert not idle.evicted(nb)
+    assert idle.writes(nb)[1:] == [
+        ("annotate", NOTICE, "idle"),
+        ("event", "Notice"),
+        ("annotate", NOTICE, "None"),
+        ("event", "Notice"),
     ]
