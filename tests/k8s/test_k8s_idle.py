@@ -203,7 +203,9 @@ def test_k8s_an_idle_notebook_is_warned_then_released_and_one_without_reclaim_is
     value = k.wait("the idle warning", lambda: idle.annotation(nb, NOTICE), IDLE_AFTER + 15)
     reason, deadline = value.split(" ")
     assert reason == "idle", value
-    assert abs(float(deadline) - (bound_at + IDLE_AFTER + WARNING)) < 4, value
+    # warned once idle for IDLE_AFTER (not before), released WARNING later (a loaded machine
+    # may run the cycle late, never early)
+    assert -1 <= float(deadline) - (bound_at + IDLE_AFTER + WARNING) < 10, value
     notice = k.wait(
         "the Notice event",
         lambda: [e for e in k.events(idle.kc, idle.ns, nb) if e.get("reason") == "Notice"],
@@ -267,7 +269,7 @@ def test_k8s_an_idle_warning_is_withdrawn_when_the_notebook_is_active_again(idle
     idle.running(nb)
     k.wait("the idle warning", lambda: idle.annotation(nb, NOTICE), IDLE_AFTER + 15)
     with Sidecar(idle, nb, 0.9):
-        k.wait("the warning withdrawn", lambda: not idle.annotation(nb, NOTICE), WARNING)
+        k.wait("the warning withdrawn", lambda: not idle.annotation(nb, NOTICE), WARNING + 5)
         time.sleep(WARNING + 2)
         assert not idle.evicted(nb)
     assert idle.logged(nb, 5) == [
@@ -458,7 +460,7 @@ def test_k8s_a_tenant_cannot_forge_or_remove_a_notice_the_scheduler_writes(idle:
     # what the tenant answers with stays its own to write
     assert patch({"gpufence.io/checkpointed": value})[0] == 200
     assert patch({ACTIVITY: f"0.9 {time.time():.0f}"})[0] == 200
-    k.wait("the warning withdrawn", lambda: not idle.annotation(nb, NOTICE), WARNING)
+    k.wait("the warning withdrawn", lambda: not idle.annotation(nb, NOTICE), WARNING + 5)
     assert not idle.evicted(nb)
     assert idle.logged(nb, 5)[1:] == [
         ("annotate", NOTICE, "idle"),
