@@ -107,7 +107,12 @@ class WriteLog:
         self._stop.set()
 
     def since(self, mark: int, pods: set[str]) -> list[tuple[str, str]]:
+        """The writes to ``pods`` after ``mark`` (see ``seen``: wait for the last first)."""
         return [w for w in self.writes[mark:] if w[1] in pods]
+
+    def seen(self, write: tuple[str, str], timeout: float = 10.0) -> None:
+        """Wait until the watch saw ``write`` (what the caller already saw by polling)."""
+        k.wait(f"the watch to see {write}", lambda: write in self.writes, timeout)
 
 
 @pytest.fixture
@@ -232,6 +237,7 @@ def test_k8s_a_serving_surge_reclaims_the_fewest_lent_pods_that_cover_it(lent: F
     assert not f.terminating("b1")  # nothing is stopped before the checkpoint
     f.ack("b1")
     assert f.env.bound(sv1, 30) == serving_node
+    f.log.seen(("bind", sv1))
     everyone = {*b, sv1}
     assert f.log.since(mark, everyone) == [
         ("notice", "b1"),
@@ -268,5 +274,6 @@ def test_k8s_a_borrower_that_never_acks_is_evicted_at_the_lending_rules_deadline
     k.wait("b1 evicted", lambda: f.terminating(b1), 30)
     assert time.time() >= deadline - 1  # not before its deadline, without an ack
     f.env.bound(sv1, 30)
+    f.log.seen(("bind", sv1))
     writes = [("notice", b1), ("evict", b1), ("delete", b1), ("bind", sv1)]
     assert f.log.since(mark, {b1, sv1}) == writes
