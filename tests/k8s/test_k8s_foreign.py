@@ -27,7 +27,7 @@ partitions:
     node_selector: {{test.gpufence.io/run: {run}, gpufence.io/fence: serving}}
     admits: [serving]
     preemption: {{mode: incident-only, from: [training], budget: 4, window_s: 3600,
-                 min_runtime_s: 0, grace_s: 120}}
+                 min_runtime_s: 0, grace_s: {grace}}}
   training:
     node_selector: {{test.gpufence.io/run: {run}, gpufence.io/fence: training}}
     admits: [training, batch]
@@ -48,11 +48,11 @@ class Shared:
     """A serving fence (one 2-GPU node) held by sv0 and a training fence (one 4-GPU node) whose
     GPUs pods of another scheduler hold, bound by the test as that scheduler would."""
 
-    def __init__(self, kc: KubeCluster, kubelet: FakeKubelet, tmp: Path) -> None:
+    def __init__(self, kc: KubeCluster, kubelet: FakeKubelet, tmp: Path, grace: int) -> None:
         run = f"r{secrets.token_hex(3)}"
         sched = f"gpufence-{run}"
         config = tmp / "cluster.yaml"
-        config.write_text(FENCES.format(run=run, sched=sched))
+        config.write_text(FENCES.format(run=run, sched=sched, grace=grace))
         self.env = Env(kc, k.namespace(kc, f"ns-{run}"), run, sched, config, tmp, [])
         self.kc, self.ns, self.run = kc, self.env.ns, run
         for fence, gpus in (("serving", 2), ("training", 4)):
@@ -104,7 +104,7 @@ class Shared:
 
 @pytest.fixture
 def shared(k8s_cluster: KubeCluster, kubelet: FakeKubelet, tmp_path: Path) -> Iterator[Shared]:
-    s = Shared(k8s_cluster, kubelet, tmp_path)
+    s = Shared(k8s_cluster, kubelet, tmp_path, grace=120)
     try:
         yield s
     finally:
@@ -154,3 +154,34 @@ def test_k8s_an_opted_in_foreign_pod_is_a_checkpointable_victim(shared: Shared) 
     ]
     assert not s.annotation(kube, NOTICE)
     assert not (s.pod(kube).get("metadata") or {}).get("deletionTimestamp")
+
+
+@pytest.fixture
+def hurried(k8s_cluster: KubeCluster, kubelet: FakeKubelet, tmp_path: Path) -> Iterator[Shared]:
+    s = Shared(k8s_cluster, kubelet, tmp_path, grace=6)
+    try:
+        yield s
+    finally:
+        s.close()
+
+
+def test_k8s_an_opted_in_foreign_pod_that_never_acks_is_evicted_at_the_deadline(
+    hurried: Shared,
+) -> None:
+    s = hurried
+    opt = s.foreign("opt", gpus=4, labels=OPT_IN)
+    s.start()
+    mark = len(s.log.writes)
+    sv1 = s.env.pod("sv1", gpus=2, labels=SERVING)
+    value = k.wait("the notice on opt", lambda: s.annotation(opt, NOTICE), 40)
+    deadline = float(value.split(" ")[1])
+    k.wait("opt evicted", lambda: (s.pod(opt).get("metadata") or {}).get("deletionTimestamp"), 40)
+    assert time.time() >= deadline - 1  # not before its deadline
+    assert s.env.bound(sv1, 40) == f"{s.run}-training"
+    s.log.seen(("bind", sv1))
+    assert s.log.since(mark, {opt, sv1}) == [
+        ("notice", opt),
+        ("evict", opt),
+        ("delete", opt),
+        ("bind", sv1),
+    ]

@@ -39,9 +39,13 @@ partitions:
   training:
     node_selector: {{test.gpufence.io/run: {run}, gpufence.io/fence: training}}
     admits: [training, batch]
+  desks:
+    node_selector: {{test.gpufence.io/run: {run}, gpufence.io/fence: desks}}
+    admits: [interactive]
 queues:
   - {{name: online, partition: serving, tenant: ns-{run}}}
   - {{name: research, partition: training, tenant: ns-{run}}}
+  - {{name: desk, partition: desks, tenant: ns-{run}}}
 """
 NOTICE, ACK, LENT_FROM = "gpufence.io/notice", "gpufence.io/checkpointed", "gpufence.io/lent-from"
 SERVING = {"gpufence.io/class": "serving"}
@@ -122,8 +126,9 @@ def kubelet(k8s_cluster: KubeCluster) -> Iterator[FakeKubelet]:
 
 
 class Fences:
-    """A serving fence of one ``serving_gpus`` node lending to training (``cap``), and a
-    training fence of one ``training_gpus`` node held by ``hold`` (not checkpointable)."""
+    """A serving fence of one ``serving_gpus`` node lending to training (``cap``), a training
+    fence of one 1-GPU node held by ``hold`` (not checkpointable), and a fence of interactive
+    desks (one 1-GPU node held by ``desk``) that serving does not lend to."""
 
     def __init__(
         self,
@@ -141,7 +146,7 @@ class Fences:
         config.write_text(LENDING.format(run=run, sched=sched, cap=cap, deadline=deadline))
         self.env = Env(kc, k.namespace(kc, f"ns-{run}"), run, sched, config, tmp, [])
         self.kc, self.ns, self.run = kc, self.env.ns, run
-        for fence, gpus in (("serving", serving_gpus), ("training", 1)):
+        for fence, gpus in (("serving", serving_gpus), ("training", 1), ("desks", 1)):
             labels = {"test.gpufence.io/run": run, "gpufence.io/fence": fence}
             kubelet.add_nodes([FakeNode(f"{run}-{fence}", gpus=gpus, labels=labels)])
             # (the not-ready taint is lifted here too, as in test_k8s_incident)
@@ -152,6 +157,8 @@ class Fences:
         s.wait_ready()
         self.hold = self.env.pod("hold", gpus=1)
         assert self.env.bound(self.hold) == f"{run}-training"
+        self.desk = self.env.pod("desk", gpus=1, labels={"gpufence.io/class": "interactive"})
+        assert self.env.bound(self.desk) == f"{run}-desks"
 
     def close(self) -> None:
         self.log.close()
@@ -210,9 +217,15 @@ def test_k8s_serving_lends_idle_gpus_to_checkpointable_borrowers_up_to_its_cap(
     b4 = f.borrower("b4", priority=5)
     # a borrower that does not checkpoint is never lent anything
     plain = f.env.pod("plain", gpus=1, annotations={"gpufence.io/priority": "5"})
+    # nor is a checkpointable pod of a fence the rule does not name
+    other = f.env.pod(
+        "other", gpus=1, labels={"gpufence.io/class": "interactive"}, annotations=CKPT
+    )
     why4 = k.wait("b4's reason", lambda: f.reason(b4))
     why_plain = k.wait("plain's reason", lambda: f.reason(plain))
-    assert not k.node_of(f.kc, f.ns, b4) and not k.node_of(f.kc, f.ns, plain)
+    why_other = k.wait("other's reason", lambda: f.reason(other))
+    assert not any(k.node_of(f.kc, f.ns, p) for p in (b4, plain, other))
+    assert why_other == "no-fit: needs 1 free GPU, partition desks has 0 free", why_other
     cap = "serving lends 3 of its 4 idle GPUs (cap 3) to training: no more may be lent"
     assert cap in why4, why4
     assert "to checkpointable jobs only" in why_plain, why_plain
