@@ -63,8 +63,8 @@ class Shared:
         self.log = WriteLog(kc, self.ns)
 
     def start(self) -> None:
-        s = self.env.start(extra=["--lease-namespace", self.ns])
-        s.wait_ready()
+        self.sched = self.env.start(extra=["--lease-namespace", self.ns])
+        self.sched.wait_ready()
         self.sv0 = self.env.pod("sv0", gpus=2, labels=SERVING)
         assert self.env.bound(self.sv0) == f"{self.run}-serving"
 
@@ -154,6 +154,26 @@ def test_k8s_an_opted_in_foreign_pod_is_a_checkpointable_victim(shared: Shared) 
     ]
     assert not s.annotation(kube, NOTICE)
     assert not (s.pod(kube).get("metadata") or {}).get("deletionTimestamp")
+
+
+def test_k8s_a_restart_takes_back_the_notice_on_an_opted_in_foreign_pod(shared: Shared) -> None:
+    """The notice lives on the pod: a scheduler killed between notice and ack adopts the pod
+    again with the same notice (no second one), and its ack still evicts it."""
+    s = shared
+    opt = s.foreign("opt", gpus=4, labels=OPT_IN)
+    s.start()
+    sv1 = s.env.pod("sv1", gpus=2, labels=SERVING)
+    value = k.wait("the notice on opt", lambda: s.annotation(opt, NOTICE), 40)
+    s.sched.kill()
+    s.sched = s.env.start(extra=["--lease-namespace", s.ns])
+    s.sched.wait_ready()
+    time.sleep(3)  # the new leader has rebuilt and taken the pod back
+    assert s.annotation(opt, NOTICE) == value
+    notices = [e for e in k.events(s.kc, s.ns, opt) if e.get("reason") == "Notice"]
+    assert len(notices) == 1, notices
+    patch = {"metadata": {"annotations": {ACK: value}}}
+    k.ok(s.kc, "PATCH", f"/api/v1/namespaces/{s.ns}/pods/{opt}", patch, content_type=MERGE)
+    assert s.env.bound(sv1, 40) == f"{s.run}-training"
 
 
 @pytest.fixture
