@@ -22,6 +22,7 @@ from gpufence.kube.activity import ActivityFeed
 from gpufence.kube.api import KubeApi
 from gpufence.kube.api_actions import ActionRunner, BindFailed
 from gpufence.kube.fences import FenceSpec
+from gpufence.kube.foreign import LABEL_PREEMPTIBLE, adopt, foreign_note, gpus_of, opted_in
 from gpufence.kube.hardware import Hardware, Usage, build_hardware, cordoned
 from gpufence.kube.informer import Change, Informer, Resync
 from gpufence.kube.node_rules import GpuNodeFacts
@@ -97,6 +98,8 @@ class KubeScheduler:
         self._carry: list[Event] = []
         self._restore_actions: list[Action] = []  # what a rebuild's restore asked for
         self._disowned: set[str] = set()  # bound pods whose note could not be restored
+        # partition -> foreign pod -> GPUs it holds there, as of the last rebuild (reasons)
+        self.foreign_held: dict[str, dict[str, int]] = {}
         self._now = 0.0
         self._last_reasons = 0.0
         self.lock = threading.Lock()  # held while the core steps; readers (HTTP) take it too
@@ -243,8 +246,11 @@ class KubeScheduler:
                 self.runner.forget(pod.namespace, pod.name)
             if self._unplanned(old) or self._unplanned(pod):
                 self._mark_rebuild()  # it names us but runs where we did not place it
-        elif _foreign_usage(old) != _foreign_usage(pod):
-            self._mark_rebuild()
+        else:
+            if pod.key in self.tracker.pod_job and self.core is not None:
+                self.tracker.pod_seen(pod)  # an adopted pod (kube/foreign.py): its ack, its end
+            if _foreign_usage(old) != _foreign_usage(pod) or _label(old) != _label(pod):
+                self._mark_rebuild()
 
     def _unplanned(self, pod: ObservedPod | None) -> bool:
         """A pod naming this scheduler that is bound, but not by us (created with
@@ -265,10 +271,9 @@ class KubeScheduler:
             return
         self.runner.forget(pod.namespace, pod.name)
         self.activity.pod_gone(key)
-        if self.tracker.ours(pod):
-            if self.core is not None:
-                self.tracker.pod_gone(key)
-        elif _foreign_usage(pod) != Usage():
+        if self.core is not None and (self.tracker.ours(pod) or key in self.tracker.pod_job):
+            self.tracker.pod_gone(key)
+        if not self.tracker.ours(pod) and _foreign_usage(pod) != Usage():
             self._mark_rebuild()
 
     def _mark_rebuild(self) -> None:
@@ -349,11 +354,15 @@ class KubeScheduler:
         sent but not yet seen): the start-up path, taken again."""
         self._rebuild_due = None
         foreign: dict[str, Usage] = {}
+        self.foreign_held = {}
         for pod in self.pods.values():
             foreign_pod = not self.tracker.ours(pod) or self._unplanned(pod)
-            usage = _foreign_usage(pod) if foreign_pod else Usage()
+            # (an opted-in pod is adopted by the restore below, on its node's GPUs)
+            adoptable = foreign_pod and opted_in(pod) and pod.key not in self._disowned
+            usage = _foreign_usage(pod) if foreign_pod and not adoptable else Usage()
             if usage != Usage():
                 foreign[pod.node] = foreign.get(pod.node, Usage()) + usage
+                self._note_foreign(pod)
         old = self.core
         self.hardware = build_hardware(self.fences, self.nodes.values(), foreign)
         for line in self.hardware.problems:
@@ -401,8 +410,14 @@ class KubeScheduler:
         already holds (two notes claiming the same GPUs: a forged or hand-made note) is not
         restored -- it is disowned, its pods count as foreign usage from the next rebuild, and
         the scheduler goes on instead of failing on it."""
-        assert self.core is not None
+        assert self.core is not None and self.hardware is not None
         events, actions = self.tracker.take()
+        adoption = adopt(self.tracker, self.hardware.cluster, self.pods.values(), events)
+        events += adoption.events
+        for key, why in adoption.refused.items():
+            log.info("not adopting %s (label %s): %s", key, LABEL_PREEMPTIBLE, why)
+            self._disowned.add(key)  # used capacity from the next rebuild
+            self._mark_rebuild()
         disowned: set[str] = set()
         decided: list[Decision] = []
         for ev in events:
@@ -429,6 +444,23 @@ class KubeScheduler:
             or f"{a.namespace}/{a.pod}" not in disowned
         ]
 
+    def _note_foreign(self, pod: ObservedPod) -> None:
+        node = self.nodes.get(pod.node)
+        part = self.fences.partition_of(node.labels)[0] if node is not None else None
+        if part is not None and gpus_of(pod) > 0:
+            self.foreign_held.setdefault(part, {})[pod.key] = gpus_of(pod)
+
+    def _foreign_blocker(self, jid: str) -> str:
+        """What pods of other schedulers hold where ``jid`` could run: its home fence and the
+        fences its home may preempt in ("" when none)."""
+        assert self.core is not None
+        if not self.foreign_held or jid not in self.core.jobs():
+            return ""
+        home = self.core.job(jid).home
+        part = self.hardware.cluster.partitions.get(home) if self.hardware is not None else None
+        donors = part.preemption.from_partitions if part is not None else ()
+        return foreign_note(self.foreign_held, (home, *donors))
+
     def _with_inflight(self, pod: ObservedPod, notice: str | None = None) -> ObservedPod:
         if notice and pod.annotations.get(names.ANN_NOTICE) != notice:
             pod = replace(pod, annotations={**pod.annotations, names.ANN_NOTICE: notice})
@@ -450,6 +482,8 @@ class KubeScheduler:
             if pending is None:
                 continue
             message, gist = f"{pending.reason.value}: {pending.message}", ""
+            if pending.reason in _CAPACITY and (held := self._foreign_blocker(jid)):
+                message += f"; {held}"
             if pending.reason is Reason.WAITING_PREEMPTION:
                 victims = self.core.waiting_on(jid)
                 told = waiting_reason(victims, self.tracker, refused, now)
@@ -469,6 +503,17 @@ class KubeScheduler:
                         )
                     )
         return out
+
+
+# reasons a job waits for room, to which what foreign pods hold is added
+_CAPACITY = frozenset(
+    (Reason.NO_FIT, Reason.FRAGMENTED, Reason.PREEMPTION_BUDGET, Reason.MIN_RUNTIME)
+)
+
+
+def _label(pod: ObservedPod | None) -> str:
+    """A pod's opt-in to preemption by gpufence (kube/foreign.py): a change rebuilds."""
+    return pod.labels.get(LABEL_PREEMPTIBLE, "") if pod is not None else ""
 
 
 def _shape(node: ObservedNode) -> tuple[object, ...]:

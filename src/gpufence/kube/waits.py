@@ -8,7 +8,8 @@ import datetime as dt
 import math
 from collections.abc import Mapping
 
-from gpufence.kube.tracker import Tracker
+from gpufence.kube.tracker import Tracker, read_notice
+from gpufence.model.decisions import Reason
 
 
 def waiting_reason(
@@ -21,8 +22,8 @@ def waiting_reason(
     told to stop); the gist leaves the countdown out (see ShowPending.gist). None: no victims."""
     if not victims:
         return None
-    said: list[str] = []
-    gist: list[str] = []
+    said = _reclaims(victims, tracker)
+    gist = list(said)
     for v, deadline in victims.items():
         if deadline is not None:
             at = dt.datetime.fromtimestamp(deadline, dt.UTC).strftime("%H:%M:%S")
@@ -39,3 +40,23 @@ def waiting_reason(
         said.append(text)
         gist.append(text)
     return "; ".join(said), "; ".join(gist)
+
+
+def _reclaims(victims: Mapping[str, float | None], tracker: Tracker) -> list[str]:
+    """Per lender, what a reclaim takes back: "reclaiming 2 lent GPUs of serving from ns/a"
+    -- the victims whose notice is a lending rule's reclaim, with the GPUs they borrowed."""
+    taken: dict[str, list[tuple[str, int]]] = {}
+    for v in victims:
+        core = tracker.jobs.get(v)
+        told = read_notice(core.notice) if core is not None and core.notice else None
+        if core is None or told is None or told[0] is not Reason.LENT_RECLAIM:
+            continue
+        lender = core.note.lent_from if core.note is not None else None
+        if lender:
+            taken.setdefault(lender, []).append((v, core.job.total_gpus))
+    out = []
+    for lender, jobs in taken.items():
+        n = sum(g for _, g in jobs)
+        who = ", ".join(v for v, _ in jobs)
+        out.append(f"reclaiming {n} lent GPU{'' if n == 1 else 's'} of {lender} from {who}")
+    return out

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from gpufence.model.decisions import Decision, Reason
 from gpufence.model.job import RequestKind
-from gpufence.model.partition import SharingMode
+from gpufence.model.partition import LendingRule, SharingMode
 from gpufence.sched.admission import quota_blocks
 from gpufence.sched.jobs import JobRecord
 from gpufence.sched.place import Placing, bind, release_holds
@@ -46,43 +46,57 @@ def _lend(st: Placing, failed: dict[str, bool]) -> None:
     for p, short in failed.items():  # (in the walk's partition order, not the set's)
         if not short:
             continue
-        rules = [
+        named = [
             (lp, rule)
             for lp, part in st.core.cluster.partitions.items()
             for rule in part.lending
             if p in rule.to
             and lp not in starved
             and lp != p
-            and rule.cap_gpus > led.lent[lp]  # cap not reached
             and part.sharing is not SharingMode.MIG  # borrowers bring whole-GPU work
             # no whole GPU free in an exclusive or fractional lender: nothing to borrow
             and (part.sharing is SharingMode.TIME_SLICE or led.pool_free[lp] > 0)
         ]
+        rules = [(lp, rule) for lp, rule in named if rule.cap_gpus > led.lent[lp]]
         if not rules:
+            if named:  # idle GPUs there, but lent up to the cap: say so
+                _capped(st, p, named)
             continue
         walk = st.core.queues.walk(p, st.core.share)
         while (rec := walk.next()) is not None:
-            job = rec.job
-            if job.id in st.claims.nominations:
+            if rec.job.id in st.claims.nominations:
                 walk.skip()
                 continue
             if _over_quota(st, rec, walk, rules[0][0]):
                 continue
-            refused = []  # lenders whose rule is for checkpointable jobs only
-            for lp, rule in rules:
-                if rule.checkpointable_only and not job.checkpointable:
-                    refused.append((lp, rule.cap_gpus))
-                    continue
-                left = rule.cap_gpus - led.lent[lp]
-                r = st.core.engine.place(led, job, lp, max_gpus=left)
-                if isinstance(r, Placed):
-                    bind(st, rec, lp, r, Reason.LENT, f"borrowing idle GPUs of {lp}", lent_from=lp)
-                    walk.placed()
-                    break
+            if _borrow(st, rec, rules):
+                walk.placed()
             else:
-                if len(refused) == len(rules):
-                    _not_lent(st, rec, refused)
                 walk.drop()
+
+
+def _borrow(st: Placing, rec: JobRecord, rules: list[tuple[str, LendingRule]]) -> bool:
+    """Bind ``rec`` on the first lender that may lend it enough under its cap; else say why
+    none did (only checkpointable jobs may borrow, or the caps leave too few GPUs)."""
+    led, job = st.core.ledger, rec.job
+    refused = []  # lenders whose rule is for checkpointable jobs only
+    capped = []  # lenders whose cap leaves less than the job needs
+    for lp, rule in rules:
+        if rule.checkpointable_only and not job.checkpointable:
+            refused.append((lp, rule.cap_gpus))
+            continue
+        left = rule.cap_gpus - led.lent[lp]
+        r = st.core.engine.place(led, job, lp, max_gpus=left)
+        if isinstance(r, Placed):
+            bind(st, rec, lp, r, Reason.LENT, f"borrowing idle GPUs of {lp}", lent_from=lp)
+            return True
+        if left < job.total_gpus:
+            capped.append((lp, rule))
+    if len(refused) == len(rules):
+        _not_lent(st, rec, _checkpointable_note(st, refused))
+    elif capped:
+        _not_lent(st, rec, _cap_note(st, capped, job.total_gpus))
+    return False
 
 
 def _over_quota(st: Placing, rec: JobRecord, walk: Walk, pool: str) -> bool:
@@ -102,20 +116,63 @@ def _over_quota(st: Placing, rec: JobRecord, walk: Walk, pool: str) -> bool:
     return True
 
 
-def _not_lent(st: Placing, rec: JobRecord, lenders: list[tuple[str, int]]) -> None:
-    """A job that does not fit at home, where only checkpointable jobs may borrow: say so
-    (with its shape, which shares its checkpointability), with what they would lend: idle
-    GPUs up to each rule's cap, less what is lent out already."""
-    queues = st.core.queues
+def _checkpointable_note(st: Placing, lenders: list[tuple[str, int]]) -> str:
+    """Where only checkpointable jobs may borrow: what they would lend, idle GPUs up to each
+    rule's cap, less what is lent out already."""
     led = st.core.ledger
-    home = st.reasons.why(rec.job.id, queues)
     idle = sum(min(led.pool_free[lp], max(0, cap - led.lent[lp])) for lp, cap in lenders)
     names = [lp for lp, _ in lenders]
     verb = "lends" if len(names) == 1 else "lend"
-    note = f"{', '.join(names)} {verb} {idle} idle GPUs to checkpointable jobs only"
+    return f"{', '.join(names)} {verb} {idle} idle GPUs to checkpointable jobs only"
+
+
+def _cap_note(st: Placing, lenders: list[tuple[str, LendingRule]], needs: int) -> str:
+    """Where the lenders have idle GPUs but their caps leave too few: how many each lends of
+    its idle GPUs (what it lends out plus what is free), its cap, and to whom."""
+    led = st.core.ledger
+    said = []
+    for lp, rule in lenders:
+        lent, left = led.lent[lp], max(0, rule.cap_gpus - led.lent[lp])
+        idle = lent + led.pool_free[lp]
+        more = f"{left} more" if left else "no more"
+        said.append(
+            f"{lp} lends {lent} of its {idle} idle GPUs (cap {rule.cap_gpus}) to "
+            f"{', '.join(rule.to)}: {more} may be lent, this job needs {needs}"
+        )
+    return "; ".join(said)
+
+
+def _capped(st: Placing, p: str, lenders: list[tuple[str, LendingRule]]) -> None:
+    """``p``'s jobs that did not fit at home, where every lender naming ``p`` has lent up to
+    its cap: each shape that could borrow (checkpointable where the rule asks it) is told
+    so, with the numbers."""
+    walk = st.core.queues.walk(p, st.core.share)
+    while (rec := walk.next()) is not None:
+        if rec.job.id in st.claims.nominations:
+            walk.skip()
+            continue
+        if _over_quota(st, rec, walk, lenders[0][0]):
+            continue  # (lent GPUs would be charged to it: its quota is the blocker)
+        fits = [(lp, r) for lp, r in lenders if rec.job.checkpointable or not r.checkpointable_only]
+        if fits:
+            _not_lent(st, rec, _cap_note(st, fits, rec.job.total_gpus))
+        else:
+            _not_lent(st, rec, _checkpointable_note(st, [(lp, r.cap_gpus) for lp, r in lenders]))
+        walk.drop()
+
+
+def _not_lent(st: Placing, rec: JobRecord, note: str) -> None:
+    """A job that does not fit at home nor on what others lend: its home reason, with the
+    ``note`` on lending appended (with its shape, which shares its checkpointability)."""
+    queues = st.core.queues
+    home = st.reasons.why(rec.job.id, queues)
     if home is not None and note in home.message:
         return  # said in an earlier cycle, and still true
     reason = home.reason if home is not None else Reason.NO_FIT
-    message = f"{home.message}; {note}" if home is not None else note
+    base = home.message if home is not None else ""
+    # a note of an earlier cycle whose numbers changed is replaced, not repeated
+    cut = base.find("; " + note.split(" ", 1)[0] + " lend")
+    base = base[:cut] if cut >= 0 else base
+    message = f"{base}; {note}" if base else note
     st.reasons.set_shape(queues.shape_of(rec.job.id), reason, message)
     st.reasons.set_job(rec.job.id, reason, message)
