@@ -18,7 +18,16 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from gpufence.kube import names
-from gpufence.kube.actions import Action, AnnotatePod, BindPod, DeletePod, EvictPod, ShowPending
+from gpufence.kube.actions import (
+    Action,
+    AnnotatePod,
+    BindPod,
+    DeletePod,
+    EvictPod,
+    LabelNode,
+    PodEvent,
+    ShowPending,
+)
 from gpufence.kube.api import CallFailed, KubeApi
 from gpufence.kube.evictions import Evictions
 
@@ -84,6 +93,8 @@ class ActionRunner:
                 self._fast.submit(self._annotate, a)
             elif isinstance(a, ShowPending):
                 self._maybe_show(a)
+            elif isinstance(a, LabelNode | PodEvent):
+                self._fast.submit(self._node_or_event, a)
 
     def forget(self, namespace: str, pod: str) -> None:
         """The pod is terminating or gone: nothing more to show on it or evict."""
@@ -139,6 +150,16 @@ class ActionRunner:
                 )
         except Exception as exc:
             log.warning("annotate %s/%s: %s", a.namespace, a.pod, exc)
+
+    def _node_or_event(self, a: LabelNode | PodEvent) -> None:
+        try:
+            if isinstance(a, LabelNode):
+                self.api.patch_node(a.node, a.labels, a.annotations)
+            else:
+                uid = self.uid_of(a.namespace, a.pod)
+                self.api.record_event(a.namespace, a.pod, uid, a.reason, a.message)
+        except Exception as exc:
+            log.warning("%s: %s", a, exc)
 
     def _maybe_show(self, a: ShowPending) -> None:
         key, now = f"{a.namespace}/{a.pod}", self._clock()
