@@ -11,6 +11,7 @@ config label with its note, one patch), then the MIG manager's own.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -39,7 +40,7 @@ queues:
 """
 # what the core cuts an idle 7 x 1g H100 into for one 3g.40gb pod
 CUT_3G = config_name([(("1g.10gb", 4), ("3g.40gb", 1))])
-CONFIGS = catalogue("H100-80GB", [1])
+CONFIGS = catalogue("H100-80GB", [1, 2])
 MERGE = "application/merge-patch+json"
 
 
@@ -57,11 +58,12 @@ def mig_env(k8s_cluster: KubeCluster, tmp_path: Path) -> Iterator[Env]:
             p.stop()
 
 
-def mig_node(env: Env, suffix: str) -> str:
-    """A 1-GPU H100 node cut 7 x 1g.10gb, as the device plugin advertises it (mixed strategy)."""
+def mig_node(env: Env, suffix: str, gpus: int = 1) -> str:
+    """An H100 node whose GPUs are cut 7 x 1g.10gb each, as the device plugin advertises them
+    (mixed strategy)."""
     labels = {"test.gpufence.io/run": env.run, "gpufence.io/fence": "mig"}
-    node = k.gpu_node(env.kc, f"{env.run}-mig-{suffix}", gpus=1, labels=labels)
-    res = {"nvidia.com/gpu": "0", "nvidia.com/mig-1g.10gb": "7"}
+    node = k.gpu_node(env.kc, f"{env.run}-mig-{suffix}", gpus=gpus, labels=labels)
+    res = {"nvidia.com/gpu": "0", "nvidia.com/mig-1g.10gb": str(7 * gpus)}
     patch = {"status": {"capacity": res, "allocatable": res}}
     k.ok(env.kc, "PATCH", f"/api/v1/nodes/{node}/status", patch, content_type=MERGE)
     return node
@@ -188,5 +190,41 @@ def test_k8s_a_restart_mid_recut_waits_for_it_and_does_not_relabel(mig_env: Env)
         mgr.release()
         assert env.bound(big) == node
         assert log_of(mgr, node, APPLIED) == APPLIED
+    finally:
+        mgr.close()
+
+
+def test_k8s_a_recut_on_a_node_keeps_its_busy_gpu_as_it_is(mig_env: Env) -> None:
+    """One label per node: the config names both GPUs -- the busy one with the cut it has."""
+    env = mig_env
+    node = mig_node(env, "a", gpus=2)
+    mgr = FakeMigManager(env.kc, CONFIGS, delay_s=0.5)
+    mgr.watch(node)
+    try:
+        env.start().wait_ready()
+        small = mig_pod(env, "1g.10gb")
+        assert env.bound(small) == node
+        k.set_phase(env.kc, env.ns, small, "Running")
+        busy = int(k.get_pod(env.kc, env.ns, small)["metadata"]["annotations"]["gpufence.io/gpus"])
+        cuts = [(("1g.10gb", 7),), (("1g.10gb", 7),)]
+        cuts[1 - busy] = (("1g.10gb", 4), ("3g.40gb", 1))
+        big = mig_pod(env, "3g.40gb")
+        assert env.bound(big) == node
+        both = [
+            {"config": config_name(cuts), "note": True},
+            {"state": "pending"},
+            {"mig": {"nvidia.com/mig-1g.10gb": "11", "nvidia.com/mig-3g.40gb": "1"}},
+            {"state": "success"},
+        ]
+        assert log_of(mgr, node, both) == both
+        note = json.loads(
+            k.ok(env.kc, "GET", f"/api/v1/nodes/{node}")["metadata"]["annotations"][
+                "gpufence.io/mig-recut"
+            ]
+        )
+        assert note["gpus"] == [1 - busy]
+        assert sorted(note["layouts"][busy]) == [f"1g.10gb@{i}" for i in range(7)]
+        placed = k.get_pod(env.kc, env.ns, big)["metadata"]["annotations"]["gpufence.io/gpus"]
+        assert int(placed) == 1 - busy
     finally:
         mgr.close()
