@@ -7,6 +7,7 @@ from gpufence.kube import mig_parted as mp
 from gpufence.kube import names
 from gpufence.kube.mig_recut import MigRecuts, Recut
 from gpufence.kube.objects import ObservedNode
+from gpufence.model.cluster import Cluster
 from gpufence.model.decisions import MigReconfigure, Reason
 from gpufence.model.events import MigLayoutRead, MigReconfigured
 from gpufence.testing.builders import ClusterBuilder, MigConfig, SharingMode
@@ -14,7 +15,7 @@ from gpufence.testing.builders import ClusterBuilder, MigConfig, SharingMode
 CUT_3G: mp.Counts = (("1g.10gb", 4), ("3g.40gb", 1))
 
 
-def _cluster():  # type: ignore[no-untyped-def]
+def _cluster() -> Cluster:
     mig = MigConfig(layout=("1g.10gb",) * 7, dynamic=True, reconfigure_delay_s=1.0)
     return (
         ClusterBuilder()
@@ -42,7 +43,7 @@ def test_a_stale_success_is_not_taken_and_a_restart_reads_the_recut_back() -> No
     _, (label,) = recuts.take(cluster, {}, {}, 100.0)
     config = mp.config_name([CUT_3G])
     assert label.labels == {names.NODE_MIG_CONFIG: config, names.NODE_MIG_STATE: None}  # type: ignore[union-attr]
-    note = label.annotations[names.ANN_MIG_RECUT]  # type: ignore[union-attr]
+    note = str(label.annotations[names.ANN_MIG_RECUT])  # type: ignore[union-attr]
     # "success" with the old instances still advertised: not this config's success yet
     recuts.node_seen(
         _node(
@@ -82,3 +83,20 @@ def test_a_node_advertising_other_instances_is_not_relabelled() -> None:
     )
     assert [(e.gpu, e.usable) for e in got] == [(0, False)]  # type: ignore[union-attr]
     assert recuts.take(cluster, {}, {}, 0.0) == ([], [])
+
+
+def test_a_refused_node_patch_fails_the_recut_naming_why() -> None:
+    cluster = _cluster()
+    name = cluster.nodes[0].name
+    recuts = MigRecuts()
+    d = MigReconfigure(0, CUT, Reason.MIG_LAYOUT, 1.0)
+    recuts.decide(cluster, d, {0: SEVEN}, {name: _node({}, {"1g.10gb": 7})}, "ns/big", 0.0)
+    recuts.take(cluster, {}, {}, 0.0)
+    recuts.refused(name, "403: nodes is forbidden")
+    events, _ = recuts.take(cluster, {}, {}, 1.0)
+    assert [(e.gpu, e.usable) for e in events] == [(0, False)]  # type: ignore[union-attr]
+    assert recuts.failure_for("ns/big").startswith(
+        f"node {name}'s MIG re-cut to 3g.40gb x1 + 1g.10gb x4 failed (not written: 403: nodes "
+        "is forbidden, config "
+    )
+    assert [r.node for r in recuts.newly_failed] == [name]

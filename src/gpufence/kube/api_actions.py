@@ -75,6 +75,7 @@ class ActionRunner:
         self._lock = threading.Lock()
         self._clock = clock
         self.evictions = Evictions(api, uid_of)
+        self.node_refusals: queue.Queue[tuple[str, str]] = queue.Queue()  # (node, why)
 
     def close(self) -> None:
         self.evictions.close()
@@ -160,6 +161,8 @@ class ActionRunner:
                 self.api.record_event(a.namespace, a.pod, uid, a.reason, a.message)
         except Exception as exc:
             log.warning("%s: %s", a, exc)
+            if isinstance(a, LabelNode):  # the re-cut it asked for is not coming
+                self.node_refusals.put((a.node, str(exc)))
 
     def _maybe_show(self, a: ShowPending) -> None:
         key, now = f"{a.namespace}/{a.pod}", self._clock()

@@ -449,6 +449,8 @@ class KubeScheduler:
         """What the MIG manager reported since the last cycle, as the core's events, and the
         Events on the pods a failed re-cut was made for."""
         assert self.hardware is not None
+        while not self.runner.node_refusals.empty():
+            self.mig.refused(*self.runner.node_refusals.get_nowait())
         current = self._mig_layouts() if self.mig.queued else {}
         events, actions = self.mig.take(self.hardware.cluster, current, self.nodes, now)
         for r in self.mig.newly_failed:

@@ -167,6 +167,18 @@ class MigRecuts:
             held = self.queued.pop(name, {})
             self.outcomes += [(name, k, FAILED) for k in (*r.gpus, *held)]
 
+    def refused(self, node: str, why: str) -> None:
+        """The API server refused the node patch (RBAC, the node gone): the re-cut failed
+        before the MIG manager saw it."""
+        r = self.asked.pop(node, None)
+        if r is None:
+            return
+        r.state = f"not written: {why}"
+        self.failed[node] = r
+        self.newly_failed.append(r)
+        held = self.queued.pop(node, {})
+        self.outcomes += [(node, k, FAILED) for k in (*r.gpus, *held)]
+
     # -- what the core decided ----------------------------------------------------------------
 
     def decide(
@@ -297,9 +309,10 @@ class MigRecuts:
         """A failed re-cut made for ``job``, as its reason names it ("" when none)."""
         for name, r in sorted(self.failed.items()):
             if r.job == job:
+                said = f"{names.NODE_MIG_STATE}={FAILED}" if r.state == FAILED else r.state
                 return (
                     f"node {name}'s MIG re-cut to {r.target()} failed "
-                    f"({names.NODE_MIG_STATE}={FAILED}, config {r.config}); its GPUs are out of "
+                    f"({said}, config {r.config}); its GPUs are out of "
                     "placement until the MIG manager reports success for that config"
                 )
         return ""
