@@ -100,3 +100,33 @@ def test_a_refused_node_patch_fails_the_recut_naming_why() -> None:
         "is forbidden, config "
     )
     assert [r.node for r in recuts.newly_failed] == [name]
+
+
+def test_a_second_gpu_of_the_node_waits_and_is_asked_with_the_first_ones_new_cut() -> None:
+    mig = MigConfig(layout=("1g.10gb",) * 7, dynamic=True, reconfigure_delay_s=1.0)
+    cluster = (
+        ClusterBuilder()
+        .nodes("n", 1, gpus=2)
+        .partition("m", ["n"], sharing=SharingMode.MIG, mig=mig)
+        .build()
+    )
+    name = cluster.nodes[0].name
+    recuts = MigRecuts()
+    before = {name: _node({}, {"1g.10gb": 14})}
+    both = {0: SEVEN, 1: SEVEN}
+    recuts.decide(cluster, MigReconfigure(0, CUT, Reason.MIG_LAYOUT, 1.0), both, before, "a", 0)
+    recuts.decide(cluster, MigReconfigure(1, CUT, Reason.MIG_LAYOUT, 1.0), both, before, "b", 0)
+    _, (first,) = recuts.take(cluster, both, before, 0.0)  # the second waits for the node
+    one = mp.config_name([CUT_3G, (("1g.10gb", 7),)])
+    assert first.labels[names.NODE_MIG_CONFIG] == one  # type: ignore[union-attr]
+    after = _node(
+        {names.NODE_MIG_CONFIG: one, names.NODE_MIG_STATE: "success"},
+        {"1g.10gb": 11, "3g.40gb": 1},
+    )
+    recuts.node_seen(after)
+    # the batch that tells the core GPU 0 is cut asks nothing yet: the core's cut is still old
+    assert recuts.take(cluster, both, {name: after}, 1.0) == ([MigReconfigured(0)], [])
+    _, (second,) = recuts.take(cluster, {0: CUT, 1: SEVEN}, {name: after}, 2.0)
+    two = mp.config_name([CUT_3G, CUT_3G])
+    assert second.labels[names.NODE_MIG_CONFIG] == two  # type: ignore[union-attr]
+    assert recuts.asked[name].gpus == (1,) and recuts.asked[name].job == "b"

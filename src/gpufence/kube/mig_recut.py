@@ -249,6 +249,10 @@ class MigRecuts:
         """The core's events for what the nodes reported, and the node patches to send (a
         re-cut queued behind one that just ended is asked now)."""
         events: list[Event] = []
+        # a re-cut queued behind one that ends in this batch waits for the next call: only
+        # then does ``current`` hold the cut the core takes from these events
+        ending = {name for name, _, _ in self.outcomes}
+        ready = [n for n in self.queued if n not in self.asked and n not in ending]
         for name, k, kind in self.outcomes:
             node = _node(cluster, name)
             if node is None or k >= len(node.gpu_ids):
@@ -262,7 +266,7 @@ class MigRecuts:
                 why = f"node {name}: the MIG manager failed to apply {self.failed[name].config}"
                 events.append(MigLayoutRead(gid, (), usable=False, failed=why))
         self.outcomes = []
-        for name in [n for n in self.queued if n not in self.asked]:
+        for name in ready:
             node = _node(cluster, name)
             changes = self.queued.pop(name)
             if node is not None:
