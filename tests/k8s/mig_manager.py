@@ -5,8 +5,10 @@ It watches its nodes as the real one does and reacts to a new ``nvidia.com/mig.c
 in ``hold`` mode) it looks the config up in the ``mig-parted`` file it was given: found, it sets
 the node's allocatable ``nvidia.com/mig-<profile>`` counts to the config's (the device plugin's
 part, "mixed" strategy) and then the state ``success``; not found, or in ``fail`` mode, the
-state ``failed``. It interprets the file itself (devices ``all`` or indices, ``mig-devices``
-counts), not through gpufence's code.
+state ``failed``. In ``lag`` mode it reports ``success`` first and advertises the new
+instances only once ``release()`` is called (a device plugin slow to restart). It interprets
+the file itself (devices ``all`` or indices, ``mig-devices`` counts), not through gpufence's
+code.
 
 Every change it sees on a node is logged in order (``log[node]``): the re-cut written (config
 label and gpufence's note), each state, each new set of MIG instances -- the exact sequence of
@@ -137,13 +139,20 @@ class FakeMigManager:
         if counts is None:
             self._label(node, "failed")
             return
+        if self.mode == "lag":  # success reported before the device plugin advertises the cut
+            self._label(node, "success")
+            self._released.wait()
+        self._advertise(node, counts)
+        if self.mode != "lag":
+            self._label(node, "success")
+
+    def _advertise(self, node: str, counts: dict[str, int]) -> None:
         body = k.ok(self.kc, "GET", f"/api/v1/nodes/{node}")
         alloc = dict(body["status"]["allocatable"])
         res: dict[str, Any] = {k: None for k in alloc if k.startswith(MIG)}
         res.update({f"{MIG}{p}": str(n) for p, n in counts.items()})
         patch = {"status": {"allocatable": res, "capacity": res}}
         self.kc.request("PATCH", f"/api/v1/nodes/{node}/status", patch, content_type=MERGE)
-        self._label(node, "success")
 
     def _counts(self, config: str, gpus: int) -> dict[str, int] | None:
         entries = self.configs.get("mig-configs", {}).get(config)

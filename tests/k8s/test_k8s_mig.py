@@ -228,3 +228,29 @@ def test_k8s_a_recut_on_a_node_keeps_its_busy_gpu_as_it_is(mig_env: Env) -> None
         assert int(placed) == 1 - busy
     finally:
         mgr.close()
+
+
+def test_k8s_success_alone_does_not_bind_before_the_instances_are_advertised(
+    mig_env: Env,
+) -> None:
+    env = mig_env
+    node = mig_node(env, "a")
+    mgr = FakeMigManager(env.kc, CONFIGS, mode="lag", delay_s=0.2)
+    mgr.watch(node)
+    try:
+        env.start().wait_ready()
+        big = mig_pod(env, "3g.40gb")
+        k.wait("state success", lambda: labels_of(env, node).get(k.MIG_STATE) == "success")
+        told = k.wait(
+            "the reason naming the missing instances",
+            lambda: "(state success" in (m := reason(env, big)) and m,
+        )
+        assert "(state success, not yet advertised by the node, " in told, told
+        time.sleep(2)
+        assert not k.node_of(env.kc, env.ns, big)
+        mgr.release()
+        assert env.bound(big) == node
+        lagged = [APPLIED[0], APPLIED[1], APPLIED[3], APPLIED[2]]
+        assert log_of(mgr, node, lagged) == lagged
+    finally:
+        mgr.close()

@@ -306,6 +306,8 @@ class MigRecuts:
             if r is not None:
                 head = f"waiting for node {name}'s MIG re-cut to {r.target()}"
                 state = r.state or "asked"
+                if state == SUCCESS:  # (the device plugin has not advertised the new cut yet)
+                    state += ", not yet advertised by the node"
                 return f"{head} (state {state}, {max(0, now - r.at):.0f} s)", f"{head} ({state})"
         return "", ""
 
