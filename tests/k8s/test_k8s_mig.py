@@ -254,3 +254,31 @@ def test_k8s_success_alone_does_not_bind_before_the_instances_are_advertised(
         assert log_of(mgr, node, lagged) == lagged
     finally:
         mgr.close()
+
+
+def test_k8s_a_node_with_a_running_pod_is_never_relabelled(mig_env: Env) -> None:
+    env = mig_env
+    node = mig_node(env, "a")
+    mgr = FakeMigManager(env.kc, CONFIGS, delay_s=0.2)
+    mgr.watch(node)
+    try:
+        env.start().wait_ready()
+        small = mig_pod(env, "1g.10gb")
+        assert env.bound(small) == node
+        k.set_phase(env.kc, env.ns, small, "Running")
+        big = mig_pod(env, "3g.40gb")
+        told = k.wait(
+            "the reason naming the busy GPU", lambda: "no idle GPU" in (m := reason(env, big)) and m
+        )
+        assert told.endswith(
+            "no idle GPU in mig to re-cut for 3g.40gb, a re-cut takes a whole GPU "
+            f"(GPU 0 on {node} runs {env.ns}/{small})"
+        ), told
+        time.sleep(3)
+        assert mgr.writes(node) == [] and k.MIG_CONFIG not in labels_of(env, node)
+        # the small pod ends: the GPU is idle, and only now is it re-cut
+        k.set_phase(env.kc, env.ns, small, "Succeeded")
+        assert env.bound(big) == node
+        assert log_of(mgr, node, APPLIED) == APPLIED
+    finally:
+        mgr.close()

@@ -56,7 +56,7 @@ def test_only_an_idle_gpu_is_recut_where_recuts_take_whole_gpus() -> None:
     why = s.why_pending("b")
     assert why is not None and why.message.endswith(
         "no idle GPU in m to re-cut for 4g.40gb, a re-cut takes a whole GPU "
-        "(GPU 0 runs a; GPU 1 runs e)"
+        "(GPU 0 on n-0 runs a; GPU 1 on n-1 runs e)"
     ), why
     assert s.step([], 400) == []
     # once a GPU is idle it is re-cut for b

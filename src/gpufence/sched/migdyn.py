@@ -149,6 +149,10 @@ def _drain_for(core: Core, mig: MigWork, rec: JobRecord, profile: str, needed: i
     return migdrain.waiting_for(core, drain)
 
 
+def _node_name(core: Core, gpu: int) -> str:
+    return core.cluster.nodes[core.cluster.gpus[gpu].node].name
+
+
 def _recut_busy(core: Core, pool: str) -> bool:
     mig = core.cluster.partitions[pool].mig
     return mig is None or mig.recut_busy
@@ -271,7 +275,9 @@ def _why_none(
     pool, profile = rec.home, rec.job.request.mig_profile or ""
     if not _recut_busy(core, pool):  # a re-cut takes a whole GPU: every running job blocks
         parts = [
-            f"GPU {g} runs {', '.join(j for _, j in migindex.running_jobs(core, g))}" for g in shown
+            f"GPU {g} on {_node_name(core, g)} runs "
+            f"{', '.join(j for _, j in migindex.running_jobs(core, g))}"
+            for g in shown
         ]
     else:
         parts = [_blocking(core, ix, g, profile) for g in shown]
