@@ -216,3 +216,7 @@ def get_pod_or_none(kc: KubeCluster, ns: str, pod_name: str) -> dict[str, Any] |
         return None
     assert status == 200, body
     return dict(body)
+
+
+MIG_CONFIG = "nvidia.com/mig.config"  # the GPU operator MIG manager's labels
+MIG_STATE = "nvidia.com/mig.config.state"

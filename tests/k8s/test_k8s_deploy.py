@@ -382,6 +382,7 @@ USED = [
     ("create", "", "events", "", "any-ns", ""),
     ("list", "", "nodes", "", "", ""),
     ("watch", "", "nodes", "", "", ""),
+    ("patch", "", "nodes", "", "", "any-node"),
     ("list", "scheduling.k8s.io", "podgroups", "", "", ""),
     ("watch", "scheduling.k8s.io", "podgroups", "", "", ""),
     ("create", "coordination.k8s.io", "leases", "", NS, ""),

@@ -15,6 +15,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from gpufence.cli.k8s_mig_verbs import mig_config
 from gpufence.spec import SpecError, format_spec_error
 
 k8s_app = typer.Typer(help="Schedule pods on Kubernetes (a secondary scheduler, with fences).")
@@ -219,3 +220,6 @@ def status(
     console.print(q)
     for line in body.get("problems", []):
         console.print(f"[yellow]warning:[/] {line}")
+
+
+k8s_app.command("mig-config")(mig_config)  # (cli/k8s_mig_verbs.py)

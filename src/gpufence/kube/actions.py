@@ -61,4 +61,24 @@ class AnnotatePod:
     event: str = ""  # also record an Event with this message
 
 
-Action = BindPod | DeletePod | EvictPod | ShowPending | AnnotatePod
+@dataclass(frozen=True, slots=True)
+class LabelNode:
+    """Set (value) or remove (None) a node's labels and annotations in one patch: a MIG re-cut
+    asked of the GPU operator's MIG manager (kube/mig_recut.py)."""
+
+    node: str
+    labels: dict[str, str | None]
+    annotations: dict[str, str | None]
+
+
+@dataclass(frozen=True, slots=True)
+class PodEvent:
+    """Record an Event on a pod (a MIG re-cut that failed)."""
+
+    namespace: str
+    pod: str
+    reason: str
+    message: str
+
+
+Action = BindPod | DeletePod | EvictPod | ShowPending | AnnotatePod | LabelNode | PodEvent

@@ -223,6 +223,14 @@ class KubeApi:
             "application/merge-patch+json",
         )
 
+    def patch_node(
+        self, node: str, labels: dict[str, str | None], annotations: dict[str, str | None]
+    ) -> None:
+        """One merge patch of a node's labels and annotations (None removes one): a MIG
+        re-cut asked of the GPU operator's MIG manager."""
+        patch = {"metadata": {"labels": labels, "annotations": annotations}}
+        self._write("PATCH", f"/api/v1/nodes/{node}", patch, "application/merge-patch+json")
+
     # -- leases (leader election) ---------------------------------------------------------------
 
     def get_lease(self, namespace: str, name: str) -> Any | None:

@@ -18,7 +18,16 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from gpufence.kube import names
-from gpufence.kube.actions import Action, AnnotatePod, BindPod, DeletePod, EvictPod, ShowPending
+from gpufence.kube.actions import (
+    Action,
+    AnnotatePod,
+    BindPod,
+    DeletePod,
+    EvictPod,
+    LabelNode,
+    PodEvent,
+    ShowPending,
+)
 from gpufence.kube.api import CallFailed, KubeApi
 from gpufence.kube.evictions import Evictions
 
@@ -66,6 +75,7 @@ class ActionRunner:
         self._lock = threading.Lock()
         self._clock = clock
         self.evictions = Evictions(api, uid_of)
+        self.node_refusals: queue.Queue[tuple[str, str]] = queue.Queue()  # (node, why)
 
     def close(self) -> None:
         self.evictions.close()
@@ -84,6 +94,8 @@ class ActionRunner:
                 self._fast.submit(self._annotate, a)
             elif isinstance(a, ShowPending):
                 self._maybe_show(a)
+            elif isinstance(a, LabelNode | PodEvent):
+                self._fast.submit(self._node_or_event, a)
 
     def forget(self, namespace: str, pod: str) -> None:
         """The pod is terminating or gone: nothing more to show on it or evict."""
@@ -139,6 +151,18 @@ class ActionRunner:
                 )
         except Exception as exc:
             log.warning("annotate %s/%s: %s", a.namespace, a.pod, exc)
+
+    def _node_or_event(self, a: LabelNode | PodEvent) -> None:
+        try:
+            if isinstance(a, LabelNode):
+                self.api.patch_node(a.node, a.labels, a.annotations)
+            else:
+                uid = self.uid_of(a.namespace, a.pod)
+                self.api.record_event(a.namespace, a.pod, uid, a.reason, a.message)
+        except Exception as exc:
+            log.warning("%s: %s", a, exc)
+            if isinstance(a, LabelNode):  # the re-cut it asked for is not coming
+                self.node_refusals.put((a.node, str(exc)))
 
     def _maybe_show(self, a: ShowPending) -> None:
         key, now = f"{a.namespace}/{a.pod}", self._clock()

@@ -13,11 +13,11 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
 from gpufence.kube import names
-from gpufence.kube.actions import Action, BindPod, DeletePod, EvictPod, ShowPending
+from gpufence.kube.actions import Action, BindPod, DeletePod, EvictPod, PodEvent, ShowPending
 from gpufence.kube.activity import ActivityFeed
 from gpufence.kube.api import KubeApi
 from gpufence.kube.api_actions import ActionRunner, BindFailed
@@ -25,6 +25,7 @@ from gpufence.kube.fences import FenceSpec
 from gpufence.kube.foreign import LABEL_PREEMPTIBLE, adopt, foreign_note, gpus_of, opted_in
 from gpufence.kube.hardware import Hardware, Usage, build_hardware, cordoned
 from gpufence.kube.informer import Change, Informer, Resync
+from gpufence.kube.mig_recut import MigRecuts, whole_gpu_recuts
 from gpufence.kube.node_rules import GpuNodeFacts
 from gpufence.kube.objects import (
     ObservedNode,
@@ -37,7 +38,7 @@ from gpufence.kube.placement_notes import BindNote
 from gpufence.kube.state_record import StateRecord
 from gpufence.kube.tracker import Tracker
 from gpufence.kube.waits import waiting_reason
-from gpufence.model.decisions import Decision, Reason
+from gpufence.model.decisions import Decision, MigReconfigure, PendingReason, Reason
 from gpufence.model.events import (
     Event,
     JobRestored,
@@ -107,6 +108,7 @@ class KubeScheduler:
         self._saved: list[Event] = []  # what the record held at start-up, for the first core
         self._saved_awaiting: dict[str, tuple[str, int]] = {}  # (see Tracker.expected)
         self.activity = activity or ActivityFeed()  # GPU activity samples -> idle reclaim
+        self.mig = MigRecuts()  # MIG re-cuts through the GPU operator's MIG manager
 
     def _uid(self, namespace: str, pod: str) -> str:
         obj = self.pods.get(f"{namespace}/{pod}")
@@ -204,6 +206,8 @@ class KubeScheduler:
             return
         if r.kind == "node":
             fresh = {n.name: n for n in map(observe_node, r.objects)}
+            for node in fresh.values():
+                self.mig.node_seen(node)
             if fresh != self.nodes:
                 self.nodes = fresh
                 self._mark_rebuild()
@@ -223,6 +227,7 @@ class KubeScheduler:
             self._mark_rebuild()
             return
         self.nodes[node.name] = node
+        self.mig.node_seen(node)
         if old is None or _shape(old) != _shape(node):
             self._mark_rebuild()
 
@@ -297,7 +302,9 @@ class KubeScheduler:
                 for line in self.tracker.bind_failed(f.namespace, f.pod, f.why, f.gone):
                     log.warning("%s", line)
             self.tracker.submit_ready()
+            mig_events, mig_actions = self._mig_take(now)
             events, actions = self.tracker.take()
+            events, actions = mig_events + events, mig_actions + actions
             actions = self._restore_actions + actions
             self._restore_actions = []
             events = self._carry + self._node_events() + events
@@ -306,6 +313,7 @@ class KubeScheduler:
             decisions = self.core.step(events, now)
             self.stats.step_seconds += time.perf_counter() - t0
             self.tracker.decide(self.hardware.cluster, decisions, now)
+            self._mig_decide(decisions, now)
             if self.state is not None:
                 windows = self.core.query.preemption_windows()
                 usage, awaiting = self.core.fair_share_usage(), self.tracker.awaiting()
@@ -364,10 +372,15 @@ class KubeScheduler:
                 foreign[pod.node] = foreign.get(pod.node, Usage()) + usage
                 self._note_foreign(pod)
         old = self.core
-        self.hardware = build_hardware(self.fences, self.nodes.values(), foreign)
+        hw = build_hardware(self.fences, self.nodes.values(), foreign)
+        self.hardware = replace(hw, cluster=whole_gpu_recuts(hw.cluster))
+        if old is None:
+            self.mig.load(self.nodes.values())
         for line in self.hardware.problems:
             log.warning("%s", line)
         self.core = Scheduler(self.hardware.cluster, SchedulerConfig())
+        # the MIG layouts re-cuts left (and those in flight) before any job is restored on them
+        self.core.step(self.mig.restore_events(self.hardware.cluster), now)
         # notices given but not yet seen back in the watch are overlaid too, so that a rebuild
         # right after a notice neither forgets it nor gives another
         noticed = {
@@ -461,6 +474,56 @@ class KubeScheduler:
         donors = part.preemption.from_partitions if part is not None else ()
         return foreign_note(self.foreign_held, (home, *donors))
 
+    # -- MIG re-cuts (kube/mig_recut.py) --------------------------------------------------------
+
+    def _mig_layouts(self) -> dict[int, tuple[str, ...]]:
+        assert self.core is not None
+        return {
+            g: tuple(f"{i.profile}@{i.start}" for i in st.instances)
+            for g, st in self.core.ledger.mig.items()
+        }
+
+    def _mig_take(self, now: float) -> tuple[list[Event], list[Action]]:
+        """What the MIG manager reported since the last cycle, as the core's events, and the
+        Events on the pods a failed re-cut was made for."""
+        assert self.hardware is not None
+        while not self.runner.node_refusals.empty():
+            self.mig.refused(*self.runner.node_refusals.get_nowait())
+        current = self._mig_layouts() if self.mig.queued else {}
+        events, actions = self.mig.take(self.hardware.cluster, current, self.nodes, now)
+        for r in self.mig.newly_failed:
+            core_job = self.tracker.jobs.get(r.job)
+            if core_job is None:
+                continue
+            text = self.mig.failure_for(r.job)
+            ns = core_job.namespace
+            actions += [PodEvent(ns, p, "MigReconfigureFailed", text) for p in core_job.pods]
+        self.mig.newly_failed = []
+        return events, actions
+
+    def _mig_decide(self, decisions: list[Decision], now: float) -> None:
+        recuts = [d for d in decisions if isinstance(d, MigReconfigure)]
+        if not recuts:
+            return
+        assert self.core is not None and self.hardware is not None
+        current = self._mig_layouts()
+        for d in recuts:
+            waiters = self.core.recut_waiters(d.gpu)
+            job = waiters[0] if waiters else ""
+            self._carry += self.mig.decide(self.hardware.cluster, d, current, self.nodes, job, now)
+
+    def _mig_waiting(self, jid: str, now: float) -> tuple[str, str]:
+        assert self.core is not None and self.hardware is not None
+        cluster = self.hardware.cluster
+        gids = [
+            g
+            for n in cluster.nodes
+            if n.name in self.mig.asked
+            for g in n.gpu_ids
+            if jid in self.core.recut_waiters(g)
+        ]
+        return self.mig.waiting_for(cluster, gids, now)
+
     def _with_inflight(self, pod: ObservedPod, notice: str | None = None) -> ObservedPod:
         if notice and pod.annotations.get(names.ANN_NOTICE) != notice:
             pod = replace(pod, annotations={**pod.annotations, names.ANN_NOTICE: notice})
@@ -481,15 +544,7 @@ class KubeScheduler:
             pending = self.core.why_pending(jid)
             if pending is None:
                 continue
-            message, gist = f"{pending.reason.value}: {pending.message}", ""
-            if pending.reason in _CAPACITY and (held := self._foreign_blocker(jid)):
-                message += f"; {held}"
-            if pending.reason is Reason.WAITING_PREEMPTION:
-                victims = self.core.waiting_on(jid)
-                told = waiting_reason(victims, self.tracker, refused, now)
-                if told is not None:
-                    message = f"{pending.reason.value}: {told[0]}"
-                    gist = f"{pending.reason.value}: {told[1]}"
+            message, gist = self._told(jid, pending, refused, now)
             out.extend(
                 ShowPending(core_job.namespace, p, names.CONDITION_REASON_PENDING, message, gist)
                 for p in core_job.pods
@@ -504,6 +559,31 @@ class KubeScheduler:
                     )
         return out
 
+    def _told(
+        self, jid: str, pending: PendingReason, refused: Mapping[str, str], now: float
+    ) -> tuple[str, str]:
+        """A waiting pod's message and gist: the core's reason, with what only the front end
+        knows added (foreign pods in the way, the MIG manager's progress or failure, the
+        victims' checkpoints and refused evictions)."""
+        assert self.core is not None
+        message, gist = f"{pending.reason.value}: {pending.message}", ""
+        if pending.reason in _CAPACITY and (held := self._foreign_blocker(jid)):
+            message += f"; {held}"
+        if pending.reason is Reason.RECONFIGURING:
+            told_mig = self._mig_waiting(jid, now)
+            if told_mig[0]:
+                message, gist = (f"{pending.reason.value}: {t}" for t in told_mig)
+        failed = self.mig.failure_for(jid)
+        if failed:
+            message, gist = f"{failed}; {message}", f"{failed}; {gist or message}"
+        if pending.reason is Reason.WAITING_PREEMPTION:
+            victims = self.core.waiting_on(jid)
+            told = waiting_reason(victims, self.tracker, refused, now)
+            if told is not None:
+                message = f"{pending.reason.value}: {told[0]}"
+                gist = f"{pending.reason.value}: {told[1]}"
+        return message, gist
+
 
 # reasons a job waits for room, to which what foreign pods hold is added
 _CAPACITY = frozenset(
@@ -517,8 +597,12 @@ def _label(pod: ObservedPod | None) -> str:
 
 
 def _shape(node: ObservedNode) -> tuple[object, ...]:
-    """What changes the model (a rebuild); readiness and cordons are events instead."""
-    return (node.labels, node.gpus, node.mig, node.cpu_milli, node.mem_mib)
+    """What changes the model (a rebuild); readiness and cordons are events instead, and so
+    are a MIG manager's re-cuts (its labels, the instances it advertises: kube/mig_recut.py)."""
+    mig_labels = (names.NODE_MIG_CONFIG, names.NODE_MIG_STATE)
+    labels = {k: v for k, v in node.labels.items() if k not in mig_labels}
+    mig = bool(node.mig) if names.NODE_MIG_CONFIG in node.labels else node.mig
+    return (labels, node.gpus, mig, node.cpu_milli, node.mem_mib)
 
 
 def _foreign_usage(pod: ObservedPod | None) -> Usage:

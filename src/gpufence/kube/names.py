@@ -62,6 +62,11 @@ NODE_GPU_MEMORY = "nvidia.com/gpu.memory"  # MiB per GPU
 NODE_GPU_COUNT = "nvidia.com/gpu.count"
 NODE_HOSTNAME = "kubernetes.io/hostname"
 NODE_ZONE = "topology.kubernetes.io/zone"
+# the GPU operator's MIG manager: the node's mig-parted config, and how applying it went
+# (pending | rebooting | success | failed); gpufence's own record of the re-cut it asked for
+NODE_MIG_CONFIG = "nvidia.com/mig.config"
+NODE_MIG_STATE = "nvidia.com/mig.config.state"
+ANN_MIG_RECUT = PREFIX + "mig-recut"
 
 EVENT_COMPONENT = "gpufence-scheduler"
 CONDITION_REASON_PENDING = "Unschedulable"

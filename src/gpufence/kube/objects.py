@@ -73,6 +73,7 @@ class ObservedNode:
     ready: bool
     unschedulable: bool = False
     taints: tuple[Taint, ...] = ()
+    mig_recut: str = ""  # the gpufence.io/mig-recut annotation (kube/mig_recut.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -248,4 +249,5 @@ def observe_node(node: Any) -> ObservedNode:
         ready=_ready(status),
         unschedulable=bool(spec.unschedulable) if spec else False,
         taints=taints,
+        mig_recut=(meta.annotations or {}).get(names.ANN_MIG_RECUT, ""),
     )

@@ -186,6 +186,9 @@ class MigLayoutRead:
     layout: tuple[str, ...]
     usable: bool = True
     failed: str = ""
+    # the GPU is being re-cut into ``layout`` (a front end that restarted mid-re-cut): it takes
+    # no job until ``MigReconfigured``, and jobs that fit the new instances wait for them
+    recutting: bool = False
 
 
 @dataclass(frozen=True, slots=True)

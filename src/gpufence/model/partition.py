@@ -30,6 +30,10 @@ class MigConfig:
     layout: tuple[str, ...] = ()  # profiles per GPU ("name" or "name@start"); () = none created
     dynamic: bool = False  # may re-partition idle GPUs to fit pending demand
     reconfigure_delay_s: float = 60.0
+    # whether a GPU may be re-cut around the instances jobs run on (NVML keeps them; the GPU
+    # operator's MIG manager re-creates every instance of a GPU it re-cuts, so on Kubernetes
+    # only a GPU with no running instance is re-cut)
+    recut_busy: bool = True
 
 
 @dataclass(frozen=True, slots=True)

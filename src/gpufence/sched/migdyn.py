@@ -133,7 +133,8 @@ def _drain_for(core: Core, mig: MigWork, rec: JobRecord, profile: str, needed: i
     """Start draining a GPU for ``rec`` where that is the way out (``migdrain``): why it waits
     then, or "" when no drain is started."""
     pool = rec.home
-    if pool in mig.drains or needed != 1:
+    if pool in mig.drains or needed != 1 or not _recut_busy(core, pool):
+        # (a drain frees room beside running instances: no use where a re-cut takes the GPU)
         return ""
     ix = mig.index[pool]
     room = ix.memo.get(("room", profile))
@@ -146,6 +147,15 @@ def _drain_for(core: Core, mig: MigWork, rec: JobRecord, profile: str, needed: i
         return ""
     mig.drains[pool] = drain
     return migdrain.waiting_for(core, drain)
+
+
+def _node_name(core: Core, gpu: int) -> str:
+    return core.cluster.nodes[core.cluster.gpus[gpu].node].name
+
+
+def _recut_busy(core: Core, pool: str) -> bool:
+    mig = core.cluster.partitions[pool].mig
+    return mig is None or mig.recut_busy
 
 
 def release_drains(core: Core, mig: MigWork) -> None:
@@ -189,8 +199,10 @@ def _choose(
     n_blocked = 0
     kept = False
     fitting: list[tuple[_Rank, int]] = []
+    whole_only = not _recut_busy(core, pool)
     for sid, gids in ix.groups.items():
-        rank = _rank(ix, sid, profile)
+        # (a GPU with running instances is no candidate where re-cuts take whole GPUs)
+        rank = None if whole_only and ix.sigs[sid][1] else _rank(ix, sid, profile)
         if rank is None:
             blocked.append(sid)
             n_blocked += len(gids)
@@ -261,13 +273,22 @@ def _why_none(
 ) -> str:
     """Which GPUs block the profile: at each legal start, the jobs whose instances are there."""
     pool, profile = rec.home, rec.job.request.mig_profile or ""
-    parts = [_blocking(core, ix, g, profile) for g in shown]
+    if not _recut_busy(core, pool):  # a re-cut takes a whole GPU: every running job blocks
+        parts = [
+            f"GPU {g} on {_node_name(core, g)} runs "
+            f"{', '.join(j for _, j in migindex.running_jobs(core, g))}"
+            for g in shown
+        ]
+    else:
+        parts = [_blocking(core, ix, g, profile) for g in shown]
     if n_blocked > len(shown):
         parts.append(f"{n_blocked - len(shown)} more GPUs alike")
     recut = sorted(g for g in mig.pending if core.cluster.gpus[g].partition == pool)
     if recut:
         parts.append("being re-cut: GPU " + ", ".join(str(g) for g in recut))
     where = f" ({'; '.join(parts)})" if parts else ""
+    if not _recut_busy(core, pool):
+        return f"no idle GPU in {pool} to re-cut for {profile}, a re-cut takes a whole GPU{where}"
     return f"no GPU in {pool} can be re-cut for {profile} beside its running instances{where}"
 
 
@@ -347,5 +368,22 @@ def apply_layout_read(core: Core, mig: MigWork, ev: MigLayoutRead) -> None:
                 led.set_mig_layout(gid, layout)
             else:
                 usable = False  # an instance a job runs on is gone: never guess where it went
+    if usable and ev.recutting and st is not None:
+        _restore_recut(core, mig, gid)
+        return
     if (gid in led.blocked) == usable:
         led.set_blocked(gid, not usable)
+
+
+def _restore_recut(core: Core, mig: MigWork, gid: int) -> None:
+    """A re-cut into the layout just read is still being carried out (the front end
+    restarted meanwhile): the GPU waits for ``MigReconfigured`` as after ``repartition_for``,
+    and its new idle instances are offered to the jobs that wait for them."""
+    st = core.ledger.mig[gid]
+    mig.pending[gid] = tuple(st.instances)
+    offer: dict[str, int] = {}
+    for i, o in zip(st.instances, st.occupant, strict=True):
+        if o is None:
+            offer[i.profile] = offer.get(i.profile, 0) + 1
+    mig.offers[gid] = offer
+    core.ledger.set_blocked(gid, True)

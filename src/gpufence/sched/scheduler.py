@@ -162,6 +162,16 @@ class Scheduler:
                 out[v] = n.deadline if n is not None else None
         return out
 
+    def recut_waiters(self, gpu: int) -> tuple[str, ...]:
+        """The jobs that wait for the MIG re-cut in flight on ``gpu``, the one it was made
+        for first (none when no re-cut is in flight there)."""
+        mig = self.state.mig
+        if gpu not in mig.pending:
+            return ()
+        first = mig.made_for.get(gpu)
+        rest = sorted(j for j in mig.waiting.get(gpu, {}) if j != first)
+        return (first, *rest) if first is not None else tuple(rest)
+
     def fair_share(self, partition: str) -> list[TenantShare]:
         return self.state.core.fairshare.explain(partition, self.state.core.ledger)
 
