@@ -48,7 +48,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import httpx2
 from lightkube import ApiError
@@ -140,7 +140,7 @@ def manifest(p: BenchPod, *, gpufence: bool, checkpoint_s: int) -> Pod:
         if p.node:
             spec["nodeName"] = p.node
     meta = {"name": p.name, "namespace": NS, "labels": labels, "annotations": ann}
-    return Pod.from_dict({"metadata": meta, "spec": spec})
+    return cast(Pod, Pod.from_dict({"metadata": meta, "spec": spec}))
 
 
 # ---- the fake workload: acks a notice after its checkpoint -----------------------------------
@@ -170,9 +170,10 @@ class FakeWorkload:
                 await asyncio.sleep(0.2)
 
     def _seen(self, pod: Pod) -> None:
-        name = pod.metadata.name
-        value = (pod.metadata.annotations or {}).get(NOTICE)
-        if not value or name in self.noticed:
+        meta = pod.metadata
+        name = meta.name if meta is not None else None
+        value = ((meta.annotations if meta is not None else None) or {}).get(NOTICE)
+        if not name or not value or name in self.noticed:
             return
         self.noticed[name] = time.monotonic()
         self.lt.loop.call_later(
