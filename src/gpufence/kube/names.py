@@ -51,6 +51,10 @@ ANN_NOTICE = PREFIX + "notice"  # a preemption/reclaim notice: "reason deadline"
 # checkpoint is written (a value that is not the current notice acknowledges nothing)
 ANN_CHECKPOINTED = PREFIX + "checkpointed"
 
+# -- set by JobSet (sigs.k8s.io/jobset) on its child Jobs' pods ----------------------------------
+# the JobSet that owns the pod's Job: the controller that makes a requeued job's next pods
+LABEL_JOBSET_NAME = "jobset.sigs.k8s.io/jobset-name"
+
 # -- resources and node labels (NVIDIA's GPU operator and feature discovery) -----------------
 RES_GPU = "nvidia.com/gpu"
 RES_MIG_PREFIX = "nvidia.com/mig-"
