@@ -98,7 +98,8 @@ class Outcome:
     evicted_gpus: int
     evicted_pods: int
     evicted_noncheckpointable: int
-    noticed: int
+    noticed: int = 0  # training pods the fake workload saw noticed
+    last_notice_s: float | None = None  # the surge -> the last notice seen (gpufence)
 
 
 def workload(args: argparse.Namespace) -> tuple[list[BenchPod], list[BenchPod], list[BenchPod]]:
@@ -228,7 +229,7 @@ class Run:
             raise SystemExit(f"{what}: timed out ({self.rec.bound(names)}/{len(names)} bound)")
 
     def outcome(
-        self, training: Sequence[BenchPod], surge: Sequence[BenchPod], t0: float, noticed: int
+        self, training: Sequence[BenchPod], surge: Sequence[BenchPod], t0: float
     ) -> Outcome:
         self.running(surge, "the surge Running", 600)
         last = max(self.rec.pods[p.name].running_at or 0.0 for p in surge)
@@ -248,7 +249,6 @@ class Run:
             evicted_gpus=sum(p.gpus for p in gone),
             evicted_pods=len(gone),
             evicted_noncheckpointable=sum(1 for p in gone if not p.checkpointable),
-            noticed=noticed,
         )
 
     def close(self) -> None:
@@ -276,9 +276,10 @@ def run_gpufence(args: argparse.Namespace, work: Path, pods: Any) -> Outcome:
         fake = FakeWorkload(run.lt, args.checkpoint_s)
         t0 = time.monotonic()
         run.create(surge, gpufence=True, checkpoint_s=args.checkpoint_s)
-        out = run.outcome(training, surge, t0, 0)
+        out = run.outcome(training, surge, t0)
         fake.stop()
         out.noticed = len(fake.noticed)
+        out.last_notice_s = round(max(fake.noticed.values(), default=t0) - t0, 2)
         return out
     finally:
         run.close()
@@ -313,7 +314,7 @@ def run_kube_scheduler(args: argparse.Namespace, work: Path, pods: Any) -> Outco
         time.sleep(3)  # its informers synced
         t0 = time.monotonic()
         run.create(surge, gpufence=False, checkpoint_s=args.checkpoint_s)
-        return run.outcome(training, surge, t0, 0)
+        return run.outcome(training, surge, t0)
     finally:
         run.close()
 
