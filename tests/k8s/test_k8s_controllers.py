@@ -3,9 +3,9 @@ with kube-controller-manager making the pods:
 
 - an indexed ``batch/v1`` Job whose pods are one gang: evicted by an incident, the Job
   controller's new pods are the same job's attempt 2, all members, bound together;
-- a ``Deployment`` for serving: its ReplicaSet's pods are placed in the serving fence, and the
-  pod the ReplicaSet makes after a deletion is placed there too, a replica of the same
-  ReplicaSet;
+- a ``Deployment`` for serving: its ReplicaSet's pods are placed in the serving fence; a replica
+  stopped by a node failure comes back through the ReplicaSet as the same job's attempt 2, and
+  the pod the ReplicaSet makes after a deletion by hand is placed in the fence too (a new job);
 - a bare ``Pod``: evicted and never made again, its job ends as preempted and its Preempted
   Event says so;
 - a JobSet (``jobset.x-k8s.io``): its controller is not built here (the Go module
@@ -99,8 +99,8 @@ def controlled(
 
 
 class Fences:
-    """A serving node of ``serving_gpus`` and a training node of ``training_gpus``, fake
-    kubelets for both, and gpufence running for them."""
+    """``serving_nodes`` serving nodes of ``serving_gpus`` and a training node of
+    ``training_gpus``, fake kubelets for them, and gpufence running for them."""
 
     def __init__(
         self,
@@ -109,18 +109,21 @@ class Fences:
         tmp: Path,
         serving_gpus: int,
         training_gpus: int,
+        serving_nodes: int = 1,
     ) -> None:
         run = f"c{secrets.token_hex(3)}"
         config = tmp / "cluster.yaml"
         config.write_text(CONFIG.format(run=run, sched=f"gpufence-{run}"))
         self.env = Env(kc, k.namespace(kc, f"ns-{run}"), run, f"gpufence-{run}", config, tmp, [])
         self.kc, self.ns = kc, self.env.ns
-        for fence, gpus in (("serving", serving_gpus), ("training", training_gpus)):
-            labels = {"test.gpufence.io/run": run, "gpufence.io/fence": fence}
-            kubelet.add_nodes([FakeNode(f"{run}-{fence}", gpus=gpus, labels=labels)])
-            path = f"/api/v1/nodes/{run}-{fence}"
-            k.ok(kc, "PATCH", path, {"spec": {"taints": None}}, content_type=MERGE)
         self.serving_node, self.training_node = f"{run}-serving", f"{run}-training"
+        nodes = [(self.serving_node, "serving", serving_gpus)]
+        nodes += [(f"{run}-serving-{i}", "serving", serving_gpus) for i in range(1, serving_nodes)]
+        for name, fence, gpus in (*nodes, (self.training_node, "training", training_gpus)):
+            labels = {"test.gpufence.io/run": run, "gpufence.io/fence": fence}
+            kubelet.add_nodes([FakeNode(name, gpus=gpus, labels=labels)])
+            path = f"/api/v1/nodes/{name}"
+            k.ok(kc, "PATCH", path, {"spec": {"taints": None}}, content_type=MERGE)
         self.env.start(extra=["--lease-namespace", self.ns]).wait_ready()
 
     def pod(self, name: str) -> dict[str, Any]:
@@ -182,9 +185,9 @@ def kubelet(controlled: KubeCluster) -> Iterator[FakeKubelet]:
 
 
 def _fences(
-    kc: KubeCluster, kl: FakeKubelet, tmp: Path, serving: int, training: int
+    kc: KubeCluster, kl: FakeKubelet, tmp: Path, serving: int, training: int, serving_nodes: int = 1
 ) -> Iterator[Fences]:
-    f = Fences(kc, kl, tmp, serving, training)
+    f = Fences(kc, kl, tmp, serving, training, serving_nodes)
     try:
         yield f
     finally:
@@ -275,20 +278,7 @@ def test_k8s_a_serving_deployment_is_placed_in_the_serving_fence_and_so_is_its_r
     roomy: Fences,
 ) -> None:
     f = roomy
-    tpl = f.template({"app": "llm", **SERVING}, {})
-    tpl["spec"].pop("restartPolicy")  # a Deployment's pods restart Always
-    deploy = {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": "llm"},
-        "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "llm"}}, "template": tpl},
-    }
-    k.ok(f.kc, "POST", f"/apis/apps/v1/namespaces/{f.ns}/deployments", deploy, 201)
-    rs = k.wait(
-        "the ReplicaSet",
-        lambda: k.ok(f.kc, "GET", f"/apis/apps/v1/namespaces/{f.ns}/replicasets")["items"],
-    )
-    rs_name = rs[0]["metadata"]["name"]
+    rs_name = _deployment(f, 2)
     pods = k.wait("its 2 pods", lambda: len(got := f.owned_by("ReplicaSet", rs_name)) == 2 and got)
     for p in pods:
         assert f.env.bound(p) == f.serving_node, p
@@ -303,6 +293,55 @@ def test_k8s_a_serving_deployment_is_placed_in_the_serving_fence_and_so_is_its_r
     assert f.annotation(new, "gpufence.io/bound-partition") == "serving"
     assert f.annotation(new, ATTEMPT) == "1"  # a replica made anew, not a requeued job
     assert sorted(f.owned_by("ReplicaSet", rs_name)) == sorted([pods[1], new])
+
+
+def _deployment(f: Fences, replicas: int) -> str:
+    """A serving Deployment ``llm`` of 2-GPU pods; the name of its ReplicaSet."""
+    tpl = f.template({"app": "llm", **SERVING}, {})
+    tpl["spec"].pop("restartPolicy")  # a Deployment's pods restart Always
+    deploy = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "llm"},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": "llm"}},
+            "template": tpl,
+        },
+    }
+    k.ok(f.kc, "POST", f"/apis/apps/v1/namespaces/{f.ns}/deployments", deploy, 201)
+    path = f"/apis/apps/v1/namespaces/{f.ns}/replicasets"
+    rs = k.wait("the ReplicaSet", lambda: k.ok(f.kc, "GET", path)["items"])
+    return str(rs[0]["metadata"]["name"])
+
+
+@pytest.fixture
+def two_serving(controlled: KubeCluster, kubelet: FakeKubelet, tmp_path: Path) -> Iterator[Fences]:
+    """Two serving nodes of 2 GPUs each, empty."""
+    yield from _fences(controlled, kubelet, tmp_path, 2, 2, serving_nodes=2)
+
+
+def test_k8s_a_serving_replica_stopped_by_a_node_failure_comes_back_as_the_same_job(
+    two_serving: Fences, kubelet: FakeKubelet
+) -> None:
+    f = two_serving
+    rs_name = _deployment(f, 1)
+    first = k.wait("its pod", lambda: f.owned_by("ReplicaSet", rs_name))[0]
+    where = f.env.bound(first)
+    f.running(first)
+    job_id = f.annotation(first, JOB)
+    # its node fails: the core stops the job to run it elsewhere (an eviction); the kubelet is
+    # dead, so the operator force-deletes the pod, as for any pod of a lost node
+    kubelet.set_ready(where, False)
+    k.wait(f"{first} evicted", lambda: f.pod(first).get("metadata", {}).get("deletionTimestamp"))
+    k.delete_pod(f.kc, f.ns, first)
+    new = k.wait("the ReplicaSet's replacement", lambda: f.owned_by("ReplicaSet", rs_name), 60)[0]
+    assert new != first
+    # on the other serving node: the same serving job, its next attempt
+    assert f.env.bound(new, 30) in {f.serving_node, f"{f.env.run}-serving-1"} - {where}
+    assert f.annotation(new, "gpufence.io/bound-partition") == "serving"
+    assert f.annotation(new, JOB) == job_id
+    assert f.annotation(new, ATTEMPT) == "2"
 
 
 def test_k8s_a_bare_pod_evicted_is_not_made_again_and_its_event_says_its_job_ended_preempted(
