@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -9,6 +11,7 @@ import pytest
 from gpufence.model.job import RequestKind
 from gpufence.model.partition import Partition, SharingMode
 from gpufence.sched import registry
+from gpufence.sched.backfill import EasyBackfill
 from gpufence.sched.jobs import JobRecord
 from gpufence.sched.ordering import PriorityFairShare
 from gpufence.spec import SpecError, cluster_from_dict
@@ -71,3 +74,18 @@ def test_unknown_names_fail_with_the_known_ones() -> None:
         registry.make_queue_order("x")
     assert registry.names("placement policy") == ("best-fit", "fgd", "fence-pack", "random")
     assert [type(r).__name__ for r in registry.admission_rules()] == ["CohortQuota"]
+
+
+def test_reservation_rules_are_registered_by_name() -> None:
+    assert isinstance(registry.make_reservations(), EasyBackfill)
+    with pytest.raises(ValueError, match="unknown reservation rule 'slurm' \\(known: easy\\)"):
+        registry.make_reservations("slurm")
+
+
+def test_the_registry_imports_no_numpy() -> None:
+    # `gpufence validate` asks the registry for valid names on the base install (no numpy):
+    # the plugins that need the core are imported when a scheduler makes them
+    code = "import sys, gpufence.sched.registry as r; r.names('queue order'); "
+    code += "print('numpy' in sys.modules)"
+    got = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert got.stdout.strip() == "False"

@@ -44,6 +44,15 @@ def _http(value: str) -> tuple[str, int]:
     return host, int(port)
 
 
+def _prometheus(url: str) -> str:
+    if url and not url.startswith(("http://", "https://")):
+        raise typer.BadParameter(
+            f"{url!r}: give the server's URL, e.g. http://prometheus:9090",
+            param_hint="--prometheus",
+        )
+    return url
+
+
 @k8s_app.command("run")
 def run(
     config: ConfigOpt,
@@ -92,6 +101,18 @@ def run(
             help="how long a pod waits before its pending reason is written",
         ),
     ] = 5.0,
+    prometheus: Annotated[
+        str,
+        typer.Option(
+            metavar="URL",
+            help="Prometheus with NVIDIA's DCGM exporter: each pod's GPU utilisation, for idle "
+            "reclaim of interactive pods (besides their gpufence.io/gpu-activity annotation)",
+        ),
+    ] = "",
+    activity_interval: Annotated[
+        float,
+        typer.Option(min=1.0, metavar="SECONDS", help="how often --prometheus is asked"),
+    ] = 30.0,
 ) -> None:
     """Schedule every pod whose spec.schedulerName names this scheduler."""
     from dataclasses import replace
@@ -116,6 +137,8 @@ def run(
         lease_s=lease_seconds,
         renew_s=max(0.5, min(2.0, lease_seconds / 5)),
         reason_delay_s=reason_delay,
+        prometheus_url=_prometheus(prometheus),
+        activity_interval_s=activity_interval,
     )
     from lightkube.core.exceptions import ConfigError
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 
 from gpufence.kube import names
 from gpufence.kube.actions import Action, BindPod, DeletePod, EvictPod, ShowPending
+from gpufence.kube.activity import ActivityFeed
 from gpufence.kube.api import KubeApi
 from gpufence.kube.api_actions import ActionRunner, BindFailed
 from gpufence.kube.fences import FenceSpec
@@ -73,6 +74,7 @@ class KubeScheduler:
         rebuild_every_s: float = 2.0,
         bind_workers: int = 32,
         state: StateRecord | None = None,
+        activity: ActivityFeed | None = None,
     ) -> None:
         self.api, self.fences, self.clock = api, fences, clock
         self.names = fences.names
@@ -101,6 +103,7 @@ class KubeScheduler:
         self.state = state  # budgets and fair share kept across restarts (kube/state_record.py)
         self._saved: list[Event] = []  # what the record held at start-up, for the first core
         self._saved_awaiting: dict[str, tuple[str, int]] = {}  # (see Tracker.expected)
+        self.activity = activity or ActivityFeed()  # GPU activity samples -> idle reclaim
 
     def _uid(self, namespace: str, pod: str) -> str:
         obj = self.pods.get(f"{namespace}/{pod}")
@@ -233,6 +236,7 @@ class KubeScheduler:
         if pod.node:
             self.inflight.pop(pod.key, None)
         if self.tracker.ours(pod):
+            self.activity.pod_seen(pod, self.clock())
             if self.core is not None:
                 self.tracker.pod_seen(pod)
             if pod.terminal or pod.deleting:
@@ -260,6 +264,7 @@ class KubeScheduler:
         if pod is None:
             return
         self.runner.forget(pod.namespace, pod.name)
+        self.activity.pod_gone(key)
         if self.tracker.ours(pod):
             if self.core is not None:
                 self.tracker.pod_gone(key)
@@ -291,6 +296,7 @@ class KubeScheduler:
             actions = self._restore_actions + actions
             self._restore_actions = []
             events = self._carry + self._node_events() + events
+            events += self.activity.events(self.tracker, self.hardware.cluster)
             t0 = time.perf_counter()
             decisions = self.core.step(events, now)
             self.stats.step_seconds += time.perf_counter() - t0

@@ -50,6 +50,9 @@ ANN_NOTICE = PREFIX + "notice"  # a preemption/reclaim notice: "reason deadline"
 # the acknowledgement of a notice: the workload copies the notice's value here once its
 # checkpoint is written (a value that is not the current notice acknowledges nothing)
 ANN_CHECKPOINTED = PREFIX + "checkpointed"
+# GPU activity for idle reclaim, "<utilisation 0..1> <seconds since the epoch>": refreshed by a
+# notebook's sidecar (kube/activity.py; DCGM through Prometheus is the other source)
+ANN_GPU_ACTIVITY = PREFIX + "gpu-activity"
 
 # -- set by JobSet (sigs.k8s.io/jobset) on its child Jobs' pods ----------------------------------
 # the JobSet that owns the pod's Job: the controller that makes a requeued job's next pods

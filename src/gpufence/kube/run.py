@@ -14,6 +14,7 @@ import socket
 import threading
 from dataclasses import dataclass
 
+from gpufence.kube.activity import ActivityFeed, PrometheusPoller
 from gpufence.kube.api import KubeApi
 from gpufence.kube.crd_status import StatusPublisher
 from gpufence.kube.fences import FenceSpec
@@ -40,6 +41,8 @@ class RunOptions:
     lease_s: float = 15.0
     renew_s: float = 2.0
     reason_delay_s: float = 5.0
+    prometheus_url: str = ""  # DCGM's GPU utilisation per pod, for idle reclaim ("": none)
+    activity_interval_s: float = 30.0
 
 
 def default_identity() -> str:
@@ -49,7 +52,18 @@ def default_identity() -> str:
 def run_replica(fences: FenceSpec, opts: RunOptions) -> int:
     api = KubeApi(opts.kubeconfig)
     record = StateRecord(api, opts.lease_namespace, f"{opts.lease_name}-state")
-    loop = KubeScheduler(api, fences, reason_delay_s=opts.reason_delay_s, state=record)
+    poller = (
+        PrometheusPoller(opts.prometheus_url, opts.activity_interval_s)
+        if opts.prometheus_url
+        else None
+    )
+    loop = KubeScheduler(
+        api,
+        fences,
+        reason_delay_s=opts.reason_delay_s,
+        state=record,
+        activity=ActivityFeed(poller),
+    )
     elector = None
     if opts.leader_elect:
         elector = LeaderElector(
@@ -81,7 +95,11 @@ def run_replica(fences: FenceSpec, opts: RunOptions) -> int:
     log.info("scheduling pods with schedulerName %s", fences.names.scheduler_name)
     publisher = StatusPublisher(api, fences)
     threading.Thread(target=_publish, args=(loop, publisher), name="status", daemon=True).start()
+    if poller is not None:
+        poller.start()  # (the leader's: a standby has no sessions to reclaim)
     loop.run()
+    if poller is not None:
+        poller.stop.set()
     if elector is not None:
         if elector.lost.is_set():
             return EXIT_LOST_LEASE

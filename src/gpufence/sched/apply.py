@@ -113,6 +113,18 @@ def _finished(
     _end(core, book, claims, reasons, gates, rec, state)
 
 
+# what the front end reports about one job it runs (or was told to run)
+_JOB_REPORTS = (
+    JobFinished,
+    JobStopped,
+    JobLost,
+    JobCancelled,
+    CheckpointAck,
+    CheckpointWritten,
+    Activity,
+)
+
+
 def _apply(
     core: Core,
     book: JobBook,
@@ -124,58 +136,96 @@ def _apply(
     out: list[Decision],
     protection: ProtectionState | None,
 ) -> None:
-    if isinstance(ev, JobSubmitted):
+    # (the kinds are disjoint: the most frequent are tested first)
+    if isinstance(ev, _JOB_REPORTS):
+        rec = book.records.get(ev.job_id)
+        if rec is None or rec.state in TERMINAL:
+            return  # late report about a job we no longer track: nothing to do
+        _job_event(core, book, claims, reasons, gates, rec, ev, out)
+    elif isinstance(ev, JobSubmitted):
         _submit(core, book, gates, ev, out)
-        return
-    if isinstance(ev, Tick):
-        return
+    elif not _restored(core, book, gates, ev, protection) and not _gate_event(
+        core, book, claims, reasons, gates, ev, out
+    ):
+        _cluster_event(core, book, mig, ev, out)
+
+
+def _restored(
+    core: Core, book: JobBook, gates: Gates, ev: Event, protection: ProtectionState | None
+) -> bool:
+    """What a front end restores after a restart (a job, fair-share usage, protection's
+    budget windows); False for any other event."""
     if isinstance(ev, JobRestored):
         restore(core, book, ev)
         if ev.job.id in book.records:  # gates: a running array task fills a slot of its cap
             gates.restored(book.records[ev.job.id])
-        return
-    if isinstance(ev, JobHeld):  # gates
-        gates.hold(core, book, claims, reasons, ev.job_id, ev.by)
-        return
-    if isinstance(ev, JobUpdated):
-        apply_update(core, book, claims, reasons, gates, ev, out)
-        return
-    if isinstance(ev, JobReleased):  # gates
-        if gates.release(ev.job_id):
-            replan(claims, book.records[ev.job_id].home)
-        return
-    if isinstance(ev, OutcomeKnown):  # gates
-        gates.outcome(ev.job_id, ev.state)
-        return
-    if isinstance(ev, UsageRestored):
+    elif isinstance(ev, UsageRestored):
         core.fairshare.restore(dict(ev.usage), ev.at, core.now)
-        return
-    if isinstance(ev, PreemptionsRestored):  # protection's own state (None: no protection)
+    elif isinstance(ev, PreemptionsRestored):  # protection's own state (None: no protection)
         if protection is not None:
             protection.restore(ev.times, core.now)
-        return
+    else:
+        return False
+    return True
+
+
+def _gate_event(
+    core: Core,
+    book: JobBook,
+    claims: Claims,
+    reasons: PendingReasons,
+    gates: Gates,
+    ev: Event,
+    out: list[Decision],
+) -> bool:
+    """Holds, releases, updates after submit and known outcomes (the gates'); False for any
+    other event."""
+    if isinstance(ev, JobHeld):
+        gates.hold(core, book, claims, reasons, ev.job_id, ev.by)
+    elif isinstance(ev, JobUpdated):
+        apply_update(core, book, claims, reasons, gates, ev, out)
+    elif isinstance(ev, JobReleased):
+        if gates.release(ev.job_id):
+            replan(claims, book.records[ev.job_id].home)
+    elif isinstance(ev, OutcomeKnown):
+        gates.outcome(ev.job_id, ev.state)
+    else:
+        return False
+    return True
+
+
+def _cluster_event(core: Core, book: JobBook, mig: MigWork, ev: Event, out: list[Decision]) -> bool:
+    """The clock, nodes (health, drains, maintenance), MIG layouts, queues and tenants changed
+    at run time; False for any other event."""
     if isinstance(ev, NodeUp | NodeDown):  # a cordon (stop_jobs False) keeps what runs
         stop = isinstance(ev, NodeDown) and ev.stop_jobs
         _node(core, book, ev.node, isinstance(ev, NodeUp), out, stop_jobs=stop)
-        return
-    if isinstance(ev, NodeDrained | NodeUndrained | MaintenanceScheduled | MaintenanceCancelled):
+    elif isinstance(ev, NodeDrained | NodeUndrained | MaintenanceScheduled | MaintenanceCancelled):
         apply_closure(core, book, ev, out)
-        return
-    if isinstance(ev, MigReconfigured):
+    elif isinstance(ev, MigReconfigured):
         mig.reconfigured(core, ev.gpu)
-        return
-    if isinstance(ev, MigLayoutRead):
+    elif isinstance(ev, MigLayoutRead):
         apply_layout_read(core, mig, ev)
-        return
-    if isinstance(ev, QueueRetuned):
+    elif isinstance(ev, QueueRetuned):
         retune_queue(core, ev)
-        return
-    if isinstance(ev, TenantsChanged):
+    elif isinstance(ev, TenantsChanged):
         change_tenants(core, ev)
-        return
-    rec = book.records.get(ev.job_id)
-    if rec is None or rec.state in TERMINAL:
-        return  # late report about a job we no longer track: nothing to do
+    elif not isinstance(ev, Tick):
+        return False
+    return True
+
+
+def _job_event(
+    core: Core,
+    book: JobBook,
+    claims: Claims,
+    reasons: PendingReasons,
+    gates: Gates,
+    rec: JobRecord,
+    ev: Event,
+    out: list[Decision],
+) -> None:
+    """A report about a job the scheduler tracks and that has not ended."""
     now = core.now
     if isinstance(ev, JobFinished):
         _finished(core, book, claims, reasons, gates, rec, ev.succeeded, out)

@@ -10,8 +10,9 @@ Claims    what waiting jobs hold on to across cycles: the head-of-line gang's re
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
 
 from gpufence.model.cluster import Cluster
 from gpufence.sched.admission import Admission
@@ -20,6 +21,10 @@ from gpufence.sched.placement.dispatch import PlacementEngine
 from gpufence.sched.queues import PendingQueues
 from gpufence.state.closures import NodeClosures
 from gpufence.state.ledger import Ledger
+
+if TYPE_CHECKING:
+    from gpufence.model.job import Job
+    from gpufence.sched.jobs import JobRecord
 
 
 @dataclass(slots=True)
@@ -32,6 +37,7 @@ class Core:
     fairshare: FairShare
     engine: PlacementEngine
     closures: NodeClosures  # drained nodes and maintenance windows (the engine's too)
+    reservations: ReservationRule  # who reserves, and who may backfill (sched/backfill.py)
     admission: tuple[Admission, ...] = ()  # rules every job passes before it is placed
     tenants: frozenset[str] | None = None  # who queue labels may name (SchedulerConfig.tenants)
     now: float = 0.0
@@ -68,6 +74,27 @@ class Reservation:
             if running(job_id):
                 return True
         return False
+
+
+class ReservationRule(Protocol):
+    """Reservation and backfill (registered in ``sched/registry.py``, ``RESERVATIONS``): which
+    job that does not fit holds its partition's one reservation, where and from when, and
+    which job may bind on the reserved GPUs before the gang starts."""
+
+    def reservable(self, core: Core, job: Job, pool: str) -> bool:
+        """May ``job``, not fitting in ``pool`` now, reserve there?"""
+        ...
+
+    def reserve(
+        self, core: Core, records: Mapping[str, JobRecord], rec: JobRecord, pool: str
+    ) -> Reservation | None:
+        """The reservation for ``rec`` in ``pool`` (None: it can never be placed there);
+        ``records``: every job's record (the running jobs' expected ends)."""
+        ...
+
+    def may_backfill(self, core: Core, job: Job, res: Reservation) -> bool:
+        """May ``job`` (not ahead of the gang) take GPUs held for ``res``?"""
+        ...
 
 
 @dataclass(slots=True)

@@ -8,7 +8,8 @@ returns its decisions; the pieces of state are named in ``SchedulerState``:
   3. warn idle           sched/reclaim.py   idle interactive sessions get a warning
   4. gates               sched/gates.py     held / dependent / array-capped jobs join their
                                             queues, or are cancelled (apply.open_gates)
-  5. place partitions    sched/place.py     queue order, quota, placement, reservation, backfill
+  5. place partitions    sched/place.py     nominated jobs first, then each partition's walk
+                                            (partition_walk.py: a decision per job)
   6. lend                sched/lend.py      idle capacity of lending partitions to their borrowers
   7. reclaim / protect   sched/protect.py   lent capacity back; budgeted incident preemption
 """

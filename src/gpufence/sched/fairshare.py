@@ -70,7 +70,7 @@ class FairShare:
         """The queue's decayed past usage per weight (milli-GPU, like ``share``) without what it
         holds now: the long-run account that says which queue fair share owes GPU time (Slurm's
         fair-share factor is built on the same decayed usage). Reservations follow it
-        (sched/place.py ``_ahead_by_share``)."""
+        (sched/passing.py ``ahead_by_share``)."""
         return self.usage[queue] / self.half_life_s / self._cluster.queues[queue].weight
 
     def explain(self, partition: str, ledger: Ledger) -> list[TenantShare]:

@@ -214,36 +214,50 @@ def _home_and_queue(cluster: Cluster, job: Job) -> tuple[str, str, Refused | Non
 def _shape_problem(
     cluster: Cluster, job: Job, home: str, mig_now: MigLayouts | None = None
 ) -> Refused | None:
+    """Why ``job``'s request can never be held by partition ``home`` (or is malformed)."""
     part = cluster.partitions[home]
-    req = job.request
-    gids = cluster.partition_gpus[home]
     types = cluster.partition_gpu_types[home]
     if job.gpu_types and not types & set(job.gpu_types):
         return Refused(
             Reason.NEVER_FITS,
             f"GPU types {', '.join(job.gpu_types)} not in partition {home} (has {_known(types)})",
         )
-    if req.kind is RequestKind.MIG:
-        if part.sharing is not SharingMode.MIG:
-            return Refused(Reason.NEVER_FITS, f"partition {home} is {part.sharing}, not MIG")
-        models = {cluster.gpu_types[t].mig_model for t in types}
-        for model in sorted(m for m in models if m is not None):
-            profiles = migmod.profiles_for(model)
-            if req.mig_profile not in profiles:
-                return Refused(
-                    Reason.NEVER_FITS,
-                    f"MIG profile '{req.mig_profile}' does not exist on {model} "
-                    f"(valid: {', '.join(profiles)})",
-                )
-        return _static_mig_problem(cluster, job, home, mig_now)
+    if job.request.kind is RequestKind.MIG:
+        return _mig_problem(cluster, job, home, mig_now)
     if part.sharing is SharingMode.MIG:
         return Refused(Reason.NEVER_FITS, f"partition {home} only offers MIG instances")
+    return _request_problem(cluster, job, home) or _size_problem(cluster, job, home)
+
+
+def _mig_problem(
+    cluster: Cluster, job: Job, home: str, mig_now: MigLayouts | None
+) -> Refused | None:
+    part = cluster.partitions[home]
+    req = job.request
+    if part.sharing is not SharingMode.MIG:
+        return Refused(Reason.NEVER_FITS, f"partition {home} is {part.sharing}, not MIG")
+    models = {cluster.gpu_types[t].mig_model for t in cluster.partition_gpu_types[home]}
+    for model in sorted(m for m in models if m is not None):
+        profiles = migmod.profiles_for(model)
+        if req.mig_profile not in profiles:
+            return Refused(
+                Reason.NEVER_FITS,
+                f"MIG profile '{req.mig_profile}' does not exist on {model} "
+                f"(valid: {', '.join(profiles)})",
+            )
+    return _static_mig_problem(cluster, job, home, mig_now)
+
+
+def _request_problem(cluster: Cluster, job: Job, home: str) -> Refused | None:
+    """A GPU fraction or GPU count the partition cannot hold, or that is malformed."""
+    part = cluster.partitions[home]
+    req = job.request
     if req.kind is RequestKind.FRACTION:
         if part.sharing is not SharingMode.FRACTIONAL:
             return Refused(Reason.NEVER_FITS, f"partition {home} does not share GPUs by fraction")
         if not 0 < req.milli < MILLI_PER_GPU:
             return Refused(Reason.INVALID, f"gpu fraction must be in (0, 1) (got {req.milli}m)")
-        biggest = max(cluster.gpu_types[t].memory_mib for t in types)
+        biggest = max(cluster.gpu_types[t].memory_mib for t in cluster.partition_gpu_types[home])
         if req.gpu_mem_mib > biggest:
             return Refused(
                 Reason.NEVER_FITS, f"needs {req.gpu_mem_mib} MiB GPU memory; largest GPU {biggest}"
@@ -258,6 +272,15 @@ def _shape_problem(
             Reason.INVALID,
             "gpus per replica is 0 (a CPU-only replica) but it asks for no CPU; give cpus",
         )
+    return None
+
+
+def _size_problem(cluster: Cluster, job: Job, home: str) -> Refused | None:
+    """A replica bigger than any node, or a gang bigger than the partition (and what it may
+    borrow), or one its nodes can never hold at once."""
+    part = cluster.partitions[home]
+    req = job.request
+    gids = cluster.partition_gpus[home]
     per_node = cluster.max_gpus_per_node(home)
     if req.gpus > per_node:
         return Refused(

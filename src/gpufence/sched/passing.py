@@ -1,7 +1,7 @@
 """Who may pass a gang's reservation (docs/architecture.md, "Reservations follow fair share"):
 a job ahead of the gang in queue order -- higher priority, a queue fair share owes GPU time to,
 serving where the fence protects it -- may take its reserved GPUs; jobs behind it may not,
-unless they backfill (sched/place.py). Shared by the placement walk's per-job test
+unless they backfill (sched/partition_walk.py). Shared by the placement walk's per-job test
 (``ahead``) and its per-shape filter once only reserved GPUs are left (``may_pass_holds``)."""
 
 from __future__ import annotations

@@ -194,157 +194,220 @@ def _gather(st: Protecting, p: str, lent: bool) -> list[JobRecord]:
     return out
 
 
-def protect_partition(st: Protecting, p: str, waiting: list[JobRecord]) -> bool:
-    """Reclaim lent capacity, then (for serving) preempt in an incident, for ``waiting`` jobs.
-    True when some of them could not be helped (no victims, or out of budget)."""
-    core, book, claims, reasons = st.core, st.book, st.claims, st.reasons
-    led = core.ledger
-    part = core.cluster.partitions[p]
-    pol = part.preemption
-    on_demand = pol.mode is PreemptionMode.ON_DEMAND
-    times = st.state.times.setdefault(p, deque())
-    while times and times[0] <= core.now - pol.window_s:
-        times.popleft()
-    taken: dict[str, None] = {}  # victims chosen in this batch, in order
-    plan: list[tuple[JobRecord, tuple[str, ...], str, Reason]] = []
+@dataclass(slots=True)
+class _Batch:
+    """One batch of protection in partition ``p``: what its jobs decided so far (victims
+    chosen, the plan of notices, who waits for what) and what it computes once."""
+
+    p: str
+    pol: PreemptionPolicy
+    times: deque[float]  # incident preemptions in the budget window
+    # victims already noticed or chosen in this batch -> the pool their GPUs come back to
+    inflight: dict[str, str]
+    budget_left: int
+    lent_out: bool
+    taken: dict[str, None] = field(default_factory=dict)  # victims chosen, in order
+    # (job, its victims, the pool it then runs in, why): noticed once the batch is decided
+    plan: list[tuple[JobRecord, tuple[str, ...], str, Reason]] = field(default_factory=list)
     # jobs that wait for victims on their way back, told so once this batch's notices are out
     # (told before, a victim chosen earlier in the batch was not yet noticed: "waiting for
     # nothing to stop")
-    waits: list[tuple[JobRecord, dict[str, None]]] = []
-    counted = 0
-    budget_hit: list[JobRecord] = []
-    # victims already noticed or chosen in this batch -> the pool their GPUs come back to
-    inflight = {v: led.allocs[v].pool for v in book.on_the_way_back() if v in led.allocs}
-    lent_out = led.lent[p] > 0
-    budget_left = (pol.budget - len(times)) if not on_demand else 1 << 30
+    waits: list[tuple[JobRecord, dict[str, None]]] = field(default_factory=list)
+    counted: int = 0  # incident preemptions this batch plans
+    budget_hit: list[JobRecord] = field(default_factory=list)
     # candidate victims, in preference order, computed once per batch (they only shrink)
     lent_cands: list[str] | None = None
-    donor_cands: dict[str, list[str]] = {}
-    young_cands: dict[str, list[str]] = {}  # the same for ``_too_young``
+    donor_cands: dict[str, list[str]] = field(default_factory=dict)
+    young_cands: dict[str, list[str]] = field(default_factory=dict)  # for ``_too_young``
     # request shapes no victim set can help this cycle, and why, when the reason is not plain
-    hopeless: dict[int, tuple[Reason, str] | None] = {}
+    hopeless: dict[int, tuple[Reason, str] | None] = field(default_factory=dict)
     # request shape -> ``changes`` when a job of it ran out of budget: until the batch changes
     # the fork (a placement, a victim search that found victims), the next one does too
-    spent: dict[int, int] = {}
-    changes = 0
-    pools = {p, *pol.from_partitions}  # where this batch places (and so what it can use)
+    spent: dict[int, int] = field(default_factory=dict)
+    changes: int = 0
+
+
+def protect_partition(st: Protecting, p: str, waiting: list[JobRecord]) -> bool:
+    """Reclaim lent capacity, then (for serving) preempt in an incident, for ``waiting`` jobs.
+    True when some of them could not be helped (no victims, or out of budget).
+
+    Each job is decided in the batch's fork (``_consider``: it waits for capacity on its way
+    back, gets lent GPUs reclaimed or victims preempted, waits for the budget, or is told why
+    nothing can help it); then the batch's plan is carried out (``_carry_out``: notices,
+    nominations, reasons)."""
+    core = st.core
+    led = core.ledger
+    b = _open_batch(st, p)
+    pools = {p, *b.pol.from_partitions}  # where this batch places (and so what it can use)
     with led.fork():
-        for v in inflight:  # capacity already on its way back counts as free
+        for v in b.inflight:  # capacity already on its way back counts as free
             if touches(led, led.allocs[v], pools):  # (idle sessions elsewhere need no undo)
                 led.release(v)
         # ... except what the jobs already waiting for it will take: they go first
         _place_nominated(st, pools)
         for rec in waiting[:MAX_BATCH]:
-            if rec.job.id in claims.nominations or rec.state is not JobState.PENDING:
+            if rec.job.id in st.claims.nominations or rec.state is not JobState.PENDING:
                 continue
-            shape = core.queues.request_of(rec.job.id)
-            if shape in hopeless:
-                if (blocker := hopeless[shape]) is not None:
-                    reasons.set_job(rec.job.id, *blocker)
-                continue
-            if spent.get(shape) == changes:
-                budget_hit.append(rec)
-                continue
-            # the walk admitted it, but jobs of its queue may have bound after it (and earlier
-            # jobs of this batch are placed in the fork): what would be charged to the queue
-            # (a home placement, lent GPUs reclaimed for it) needs the quota it has now.
-            # Capacity freed by incident preemption in a donor pool is not charged.
-            blocked = quota_blocks(
-                core.cluster, led, rec.queue, charge_milli(rec.job, core.cluster, p)
-            )
-            if blocked is not None:
-                reasons.set_job(rec.job.id, Reason.QUOTA, blocked)
-            elif place_tentatively(core, rec, p):
-                changes += 1  # capacity on its way back covers it: it waits for that
-                coming = {v: None for v, vp in inflight.items() if vp == p}
-                claims.nominations[rec.job.id] = Nomination(coming, (p,), False)
-                waits.append((rec, coming))
-                continue
-            covered = _covered_elsewhere(core, rec, pol, inflight)
-            if covered is not None:
-                changes += 1
-                claims.nominations[rec.job.id] = Nomination(covered[1], (covered[0],), True)
-                waits.append((rec, covered[1]))
-                continue
-            if lent_out and blocked is None:
-                if lent_cands is None:
-                    lent_cands = running(core, book, lambda r: led.allocs[r.job.id].lent_from == p)
-                got = victims_for(core, rec, p, [v for v in lent_cands if v not in taken])
-                if got is not None:
-                    changes += 1
-                    taken.update(dict.fromkeys(got))
-                    inflight.update(dict.fromkeys(got, p))
-                    plan.append((rec, tuple(taken), p, Reason.LENT_RECLAIM))
-                    continue
-            serving = rec.job.workload_class is WorkloadClass.SERVING
-            if not serving or pol.mode is PreemptionMode.OFF:
-                hopeless[shape] = None
-                continue
-            if counted >= budget_left:
-                budget_hit.append(rec)
-                spent[shape] = changes
-                continue
-            for pool in pol.from_partitions:
-                if pool not in donor_cands:
-                    donor_cands[pool] = running(core, book, eligible(core, pol, pool), pool)
-                cands = [v for v in donor_cands[pool] if v not in taken]
-                mark = led.mark()
-                got = victims_for(core, rec, pool, cands)
-                if got is None:
-                    led.commit(mark)  # (nothing changed)
-                    continue
-                if counted + len(got) > budget_left:
-                    led.rollback(mark)  # over budget: its victims stay candidates of the rest
-                    if len(got) > pol.budget:  # not even a fresh window would pay for it
-                        beyond = _beyond_budget(p, pol, got)
-                        hopeless[shape] = (Reason.PREEMPTION_BUDGET, beyond)
-                        reasons.set_job(rec.job.id, Reason.PREEMPTION_BUDGET, beyond)
-                    else:
-                        budget_hit.append(rec)
-                    break
-                led.commit(mark)
-                changes += 1  # the victims are released and the job placed in the fork
-                counted += len(got)
-                taken.update(dict.fromkeys(got))
-                inflight.update(dict.fromkeys(got, pool))
-                reason = Reason.ON_DEMAND_PREEMPTION if on_demand else Reason.INCIDENT_PREEMPTION
-                plan.append((rec, tuple(taken), pool, reason))
-                break
+            _consider(st, b, rec)
+    unserved = bool(b.budget_hit or b.hopeless)
+    st.state.after[p] = _next_chance(core, st.book, b.pol, b.times, unserved)
+    _carry_out(st, b)
+    return unserved
+
+
+def _open_batch(st: Protecting, p: str) -> _Batch:
+    core = st.core
+    led = core.ledger
+    pol = core.cluster.partitions[p].preemption
+    times = st.state.times.setdefault(p, deque())
+    while times and times[0] <= core.now - pol.window_s:
+        times.popleft()
+    inflight = {v: led.allocs[v].pool for v in st.book.on_the_way_back() if v in led.allocs}
+    on_demand = pol.mode is PreemptionMode.ON_DEMAND
+    budget_left = (pol.budget - len(times)) if not on_demand else 1 << 30
+    return _Batch(p, pol, times, inflight, budget_left, led.lent[p] > 0)
+
+
+def _consider(st: Protecting, b: _Batch, rec: JobRecord) -> None:
+    """Decide what protection does for ``rec``, in the batch's fork (see protect_partition)."""
+    core, reasons = st.core, st.reasons
+    shape = core.queues.request_of(rec.job.id)
+    if shape in b.hopeless:
+        if (blocker := b.hopeless[shape]) is not None:
+            reasons.set_job(rec.job.id, *blocker)
+        return
+    if b.spent.get(shape) == b.changes:
+        b.budget_hit.append(rec)
+        return
+    # the walk admitted it, but jobs of its queue may have bound after it (and earlier jobs
+    # of this batch are placed in the fork): what would be charged to the queue (a home
+    # placement, lent GPUs reclaimed for it) needs the quota it has now. Capacity freed by
+    # incident preemption in a donor pool is not charged.
+    blocked = quota_blocks(
+        core.cluster, core.ledger, rec.queue, charge_milli(rec.job, core.cluster, b.p)
+    )
+    if blocked is not None:
+        reasons.set_job(rec.job.id, Reason.QUOTA, blocked)
+    elif place_tentatively(core, rec, b.p):
+        # capacity on its way back covers it: it waits for that
+        _nominate(st, b, rec, {v: None for v, vp in b.inflight.items() if vp == b.p}, b.p, False)
+        return
+    covered = _covered_elsewhere(core, rec, b.pol, b.inflight)
+    if covered is not None:
+        _nominate(st, b, rec, covered[1], covered[0], True)
+        return
+    if b.lent_out and blocked is None and _reclaim_lent(st, b, rec):
+        return
+    serving = rec.job.workload_class is WorkloadClass.SERVING
+    if not serving or b.pol.mode is PreemptionMode.OFF:
+        b.hopeless[shape] = None
+    elif b.counted >= b.budget_left:
+        b.budget_hit.append(rec)
+        b.spent[shape] = b.changes
+    else:
+        _preempt_for(st, b, rec, shape)
+
+
+def _nominate(
+    st: Protecting, b: _Batch, rec: JobRecord, coming: dict[str, None], pool: str, incident: bool
+) -> None:
+    """``rec`` waits for the victims already on their way back (``coming``), then runs in
+    ``pool``."""
+    b.changes += 1
+    st.claims.nominations[rec.job.id] = Nomination(coming, (pool,), incident)
+    b.waits.append((rec, coming))
+
+
+def _reclaim_lent(st: Protecting, b: _Batch, rec: JobRecord) -> bool:
+    """Victims among the jobs running on GPUs ``b.p`` lent out that make room for ``rec`` at
+    home, planned for reclaim; False when there are none."""
+    core, led = st.core, st.core.ledger
+    if b.lent_cands is None:
+        b.lent_cands = running(core, st.book, lambda r: led.allocs[r.job.id].lent_from == b.p)
+    got = victims_for(core, rec, b.p, [v for v in b.lent_cands if v not in b.taken])
+    if got is None:
+        return False
+    b.changes += 1
+    b.taken.update(dict.fromkeys(got))
+    b.inflight.update(dict.fromkeys(got, b.p))
+    b.plan.append((rec, tuple(b.taken), b.p, Reason.LENT_RECLAIM))
+    return True
+
+
+def _preempt_for(st: Protecting, b: _Batch, rec: JobRecord, shape: int) -> None:
+    """Incident (or on-demand) victims in the first donor pool that makes room for serving
+    ``rec`` within the budget; else why none can: over the budget, or victims too young."""
+    core, led, pol = st.core, st.core.ledger, b.pol
+    for pool in pol.from_partitions:
+        if pool not in b.donor_cands:
+            b.donor_cands[pool] = running(core, st.book, eligible(core, pol, pool), pool)
+        cands = [v for v in b.donor_cands[pool] if v not in b.taken]
+        mark = led.mark()
+        got = victims_for(core, rec, pool, cands)
+        if got is None:
+            led.commit(mark)  # (nothing changed)
+            continue
+        if b.counted + len(got) > b.budget_left:
+            led.rollback(mark)  # over budget: its victims stay candidates of the rest
+            if len(got) > pol.budget:  # not even a fresh window would pay for it
+                beyond = _beyond_budget(b.p, pol, got)
+                b.hopeless[shape] = (Reason.PREEMPTION_BUDGET, beyond)
+                st.reasons.set_job(rec.job.id, Reason.PREEMPTION_BUDGET, beyond)
             else:
-                young = _too_young(core, book, pol, rec, taken, young_cands)
-                hopeless[shape] = (Reason.MIN_RUNTIME, young) if young is not None else None
-                if young is not None:
-                    reasons.set_job(rec.job.id, Reason.MIN_RUNTIME, young)
-    unserved = bool(budget_hit or hopeless)
-    st.state.after[p] = _next_chance(core, book, pol, times, unserved)
-    if budget_hit:
-        reasons.set_jobs(
-            [rec.job.id for rec in budget_hit],
+                b.budget_hit.append(rec)
+            return
+        led.commit(mark)
+        b.changes += 1  # the victims are released and the job placed in the fork
+        b.counted += len(got)
+        b.taken.update(dict.fromkeys(got))
+        b.inflight.update(dict.fromkeys(got, pool))
+        on_demand = pol.mode is PreemptionMode.ON_DEMAND
+        reason = Reason.ON_DEMAND_PREEMPTION if on_demand else Reason.INCIDENT_PREEMPTION
+        b.plan.append((rec, tuple(b.taken), pool, reason))
+        return
+    young = _too_young(core, st.book, pol, rec, b.taken, b.young_cands)
+    b.hopeless[shape] = (Reason.MIN_RUNTIME, young) if young is not None else None
+    if young is not None:
+        st.reasons.set_job(rec.job.id, Reason.MIN_RUNTIME, young)
+
+
+def _carry_out(st: Protecting, b: _Batch) -> None:
+    """The batch's decisions take effect: the jobs out of budget are told so, the planned
+    victims get their notices, the jobs they make room for are nominated, and every job that
+    waits for victims is told which."""
+    pol, times = b.pol, b.times
+    if b.budget_hit:
+        st.reasons.set_jobs(
+            [rec.job.id for rec in b.budget_hit],
             Reason.PREEMPTION_BUDGET,
-            f"fence {p} is full; incident preemption budget spent "
-            f"({len(times) + counted} of {pol.budget} in {pol.window_s:g} s)",
+            f"fence {b.p} is full; incident preemption budget spent "
+            f"({len(times) + b.counted} of {pol.budget} in {pol.window_s:g} s)",
         )
     noticed: dict[str, None] = {}
-    for rec, victims, pool, reason in plan:
+    for rec, victims, pool, reason in b.plan:
         for v in victims:
-            if v in noticed or v in book.noticed:
+            if v in noticed or v in st.book.noticed:
                 continue
             noticed[v] = None
-            vrec = book.records[v]
-            if reason is Reason.LENT_RECLAIM:
-                rule = next(r for r in part.lending if vrec.home in r.to)
-                why = f"partition {p} reclaims its lent GPUs for {rec.job.id}"
-                _notice(st, v, reason, rule.reclaim_deadline_s, False, why)
-            else:
-                times.append(core.now)
-                why = f"serving job {rec.job.id} needs GPUs its fence {p} cannot hold"
-                _notice(st, v, reason, pol.grace_s, True, why)
+            _notice_victim(st, b, rec, v, reason)
         incident = reason is not Reason.LENT_RECLAIM
-        claims.nominations[rec.job.id] = Nomination(dict.fromkeys(victims), (pool,), incident)
-        waits.append((rec, dict.fromkeys(victims)))
-    for rec, on_the_way in waits:
+        st.claims.nominations[rec.job.id] = Nomination(dict.fromkeys(victims), (pool,), incident)
+        b.waits.append((rec, dict.fromkeys(victims)))
+    for rec, on_the_way in b.waits:
         _waits(st, rec, on_the_way)
-    return unserved
+
+
+def _notice_victim(st: Protecting, b: _Batch, rec: JobRecord, v: str, reason: Reason) -> None:
+    p = b.p
+    if reason is Reason.LENT_RECLAIM:
+        vrec = st.book.records[v]
+        rule = next(r for r in st.core.cluster.partitions[p].lending if vrec.home in r.to)
+        why = f"partition {p} reclaims its lent GPUs for {rec.job.id}"
+        _notice(st, v, reason, rule.reclaim_deadline_s, False, why)
+    else:
+        b.times.append(st.core.now)
+        why = f"serving job {rec.job.id} needs GPUs its fence {p} cannot hold"
+        _notice(st, v, reason, b.pol.grace_s, True, why)
 
 
 def _beyond_budget(p: str, pol: PreemptionPolicy, victims: list[str]) -> str:

@@ -27,7 +27,12 @@ from gpufence.sched.query import SchedulerQuery
 from gpufence.sched.queues import PendingQueues
 from gpufence.sched.reasons import PendingReasons
 from gpufence.sched.reclaim import idle_deadline
-from gpufence.sched.registry import admission_rules, make_placer, make_queue_order
+from gpufence.sched.registry import (
+    admission_rules,
+    make_placer,
+    make_queue_order,
+    make_reservations,
+)
 from gpufence.state.closures import NodeClosures
 from gpufence.state.invariants import check
 from gpufence.state.ledger import Ledger
@@ -67,6 +72,7 @@ class Scheduler:
             fairshare=FairShare(cluster, self.config.fair_share_half_life_s),
             engine=PlacementEngine({p: make_placer(part, seed) for p, part in parts.items()}),
             closures=NodeClosures(cluster),
+            reservations=make_reservations(),
             admission=admission_rules(),
             tenants=self.config.tenants,
         )

@@ -6,6 +6,7 @@ Cheap enough for tests (run after every step with validation on), too slow for t
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from gpufence.model import mig as migmod
 from gpufence.model.decisions import Assignment
@@ -18,107 +19,165 @@ def check(ledger: Ledger, over_quota: Mapping[str, int] | None = None) -> list[s
     """Every broken invariant as a sentence; empty when the ledger is consistent.
     ``over_quota``: queue -> milli-GPU it may hold past nominal + borrowing (what it ran when
     its quota was lowered at run time: running work is never stopped for a quota)."""
-    c = ledger.cluster
-    problems: list[str] = []
-    owner: dict[int, str] = {}
-    milli = [0] * len(c.gpus)
-    gmem = [0] * len(c.gpus)
-    ts: dict[int, list[str]] = {}
-    mig_occ: dict[tuple[int, int], str] = {}
-    cpu = [0] * len(c.nodes)
-    mem = [0] * len(c.nodes)
-    lent: dict[str, int] = dict.fromkeys(c.partitions, 0)
-    queue_used: dict[str, int] = dict.fromkeys(c.queues, 0)
+    t = _Tally.of(ledger)
+    problems = t.problems
+    problems += _check_holds(ledger)
+    problems += _check_gpus(ledger, t)
+    problems += _check_mig(ledger, t)
+    problems += _check_nodes(ledger, t)
+    problems += _check_lending_and_quota(ledger, t, over_quota or {})
+    problems += _check_indexes(ledger)
+    return problems
 
-    for jid, a in ledger.allocs.items():
-        problems += _check_gang(jid, a)
-        problems += _check_fence(ledger, jid, a)
-        if a.lent_from is not None:
-            lent[a.lent_from] += a.job.total_gpus
-        if a.lent_from is not None or not a.incident:  # lent GPUs are charged to quota
-            queue_used[a.queue] += a.charge_milli
-        for s in a.assignments:
-            cpu[s.node] += a.job.cpu_milli
-            mem[s.node] += a.job.mem_mib
+
+@dataclass(slots=True)
+class _Tally:
+    """What the allocations say, recomputed from them alone (the ledger's own counters are
+    what is checked against it), and the problems found while counting."""
+
+    owner: dict[int, str]  # GPU -> the job holding it whole
+    milli: list[int]  # per GPU: fractional shares
+    gmem: list[int]  # per GPU: fractional GPU memory (MiB)
+    ts: dict[int, list[str]]  # GPU -> time-sliced occupants
+    mig_occ: dict[tuple[int, int], str]  # (GPU, instance start) -> job
+    cpu: list[int]  # per node
+    mem: list[int]  # per node
+    lent: dict[str, int]  # partition -> GPUs it lends
+    queue_used: dict[str, int]  # queue -> milli-GPU charged to its quota
+    problems: list[str]
+
+    @classmethod
+    def of(cls, ledger: Ledger) -> _Tally:
+        c = ledger.cluster
+        n_gpus, n_nodes = len(c.gpus), len(c.nodes)
+        t = cls(
+            {}, [0] * n_gpus, [0] * n_gpus, {}, {}, [0] * n_nodes, [0] * n_nodes,
+            dict.fromkeys(c.partitions, 0), dict.fromkeys(c.queues, 0), [],
+        )  # fmt: skip
+        for jid, a in ledger.allocs.items():
+            t.problems += _check_gang(jid, a)
+            t.problems += _check_fence(ledger, jid, a)
+            if a.lent_from is not None:
+                t.lent[a.lent_from] += a.job.total_gpus
+            if a.lent_from is not None or not a.incident:  # lent GPUs are charged to quota
+                t.queue_used[a.queue] += a.charge_milli
+            for s in a.assignments:
+                t.add(ledger, jid, a, s)
+        return t
+
+    def add(self, ledger: Ledger, jid: str, a: Allocation, s: Assignment) -> None:
+        """Count one replica's assignment by how it holds its GPUs."""
+        self.cpu[s.node] += a.job.cpu_milli
+        self.mem[s.node] += a.job.mem_mib
+        for g in s.gpus:
+            if ledger.cluster.gpus[g].node != s.node:
+                self.problems.append(f"job {jid}: GPU {g} is not on node {s.node}")
+        if s.mig_profile is not None:
+            key = (s.gpus[0], s.mig_start or 0)
+            if key in self.mig_occ:
+                self.problems.append(f"MIG slot {key} held by {self.mig_occ[key]} and {jid}")
+            self.mig_occ[key] = jid
+        elif s.time_sliced:
             for g in s.gpus:
-                if c.gpus[g].node != s.node:
-                    problems.append(f"job {jid}: GPU {g} is not on node {s.node}")
-            if s.mig_profile is not None:
-                key = (s.gpus[0], s.mig_start or 0)
-                if key in mig_occ:
-                    problems.append(f"MIG slot {key} held by {mig_occ[key]} and {jid}")
-                mig_occ[key] = jid
-            elif s.time_sliced:
-                for g in s.gpus:
-                    ts.setdefault(g, []).append(jid)
-            elif a.job.request.kind is RequestKind.FRACTION:
-                milli[s.gpus[0]] += s.milli
-                gmem[s.gpus[0]] += s.gpu_mem_mib
-            else:
-                for g in s.gpus:
-                    if g in owner:
-                        problems.append(f"GPU {g} oversubscribed: {owner[g]} and {jid}")
-                    owner[g] = jid
+                self.ts.setdefault(g, []).append(jid)
+        elif a.job.request.kind is RequestKind.FRACTION:
+            self.milli[s.gpus[0]] += s.milli
+            self.gmem[s.gpus[0]] += s.gpu_mem_mib
+        else:
+            for g in s.gpus:
+                if g in self.owner:
+                    self.problems.append(f"GPU {g} oversubscribed: {self.owner[g]} and {jid}")
+                self.owner[g] = jid
 
+
+def _check_holds(ledger: Ledger) -> list[str]:
+    """Holds last one placement pass; the by-pool index matches the allocations."""
+    c = ledger.cluster
+    out: list[str] = []
     if any(ledger.pool_held.values()):
-        problems.append(f"GPUs counted on hold after the step: {ledger.pool_held}")
+        out.append(f"GPUs counted on hold after the step: {ledger.pool_held}")
     if any(ledger.holders(p) for p in c.partitions):
-        problems.append("hold tags still indexed after the step")
+        out.append("hold tags still indexed after the step")
     by_pool = {jid: pool for pool, jobs in ledger.pool_allocs.items() for jid in jobs}
     if by_pool != {jid: a.pool for jid, a in ledger.allocs.items()}:
-        problems.append("the ledger's allocations by pool differ from its allocations")
+        out.append("the ledger's allocations by pool differ from its allocations")
+    return out
+
+
+def _check_gpus(ledger: Ledger, t: _Tally) -> list[str]:
+    """Each GPU is held one way at a time, within its shares, memory and time-slice cap."""
+    c = ledger.cluster
+    out: list[str] = []
     for gpu in c.gpus:
         gid = gpu.gid
         held = ledger.owner[gid]
         if held is not None and held.startswith(HOLD_PREFIX):
             # holds (reservations, nominations) last one placement pass, never past a step
-            problems.append(f"GPU {gid} still held for {held[len(HOLD_PREFIX) :]} after the step")
+            out.append(f"GPU {gid} still held for {held[len(HOLD_PREFIX) :]} after the step")
             held = None
-        if held != owner.get(gid):
-            problems.append(f"GPU {gid}: ledger owner {held} but allocations say {owner.get(gid)}")
-        if gid in owner and (milli[gid] or ts.get(gid)):
-            problems.append(f"GPU {gid} held whole by {owner[gid]} and shared at the same time")
-        if milli[gid] != ledger.milli[gid] or milli[gid] > MILLI_PER_GPU:
-            problems.append(f"GPU {gid}: {milli[gid]} milli allocated (ledger {ledger.milli[gid]})")
-        if gmem[gid] > c.gpu_type_of(gid).memory_mib:
-            problems.append(f"GPU {gid}: GPU memory oversubscribed ({gmem[gid]} MiB)")
+        if held != t.owner.get(gid):
+            out.append(f"GPU {gid}: ledger owner {held} but allocations say {t.owner.get(gid)}")
+        if gid in t.owner and (t.milli[gid] or t.ts.get(gid)):
+            out.append(f"GPU {gid} held whole by {t.owner[gid]} and shared at the same time")
+        if t.milli[gid] != ledger.milli[gid] or t.milli[gid] > MILLI_PER_GPU:
+            out.append(f"GPU {gid}: {t.milli[gid]} milli allocated (ledger {ledger.milli[gid]})")
+        if t.gmem[gid] > c.gpu_type_of(gid).memory_mib:
+            out.append(f"GPU {gid}: GPU memory oversubscribed ({t.gmem[gid]} MiB)")
         part = c.partitions[gpu.partition]
-        occupants = ts.get(gid, [])
+        occupants = t.ts.get(gid, [])
         if sorted(occupants) != sorted(ledger.ts[gid]):
-            problems.append(f"GPU {gid}: time-slice occupants differ from allocations")
+            out.append(f"GPU {gid}: time-slice occupants differ from allocations")
         if len(occupants) > max(part.time_slice_max, 1):
-            problems.append(f"GPU {gid}: {len(occupants)} time-sliced jobs > {part.time_slice_max}")
-        if part.sharing is not SharingMode.MIG and any(k[0] == gid for k in mig_occ):
-            problems.append(f"GPU {gid}: MIG instance used outside a MIG partition")
+            out.append(f"GPU {gid}: {len(occupants)} time-sliced jobs > {part.time_slice_max}")
+        if part.sharing is not SharingMode.MIG and any(k[0] == gid for k in t.mig_occ):
+            out.append(f"GPU {gid}: MIG instance used outside a MIG partition")
+    return out
+
+
+def _check_mig(ledger: Ledger, t: _Tally) -> list[str]:
+    """Every MIG layout is legal for its GPU and its occupants are the allocations'."""
+    out: list[str] = []
     for gid, st in ledger.mig.items():
-        model = c.gpu_type_of(gid).mig_model
+        model = ledger.cluster.gpu_type_of(gid).mig_model
         assert model is not None
         for msg in migmod.validate_layout(migmod.profiles_for(model), st.instances):
-            problems.append(f"GPU {gid}: {msg}")
+            out.append(f"GPU {gid}: {msg}")
         if st.busy_count != sum(o is not None for o in st.occupant):
-            problems.append(f"GPU {gid}: MIG busy count {st.busy_count} is stale")
+            out.append(f"GPU {gid}: MIG busy count {st.busy_count} is stale")
         for inst, occ in zip(st.instances, st.occupant, strict=True):
-            if mig_occ.get((gid, inst.start)) != occ:
-                problems.append(f"GPU {gid}: MIG instance {inst} occupant mismatch")
-    for n in c.nodes:
-        if cpu[n.idx] != ledger.cpu_used[n.idx] or cpu[n.idx] > n.cpu_milli:
-            problems.append(f"node {n.name}: CPU {cpu[n.idx]} milli used of {n.cpu_milli}")
-        if mem[n.idx] > n.mem_mib:
-            problems.append(f"node {n.name}: memory {mem[n.idx]} MiB used of {n.mem_mib}")
+            if t.mig_occ.get((gid, inst.start)) != occ:
+                out.append(f"GPU {gid}: MIG instance {inst} occupant mismatch")
+    return out
+
+
+def _check_nodes(ledger: Ledger, t: _Tally) -> list[str]:
+    out: list[str] = []
+    for n in ledger.cluster.nodes:
+        if t.cpu[n.idx] != ledger.cpu_used[n.idx] or t.cpu[n.idx] > n.cpu_milli:
+            out.append(f"node {n.name}: CPU {t.cpu[n.idx]} milli used of {n.cpu_milli}")
+        if t.mem[n.idx] > n.mem_mib:
+            out.append(f"node {n.name}: memory {t.mem[n.idx]} MiB used of {n.mem_mib}")
+    return out
+
+
+def _check_lending_and_quota(ledger: Ledger, t: _Tally, over_quota: Mapping[str, int]) -> list[str]:
+    """Lending within each partition's cap; each queue within nominal + borrowing (lent GPUs
+    included), or what it ran when its quota was lowered."""
+    c = ledger.cluster
+    out: list[str] = []
     for p, part in c.partitions.items():
         cap = sum(r.cap_gpus for r in part.lending)
-        if lent[p] != ledger.lent[p] or lent[p] > cap:
-            problems.append(f"partition {p}: lends {lent[p]} GPUs, cap {cap}")
+        if t.lent[p] != ledger.lent[p] or t.lent[p] > cap:
+            out.append(f"partition {p}: lends {t.lent[p]} GPUs, cap {cap}")
     for q, spec in c.queues.items():
-        used = queue_used[q]
+        used = t.queue_used[q]
         if used != ledger.queue_used[q]:
-            problems.append(f"queue {q}: usage {used} differs from ledger {ledger.queue_used[q]}")
+            out.append(f"queue {q}: usage {used} differs from ledger {ledger.queue_used[q]}")
         if spec.nominal_milli is not None and spec.borrowing_limit_milli is not None:
             limit = spec.nominal_milli + spec.borrowing_limit_milli
-            if used > max(limit, (over_quota or {}).get(q, 0)):
-                problems.append(f"queue {q}: uses {used} milli > nominal+borrowing {limit}")
-    problems += _check_indexes(ledger)
-    return problems
+            if used > max(limit, over_quota.get(q, 0)):
+                out.append(f"queue {q}: uses {used} milli > nominal+borrowing {limit}")
+    return out
 
 
 def _check_gang(jid: str, a: Allocation) -> list[str]:
