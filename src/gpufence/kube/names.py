@@ -54,6 +54,10 @@ ANN_CHECKPOINTED = PREFIX + "checkpointed"
 # notebook's sidecar (kube/activity.py; DCGM through Prometheus is the other source)
 ANN_GPU_ACTIVITY = PREFIX + "gpu-activity"
 
+# -- set by JobSet (sigs.k8s.io/jobset) on its child Jobs' pods ----------------------------------
+# the JobSet that owns the pod's Job: the controller that makes a requeued job's next pods
+LABEL_JOBSET_NAME = "jobset.sigs.k8s.io/jobset-name"
+
 # -- resources and node labels (NVIDIA's GPU operator and feature discovery) -----------------
 RES_GPU = "nvidia.com/gpu"
 RES_MIG_PREFIX = "nvidia.com/mig-"

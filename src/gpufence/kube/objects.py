@@ -174,9 +174,23 @@ def observe_pod(pod: Any) -> ObservedPod:
         tolerations=tolerations,
         created=created,
         group=(spec.schedulingGroup.podGroupName or "") if spec.schedulingGroup else "",
-        owner=next((f"{o.kind}/{o.uid}" for o in meta.ownerReferences or () if o.controller), ""),
+        owner=controller_of(meta),
         node_rule=node_rule_of(spec),
     )
+
+
+def controller_of(meta: Any) -> str:
+    """Who makes the pod again when its job is requeued: ``"<Kind>/<uid>"`` of its controller
+    (a Job, a ReplicaSet), or for a JobSet's pod (Pod -> Job -> JobSet, named by the label
+    JobSet puts on its Jobs' pods) ``"JobSet/<namespace>/<name>"``: a JobSet restarts by
+    making its child Jobs anew (new uids), so their Job is not what stays."""
+    ctrl = next((o for o in meta.ownerReferences or () if o.controller), None)
+    if ctrl is None:
+        return ""
+    jobset = (meta.labels or {}).get(names.LABEL_JOBSET_NAME)
+    if ctrl.kind == "Job" and jobset:
+        return f"JobSet/{meta.namespace or 'default'}/{jobset}"
+    return f"{ctrl.kind}/{ctrl.uid}"
 
 
 def _requirements(entries: Any, field: bool) -> tuple[Requirement, ...]:

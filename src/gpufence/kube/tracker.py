@@ -519,6 +519,10 @@ class Tracker:
                     # its controller makes the next attempt's pods (maybe before these go)
                     self.requeued[core.owner] = d.job_id
                 why = f"{d.reason.value}: {d.message}".rstrip(": ")
+                if d.requeue and not core.owner:
+                    # the core would requeue it, but nothing makes a bare pod again: say so
+                    # on the pod (its Preempted Event outlives it), the job ends here
+                    why += "; no controller makes the pod again, so its job ends here, preempted"
                 self._delete_rest(core, why, evict=True)
                 self._maybe_over(d.job_id, core)
             elif isinstance(d, Notice | NoticeWithdrawn) and core is not None:
