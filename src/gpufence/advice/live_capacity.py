@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from dataclasses import dataclass, replace
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from statistics import median
 
 from gpufence.advice import catalog as rules
@@ -152,6 +153,53 @@ def _kept_alive_by_touches(
     return _IdleFinding(long, why, fix, diff, path, evidence)
 
 
+def _lent_and_lost(h: History, lender: str) -> tuple[float, float, list[AttemptSpan]]:
+    """GPU-seconds borrowers ran on ``lender``'s GPUs in the window, the GPU-seconds of work
+    its reclaims threw away, and the reclaimed attempts."""
+    borrowed = [a for a in h.attempts if a.lent_from == lender and _clipped(a, h) > 0]
+    lent_s = sum(a.gpus * _clipped(a, h) for a in borrowed)
+    reclaimed = [a for a in borrowed if a.stop_reason == "lent-reclaim"]
+    lost_s = 0.0
+    for a in reclaimed:
+        # without a measured loss, an acknowledged notice means the checkpoint kept the work
+        lost = a.lost_s if a.lost_s is not None else (0.0 if a.acked else a.ran(h.now))
+        lost_s += a.gpus * min(lost, _clipped(a, h))
+    return lent_s, lost_s, reclaimed
+
+
+def _lending_fix(
+    cluster: Cluster, lender: str, own_use: float, idle_floor: int, lasted: float
+) -> tuple[str, dict[str, list[Edit]]]:
+    """The fix for a lender whose borrowers lose their work, and its spec edits: stop lending
+    when nothing was reliably idle, cap it at what was, else make the borrowers checkpoint."""
+    part = cluster.partitions[lender]
+    cap = len(cluster.partition_gpus[lender])
+    edits: dict[str, list[Edit]] = {}
+    cap_now = max((r.cap_gpus for r in part.lending), default=0)
+    if idle_floor <= 0:
+        fix = (
+            f"Stop lending from {lender}: its own work used up to {own_use:g} of its {cap} "
+            "GPUs, so nothing was reliably idle."
+        )
+        edits[lender] = [(lending_line(part.lending), None)]
+    elif idle_floor < cap_now:
+        fix = (
+            f"Lend only what {lender} reliably leaves idle: its own work used up to "
+            f"{own_use:g} of its {cap} GPUs, so cap_gpus {idle_floor}; and lend only to jobs "
+            f"that checkpoint more often than a borrow lasts ({hours(lasted)})."
+        )
+        capped = [replace(r, cap_gpus=min(r.cap_gpus, idle_floor)) for r in part.lending]
+        edits[lender] = [(lending_line(part.lending), lending_line(capped))]
+    else:
+        fix = (
+            f"The cap is not the problem ({lender} never used more than {own_use:g} of its "
+            f"{cap} GPUs): the borrowers lose their work because they do not checkpoint in "
+            f"time. Lend only to jobs that checkpoint more often than a borrow lasts "
+            f"({hours(lasted)}) and acknowledge the notice within the reclaim deadline."
+        )
+    return fix, edits
+
+
 def lending_loses_work(
     cluster: Cluster, h: History, settings: AdviceSettings, inp: LintInputs
 ) -> list[Advice]:
@@ -160,24 +208,16 @@ def lending_loses_work(
     for lender in lenders:
         if lender not in cluster.partitions:
             continue
-        borrowed = [a for a in h.attempts if a.lent_from == lender and _clipped(a, h) > 0]
-        lent_s = sum(a.gpus * _clipped(a, h) for a in borrowed)
-        reclaimed = [a for a in borrowed if a.stop_reason == "lent-reclaim"]
-        lost_s = 0.0
-        for a in reclaimed:
-            lost = a.lost_s if a.lost_s is not None else (0.0 if a.acked else a.ran(h.now))
-            lost_s += a.gpus * min(lost, _clipped(a, h))
+        lent_s, lost_s, reclaimed = _lent_and_lost(h, lender)
         if not reclaimed or lent_s <= 0 or lost_s / lent_s <= settings.lending_loss_ratio:
             continue
         ratio = lost_s / lent_s
-        part = cluster.partitions[lender]
         own_use, _ = peak(
             (a.start, a.end if a.end is not None else h.now, a.gpus)
             for a in h.attempts
             if a.partition == lender and a.lent_from is None
         )
-        cap = len(cluster.partition_gpus[lender])
-        idle_floor = max(0, math.floor(cap - own_use))
+        idle_floor = max(0, math.floor(len(cluster.partition_gpus[lender]) - own_use))
         no_ckpt = sum(1 for a in reclaimed if not a.acked)
         lasted = float(median(a.ran(h.now) for a in reclaimed))
         jobs = list(dict.fromkeys(a.job_id for a in reclaimed))
@@ -189,29 +229,7 @@ def lending_loses_work(
             f"not checkpointed. Lending that loses most of the work only moves heat around. "
             + seeds.quote(seeds.INCIDENT)
         )
-        edits: dict[str, list[Edit]] = {}
-        cap_now = max((r.cap_gpus for r in part.lending), default=0)
-        if idle_floor <= 0:
-            fix = (
-                f"Stop lending from {lender}: its own work used up to {own_use:g} of its {cap} "
-                "GPUs, so nothing was reliably idle."
-            )
-            edits[lender] = [(lending_line(part.lending), None)]
-        elif idle_floor < cap_now:
-            fix = (
-                f"Lend only what {lender} reliably leaves idle: its own work used up to "
-                f"{own_use:g} of its {cap} GPUs, so cap_gpus {idle_floor}; and lend only to jobs "
-                f"that checkpoint more often than a borrow lasts ({hours(lasted)})."
-            )
-            capped = [replace(r, cap_gpus=min(r.cap_gpus, idle_floor)) for r in part.lending]
-            edits[lender] = [(lending_line(part.lending), lending_line(capped))]
-        else:
-            fix = (
-                f"The cap is not the problem ({lender} never used more than {own_use:g} of its "
-                f"{cap} GPUs): the borrowers lose their work because they do not checkpoint in "
-                f"time. Lend only to jobs that checkpoint more often than a borrow lasts "
-                f"({hours(lasted)}) and acknowledge the notice within the reclaim deadline."
-            )
+        fix, edits = _lending_fix(cluster, lender, own_use, idle_floor, lasted)
         out.append(
             Advice(
                 rules.LENDING_LOSES_WORK,
@@ -236,6 +254,83 @@ def lending_loses_work(
     return out
 
 
+_Shape = tuple[str, int, int]  # a waiting gang's (queue, replicas, GPUs per replica)
+# (time, order, kind, GPUs, job, attempt GPUs): releases first at equal times, then takes
+_Step = tuple[float, int, str, tuple[int, ...], JobSpan | None, AttemptSpan | None]
+
+
+def _stranding_steps(
+    h: History,
+    mine: set[int],
+    quota_queue: Callable[[str], bool],
+    waiting: list[tuple[JobSpan, list[tuple[float, float]]]],
+) -> list[_Step]:
+    """The partition's takes and releases of GPUs (and of quota) and its gangs' waits, in order."""
+    steps: list[_Step] = []
+    for at in h.attempts:
+        held = tuple(g for g in at.gpu_ids if g in mine)
+        end = at.end if at.end is not None else h.now
+        if end > at.start and (held or quota_queue(at.job_id)):
+            steps += [(at.start, 1, "take", held, None, at), (end, 0, "give", held, None, at)]
+    for waiter, spans in waiting:
+        for a, b in spans:
+            steps += [(a, 2, "wait", (), waiter, None), (b, 0, "done", (), waiter, None)]
+    steps.sort(key=lambda e: (e[0], e[1]))
+    return steps
+
+
+@dataclass
+class _PartitionView:
+    """One partition as the sweep sees it between two steps: free GPUs per node, the GPUs each
+    quota-limited queue uses, and the shapes of the gangs waiting (with who waits in each)."""
+
+    free: dict[int, int]
+    node_of: dict[int, int]
+    queue_of: dict[str, str]
+    limit: dict[str, float | None]
+    slack: int
+    used: dict[str, float] = field(default_factory=dict)
+    shapes: Counter[_Shape] = field(default_factory=Counter)
+    who: dict[_Shape, dict[str, None]] = field(default_factory=dict)
+
+    def quota_queue(self, job_id: str) -> bool:
+        return self.queue_of.get(job_id) in self.limit
+
+    def stranded(self) -> list[_Shape]:
+        """The waiting shapes that fit the free GPUs in total (plus a node's slack) and their
+        queue's quota, but not the free GPUs node by node."""
+        hist = Counter(self.free.values())
+        free_total = sum(self.free.values())
+        return [
+            s
+            for s in self.shapes
+            if s[1] * s[2] + self.slack <= free_total
+            and sum(k // s[2] * c for k, c in hist.items()) < s[1]
+            and ((q := self.limit.get(s[0])) is None or self.used.get(s[0], 0.0) + s[1] * s[2] <= q)
+        ]
+
+    def apply(self, step: _Step) -> None:
+        _, _, kind, held, job, att = step
+        for g in held:
+            self.free[self.node_of[g]] += -1 if kind == "take" else 1
+        if att is not None and self.quota_queue(att.job_id):
+            owner = self.queue_of[att.job_id]
+            self.used[owner] = self.used.get(owner, 0.0) + att.gpus * (1 if kind == "take" else -1)
+        if job is not None:
+            self._wait(job, kind == "wait")
+
+    def _wait(self, job: JobSpan, starts: bool) -> None:
+        shape = (job.queue, job.replicas, max(1, job.per_replica))
+        if starts:
+            self.shapes[shape] += 1
+            self.who.setdefault(shape, {})[job.id] = None
+            return
+        self.shapes[shape] -= 1
+        self.who[shape].pop(job.id, None)
+        if self.shapes[shape] <= 0:
+            del self.shapes[shape]
+
+
 def _stranded_time(
     cluster: Cluster, h: History, p: str, waiting: list[tuple[JobSpan, list[tuple[float, float]]]]
 ) -> tuple[float, list[str], int, int]:
@@ -245,62 +340,28 @@ def _stranded_time(
 
     The slack of a node keeps out the ordinary wait of a gang whose nodes are draining."""
     mine = set(cluster.partition_gpus[p])
-    node_of = {g: cluster.gpus[g].node for g in mine}
-    free = {n: len(cluster.node_partition_gpus[(p, n)]) for n in cluster.partition_nodes[p]}
-    slack = cluster.max_gpus_per_node(p)
-    queue_of = {j.id: j.queue for j in h.jobs}
-    limit = {q: quota_max(cluster, q) for q in cluster.partition_queues[p]}
-    used: dict[str, float] = {}
-    # (time, order, kind, GPUs, job, attempt GPUs): releases first at equal times, then takes
-    events: list[tuple[float, int, str, tuple[int, ...], JobSpan | None, AttemptSpan | None]] = []
-    for at in h.attempts:
-        held = tuple(g for g in at.gpu_ids if g in mine)
-        end = at.end if at.end is not None else h.now
-        if end > at.start and (held or queue_of.get(at.job_id) in limit):
-            events += [(at.start, 1, "take", held, None, at), (end, 0, "give", held, None, at)]
-    for waiter, spans in waiting:
-        for a, b in spans:
-            events += [(a, 2, "wait", (), waiter, None), (b, 0, "done", (), waiter, None)]
-    events.sort(key=lambda e: (e[0], e[1]))
-    shapes: Counter[tuple[str, int, int]] = Counter()  # (queue, replicas, GPUs per replica)
-    who: dict[tuple[str, int, int], dict[str, None]] = {}
+    view = _PartitionView(
+        free={n: len(cluster.node_partition_gpus[(p, n)]) for n in cluster.partition_nodes[p]},
+        node_of={g: cluster.gpus[g].node for g in mine},
+        queue_of={j.id: j.queue for j in h.jobs},
+        limit={q: quota_max(cluster, q) for q in cluster.partition_queues[p]},
+        slack=cluster.max_gpus_per_node(p),
+    )
     total, worst_free, worst_block = 0.0, 0, 0
     stranded_ids: dict[str, None] = {}
     prev = h.start
-    for t, _, kind, held, job, att in events:
-        t = min(max(t, h.start), h.now)
-        if t > prev and shapes:
-            hist = Counter(free.values())
-            free_total = sum(free.values())
-            bad = [
-                s
-                for s in shapes
-                if s[1] * s[2] + slack <= free_total
-                and sum(k // s[2] * c for k, c in hist.items()) < s[1]
-                and ((q := limit.get(s[0])) is None or used.get(s[0], 0.0) + s[1] * s[2] <= q)
-            ]
-            if bad:
-                total += t - prev
-                worst_free = max(worst_free, free_total)
-                worst_block = max(worst_block, max(free.values(), default=0))
-                for s in bad:
-                    stranded_ids.update(who[s])
+    for step in _stranding_steps(h, mine, view.quota_queue, waiting):
+        t = min(max(step[0], h.start), h.now)
+        # the state before this step held from prev to t
+        bad = view.stranded() if t > prev and view.shapes else []
+        if bad:
+            total += t - prev
+            worst_free = max(worst_free, sum(view.free.values()))
+            worst_block = max(worst_block, max(view.free.values(), default=0))
+            for s in bad:
+                stranded_ids.update(view.who[s])
         prev = max(prev, t)
-        for g in held:
-            free[node_of[g]] += -1 if kind == "take" else 1
-        if att is not None and queue_of.get(att.job_id) in limit:
-            owner = queue_of[att.job_id]
-            used[owner] = used.get(owner, 0.0) + att.gpus * (1 if kind == "take" else -1)
-        if job is not None:
-            shape = (job.queue, job.replicas, max(1, job.per_replica))
-            if kind == "wait":
-                shapes[shape] += 1
-                who.setdefault(shape, {})[job.id] = None
-            else:
-                shapes[shape] -= 1
-                who[shape].pop(job.id, None)
-                if shapes[shape] <= 0:
-                    del shapes[shape]
+        view.apply(step)
     return total, list(stranded_ids), worst_free, worst_block
 
 

@@ -65,6 +65,7 @@ def _root(
 StrictOpt = Annotated[
     bool, typer.Option("--strict", help="advice warnings are errors (exit code 2)")
 ]
+ClusterArg = Annotated[Path, typer.Argument(metavar="CLUSTER", help="cluster YAML file")]
 SeedOpt = Annotated[
     int | None, typer.Option("--seed", metavar="N", help="override the scenario's seed")
 ]
@@ -72,7 +73,7 @@ SeedOpt = Annotated[
 
 @app.command()
 def validate(
-    cluster: Annotated[Path, typer.Argument(metavar="CLUSTER", help="cluster YAML file")],
+    cluster: ClusterArg,
     strict: StrictOpt = False,
 ) -> None:
     """Check a cluster spec, print its partitions (fences) and the advice on them."""
@@ -161,63 +162,70 @@ def demo(
         raise typer.Exit(code=1)
 
 
+# sim's own options, declared apart so that its signature reads as the list of them
+_SimWorkloadArg = Annotated[
+    Path,
+    typer.Argument(metavar="WORKLOAD", help="scenario YAML, or a public trace file (see --format)"),
+]
+_PolicyOpt = Annotated[
+    list[str],
+    typer.Option(
+        "--policy",
+        "-p",
+        metavar="POLICY",
+        help="single-queue, preempt-on-demand, fenced or fenced-lend; repeat to compare",
+    ),
+]
+_OutOpt = Annotated[Path, typer.Option("--out", metavar="DIR", help="output directory")]
+_PlacementOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--placement",
+        metavar="NAME",
+        help="fractional placement: " + ", ".join(registry.names("placement policy")),
+    ),
+]
+_FormatOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--format",
+        metavar="FORMAT",
+        help="the trace's format: philly, pai, tiresias, dlrm, openb, azure-llm, sd "
+        "(default: a scenario YAML by its .yaml/.yml name, else detected by columns)",
+    ),
+]
+_SimSloOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--slo-p99-ms",
+        metavar="MS",
+        help="azure-llm / sd traces: the service's p99 SLO (default 10x mean service time)",
+    ),
+]
+_SimSeedsOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--seeds", metavar="SEEDS", help="several seeds (1..5 or 1,3,7): mean and 95 % interval"
+    ),
+]
+_LinkTimelineOpt = Annotated[
+    bool, typer.Option("--link-timeline", help="also write OUT/links.csv (per-link series)")
+]
+
+
 @app.command()
 def sim(
-    cluster: Annotated[Path, typer.Argument(metavar="CLUSTER", help="cluster YAML file")],
-    workload: Annotated[
-        Path,
-        typer.Argument(
-            metavar="WORKLOAD", help="scenario YAML, or a public trace file (see --format)"
-        ),
-    ],
-    policy: Annotated[
-        list[str],
-        typer.Option(
-            "--policy",
-            "-p",
-            metavar="POLICY",
-            help="single-queue, preempt-on-demand, fenced or fenced-lend; repeat to compare",
-        ),
-    ],
-    out: Annotated[Path, typer.Option("--out", metavar="DIR", help="output directory")] = Path(
-        "out/sim"
-    ),
+    cluster: ClusterArg,
+    workload: _SimWorkloadArg,
+    policy: _PolicyOpt,
+    out: _OutOpt = Path("out/sim"),
     seed: SeedOpt = None,
-    placement: Annotated[
-        str | None,
-        typer.Option(
-            "--placement",
-            metavar="NAME",
-            help="fractional placement: " + ", ".join(registry.names("placement policy")),
-        ),
-    ] = None,
+    placement: _PlacementOpt = None,
     strict: StrictOpt = False,
-    fmt: Annotated[
-        str | None,
-        typer.Option(
-            "--format",
-            metavar="FORMAT",
-            help="the trace's format: philly, pai, tiresias, dlrm, openb, azure-llm, sd "
-            "(default: a scenario YAML by its .yaml/.yml name, else detected by columns)",
-        ),
-    ] = None,
-    slo_p99_ms: Annotated[
-        float | None,
-        typer.Option(
-            "--slo-p99-ms",
-            metavar="MS",
-            help="azure-llm / sd traces: the service's p99 SLO (default 10x mean service time)",
-        ),
-    ] = None,
-    seeds: Annotated[
-        str | None,
-        typer.Option(
-            "--seeds", metavar="SEEDS", help="several seeds (1..5 or 1,3,7): mean and 95 % interval"
-        ),
-    ] = None,
-    link_timeline: Annotated[
-        bool, typer.Option("--link-timeline", help="also write OUT/links.csv (per-link series)")
-    ] = False,
+    fmt: _FormatOpt = None,
+    slo_p99_ms: _SimSloOpt = None,
+    seeds: _SimSeedsOpt = None,
+    link_timeline: _LinkTimelineOpt = False,
 ) -> None:
     """Replay a workload through the scheduler under one or more policies; write
     OUT/metrics.json, OUT/report.html and OUT/events.csv (each policy with its advice)."""
@@ -249,7 +257,7 @@ def sim(
 
 @app.command()
 def size(
-    cluster: Annotated[Path, typer.Argument(metavar="CLUSTER", help="cluster YAML file")],
+    cluster: ClusterArg,
     workload: Annotated[
         Path, typer.Argument(metavar="SCENARIO", help="scenario YAML with serving services")
     ],

@@ -34,6 +34,7 @@ from gpufence.cli.jobrefs import exit_code_of, resolve_one
 from gpufence.cli.pty_session import Session
 from gpufence.cli.render import TERMINAL_STATES, err_console
 from gpufence.cli.submit_body import parse_env, parsed_duration, parsed_size
+from gpufence.cli.submit_options import CwdOpt
 from gpufence.cli.terminal_link import LinkRefused, TerminalLink
 from gpufence.control.http.client import Client
 
@@ -180,10 +181,7 @@ def run(
     env: Annotated[
         list[str] | None, typer.Option("--env", metavar="KEY=VALUE", help="(repeatable)")
     ] = None,
-    cwd: Annotated[
-        str | None,
-        typer.Option("--cwd", metavar="DIR", help="working directory [default: the current one]"),
-    ] = None,
+    cwd: CwdOpt = None,
     url: UrlOpt = None,
     token: TokenOpt = None,
     data: DataOpt = None,

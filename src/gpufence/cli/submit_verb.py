@@ -16,12 +16,13 @@ from __future__ import annotations
 import contextlib
 import os
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
 import typer
 from typer._click.core import ParameterSource  # typer's own click (it vendors one)
 from typer._click.exceptions import ClickException
 
+from gpufence.cli import submit_options as opts
 from gpufence.cli.connect import (
     ContextOpt,
     DataOpt,
@@ -34,7 +35,7 @@ from gpufence.cli.connect import (
 from gpufence.cli.failure import failure_line
 from gpufence.cli.job_verbs import last_err_line
 from gpufence.cli.jobfile import DIRECTIVE, load_job_file, read_directives, script_command
-from gpufence.cli.jobrefs import WAIT_CODES, wait_exit, wait_for
+from gpufence.cli.jobrefs import wait_exit, wait_for
 from gpufence.cli.render import err_console
 from gpufence.cli.sbatch import SbatchError, read_sbatch
 from gpufence.cli.sbatch_output import with_output
@@ -53,258 +54,41 @@ NOT_IN_DIRECTIVES = ("file", "url", "token", "data", "context", "wait")
 
 def submit(
     ctx: typer.Context,
-    command: Annotated[
-        list[str] | None,
-        typer.Argument(
-            metavar="CMD",
-            help="the command to run, after --: -- python train.py --lr 3e-4; or one script "
-            f"whose '{DIRECTIVE} --gpus 2 ...' (or '#SBATCH --gres=gpu:2 ...') lines at its "
-            "top give options",
-            show_default=False,
-        ),
-    ] = None,
-    file: Annotated[
-        Path | None,
-        typer.Option(
-            "--file",
-            "-f",
-            metavar="JOBS.yaml",
-            help="submit the jobs of a job file (apiVersion: gpufence/v1, kind: Job; several "
-            "documents allowed; README 'Job files, scripts, arrays and dependencies')",
-            show_default=False,
-        ),
-    ] = None,
-    gpus: Annotated[
-        int | None,
-        typer.Option(
-            "--gpus",
-            metavar="N",
-            min=0,
-            help="whole GPUs per replica; 0: a CPU-only step (one core unless --cpus)",
-        ),
-    ] = None,
-    mig: Annotated[
-        str | None,
-        typer.Option("--mig", metavar="PROFILE", help="one MIG instance per replica, e.g. 1g.10gb"),
-    ] = None,
-    gpu_fraction: Annotated[
-        float | None,
-        typer.Option("--gpu-fraction", metavar="F", help="a share of one GPU, 0 < F < 1"),
-    ] = None,
-    gpu_mem: Annotated[
-        float | None,
-        typer.Option("--gpu-mem", metavar="GIB", help="GiB of GPU memory with --gpu-fraction"),
-    ] = None,
-    replicas: Annotated[
-        int | None,
-        typer.Option(
-            "--replicas",
-            metavar="R",
-            help="gang size: R members placed together as one job (serving: see --instances)",
-        ),
-    ] = None,
-    instances: Annotated[
-        int | None,
-        typer.Option(
-            "--instances",
-            metavar="N",
-            min=1,
-            help="serving: a deployment of N replicas, each a job of its own sharing --name "
-            "(scaled, placed and stopped one by one)",
-        ),
-    ] = None,
-    partition: Annotated[
-        str | None,
-        typer.Option(
-            "--partition",
-            metavar="NAME",
-            help="partition (fence) to run in [default: one that admits its class]",
-        ),
-    ] = None,
-    queue: Annotated[
-        str | None,
-        typer.Option(
-            "--queue", metavar="NAME", help="queue to wait in [default: the tenant's queue]"
-        ),
-    ] = None,
-    priority: Annotated[
-        int | None,
-        typer.Option(
-            "--priority", metavar="P", help="higher runs first within its queue [default: 0]"
-        ),
-    ] = None,
-    checkpointable: Annotated[
-        bool,
-        typer.Option(
-            "--checkpointable",
-            help="it checkpoints on notice (may be preempted, lent capacity, requeued)",
-        ),
-    ] = False,
-    est_runtime: Annotated[
-        float | None,
-        typer.Option(
-            "--est-runtime", metavar="SECONDS", help="estimated runtime (s), for backfill"
-        ),
-    ] = None,
-    cpus: Annotated[
-        float | None,
-        typer.Option(
-            "--cpus",
-            metavar="N",
-            help="CPU cores per replica (placed, and the job is held to them)",
-        ),
-    ] = None,
-    mem: Annotated[
-        str | None,
-        typer.Option(
-            "--mem",
-            metavar="SIZE",
-            help="host memory per replica, e.g. 8G (over it the job is OOM-killed)",
-        ),
-    ] = None,
-    log_limit: Annotated[
-        str | None,
-        typer.Option(
-            "--log-limit",
-            metavar="SIZE",
-            help="cap on each replica's stdout and stderr, e.g. 100M (past it the log keeps its "
-            "start and newest output) [default: the partition's, which is also the most]",
-        ),
-    ] = None,
-    time_limit: Annotated[
-        str | None,
-        typer.Option(
-            "--time-limit",
-            metavar="DURATION",
-            help="stop each attempt after this long, e.g. 90 (s), 30m, 2h, 1d, 01:30:00",
-        ),
-    ] = None,
-    slo_p99_ms: Annotated[
-        float | None,
-        typer.Option(
-            "--slo-p99-ms", metavar="MS", help="serving: the p99 latency (ms) it serves users at"
-        ),
-    ] = None,
-    metrics_url: Annotated[
-        str | None,
-        typer.Option(
-            "--metrics-url",
-            metavar="URL",
-            help="serving: the replica's Prometheus endpoint; gpufence reads its latency "
-            "histogram (*_request_duration_seconds) from it",
-        ),
-    ] = None,
-    metrics_port: Annotated[
-        int | None,
-        typer.Option(
-            "--metrics-port",
-            metavar="PORT",
-            help="serving: as --metrics-url, http://<its node>:PORT/metrics",
-        ),
-    ] = None,
-    latency_metric: Annotated[
-        str | None,
-        typer.Option(
-            "--latency-metric",
-            metavar="NAME",
-            help="serving: the histogram to read [default: any *_request_duration_seconds]",
-        ),
-    ] = None,
-    env: Annotated[
-        list[str] | None,
-        typer.Option("--env", metavar="KEY=VALUE", help="an environment variable (repeatable)"),
-    ] = None,
-    workload_class: Annotated[
-        str | None,
-        typer.Option(
-            "--class",
-            metavar="CLASS",
-            help="training (default), serving, interactive or batch",
-        ),
-    ] = None,
-    name: Annotated[
-        str | None,
-        typer.Option(
-            "--name",
-            metavar="NAME",
-            help="a name for it, usable wherever its id is (unique among your jobs not ended)",
-        ),
-    ] = None,
-    max_attempts: Annotated[
-        int | None,
-        typer.Option(
-            "--max-attempts",
-            metavar="N",
-            help="runs at most N times (requeues after a lost node or restart) [default: 3]",
-        ),
-    ] = None,
-    cwd: Annotated[
-        str | None,
-        typer.Option("--cwd", metavar="DIR", help="working directory [default: the current one]"),
-    ] = None,
-    container: Annotated[
-        str | None,
-        typer.Option(
-            "--container",
-            metavar="IMAGE",
-            help="run in this image, on the server: an Apptainer/Singularity .sif or a "
-            "directory holding a root file system; the working directory is mounted in",
-        ),
-    ] = None,
-    tenant: Annotated[
-        str | None,
-        typer.Option("--tenant", metavar="NAME", help="admin only: submit on behalf of a tenant"),
-    ] = None,
-    array: Annotated[
-        str | None,
-        typer.Option(
-            "--array",
-            metavar="SPEC",
-            help="one job per index: 0-99, 1,3,5-7, 0-20:2; %N caps how many run at once "
-            "(0-99%8); each gets GPUFENCE_ARRAY_TASK_ID and GPUFENCE_ARRAY_JOB_ID",
-        ),
-    ] = None,
-    after_ok: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--after-ok",
-            metavar="JOB[,JOB]",
-            help="start after these jobs (ids or names) succeeded; cancelled if one fails",
-        ),
-    ] = None,
-    after_any: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--after-any", metavar="JOB[,JOB]", help="start after these jobs ended, however"
-        ),
-    ] = None,
-    after_not_ok: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--after-not-ok",
-            metavar="JOB[,JOB]",
-            help="start after these jobs ended without success; cancelled if one succeeds",
-        ),
-    ] = None,
-    hold: Annotated[
-        bool, typer.Option("--hold", help="submit on hold: pending until 'gpufence release'")
-    ] = False,
-    wait: Annotated[
-        bool,
-        typer.Option(
-            "--wait", help="wait until the job ends and exit with its code: " + WAIT_CODES
-        ),
-    ] = False,
-    idempotency_key: Annotated[
-        str | None,
-        typer.Option(
-            "--idempotency-key",
-            metavar="KEY",
-            help="submitting again with the same KEY returns the job made the first time, "
-            "never a second one [default: a fresh one per submit, reused by its retries]",
-            show_default=False,
-        ),
-    ] = None,
+    command: opts.CommandArg = None,
+    file: opts.FileOpt = None,
+    gpus: opts.GpusOpt = None,
+    mig: opts.MigOpt = None,
+    gpu_fraction: opts.GpuFractionOpt = None,
+    gpu_mem: opts.GpuMemOpt = None,
+    replicas: opts.ReplicasOpt = None,
+    instances: opts.InstancesOpt = None,
+    partition: opts.PartitionOpt = None,
+    queue: opts.QueueOpt = None,
+    priority: opts.PriorityOpt = None,
+    checkpointable: opts.CheckpointableOpt = False,
+    est_runtime: opts.EstRuntimeOpt = None,
+    cpus: opts.CpusOpt = None,
+    mem: opts.MemOpt = None,
+    log_limit: opts.LogLimitOpt = None,
+    time_limit: opts.TimeLimitOpt = None,
+    slo_p99_ms: opts.SloP99MsOpt = None,
+    metrics_url: opts.MetricsUrlOpt = None,
+    metrics_port: opts.MetricsPortOpt = None,
+    latency_metric: opts.LatencyMetricOpt = None,
+    env: opts.EnvOpt = None,
+    workload_class: opts.WorkloadClassOpt = None,
+    name: opts.NameOpt = None,
+    max_attempts: opts.MaxAttemptsOpt = None,
+    cwd: opts.CwdOpt = None,
+    container: opts.ContainerOpt = None,
+    tenant: opts.TenantOpt = None,
+    array: opts.ArrayOpt = None,
+    after_ok: opts.AfterOkOpt = None,
+    after_any: opts.AfterAnyOpt = None,
+    after_not_ok: opts.AfterNotOkOpt = None,
+    hold: opts.HoldOpt = False,
+    wait: opts.WaitOpt = False,
+    idempotency_key: opts.IdempotencyKeyOpt = None,
     url: UrlOpt = None,
     token: TokenOpt = None,
     data: DataOpt = None,

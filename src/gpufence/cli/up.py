@@ -40,91 +40,96 @@ def escape_control_characters(record: logging.LogRecord) -> bool:
     return True
 
 
+# up's options, declared apart so that its signature reads as the list of them
+_ConfigOpt = Annotated[
+    Path | None,
+    typer.Option("--config", metavar="FILE", help="cluster spec YAML (with a control: section)"),
+]
+_DataOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--data",
+        metavar="DIR",
+        help="data directory (store, logs, token) [default: $GPUFENCE_DATA or ~/.gpufence]",
+        show_default=False,
+    ),
+]
+_FakeGpusOpt = Annotated[
+    int | None,
+    typer.Option("--fake-gpus", metavar="N", help="run on N made-up GPUs (no NVIDIA GPU needed)"),
+]
+_FakeGpuTypeOpt = Annotated[
+    str, typer.Option("--fake-gpu-type", metavar="TYPE", help="GPU type of the fake GPUs")
+]
+_ExecutorOpt = Annotated[
+    str,
+    typer.Option(
+        "--executor",
+        metavar="NAME",
+        help="where jobs run: local (this machine) or ray (a Ray cluster)",
+    ),
+]
+_RayAddressOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--ray-address",
+        metavar="ADDRESS",
+        help="Ray cluster to run on (--executor ray) [default: auto]",
+    ),
+]
+_HostOpt = Annotated[str, typer.Option("--host", metavar="ADDRESS", help="address to listen on")]
+_PortOpt = Annotated[int, typer.Option("--port", metavar="PORT", help="port (0 = any free one)")]
+_LogLevelOpt = Annotated[
+    str,
+    typer.Option("--log-level", metavar="LEVEL", help="debug, info, warning or error (server log)"),
+]
+_SkipIntegrityCheckOpt = Annotated[
+    bool,
+    typer.Option(
+        "--skip-integrity-check",
+        help="start without PRAGMA quick_check of the store (a damaged store is refused)",
+    ),
+]
+_StrictOpt = Annotated[
+    bool,
+    typer.Option("--strict", help="refuse to start when the spec gets advice warnings"),
+]
+_NoContainmentOpt = Annotated[
+    bool,
+    typer.Option(
+        "--no-containment",
+        help="run jobs without cgroups (no limits, no device isolation, strays survive); "
+        "only where this machine offers no cgroup containment",
+    ),
+]
+_ContextOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--context",
+        metavar="NAME",
+        help="name of the client context written for this server and made current "
+        "[default: 'default' for ~/.gpufence, else the data dir's name]",
+        show_default=False,
+    ),
+]
+_NoContextOpt = Annotated[bool, typer.Option("--no-context", help="write no client context")]
+
+
 def up(
-    config: Annotated[
-        Path | None,
-        typer.Option(
-            "--config", metavar="FILE", help="cluster spec YAML (with a control: section)"
-        ),
-    ] = None,
-    data: Annotated[
-        Path | None,
-        typer.Option(
-            "--data",
-            metavar="DIR",
-            help="data directory (store, logs, token) [default: $GPUFENCE_DATA or ~/.gpufence]",
-            show_default=False,
-        ),
-    ] = None,
-    fake_gpus: Annotated[
-        int | None,
-        typer.Option(
-            "--fake-gpus", metavar="N", help="run on N made-up GPUs (no NVIDIA GPU needed)"
-        ),
-    ] = None,
-    fake_gpu_type: Annotated[
-        str, typer.Option("--fake-gpu-type", metavar="TYPE", help="GPU type of the fake GPUs")
-    ] = "H100-80GB",
-    executor: Annotated[
-        str,
-        typer.Option(
-            "--executor",
-            metavar="NAME",
-            help="where jobs run: local (this machine) or ray (a Ray cluster)",
-        ),
-    ] = "local",
-    ray_address: Annotated[
-        str | None,
-        typer.Option(
-            "--ray-address",
-            metavar="ADDRESS",
-            help="Ray cluster to run on (--executor ray) [default: auto]",
-        ),
-    ] = None,
-    host: Annotated[
-        str, typer.Option("--host", metavar="ADDRESS", help="address to listen on")
-    ] = "127.0.0.1",
-    port: Annotated[
-        int, typer.Option("--port", metavar="PORT", help="port (0 = any free one)")
-    ] = DEFAULT_PORT,
-    log_level: Annotated[
-        str,
-        typer.Option(
-            "--log-level", metavar="LEVEL", help="debug, info, warning or error (server log)"
-        ),
-    ] = "info",
-    skip_integrity_check: Annotated[
-        bool,
-        typer.Option(
-            "--skip-integrity-check",
-            help="start without PRAGMA quick_check of the store (a damaged store is refused)",
-        ),
-    ] = False,
-    strict: Annotated[
-        bool,
-        typer.Option("--strict", help="refuse to start when the spec gets advice warnings"),
-    ] = False,
-    no_containment: Annotated[
-        bool,
-        typer.Option(
-            "--no-containment",
-            help="run jobs without cgroups (no limits, no device isolation, strays survive); "
-            "only where this machine offers no cgroup containment",
-        ),
-    ] = False,
-    context: Annotated[
-        str | None,
-        typer.Option(
-            "--context",
-            metavar="NAME",
-            help="name of the client context written for this server and made current "
-            "[default: 'default' for ~/.gpufence, else the data dir's name]",
-            show_default=False,
-        ),
-    ] = None,
-    no_context: Annotated[
-        bool, typer.Option("--no-context", help="write no client context")
-    ] = False,
+    config: _ConfigOpt = None,
+    data: _DataOpt = None,
+    fake_gpus: _FakeGpusOpt = None,
+    fake_gpu_type: _FakeGpuTypeOpt = "H100-80GB",
+    executor: _ExecutorOpt = "local",
+    ray_address: _RayAddressOpt = None,
+    host: _HostOpt = "127.0.0.1",
+    port: _PortOpt = DEFAULT_PORT,
+    log_level: _LogLevelOpt = "info",
+    skip_integrity_check: _SkipIntegrityCheckOpt = False,
+    strict: _StrictOpt = False,
+    no_containment: _NoContainmentOpt = False,
+    context: _ContextOpt = None,
+    no_context: _NoContextOpt = False,
 ) -> None:
     """Start the control plane: API server, reconciler and executor (local, or --executor ray)
     (Ctrl-C stops it; running jobs keep running and are adopted by the next `up` on the same
@@ -134,7 +139,6 @@ def up(
     require("server", "gpufence up")
     if executor == "ray":
         require("ray", "gpufence up --executor ray")
-    from gpufence.control.base.privatefs import set_private_umask
     from gpufence.control.http.server import StartupError, build_plane, listen_on, serve
     from gpufence.spec import SpecError, format_spec_error
 
@@ -143,15 +147,7 @@ def up(
     # resolved: the same directory reached through another path (a symlink, ..) must name
     # the same attempt directories, whose paths name the members' cgroups (issue 30, case 2)
     data_dir = (data or default_data_dir()).expanduser().resolve()
-    logging.basicConfig(
-        level=log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    # before anything is created: the data dir, the store, the token, the jobs' files (the
-    # launcher and the jobs inherit it) are private from their first byte
-    set_private_umask()
-    for handler in logging.getLogger().handlers:  # user text must not forge log lines
-        handler.addFilter(escape_control_characters)
+    _prepare_process(log_level)
     try:
         if config is not None:
             _lint(config, strict)
@@ -181,6 +177,22 @@ def up(
         # operator gets the reason in one line, not a traceback
         err_console().print(f"error: {e}", markup=False, soft_wrap=True)
         raise typer.Exit(2) from None
+
+
+def _prepare_process(log_level: str) -> None:
+    """The server log (its level, lines that user text cannot forge) and the umask that keeps
+    every file the server and its jobs create private."""
+    from gpufence.control.base.privatefs import set_private_umask
+
+    logging.basicConfig(
+        level=log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    # before anything is created: the data dir, the store, the token, the jobs' files (the
+    # launcher and the jobs inherit it) are private from their first byte
+    set_private_umask()
+    for handler in logging.getLogger().handlers:  # user text must not forge log lines
+        handler.addFilter(escape_control_characters)
 
 
 def default_context_name(data_dir: Path) -> str:

@@ -25,10 +25,11 @@ from gpufence.advice.history import (
 )
 from gpufence.advice.inputs import AdviceSettings, GangInput, LintInputs, ServingPeak, SloInput
 from gpufence.model.cluster import Cluster
-from gpufence.model.decisions import Bind, Notice, NoticeWithdrawn, Stop
+from gpufence.model.decisions import Bind, Decision, Notice, NoticeWithdrawn, Stop
 from gpufence.model.job import MILLI_PER_GPU, Job, RequestKind, WorkloadClass
 from gpufence.sim.latency import replicas_for_slo
 from gpufence.sim.policy_run import PolicyRun, rate_function
+from gpufence.sim.runner import JobTrace, Occupancy, SimResult
 from gpufence.sim.scenario import Scenario
 
 _MIG_SLICES = re.compile(r"^(\d+)g\.")
@@ -97,15 +98,18 @@ def _gpus(job: Job) -> float:
     return float(job.total_gpus)
 
 
-def run_history(sc: Scenario, run: PolicyRun) -> History:
-    """The run as the live rules read it (simulated seconds, 0 .. horizon)."""
-    c = run.cluster
-    res = run.result
-    slo = {s.queue or s.partition: s.slo_p99_ms for s in sc.services}
+_Stops = dict[str, list[tuple[float, Stop]]]
+
+
+def _read_log(
+    log: list[tuple[float, Decision]],
+) -> tuple[dict[str, list[Bind]], _Stops, list[Mark]]:
+    """The decision log by job: its binds (one per attempt, in order), its stops with their
+    times, and the marks (stops, notices, withdrawn notices) the live rules quote."""
     binds: dict[str, list[Bind]] = {}
-    stops: dict[str, list[tuple[float, Stop]]] = {}
+    stops: _Stops = {}
     marks: list[Mark] = []
-    for t, d in res.log:
+    for t, d in log:
         if isinstance(d, Bind):
             binds.setdefault(d.job_id, []).append(d)
         elif isinstance(d, Stop):
@@ -115,74 +119,84 @@ def run_history(sc: Scenario, run: PolicyRun) -> History:
             marks.append(Mark(t, d.job_id, "notice", str(d.reason)))
         elif isinstance(d, NoticeWithdrawn):
             marks.append(Mark(t, d.job_id, "notice-withdrawn", str(d.reason)))
+    return binds, stops, marks
+
+
+def _attempt_span(
+    c: Cluster, res: SimResult, occ: Occupancy, k: int, bind: list[Bind], stops: _Stops
+) -> AttemptSpan:
+    """The ``k``-th (0-based) attempt of ``occ``'s job: where it ran, whether it was lent, and
+    what it lost if it was stopped (all since its last periodic checkpoint, unless it acked)."""
+    lent = bind[k].lent_from if k < len(bind) else None
+    end = occ.end
+    stop = next(
+        (d for t, d in stops.get(occ.job_id, ()) if occ.start <= t and (end is None or t <= end)),
+        None,
+    )
+    tr = res.jobs[occ.job_id]
+    every = tr.item.checkpoint_every_s
+    ran = (end if end is not None else res.end_time) - occ.start
+    acked = stop is not None and stop.message == "checkpoint acknowledged"
+    lost = 0.0 if acked else (ran % every if every else ran)
+    part = c.gpus[occ.gpus[0]].partition if occ.gpus else ""
+    return AttemptSpan(
+        occ.job_id,
+        k + 1,
+        part,
+        lent,
+        occ.gpus if occ.exclusive else (),
+        _gpus(tr.item.job),
+        occ.start,
+        end,
+        str(stop.reason) if stop is not None else "",
+        acked,
+        lost if stop is not None else None,
+    )
+
+
+def _job_span(c: Cluster, jid: str, tr: JobTrace, slo: dict[str, float]) -> JobSpan:
+    job = tr.item.job
+    q = c.queues.get(job.queue)
+    ended = tr.end if tr.state in _TERMINAL else None
+    by = {"done": ENDED_BY_ITSELF, "cancelled": ENDED_BY_CANCEL}.get(
+        tr.state, ENDED_BY_SCHEDULER if ended is not None else ""
+    )
+    return JobSpan(
+        id=jid,
+        tenant=(q.tenant or q.name) if q is not None else job.queue,
+        workload_class=str(job.workload_class),
+        partition=_home(c, job.partition, job.queue, job.workload_class),
+        gpus=_gpus(job),
+        replicas=job.replicas,
+        per_replica=job.request.gpus,
+        submitted=tr.submitted,
+        ended=ended,
+        state=tr.state,
+        ended_by=by,
+        checkpointable=job.checkpointable,
+        est_runtime_s=job.est_runtime_s,
+        # fleet replicas serve a scenario service: they carry its SLO
+        slo_p99_ms=slo.get(job.queue) or slo.get(job.partition)
+        if job.workload_class is WorkloadClass.SERVING
+        else None,
+        queue=job.queue,
+    )
+
+
+def run_history(sc: Scenario, run: PolicyRun) -> History:
+    """The run as the live rules read it (simulated seconds, 0 .. horizon)."""
+    c = run.cluster
+    res = run.result
+    slo = {s.queue or s.partition: s.slo_p99_ms for s in sc.services}
+    binds, stops, marks = _read_log(res.log)
     attempts: list[AttemptSpan] = []
     seen: dict[str, int] = {}
     for occ in res.occupancy:
+        # the occupancies of a job come in attempt order, as its binds do
         k = seen.get(occ.job_id, 0)
         seen[occ.job_id] = k + 1
-        bind = binds.get(occ.job_id, [])
-        lent = bind[k].lent_from if k < len(bind) else None
-        end = occ.end
-        stop = next(
-            (
-                d
-                for t, d in stops.get(occ.job_id, ())
-                if occ.start <= t and (end is None or t <= end)
-            ),
-            None,
-        )
-        tr = res.jobs[occ.job_id]
-        every = tr.item.checkpoint_every_s
-        ran = (end if end is not None else res.end_time) - occ.start
-        acked = stop is not None and stop.message == "checkpoint acknowledged"
-        lost = 0.0 if acked else (ran % every if every else ran)
-        part = c.gpus[occ.gpus[0]].partition if occ.gpus else ""
-        attempts.append(
-            AttemptSpan(
-                occ.job_id,
-                k + 1,
-                part,
-                lent,
-                occ.gpus if occ.exclusive else (),
-                _gpus(tr.item.job),
-                occ.start,
-                end,
-                str(stop.reason) if stop is not None else "",
-                acked,
-                lost if stop is not None else None,
-            )
-        )
-    jobs: list[JobSpan] = []
-    for jid, tr in res.jobs.items():
-        job = tr.item.job
-        home = _home(c, job.partition, job.queue, job.workload_class)
-        q = c.queues.get(job.queue)
-        ended = tr.end if tr.state in _TERMINAL else None
-        by = {"done": ENDED_BY_ITSELF, "cancelled": ENDED_BY_CANCEL}.get(
-            tr.state, ENDED_BY_SCHEDULER if ended is not None else ""
-        )
-        jobs.append(
-            JobSpan(
-                id=jid,
-                tenant=(q.tenant or q.name) if q is not None else job.queue,
-                workload_class=str(job.workload_class),
-                partition=home,
-                gpus=_gpus(job),
-                replicas=job.replicas,
-                per_replica=job.request.gpus,
-                submitted=tr.submitted,
-                ended=ended,
-                state=tr.state,
-                ended_by=by,
-                checkpointable=job.checkpointable,
-                est_runtime_s=job.est_runtime_s,
-                # fleet replicas serve a scenario service: they carry its SLO
-                slo_p99_ms=slo.get(job.queue) or slo.get(job.partition)
-                if job.workload_class is WorkloadClass.SERVING
-                else None,
-                queue=job.queue,
-            )
-        )
+        attempts.append(_attempt_span(c, res, occ, k, binds.get(occ.job_id, []), stops))
+    jobs = [_job_span(c, jid, tr, slo) for jid, tr in res.jobs.items()]
     return History(
         0.0,
         max(sc.horizon_s, res.end_time),

@@ -124,10 +124,10 @@ def _r(x: float, n: int = 4) -> float:
     return round(float(x), n)
 
 
-def policy_metrics(
-    sc: Scenario, cluster: Cluster, result: SimResult, fleets: list[Fleet], timeline: Timeline
+def _gpu_metrics(
+    sc: Scenario, cluster: Cluster, result: SimResult, timeline: Timeline
 ) -> dict[str, Any]:
-    s = summarize(result, len(cluster.gpus), horizon=sc.horizon_s)
+    """Utilization and allocation over the horizon, fragmentation, the largest placeable gang."""
     total = len(cluster.gpus)
     horizon = max(sc.horizon_s, 1e-9)
     samples = timeline.samples
@@ -140,15 +140,20 @@ def policy_metrics(
     }
     # the cluster's fragmented share of capacity: each pool against its own reference request
     frag = sum(frag_by[p] * caps[p] for p in caps) / total if total else 0.0
-    c = result.counters
-    pre: dict[str, int] = {str(k): int(v) for k, v in dict(c["preemptions"]).items()}  # type: ignore[call-overload]
-    rec: dict[str, int] = {str(k): int(v) for k, v in dict(c["reclaims"]).items()}  # type: ignore[call-overload]
-    returned = 0.0
-    for tr in result.jobs.values():
-        if tr.state is JobState.RECLAIMED and tr.end is not None and tr.first_start is not None:
-            left = tr.item.duration_s - (tr.end - tr.first_start)
-            returned += max(0.0, left) * tr.item.job.total_gpus
-    lost = lost_gpu_hours(result.lost_gpu_s)
+    return {
+        "utilization": _r(util),
+        "allocation_ratio": _r(allocation_ratio(result.gpu_seconds_allocated, total * horizon)),
+        "fragmentation": _r(frag),
+        "fragmentation_by_partition": frag_by,
+        "largest_placeable_gang_min": {
+            p: min((x.largest_gang.get(p, 0) for x in samples), default=0)
+            for p in cluster.partitions
+        },
+    }
+
+
+def _serving_metrics(fleets: list[Fleet]) -> dict[str, Any]:
+    """Each service's latency and replica figures, and all of them weighted by requests."""
     for f in fleets:
         f.score()
     services = {
@@ -173,6 +178,63 @@ def policy_metrics(
         return sum(v * wt for v, wt in zip(values, weight, strict=True)) / wsum if wsum else 1.0
 
     return {
+        "p99_ms": _finite(max((f.p99_overall_ms() for f in fleets), default=0.0)),
+        "worst_window_p99_ms": _finite(max((f.worst_window_ms() for f in fleets), default=0.0)),
+        "slo_ms": min((f.svc.slo_p99_ms for f in fleets), default=0.0),
+        "slo_attainment": _r(weighted([f.attainment() for f in fleets]), 6),
+        "requests_within_slo": _r(weighted([f.within_slo() for f in fleets]), 6),
+        "services": services,
+    }
+
+
+def _returned_gpu_s(result: SimResult) -> float:
+    """GPU-seconds reclaimed jobs still wanted when they were taken back (from first start)."""
+    returned = 0.0
+    for tr in result.jobs.values():
+        if tr.state is JobState.RECLAIMED and tr.end is not None and tr.first_start is not None:
+            left = tr.item.duration_s - (tr.end - tr.first_start)
+            returned += max(0.0, left) * tr.item.job.total_gpus
+    return returned
+
+
+def _preemptions_and_reclaims(result: SimResult) -> tuple[dict[str, Any], dict[str, Any]]:
+    c = result.counters
+    pre: dict[str, int] = {str(k): int(v) for k, v in dict(c["preemptions"]).items()}  # type: ignore[call-overload]
+    rec: dict[str, int] = {str(k): int(v) for k, v in dict(c["reclaims"]).items()}  # type: ignore[call-overload]
+    lost = lost_gpu_hours(result.lost_gpu_s)
+    preemptions = {
+        "count": sum(pre.values()),
+        "gpu_hours_lost": _r(lost["total"], 3),
+        "gpu_hours_lost_by_cause": {k: _r(v, 3) for k, v in sorted(lost.items()) if k != "total"},
+        "by_reason": dict(sorted(pre.items())),
+    }
+    reclaims = {
+        "count": sum(rec.values()),
+        "gpu_hours_returned": _r(_returned_gpu_s(result) / 3600.0, 3),
+        "by_reason": dict(sorted(rec.items())),
+    }
+    return preemptions, reclaims
+
+
+def _storage_metrics(result: SimResult, timeline: Timeline) -> dict[str, Any]:
+    samples = timeline.samples
+    return {
+        "checkpoint_writes": len(result.checkpoints),
+        "utilization_mean": _r(sum(x.storage_util for x in samples) / len(samples))
+        if samples
+        else 0.0,
+        "utilization_peak": _r(max((x.storage_util for x in samples), default=0.0)),
+    }
+
+
+def policy_metrics(
+    sc: Scenario, cluster: Cluster, result: SimResult, fleets: list[Fleet], timeline: Timeline
+) -> dict[str, Any]:
+    s = summarize(result, len(cluster.gpus), horizon=sc.horizon_s)
+    gpu = _gpu_metrics(sc, cluster, result, timeline)
+    preemptions, reclaims = _preemptions_and_reclaims(result)
+    serving = _serving_metrics(fleets)
+    return {
         "submitted": s["submitted"],
         "completed": s["completed"],
         "rejected": s["rejected"],
@@ -182,50 +244,17 @@ def policy_metrics(
         "queue_delay_all_s": s["queue_delay_all_s"],
         "jct_s": s["jct_s"],
         "jct_all_s": s["jct_all_s"],
-        "serving": {
-            "p99_ms": _finite(max((f.p99_overall_ms() for f in fleets), default=0.0)),
-            "worst_window_p99_ms": _finite(max((f.worst_window_ms() for f in fleets), default=0.0)),
-            "slo_ms": min((f.svc.slo_p99_ms for f in fleets), default=0.0),
-            "slo_attainment": _r(weighted([f.attainment() for f in fleets]), 6),
-            "requests_within_slo": _r(weighted([f.within_slo() for f in fleets]), 6),
-            "services": services,
-        },
-        "gpu": {
-            "utilization": _r(util),
-            "allocation_ratio": _r(allocation_ratio(result.gpu_seconds_allocated, total * horizon)),
-            "fragmentation": _r(frag),
-            "fragmentation_by_partition": frag_by,
-            "largest_placeable_gang_min": {
-                p: min((x.largest_gang.get(p, 0) for x in samples), default=0)
-                for p in cluster.partitions
-            },
-        },
+        "serving": serving,
+        "gpu": gpu,
         "interconnect": link_class_summary(
-            (x.links for x in samples),
+            (x.links for x in timeline.samples),
             timeline.fabric.link_class,
             timeline.fabric.links_per_class(),
         ),
-        "preemptions": {
-            "count": sum(pre.values()),
-            "gpu_hours_lost": _r(lost["total"], 3),
-            "gpu_hours_lost_by_cause": {
-                k: _r(v, 3) for k, v in sorted(lost.items()) if k != "total"
-            },
-            "by_reason": dict(sorted(pre.items())),
-        },
-        "reclaims": {
-            "count": sum(rec.values()),
-            "gpu_hours_returned": _r(returned / 3600.0, 3),
-            "by_reason": dict(sorted(rec.items())),
-        },
+        "preemptions": preemptions,
+        "reclaims": reclaims,
         "lending": _lending(result),
-        "storage": {
-            "checkpoint_writes": len(result.checkpoints),
-            "utilization_mean": _r(sum(x.storage_util for x in samples) / len(samples))
-            if samples
-            else 0.0,
-            "utilization_peak": _r(max((x.storage_util for x in samples), default=0.0)),
-        },
+        "storage": _storage_metrics(result, timeline),
         "rerates": result.rerates,
         "invariant_violations": result.invariant_violations,
     }

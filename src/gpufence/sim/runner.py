@@ -285,39 +285,54 @@ class Simulation:
             assert isinstance(payload, int)
             return MigReconfigured(payload)
         assert isinstance(payload, tuple)
+        return self._attempt_event(kind, payload, now)
+
+    def _attempt_event(self, kind: str, payload: tuple[object, ...], now: float) -> Event | None:
+        """The event of a timer set for one attempt of a job; None when it no longer applies."""
         jid, attempt = payload[0], payload[1]
+        assert isinstance(jid, str)
         tr = self.jobs[jid]
         if tr.attempt != attempt or tr.started is None:
             return None  # the attempt this was meant for is over
         if kind in ("finish", "ckpt") and payload[2] != tr.epoch:
             return None  # scheduled under an older rating of the attempt
         if kind == "finish":
-            tr.move_to(JobState.DONE)
-            tr.end, tr.started = now, None
-            self._close(jid, now)
-            return JobFinished(jid)
-        if kind == "ack":  # the checkpoint keeps all work so far; periodic ones restart
-            tr.done_s += tr.progress(now)
-            tr.ran_s, tr.rated_at, tr.last_ckpt = 0.0, now, now
-            self._schedule(tr, jid, now)
-            return CheckpointAck(jid)
+            return self._finished(tr, jid, now)
+        if kind == "ack":
+            return self._acked(tr, jid, now)
         if kind == "ckpt":
-            tr.last_ckpt = now
-            if self.slowdown is None:  # constant speed: every ``every`` solo seconds
-                every = tr.item.checkpoint_every_s
-                assert every is not None
-                self.q.push(now + every / tr.speed, ("ckpt", (jid, attempt, tr.epoch)))
-            else:
-                self._push_ckpt(tr, jid, now)
-            self.checkpoints.append((now, tr.item.job.total_gpus))
-            return CheckpointWritten(jid)
+            return self._checkpointed(tr, jid, now)
         if kind == "activity":
-            return Activity(jid, payload[2])
+            return Activity(jid, payload[2])  # type: ignore[arg-type]
         if kind == "stopped":
             tr.started = None
             self._close(jid, now)
             return JobStopped(jid)
         raise AssertionError(kind)
+
+    def _finished(self, tr: JobTrace, jid: str, now: float) -> Event:
+        tr.move_to(JobState.DONE)
+        tr.end, tr.started = now, None
+        self._close(jid, now)
+        return JobFinished(jid)
+
+    def _acked(self, tr: JobTrace, jid: str, now: float) -> Event:
+        # the checkpoint keeps all work so far; periodic ones restart
+        tr.done_s += tr.progress(now)
+        tr.ran_s, tr.rated_at, tr.last_ckpt = 0.0, now, now
+        self._schedule(tr, jid, now)
+        return CheckpointAck(jid)
+
+    def _checkpointed(self, tr: JobTrace, jid: str, now: float) -> Event:
+        tr.last_ckpt = now
+        if self.slowdown is None:  # constant speed: every ``every`` solo seconds
+            every = tr.item.checkpoint_every_s
+            assert every is not None
+            self.q.push(now + every / tr.speed, ("ckpt", (jid, tr.attempt, tr.epoch)))
+        else:
+            self._push_ckpt(tr, jid, now)
+        self.checkpoints.append((now, tr.item.job.total_gpus))
+        return CheckpointWritten(jid)
 
     def _close(self, job_id: str, now: float) -> None:
         occ = self._open.pop(job_id, None)

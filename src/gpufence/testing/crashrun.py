@@ -257,6 +257,35 @@ class Submitter(threading.Thread):
             time.sleep(self.gap_s)
 
 
+def _failpoint(name: str, arg: float) -> str | None:
+    """The server's failpoint setting for one crash spec (None: a kill at a random moment)."""
+    if name == RANDOM:
+        return None
+    if name.startswith("launcher."):
+        return f"{name}=crash"
+    return f"{name}=crash@{int(arg)}"
+
+
+def _crash(server: Server, data: Path, rnd: random.Random, name: str, arg: float) -> bool:
+    """Let ``server`` run into its crash, then kill it; whether its failpoint fired."""
+    if name == RANDOM or name.startswith("launcher."):
+        # a kill -9 at a random moment of its work (or of its start-up)
+        if rnd.random() < 0.75:
+            server.wait_serving(data)
+        time.sleep(arg)
+        fired = False
+    else:
+        # the window opens once it serves (or died on the way): under load its start-up
+        # (imports, recovery) alone takes seconds
+        server.wait_serving(data)
+        end = time.monotonic() + 6.0
+        while server.alive() and time.monotonic() < end:
+            time.sleep(0.02)
+        fired = not server.alive()
+    server.kill()
+    return fired
+
+
 def run_once(root: Path, seed: int, crashes: int, scale: int = 1, timeout_s: float = 240) -> Report:
     """One run in ``root`` (created): ``crashes`` crashes, then everything to the end."""
     rnd = random.Random(seed)
@@ -271,31 +300,11 @@ def run_once(root: Path, seed: int, crashes: int, scale: int = 1, timeout_s: flo
     for name, arg in plan(rnd, crashes):
         if started and not sub.is_alive() and _all_ended(data, sub):
             break  # nothing left to crash into
-        if name == RANDOM:
-            failpoint = None
-        elif name.startswith("launcher."):
-            failpoint = f"{name}=crash"
-        else:
-            failpoint = f"{name}=crash@{int(arg)}"
-        server = Server(data, config, failpoint)
+        server = Server(data, config, _failpoint(name, arg))
         if not started:
             sub.start()
             started = True
-        if name == RANDOM or name.startswith("launcher."):
-            # a kill -9 at a random moment of its work (or of its start-up)
-            if rnd.random() < 0.75:
-                server.wait_serving(data)
-            time.sleep(arg)
-            fired = False
-        else:
-            # the window opens once it serves (or died on the way): under load its start-up
-            # (imports, recovery) alone takes seconds
-            server.wait_serving(data)
-            end = time.monotonic() + 6.0
-            while server.alive() and time.monotonic() < end:
-                time.sleep(0.02)
-            fired = not server.alive()
-        server.kill()
+        fired = _crash(server, data, rnd, name, arg)
         report.crash_points += 1
         report.failpoint_crashes += fired
         report.random_kills += not fired
@@ -378,16 +387,34 @@ def _exit_end(path: Path) -> float | None:
     return float(value) if isinstance(value, int | float) else None
 
 
-def check(data: Path, acked: list[str], report: Report) -> None:
-    report.jobs = len(acked)
-    with st.Reader(data / st.DB_NAME) as r:
-        rows = {row.id: row for row in r.jobs(limit=10**9)}
-        attempts = {jid: r.attempts(jid) for jid in rows}
-    starts: dict[tuple[str, int, int], int] = defaultdict(int)
-    # a completed attempt: every rank of the gang ended with code 0 (a rank that finished
-    # while its gang was only partly spawned did not complete the job)
-    ok_ranks: dict[tuple[str, int], int] = defaultdict(int)
-    spans: list[tuple[str, float, float, str]] = []  # (device, start, end, who)
+@dataclass
+class _RankLogs:
+    """What the ranks' own logs say happened, independent of the store."""
+
+    # how many times each (job, attempt, rank) logged a start: more than once is a double run
+    starts: dict[tuple[str, int, int], int] = field(default_factory=lambda: defaultdict(int))
+    # ranks of each (job, attempt) that ended with code 0
+    ok_ranks: dict[tuple[str, int], int] = field(default_factory=lambda: defaultdict(int))
+    # (device, start, end, who): when each rank held each of its GPUs
+    spans: list[tuple[str, float, float, str]] = field(default_factory=list)
+
+
+def _rank_end(
+    out: Path, end: dict[str, Any] | None, attempts: list[st.AttemptRow], attempt: int, rank: int
+) -> float:
+    """When a rank stopped holding its GPUs: its log's end, else its exit file, else the
+    store's end of the attempt, else never (it may still run)."""
+    if end is not None:
+        return float(end["t"])
+    t_end = _exit_end(exit_file(out.parent, rank))
+    if t_end is not None:
+        return t_end
+    ended = next((a.ended_at for a in attempts if a.attempt == attempt), None)
+    return ended if ended is not None else float("inf")
+
+
+def _read_rank_logs(data: Path, attempts: dict[str, list[st.AttemptRow]]) -> _RankLogs:
+    logs = _RankLogs()
     for out in sorted(data.glob("jobs/*/attempt-*/rank-*.out")):
         lines = _lines(out)
         start = next((x for x in lines if x.get("ev") == "start"), None)
@@ -395,28 +422,46 @@ def check(data: Path, acked: list[str], report: Report) -> None:
             continue
         jid, attempt = out.parent.parent.name, int(out.parent.name.split("-")[1])
         rank = int(out.name.split("-")[1].split(".")[0])
-        starts[(jid, attempt, rank)] += sum(1 for x in lines if x.get("ev") == "start")
+        logs.starts[(jid, attempt, rank)] += sum(1 for x in lines if x.get("ev") == "start")
         end = next((x for x in lines if x.get("ev") == "end"), None)
         if end is not None and end.get("code") == 0:
-            ok_ranks[(jid, attempt)] += 1
-        t_end = float(end["t"]) if end is not None else _exit_end(exit_file(out.parent, rank))
-        if t_end is None:
-            ended = next((a.ended_at for a in attempts.get(jid, []) if a.attempt == attempt), None)
-            t_end = ended if ended is not None else float("inf")
+            logs.ok_ranks[(jid, attempt)] += 1
+        t_end = _rank_end(out, end, attempts.get(jid, []), attempt, rank)
         for dev in str(start.get("devices", "")).split(","):
             if dev:
-                spans.append((dev, float(start["t"]), t_end, f"{jid}/{attempt}/r{rank}"))
+                logs.spans.append((dev, float(start["t"]), t_end, f"{jid}/{attempt}/r{rank}"))
+    return logs
+
+
+def _completed(logs: _RankLogs, rows: dict[str, st.JobRow]) -> dict[str, list[int]]:
+    """Each job's completed attempts: every rank of the gang ended with code 0 (a rank that
+    finished while its gang was only partly spawned did not complete the job)."""
     completed: dict[str, list[int]] = defaultdict(list)
-    for (jid, attempt), n in sorted(ok_ranks.items()):
+    for (jid, attempt), n in sorted(logs.ok_ranks.items()):
         row = rows.get(jid)
         if row is not None and n >= int(row.spec.get("replicas", 1)):
             completed[jid].append(attempt)
-    for key, n in starts.items():
+    return completed
+
+
+def _check_double_runs(logs: _RankLogs, completed: dict[str, list[int]], report: Report) -> None:
+    for key, n in logs.starts.items():
         if n > 1:
             report.double_runs.append(f"{key[0]} attempt {key[1]} rank {key[2]} started {n}x")
     for jid, done in completed.items():
         if len(done) > 1:
             report.double_runs.append(f"{jid} completed {len(done)}x (attempts {done})")
+
+
+def _check_store_agrees(
+    acked: list[str],
+    rows: dict[str, st.JobRow],
+    attempts: dict[str, list[st.AttemptRow]],
+    completed: dict[str, list[int]],
+    report: Report,
+) -> None:
+    """Every acknowledged job is done in the store and in the logs, on the same attempt with
+    exit codes 0; and nothing is done in the store that the logs never completed."""
     for jid in acked:
         row = rows.get(jid)
         done = completed.get(jid, [])
@@ -432,6 +477,10 @@ def check(data: Path, acked: list[str], report: Report) -> None:
     for jid, row in rows.items():
         if row.state == st.DONE and jid not in completed:
             report.disagreements.append(f"{jid}: done in the store, no completed run in logs")
+
+
+def _check_overlaps(spans: list[tuple[str, float, float, str]], report: Report) -> None:
+    """No GPU ran two ranks at once: per device, each start is after every earlier end."""
     by_dev: dict[str, list[tuple[float, float, str]]] = defaultdict(list)
     for dev, t0, t1, who in spans:
         by_dev[dev].append((t0, t1, who))
@@ -443,3 +492,15 @@ def check(data: Path, acked: list[str], report: Report) -> None:
                 report.overlaps.append(f"GPU {dev}: {who} started at {t0:.3f}, {holder} ran on")
             if t1 > reach:
                 reach, holder = t1, who
+
+
+def check(data: Path, acked: list[str], report: Report) -> None:
+    report.jobs = len(acked)
+    with st.Reader(data / st.DB_NAME) as r:
+        rows = {row.id: row for row in r.jobs(limit=10**9)}
+        attempts = {jid: r.attempts(jid) for jid in rows}
+    logs = _read_rank_logs(data, attempts)
+    completed = _completed(logs, rows)
+    _check_double_runs(logs, completed, report)
+    _check_store_agrees(acked, rows, attempts, completed, report)
+    _check_overlaps(logs.spans, report)

@@ -57,6 +57,7 @@ from gpufence.control.store import database as st
 from gpufence.control.store.errors import unavailable
 from gpufence.model.cluster import Cluster
 from gpufence.model.job import WorkloadClass
+from gpufence.model.partition import QueueSpec
 from gpufence.sched.scheduler import Scheduler, SchedulerConfig
 
 __all__ = ["AccessError", "ControlPlane", "InvalidField"]
@@ -171,6 +172,25 @@ class ControlPlane:
         self.executor: Executor = executor or LocalExecutor(
             notice_signal=config.notice_signal, containment=containment
         )
+        yaml_queues = self._start_scheduler(cluster, config, validate)
+        cluster = self.cluster
+        self._start_reconciler(discovery, nvml)
+        self._observe(cluster, config)
+        self._names: dict[str, tuple[str, str, float | None]] = {}  # serving_state's cache
+        self.accounts = admin_accounts.AccountsAdmin(
+            self.reconciler, self.store, config, yaml_queues, config.accounts.clock
+        )
+        self._started = False
+        self.recovered: dict[str, int] = {}
+        # where the spec came from, so advice can name file lines and queues[i] (build_plane)
+        self.advice_inputs = LintInputs()
+        self.advice_source: str | None = None
+
+    def _start_scheduler(
+        self, cluster: Cluster, config: ControlConfig, validate: bool
+    ) -> dict[str, QueueSpec]:
+        """The scheduler over the spec as the admin's run-time changes left it (``self.cluster``
+        becomes the core's); returns the YAML's own queues, which the accounts admin keeps."""
         # validation re-checks every invariant after each cycle: cheap at one machine's scale,
         # and a control plane should stop rather than double-book a GPU
         # (queue labels that are no configured tenant are nobody's: sched/intake.default_queue)
@@ -181,7 +201,13 @@ class ControlPlane:
         tenants = frozenset(config.current_tenants())
         self.scheduler = Scheduler(cluster, SchedulerConfig(validate=validate, tenants=tenants))
         # the core's own queue table: what the plane shows follows the admin's changes
-        self.cluster = cluster = self.scheduler.cluster
+        self.cluster = self.scheduler.cluster
+        return yaml_queues
+
+    def _start_reconciler(self, discovery: Discovery, nvml: GpuApi | None) -> None:
+        """This machine's GPUs (``self.gpus``) and the reconciler that drives the scheduler,
+        the store and the executor over them."""
+        cluster, config, data_dir = self.cluster, self.config, self.data_dir
         devices = DeviceMap(cluster, discovery)
         # MIG instances, MPS daemons and foreign processes on this machine's real GPUs
         api = open_gpu_api(discovery, nvml)
@@ -205,16 +231,6 @@ class ControlPlane:
         self.reconciler.gpu_board = self.gpus.board
         if api is not None and isinstance(self.executor, LocalExecutor):
             self.reconciler.gpu_util = GpuUtilization(api).of
-        self._observe(cluster, config)
-        self._names: dict[str, tuple[str, str, float | None]] = {}  # serving_state's cache
-        self.accounts = admin_accounts.AccountsAdmin(
-            self.reconciler, self.store, config, yaml_queues, config.accounts.clock
-        )
-        self._started = False
-        self.recovered: dict[str, int] = {}
-        # where the spec came from, so advice can name file lines and queues[i] (build_plane)
-        self.advice_inputs = LintInputs()
-        self.advice_source: str | None = None
 
     def _observe(self, cluster: Cluster, config: ControlConfig) -> None:
         """What the plane shows and keeps up after each cycle: metrics from every committed

@@ -41,7 +41,7 @@ from collections import Counter
 from collections.abc import Collection
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -99,6 +99,73 @@ def _gpus_per_node(detail: Any, where: str) -> list[int]:
     return counts
 
 
+class _Kept(NamedTuple):
+    """What a kept job contributes: its times (trace seconds) and the GPUs on each node."""
+
+    submit: float
+    duration: float
+    per_node: list[int]
+
+
+def _require_job_fields(entry: Any, where: str) -> dict[str, Any]:
+    """The job object, after checking the fields every job must carry (bad input is an error)."""
+    if not isinstance(entry, dict):
+        raise ValueError(f"{where}: expected an object, got {type(entry).__name__}")
+    missing = [k for k in ("jobid", "submitted_time", "attempts") if k not in entry]
+    if missing:
+        raise ValueError(f"{where}: missing field(s) {', '.join(missing)}")
+    return entry
+
+
+def _run_span(attempts: Any, where: str) -> tuple[float, float] | str:
+    """(first start, last end) of a job's attempts, or the reason the job is skipped.
+
+    Retries and the gaps between them count as run time, so the span runs from the first
+    attempt's start to the last attempt's end.
+    """
+    if not isinstance(attempts, list):
+        raise ValueError(f"{where}.attempts: expected a list")
+    if not attempts or not isinstance(attempts[0], dict):
+        return "never_started"
+    start = _time_s(attempts[0].get("start_time"), f"{where}.attempts[0].start_time")
+    if start is None:
+        return "never_started"
+    last = attempts[-1]
+    if not isinstance(last, dict):
+        raise ValueError(f"{where}.attempts[{len(attempts) - 1}]: expected an object")
+    end = _time_s(last.get("end_time"), f"{where}.attempts[{len(attempts) - 1}].end_time")
+    if end is None:
+        return "unfinished"
+    return start, end
+
+
+def _kept_or_skip(entry: dict[str, Any], where: str) -> _Kept | str:
+    """The job's times and GPUs, or the reason it is skipped (checked in the documented order)."""
+    span = _run_span(entry["attempts"], where)
+    if isinstance(span, str):
+        return span
+    start, end = span
+    detail = entry["attempts"][0].get("detail", [])
+    per_node = [g for g in _gpus_per_node(detail, f"{where}.attempts[0]") if g > 0]
+    if not per_node:
+        return "no_gpus"
+    submit = _time_s(entry["submitted_time"], f"{where}.submitted_time")
+    if submit is None:
+        return "no_submit_time"
+    duration = end - start
+    if duration <= 0:
+        return "nonpositive_duration"
+    return _Kept(submit, duration, per_node)
+
+
+def _gang_shape(per_node: list[int], st: LoadStats) -> tuple[int, GpuRequest]:
+    """(replicas, request) of a gang: one replica per node, or 1-GPU replicas when uneven."""
+    if len(set(per_node)) == 1:
+        return len(per_node), GpuRequest.whole(per_node[0])
+    st.flag("nonuniform")  # kept, flattened to 1-GPU replicas
+    return sum(per_node), GpuRequest.whole(1)
+
+
 def load_philly_jobs(
     cluster_job_log: str | Path,
     *,
@@ -120,58 +187,25 @@ def load_philly_jobs(
     st = stats if stats is not None else LoadStats()
     pending: list[tuple[float, str, GpuRequest, int, str, float]] = []
     seen: Counter[str] = Counter()
-    for i, entry in enumerate(_load_json(path)):
+    for i, raw in enumerate(_load_json(path)):
         where = f"{path}: job [{i}]"
         st.rows += 1
-        if not isinstance(entry, dict):
-            raise ValueError(f"{where}: expected an object, got {type(entry).__name__}")
-        missing = [k for k in ("jobid", "submitted_time", "attempts") if k not in entry]
-        if missing:
-            raise ValueError(f"{where}: missing field(s) {', '.join(missing)}")
+        entry = _require_job_fields(raw, where)
         if statuses is not None and entry.get("status") not in statuses:
             st.skip("status")
             continue
-        attempts = entry["attempts"]
-        if not isinstance(attempts, list):
-            raise ValueError(f"{where}.attempts: expected a list")
-        if not attempts or not isinstance(attempts[0], dict):
-            st.skip("never_started")
+        kept = _kept_or_skip(entry, where)
+        if isinstance(kept, str):
+            st.skip(kept)
             continue
-        start = _time_s(attempts[0].get("start_time"), f"{where}.attempts[0].start_time")
-        if start is None:
-            st.skip("never_started")
-            continue
-        last = attempts[-1]
-        if not isinstance(last, dict):
-            raise ValueError(f"{where}.attempts[{len(attempts) - 1}]: expected an object")
-        end = _time_s(last.get("end_time"), f"{where}.attempts[{len(attempts) - 1}].end_time")
-        if end is None:
-            st.skip("unfinished")
-            continue
-        detail = attempts[0].get("detail", [])
-        per_node = [g for g in _gpus_per_node(detail, f"{where}.attempts[0]") if g > 0]
-        if not per_node:
-            st.skip("no_gpus")
-            continue
-        submit = _time_s(entry["submitted_time"], f"{where}.submitted_time")
-        if submit is None:
-            st.skip("no_submit_time")
-            continue
-        duration = end - start
-        if duration <= 0:
-            st.skip("nonpositive_duration")
-            continue
-        if len(set(per_node)) == 1:
-            replicas, request = len(per_node), GpuRequest.whole(per_node[0])
-        else:
-            st.flag("nonuniform")  # kept, flattened to 1-GPU replicas
-            replicas, request = sum(per_node), GpuRequest.whole(1)
+        replicas, request = _gang_shape(kept.per_node, st)
+        # a job id the trace repeats gets a suffix, so every simulated job id is unique
         base_id = f"philly-{entry['jobid']}"
         seen[base_id] += 1
         job_id = base_id if seen[base_id] == 1 else f"{base_id}#{seen[base_id]}"
         vc = entry.get("vc")
         job_queue = str(vc) if vc_as_queue and vc else queue
-        pending.append((submit, job_id, request, replicas, job_queue, duration))
+        pending.append((kept.submit, job_id, request, replicas, job_queue, kept.duration))
     origin = min((p[0] for p in pending), default=0.0) if rebase else 0.0
     pending.sort(key=lambda p: (p[0], p[1]))
     items = [
