@@ -17,7 +17,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from gpufence.kube import names
+from gpufence.kube import dra_api, names
 from gpufence.kube.actions import Action, AnnotatePod, BindPod, DeletePod, EvictPod, ShowPending
 from gpufence.kube.api import CallFailed, KubeApi
 from gpufence.kube.evictions import Evictions
@@ -94,6 +94,8 @@ class ActionRunner:
     def _bind(self, a: BindPod) -> None:
         t0 = time.perf_counter()
         try:
+            for claim in a.claims:  # DRA: the devices first, so the bind runs on them
+                dra_api.allocate(self.api, claim)
             self.api.bind(a.namespace, a.pod, a.node, a.note.annotations(a.pod))
             with self._lock:
                 self.counts.binds += 1

@@ -15,11 +15,14 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from functools import partial
 
-from gpufence.kube import names
+from gpufence.kube import dra_api, names
 from gpufence.kube.actions import Action, BindPod, DeletePod, EvictPod, ShowPending
 from gpufence.kube.api import KubeApi
 from gpufence.kube.api_actions import ActionRunner, BindFailed
+from gpufence.kube.dra import DraBook
+from gpufence.kube.dra_objects import observe_claim, observe_slice
 from gpufence.kube.fences import FenceSpec
 from gpufence.kube.hardware import Hardware, Usage, build_hardware, cordoned
 from gpufence.kube.informer import Change, Informer, Resync
@@ -101,6 +104,9 @@ class KubeScheduler:
         self.state = state  # budgets and fair share kept across restarts (kube/state_record.py)
         self._saved: list[Event] = []  # what the record held at start-up, for the first core
         self._saved_awaiting: dict[str, tuple[str, int]] = {}  # (see Tracker.expected)
+        self.dra = DraBook()  # ResourceSlices and ResourceClaims (kube/dra.py)
+        self._claim_waits: dict[str, str] = {}  # pod -> why its claims hold it back
+        self._ends = (self.changes, self.stop)
 
     def _uid(self, namespace: str, pod: str) -> str:
         obj = self.pods.get(f"{namespace}/{pod}")
@@ -126,6 +132,16 @@ class KubeScheduler:
             )
         else:
             log.info("no scheduling.k8s.io/v1beta1 PodGroups served: gangs by annotation only")
+        if dra_api.serves_dra(self.api):
+            api = self.api
+            self._kinds |= {"resourceslice", "resourceclaim"}
+            for kind, lister, watcher in (
+                ("resourceslice", dra_api.list_slices, dra_api.watch_slices),
+                ("resourceclaim", dra_api.list_claims, dra_api.watch_claims),
+            ):
+                informers.append(
+                    Informer(kind, partial(lister, api), partial(watcher, api), *self._ends)
+                )
         for inf in informers:
             inf.start()
         return informers
@@ -172,6 +188,8 @@ class KubeScheduler:
                 self._node_change(item)
             elif item.kind == "podgroup":
                 self._group_change(item)
+            elif item.kind in ("resourceslice", "resourceclaim"):
+                self._dra_change(item.kind, [item.obj], item.type == "DELETED", False)
             else:
                 self._pod_change(item)
 
@@ -186,7 +204,38 @@ class KubeScheduler:
         if self.core is not None:
             self.tracker.group_changed(group.key)
 
+    def _dra_change(self, kind: str, objs: list[object], deleted: bool, whole: bool) -> None:
+        """ResourceSlices change the GPUs of nodes that publish only those (a rebuild);
+        ResourceClaims let the pods that wait for them through, or release them."""
+        if kind == "resourceslice":
+            before = self.dra.shape()
+            fresh = {s.name: s for s in map(observe_slice, objs)}
+            if whole:
+                self.dra.slices = fresh
+            for name, sl in fresh.items():
+                if deleted:
+                    self.dra.slices.pop(name, None)
+                else:
+                    self.dra.slices[name] = sl
+            if self.dra.shape() != before:
+                self._mark_rebuild()
+            return
+        claims = {c.key: c for c in map(observe_claim, objs)}
+        if whole:
+            self.dra.claims = {}
+        for key, claim in claims.items():
+            if deleted:
+                self.dra.claims.pop(key, None)
+            elif self.dra.claims.get(key) != claim:
+                self.dra.claims[key] = claim
+        for pod in [self.pods[k] for k in self._claim_waits if k in self.pods]:
+            if whole or any(k in claims for k in _claim_keys(pod)):
+                self._pod_seen(pod)  # the claim it waited for is here
+
     def _resync(self, r: Resync) -> None:
+        if r.kind in ("resourceslice", "resourceclaim"):
+            self._dra_change(r.kind, list(r.objects), False, True)
+            return
         if r.kind == "podgroup":
             fresh_groups = {g.key: g.min_count for g in map(observe_pod_group, r.objects)}
             changed = set(fresh_groups.items()) ^ set(self.groups.items())
@@ -233,8 +282,9 @@ class KubeScheduler:
         if pod.node:
             self.inflight.pop(pod.key, None)
         if self.tracker.ours(pod):
-            if self.core is not None:
-                self.tracker.pod_seen(pod)
+            view = self._claims_view(pod)
+            if self.core is not None and view is not None:
+                self.tracker.pod_seen(view)
             if pod.terminal or pod.deleting:
                 self.runner.forget(pod.namespace, pod.name)
             if self._unplanned(old) or self._unplanned(pod):
@@ -260,11 +310,35 @@ class KubeScheduler:
         if pod is None:
             return
         self.runner.forget(pod.namespace, pod.name)
+        self._claim_waits.pop(key, None)
         if self.tracker.ours(pod):
             if self.core is not None:
                 self.tracker.pod_gone(key)
         elif _foreign_usage(pod) != Usage():
             self._mark_rebuild()
+
+    def _claims_view(self, pod: ObservedPod) -> ObservedPod | None:
+        """The pod with the GPUs its ResourceClaims ask for; None while it waits for a claim
+        (the reason is shown on it meanwhile)."""
+        view, why = self.dra.view(pod)
+        if why and not pod.node:
+            self._claim_waits[pod.key] = why
+            return None
+        self._claim_waits.pop(pod.key, None)
+        return view
+
+    def _with_claims(self, a: Action) -> Action:
+        """A bind of a pod with ResourceClaims carries their allocation: the GPUs the core
+        chose, as the node's devices (kube/dra.py)."""
+        pod = self.pods.get(f"{a.namespace}/{a.pod}") if isinstance(a, BindPod) else None
+        if pod is None or not pod.claims or not isinstance(a, BindPod):
+            return a
+        done = self.dra.claim_writes(a, pod)
+        if isinstance(done, str):
+            self.failures.put(BindFailed(a.namespace, a.pod, done, False))
+            log.error("bind %s/%s: %s", a.namespace, a.pod, done)
+            return ShowPending(a.namespace, a.pod, names.CONDITION_REASON_PENDING, done)
+        return done
 
     def _mark_rebuild(self) -> None:
         if self._rebuild_due is None:
@@ -306,6 +380,7 @@ class KubeScheduler:
             self.stats.synced = True
             self.stats.pending = self.core.pending_count()
             self.stats.running = len(self.tracker.jobs) - self.stats.pending
+            actions = [self._with_claims(a) for a in actions]
             for a in actions:
                 if isinstance(a, BindPod):
                     self.inflight[f"{a.namespace}/{a.pod}"] = a
@@ -349,7 +424,8 @@ class KubeScheduler:
             if usage != Usage():
                 foreign[pod.node] = foreign.get(pod.node, Usage()) + usage
         old = self.core
-        self.hardware = build_hardware(self.fences, self.nodes.values(), foreign)
+        nodes = [self.dra.with_slice_gpus(n) for n in self.nodes.values()]
+        self.hardware = build_hardware(self.fences, nodes, foreign)
         for line in self.hardware.problems:
             log.warning("%s", line)
         self.core = Scheduler(self.hardware.cluster, SchedulerConfig())
@@ -372,7 +448,8 @@ class KubeScheduler:
         self._down = {}
         self._carry = []
         pods = [self._with_inflight(p, noticed.get(p.key)) for p in self.pods.values()]
-        self.tracker.restore(self.hardware.cluster, pods)
+        views = [v for p in pods if (v := self._claims_view(p) if p.claims else p) is not None]
+        self.tracker.restore(self.hardware.cluster, views)
         self._restore_each(now)
         if old is not None:
             # the old core's history and spent budgets: a rebuild is no fresh start either
@@ -454,6 +531,12 @@ class KubeScheduler:
                 ShowPending(core_job.namespace, p, names.CONDITION_REASON_PENDING, message, gist)
                 for p in core_job.pods
             )
+        for key, why in self._claim_waits.items():
+            pod = self.pods.get(key)
+            if pod is not None and pod.created <= due:
+                out.append(
+                    ShowPending(pod.namespace, pod.name, names.CONDITION_REASON_PENDING, why)
+                )
         for jid, why in self.tracker.waiting.items():
             for ask in self.tracker.asks.get(jid, {}).values():
                 if ask.pod.created <= due:
@@ -476,3 +559,7 @@ def _foreign_usage(pod: ObservedPod | None) -> Usage:
     gpus = pod.requests.get(names.RES_GPU)
     whole = int(gpus) if gpus is not None else 0
     return Usage(whole, pod.cpu_milli(), pod.mem_mib())
+
+
+def _claim_keys(pod: ObservedPod) -> list[str]:
+    return [f"{pod.namespace}/{c}" for _, c in pod.claims if c]

@@ -1,0 +1,156 @@
+"""What gpufence keeps of DRA (``resource.k8s.io/v1``) and the decisions it turns into claim
+writes. No I/O: the loop feeds it the ResourceSlices and ResourceClaims the watches saw.
+
+- A pod's ResourceClaims are read into its GPU request (``ObservedPod.claim_gpus``): whole GPUs
+  of DeviceClass ``gpu.nvidia.com`` by exact count. A claim not made yet (the claim controller
+  makes a template's) keeps the pod waiting, saying so; one gpufence cannot honour (another
+  DeviceClass, ``All``, CEL selectors, constraints, a claim another pod holds) refuses the pod,
+  naming the claim, the request and the fix -- never guessed.
+- The core picks the exact GPU indices on a node (NVLink domains, fragmentation); at the bind
+  they become the node's devices with those ``index`` attributes, written into each claim
+  (``ClaimWrite``) before the pod is bound, so the placement the core chose is what runs.
+- A node's GPUs are its allocatable ``nvidia.com/gpu``, or, where only the DRA driver
+  publishes them, the GPU devices of its slices.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from gpufence.kube.actions import BindPod
+from gpufence.kube.dra_objects import (
+    DRIVER,
+    GPU_CLASSES,
+    AllocatedDevice,
+    ClaimWrite,
+    ObservedClaim,
+    ObservedSlice,
+    SliceDevice,
+)
+from gpufence.kube.objects import ObservedNode, ObservedPod
+
+_CLASSES = ", ".join(sorted(GPU_CLASSES))
+
+
+@dataclass(slots=True)
+class DraBook:
+    slices: dict[str, ObservedSlice] = field(default_factory=dict)  # by slice name
+    claims: dict[str, ObservedClaim] = field(default_factory=dict)  # by namespace/name
+
+    # -- nodes ----------------------------------------------------------------------------------
+
+    def node_gpus(self, node: str) -> dict[int, tuple[ObservedSlice, SliceDevice]]:
+        """The GPUs the driver publishes on ``node``, by index."""
+        out: dict[int, tuple[ObservedSlice, SliceDevice]] = {}
+        for s in sorted(self.slices.values(), key=lambda s: s.name):
+            if s.node == node and s.driver == DRIVER:
+                for dev in s.gpus:
+                    out.setdefault(dev.index, (s, dev))
+        return out
+
+    def shape(self) -> dict[str, tuple[int, ...]]:
+        """Per node, the GPU indices published (a change rebuilds the model)."""
+        nodes = {s.node for s in self.slices.values() if s.driver == DRIVER}
+        return {n: tuple(sorted(self.node_gpus(n))) for n in nodes}
+
+    def with_slice_gpus(self, node: ObservedNode) -> ObservedNode:
+        """A node whose GPUs only its DRA slices show counts those (indices 0..n-1)."""
+        published = self.node_gpus(node.name)
+        if node.gpus or not published:
+            return node
+        return replace(node, gpus=len(published))
+
+    # -- pods -----------------------------------------------------------------------------------
+
+    def view(self, pod: ObservedPod) -> tuple[ObservedPod, str]:
+        """The pod with the GPUs its claims ask for (``claim_gpus``: a count, or what is wrong
+        with them), and why it must wait ("" when it need not)."""
+        if not pod.claims:
+            return pod, ""
+        total = 0
+        for in_pod, claim_name in pod.claims:
+            if not claim_name:
+                why = f"waiting for the ResourceClaim of spec.resourceClaims {in_pod!r} "
+                return pod, why + "(made from its template by the resource claim controller)"
+            claim = self.claims.get(f"{pod.namespace}/{claim_name}")
+            if claim is None:
+                return pod, f"waiting for ResourceClaim {claim_name} (not seen yet)"
+            count = _claim_gpus(claim, pod.uid)
+            if isinstance(count, str):
+                return replace(pod, claim_gpus=count), ""
+            total += count
+        if total <= 0:
+            return replace(pod, claim_gpus="its ResourceClaims ask for no GPU"), ""
+        return replace(pod, claim_gpus=total), ""
+
+    def claim_writes(self, bind: BindPod, pod: ObservedPod) -> BindPod | str:
+        """The bind with its claims' allocation: the GPUs the core planned for this pod, as
+        the node's devices, request by request in the pod's claim order. A string: why the
+        plan cannot be written (the node does not publish one of those GPUs)."""
+        if not pod.claims:
+            return bind
+        member = next((m for m in bind.note.plan if m.pod == bind.pod), None)
+        if member is None:
+            return f"no plan for pod {bind.pod} in its bind note"
+        published = self.node_gpus(bind.node)
+        planned = list(member.gpus)
+        writes: list[ClaimWrite] = []
+        for _, claim_name in pod.claims:
+            claim = self.claims.get(f"{pod.namespace}/{claim_name}")
+            if claim is None:
+                return f"ResourceClaim {claim_name} is gone"
+            results: list[AllocatedDevice] = []
+            for req in claim.requests:
+                for _ in range(req.count):
+                    if not planned:
+                        return f"the plan has fewer GPUs than ResourceClaim {claim_name} asks"
+                    idx = planned.pop(0)
+                    found = published.get(idx)
+                    if found is None:
+                        return (
+                            f"node {bind.node} publishes no {DRIVER} GPU with index {idx} in "
+                            "its ResourceSlices"
+                        )
+                    s, dev = found
+                    results.append(AllocatedDevice(req.name, s.driver, s.pool, dev.name))
+            already = bool(claim.allocated)  # (a roll-forward: only the reservation is added)
+            writes.append(
+                ClaimWrite(
+                    pod.namespace,
+                    claim.name,
+                    claim.uid,
+                    pod.name,
+                    pod.uid,
+                    bind.node,
+                    () if already else tuple(results),
+                )
+            )
+        return replace(bind, claims=tuple(writes))
+
+
+def _claim_gpus(claim: ObservedClaim, pod_uid: str) -> int | str:
+    """Whole GPUs one claim asks for, or what gpufence cannot honour in it (and the fix)."""
+    what = f"ResourceClaim {claim.name}"
+    if set(claim.reserved_for) - {pod_uid}:
+        return f"{what} is in use by another pod: gpufence gives each claim to one pod at a time"
+    if claim.constraints:
+        return f"{what}: spec.devices.constraints are not honoured by gpufence; remove them"
+    total = 0
+    for req in claim.requests:
+        where = f"{what}, request {req.name}"
+        if req.mode == "FirstAvailable":
+            return f"{where}: firstAvailable is not read; ask exactly: {{deviceClassName: ...}}"
+        if req.device_class not in GPU_CLASSES:
+            return (
+                f"{where}: DeviceClass {req.device_class!r} -- gpufence allocates whole GPUs of "
+                f"DeviceClass {_CLASSES}"
+            )
+        if req.mode != "ExactCount":
+            return f"{where}: allocationMode {req.mode} -- ask for ExactCount with a count"
+        if req.selectors:
+            return (
+                f"{where}: CEL selectors are not evaluated by gpufence; choose the GPU type "
+                "with the pod's nodeSelector nvidia.com/gpu.product"
+            )
+        total += req.count
+    return total

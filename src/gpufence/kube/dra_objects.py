@@ -1,0 +1,154 @@
+"""Dynamic Resource Allocation (``resource.k8s.io/v1``) objects, as plain values.
+
+Where the nodes publish ResourceSlices (the NVIDIA DRA driver: driver ``gpu.nvidia.com``, one
+device per GPU with attributes ``index``, ``uuid``, ``productName``, ``type: gpu``), a pod asks
+for GPUs through ResourceClaims instead of ``nvidia.com/gpu``, and the scheduler -- gpufence
+here -- allocates each claim itself: it writes the exact devices into the claim's status before
+it binds the pod, so the GPUs the core chose (NVLink, fragmentation) are the ones that run.
+
+This module copies what gpufence needs out of the API's objects (as kube/objects.py does for
+Nodes and Pods) and says what one claim write holds. No I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+DRIVER = "gpu.nvidia.com"  # the NVIDIA DRA driver's name (its slices' and results' driver)
+# DeviceClasses whose devices are whole GPUs of that driver (the driver's chart installs
+# ``gpu.nvidia.com``; its selector is ``device.attributes['gpu.nvidia.com'].type == 'gpu'``)
+GPU_CLASSES = frozenset({"gpu.nvidia.com"})
+# set on a claim while gpufence's allocation holds it, as kube-scheduler does, so a claim in
+# use is not deleted under its pod (removed when the allocation is cleared)
+FINALIZER = "resource.kubernetes.io/delete-protection"
+
+
+@dataclass(frozen=True, slots=True)
+class SliceDevice:
+    """One GPU a node's driver published."""
+
+    name: str  # the device's name in its pool ("gpu-0")
+    index: int  # the GPU's index on the node (the driver's ``index`` attribute)
+    uuid: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ObservedSlice:
+    name: str
+    node: str
+    driver: str
+    pool: str
+    gpus: tuple[SliceDevice, ...]  # its devices of type gpu with an index (MIG ones left out)
+
+
+def _attr(attributes: dict[str, Any], key: str, driver: str) -> Any:
+    """An attribute's value by its plain or driver-qualified name ("index" or
+    "gpu.nvidia.com/index"), whichever the driver used."""
+    raw = attributes.get(key, attributes.get(f"{driver}/{key}"))
+    if raw is None:
+        return None
+    if isinstance(raw, dict):
+        return next((v for v in raw.values() if v is not None), None)
+    for field in ("int", "string", "bool", "version"):
+        value = getattr(raw, field, None)
+        if value is not None:
+            return value
+    return None
+
+
+def observe_slice(obj: Any) -> ObservedSlice:
+    spec = obj.spec
+    gpus: list[SliceDevice] = []
+    for dev in spec.devices or ():
+        attributes = dict(dev.attributes or {})
+        kind = _attr(attributes, "type", spec.driver)
+        index = _attr(attributes, "index", spec.driver)
+        if kind not in (None, "gpu") or not isinstance(index, int):
+            continue  # a MIG device, or none gpufence can place
+        uuid = _attr(attributes, "uuid", spec.driver)
+        gpus.append(SliceDevice(dev.name, index, str(uuid or "")))
+    return ObservedSlice(
+        name=obj.metadata.name or "",
+        node=spec.nodeName or "",
+        driver=spec.driver,
+        pool=spec.pool.name,
+        gpus=tuple(sorted(gpus, key=lambda d: d.index)),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimRequest:
+    name: str
+    device_class: str
+    mode: str  # ExactCount | All (| FirstAvailable: a list of alternatives)
+    count: int
+    selectors: int = 0  # CEL selectors on the request (gpufence does not evaluate CEL)
+
+
+@dataclass(frozen=True, slots=True)
+class AllocatedDevice:
+    request: str
+    driver: str
+    pool: str
+    device: str
+
+
+@dataclass(frozen=True, slots=True)
+class ObservedClaim:
+    namespace: str
+    name: str
+    uid: str
+    requests: tuple[ClaimRequest, ...]
+    allocated: tuple[AllocatedDevice, ...]  # status.allocation.devices.results
+    reserved_for: tuple[str, ...]  # uids of status.reservedFor
+    finalizers: tuple[str, ...] = ()
+    constraints: int = 0  # spec.devices.constraints (matchAttribute: not read)
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+def _request(req: Any) -> ClaimRequest:
+    exact = req.exactly
+    if exact is None:
+        return ClaimRequest(req.name, "", "FirstAvailable", 0)
+    mode = exact.allocationMode or "ExactCount"
+    count = int(exact.count or 1) if mode == "ExactCount" else 0
+    return ClaimRequest(req.name, exact.deviceClassName, mode, count, len(exact.selectors or ()))
+
+
+def observe_claim(obj: Any) -> ObservedClaim:
+    meta, spec, status = obj.metadata, obj.spec, obj.status
+    devices = spec.devices if spec is not None else None
+    allocation = status.allocation if status is not None else None
+    results = allocation.devices.results if allocation and allocation.devices else None
+    return ObservedClaim(
+        namespace=meta.namespace or "default",
+        name=meta.name or "",
+        uid=meta.uid or "",
+        requests=tuple(_request(r) for r in (devices.requests if devices else None) or ()),
+        allocated=tuple(
+            AllocatedDevice(r.request, r.driver, r.pool, r.device) for r in results or ()
+        ),
+        reserved_for=tuple(
+            r.uid for r in ((status.reservedFor if status is not None else None) or ())
+        ),
+        finalizers=tuple(meta.finalizers or ()),
+        constraints=len((devices.constraints if devices else None) or ()),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimWrite:
+    """Allocate one claim to a pod: its devices on ``node`` (empty: the claim is allocated
+    already, only the pod is added to ``reservedFor``), written before the pod is bound."""
+
+    namespace: str
+    claim: str
+    claim_uid: str
+    pod: str
+    pod_uid: str
+    node: str
+    devices: tuple[AllocatedDevice, ...]

@@ -1,0 +1,153 @@
+"""Exact devices through DRA (``resource.k8s.io/v1``), on a real API server: where a node's
+GPUs are published as a ResourceSlice (the NVIDIA DRA driver's, faked by tests/k8s/dra_slices.py),
+gpufence allocates each pod's ResourceClaim itself -- the GPUs the core chose (NVLink domain,
+least fragmentation), written into the claim before the pod is bound -- and releases it when
+the pod ends."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterator
+from pathlib import Path
+
+import dra_slices as d
+import kobjects as k
+import pytest
+from cluster import KubeCluster
+from kenv import FENCED, Env
+
+NVLINK = "gpufence.io/nvlink-domains"
+
+
+def _dra_node(env: Env, gpus: int = 8, domains: str = "4.4", seed: int = 0) -> str:
+    """A training node whose GPUs only its ResourceSlice shows (no nvidia.com/gpu), in two
+    NVLink domains of four."""
+    labels = {"test.gpufence.io/run": env.run, "gpufence.io/fence": "training", NVLINK: domains}
+    node = k.gpu_node(env.kc, f"{env.run}-dra-{secrets.token_hex(2)}", gpus=0, labels=labels)
+    d.device_class(env.kc)
+    d.gpu_slice(env.kc, node, gpus, seed=seed)
+    return node
+
+
+def _gpus_of(env: Env, pod: str) -> list[int]:
+    note = k.get_pod(env.kc, env.ns, pod)["metadata"]["annotations"]["gpufence.io/gpus"]
+    return [int(g) for g in note.split(",")]
+
+
+def _bound_with_claim(env: Env, pod: str, claim: str) -> tuple[str, dict[str, object]]:
+    """Wait for the bind; the claim, read right after, is already allocated (it is written
+    before the bind)."""
+    node = env.bound(pod, timeout=30)
+    return node, d.get_claim(env.kc, env.ns, claim)
+
+
+def test_k8s_dra_claim_gets_the_gpus_the_core_chose(env: Env) -> None:
+    node = _dra_node(env)
+    env.start().wait_ready()
+    # 3 GPUs in use: NVLink domain 0 keeps one free GPU (3), domain 1 four (4-7)
+    d.claim(env.kc, env.ns, "first", 3)
+    d.dra_pod(env.kc, env.ns, "first", env.sched, claim_name="first")
+    bound, first = _bound_with_claim(env, "first", "first")
+    assert bound == node
+    assert _gpus_of(env, "first") == [0, 1, 2]
+    assert d.allocated(first) == [f"{node}/gpu-0", f"{node}/gpu-1", f"{node}/gpu-2"]
+    # the pair goes to one NVLink domain, not GPUs 3+4 across both (what any-two-free gives)
+    d.claim(env.kc, env.ns, "pair", 2)
+    d.dra_pod(env.kc, env.ns, "pair", env.sched, claim_name="pair")
+    bound, pair = _bound_with_claim(env, "pair", "pair")
+    assert bound == node
+    chosen = _gpus_of(env, "pair")
+    assert chosen in ([4, 5], [6, 7]), chosen
+    assert d.allocated(pair) == sorted(f"{node}/gpu-{i}" for i in chosen), pair
+    # the binding follows the allocation: its node, the pod reserved, the claim protected
+    assert d.allocated_node(pair) == node
+    assert d.reserved_for(pair) == ["pair"]
+    assert "resource.kubernetes.io/delete-protection" in pair["metadata"]["finalizers"]
+
+
+def test_k8s_dra_claim_no_node_can_satisfy_says_why_with_numbers(env: Env) -> None:
+    _dra_node(env)
+    env.start().wait_ready()
+    d.claim(env.kc, env.ns, "huge", 16)
+    d.dra_pod(env.kc, env.ns, "huge", env.sched, claim_name="huge")
+    cond = k.wait(
+        "a reason", lambda: k.scheduled_condition(k.get_pod(env.kc, env.ns, "huge")), timeout=30
+    )
+    assert cond["reason"] == "gpufence/Rejected", cond
+    assert "needs 16 GPUs on one node; nodes of training have at most 8" in cond["message"], cond
+    assert not k.node_of(env.kc, env.ns, "huge")
+    assert not d.allocated(d.get_claim(env.kc, env.ns, "huge"))
+    # a claim for another DeviceClass is refused, naming it and the class gpufence allocates
+    d.claim(env.kc, env.ns, "nic", 1, device_class="nic.example.com")
+    d.dra_pod(env.kc, env.ns, "nic", env.sched, claim_name="nic")
+    cond = k.wait(
+        "a rejection", lambda: k.scheduled_condition(k.get_pod(env.kc, env.ns, "nic")), timeout=30
+    )
+    assert cond["reason"] == "gpufence/Rejected", cond
+    assert "DeviceClass 'nic.example.com'" in cond["message"], cond
+    assert "gpu.nvidia.com" in cond["message"], cond
+
+
+def test_k8s_dra_pod_waits_for_its_claim_saying_so(env: Env) -> None:
+    node = _dra_node(env, gpus=4, domains="4")
+    env.start().wait_ready()
+    d.dra_pod(env.kc, env.ns, "early", env.sched, claim_name="later")
+    cond = k.wait(
+        "a reason", lambda: k.scheduled_condition(k.get_pod(env.kc, env.ns, "early")), timeout=30
+    )
+    assert cond["message"] == "waiting for ResourceClaim later (not seen yet)", cond
+    d.claim(env.kc, env.ns, "later", 1)
+    _, claim = _bound_with_claim(env, "early", "later")
+    assert d.allocated(claim) == [f"{node}/gpu-0"]
+
+
+@pytest.fixture(scope="module")
+def controlled(
+    k8s_bin_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[KubeCluster]:
+    """An API server of this module's own with kube-controller-manager, whose resource claim
+    controller makes a pod's claims from its ResourceClaimTemplates."""
+    kc = KubeCluster(k8s_bin_dir, tmp_path_factory.mktemp("k8s-dra"))
+    kc.start()
+    try:
+        kc.start_controllers()
+        yield kc
+    finally:
+        kc.close()
+
+
+@pytest.fixture
+def cenv(controlled: KubeCluster, tmp_path: Path) -> Iterator[Env]:
+    run = f"r{secrets.token_hex(3)}"
+    sched = f"gpufence-{run}"
+    config = tmp_path / "cluster.yaml"
+    config.write_text(FENCED.format(run=run, sched=sched))
+    e = Env(controlled, k.namespace(controlled, f"ns-{run}"), run, sched, config, tmp_path, [])
+    try:
+        yield e
+    finally:
+        for p in e.procs:
+            p.stop()
+
+
+def test_k8s_dra_pod_with_a_claim_template_gets_the_claim_the_controller_made(cenv: Env) -> None:
+    env = cenv
+    node = _dra_node(env)
+    env.start().wait_ready()
+    d.claim(env.kc, env.ns, "first", 3)
+    d.dra_pod(env.kc, env.ns, "first", env.sched, claim_name="first")
+    env.bound("first", timeout=30)
+    d.claim_template(env.kc, env.ns, "two-gpus", 2)
+    d.dra_pod(env.kc, env.ns, "pair", env.sched, template="two-gpus")
+
+    def made() -> str:
+        statuses = k.get_pod(env.kc, env.ns, "pair").get("status", {}).get("resourceClaimStatuses")
+        return str((statuses or [{}])[0].get("resourceClaimName") or "")
+
+    claim = k.wait("the controller's claim", made, timeout=30)
+    assert env.bound("pair", timeout=30) == node
+    chosen = _gpus_of(env, "pair")
+    assert chosen in ([4, 5], [6, 7]), chosen
+    pair = d.get_claim(env.kc, env.ns, claim)
+    assert d.allocated(pair) == sorted(f"{node}/gpu-{i}" for i in chosen), pair
+    assert d.reserved_for(pair) == ["pair"]
