@@ -65,6 +65,28 @@ def test_k8s_dra_claim_gets_the_gpus_the_core_chose(env: Env) -> None:
     assert "resource.kubernetes.io/delete-protection" in pair["metadata"]["finalizers"]
 
 
+def test_k8s_dra_claim_is_released_when_its_pod_ends(env: Env) -> None:
+    _dra_node(env, gpus=4, domains="4")
+    env.start().wait_ready()
+    d.claim(env.kc, env.ns, "job", 4)
+    d.dra_pod(env.kc, env.ns, "job", env.sched, claim_name="job")
+    _, claim = _bound_with_claim(env, "job", "job")
+    assert len(d.allocated(claim)) == 4
+    k.set_phase(env.kc, env.ns, "job", "Succeeded")
+
+    def released() -> bool:
+        c = d.get_claim(env.kc, env.ns, "job")
+        status = c.get("status") or {}
+        finalizers = c["metadata"].get("finalizers") or []
+        return not status.get("allocation") and not status.get("reservedFor") and not finalizers
+
+    k.wait("the claim released", released, timeout=20)
+    # its GPUs are free again: the next pod with the same claim gets them
+    d.dra_pod(env.kc, env.ns, "again", env.sched, claim_name="job")
+    _, claim = _bound_with_claim(env, "again", "job")
+    assert d.reserved_for(claim) == ["again"] and len(d.allocated(claim)) == 4
+
+
 def test_k8s_dra_claim_no_node_can_satisfy_says_why_with_numbers(env: Env) -> None:
     _dra_node(env)
     env.start().wait_ready()

@@ -13,6 +13,7 @@ from gpufence.kube.actions import BindPod
 from gpufence.kube.dra import DraBook
 from gpufence.kube.dra_objects import (
     AllocatedDevice,
+    ClaimRelease,
     ClaimWrite,
     observe_claim,
     observe_slice,
@@ -129,6 +130,10 @@ def test_the_core_s_gpu_indices_become_the_node_s_devices_claim_by_claim() -> No
         ClaimWrite("team", "a", "uid-a", "p", "p1", "n1", devices(4, 5)),
         ClaimWrite("team", "b", "uid-b", "p", "p1", "n1", devices(6)),
     )
+    assert book.releases(pod) == [
+        ClaimRelease("team", "a", "p1"),
+        ClaimRelease("team", "b", "p1"),
+    ]
     # a GPU the node does not publish: no bind, and why
     far = BindNote("team/p", "training", None, 1, 0.0, (MemberPlan("p", "n1", (8, 9, 10)),))
     why = book.claim_writes(BindPod("team", "p", "n1", far), pod)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpufence.kube.dra_objects import ClaimWrite
+from gpufence.kube.dra_objects import ClaimRelease, ClaimWrite
 from gpufence.kube.placement_notes import BindNote
 
 
@@ -63,4 +63,4 @@ class AnnotatePod:
     event: str = ""  # also record an Event with this message
 
 
-Action = BindPod | DeletePod | EvictPod | ShowPending | AnnotatePod
+Action = BindPod | DeletePod | EvictPod | ShowPending | AnnotatePod | ClaimRelease

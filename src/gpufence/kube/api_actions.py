@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from gpufence.kube import dra_api, names
 from gpufence.kube.actions import Action, AnnotatePod, BindPod, DeletePod, EvictPod, ShowPending
 from gpufence.kube.api import CallFailed, KubeApi
+from gpufence.kube.dra_objects import ClaimRelease
 from gpufence.kube.evictions import Evictions
 
 log = logging.getLogger("gpufence.kube")
@@ -84,6 +85,8 @@ class ActionRunner:
                 self._fast.submit(self._annotate, a)
             elif isinstance(a, ShowPending):
                 self._maybe_show(a)
+            elif isinstance(a, ClaimRelease):
+                self._fast.submit(self._release, a)
 
     def forget(self, namespace: str, pod: str) -> None:
         """The pod is terminating or gone: nothing more to show on it or evict."""
@@ -113,6 +116,12 @@ class ActionRunner:
             with self._lock:
                 self.counts.bind_errors += 1
             self.failures.put(BindFailed(a.namespace, a.pod, str(exc), False))
+
+    def _release(self, a: ClaimRelease) -> None:
+        try:
+            dra_api.release(self.api, a)
+        except Exception as exc:
+            log.warning("release ResourceClaim %s/%s: %s", a.namespace, a.claim, exc)
 
     def _delete(self, a: DeletePod) -> None:
         try:

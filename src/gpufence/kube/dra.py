@@ -22,6 +22,7 @@ from gpufence.kube.dra_objects import (
     DRIVER,
     GPU_CLASSES,
     AllocatedDevice,
+    ClaimRelease,
     ClaimWrite,
     ObservedClaim,
     ObservedSlice,
@@ -126,6 +127,11 @@ class DraBook:
                 )
             )
         return replace(bind, claims=tuple(writes))
+
+    def releases(self, pod: ObservedPod) -> list[ClaimRelease]:
+        """The pod ended or is gone: its claims are released (the claims of a template are
+        deleted by the claim controller with the pod; a claim it named outlives it)."""
+        return [ClaimRelease(pod.namespace, c, pod.uid) for _, c in pod.claims if c]
 
 
 def _claim_gpus(claim: ObservedClaim, pod_uid: str) -> int | str:

@@ -17,7 +17,7 @@ from typing import Any
 from lightkube.resources.resource_v1 import ResourceClaim, ResourceSlice
 
 from gpufence.kube.api import CallFailed, KubeApi
-from gpufence.kube.dra_objects import FINALIZER, ClaimWrite
+from gpufence.kube.dra_objects import FINALIZER, ClaimRelease, ClaimWrite
 
 log = logging.getLogger("gpufence.kube")
 
@@ -146,3 +146,31 @@ def _allocation(w: ClaimWrite) -> dict[str, Any]:
 def _devices(allocation: Any) -> set[str]:
     results = ((allocation or {}).get("devices") or {}).get("results") or []
     return {f"{r.get('pool')}/{r.get('device')}" for r in results}
+
+
+def release(api: KubeApi, r: ClaimRelease) -> None:
+    """Take the pod out of the claim's ``reservedFor``; with no one left, clear the allocation
+    (its devices are free again) and the finalizer. A claim already gone is released."""
+    path = _path(r.namespace, r.claim)
+    for attempt in range(_TRIES):
+        obj = _get(api, r.namespace, r.claim)
+        if obj is None:
+            return
+        try:
+            status = obj.setdefault("status", {})
+            reserved = [x for x in status.get("reservedFor") or [] if x.get("uid") != r.pod_uid]
+            if reserved != list(status.get("reservedFor") or []) or (
+                not reserved and "allocation" in status
+            ):
+                status["reservedFor"] = reserved or None
+                if not reserved:
+                    status.pop("allocation", None)
+                obj = api.write_json("PUT", f"{path}/status", obj)
+            if not reserved:
+                _set_finalizer(api, obj, path, False)
+            return
+        except CallFailed as exc:
+            if exc.code == 404:
+                return
+            if exc.code != 409 or attempt == _TRIES - 1:
+                raise

@@ -152,3 +152,13 @@ class ClaimWrite:
     pod_uid: str
     node: str
     devices: tuple[AllocatedDevice, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimRelease:
+    """The pod ended: take it out of the claim's ``reservedFor``; with no one left, clear the
+    allocation (its devices are free again) and the finalizer."""
+
+    namespace: str
+    claim: str
+    pod_uid: str

@@ -106,6 +106,7 @@ class KubeScheduler:
         self._saved_awaiting: dict[str, tuple[str, int]] = {}  # (see Tracker.expected)
         self.dra = DraBook()  # ResourceSlices and ResourceClaims (kube/dra.py)
         self._claim_waits: dict[str, str] = {}  # pod -> why its claims hold it back
+        self._released: set[str] = set()  # pod uids whose claims were released
         self._ends = (self.changes, self.stop)
 
     def _uid(self, namespace: str, pod: str) -> str:
@@ -287,6 +288,7 @@ class KubeScheduler:
                 self.tracker.pod_seen(view)
             if pod.terminal or pod.deleting:
                 self.runner.forget(pod.namespace, pod.name)
+                self._release_claims(pod)
             if self._unplanned(old) or self._unplanned(pod):
                 self._mark_rebuild()  # it names us but runs where we did not place it
         elif _foreign_usage(old) != _foreign_usage(pod):
@@ -312,6 +314,8 @@ class KubeScheduler:
         self.runner.forget(pod.namespace, pod.name)
         self._claim_waits.pop(key, None)
         if self.tracker.ours(pod):
+            self._release_claims(pod)
+            self._released.discard(pod.uid)  # (gone for good: nothing more to release)
             if self.core is not None:
                 self.tracker.pod_gone(key)
         elif _foreign_usage(pod) != Usage():
@@ -326,6 +330,14 @@ class KubeScheduler:
             return None
         self._claim_waits.pop(pod.key, None)
         return view
+
+    def _release_claims(self, pod: ObservedPod) -> None:
+        """A bound pod with claims ended or went: its reservations are released, and its
+        devices freed with the core's GPUs (the claim controller does it too where it runs;
+        the writes are read-modify-update, so the two never undo each other)."""
+        if pod.claims and pod.node and pod.uid not in self._released:
+            self._released.add(pod.uid)
+            self.runner.run(list(self.dra.releases(pod)))
 
     def _with_claims(self, a: Action) -> Action:
         """A bind of a pod with ResourceClaims carries their allocation: the GPUs the core
