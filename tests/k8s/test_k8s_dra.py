@@ -87,6 +87,27 @@ def test_k8s_dra_claim_is_released_when_its_pod_ends(env: Env) -> None:
     assert d.reserved_for(claim) == ["again"] and len(d.allocated(claim)) == 4
 
 
+def test_k8s_dra_restart_keeps_the_claimed_gpus_held(env: Env) -> None:
+    node = _dra_node(env)
+    first_proc = env.start()
+    first_proc.wait_ready()
+    d.claim(env.kc, env.ns, "first", 3)
+    d.dra_pod(env.kc, env.ns, "first", env.sched, claim_name="first")
+    env.bound("first", timeout=30)
+    k.set_phase(env.kc, env.ns, "first", "Running")
+    first_proc.kill()
+    env.start().wait_ready()  # restores "first" from its note and its claim
+    d.claim(env.kc, env.ns, "pair", 2)
+    d.dra_pod(env.kc, env.ns, "pair", env.sched, claim_name="pair")
+    _, pair = _bound_with_claim(env, "pair", "pair")
+    chosen = _gpus_of(env, "pair")
+    assert chosen in ([4, 5], [6, 7]), chosen  # not GPUs 0-2, which "first" still holds
+    assert d.allocated(pair) == sorted(f"{node}/gpu-{i}" for i in chosen), pair
+    assert d.allocated(d.get_claim(env.kc, env.ns, "first")) == [
+        f"{node}/gpu-{i}" for i in (0, 1, 2)
+    ]
+
+
 def test_k8s_dra_claim_no_node_can_satisfy_says_why_with_numbers(env: Env) -> None:
     _dra_node(env)
     env.start().wait_ready()

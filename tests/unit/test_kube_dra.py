@@ -93,8 +93,10 @@ def test_claims_are_read_into_whole_gpus_or_keep_the_pod_waiting() -> None:
     assert isinstance(ask, PodAsk) and ask.job.request == GpuRequest.whole(3)
     _, why = book.view(_pod(("x", "")))
     assert why.startswith("waiting for the ResourceClaim of spec.resourceClaims 'x'")
-    _, why = book.view(_pod(("x", "ghost")))
+    waiting, why = book.view(_pod(("x", "ghost")))
     assert why == "waiting for ResourceClaim ghost (not seen yet)"
+    # (a bound pod whose claim is not seen reads as unreadable, never as a job of 0 GPUs)
+    assert read_pod(waiting, {}) == PodProblem("team/p", why)
 
 
 def test_a_claim_gpufence_cannot_honour_refuses_the_pod_naming_it() -> None:

@@ -65,17 +65,20 @@ class DraBook:
 
     def view(self, pod: ObservedPod) -> tuple[ObservedPod, str]:
         """The pod with the GPUs its claims ask for (``claim_gpus``: a count, or what is wrong
-        with them), and why it must wait ("" when it need not)."""
+        with them), and why it must wait ("" when it need not; a pod that waits reads as
+        unreadable, never as zero GPUs)."""
         if not pod.claims:
             return pod, ""
         total = 0
         for in_pod, claim_name in pod.claims:
+            why = ""
             if not claim_name:
                 why = f"waiting for the ResourceClaim of spec.resourceClaims {in_pod!r} "
-                return pod, why + "(made from its template by the resource claim controller)"
+                why += "(made from its template by the resource claim controller)"
             claim = self.claims.get(f"{pod.namespace}/{claim_name}")
             if claim is None:
-                return pod, f"waiting for ResourceClaim {claim_name} (not seen yet)"
+                why = why or f"waiting for ResourceClaim {claim_name} (not seen yet)"
+                return replace(pod, claim_gpus=why), why
             count = _claim_gpus(claim, pod.uid)
             if isinstance(count, str):
                 return replace(pod, claim_gpus=count), ""

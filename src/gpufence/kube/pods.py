@@ -89,8 +89,8 @@ def _gpu_request(pod: ObservedPod) -> GpuRequest:
     }
     whole = req.get(names.RES_GPU, Decimal(0))
     if pod.claims:  # DRA: the GPUs its ResourceClaims ask for (kube/dra.py read them)
-        if isinstance(pod.claim_gpus, str):
-            raise ValueError(pod.claim_gpus)
+        if isinstance(pod.claim_gpus, str) or pod.claim_gpus <= 0:
+            raise ValueError(pod.claim_gpus or "its ResourceClaims are not read yet")
         if whole or mig:
             raise ValueError(
                 "ask for GPUs one way: spec.resourceClaims or nvidia.com/gpu / nvidia.com/mig-*"
