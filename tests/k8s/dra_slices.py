@@ -106,12 +106,19 @@ def claims_spec(*, claim_name: str = "", template: str = "") -> dict[str, object
     return {"resourceClaims": [{"name": "gpus", **ref}]}
 
 
-def dra_pod(kc: KubeCluster, ns: str, name: str, scheduler: str, **ref: str) -> str:
+def dra_pod(
+    kc: KubeCluster,
+    ns: str,
+    name: str,
+    scheduler: str,
+    annotations: dict[str, str] | None = None,
+    **ref: str,
+) -> str:
     """A pod whose one container uses the claim (no nvidia.com/gpu)."""
     body = {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": name},
+        "metadata": {"name": name, "annotations": annotations or {}},
         "spec": {
             "schedulerName": scheduler,
             "containers": [

@@ -108,6 +108,23 @@ def test_k8s_dra_restart_keeps_the_claimed_gpus_held(env: Env) -> None:
     ]
 
 
+def test_k8s_dra_gang_members_each_get_their_own_devices(env: Env) -> None:
+    node = _dra_node(env)
+    env.start().wait_ready()
+    gang = {"gpufence.io/gang-name": "g", "gpufence.io/gang-size": "2"}
+    for m in ("g-0", "g-1"):
+        d.claim(env.kc, env.ns, m, 4)
+        d.dra_pod(env.kc, env.ns, m, env.sched, annotations=gang, claim_name=m)
+    devices = []
+    for m in ("g-0", "g-1"):
+        assert _bound_with_claim(env, m, m)[0] == node
+        claim = d.get_claim(env.kc, env.ns, m)
+        assert d.allocated(claim) == sorted(f"{node}/gpu-{i}" for i in _gpus_of(env, m)), claim
+        assert d.reserved_for(claim) == [m]
+        devices += d.allocated(claim)
+    assert sorted(devices) == sorted(f"{node}/gpu-{i}" for i in range(8))  # one NVLink domain each
+
+
 def test_k8s_dra_claim_no_node_can_satisfy_says_why_with_numbers(env: Env) -> None:
     _dra_node(env)
     env.start().wait_ready()
