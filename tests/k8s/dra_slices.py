@@ -147,3 +147,24 @@ def allocated_node(claim_obj: dict[str, Any]) -> str:
 
 def reserved_for(claim_obj: dict[str, Any]) -> list[str]:
     return [r["name"] for r in (claim_obj.get("status") or {}).get("reservedFor") or []]
+
+
+def allocate_as_another_scheduler(
+    kc: KubeCluster, ns: str, claim_name: str, node: str, devices: list[int], pod: dict[str, Any]
+) -> None:
+    """Write a claim's allocation as kube-scheduler would for a pod it placed."""
+    results = [
+        {"request": "gpus", "driver": DRIVER, "pool": node, "device": f"gpu-{i}"} for i in devices
+    ]
+    term = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
+    status = {
+        "allocation": {
+            "devices": {"results": results},
+            "nodeSelector": {"nodeSelectorTerms": [term]},
+        },
+        "reservedFor": [
+            {"resource": "pods", "name": pod["metadata"]["name"], "uid": pod["metadata"]["uid"]}
+        ],
+    }
+    path = f"{V1}/namespaces/{ns}/resourceclaims/{claim_name}/status"
+    k.ok(kc, "PATCH", path, {"status": status}, content_type=k.MERGE)

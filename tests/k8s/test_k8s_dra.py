@@ -9,6 +9,7 @@ from __future__ import annotations
 import secrets
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import dra_slices as d
 import kobjects as k
@@ -123,6 +124,52 @@ def test_k8s_dra_gang_members_each_get_their_own_devices(env: Env) -> None:
         assert d.reserved_for(claim) == [m]
         devices += d.allocated(claim)
     assert sorted(devices) == sorted(f"{node}/gpu-{i}" for i in range(8))  # one NVLink domain each
+
+
+def test_k8s_dra_devices_another_scheduler_allocated_are_never_allocated_again(env: Env) -> None:
+    node = _dra_node(env)
+    # a pod kube-scheduler placed, whose claim holds GPUs 0 and 1
+    d.claim(env.kc, env.ns, "theirs", 2)
+    body = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "theirs"},
+        "spec": {
+            "nodeName": node,
+            "containers": [
+                {"name": "main", "image": "busybox", "resources": {"claims": [{"name": "gpus"}]}}
+            ],
+            **d.claims_spec(claim_name="theirs"),
+        },
+    }
+    theirs = k.ok(env.kc, "POST", f"/api/v1/namespaces/{env.ns}/pods", body, 201)
+    d.allocate_as_another_scheduler(env.kc, env.ns, "theirs", node, [0, 1], theirs)
+    proc = env.start()
+    proc.wait_ready()
+    d.claim(env.kc, env.ns, "pair", 2)
+    d.dra_pod(env.kc, env.ns, "pair", env.sched, claim_name="pair")
+    _, pair = _bound_with_claim(env, "pair", "pair")
+    chosen = _gpus_of(env, "pair")
+    # the rest of their NVLink domain (best fit), never their GPUs
+    assert chosen == [2, 3], chosen
+    assert d.allocated(pair) == [f"{node}/gpu-2", f"{node}/gpu-3"], pair
+    # they take GPUs 4 and 5 while gpufence runs: the model is rebuilt around them, "pair"
+    # restored on its own GPUs 2 and 3 (by index), and the next pair gets 6 and 7
+    d.claim(env.kc, env.ns, "more", 2)
+    more = k.ok(env.kc, "POST", f"/api/v1/namespaces/{env.ns}/pods", _named(body, "more"), 201)
+    models = proc.log_path_text().count("cluster model:")
+    d.allocate_as_another_scheduler(env.kc, env.ns, "more", node, [4, 5], more)
+    k.wait("the model rebuilt", lambda: proc.log_path_text().count("cluster model:") > models)
+    d.claim(env.kc, env.ns, "last", 2)
+    d.dra_pod(env.kc, env.ns, "last", env.sched, claim_name="last")
+    _, last = _bound_with_claim(env, "last", "last")
+    assert _gpus_of(env, "last") == [6, 7]
+    assert d.allocated(last) == [f"{node}/gpu-6", f"{node}/gpu-7"], last
+
+
+def _named(pod: dict[str, Any], name: str) -> dict[str, Any]:
+    claims = [{"name": "gpus", "resourceClaimName": name}]
+    return {**pod, "metadata": {"name": name}, "spec": {**pod["spec"], "resourceClaims": claims}}
 
 
 def test_k8s_dra_claim_no_node_can_satisfy_says_why_with_numbers(env: Env) -> None:

@@ -18,8 +18,10 @@ from gpufence.kube.dra_objects import (
     observe_claim,
     observe_slice,
 )
+from gpufence.kube.fences import fence_spec_from_dict
+from gpufence.kube.hardware import Usage, build_hardware
 from gpufence.kube.objects import ObservedNode, ObservedPod
-from gpufence.kube.placement_notes import BindNote, MemberPlan
+from gpufence.kube.placement_notes import BindNote, MemberPlan, assignments_of
 from gpufence.kube.pods import PodAsk, PodProblem, read_pod
 from gpufence.model.job import GpuRequest
 
@@ -140,3 +142,32 @@ def test_the_core_s_gpu_indices_become_the_node_s_devices_claim_by_claim() -> No
     far = BindNote("team/p", "training", None, 1, 0.0, (MemberPlan("p", "n1", (8, 9, 10)),))
     why = book.claim_writes(BindPod("team", "p", "n1", far), pod)
     assert why == "node n1 publishes no gpu.nvidia.com GPU with index 8 in its ResourceSlices"
+
+
+def test_devices_others_hold_are_left_out_of_the_model_by_index() -> None:
+    book = _book()
+    held = observe_claim(_claim("theirs", 2))
+    held = replace(
+        held,
+        allocated=tuple(
+            AllocatedDevice("gpus", "gpu.nvidia.com", "pool-n1", f"gpu-{i}") for i in (0, 1)
+        ),
+        reserved_for=("their-pod",),
+    )
+    book.claims[held.key] = held
+    assert book.held_by_others({"our-pod"}) == {"n1": frozenset({0, 1})}
+    assert book.held_by_others({"their-pod"}) == {}  # (a pod of ours holds it: the core knows)
+    fences = fence_spec_from_dict(
+        {"name": "t", "partitions": {"training": {"node_selector": {}, "admits": ["training"]}}}
+    )
+    n1 = ObservedNode("n1", {"gpufence.io/nvlink-domains": "4.4"}, 0, {}, 64000, 1024, True)
+    hw = build_hardware(
+        fences, [book.with_slice_gpus(n1)], {"n1": Usage(devices=frozenset({0, 1}))}
+    )
+    (node,) = hw.cluster.nodes
+    assert [hw.cluster.gpus[g].index for g in node.gpu_ids] == [2, 3, 4, 5, 6, 7]
+    assert node.nvlink_domains == ((2, 3), (4, 5, 6, 7))
+    plan = (MemberPlan("p", "n1", (3, 6)),)
+    (a,) = assignments_of(hw.cluster, plan) or ()
+    assert [hw.cluster.gpus[g].index for g in a.gpus] == [3, 6]
+    assert assignments_of(hw.cluster, (MemberPlan("p", "n1", (0,)),)) is None

@@ -15,6 +15,7 @@ writes. No I/O: the loop feeds it the ResourceSlices and ResourceClaims the watc
 
 from __future__ import annotations
 
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field, replace
 
 from gpufence.kube.actions import BindPod
@@ -38,6 +39,33 @@ class DraBook:
     slices: dict[str, ObservedSlice] = field(default_factory=dict)  # by slice name
     claims: dict[str, ObservedClaim] = field(default_factory=dict)  # by namespace/name
 
+    def take_slices(
+        self, seen: Iterable[ObservedSlice], *, deleted: bool = False, whole: bool = False
+    ) -> None:
+        """What a watch saw: slices added, changed or deleted, or (``whole``) all there are."""
+        fresh = {s.name: s for s in seen}
+        if whole:
+            self.slices = {}
+        for name, sl in fresh.items():
+            if deleted:
+                self.slices.pop(name, None)
+            else:
+                self.slices[name] = sl
+
+    def take_claims(
+        self, seen: Iterable[ObservedClaim], *, deleted: bool = False, whole: bool = False
+    ) -> set[str]:
+        """As ``take_slices``, for claims; returns the keys of the claims seen."""
+        fresh = {c.key: c for c in seen}
+        if whole:
+            self.claims = {}
+        for key, claim in fresh.items():
+            if deleted:
+                self.claims.pop(key, None)
+            else:
+                self.claims[key] = claim
+        return set(fresh)
+
     # -- nodes ----------------------------------------------------------------------------------
 
     def node_gpus(self, node: str) -> dict[int, tuple[ObservedSlice, SliceDevice]]:
@@ -53,6 +81,25 @@ class DraBook:
         """Per node, the GPU indices published (a change rebuilds the model)."""
         nodes = {s.node for s in self.slices.values() if s.driver == DRIVER}
         return {n: tuple(sorted(self.node_gpus(n))) for n in nodes}
+
+    def held_by_others(self, ours: Collection[str]) -> dict[str, frozenset[int]]:
+        """Per node, the GPU indices of devices allocated to claims none of ``ours`` (pod
+        uids) holds: kube-scheduler's, or a claim allocated and not yet freed. The model leaves
+        them out, so gpufence never allocates a device twice."""
+        where = {
+            (s.driver, s.pool, dev.name): (s.node, dev.index)
+            for s in self.slices.values()
+            for dev in s.gpus
+        }
+        held: dict[str, set[int]] = {}
+        for claim in self.claims.values():
+            if not claim.allocated or set(claim.reserved_for) & set(ours):
+                continue
+            for d in claim.allocated:
+                found = where.get((d.driver, d.pool, d.device))
+                if found is not None:
+                    held.setdefault(found[0], set()).add(found[1])
+        return {node: frozenset(ix) for node, ix in held.items()}
 
     def with_slice_gpus(self, node: ObservedNode) -> ObservedNode:
         """A node whose GPUs only its DRA slices show counts those (indices 0..n-1)."""

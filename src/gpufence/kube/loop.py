@@ -206,32 +206,23 @@ class KubeScheduler:
             self.tracker.group_changed(group.key)
 
     def _dra_change(self, kind: str, objs: list[object], deleted: bool, whole: bool) -> None:
-        """ResourceSlices change the GPUs of nodes that publish only those (a rebuild);
-        ResourceClaims let the pods that wait for them through, or release them."""
+        """ResourceSlices change the GPUs of nodes that publish only those, and claims others
+        allocated the devices left free (either: a rebuild); a claim lets the pods that wait
+        for it through."""
+        before = (self.dra.shape(), self._held_by_others())
         if kind == "resourceslice":
-            before = self.dra.shape()
-            fresh = {s.name: s for s in map(observe_slice, objs)}
-            if whole:
-                self.dra.slices = fresh
-            for name, sl in fresh.items():
-                if deleted:
-                    self.dra.slices.pop(name, None)
-                else:
-                    self.dra.slices[name] = sl
-            if self.dra.shape() != before:
-                self._mark_rebuild()
-            return
-        claims = {c.key: c for c in map(observe_claim, objs)}
-        if whole:
-            self.dra.claims = {}
-        for key, claim in claims.items():
-            if deleted:
-                self.dra.claims.pop(key, None)
-            elif self.dra.claims.get(key) != claim:
-                self.dra.claims[key] = claim
+            self.dra.take_slices(map(observe_slice, objs), deleted=deleted, whole=whole)
+            keys: set[str] = set()
+        else:
+            keys = self.dra.take_claims(map(observe_claim, objs), deleted=deleted, whole=whole)
+        if (self.dra.shape(), self._held_by_others()) != before:
+            self._mark_rebuild()
         for pod in [self.pods[k] for k in self._claim_waits if k in self.pods]:
-            if whole or any(k in claims for k in _claim_keys(pod)):
+            if kind == "resourceclaim" and (whole or any(k in keys for k in _claim_keys(pod))):
                 self._pod_seen(pod)  # the claim it waited for is here
+
+    def _held_by_others(self) -> dict[str, frozenset[int]]:
+        return self.dra.held_by_others({p.uid for p in self.pods.values() if self.tracker.ours(p)})
 
     def _resync(self, r: Resync) -> None:
         if r.kind in ("resourceslice", "resourceclaim"):
@@ -435,6 +426,8 @@ class KubeScheduler:
             usage = _foreign_usage(pod) if foreign_pod else Usage()
             if usage != Usage():
                 foreign[pod.node] = foreign.get(pod.node, Usage()) + usage
+        for node, devices in self._held_by_others().items():
+            foreign[node] = foreign.get(node, Usage()) + Usage(devices=devices)
         old = self.core
         nodes = [self.dra.with_slice_gpus(n) for n in self.nodes.values()]
         self.hardware = build_hardware(self.fences, nodes, foreign)
