@@ -79,6 +79,19 @@ def test_a_slice_reads_its_whole_gpus_by_index() -> None:
     assert (s.node, s.driver, s.pool) == ("n1", "gpu.nvidia.com", "pool-n1")
 
 
+def test_a_gpu_without_an_index_attribute_is_named_by_its_minor() -> None:
+    # the driver's later releases: "gpu-<minor>", no index attribute; or a minor attribute
+    raw = _slice("n1", [0]).to_dict()
+    raw["spec"]["devices"] = [
+        {"name": "gpu-3", "attributes": {"type": {"string": "gpu"}}},
+        {"name": "gpu-a", "attributes": {"type": {"string": "gpu"}, "minor": {"int": 1}}},
+        {"name": "gpu-3-mig-19-0-1", "attributes": {"type": {"string": "mig"}}},
+        {"name": "gpu-vfio-0", "attributes": {"type": {"string": "vfio"}}},
+    ]
+    s = observe_slice(ResourceSlice.from_dict(raw))
+    assert [(d.index, d.name) for d in s.gpus] == [(1, "gpu-a"), (3, "gpu-3")]
+
+
 def test_a_node_publishing_only_slices_counts_their_gpus() -> None:
     book = _book()
     bare = ObservedNode("n1", {}, 0, {}, 64000, 1024, True)

@@ -12,6 +12,7 @@ Nodes and Pods) and says what one claim write holds. No I/O.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,15 +58,31 @@ def _attr(attributes: dict[str, Any], key: str, driver: str) -> Any:
     return None
 
 
+_GPU_NAME = re.compile(r"^gpu-(\d+)$")
+
+
+def _gpu_index(name: str, attributes: dict[str, Any], driver: str) -> int | None:
+    """The GPU's index on its node: the ``index`` attribute (the driver's earlier releases),
+    else ``minor``, else the number in the device's canonical name ``gpu-<minor>`` (its later
+    releases publish no index: the name carries the minor number, which is the index NVML and
+    feature discovery count by on the node)."""
+    for key in ("index", "minor"):
+        value = _attr(attributes, key, driver)
+        if isinstance(value, int):
+            return value
+    m = _GPU_NAME.match(name)
+    return int(m.group(1)) if m else None
+
+
 def observe_slice(obj: Any) -> ObservedSlice:
     spec = obj.spec
     gpus: list[SliceDevice] = []
     for dev in spec.devices or ():
         attributes = dict(dev.attributes or {})
         kind = _attr(attributes, "type", spec.driver)
-        index = _attr(attributes, "index", spec.driver)
-        if kind not in (None, "gpu") or not isinstance(index, int):
-            continue  # a MIG device, or none gpufence can place
+        index = _gpu_index(dev.name, attributes, spec.driver)
+        if kind not in (None, "gpu") or index is None:
+            continue  # a MIG or passthrough device, or none gpufence can place
         uuid = _attr(attributes, "uuid", spec.driver)
         gpus.append(SliceDevice(dev.name, index, str(uuid or "")))
     return ObservedSlice(
