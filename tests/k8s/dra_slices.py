@@ -13,23 +13,78 @@ from cluster import KubeCluster
 
 DRIVER = "gpu.nvidia.com"
 CLASS = "gpu.nvidia.com"
+MIG_CLASS = "mig.nvidia.com"
+# (GI profile id, memory slices) of the H100-80GB profiles the tests cut
+MIG_PROFILES = {"1g.10gb": (19, 1), "3g.40gb": (9, 4)}
 V1 = "/apis/resource.k8s.io/v1"
 
 
 def device_class(kc: KubeCluster) -> None:
-    """The driver's DeviceClass for whole GPUs (created once per API server)."""
-    status, _ = kc.request("GET", f"{V1}/deviceclasses/{CLASS}")
-    if status == 200:
-        return
-    expr = f"device.driver == '{DRIVER}' && device.attributes['{DRIVER}'].type == 'gpu'"
+    """The driver's DeviceClasses, whole GPUs and MIG devices (created once per API server)."""
+    for name, kind in ((CLASS, "gpu"), (MIG_CLASS, "mig")):
+        status, _ = kc.request("GET", f"{V1}/deviceclasses/{name}")
+        if status == 200:
+            continue
+        expr = f"device.driver == '{DRIVER}' && device.attributes['{DRIVER}'].type == '{kind}'"
+        body = {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "DeviceClass",
+            "metadata": {"name": name},
+            "spec": {"selectors": [{"cel": {"expression": expr}}]},
+        }
+        status, answer = kc.request("POST", f"{V1}/deviceclasses", body)
+        assert status in (201, 409), answer
+
+
+def mig_slice(kc: KubeCluster, node: str, layout: list[tuple[int, str, int]]) -> None:
+    """A node whose GPUs are cut into MIG instances (GPU index, profile, start): the driver's
+    later form -- canonical names ``gpu-<minor>-mig-<GI id>-<start>-<size>``, the profile and
+    one ``memorySlice<i>`` capacity per memory slice; no whole GPU devices."""
+    devices = []
+    for gpu, profile, start in layout:
+        gi, size = MIG_PROFILES[profile]
+        capacity = {f"memorySlice{i}": {"value": "1"} for i in range(start, start + size)}
+        devices.append(
+            {
+                "name": f"gpu-{gpu}-mig-{gi}-{start}-{size}",
+                "attributes": {
+                    "type": {"string": "mig"},
+                    "profile": {"string": profile},
+                    "uuid": {"string": f"MIG-{node[-6:]}-{gpu}-{start}"},
+                },
+                "capacity": capacity,
+            }
+        )
     body = {
         "apiVersion": "resource.k8s.io/v1",
-        "kind": "DeviceClass",
-        "metadata": {"name": CLASS},
-        "spec": {"selectors": [{"cel": {"expression": expr}}]},
+        "kind": "ResourceSlice",
+        "metadata": {"name": f"{node}-{DRIVER}"},
+        "spec": {
+            "driver": DRIVER,
+            "nodeName": node,
+            "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+            "devices": devices,
+        },
     }
-    status, answer = kc.request("POST", f"{V1}/deviceclasses", body)
-    assert status in (201, 409), answer
+    k.ok(kc, "POST", f"{V1}/resourceslices", body, 201)
+
+
+def mig_claim(kc: KubeCluster, ns: str, name: str, profile: str) -> str:
+    expr = f"device.attributes['{DRIVER}'].profile == '{profile}'"
+    exactly = {
+        "deviceClassName": MIG_CLASS,
+        "allocationMode": "ExactCount",
+        "count": 1,
+        "selectors": [{"cel": {"expression": expr}}],
+    }
+    body = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name},
+        "spec": {"devices": {"requests": [{"name": "mig", "exactly": exactly}]}},
+    }
+    k.ok(kc, "POST", f"{V1}/namespaces/{ns}/resourceclaims", body, 201)
+    return name
 
 
 def gpu_slice(
@@ -112,13 +167,14 @@ def dra_pod(
     name: str,
     scheduler: str,
     annotations: dict[str, str] | None = None,
+    labels: dict[str, str] | None = None,
     **ref: str,
 ) -> str:
     """A pod whose one container uses the claim (no nvidia.com/gpu)."""
     body = {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": name, "annotations": annotations or {}},
+        "metadata": {"name": name, "annotations": annotations or {}, "labels": labels or {}},
         "spec": {
             "schedulerName": scheduler,
             "containers": [

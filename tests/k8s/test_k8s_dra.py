@@ -6,6 +6,7 @@ the pod ends."""
 
 from __future__ import annotations
 
+import json
 import secrets
 from collections.abc import Iterator
 from pathlib import Path
@@ -206,6 +207,46 @@ def test_k8s_dra_pod_waits_for_its_claim_saying_so(env: Env) -> None:
     d.claim(env.kc, env.ns, "later", 1)
     _, claim = _bound_with_claim(env, "early", "later")
     assert d.allocated(claim) == [f"{node}/gpu-0"]
+
+
+MIG_FENCED = """
+name: k8s-dra-mig
+kubernetes: {{scheduler_name: {sched}}}
+partitions:
+  mig:
+    node_selector: {{test.gpufence.io/run: {run}, gpufence.io/fence: mig}}
+    admits: [batch]
+    sharing: mig
+    mig: {{layout: [3g.40gb, 1g.10gb@4, 1g.10gb@5, 1g.10gb@6]}}
+queues:
+  - {{name: evals, partition: mig, tenant: ns-{run}}}
+"""
+
+
+def test_k8s_dra_mig_claim_gets_the_instance_the_core_chose(env: Env) -> None:
+    env.config.write_text(MIG_FENCED.format(run=env.run, sched=env.sched))
+    labels = {"test.gpufence.io/run": env.run, "gpufence.io/fence": "mig"}
+    node = k.gpu_node(env.kc, f"{env.run}-mig-{secrets.token_hex(2)}", gpus=0, labels=labels)
+    d.device_class(env.kc)
+    layout = [(0, "3g.40gb", 0), (0, "1g.10gb", 4), (0, "1g.10gb", 5), (0, "1g.10gb", 6)]
+    d.mig_slice(env.kc, node, layout)
+    env.start().wait_ready()
+    batch = {"gpufence.io/class": "batch"}
+    starts = []
+    for name, profile in (("small", "1g.10gb"), ("small2", "1g.10gb"), ("big", "3g.40gb")):
+        d.mig_claim(env.kc, env.ns, name, profile)
+        d.dra_pod(env.kc, env.ns, name, env.sched, labels=batch, claim_name=name)
+        assert env.bound(name, timeout=30) == node
+        claim = d.get_claim(env.kc, env.ns, name)
+        ann = k.get_pod(env.kc, env.ns, name)["metadata"]["annotations"]
+        (plan,) = json.loads(ann["gpufence.io/gang-plan"])
+        assert plan["mig"] == profile, plan
+        gi, size = d.MIG_PROFILES[profile]
+        want = f"{node}/gpu-0-mig-{gi}-{plan['start']}-{size}"
+        assert d.allocated(claim) == [want], claim
+        assert d.reserved_for(claim) == [name]
+        starts.append(plan["start"])
+    assert len(set(starts)) == 3, starts  # three instances, each its own device
 
 
 @pytest.fixture(scope="module")

@@ -184,3 +184,61 @@ def test_devices_others_hold_are_left_out_of_the_model_by_index() -> None:
     (a,) = assignments_of(hw.cluster, plan) or ()
     assert [hw.cluster.gpus[g].index for g in a.gpus] == [3, 6]
     assert assignments_of(hw.cluster, (MemberPlan("p", "n1", (0,)),)) is None
+
+
+def test_mig_devices_and_claims_are_read_by_profile_parent_and_start() -> None:
+    raw = _slice("n1", [0]).to_dict()
+    raw["spec"]["devices"] = [
+        {"name": "gpu-0", "attributes": {"type": {"string": "gpu"}, "uuid": {"string": "U0"}}},
+        {
+            "name": "odd-name",  # parent by parentUUID, start by its memory slices
+            "attributes": {
+                "type": {"string": "mig"},
+                "profile": {"string": "3g.40gb"},
+                "parentUUID": {"string": "U0"},
+            },
+            "capacity": {f"memorySlice{i}": {"value": "1"} for i in (4, 5, 6, 7)},
+        },
+        {
+            "name": "gpu-1-mig-19-2-1",
+            "attributes": {"type": {"string": "mig"}, "profile": {"string": "1g.10gb"}},
+        },
+    ]
+    s = observe_slice(ResourceSlice.from_dict(raw))
+    assert [(m.name, m.parent, m.profile, m.start) for m in s.migs] == [
+        ("odd-name", 0, "3g.40gb", 4),
+        ("gpu-1-mig-19-2-1", 1, "1g.10gb", 2),
+    ]
+    book = DraBook()
+    book.take_slices([s])
+    n1 = ObservedNode("n1", {}, 0, {}, 64000, 1024, True)
+    assert book.with_slice_gpus(n1).mig == {"3g.40gb": 1, "1g.10gb": 1}
+    assert book.with_slice_gpus(n1).gpus == 2
+    sel = [{"cel": {"expression": "device.attributes['gpu.nvidia.com'].profile == '3g.40gb'"}}]
+    book.take_claims(
+        observe_claim(c)
+        for c in (
+            _claim("m", 1, "mig.nvidia.com", selectors=sel),
+            _claim("m2", 1, "mig.nvidia.com", selectors=sel),
+            _claim("any", 1, "mig.nvidia.com"),
+            _claim("a", 2),
+        )
+    )
+    view, _ = book.view(_pod(("x", "m")))
+    ask = read_pod(view, {})
+    assert isinstance(ask, PodAsk) and ask.job.request == GpuRequest.mig("3g.40gb")
+    note = BindNote(
+        "team/p", "mig", None, 1, 0.0, (MemberPlan("p", "n1", (0,), 1000, 0, "3g.40gb", 4),)
+    )
+    bind = book.claim_writes(BindPod("team", "p", "n1", note), view)
+    assert isinstance(bind, BindPod)
+    assert bind.claims[0].devices == (
+        AllocatedDevice("gpus", "gpu.nvidia.com", "pool-n1", "odd-name"),
+    )
+    for claims, says in (
+        ((("x", "any"),), "name the profile with one selector"),
+        ((("x", "m"), ("y", "m2")), "a pod takes one MIG instance"),
+        ((("x", "m"), ("y", "a")), "ask for whole GPUs of gpu.nvidia.com or one MIG instance"),
+    ):
+        view, _ = book.view(_pod(*claims))
+        assert says in str(view.claim_gpus), view.claim_gpus

@@ -15,6 +15,7 @@ writes. No I/O: the loop feeds it the ResourceSlices and ResourceClaims the watc
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field, replace
 
@@ -22,14 +23,17 @@ from gpufence.kube.actions import BindPod
 from gpufence.kube.dra_objects import (
     DRIVER,
     GPU_CLASSES,
+    MIG_CLASS,
     AllocatedDevice,
     ClaimRelease,
     ClaimWrite,
+    MigDevice,
     ObservedClaim,
     ObservedSlice,
     SliceDevice,
 )
 from gpufence.kube.objects import ObservedNode, ObservedPod
+from gpufence.kube.placement_notes import MemberPlan
 
 _CLASSES = ", ".join(sorted(GPU_CLASSES))
 
@@ -77,10 +81,23 @@ class DraBook:
                     out.setdefault(dev.index, (s, dev))
         return out
 
-    def shape(self) -> dict[str, tuple[int, ...]]:
-        """Per node, the GPU indices published (a change rebuilds the model)."""
+    def node_migs(self, node: str) -> list[tuple[ObservedSlice, MigDevice]]:
+        """The MIG instances the driver publishes on ``node``."""
+        return [
+            (s, m)
+            for s in sorted(self.slices.values(), key=lambda s: s.name)
+            if s.node == node and s.driver == DRIVER
+            for m in s.migs
+        ]
+
+    def shape(self) -> dict[str, tuple[object, ...]]:
+        """Per node, the GPU indices and MIG instances published (a change rebuilds the
+        model)."""
         nodes = {s.node for s in self.slices.values() if s.driver == DRIVER}
-        return {n: tuple(sorted(self.node_gpus(n))) for n in nodes}
+        return {
+            n: (tuple(sorted(self.node_gpus(n))), tuple(m for _, m in self.node_migs(n)))
+            for n in nodes
+        }
 
     def held_by_others(self, ours: Collection[str]) -> dict[str, frozenset[int]]:
         """Per node, the GPU indices of devices allocated to claims none of ``ours`` (pod
@@ -102,11 +119,14 @@ class DraBook:
         return {node: frozenset(ix) for node, ix in held.items()}
 
     def with_slice_gpus(self, node: ObservedNode) -> ObservedNode:
-        """A node whose GPUs only its DRA slices show counts those (indices 0..n-1)."""
-        published = self.node_gpus(node.name)
-        if node.gpus or not published:
+        """A node whose GPUs only its DRA slices show counts those: its GPUs, whole or cut
+        into the MIG instances it publishes (counted by profile, as the device plugin's
+        ``nvidia.com/mig-<profile>`` resources are)."""
+        published, migs = self.node_gpus(node.name), [m for _, m in self.node_migs(node.name)]
+        if node.gpus or node.mig or not (published or migs):
             return node
-        return replace(node, gpus=len(published))
+        gpus = len(set(published) | {m.parent for m in migs})
+        return replace(node, gpus=gpus, mig=dict(Counter(m.profile for m in migs)))
 
     # -- pods -----------------------------------------------------------------------------------
 
@@ -117,6 +137,7 @@ class DraBook:
         if not pod.claims:
             return pod, ""
         total = 0
+        migs: list[str] = []
         for in_pod, claim_name in pod.claims:
             why = ""
             if not claim_name:
@@ -129,7 +150,12 @@ class DraBook:
             count = _claim_gpus(claim, pod.uid)
             if isinstance(count, str):
                 return replace(pod, claim_gpus=count), ""
-            total += count
+            total, migs = total + count[0], migs + count[1]
+        if migs and (total or len(migs) > 1):
+            why = f"ask for whole GPUs of {_CLASSES} or one MIG instance of {MIG_CLASS} (a pod "
+            return replace(pod, claim_gpus=why + "takes one MIG instance: use a gang for more)"), ""
+        if migs:
+            return replace(pod, claim_gpus=1, claim_mig=migs[0]), ""
         if total <= 0:
             return replace(pod, claim_gpus="its ResourceClaims ask for no GPU"), ""
         return replace(pod, claim_gpus=total), ""
@@ -152,6 +178,13 @@ class DraBook:
                 return f"ResourceClaim {claim_name} is gone"
             results: list[AllocatedDevice] = []
             for req in claim.requests:
+                if req.mig_profile:
+                    found_mig = self._mig_device(bind.node, member, req.mig_profile)
+                    if isinstance(found_mig, str):
+                        return found_mig
+                    s, mig = found_mig
+                    results.append(AllocatedDevice(req.name, s.driver, s.pool, mig.name))
+                    continue
                 for _ in range(req.count):
                     if not planned:
                         return f"the plan has fewer GPUs than ResourceClaim {claim_name} asks"
@@ -178,24 +211,49 @@ class DraBook:
             )
         return replace(bind, claims=tuple(writes))
 
+    def _mig_device(
+        self, node: str, member: MemberPlan, profile: str
+    ) -> tuple[ObservedSlice, MigDevice] | str:
+        """The MIG device the core's instance is: its GPU, profile and first memory slice."""
+        if member.mig_profile != profile or member.mig_start is None or len(member.gpus) != 1:
+            return f"the plan for pod {member.pod} is no {profile} MIG instance"
+        want = (member.gpus[0], profile, member.mig_start)
+        for s, m in self.node_migs(node):
+            if (m.parent, m.profile, m.start) == want:
+                return s, m
+        return (
+            f"node {node} publishes no {profile} MIG device on GPU {want[0]} at memory slice "
+            f"{want[2]} in its ResourceSlices"
+        )
+
     def releases(self, pod: ObservedPod) -> list[ClaimRelease]:
         """The pod ended or is gone: its claims are released (the claims of a template are
         deleted by the claim controller with the pod; a claim it named outlives it)."""
         return [ClaimRelease(pod.namespace, c, pod.uid) for _, c in pod.claims if c]
 
 
-def _claim_gpus(claim: ObservedClaim, pod_uid: str) -> int | str:
-    """Whole GPUs one claim asks for, or what gpufence cannot honour in it (and the fix)."""
+def _claim_gpus(claim: ObservedClaim, pod_uid: str) -> tuple[int, list[str]] | str:
+    """Whole GPUs and MIG profiles one claim asks for, or what gpufence cannot honour in it
+    (and the fix)."""
     what = f"ResourceClaim {claim.name}"
     if set(claim.reserved_for) - {pod_uid}:
         return f"{what} is in use by another pod: gpufence gives each claim to one pod at a time"
     if claim.constraints:
         return f"{what}: spec.devices.constraints are not honoured by gpufence; remove them"
     total = 0
+    migs: list[str] = []
     for req in claim.requests:
         where = f"{what}, request {req.name}"
         if req.mode == "FirstAvailable":
             return f"{where}: firstAvailable is not read; ask exactly: {{deviceClassName: ...}}"
+        if req.device_class == MIG_CLASS:
+            if req.mode != "ExactCount" or not req.mig_profile:
+                return (
+                    f"{where}: DeviceClass {MIG_CLASS} -- name the profile with one selector, "
+                    "device.attributes['gpu.nvidia.com'].profile == '1g.10gb'"
+                )
+            migs += [req.mig_profile] * req.count
+            continue
         if req.device_class not in GPU_CLASSES:
             return (
                 f"{where}: DeviceClass {req.device_class!r} -- gpufence allocates whole GPUs of "
@@ -209,4 +267,4 @@ def _claim_gpus(claim: ObservedClaim, pod_uid: str) -> int | str:
                 "with the pod's nodeSelector nvidia.com/gpu.product"
             )
         total += req.count
-    return total
+    return total, migs

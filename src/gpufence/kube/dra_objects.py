@@ -20,6 +20,12 @@ DRIVER = "gpu.nvidia.com"  # the NVIDIA DRA driver's name (its slices' and resul
 # DeviceClasses whose devices are whole GPUs of that driver (the driver's chart installs
 # ``gpu.nvidia.com``; its selector is ``device.attributes['gpu.nvidia.com'].type == 'gpu'``)
 GPU_CLASSES = frozenset({"gpu.nvidia.com"})
+# the DeviceClass of MIG devices; a request names its profile with one selector of this form
+MIG_CLASS = "mig.nvidia.com"
+_MIG_SELECTOR = re.compile(
+    r"^\s*device\.attributes\[\s*['\"]gpu\.nvidia\.com['\"]\s*\]\.profile\s*==\s*"
+    r"['\"]([0-9a-z.+]+)['\"]\s*$"
+)
 # set on a claim while gpufence's allocation holds it, as kube-scheduler does, so a claim in
 # use is not deleted under its pod (removed when the allocation is cleared)
 FINALIZER = "resource.kubernetes.io/delete-protection"
@@ -35,12 +41,23 @@ class SliceDevice:
 
 
 @dataclass(frozen=True, slots=True)
+class MigDevice:
+    """One MIG instance a node's driver published (the instances the MIG manager cut)."""
+
+    name: str  # canonical: gpu-<parent minor>-mig-<GI profile id>-<start>-<size>
+    parent: int  # the index of the GPU it is cut from
+    profile: str  # "1g.10gb"
+    start: int  # its first memory slice (the core's MIG start)
+
+
+@dataclass(frozen=True, slots=True)
 class ObservedSlice:
     name: str
     node: str
     driver: str
     pool: str
     gpus: tuple[SliceDevice, ...]  # its devices of type gpu with an index (MIG ones left out)
+    migs: tuple[MigDevice, ...] = ()
 
 
 def _attr(attributes: dict[str, Any], key: str, driver: str) -> Any:
@@ -74,23 +91,50 @@ def _gpu_index(name: str, attributes: dict[str, Any], driver: str) -> int | None
     return int(m.group(1)) if m else None
 
 
+_MIG_NAME = re.compile(r"^gpu-(\d+)-mig-\d+-(\d+)-\d+$")
+_MEMORY_SLICE = re.compile(r"^memorySlice\d+$")
+
+
+def _mig(dev: Any, driver: str, parents: dict[str, int]) -> MigDevice | None:
+    """A MIG device: its parent by ``parentUUID`` (else the canonical name's minor), its start
+    by its lowest ``memorySlice<i>`` capacity (else the name's)."""
+    attributes = dict(dev.attributes or {})
+    profile = _attr(attributes, "profile", driver)
+    named = _MIG_NAME.match(dev.name)
+    parent = parents.get(str(_attr(attributes, "parentUUID", driver) or ""))
+    slices = [int(k[11:]) for k in dev.capacity or {} if _MEMORY_SLICE.match(k)]
+    start = min(slices) if slices else (int(named.group(2)) if named else None)
+    if parent is None and named:
+        parent = int(named.group(1))
+    if not isinstance(profile, str) or parent is None or start is None:
+        return None
+    return MigDevice(dev.name, parent, profile, start)
+
+
 def observe_slice(obj: Any) -> ObservedSlice:
     spec = obj.spec
     gpus: list[SliceDevice] = []
+    migs: list[Any] = []
     for dev in spec.devices or ():
         attributes = dict(dev.attributes or {})
         kind = _attr(attributes, "type", spec.driver)
+        if kind == "mig":
+            migs.append(dev)
+            continue
         index = _gpu_index(dev.name, attributes, spec.driver)
         if kind not in (None, "gpu") or index is None:
             continue  # a MIG or passthrough device, or none gpufence can place
         uuid = _attr(attributes, "uuid", spec.driver)
         gpus.append(SliceDevice(dev.name, index, str(uuid or "")))
+    parents = {d.uuid: d.index for d in gpus if d.uuid}
+    found = (_mig(dev, spec.driver, parents) for dev in migs)
     return ObservedSlice(
         name=obj.metadata.name or "",
         node=spec.nodeName or "",
         driver=spec.driver,
         pool=spec.pool.name,
         gpus=tuple(sorted(gpus, key=lambda d: d.index)),
+        migs=tuple(sorted((m for m in found if m), key=lambda m: (m.parent, m.start))),
     )
 
 
@@ -101,6 +145,7 @@ class ClaimRequest:
     mode: str  # ExactCount | All (| FirstAvailable: a list of alternatives)
     count: int
     selectors: int = 0  # CEL selectors on the request (gpufence does not evaluate CEL)
+    mig_profile: str = ""  # a MIG request: the profile its one selector names
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,7 +178,14 @@ def _request(req: Any) -> ClaimRequest:
         return ClaimRequest(req.name, "", "FirstAvailable", 0)
     mode = exact.allocationMode or "ExactCount"
     count = int(exact.count or 1) if mode == "ExactCount" else 0
-    return ClaimRequest(req.name, exact.deviceClassName, mode, count, len(exact.selectors or ()))
+    selectors = [s.cel.expression for s in exact.selectors or () if s.cel is not None]
+    profile = ""
+    if exact.deviceClassName == MIG_CLASS and len(selectors) == len(exact.selectors or ()) == 1:
+        m = _MIG_SELECTOR.match(selectors[0])
+        profile = m.group(1) if m else ""
+    return ClaimRequest(
+        req.name, exact.deviceClassName, mode, count, len(exact.selectors or ()), profile
+    )
 
 
 def observe_claim(obj: Any) -> ObservedClaim:

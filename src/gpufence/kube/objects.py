@@ -115,6 +115,7 @@ class ObservedPod:
     claims: tuple[tuple[str, str], ...] = ()
     # the whole GPUs those claims ask for, or why they cannot be read (kube/dra.py sets it)
     claim_gpus: int | str = 0
+    claim_mig: str = ""  # or the one MIG profile they ask for ("1g.10gb")
 
     @property
     def key(self) -> str:

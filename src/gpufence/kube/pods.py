@@ -95,6 +95,8 @@ def _gpu_request(pod: ObservedPod) -> GpuRequest:
             raise ValueError(
                 "ask for GPUs one way: spec.resourceClaims or nvidia.com/gpu / nvidia.com/mig-*"
             )
+        if pod.claim_mig:
+            return GpuRequest.mig(pod.claim_mig)
         return GpuRequest.whole(pod.claim_gpus)
     fraction = _number(pod, names.ANN_GPU_FRACTION, float)
     if mig and (whole or len(mig) > 1 or fraction is not None):
