@@ -61,7 +61,11 @@ def test_k8s_dra_claim_gets_the_gpus_the_core_chose(env: Env) -> None:
     chosen = _gpus_of(env, "pair")
     assert chosen in ([4, 5], [6, 7]), chosen
     assert d.allocated(pair) == sorted(f"{node}/gpu-{i}" for i in chosen), pair
-    # the binding follows the allocation: its node, the pod reserved, the claim protected
+    # the binding follows the allocation: its node, the pod reserved, the claim protected, and
+    # written first (resourceVersions are etcd's revisions on this harness: the claim's last
+    # write is older than the bind, the pod's last write)
+    pod_rv = k.get_pod(env.kc, env.ns, "pair")["metadata"]["resourceVersion"]
+    assert int(pair["metadata"]["resourceVersion"]) < int(pod_rv), (pair["metadata"], pod_rv)
     assert d.allocated_node(pair) == node
     assert d.reserved_for(pair) == ["pair"]
     assert "resource.kubernetes.io/delete-protection" in pair["metadata"]["finalizers"]
