@@ -15,12 +15,15 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
+from functools import partial
 
-from gpufence.kube import names
+from gpufence.kube import dra_api, names
 from gpufence.kube.actions import Action, BindPod, DeletePod, EvictPod, PodEvent, ShowPending
 from gpufence.kube.activity import ActivityFeed
 from gpufence.kube.api import KubeApi
 from gpufence.kube.api_actions import ActionRunner, BindFailed
+from gpufence.kube.dra import DraBook
+from gpufence.kube.dra_objects import observe_claim, observe_slice
 from gpufence.kube.fences import FenceSpec
 from gpufence.kube.foreign import LABEL_PREEMPTIBLE, adopt, foreign_note, gpus_of, opted_in
 from gpufence.kube.hardware import Hardware, Usage, build_hardware, cordoned
@@ -109,6 +112,10 @@ class KubeScheduler:
         self._saved_awaiting: dict[str, tuple[str, int]] = {}  # (see Tracker.expected)
         self.activity = activity or ActivityFeed()  # GPU activity samples -> idle reclaim
         self.mig = MigRecuts()  # MIG re-cuts through the GPU operator's MIG manager
+        self.dra = DraBook()  # ResourceSlices and ResourceClaims (kube/dra.py)
+        self._claim_waits: dict[str, str] = {}  # pod -> why its claims hold it back
+        self._released: set[str] = set()  # pod uids whose claims were released
+        self._ends = (self.changes, self.stop)
 
     def _uid(self, namespace: str, pod: str) -> str:
         obj = self.pods.get(f"{namespace}/{pod}")
@@ -134,6 +141,16 @@ class KubeScheduler:
             )
         else:
             log.info("no scheduling.k8s.io/v1beta1 PodGroups served: gangs by annotation only")
+        if dra_api.serves_dra(self.api):
+            api = self.api
+            self._kinds |= {"resourceslice", "resourceclaim"}
+            for kind, lister, watcher in (
+                ("resourceslice", dra_api.list_slices, dra_api.watch_slices),
+                ("resourceclaim", dra_api.list_claims, dra_api.watch_claims),
+            ):
+                informers.append(
+                    Informer(kind, partial(lister, api), partial(watcher, api), *self._ends)
+                )
         for inf in informers:
             inf.start()
         return informers
@@ -180,6 +197,8 @@ class KubeScheduler:
                 self._node_change(item)
             elif item.kind == "podgroup":
                 self._group_change(item)
+            elif item.kind in ("resourceslice", "resourceclaim"):
+                self._dra_change(item.kind, [item.obj], item.type == "DELETED", False)
             else:
                 self._pod_change(item)
 
@@ -194,7 +213,29 @@ class KubeScheduler:
         if self.core is not None:
             self.tracker.group_changed(group.key)
 
+    def _dra_change(self, kind: str, objs: list[object], deleted: bool, whole: bool) -> None:
+        """ResourceSlices change the GPUs of nodes that publish only those, and claims others
+        allocated the devices left free (either: a rebuild); a claim lets the pods that wait
+        for it through."""
+        before = (self.dra.shape(), self._held_by_others())
+        if kind == "resourceslice":
+            self.dra.take_slices(map(observe_slice, objs), deleted=deleted, whole=whole)
+            keys: set[str] = set()
+        else:
+            keys = self.dra.take_claims(map(observe_claim, objs), deleted=deleted, whole=whole)
+        if (self.dra.shape(), self._held_by_others()) != before:
+            self._mark_rebuild()
+        for pod in [self.pods[k] for k in self._claim_waits if k in self.pods]:
+            if kind == "resourceclaim" and (whole or any(k in keys for k in _claim_keys(pod))):
+                self._pod_seen(pod)  # the claim it waited for is here
+
+    def _held_by_others(self) -> dict[str, frozenset[int]]:
+        return self.dra.held_by_others({p.uid for p in self.pods.values() if self.tracker.ours(p)})
+
     def _resync(self, r: Resync) -> None:
+        if r.kind in ("resourceslice", "resourceclaim"):
+            self._dra_change(r.kind, list(r.objects), False, True)
+            return
         if r.kind == "podgroup":
             fresh_groups = {g.key: g.min_count for g in map(observe_pod_group, r.objects)}
             changed = set(fresh_groups.items()) ^ set(self.groups.items())
@@ -245,10 +286,12 @@ class KubeScheduler:
             self.inflight.pop(pod.key, None)
         if self.tracker.ours(pod):
             self.activity.pod_seen(pod, self.clock())
-            if self.core is not None:
-                self.tracker.pod_seen(pod)
+            view = self._claims_view(pod)
+            if self.core is not None and view is not None:
+                self.tracker.pod_seen(view)
             if pod.terminal or pod.deleting:
                 self.runner.forget(pod.namespace, pod.name)
+                self._release_claims(pod)
             if self._unplanned(old) or self._unplanned(pod):
                 self._mark_rebuild()  # it names us but runs where we did not place it
         else:
@@ -276,10 +319,45 @@ class KubeScheduler:
             return
         self.runner.forget(pod.namespace, pod.name)
         self.activity.pod_gone(key)
+        self._claim_waits.pop(key, None)
+        if self.tracker.ours(pod):
+            self._release_claims(pod)
+            self._released.discard(pod.uid)  # (gone for good: nothing more to release)
         if self.core is not None and (self.tracker.ours(pod) or key in self.tracker.pod_job):
             self.tracker.pod_gone(key)
         if not self.tracker.ours(pod) and _foreign_usage(pod) != Usage():
             self._mark_rebuild()
+
+    def _claims_view(self, pod: ObservedPod) -> ObservedPod | None:
+        """The pod with the GPUs its ResourceClaims ask for; None while it waits for a claim
+        (the reason is shown on it meanwhile)."""
+        view, why = self.dra.view(pod)
+        if why and not pod.node:
+            self._claim_waits[pod.key] = why
+            return None
+        self._claim_waits.pop(pod.key, None)
+        return view
+
+    def _release_claims(self, pod: ObservedPod) -> None:
+        """A bound pod with claims ended or went: its reservations are released, and its
+        devices freed with the core's GPUs (the claim controller does it too where it runs;
+        the writes are read-modify-update, so the two never undo each other)."""
+        if pod.claims and pod.node and pod.uid not in self._released:
+            self._released.add(pod.uid)
+            self.runner.run(list(self.dra.releases(pod)))
+
+    def _with_claims(self, a: Action) -> Action:
+        """A bind of a pod with ResourceClaims carries their allocation: the GPUs the core
+        chose, as the node's devices (kube/dra.py)."""
+        pod = self.pods.get(f"{a.namespace}/{a.pod}") if isinstance(a, BindPod) else None
+        if pod is None or not pod.claims or not isinstance(a, BindPod):
+            return a
+        done = self.dra.claim_writes(a, pod)
+        if isinstance(done, str):
+            self.failures.put(BindFailed(a.namespace, a.pod, done, False))
+            log.error("bind %s/%s: %s", a.namespace, a.pod, done)
+            return ShowPending(a.namespace, a.pod, names.CONDITION_REASON_PENDING, done)
+        return done
 
     def _mark_rebuild(self) -> None:
         if self._rebuild_due is None:
@@ -325,6 +403,7 @@ class KubeScheduler:
             self.stats.synced = True
             self.stats.pending = self.core.pending_count()
             self.stats.running = len(self.tracker.jobs) - self.stats.pending
+            actions = [self._with_claims(a) for a in actions]
             for a in actions:
                 if isinstance(a, BindPod):
                     self.inflight[f"{a.namespace}/{a.pod}"] = a
@@ -371,8 +450,11 @@ class KubeScheduler:
             if usage != Usage():
                 foreign[pod.node] = foreign.get(pod.node, Usage()) + usage
                 self._note_foreign(pod)
+        for node, devices in self._held_by_others().items():
+            foreign[node] = foreign.get(node, Usage()) + Usage(devices=devices)
         old = self.core
-        hw = build_hardware(self.fences, self.nodes.values(), foreign)
+        nodes = [self.dra.with_slice_gpus(n) for n in self.nodes.values()]
+        hw = build_hardware(self.fences, nodes, foreign)
         self.hardware = replace(hw, cluster=whole_gpu_recuts(hw.cluster))
         if old is None:
             self.mig.load(self.nodes.values())
@@ -400,7 +482,8 @@ class KubeScheduler:
         self._down = {}
         self._carry = []
         pods = [self._with_inflight(p, noticed.get(p.key)) for p in self.pods.values()]
-        self.tracker.restore(self.hardware.cluster, pods)
+        views = [v for p in pods if (v := self._claims_view(p) if p.claims else p) is not None]
+        self.tracker.restore(self.hardware.cluster, views)
         self._restore_each(now)
         if old is not None:
             # the old core's history and spent budgets: a rebuild is no fresh start either
@@ -549,6 +632,12 @@ class KubeScheduler:
                 ShowPending(core_job.namespace, p, names.CONDITION_REASON_PENDING, message, gist)
                 for p in core_job.pods
             )
+        for key, why in self._claim_waits.items():
+            pod = self.pods.get(key)
+            if pod is not None and pod.created <= due:
+                out.append(
+                    ShowPending(pod.namespace, pod.name, names.CONDITION_REASON_PENDING, why)
+                )
         for jid, why in self.tracker.waiting.items():
             for ask in self.tracker.asks.get(jid, {}).values():
                 if ask.pod.created <= due:
@@ -611,3 +700,7 @@ def _foreign_usage(pod: ObservedPod | None) -> Usage:
     gpus = pod.requests.get(names.RES_GPU)
     whole = int(gpus) if gpus is not None else 0
     return Usage(whole, pod.cpu_milli(), pod.mem_mib())
+
+
+def _claim_keys(pod: ObservedPod) -> list[str]:
+    return [f"{pod.namespace}/{c}" for _, c in pod.claims if c]
