@@ -396,6 +396,13 @@ USED = [
     ("create", "gpufence.io", "queues", "", "", ""),
     ("update", "gpufence.io", "fences", "status", "", "training"),
     ("update", "gpufence.io", "queues", "status", "", "vision"),
+    ("list", "resource.k8s.io", "resourceslices", "", "", ""),
+    ("watch", "resource.k8s.io", "resourceslices", "", "", ""),
+    ("list", "resource.k8s.io", "resourceclaims", "", "", ""),
+    ("watch", "resource.k8s.io", "resourceclaims", "", "", ""),
+    ("get", "resource.k8s.io", "resourceclaims", "", "any-ns", "any"),
+    ("patch", "resource.k8s.io", "resourceclaims", "", "any-ns", "any"),
+    ("update", "resource.k8s.io", "resourceclaims", "status", "any-ns", "any"),
 ]
 NOT_NEEDED = [
     ("delete", "", "nodes", "", "", "any-node"),
@@ -413,6 +420,8 @@ NOT_NEEDED = [
     ("create", "apiextensions.k8s.io", "customresourcedefinitions", "", "", ""),
     ("create", "rbac.authorization.k8s.io", "clusterrolebindings", "", "", ""),
     ("create", "scheduling.k8s.io", "podgroups", "", "any-ns", ""),
+    ("delete", "resource.k8s.io", "resourceclaims", "", "any-ns", "any"),
+    ("create", "resource.k8s.io", "resourceslices", "", "", ""),
 ]
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gpufence.kube.dra_objects import ClaimRelease, ClaimWrite
 from gpufence.kube.placement_notes import BindNote
 
 
@@ -15,6 +16,7 @@ class BindPod:
     pod: str
     node: str
     note: BindNote
+    claims: tuple[ClaimWrite, ...] = ()  # DRA: its claims' allocation, written before the bind
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,4 +83,6 @@ class PodEvent:
     message: str
 
 
-Action = BindPod | DeletePod | EvictPod | ShowPending | AnnotatePod | LabelNode | PodEvent
+Action = (
+    BindPod | DeletePod | EvictPod | ShowPending | AnnotatePod | LabelNode | PodEvent | ClaimRelease
+)

@@ -151,6 +151,28 @@ class KubeApi:
     def write_raw(self, method: str, path: str, body: object) -> None:
         self._write(method, path, body)
 
+    def write_json(
+        self, method: str, path: str, body: object, content_type: str = "application/json"
+    ) -> dict[str, Any]:
+        """A write whose answer (the object as written) is wanted: ResourceClaim updates carry
+        its resourceVersion on to the next write (kube/dra_api.py)."""
+        http: httpx.Client = self.client._client._client  # see _write
+        resp = http.request(
+            method,
+            path,
+            content=json.dumps(body).encode(),
+            params={"fieldManager": names.EVENT_COMPONENT},
+            headers={"Content-Type": content_type, "Accept": "application/json"},
+        )
+        if resp.status_code >= 300:
+            try:
+                message = str(resp.json().get("message", resp.text))
+            except ValueError:
+                message = resp.text
+            raise CallFailed(resp.status_code, message)
+        answer = resp.json()
+        return answer if isinstance(answer, dict) else {}
+
     def bind(self, namespace: str, pod: str, node: str, annotations: dict[str, str]) -> None:
         """One bind; the binding's annotations land on the pod in the same write (the API
         server copies them), so a bound pod always carries its placement note."""

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from gpufence.kube import names
+from gpufence.kube import dra_api, names
 from gpufence.kube.actions import (
     Action,
     AnnotatePod,
@@ -29,6 +29,7 @@ from gpufence.kube.actions import (
     ShowPending,
 )
 from gpufence.kube.api import CallFailed, KubeApi
+from gpufence.kube.dra_objects import ClaimRelease
 from gpufence.kube.evictions import Evictions
 
 log = logging.getLogger("gpufence.kube")
@@ -96,6 +97,8 @@ class ActionRunner:
                 self._maybe_show(a)
             elif isinstance(a, LabelNode | PodEvent):
                 self._fast.submit(self._node_or_event, a)
+            elif isinstance(a, ClaimRelease):
+                self._fast.submit(self._release, a)
 
     def forget(self, namespace: str, pod: str) -> None:
         """The pod is terminating or gone: nothing more to show on it or evict."""
@@ -106,6 +109,8 @@ class ActionRunner:
     def _bind(self, a: BindPod) -> None:
         t0 = time.perf_counter()
         try:
+            for claim in a.claims:  # DRA: the devices first, so the bind runs on them
+                dra_api.allocate(self.api, claim)
             self.api.bind(a.namespace, a.pod, a.node, a.note.annotations(a.pod))
             with self._lock:
                 self.counts.binds += 1
@@ -123,6 +128,12 @@ class ActionRunner:
             with self._lock:
                 self.counts.bind_errors += 1
             self.failures.put(BindFailed(a.namespace, a.pod, str(exc), False))
+
+    def _release(self, a: ClaimRelease) -> None:
+        try:
+            dra_api.release(self.api, a)
+        except Exception as exc:
+            log.warning("release ResourceClaim %s/%s: %s", a.namespace, a.claim, exc)
 
     def _delete(self, a: DeletePod) -> None:
         try:

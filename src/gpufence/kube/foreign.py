@@ -18,10 +18,11 @@ used capacity.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 
 from gpufence.kube import names
+from gpufence.kube.hardware import Usage
 from gpufence.kube.objects import ObservedPod
 from gpufence.kube.pods import PodProblem, read_pod
 from gpufence.kube.tracker import CoreJob, Tracker
@@ -131,3 +132,56 @@ def foreign_note(held: Mapping[str, Mapping[str, int]], partitions: Iterable[str
         f"pods of other schedulers hold {'; '.join(said)}, used capacity gpufence never "
         f"preempts (unless labelled {LABEL_PREEMPTIBLE}=true)"
     )
+
+
+def usage_of(pod: ObservedPod | None) -> Usage:
+    """What a pod of another scheduler takes off its node: its whole GPUs, CPU and memory
+    while it is bound and not ended."""
+    if pod is None or not pod.node or pod.terminal:
+        return Usage()
+    gpus = pod.requests.get(names.RES_GPU)
+    whole = int(gpus) if gpus is not None else 0
+    return Usage(whole, pod.cpu_milli(), pod.mem_mib())
+
+
+def preemptible_label(pod: ObservedPod | None) -> str:
+    """A pod's opt-in to preemption by gpufence: a change rebuilds the model."""
+    return pod.labels.get(LABEL_PREEMPTIBLE, "") if pod is not None else ""
+
+
+@dataclass(slots=True)
+class ForeignPods:
+    """What pods gpufence did not place use: per node (capacity the model leaves out) and per
+    fence (what the reasons of pods waiting there name)."""
+
+    per_node: dict[str, Usage]
+    held: dict[str, dict[str, int]]  # partition -> pod key -> GPUs
+
+    def blocker(self, cluster: Cluster, home: str) -> str:
+        """What they hold where a job of ``home`` could run: its fence and the fences it may
+        preempt in ("" when none)."""
+        part = cluster.partitions.get(home)
+        donors = part.preemption.from_partitions if part is not None else ()
+        return foreign_note(self.held, (home, *donors)) if self.held else ""
+
+
+def tally(
+    pods: Iterable[ObservedPod],
+    foreign: Callable[[ObservedPod], bool],
+    disowned: set[str],
+    partition_of: Callable[[str], str | None],
+) -> ForeignPods:
+    """Sum what the ``foreign`` pods use; an opted-in one is left out (the restore adopts it,
+    on its node's GPUs) unless it was disowned (it could not be adopted)."""
+    out = ForeignPods({}, {})
+    for pod in pods:
+        if not foreign(pod) or (opted_in(pod) and pod.key not in disowned):
+            continue
+        usage = usage_of(pod)
+        if usage == Usage():
+            continue
+        out.per_node[pod.node] = out.per_node.get(pod.node, Usage()) + usage
+        part = partition_of(pod.node)
+        if part is not None and gpus_of(pod) > 0:
+            out.held.setdefault(part, {})[pod.key] = gpus_of(pod)
+    return out

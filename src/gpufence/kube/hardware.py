@@ -30,12 +30,16 @@ class Usage:
     gpus: int = 0
     cpu_milli: int = 0
     mem_mib: int = 0
+    # GPU indices others' DRA claims hold on the node (kube/dra.py): left out of the model by
+    # index, so the GPUs gpufence places on are the free devices, named by their own index
+    devices: frozenset[int] = frozenset()
 
     def __add__(self, other: Usage) -> Usage:
         return Usage(
             self.gpus + other.gpus,
             self.cpu_milli + other.cpu_milli,
             self.mem_mib + other.mem_mib,
+            self.devices | other.devices,
         )
 
 
@@ -137,11 +141,19 @@ def build_hardware(
             problems.append(f"node {obs.name}: in no partition ({why})")
             continue
         used = foreign.get(obs.name, Usage())
-        count = max(0, count - used.gpus)
+        if used.devices:  # a DRA node: its free devices, each by its own index
+            free = [k for k in range(count) if k not in used.devices]
+            free = free[: max(0, len(free) - used.gpus)]
+            whole = nvlink_domains(obs, count, label.nvlink_label)
+            kept = (tuple(k for k in d if k in free) for d in whole)
+            domains = tuple(d for d in kept if d)
+        else:
+            free = list(range(max(0, count - used.gpus)))
+            domains = nvlink_domains(obs, len(free), label.nvlink_label)
+        count = len(free)
         gpu_type = gpu_type_of(obs)
         types.setdefault(gpu_type.name, gpu_type)
         idx, gid0 = len(built), len(gpus)
-        domains = nvlink_domains(obs, count, label.nvlink_label)
         domain_of = {k: d for d, members in enumerate(domains) for k in members}
         built.append(
             Node(
@@ -157,7 +169,8 @@ def build_hardware(
             )
         )
         gpus.extend(
-            Gpu(gid0 + k, idx, k, gpu_type.name, domain_of[k], partition) for k in range(count)
+            Gpu(gid0 + n, idx, k, gpu_type.name, domain_of[k], partition)
+            for n, k in enumerate(free)
         )
         problems.extend(_mig_mismatch(fences, partition, obs, count))
         if not obs.ready:

@@ -15,14 +15,22 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
+from functools import partial
 
-from gpufence.kube import names
+from gpufence.kube import dra_api, names
 from gpufence.kube.actions import Action, BindPod, DeletePod, EvictPod, PodEvent, ShowPending
 from gpufence.kube.activity import ActivityFeed
 from gpufence.kube.api import KubeApi
 from gpufence.kube.api_actions import ActionRunner, BindFailed
 from gpufence.kube.fences import FenceSpec
-from gpufence.kube.foreign import LABEL_PREEMPTIBLE, adopt, foreign_note, gpus_of, opted_in
+from gpufence.kube.foreign import (
+    LABEL_PREEMPTIBLE,
+    ForeignPods,
+    adopt,
+    preemptible_label,
+    tally,
+    usage_of,
+)
 from gpufence.kube.hardware import Hardware, Usage, build_hardware, cordoned
 from gpufence.kube.informer import Change, Informer, Resync
 from gpufence.kube.mig_recut import MigRecuts, whole_gpu_recuts
@@ -35,6 +43,7 @@ from gpufence.kube.objects import (
     observe_pod_group,
 )
 from gpufence.kube.placement_notes import BindNote
+from gpufence.kube.pod_claims import PodClaims
 from gpufence.kube.state_record import StateRecord
 from gpufence.kube.tracker import Tracker
 from gpufence.kube.waits import waiting_reason
@@ -100,7 +109,7 @@ class KubeScheduler:
         self._restore_actions: list[Action] = []  # what a rebuild's restore asked for
         self._disowned: set[str] = set()  # bound pods whose note could not be restored
         # partition -> foreign pod -> GPUs it holds there, as of the last rebuild (reasons)
-        self.foreign_held: dict[str, dict[str, int]] = {}
+        self.foreign = ForeignPods({}, {})  # what other schedulers' pods use (kube/foreign.py)
         self._now = 0.0
         self._last_reasons = 0.0
         self.lock = threading.Lock()  # held while the core steps; readers (HTTP) take it too
@@ -109,6 +118,8 @@ class KubeScheduler:
         self._saved_awaiting: dict[str, tuple[str, int]] = {}  # (see Tracker.expected)
         self.activity = activity or ActivityFeed()  # GPU activity samples -> idle reclaim
         self.mig = MigRecuts()  # MIG re-cuts through the GPU operator's MIG manager
+        self.claims = PodClaims()  # DRA: pods seen through their ResourceClaims
+        self._ends = (self.changes, self.stop)
 
     def _uid(self, namespace: str, pod: str) -> str:
         obj = self.pods.get(f"{namespace}/{pod}")
@@ -134,6 +145,16 @@ class KubeScheduler:
             )
         else:
             log.info("no scheduling.k8s.io/v1beta1 PodGroups served: gangs by annotation only")
+        if dra_api.serves_dra(self.api):
+            api = self.api
+            self._kinds |= {"resourceslice", "resourceclaim"}
+            for kind, lister, watcher in (
+                ("resourceslice", dra_api.list_slices, dra_api.watch_slices),
+                ("resourceclaim", dra_api.list_claims, dra_api.watch_claims),
+            ):
+                informers.append(
+                    Informer(kind, partial(lister, api), partial(watcher, api), *self._ends)
+                )
         for inf in informers:
             inf.start()
         return informers
@@ -180,6 +201,8 @@ class KubeScheduler:
                 self._node_change(item)
             elif item.kind == "podgroup":
                 self._group_change(item)
+            elif item.kind in ("resourceslice", "resourceclaim"):
+                self._dra_change(item.kind, [item.obj], item.type == "DELETED", False)
             else:
                 self._pod_change(item)
 
@@ -194,7 +217,26 @@ class KubeScheduler:
         if self.core is not None:
             self.tracker.group_changed(group.key)
 
+    def _dra_change(self, kind: str, objs: list[object], deleted: bool, whole: bool) -> None:
+        """ResourceSlices change the GPUs of nodes that publish only those, and claims others
+        allocated the devices left free (either: a rebuild); a claim lets the pods that wait
+        for it through."""
+        rebuild, keys = self.claims.change(
+            kind, objs, deleted=deleted, whole=whole, ours=self._our_uids()
+        )
+        if rebuild:
+            self._mark_rebuild()
+        if kind == "resourceclaim":
+            for pod in self.claims.unblocked(self.pods, keys):
+                self._pod_seen(pod)  # the claim it waited for is here
+
+    def _our_uids(self) -> set[str]:
+        return {p.uid for p in self.pods.values() if self.tracker.ours(p)}
+
     def _resync(self, r: Resync) -> None:
+        if r.kind in ("resourceslice", "resourceclaim"):
+            self._dra_change(r.kind, list(r.objects), False, True)
+            return
         if r.kind == "podgroup":
             fresh_groups = {g.key: g.min_count for g in map(observe_pod_group, r.objects)}
             changed = set(fresh_groups.items()) ^ set(self.groups.items())
@@ -245,16 +287,18 @@ class KubeScheduler:
             self.inflight.pop(pod.key, None)
         if self.tracker.ours(pod):
             self.activity.pod_seen(pod, self.clock())
-            if self.core is not None:
-                self.tracker.pod_seen(pod)
+            view = self.claims.view(pod)
+            if self.core is not None and view is not None:
+                self.tracker.pod_seen(view)
             if pod.terminal or pod.deleting:
                 self.runner.forget(pod.namespace, pod.name)
+                self.runner.run(self.claims.release(pod))
             if self._unplanned(old) or self._unplanned(pod):
                 self._mark_rebuild()  # it names us but runs where we did not place it
         else:
             if pod.key in self.tracker.pod_job and self.core is not None:
                 self.tracker.pod_seen(pod)  # an adopted pod (kube/foreign.py): its ack, its end
-            if _foreign_usage(old) != _foreign_usage(pod) or _label(old) != _label(pod):
+            if usage_of(old) != usage_of(pod) or preemptible_label(old) != preemptible_label(pod):
                 self._mark_rebuild()
 
     def _unplanned(self, pod: ObservedPod | None) -> bool:
@@ -276,10 +320,22 @@ class KubeScheduler:
             return
         self.runner.forget(pod.namespace, pod.name)
         self.activity.pod_gone(key)
+        self.runner.run(self.claims.gone(pod, self.tracker.ours(pod)))
         if self.core is not None and (self.tracker.ours(pod) or key in self.tracker.pod_job):
             self.tracker.pod_gone(key)
-        if not self.tracker.ours(pod) and _foreign_usage(pod) != Usage():
+        if not self.tracker.ours(pod) and usage_of(pod) != Usage():
             self._mark_rebuild()
+
+    def _with_claims(self, a: Action) -> Action:
+        """A bind of a pod with ResourceClaims carries their allocation (kube/pod_claims.py); a
+        claim it cannot honour fails the bind, said on the pod."""
+        done = self.claims.with_claims(a, self.pods)
+        if isinstance(done, str) and isinstance(a, BindPod):
+            self.failures.put(BindFailed(a.namespace, a.pod, done, False))
+            log.error("bind %s/%s: %s", a.namespace, a.pod, done)
+            return ShowPending(a.namespace, a.pod, names.CONDITION_REASON_PENDING, done)
+        assert not isinstance(done, str)
+        return done
 
     def _mark_rebuild(self) -> None:
         if self._rebuild_due is None:
@@ -325,6 +381,7 @@ class KubeScheduler:
             self.stats.synced = True
             self.stats.pending = self.core.pending_count()
             self.stats.running = len(self.tracker.jobs) - self.stats.pending
+            actions = [self._with_claims(a) for a in actions]
             for a in actions:
                 if isinstance(a, BindPod):
                     self.inflight[f"{a.namespace}/{a.pod}"] = a
@@ -361,18 +418,18 @@ class KubeScheduler:
         """A fresh core over the nodes as they are now, restored from the pods (and the binds
         sent but not yet seen): the start-up path, taken again."""
         self._rebuild_due = None
-        foreign: dict[str, Usage] = {}
-        self.foreign_held = {}
-        for pod in self.pods.values():
-            foreign_pod = not self.tracker.ours(pod) or self._unplanned(pod)
-            # (an opted-in pod is adopted by the restore below, on its node's GPUs)
-            adoptable = foreign_pod and opted_in(pod) and pod.key not in self._disowned
-            usage = _foreign_usage(pod) if foreign_pod and not adoptable else Usage()
-            if usage != Usage():
-                foreign[pod.node] = foreign.get(pod.node, Usage()) + usage
-                self._note_foreign(pod)
+        self.foreign = tally(
+            self.pods.values(),
+            lambda p: not self.tracker.ours(p) or self._unplanned(p),
+            self._disowned,
+            self._partition_of,
+        )
+        foreign = dict(self.foreign.per_node)
+        for node, devices in self.claims.held_by_others(self._our_uids()).items():
+            foreign[node] = foreign.get(node, Usage()) + Usage(devices=devices)
         old = self.core
-        hw = build_hardware(self.fences, self.nodes.values(), foreign)
+        nodes = [self.claims.book.with_slice_gpus(n) for n in self.nodes.values()]
+        hw = build_hardware(self.fences, nodes, foreign)
         self.hardware = replace(hw, cluster=whole_gpu_recuts(hw.cluster))
         if old is None:
             self.mig.load(self.nodes.values())
@@ -400,7 +457,8 @@ class KubeScheduler:
         self._down = {}
         self._carry = []
         pods = [self._with_inflight(p, noticed.get(p.key)) for p in self.pods.values()]
-        self.tracker.restore(self.hardware.cluster, pods)
+        views = [v for p in pods if (v := self.claims.view(p) if p.claims else p) is not None]
+        self.tracker.restore(self.hardware.cluster, views)
         self._restore_each(now)
         if old is not None:
             # the old core's history and spent budgets: a rebuild is no fresh start either
@@ -457,22 +515,15 @@ class KubeScheduler:
             or f"{a.namespace}/{a.pod}" not in disowned
         ]
 
-    def _note_foreign(self, pod: ObservedPod) -> None:
-        node = self.nodes.get(pod.node)
-        part = self.fences.partition_of(node.labels)[0] if node is not None else None
-        if part is not None and gpus_of(pod) > 0:
-            self.foreign_held.setdefault(part, {})[pod.key] = gpus_of(pod)
+    def _partition_of(self, node_name: str) -> str | None:
+        node = self.nodes.get(node_name)
+        return self.fences.partition_of(node.labels)[0] if node is not None else None
 
     def _foreign_blocker(self, jid: str) -> str:
-        """What pods of other schedulers hold where ``jid`` could run: its home fence and the
-        fences its home may preempt in ("" when none)."""
         assert self.core is not None
-        if not self.foreign_held or jid not in self.core.jobs():
+        if jid not in self.core.jobs() or self.hardware is None:
             return ""
-        home = self.core.job(jid).home
-        part = self.hardware.cluster.partitions.get(home) if self.hardware is not None else None
-        donors = part.preemption.from_partitions if part is not None else ()
-        return foreign_note(self.foreign_held, (home, *donors))
+        return self.foreign.blocker(self.hardware.cluster, self.core.job(jid).home)
 
     # -- MIG re-cuts (kube/mig_recut.py) --------------------------------------------------------
 
@@ -549,6 +600,7 @@ class KubeScheduler:
                 ShowPending(core_job.namespace, p, names.CONDITION_REASON_PENDING, message, gist)
                 for p in core_job.pods
             )
+        out += self.claims.shown(self.pods, due)
         for jid, why in self.tracker.waiting.items():
             for ask in self.tracker.asks.get(jid, {}).values():
                 if ask.pod.created <= due:
@@ -591,11 +643,6 @@ _CAPACITY = frozenset(
 )
 
 
-def _label(pod: ObservedPod | None) -> str:
-    """A pod's opt-in to preemption by gpufence (kube/foreign.py): a change rebuilds."""
-    return pod.labels.get(LABEL_PREEMPTIBLE, "") if pod is not None else ""
-
-
 def _shape(node: ObservedNode) -> tuple[object, ...]:
     """What changes the model (a rebuild); readiness and cordons are events instead, and so
     are a MIG manager's re-cuts (its labels, the instances it advertises: kube/mig_recut.py)."""
@@ -603,11 +650,3 @@ def _shape(node: ObservedNode) -> tuple[object, ...]:
     labels = {k: v for k, v in node.labels.items() if k not in mig_labels}
     mig = bool(node.mig) if names.NODE_MIG_CONFIG in node.labels else node.mig
     return (labels, node.gpus, mig, node.cpu_milli, node.mem_mib)
-
-
-def _foreign_usage(pod: ObservedPod | None) -> Usage:
-    if pod is None or not pod.node or pod.terminal:
-        return Usage()
-    gpus = pod.requests.get(names.RES_GPU)
-    whole = int(gpus) if gpus is not None else 0
-    return Usage(whole, pod.cpu_milli(), pod.mem_mib())

@@ -111,6 +111,12 @@ class ObservedPod:
     group: str = ""  # spec.schedulingGroup.podGroupName: Kubernetes' own gang API (a PodGroup)
     owner: str = ""  # "<Kind>/<uid>" of its controller (a Job, a JobSet's Job, a ReplicaSet)
     node_rule: NodeRule = field(default_factory=NodeRule)  # nodeSelector, required affinity
+    # spec.resourceClaims (DRA): (its name in the pod, the ResourceClaim's name; "" while the
+    # claim controller has not made the claim of a template yet)
+    claims: tuple[tuple[str, str], ...] = ()
+    # the whole GPUs those claims ask for, or why they cannot be read (kube/dra.py sets it)
+    claim_gpus: int | str = 0
+    claim_mig: str = ""  # or the one MIG profile they ask for ("1g.10gb")
 
     @property
     def key(self) -> str:
@@ -176,6 +182,19 @@ def observe_pod(pod: Any) -> ObservedPod:
         group=(spec.schedulingGroup.podGroupName or "") if spec.schedulingGroup else "",
         owner=controller_of(meta),
         node_rule=node_rule_of(spec),
+        claims=pod_claims(spec, status),
+    )
+
+
+def pod_claims(spec: Any, status: Any) -> tuple[tuple[str, str], ...]:
+    """A pod's ResourceClaims: one it names (``resourceClaimName``), or the one the claim
+    controller made from its template (named in ``status.resourceClaimStatuses``)."""
+    made = {
+        s.name: s.resourceClaimName or ""
+        for s in ((status.resourceClaimStatuses if status is not None else None) or ())
+    }
+    return tuple(
+        (c.name, c.resourceClaimName or made.get(c.name, "")) for c in spec.resourceClaims or ()
     )
 
 

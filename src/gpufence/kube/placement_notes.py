@@ -138,13 +138,14 @@ def assignments_of(cluster: Cluster, plan: Sequence[MemberPlan]) -> tuple[Assign
         idx = cluster.node_by_name.get(m.node)
         if idx is None:
             return None
-        node = cluster.nodes[idx]
-        if any(not 0 <= k < len(node.gpu_ids) for k in m.gpus):
+        # by each GPU's own index (a DRA node's model leaves out the devices others hold)
+        by_index = {cluster.gpus[g].index: g for g in cluster.nodes[idx].gpu_ids}
+        if any(k not in by_index for k in m.gpus):
             return None
         out.append(
             Assignment(
                 node=idx,
-                gpus=tuple(node.gpu_ids[k] for k in m.gpus),
+                gpus=tuple(by_index[k] for k in m.gpus),
                 milli=m.milli,
                 gpu_mem_mib=m.gpu_mem_mib,
                 mig_profile=m.mig_profile,

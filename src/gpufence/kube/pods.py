@@ -88,6 +88,16 @@ def _gpu_request(pod: ObservedPod) -> GpuRequest:
         if k.startswith(names.RES_MIG_PREFIX) and v > 0
     }
     whole = req.get(names.RES_GPU, Decimal(0))
+    if pod.claims:  # DRA: the GPUs its ResourceClaims ask for (kube/dra.py read them)
+        if isinstance(pod.claim_gpus, str) or pod.claim_gpus <= 0:
+            raise ValueError(pod.claim_gpus or "its ResourceClaims are not read yet")
+        if whole or mig:
+            raise ValueError(
+                "ask for GPUs one way: spec.resourceClaims or nvidia.com/gpu / nvidia.com/mig-*"
+            )
+        if pod.claim_mig:
+            return GpuRequest.mig(pod.claim_mig)
+        return GpuRequest.whole(pod.claim_gpus)
     fraction = _number(pod, names.ANN_GPU_FRACTION, float)
     if mig and (whole or len(mig) > 1 or fraction is not None):
         raise ValueError(
