@@ -30,7 +30,7 @@ from gpufence.kube.actions import (
 )
 from gpufence.kube.api import CallFailed, KubeApi
 from gpufence.kube.evictions import Evictions
-from gpufence.kube.mig_configmap import MigConfigMap
+from gpufence.kube.mig_configmap import LAG_SUSPECT_S, MigConfigMap
 
 log = logging.getLogger("gpufence.kube")
 
@@ -185,7 +185,8 @@ class ActionRunner:
             self.node_refusals.put((a.node, f"{self.mig_configs.source}: {exc}"))
             return
         ago = self.mig_configs.written_ago(a.config.name)
-        fresh = ago + wait if ago is not None and ago <= self.mig_configs.settle_s else None
+        # a config written shortly before its label: a failed state may be the mounted file
+        fresh = ago + wait if ago is not None and ago + wait < LAG_SUSPECT_S else None
         self.configs_written.put((a.node, fresh, wait))
         if wait > 0:
             # a timer, not a sleep: the next node's config need not wait behind this one

@@ -33,6 +33,10 @@ from gpufence.kube.mig_parted import ConfigWrite, MigPartedError, read_configs
 KEY = "config.yaml"  # the key the GPU operator's MIG manager reads
 OURS = re.compile(r"^gpufence-\d+gpu-[0-9a-f]{12}$")  # names kube/mig_parted.py gives
 CONFLICT_TRIES = 5
+# how long a ConfigMap volume may lag the API at worst: the kubelet's sync period (1 min by
+# default) plus its ConfigMap cache's TTL (1 min): a failed state on a config written less
+# than this before its label may be the file's lag, and the pod's reason says so
+LAG_SUSPECT_S = 120.0
 
 
 def merged(text: str, write: ConfigWrite, source: str) -> str | None:
