@@ -35,6 +35,7 @@ REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"
 EXAMPLES = REPO / "examples" / "k8s"
 NS = "gpufence-system"
+MIG_NS = "gpu-operator"  # deploy/mig/: the GPU operator's namespace, where its ConfigMap lives
 RBAC = "/apis/rbac.authorization.k8s.io/v1"
 TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io"
 
@@ -223,25 +224,42 @@ def _binding(kind: str, name: str, role_kind: str, role: str, ns: str | None) ->
     }
 
 
+@pytest.fixture(scope="module")
+def mig_deployed(k8s_cluster: KubeCluster) -> list[dict[str, Any]]:
+    """deploy/mig/ (dynamic MIG's ConfigMap grant), applied where the GPU operator's namespace
+    exists, as its header says."""
+    if k8s_cluster.request("GET", f"/api/v1/namespaces/{MIG_NS}")[0] == 404:
+        k.namespace(k8s_cluster, MIG_NS)
+    docs = kapply.documents(DEPLOY / "mig")
+    kapply.apply_all(k8s_cluster, docs)
+    kapply.apply_all(k8s_cluster, docs)
+    assert {d["metadata"]["namespace"] for d in docs} == {MIG_NS}
+    return docs
+
+
 @pytest.fixture
 def as_deployed_scheduler(
-    k8s_cluster: KubeCluster, deployed: list[dict[str, Any]]
+    k8s_cluster: KubeCluster, deployed: list[dict[str, Any]], mig_deployed: list[dict[str, Any]]
 ) -> Iterator[str]:
-    """The harness user bound to deploy/'s ClusterRole and lease Role (and nothing else), for
-    one test: the bindings go again afterwards (other tests expect the user to hold no grants).
-    Yields the user's token."""
+    """The harness user bound to deploy/'s ClusterRole and lease Role and deploy/mig/'s Role
+    (and nothing else), for one test: the bindings go again afterwards (other tests expect the
+    user to hold no grants). Yields the user's token."""
     kc, run = k8s_cluster, secrets.token_hex(3)
     role = _one(deployed, "ClusterRole")["metadata"]["name"]
     lease_role = _one(deployed, "Role")["metadata"]["name"]
+    mig_role = _one(mig_deployed, "Role")["metadata"]["name"]
     cluster_binding = _binding("ClusterRoleBinding", f"test-{run}", "ClusterRole", role, None)
     lease_binding = _binding("RoleBinding", f"test-{run}", "Role", lease_role, NS)
+    mig_binding = _binding("RoleBinding", f"test-{run}", "Role", mig_role, MIG_NS)
     k.ok(kc, "POST", f"{RBAC}/clusterrolebindings", cluster_binding, 201)
     k.ok(kc, "POST", f"{RBAC}/namespaces/{NS}/rolebindings", lease_binding, 201)
+    k.ok(kc, "POST", f"{RBAC}/namespaces/{MIG_NS}/rolebindings", mig_binding, 201)
     try:
         yield kc.gpufence_scheduler_token
     finally:
         kc.request("DELETE", f"{RBAC}/clusterrolebindings/test-{run}")
         kc.request("DELETE", f"{RBAC}/namespaces/{NS}/rolebindings/test-{run}")
+        kc.request("DELETE", f"{RBAC}/namespaces/{MIG_NS}/rolebindings/test-{run}")
 
 
 def _fenced_config(cm: dict[str, Any], run: str, sched: str) -> str:
@@ -394,6 +412,9 @@ USED = [
     ("create", "gpufence.io", "queues", "", "", ""),
     ("update", "gpufence.io", "fences", "status", "", "training"),
     ("update", "gpufence.io", "queues", "status", "", "vision"),
+    # --mig-configmap: the MIG manager's ConfigMap, read and updated (kube/mig_configmap.py)
+    ("get", "", "configmaps", "", MIG_NS, "gpufence-mig-parted"),
+    ("update", "", "configmaps", "", MIG_NS, "gpufence-mig-parted"),
 ]
 NOT_NEEDED = [
     ("delete", "", "nodes", "", "", "any-node"),
@@ -411,6 +432,14 @@ NOT_NEEDED = [
     ("create", "apiextensions.k8s.io", "customresourcedefinitions", "", "", ""),
     ("create", "rbac.authorization.k8s.io", "clusterrolebindings", "", "", ""),
     ("create", "scheduling.k8s.io", "podgroups", "", "any-ns", ""),
+    # only the one ConfigMap, only in the operator's namespace: not the operator's own config
+    ("update", "", "configmaps", "", MIG_NS, "default-mig-parted-config"),
+    ("get", "", "configmaps", "", MIG_NS, "default-mig-parted-config"),
+    ("create", "", "configmaps", "", MIG_NS, ""),
+    ("list", "", "configmaps", "", MIG_NS, ""),
+    ("delete", "", "configmaps", "", MIG_NS, "gpufence-mig-parted"),
+    ("patch", "", "configmaps", "", MIG_NS, "gpufence-mig-parted"),
+    ("update", "", "configmaps", "", NS, "gpufence-mig-parted"),
 ]
 
 
