@@ -92,10 +92,14 @@ def test_a_conflict_is_read_again_and_the_other_writers_config_survives() -> Non
     assert api.obj is not None and api.puts == 1
     held = yaml.safe_load(api.obj["data"][KEY])["mig-configs"]
     assert sorted(held) == sorted(["all-disabled", "operator-added", w.name])
+    # a new leader (another writer): the ConfigMap says when the config was written, so the
+    # label still waits for the rest of the settle; nothing is written again
+    again = MigConfigMap(api, "gpu-operator", "cm", settle_s=70, clock=lambda: now[0])  # type: ignore[arg-type]
     now[0] += 30
-    assert cm.ensure(w) == 40.0 and api.puts == 1  # there already: the rest of the settle
+    assert again.ensure(w) == 40.0 and api.puts == 1
+    assert again.written_ago(w.name) == 30.0
     now[0] += 60
-    assert cm.ensure(w) == 0.0
+    assert again.ensure(w) == 0.0
 
 
 def test_a_missing_configmap_names_the_fix() -> None:

@@ -14,12 +14,14 @@ its ``config.yaml`` *before* it labels the node:
 * the MIG manager reads the ConfigMap through a mounted file that the kubelet refreshes on its
   sync period (a minute by default), not through the API. A label naming a config the file
   does not hold yet would fail the re-cut, so a config written less than ``settle_s`` ago is
-  given that long before the label is set (``wait_s``); a config already in the ConfigMap
+  given that long before the label is set (the ConfigMap's ``gpufence.io/mig-configs-written``
+  says when each was written, for a new leader too); a config in the ConfigMap for longer
   (another node's, an earlier re-cut's) is labelled at once.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import threading
 import time
@@ -33,6 +35,8 @@ from gpufence.kube.mig_parted import ConfigWrite, MigPartedError, read_configs
 KEY = "config.yaml"  # the key the GPU operator's MIG manager reads
 OURS = re.compile(r"^gpufence-\d+gpu-[0-9a-f]{12}$")  # names kube/mig_parted.py gives
 CONFLICT_TRIES = 5
+# on the ConfigMap: when each of gpufence's configs was written ({config: epoch seconds})
+ANN_WRITTEN = "gpufence.io/mig-configs-written"
 # how long a ConfigMap volume may lag the API at worst: the kubelet's sync period (1 min by
 # default) plus its ConfigMap cache's TTL (1 min): a failed state on a config written less
 # than this before its label may be the file's lag, and the pod's reason says so
@@ -62,7 +66,9 @@ def merged(text: str, write: ConfigWrite, source: str) -> str | None:
 
 
 class MigConfigMap:
-    """The writer; its calls run on the action runner's MIG thread, one at a time."""
+    """The writer; its calls run on the action runner's MIG thread, one at a time. When each
+    gpufence config was written is kept on the ConfigMap itself (``ANN_WRITTEN``), so a new
+    leader, or another replica, still holds a label back until the file can have it."""
 
     def __init__(
         self,
@@ -77,7 +83,7 @@ class MigConfigMap:
         self.path = f"/api/v1/namespaces/{namespace}/configmaps/{name}"
         self.settle_s, self.clock = settle_s, clock
         self._lock = threading.Lock()
-        self._written: dict[str, float] = {}  # config -> when this replica wrote it
+        self._written: dict[str, float] = {}  # config -> when it was written, as last read
         self.writes = 0
 
     @property
@@ -93,15 +99,27 @@ class MigConfigMap:
             if found is None:
                 raise CallFailed(
                     404,
-                    f"{self.source} not found: create it (deploy/08-mig-parted.yaml) and point "
-                    "the GPU operator's migManager.config.name at it",
+                    f"{self.source} not found: create it once and point the GPU operator's "
+                    "migManager.config.name at it (docs/kubernetes.md, 'Dynamic MIG')",
                 )
+            meta = found.get("metadata")
+            meta = dict(meta) if isinstance(meta, dict) else {}
+            notes = meta.get("annotations")
+            notes = dict(notes) if isinstance(notes, dict) else {}
+            written = _times(notes.get(ANN_WRITTEN))
             data = found.get("data")
-            text = data.get(KEY, "") if isinstance(data, dict) else ""
-            new = merged(str(text), write, self.source)
+            data = dict(data) if isinstance(data, dict) else {}
+            text = str(data.get(KEY, ""))
+            new = merged(text, write, self.source)
             if new is None:
-                return self._wait(write.name)
-            body = {**found, "data": {**(data if isinstance(data, dict) else {}), KEY: new}}
+                return self._remember(written, write.name)
+            held = set(yaml.safe_load(new)["mig-configs"])
+            times = {n: t for n, t in written.items() if n in held}
+            if not _holds(text, write):  # new or changed: the file has it only after a sync
+                times[write.name] = self.clock()
+            notes[ANN_WRITTEN] = json.dumps(times, sort_keys=True, separators=(",", ":"))
+            meta["annotations"] = notes
+            body = {**found, "metadata": meta, "data": {**data, KEY: new}}
             try:
                 self.api.write_raw("PUT", self.path, body)  # carries the resourceVersion read
             except CallFailed as exc:
@@ -109,20 +127,33 @@ class MigConfigMap:
                     continue  # another writer got in between: read again
                 raise
             self.writes += 1
-            with self._lock:
-                self._written.setdefault(write.name, self.clock())
-                for gone in set(self._written) - set(write.keep) - {write.name}:
-                    self._written.pop(gone, None)
-            return self._wait(write.name)
+            return self._remember(times, write.name)
         raise CallFailed(409, f"{self.source}: still conflicting after {CONFLICT_TRIES} tries")
 
-    def _wait(self, config: str) -> float:
+    def _remember(self, written: dict[str, float], config: str) -> float:
         with self._lock:
-            at = self._written.get(config)
+            self._written = written
+        at = written.get(config)
         return 0.0 if at is None else max(0.0, at + self.settle_s - self.clock())
 
     def written_ago(self, config: str) -> float | None:
-        """Seconds since this replica wrote ``config`` (None: it did not, or long ago)."""
+        """Seconds since ``config`` was written into the ConfigMap (None: not known)."""
         with self._lock:
             at = self._written.get(config)
         return None if at is None else self.clock() - at
+
+
+def _times(value: object) -> dict[str, float]:
+    """``ANN_WRITTEN``: {config: seconds since the epoch}; unreadable: nothing known."""
+    try:
+        raw = json.loads(value) if isinstance(value, str) else {}
+        return {str(n): float(t) for n, t in raw.items()} if isinstance(raw, dict) else {}
+    except (ValueError, TypeError):
+        return {}
+
+
+def _holds(text: str, write: ConfigWrite) -> bool:
+    data = yaml.safe_load(text) if text.strip() else None
+    configs = data.get("mig-configs") if isinstance(data, dict) else None
+    found = configs.get(write.name) if isinstance(configs, dict) else None
+    return bool(found == [dict(e) for e in write.items])
