@@ -150,6 +150,7 @@ def run(
 
     from gpufence.kube.run import RunOptions, run_replica
 
+    mig_configmap = _configmap(mig_configmap)
     fences = _fences(config)
     if scheduler_name:
         fences = replace(fences, names=replace(fences.names, scheduler_name=scheduler_name))
@@ -170,7 +171,7 @@ def run(
         reason_delay_s=reason_delay,
         prometheus_url=_prometheus(prometheus),
         activity_interval_s=activity_interval,
-        mig_configmap=_configmap(mig_configmap),
+        mig_configmap=mig_configmap,
         mig_config_settle_s=mig_config_settle,
     )
     from lightkube.core.exceptions import ConfigError
