@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import secrets
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,7 @@ from cluster import KubeCluster
 from kenv import Env
 from mig_manager import FakeMigManager
 from scheduler_proc import SchedulerProc
-from test_k8s_mig import MIG_FENCE, log_of, mig_node, mig_pod, reason
+from test_k8s_mig import MIG_FENCE, labels_of, log_of, mig_node, mig_pod, reason
 
 from gpufence.kube.mig_parted import config_name, entries, node_counts
 
@@ -113,7 +114,7 @@ def test_k8s_an_8_gpu_node_is_recut_through_a_config_written_before_its_label(
     )
     k.gpu_node(env.kc, f"{env.run}-other", gpus=2, labels={k.MIG_CONFIG: in_use})
     node = mig_node(env, "a", gpus=8)
-    mgr = FakeMigManager(env.kc, {}, configmap=f"{ns}/{CM}", delay_s=0.3)
+    mgr = FakeMigManager(env.kc, {}, configmap=f"{ns}/{CM}", mode="hold")
     mgr.watch(node)
     try:
         start(env, ns, settle_s=0)
@@ -128,11 +129,21 @@ def test_k8s_an_8_gpu_node_is_recut_through_a_config_written_before_its_label(
         }
         assert len(busy) == 2, busy
         big = mig_pod(env, "3g.40gb", "big")
+        # the MIG manager holds the re-cut in pending: the pod is not bound before success
+        k.wait("the re-cut pending", lambda: labels_of(env, node).get(k.MIG_STATE) == "pending")
+        seq = writes_for(env, ns, node)
+        assert [(w.verb, w.resource) for w in seq] == [("update", "configmaps"), ("patch", "nodes")]
+        recut = json.loads(seq[1].body["metadata"]["annotations"]["gpufence.io/mig-recut"])
+        (chosen,) = recut["gpus"]
+        assert chosen not in busy
+        cuts = [CUT if g == chosen else SEVEN for g in range(8)]
+        config = config_name(cuts)
+        time.sleep(2)
+        assert not k.node_of(env.kc, env.ns, big)
+        mgr.release()
         assert env.bound(big, timeout=40) == node
         placed = int(k.get_pod(env.kc, env.ns, big)["metadata"]["annotations"]["gpufence.io/gpus"])
-        assert placed not in busy
-        cuts = [CUT if g == placed else SEVEN for g in range(8)]
-        config = config_name(cuts)
+        assert placed == chosen
         # the ConfigMap: the new config (the busy GPUs keep their cut, the chosen idle one gets
         # the new one), the operator's config and the one in use kept, the stale one gone
         configs = held(env, ns)
@@ -146,8 +157,6 @@ def test_k8s_an_8_gpu_node_is_recut_through_a_config_written_before_its_label(
             ("patch", "nodes", 200),
         ], [str(w) for w in seq]
         assert seq[1].body["metadata"]["labels"] == {k.MIG_CONFIG: config, k.MIG_STATE: None}
-        note = json.loads(seq[1].body["metadata"]["annotations"]["gpufence.io/mig-recut"])
-        assert note["gpus"] == [placed]
         applied = [
             {"config": config, "note": True},
             {"state": "pending"},
