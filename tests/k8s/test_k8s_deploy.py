@@ -29,7 +29,10 @@ import play
 import pytest
 import yaml
 from cluster import GPUFENCE_SCHEDULER_USER, KubeCluster
+from kenv import Env
+from mig_manager import FakeMigManager
 from scheduler_proc import SchedulerProc
+from test_k8s_mig import MIG_FENCE, mig_node, mig_pod
 
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"
@@ -381,6 +384,46 @@ def test_k8s_deploy_rbac_is_enough_for_the_real_scheduler(
     assert "403" not in log and "forbidden" not in log.lower(), log[-3000:]
     # a clean stop hands the lease back
     assert not k.ok(kc, "GET", LEASE)["spec"].get("holderIdentity")
+
+
+def test_k8s_deploy_mig_rbac_is_enough_for_a_recut_through_the_configmap(
+    k8s_cluster: KubeCluster, as_deployed_scheduler: str, tmp_path: Path
+) -> None:
+    """deploy/mig/'s grant at work: under deploy/'s RBAC alone the scheduler writes a re-cut's
+    config into gpu-operator/gpufence-mig-parted, labels the node, and binds -- no 403."""
+    kc, run = k8s_cluster, f"m{secrets.token_hex(3)}"
+    env = Env(kc, "", run, f"gpufence-{run}", tmp_path / "cluster.yaml", tmp_path, [])
+    env.ns = k.namespace(kc, f"ns-{run}")
+    env.config.write_text(MIG_FENCE.format(run=run, sched=env.sched))
+    cm_path = f"/api/v1/namespaces/{MIG_NS}/configmaps/gpufence-mig-parted"
+    kc.request("DELETE", cm_path)
+    cm = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "gpufence-mig-parted", "namespace": MIG_NS},
+        "data": {"config.yaml": "version: v1\nmig-configs: {}\n"},
+    }
+    k.ok(kc, "POST", f"/api/v1/namespaces/{MIG_NS}/configmaps", cm, 201)
+    node = mig_node(env, "a", gpus=4)
+    mgr = FakeMigManager(kc, {}, configmap=f"{MIG_NS}/gpufence-mig-parted", delay_s=0.3)
+    mgr.watch(node)
+    extra = ["--mig-configmap", f"{MIG_NS}/gpufence-mig-parted", "--mig-config-settle", "0"]
+    proc = SchedulerProc(
+        kc.gpufence_scheduler_kubeconfig, env.config, tmp_path / "scheduler.log", extra=extra
+    )
+    try:
+        proc.wait_ready(timeout=60)
+        big = mig_pod(env, "3g.40gb")
+        assert env.bound(big, timeout=40) == node
+        held = yaml.safe_load(k.ok(kc, "GET", cm_path)["data"]["config.yaml"])["mig-configs"]
+        assert list(held) == [
+            k.ok(kc, "GET", f"/api/v1/nodes/{node}")["metadata"]["labels"][k.MIG_CONFIG]
+        ]
+    finally:
+        proc.stop()
+        mgr.close()
+    log = (tmp_path / "scheduler.log").read_text()
+    assert "403" not in log and "forbidden" not in log.lower(), log[-3000:]
 
 
 def _deleting(kc: KubeCluster, ns: str, pod: str) -> bool:
