@@ -52,6 +52,10 @@ def test_an_empty_or_unreadable_file() -> None:
     assert text is not None and list(yaml.safe_load(text)["mig-configs"]) == [w.name]
     with pytest.raises(mp.MigPartedError, match=r"cm config\.yaml: expected a mapping"):
         merged("- a list", w, "cm")
+    # an operator's config gpufence would not write itself is kept as it is
+    odd = {"custom": [{"devices": "all", "mig-enabled": True, "mig-devices": {"1g.10gb": "7"}}]}
+    text = merged(_file(odd), w, "cm")
+    assert text is not None and yaml.safe_load(text)["mig-configs"]["custom"] == odd["custom"]
 
 
 class FakeApi:

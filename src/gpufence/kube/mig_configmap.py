@@ -30,7 +30,7 @@ from collections.abc import Callable
 import yaml
 
 from gpufence.kube.api import CallFailed, KubeApi
-from gpufence.kube.mig_parted import ConfigWrite, MigPartedError, read_configs
+from gpufence.kube.mig_parted import ConfigWrite, MigPartedError
 
 KEY = "config.yaml"  # the key the GPU operator's MIG manager reads
 OURS = re.compile(r"^gpufence-\d+gpu-[0-9a-f]{12}$")  # names kube/mig_parted.py gives
@@ -53,7 +53,12 @@ def merged(text: str, write: ConfigWrite, source: str) -> str | None:
         raise MigPartedError(f"{source}: {KEY} is not YAML: {exc}") from None
     if isinstance(data, dict) and data.get("mig-configs") is None:
         data["mig-configs"] = {}
-    configs = read_configs(data, f"{source} {KEY}")
+    if not isinstance(data, dict) or data.get("version") != "v1":
+        raise MigPartedError(f"{source} {KEY}: expected a mapping with version: v1")
+    configs = data["mig-configs"]
+    if not isinstance(configs, dict):
+        raise MigPartedError(f"{source} {KEY}: mig-configs must map config names to entries")
+    # others' configs are kept as they are, not checked: they are the MIG manager's to read
     stale = [n for n in configs if OURS.match(n) and n not in write.keep and n != write.name]
     wanted = [dict(e) for e in write.items]
     if configs.get(write.name) == wanted and not stale:
