@@ -9,6 +9,7 @@ reads its writes with ``writes``.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -70,6 +71,7 @@ class Write:
     name: str
     code: int
     body: Any  # the request object
+    at: float = 0.0  # when the API server answered (seconds since the epoch)
 
     def __str__(self) -> str:
         return f"{self.verb} {self.resource} {self.namespace}/{self.name} -> {self.code}"
@@ -77,25 +79,39 @@ class Write:
 
 def writes(kc: KubeCluster, namespace: str) -> list[Write]:
     """The scheduler's writes in ``namespace`` so far, in order."""
+    return [w for w in all_writes(kc) if w.namespace == namespace]
+
+
+def all_writes(kc: KubeCluster) -> list[Write]:
+    """The scheduler's writes so far, in order; cluster-scoped objects (nodes) with namespace
+    "" and ``at`` the time the API server answered."""
     path = kc.work_dir / "audit.log"
     out = []
     for line in path.read_text().splitlines() if path.exists() else ():
         ev = json.loads(line)
         ref = ev.get("objectRef") or {}
-        if ev.get("stage") != "ResponseComplete" or ref.get("namespace") != namespace:
+        if ev.get("stage") != "ResponseComplete":
             continue
         sub = ref.get("subresource")
         out.append(
             Write(
                 verb=ev["verb"],
                 resource=f"{ref.get('resource')}/{sub}" if sub else str(ref.get("resource")),
-                namespace=namespace,
+                namespace=str(ref.get("namespace") or ""),
                 name=str(
                     ref.get("name")
                     or (ev.get("requestObject") or {}).get("metadata", {}).get("name", "")
                 ),
                 code=int((ev.get("responseStatus") or {}).get("code", 0)),
                 body=ev.get("requestObject"),
+                at=_seconds(str(ev.get("stageTimestamp", ""))),
             )
         )
     return out
+
+
+def _seconds(stamp: str) -> float:
+    try:
+        return dt.datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return 0.0

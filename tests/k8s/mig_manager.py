@@ -10,6 +10,11 @@ instances only once ``release()`` is called (a device plugin slow to restart). I
 the file itself (devices ``all`` or indices, ``mig-devices`` counts), not through gpufence's
 code.
 
+Given ``configmap="namespace/name"`` it reads the file from that ConfigMap's ``config.yaml``
+through the API instead, as the real one reads its mounted copy -- and with ``file_lag_s`` it
+sees the ConfigMap as it was that long ago (a poll of the API every 0.1 s keeps the history),
+as the kubelet refreshes a ConfigMap volume only on its sync period.
+
 Every change it sees on a node is logged in order (``log[node]``): the re-cut written (config
 label and gpufence's note), each state, each new set of MIG instances -- the exact sequence of
 writes the tests assert. Watches are ``?watch=1&timeoutSeconds=1`` requests chained by
@@ -20,10 +25,12 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 import urllib.parse
 from typing import Any
 
 import kobjects as k
+import yaml
 from cluster import KubeCluster
 
 CONFIG = "nvidia.com/mig.config"
@@ -40,9 +47,18 @@ def _mig_of(node: dict[str, Any]) -> dict[str, str]:
 
 class FakeMigManager:
     def __init__(
-        self, kc: KubeCluster, configs: dict[str, Any], *, delay_s: float = 1.0, mode: str = "ok"
+        self,
+        kc: KubeCluster,
+        configs: dict[str, Any],
+        *,
+        delay_s: float = 1.0,
+        mode: str = "ok",
+        configmap: str = "",
+        file_lag_s: float = 0.0,
     ) -> None:
         self.kc, self.configs, self.delay_s, self.mode = kc, configs, delay_s, mode
+        self.configmap, self.file_lag_s = configmap, file_lag_s
+        self._history: list[tuple[float, dict[str, Any]]] = []  # (seen at, the file)
         self.log: dict[str, list[dict[str, Any]]] = {}
         self._seen: dict[str, dict[str, Any]] = {}
         self._released = threading.Event()
@@ -59,6 +75,36 @@ class FakeMigManager:
         t = threading.Thread(target=self._watch, args=(node, rv), daemon=True)
         t.start()
         self._threads.append(t)
+
+    def start_file(self) -> None:
+        """``configmap`` with ``file_lag_s``: start keeping the ConfigMap's history."""
+        t = threading.Thread(target=self._poll_file, daemon=True)
+        t.start()
+        self._threads.append(t)
+
+    def _poll_file(self) -> None:
+        while not self._stop.wait(0.1):
+            found = self._read_configmap()
+            with self._lock:
+                self._history.append((time.monotonic(), found))
+
+    def _read_configmap(self) -> dict[str, Any]:
+        ns, name = self.configmap.split("/")
+        status, body = self.kc.request("GET", f"/api/v1/namespaces/{ns}/configmaps/{name}")
+        if status != 200:
+            return {}
+        return dict(yaml.safe_load((body.get("data") or {}).get("config.yaml") or "{}") or {})
+
+    def _file(self) -> dict[str, Any]:
+        """The mig-parted file as the MIG manager sees it now."""
+        if not self.configmap:
+            return self.configs
+        if not self.file_lag_s:
+            return self._read_configmap()
+        then = time.monotonic() - self.file_lag_s
+        with self._lock:
+            seen = [f for at, f in self._history if at <= then]
+        return seen[-1] if seen else {}
 
     def release(self) -> None:
         """``hold`` mode: let the re-cuts held in ``pending`` go on."""
@@ -130,12 +176,13 @@ class FakeMigManager:
         self.kc.request("PATCH", f"/api/v1/nodes/{node}", body, content_type=MERGE)
 
     def _apply(self, node: str, config: str, gpus: int) -> None:
+        file = self._file()  # read when the label changes, as mig-parted's apply does
         self._label(node, "pending")
         if self.mode == "hold":
             self._released.wait()
         elif self._stop.wait(self.delay_s):
             return
-        counts = None if self.mode == "fail" else self._counts(config, gpus)
+        counts = None if self.mode == "fail" else self._counts(file, config, gpus)
         if counts is None:
             self._label(node, "failed")
             return
@@ -154,8 +201,9 @@ class FakeMigManager:
         patch = {"status": {"allocatable": res, "capacity": res}}
         self.kc.request("PATCH", f"/api/v1/nodes/{node}/status", patch, content_type=MERGE)
 
-    def _counts(self, config: str, gpus: int) -> dict[str, int] | None:
-        entries = self.configs.get("mig-configs", {}).get(config)
+    @staticmethod
+    def _counts(file: dict[str, Any], config: str, gpus: int) -> dict[str, int] | None:
+        entries = (file.get("mig-configs") or {}).get(config)
         if entries is None:
             return None  # the real one fails on a config its file lacks
         out: dict[str, int] = {}

@@ -30,12 +30,16 @@ import play
 import pytest
 import yaml
 from cluster import GPUFENCE_SCHEDULER_USER, KubeCluster
+from kenv import Env
+from mig_manager import FakeMigManager
 from scheduler_proc import SchedulerProc
+from test_k8s_mig import MIG_FENCE, mig_node, mig_pod
 
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"
 EXAMPLES = REPO / "examples" / "k8s"
 NS = "gpufence-system"
+MIG_NS = "gpu-operator"  # deploy/mig/: the GPU operator's namespace, where its ConfigMap lives
 RBAC = "/apis/rbac.authorization.k8s.io/v1"
 TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io"
 
@@ -224,25 +228,42 @@ def _binding(kind: str, name: str, role_kind: str, role: str, ns: str | None) ->
     }
 
 
+@pytest.fixture(scope="module")
+def mig_deployed(k8s_cluster: KubeCluster) -> list[dict[str, Any]]:
+    """deploy/mig/ (dynamic MIG's ConfigMap grant), applied where the GPU operator's namespace
+    exists, as its header says."""
+    if k8s_cluster.request("GET", f"/api/v1/namespaces/{MIG_NS}")[0] == 404:
+        k.namespace(k8s_cluster, MIG_NS)
+    docs = kapply.documents(DEPLOY / "mig")
+    kapply.apply_all(k8s_cluster, docs)
+    kapply.apply_all(k8s_cluster, docs)
+    assert {d["metadata"]["namespace"] for d in docs} == {MIG_NS}
+    return docs
+
+
 @pytest.fixture
 def as_deployed_scheduler(
-    k8s_cluster: KubeCluster, deployed: list[dict[str, Any]]
+    k8s_cluster: KubeCluster, deployed: list[dict[str, Any]], mig_deployed: list[dict[str, Any]]
 ) -> Iterator[str]:
-    """The harness user bound to deploy/'s ClusterRole and lease Role (and nothing else), for
-    one test: the bindings go again afterwards (other tests expect the user to hold no grants).
-    Yields the user's token."""
+    """The harness user bound to deploy/'s ClusterRole and lease Role and deploy/mig/'s Role
+    (and nothing else), for one test: the bindings go again afterwards (other tests expect the
+    user to hold no grants). Yields the user's token."""
     kc, run = k8s_cluster, secrets.token_hex(3)
     role = _one(deployed, "ClusterRole")["metadata"]["name"]
     lease_role = _one(deployed, "Role")["metadata"]["name"]
+    mig_role = _one(mig_deployed, "Role")["metadata"]["name"]
     cluster_binding = _binding("ClusterRoleBinding", f"test-{run}", "ClusterRole", role, None)
     lease_binding = _binding("RoleBinding", f"test-{run}", "Role", lease_role, NS)
+    mig_binding = _binding("RoleBinding", f"test-{run}", "Role", mig_role, MIG_NS)
     k.ok(kc, "POST", f"{RBAC}/clusterrolebindings", cluster_binding, 201)
     k.ok(kc, "POST", f"{RBAC}/namespaces/{NS}/rolebindings", lease_binding, 201)
+    k.ok(kc, "POST", f"{RBAC}/namespaces/{MIG_NS}/rolebindings", mig_binding, 201)
     try:
         yield kc.gpufence_scheduler_token
     finally:
         kc.request("DELETE", f"{RBAC}/clusterrolebindings/test-{run}")
         kc.request("DELETE", f"{RBAC}/namespaces/{NS}/rolebindings/test-{run}")
+        kc.request("DELETE", f"{RBAC}/namespaces/{MIG_NS}/rolebindings/test-{run}")
 
 
 def _fenced_config(cm: dict[str, Any], run: str, sched: str) -> str:
@@ -367,6 +388,46 @@ def test_k8s_deploy_rbac_is_enough_for_the_real_scheduler(
     assert not k.ok(kc, "GET", LEASE)["spec"].get("holderIdentity")
 
 
+def test_k8s_deploy_mig_rbac_is_enough_for_a_recut_through_the_configmap(
+    k8s_cluster: KubeCluster, as_deployed_scheduler: str, tmp_path: Path
+) -> None:
+    """deploy/mig/'s grant at work: under deploy/'s RBAC alone the scheduler writes a re-cut's
+    config into gpu-operator/gpufence-mig-parted, labels the node, and binds -- no 403."""
+    kc, run = k8s_cluster, f"m{secrets.token_hex(3)}"
+    env = Env(kc, "", run, f"gpufence-{run}", tmp_path / "cluster.yaml", tmp_path, [])
+    env.ns = k.namespace(kc, f"ns-{run}")
+    env.config.write_text(MIG_FENCE.format(run=run, sched=env.sched))
+    cm_path = f"/api/v1/namespaces/{MIG_NS}/configmaps/gpufence-mig-parted"
+    kc.request("DELETE", cm_path)
+    cm = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "gpufence-mig-parted", "namespace": MIG_NS},
+        "data": {"config.yaml": "version: v1\nmig-configs: {}\n"},
+    }
+    k.ok(kc, "POST", f"/api/v1/namespaces/{MIG_NS}/configmaps", cm, 201)
+    node = mig_node(env, "a", gpus=4)
+    mgr = FakeMigManager(kc, {}, configmap=f"{MIG_NS}/gpufence-mig-parted", delay_s=0.3)
+    mgr.watch(node)
+    extra = ["--mig-configmap", f"{MIG_NS}/gpufence-mig-parted", "--mig-config-settle", "0"]
+    proc = SchedulerProc(
+        kc.gpufence_scheduler_kubeconfig, env.config, tmp_path / "scheduler.log", extra=extra
+    )
+    try:
+        proc.wait_ready(timeout=60)
+        big = mig_pod(env, "3g.40gb")
+        assert env.bound(big, timeout=40) == node
+        held = yaml.safe_load(k.ok(kc, "GET", cm_path)["data"]["config.yaml"])["mig-configs"]
+        assert list(held) == [
+            k.ok(kc, "GET", f"/api/v1/nodes/{node}")["metadata"]["labels"][k.MIG_CONFIG]
+        ]
+    finally:
+        proc.stop()
+        mgr.close()
+    log = (tmp_path / "scheduler.log").read_text()
+    assert "403" not in log and "forbidden" not in log.lower(), log[-3000:]
+
+
 def _deleting(kc: KubeCluster, ns: str, pod: str) -> bool:
     status, body = kc.request("GET", f"/api/v1/namespaces/{ns}/pods/{pod}")
     return status == 404 or bool(body["metadata"].get("deletionTimestamp"))
@@ -403,6 +464,9 @@ USED = [
     ("get", "resource.k8s.io", "resourceclaims", "", "any-ns", "any"),
     ("patch", "resource.k8s.io", "resourceclaims", "", "any-ns", "any"),
     ("update", "resource.k8s.io", "resourceclaims", "status", "any-ns", "any"),
+    # --mig-configmap: the MIG manager's ConfigMap, read and updated (kube/mig_configmap.py)
+    ("get", "", "configmaps", "", MIG_NS, "gpufence-mig-parted"),
+    ("update", "", "configmaps", "", MIG_NS, "gpufence-mig-parted"),
 ]
 NOT_NEEDED = [
     ("delete", "", "nodes", "", "", "any-node"),
@@ -422,6 +486,14 @@ NOT_NEEDED = [
     ("create", "scheduling.k8s.io", "podgroups", "", "any-ns", ""),
     ("delete", "resource.k8s.io", "resourceclaims", "", "any-ns", "any"),
     ("create", "resource.k8s.io", "resourceslices", "", "", ""),
+    # only the one ConfigMap, only in the operator's namespace: not the operator's own config
+    ("update", "", "configmaps", "", MIG_NS, "default-mig-parted-config"),
+    ("get", "", "configmaps", "", MIG_NS, "default-mig-parted-config"),
+    ("create", "", "configmaps", "", MIG_NS, ""),
+    ("list", "", "configmaps", "", MIG_NS, ""),
+    ("delete", "", "configmaps", "", MIG_NS, "gpufence-mig-parted"),
+    ("patch", "", "configmaps", "", MIG_NS, "gpufence-mig-parted"),
+    ("update", "", "configmaps", "", NS, "gpufence-mig-parted"),
 ]
 
 

@@ -54,6 +54,16 @@ def _prometheus(url: str) -> str:
     return url
 
 
+def _configmap(value: str) -> str:
+    namespace, _, name = value.partition("/")
+    if value and not (namespace and name and "/" not in name):
+        raise typer.BadParameter(
+            f"{value!r}: give NAMESPACE/NAME, e.g. gpu-operator/gpufence-mig-parted",
+            param_hint="--mig-configmap",
+        )
+    return value
+
+
 @k8s_app.command("run")
 def run(
     config: ConfigOpt,
@@ -114,12 +124,33 @@ def run(
         float,
         typer.Option(min=1.0, metavar="SECONDS", help="how often --prometheus is asked"),
     ] = 30.0,
+    mig_configmap: Annotated[
+        str,
+        typer.Option(
+            metavar="NAMESPACE/NAME",
+            help="the GPU operator MIG manager's ConfigMap (its migManager.config.name): each "
+            "MIG re-cut's config is written there before the node is labelled, so nodes of any "
+            "GPU count can be re-cut (default: none, configs come from a pre-installed "
+            "catalogue: k8s mig-config)",
+        ),
+    ] = "",
+    mig_config_settle: Annotated[
+        float,
+        typer.Option(
+            min=0.0,
+            metavar="SECONDS",
+            help="after writing a new config into --mig-configmap, wait this long before the "
+            "label: the MIG manager reads a mounted copy the kubelet refreshes on its sync "
+            "period (1 min by default)",
+        ),
+    ] = 70.0,
 ) -> None:
     """Schedule every pod whose spec.schedulerName names this scheduler."""
     from dataclasses import replace
 
     from gpufence.kube.run import RunOptions, run_replica
 
+    mig_configmap = _configmap(mig_configmap)
     fences = _fences(config)
     if scheduler_name:
         fences = replace(fences, names=replace(fences.names, scheduler_name=scheduler_name))
@@ -140,6 +171,8 @@ def run(
         reason_delay_s=reason_delay,
         prometheus_url=_prometheus(prometheus),
         activity_interval_s=activity_interval,
+        mig_configmap=mig_configmap,
+        mig_config_settle_s=mig_config_settle,
     )
     from lightkube.core.exceptions import ConfigError
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpufence.kube.dra_objects import ClaimRelease, ClaimWrite
+from gpufence.kube.mig_parted import ConfigWrite
 from gpufence.kube.placement_notes import BindNote
 
 
@@ -71,6 +72,9 @@ class LabelNode:
     node: str
     labels: dict[str, str | None]
     annotations: dict[str, str | None]
+    # written into the MIG manager's ConfigMap first (k8s run --mig-configmap): None = the
+    # config is expected in a pre-installed catalogue
+    config: ConfigWrite | None = None
 
 
 @dataclass(frozen=True, slots=True)

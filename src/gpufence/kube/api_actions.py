@@ -31,6 +31,7 @@ from gpufence.kube.actions import (
 from gpufence.kube.api import CallFailed, KubeApi
 from gpufence.kube.dra_objects import ClaimRelease
 from gpufence.kube.evictions import Evictions
+from gpufence.kube.mig_configmap import LAG_SUSPECT_S, MigConfigMap
 
 log = logging.getLogger("gpufence.kube")
 
@@ -64,6 +65,7 @@ class ActionRunner:
         reason_interval_s: float = 30.0,
         event_interval_s: float = 60.0,
         clock: Callable[[], float] = time.monotonic,
+        mig_configs: MigConfigMap | None = None,
     ) -> None:
         self.api = api
         self.failures = failures
@@ -77,8 +79,14 @@ class ActionRunner:
         self._clock = clock
         self.evictions = Evictions(api, uid_of)
         self.node_refusals: queue.Queue[tuple[str, str]] = queue.Queue()  # (node, why)
+        # MIG configs written into the MIG manager's ConfigMap, one at a time, each before its
+        # node's label (kube/mig_configmap.py): (node, written s before the label, wait s)
+        self.mig_configs = mig_configs
+        self.configs_written: queue.Queue[tuple[str, float | None, float]] = queue.Queue()
+        self._mig = ThreadPoolExecutor(1, thread_name_prefix="mig-config")
 
     def close(self) -> None:
+        self._mig.shutdown(wait=False, cancel_futures=True)
         self.evictions.close()
         self._fast.shutdown(wait=True, cancel_futures=False)
         self._slow.shutdown(wait=False, cancel_futures=True)
@@ -95,6 +103,8 @@ class ActionRunner:
                 self._fast.submit(self._annotate, a)
             elif isinstance(a, ShowPending):
                 self._maybe_show(a)
+            elif isinstance(a, LabelNode) and a.config is not None:
+                self._mig.submit(self._config_then_label, a)
             elif isinstance(a, LabelNode | PodEvent):
                 self._fast.submit(self._node_or_event, a)
             elif isinstance(a, ClaimRelease):
@@ -174,6 +184,28 @@ class ActionRunner:
             log.warning("%s: %s", a, exc)
             if isinstance(a, LabelNode):  # the re-cut it asked for is not coming
                 self.node_refusals.put((a.node, str(exc)))
+
+    def _config_then_label(self, a: LabelNode) -> None:
+        """The config into the MIG manager's ConfigMap, then (once its mounted file can hold
+        it) the label: the MIG manager fails a label naming a config its file lacks."""
+        assert self.mig_configs is not None and a.config is not None
+        try:
+            wait = self.mig_configs.ensure(a.config)
+        except Exception as exc:  # (CallFailed, a config.yaml gpufence cannot read)
+            log.warning("%s: %s", self.mig_configs.source, exc)
+            self.node_refusals.put((a.node, f"{self.mig_configs.source}: {exc}"))
+            return
+        ago = self.mig_configs.written_ago(a.config.name)
+        # a config written shortly before its label: a failed state may be the mounted file
+        fresh = ago + wait if ago is not None and ago + wait < LAG_SUSPECT_S else None
+        self.configs_written.put((a.node, fresh, wait))
+        if wait > 0:
+            # a timer, not a sleep: the next node's config need not wait behind this one
+            timer = threading.Timer(wait, self._node_or_event, args=(a,))
+            timer.daemon = True
+            timer.start()
+        else:
+            self._node_or_event(a)
 
     def _maybe_show(self, a: ShowPending) -> None:
         key, now = f"{a.namespace}/{a.pod}", self._clock()

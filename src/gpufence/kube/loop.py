@@ -33,6 +33,7 @@ from gpufence.kube.foreign import (
 )
 from gpufence.kube.hardware import Hardware, Usage, build_hardware, cordoned
 from gpufence.kube.informer import Change, Informer, Resync
+from gpufence.kube.mig_configmap import MigConfigMap
 from gpufence.kube.mig_recut import MigRecuts, whole_gpu_recuts
 from gpufence.kube.node_rules import GpuNodeFacts
 from gpufence.kube.objects import (
@@ -86,6 +87,7 @@ class KubeScheduler:
         bind_workers: int = 32,
         state: StateRecord | None = None,
         activity: ActivityFeed | None = None,
+        mig_configs: MigConfigMap | None = None,
     ) -> None:
         self.api, self.fences, self.clock = api, fences, clock
         self.names = fences.names
@@ -96,7 +98,9 @@ class KubeScheduler:
         self.nodes: dict[str, ObservedNode] = {}
         self.pods: dict[str, ObservedPod] = {}  # every pod, ours or not
         self.inflight: dict[str, BindPod] = {}  # pod key -> bind sent, not yet seen
-        self.runner = ActionRunner(api, self.failures, self._uid, workers=bind_workers)
+        self.runner = ActionRunner(
+            api, self.failures, self._uid, workers=bind_workers, mig_configs=mig_configs
+        )
         self.stats = LoopStats()
         self.hardware: Hardware | None = None
         self.core: Scheduler | None = None
@@ -117,7 +121,8 @@ class KubeScheduler:
         self._saved: list[Event] = []  # what the record held at start-up, for the first core
         self._saved_awaiting: dict[str, tuple[str, int]] = {}  # (see Tracker.expected)
         self.activity = activity or ActivityFeed()  # GPU activity samples -> idle reclaim
-        self.mig = MigRecuts()  # MIG re-cuts through the GPU operator's MIG manager
+        # MIG re-cuts through the GPU operator's MIG manager
+        self.mig = MigRecuts(write_configs=mig_configs is not None)
         self.claims = PodClaims()  # DRA: pods seen through their ResourceClaims
         self._ends = (self.changes, self.stop)
 
@@ -540,6 +545,8 @@ class KubeScheduler:
         assert self.hardware is not None
         while not self.runner.node_refusals.empty():
             self.mig.refused(*self.runner.node_refusals.get_nowait())
+        while not self.runner.configs_written.empty():
+            self.mig.config_written(*self.runner.configs_written.get_nowait())
         current = self._mig_layouts() if self.mig.queued else {}
         events, actions = self.mig.take(self.hardware.cluster, current, self.nodes, now)
         for r in self.mig.newly_failed:

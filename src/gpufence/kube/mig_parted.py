@@ -19,6 +19,7 @@ import hashlib
 import itertools
 import json
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from gpufence.model import mig as migmod
@@ -30,6 +31,17 @@ MAX_CONFIGS = 5000  # more is refused: a ConfigMap holds at most 1 MiB (``catalo
 
 class MigPartedError(ValueError):
     """A mig-parted file gpufence cannot read, or a catalogue too large to install."""
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigWrite:
+    """A config to write into the MIG manager's ConfigMap before a node is labelled with it
+    (``kube/mig_configmap.py``), and the configs in use (every node's label, every re-cut in
+    flight) that must stay there."""
+
+    name: str
+    items: tuple[Mapping[str, Any], ...]
+    keep: frozenset[str]
 
 
 def counts_of(layout: Iterable[str]) -> Counts:

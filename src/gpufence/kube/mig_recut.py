@@ -34,7 +34,7 @@ from dataclasses import dataclass, replace
 
 from gpufence.kube import names
 from gpufence.kube.actions import Action, LabelNode
-from gpufence.kube.mig_parted import Counts, config_name, counts_of, describe
+from gpufence.kube.mig_parted import ConfigWrite, Counts, config_name, counts_of, describe, entries
 from gpufence.kube.objects import ObservedNode
 from gpufence.model.cluster import Cluster
 from gpufence.model.decisions import MigReconfigure
@@ -66,6 +66,9 @@ class Recut:
     at: float  # when it was asked (seconds since the epoch)
     job: str = ""  # the job it was made for
     state: str = ""  # the MIG manager's last word
+    # seconds between writing its config into the ConfigMap and the label (None: the config
+    # was there already, or gpufence does not write configs): a lagging mounted file suspect
+    fresh_s: float | None = None
 
     def note(self) -> str:
         return json.dumps(
@@ -117,7 +120,10 @@ class MigRecuts:
     core must hear is kept by node and GPU index (``outcomes``) and turned into events against
     the model of the moment (``take``), since a rebuild renumbers the GPUs."""
 
-    def __init__(self) -> None:
+    def __init__(self, write_configs: bool = False) -> None:
+        # each re-cut's config is written into the MIG manager's ConfigMap before its label
+        # (kube/mig_configmap.py); off: a pre-installed catalogue is expected to hold it
+        self.write_configs = write_configs
         self.asked: dict[str, Recut] = {}  # node -> in flight
         self.done: dict[str, Recut] = {}  # node -> the last one applied (its layouts hold)
         self.failed: dict[str, Recut] = {}  # node -> failed, its GPUs out of placement
@@ -167,6 +173,17 @@ class MigRecuts:
             held = self.queued.pop(name, {})
             self.outcomes += [(name, k, FAILED) for k in (*r.gpus, *held)]
 
+    def config_written(self, node: str, fresh_s: float | None, wait_s: float) -> None:
+        """The re-cut's config is in the MIG manager's ConfigMap (``fresh_s``: written this
+        long before the label is due; None: it was there already); the label follows in
+        ``wait_s``, once the kubelet can have synced the MIG manager's mounted file."""
+        r = self.asked.get(node)
+        if r is None:
+            return
+        r.fresh_s = fresh_s
+        if wait_s > 0 and not r.state:
+            r.state = f"config written, label in {wait_s:.0f} s"
+
     def refused(self, node: str, why: str) -> None:
         """The API server refused the node patch (RBAC, the node gone): the re-cut failed
         before the MIG manager saw it."""
@@ -198,16 +215,17 @@ class MigRecuts:
         if node.name in self.asked:
             self.queued.setdefault(node.name, {})[gpu.index] = (d.layout, job)
             return []
-        return self._ask(node, {gpu.index: (d.layout, job)}, current, nodes.get(node.name), now)
+        return self._ask(node, {gpu.index: (d.layout, job)}, current, nodes, now)
 
     def _ask(
         self,
         node: Node,
         changes: Mapping[int, tuple[tuple[str, ...], str]],
         current: Mapping[int, tuple[str, ...]],
-        obs: ObservedNode | None,
+        nodes: Mapping[str, ObservedNode],
         now: float,
     ) -> list[Event]:
+        obs = nodes.get(node.name)
         layouts = tuple(
             changes[k][0] if k in changes else current.get(gid, ())
             for k, gid in enumerate(node.gpu_ids)
@@ -226,14 +244,21 @@ class MigRecuts:
             return [MigLayoutRead(node.gpu_ids[k], (), usable=False, failed=why) for k in changes]
         job = next((j for _, j in changes.values() if j), "")
         gpus = tuple(sorted(changes))
-        config = config_name([counts_of(lay) for lay in layouts])
+        per_gpu = [counts_of(lay) for lay in layouts]
+        config = config_name(per_gpu)
         r = Recut(node.name, config, layouts, gpus, now, job)
         self.asked[node.name] = r
+        write = None
+        if self.write_configs:
+            in_use = [o.labels.get(names.NODE_MIG_CONFIG, "") for o in nodes.values()]
+            keep = frozenset(n for n in (*in_use, *(a.config for a in self.asked.values())) if n)
+            write = ConfigWrite(config, tuple(entries(per_gpu)), keep)
         self.actions.append(
             LabelNode(
                 node.name,
                 {names.NODE_MIG_CONFIG: config, names.NODE_MIG_STATE: None},
                 {names.ANN_MIG_RECUT: r.note()},
+                write,
             )
         )
         log.info("node %s: MIG re-cut to %s asked (config %s)", node.name, r.target(), config)
@@ -270,7 +295,7 @@ class MigRecuts:
             node = _node(cluster, name)
             changes = self.queued.pop(name)
             if node is not None:
-                events += self._ask(node, changes, current, nodes.get(name), now)
+                events += self._ask(node, changes, current, nodes, now)
         actions, self.actions = self.actions, []
         return events, actions
 
@@ -316,9 +341,18 @@ class MigRecuts:
         for name, r in sorted(self.failed.items()):
             if r.job == job:
                 said = f"{names.NODE_MIG_STATE}={FAILED}" if r.state == FAILED else r.state
+                lag = ""
+                if r.state == FAILED and r.fresh_s is not None:
+                    # the MIG manager reads a mounted copy of the ConfigMap: a config written
+                    # just before the label may not have reached it yet
+                    lag = (
+                        f" (the config was new in the ConfigMap, {r.fresh_s:.0f} s before the "
+                        "label: if the kubelet syncs the MIG manager's ConfigMap volume less "
+                        "often, its file lacked the config; raise --mig-config-settle)"
+                    )
                 return (
                     f"node {name}'s MIG re-cut to {r.target()} failed "
-                    f"({said}, config {r.config}); its GPUs are out of "
+                    f"({said}, config {r.config}){lag}; its GPUs are out of "
                     "placement until the MIG manager reports success for that config"
                 )
         return ""

@@ -21,6 +21,7 @@ from gpufence.kube.fences import FenceSpec
 from gpufence.kube.http import make_app, serve
 from gpufence.kube.leader import LeaderElector
 from gpufence.kube.loop import KubeScheduler
+from gpufence.kube.mig_configmap import MigConfigMap
 from gpufence.kube.state_record import StateRecord
 from gpufence.sched.holdings import partition_figures, queue_figures
 
@@ -43,6 +44,10 @@ class RunOptions:
     reason_delay_s: float = 5.0
     prometheus_url: str = ""  # DCGM's GPU utilisation per pod, for idle reclaim ("": none)
     activity_interval_s: float = 30.0
+    # the MIG manager's ConfigMap ("namespace/name"): each re-cut's config is written there
+    # before its label (kube/mig_configmap.py); "": a pre-installed catalogue holds them
+    mig_configmap: str = ""
+    mig_config_settle_s: float = 70.0
 
 
 def default_identity() -> str:
@@ -57,12 +62,17 @@ def run_replica(fences: FenceSpec, opts: RunOptions) -> int:
         if opts.prometheus_url
         else None
     )
+    mig_configs = None
+    if opts.mig_configmap:
+        namespace, _, name = opts.mig_configmap.partition("/")
+        mig_configs = MigConfigMap(api, namespace, name, settle_s=opts.mig_config_settle_s)
     loop = KubeScheduler(
         api,
         fences,
         reason_delay_s=opts.reason_delay_s,
         state=record,
         activity=ActivityFeed(poller),
+        mig_configs=mig_configs,
     )
     elector = None
     if opts.leader_elect:
