@@ -17,6 +17,7 @@ from gpufence.kube import names
 from gpufence.kube.fences import FenceSpec
 from gpufence.kube.objects import ObservedNode
 from gpufence.model.cluster import Cluster
+from gpufence.model.events import Event, NodeDown, NodeUp
 from gpufence.model.hardware import Gpu, GpuType, Node
 from gpufence.spec import CATALOGUE
 
@@ -179,3 +180,30 @@ def build_hardware(
             held.add(obs.name)
     cluster = replace(fences.policy, gpu_types=types, nodes=tuple(built), gpus=tuple(gpus))
     return Hardware(cluster, frozenset(failed), frozenset(held), tuple(problems))
+
+
+def health_events(
+    cluster: Cluster,
+    nodes: Mapping[str, ObservedNode],
+    tolerated: Iterable[str],
+    down: dict[str, bool],
+) -> list[Event]:
+    """The model's nodes whose health changed since ``down`` (node -> True: failed, its jobs
+    stop; False: cordoned, no new work) was last brought up to date, as the core's events;
+    ``down`` is updated. A node the watch no longer shows counts as up: it is gone from the
+    model at the next rebuild."""
+    out: list[Event] = []
+    for node in cluster.nodes:
+        obs = nodes.get(node.name)
+        want = (
+            None if obs is None or (obs.ready and not cordoned(obs, tolerated)) else not obs.ready
+        )
+        if want == down.get(node.name):
+            continue
+        if want is None:
+            out.append(NodeUp(node.name))
+            down.pop(node.name, None)
+        else:
+            out.append(NodeDown(node.name, stop_jobs=want))
+            down[node.name] = want
+    return out

@@ -17,8 +17,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from functools import partial
 
-from gpufence.kube import dra_api, names
-from gpufence.kube.actions import Action, BindPod, DeletePod, EvictPod, PodEvent, ShowPending
+from gpufence.kube import dra_api, mig_glue, names
+from gpufence.kube.actions import Action, BindPod, DeletePod, EvictPod, ShowPending
 from gpufence.kube.activity import ActivityFeed
 from gpufence.kube.api import KubeApi
 from gpufence.kube.api_actions import ActionRunner, BindFailed
@@ -31,7 +31,7 @@ from gpufence.kube.foreign import (
     tally,
     usage_of,
 )
-from gpufence.kube.hardware import Hardware, Usage, build_hardware, cordoned
+from gpufence.kube.hardware import Hardware, Usage, build_hardware, health_events
 from gpufence.kube.informer import Change, Informer, Resync
 from gpufence.kube.mig_configmap import MigConfigMap
 from gpufence.kube.mig_recut import MigRecuts, whole_gpu_recuts
@@ -48,12 +48,10 @@ from gpufence.kube.pod_claims import PodClaims
 from gpufence.kube.state_record import StateRecord
 from gpufence.kube.tracker import Tracker
 from gpufence.kube.waits import waiting_reason
-from gpufence.model.decisions import Decision, MigReconfigure, PendingReason, Reason
+from gpufence.model.decisions import Decision, PendingReason, Reason
 from gpufence.model.events import (
     Event,
     JobRestored,
-    NodeDown,
-    NodeUp,
     PreemptionsRestored,
     UsageRestored,
 )
@@ -363,7 +361,16 @@ class KubeScheduler:
                 for line in self.tracker.bind_failed(f.namespace, f.pod, f.why, f.gone):
                     log.warning("%s", line)
             self.tracker.submit_ready()
-            mig_events, mig_actions = self._mig_take(now)
+            mig_events, mig_actions = mig_glue.take(
+                self.mig,
+                self.core,
+                self.hardware.cluster,
+                self.nodes,
+                self.tracker,
+                self.runner.node_refusals,
+                self.runner.configs_written,
+                now,
+            )
             events, actions = self.tracker.take()
             events, actions = mig_events + events, mig_actions + actions
             actions = self._restore_actions + actions
@@ -374,12 +381,16 @@ class KubeScheduler:
             decisions = self.core.step(events, now)
             self.stats.step_seconds += time.perf_counter() - t0
             self.tracker.decide(self.hardware.cluster, decisions, now)
-            self._mig_decide(decisions, now)
+            # (what the core must hear of a re-cut that cannot be asked for: the next cycle)
+            refused = mig_glue.decide(
+                self.mig, self.core, self.hardware.cluster, self.nodes, decisions, now
+            )
             if self.state is not None:
                 windows = self.core.query.preemption_windows()
                 usage, awaiting = self.core.fair_share_usage(), self.tracker.awaiting()
                 self.state.maybe_save(windows, usage, now, awaiting)
             self._carry, more = self.tracker.take()
+            self._carry += refused
             actions += more
             self.stats.cycles += 1
             self.stats.last_cycle = now
@@ -396,28 +407,9 @@ class KubeScheduler:
         self.runner.run(actions)
 
     def _node_events(self) -> list[Event]:
-        hw = self.hardware
-        assert hw is not None
-        out: list[Event] = []
+        assert self.hardware is not None
         tolerated = self.names.tolerated_taints
-        for node in hw.cluster.nodes:
-            obs = self.nodes.get(node.name)
-            # True: failed (its jobs stop); False: cordoned (no new work); None: up
-            want = (
-                None
-                if obs is None or (obs.ready and not cordoned(obs, tolerated))
-                else not obs.ready
-            )
-            have = self._down.get(node.name)
-            if want == have:
-                continue
-            if want is None:
-                out.append(NodeUp(node.name))
-                self._down.pop(node.name, None)
-            else:
-                out.append(NodeDown(node.name, stop_jobs=want))
-                self._down[node.name] = want
-        return out
+        return health_events(self.hardware.cluster, self.nodes, tolerated, self._down)
 
     def _rebuild(self, now: float) -> None:
         """A fresh core over the nodes as they are now, restored from the pods (and the binds
@@ -530,58 +522,6 @@ class KubeScheduler:
             return ""
         return self.foreign.blocker(self.hardware.cluster, self.core.job(jid).home)
 
-    # -- MIG re-cuts (kube/mig_recut.py) --------------------------------------------------------
-
-    def _mig_layouts(self) -> dict[int, tuple[str, ...]]:
-        assert self.core is not None
-        return {
-            g: tuple(f"{i.profile}@{i.start}" for i in st.instances)
-            for g, st in self.core.ledger.mig.items()
-        }
-
-    def _mig_take(self, now: float) -> tuple[list[Event], list[Action]]:
-        """What the MIG manager reported since the last cycle, as the core's events, and the
-        Events on the pods a failed re-cut was made for."""
-        assert self.hardware is not None
-        while not self.runner.node_refusals.empty():
-            self.mig.refused(*self.runner.node_refusals.get_nowait())
-        while not self.runner.configs_written.empty():
-            self.mig.config_written(*self.runner.configs_written.get_nowait())
-        current = self._mig_layouts() if self.mig.queued else {}
-        events, actions = self.mig.take(self.hardware.cluster, current, self.nodes, now)
-        for r in self.mig.newly_failed:
-            core_job = self.tracker.jobs.get(r.job)
-            if core_job is None:
-                continue
-            text = self.mig.failure_for(r.job)
-            ns = core_job.namespace
-            actions += [PodEvent(ns, p, "MigReconfigureFailed", text) for p in core_job.pods]
-        self.mig.newly_failed = []
-        return events, actions
-
-    def _mig_decide(self, decisions: list[Decision], now: float) -> None:
-        recuts = [d for d in decisions if isinstance(d, MigReconfigure)]
-        if not recuts:
-            return
-        assert self.core is not None and self.hardware is not None
-        current = self._mig_layouts()
-        for d in recuts:
-            waiters = self.core.recut_waiters(d.gpu)
-            job = waiters[0] if waiters else ""
-            self._carry += self.mig.decide(self.hardware.cluster, d, current, self.nodes, job, now)
-
-    def _mig_waiting(self, jid: str, now: float) -> tuple[str, str]:
-        assert self.core is not None and self.hardware is not None
-        cluster = self.hardware.cluster
-        gids = [
-            g
-            for n in cluster.nodes
-            if n.name in self.mig.asked
-            for g in n.gpu_ids
-            if jid in self.core.recut_waiters(g)
-        ]
-        return self.mig.waiting_for(cluster, gids, now)
-
     def _with_inflight(self, pod: ObservedPod, notice: str | None = None) -> ObservedPod:
         if notice and pod.annotations.get(names.ANN_NOTICE) != notice:
             pod = replace(pod, annotations={**pod.annotations, names.ANN_NOTICE: notice})
@@ -624,12 +564,12 @@ class KubeScheduler:
         """A waiting pod's message and gist: the core's reason, with what only the front end
         knows added (foreign pods in the way, the MIG manager's progress or failure, the
         victims' checkpoints and refused evictions)."""
-        assert self.core is not None
+        assert self.core is not None and self.hardware is not None
         message, gist = f"{pending.reason.value}: {pending.message}", ""
         if pending.reason in _CAPACITY and (held := self._foreign_blocker(jid)):
             message += f"; {held}"
         if pending.reason is Reason.RECONFIGURING:
-            told_mig = self._mig_waiting(jid, now)
+            told_mig = mig_glue.waiting(self.mig, self.core, self.hardware.cluster, jid, now)
             if told_mig[0]:
                 message, gist = (f"{pending.reason.value}: {t}" for t in told_mig)
         failed = self.mig.failure_for(jid)
