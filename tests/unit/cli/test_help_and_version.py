@@ -78,8 +78,12 @@ def test_bash_completion_completes_verbs_and_options() -> None:
     assert "queue" in complete("gpufence qu")
     assert "--output" in complete("gpufence queue --out")
     # typer finds the shell among the command's ancestors (shellingham), as when a user types
-    # it: run from bash, not from whatever started pytest (a detached job has no shell above it)
+    # it: run under bash, not under whatever started pytest (a detached job has no shell above
+    # it); a second command keeps bash from exec'ing the first in its place
     script = subprocess.run(
-        ["bash", "-c", f"'{exe}' --show-completion"], capture_output=True, text=True, timeout=30
+        ["bash", "-c", f"'{exe}' --show-completion; exit $?"],
+        capture_output=True,
+        text=True,
+        timeout=30,
     )
     assert script.returncode == 0 and "_GPUFENCE_COMPLETE" in script.stdout
