@@ -91,7 +91,10 @@ def repartition_for(
         return ""
     drain = mig.drains.get(pool)
     if drain is not None and drain.job_id == rec.job.id:
-        if not migdrain.drained(core, drain):
+        # (a GPU that freed up meanwhile ends the drain as well: waiting on would idle both)
+        if not migdrain.drained(core, drain) and isinstance(
+            _choose(core, mig, rec, profile, needed), str
+        ):
             return migdrain.waiting_for(core, drain)
         del mig.drains[pool]
         migdrain.end_drain(core, drain)  # and re-cut it (or a GPU that freed up meanwhile)
