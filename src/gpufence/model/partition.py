@@ -30,6 +30,14 @@ class MigConfig:
     layout: tuple[str, ...] = ()  # profiles per GPU ("name" or "name@start"); () = none created
     dynamic: bool = False  # may re-partition idle GPUs to fit pending demand
     reconfigure_delay_s: float = 60.0
+    # MIG defragmentation by stopping (sched/migdefrag_stop.py): checkpointable jobs whose
+    # instances block a waiting multi-slice profile on the GPU drained for it may be noticed and
+    # stopped (then requeued), at most ``defrag_budget`` per ``defrag_window_s`` in this
+    # partition. Its own budget, not the fence's incident preemption budget: serving's
+    # protection never competes with re-packing. 0 = drain by attrition only.
+    defrag_budget: int = 0
+    defrag_window_s: float = 86400.0
+    defrag_grace_s: float = 120.0  # how long a defrag victim has to checkpoint
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,6 +12,7 @@ from gpufence.sched import migcut, migdrain, migindex
 from gpufence.sched.context import Core
 from gpufence.sched.jobs import JobRecord
 from gpufence.sched.migcut import destroyed, unmet_demand
+from gpufence.sched.migdefrag_stop import DefragState
 from gpufence.sched.migdrain import Drain
 from gpufence.sched.migindex import PoolIndex
 from gpufence.sched.placement.fit import node_admits
@@ -30,6 +31,7 @@ class MigWork:
     # GPU being re-cut -> the jobs that wait for its new instances: job -> (profile, how many)
     waiting: dict[int, dict[str, tuple[str, int]]] = field(default_factory=dict)
     offers: dict[int, dict[str, int]] = field(default_factory=dict)  # GPU -> new instances
+    defrag: DefragState = field(default_factory=DefragState)  # stops for drains (migdefrag_stop)
 
     def reconfigured(self, core: Core, gpu: int) -> None:
         """The front end applied the layout asked for on ``gpu``: it is usable again."""
