@@ -151,3 +151,44 @@ def test_no_budget_is_attrition_only() -> None:
     s.step(sub(job("big1").mig(SEVEN_G).build()), 20)
     assert s.step([Tick()], 600) == []
     assert s.why_pending("big1").reason is Reason.MIG_LAYOUT  # type: ignore[union-attr]
+
+
+def _bind4(jid: str, gpu: int) -> Bind:
+    return bind(jid, gpu, "4g.40gb", 0)
+
+
+def _cut4(gpu: int) -> MigReconfigure:
+    layout = ("4g.40gb@0", "1g.10gb@4", "1g.10gb@5", "1g.10gb@6")
+    msg = f"re-partition idle GPU {gpu} for pending 4g.40gb demand"
+    return MigReconfigure(gpu, layout, Reason.MIG_LAYOUT, 30.0, msg)
+
+
+# two uncut GPUs, budget 2: checkpointable 4g jobs a and b on one GPU each; the 7g c stops a.
+# a is requeued ahead of c (older), yet does not re-cut GPU 0 back for itself (it was stopped
+# for c: c binds at 800), and a 4g is never stopped for a 4g (no Notice to b at 1500): a waits
+# for c to end. Was: a re-cut GPU 0 back at 800, then drained it for itself, and c waited on.
+VICTIM_KEEPS_OFF: Table = [
+    (0, sub(*[job(x).mig("4g.40gb").checkpointable().build() for x in "ab"]), [_cut4(0)]),
+    (30, [MigReconfigured(0)], [_bind4("a", 0), _cut4(1)]),
+    (60, [MigReconfigured(1)], [_bind4("b", 1)]),
+    (700, sub(job("c").mig(SEVEN_G).build()), [notice("a", 0, "c", 820.0)]),
+    (760, [CheckpointAck("a")], [stop("a")]),
+    (760, [JobStopped("a")], [Requeue("a", Reason.MIG_DEFRAG, 2, "back in its queue"), recut(0)]),
+    (790, [MigReconfigured(0)], [bind("c", 0, SEVEN_G, 0)]),
+    (1500, [Tick()], []),
+    (1600, [JobFinished("c")], [_cut4(0)]),
+    (1630, [MigReconfigured(0)], [_bind4("a", 0)]),
+]
+
+
+def test_a_victim_does_not_take_back_the_gpu_it_was_stopped_for() -> None:
+    mig = MigConfig(layout=(), dynamic=True, reconfigure_delay_s=30.0, defrag_budget=2)
+    c = (
+        ClusterBuilder()
+        .nodes("n", 1, gpus=2)
+        .partition("m", ["n"], sharing=SharingMode.MIG, mig=mig)
+        .build()
+    )
+    s = make(c)
+    for t, events, want in VICTIM_KEEPS_OFF:
+        assert s.step(list(events), t) == list(want), f"at t={t:g}"

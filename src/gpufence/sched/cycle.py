@@ -75,5 +75,5 @@ def run_cycle(s: SchedulerState, events: Iterable[Event], now: float) -> list[De
     release_holds(core.ledger, held)
     # 7. reclaim / protect
     protect(Protecting(core, s.book, s.claims, s.reasons, s.protection, out), failed)
-    out += defrag(core, s.book, s.mig.drains, s.reasons, s.mig.defrag)  # MIG drains, by stops
+    out += defrag(core, s.book, s.mig, s.reasons)  # MIG drains cleared by stops (migdefrag_stop)
     return out

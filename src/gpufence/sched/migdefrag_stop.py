@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from gpufence.model import mig as migmod
 from gpufence.model.decisions import Decision, Reason
@@ -36,6 +37,9 @@ from gpufence.sched.placement.fit import node_admits
 from gpufence.sched.placement.mig_room import starts_beside
 from gpufence.sched.reasons import PendingReasons
 
+if TYPE_CHECKING:  # (migdyn holds a DefragState: a run-time import would be circular)
+    from gpufence.sched.migdyn import MigWork
+
 INF = float("inf")
 MAX_SCAN = 256  # GPUs of a pool looked at for a stoppable drain per cycle (bounded work)
 
@@ -47,6 +51,13 @@ class DefragState:
 
     times: dict[str, deque[float]] = field(default_factory=dict)
     after: dict[str, float] = field(default_factory=dict)
+    # job stopped -> the job it was stopped for, while that one waits: a victim requeued ahead
+    # of it in queue order must not re-cut the GPU made for it back for itself (ping-pong)
+    stopped_for: dict[str, str] = field(default_factory=dict)
+
+    def keeps_from(self, owner: str, job_id: str) -> bool:
+        """The GPU re-cut for ``owner`` is kept from ``job_id``: it was stopped for it."""
+        return self.stopped_for.get(job_id) == owner
 
     def next_wakeup(self, now: float) -> float | None:
         due = [t for t in self.after.values() if now < t < INF]
@@ -60,11 +71,13 @@ class _Plan:
     coming: tuple[str, ...]  # in the way, already on their way out
 
 
-def defrag(
-    core: Core, book: JobBook, drains: dict[str, Drain], reasons: PendingReasons, st: DefragState
-) -> list[Decision]:
+def defrag(core: Core, book: JobBook, mig: MigWork, reasons: PendingReasons) -> list[Decision]:
     """Notice the jobs in the way of each drain where the pool's budget allows it."""
     out: list[Decision] = []
+    drains, st = mig.drains, mig.defrag
+    for v, owner in list(st.stopped_for.items()):
+        if owner not in core.queues:  # (started, or left the queue)
+            del st.stopped_for[v]
     for pool, drain in list(drains.items()):
         cfg = core.cluster.partitions[pool].mig
         if cfg is None or cfg.defrag_budget <= 0:
@@ -73,7 +86,7 @@ def defrag(
         rec = book.records.get(drain.job_id)
         if rec is None or rec.state is not JobState.PENDING or migdrain.drained(core, drain):
             continue  # (ended, or nothing in the way: the next placement re-cuts it)
-        d = _Defrag(core, book, reasons, st, cfg, pool, out)
+        d = _Defrag(core, book, reasons, mig, cfg, pool, out)
         drains[pool] = d.run(drain)
     return out
 
@@ -85,7 +98,7 @@ class _Defrag:
     core: Core
     book: JobBook
     reasons: PendingReasons
-    st: DefragState
+    mig: MigWork
     cfg: MigConfig
     pool: str
     out: list[Decision]
@@ -94,7 +107,7 @@ class _Defrag:
         """The drain as it is now (moved to another GPU where that GPU's jobs may be stopped
         and the drained one's may not)."""
         core, cfg = self.core, self.cfg
-        times = self.st.times.setdefault(self.pool, deque())
+        times = self.mig.defrag.times.setdefault(self.pool, deque())
         while times and times[0] <= core.now - cfg.defrag_window_s:
             times.popleft()
         left = cfg.defrag_budget - len(times)
@@ -121,6 +134,11 @@ class _Defrag:
         why = f"GPU {drain.gpu} is re-packed for {drain.profile} job {jid}"
         deadline = core.now + cfg.defrag_grace_s
         for v in plan.victims:
+            # a GPU once re-cut for the victim is not kept for it when it requeues (migdyn's
+            # anti-ping-pong rule is for a re-cut its job has not used yet; this one was)
+            for g in [g for g, j in self.mig.made_for.items() if j == v]:
+                del self.mig.made_for[g]
+            self.mig.defrag.stopped_for[v] = jid
             times.append(core.now)
             self.out.append(book.notice(book.records[v], Reason.MIG_DEFRAG, deadline, True, why))
             book.counters.preemptions[Reason.MIG_DEFRAG] += 1
@@ -139,13 +157,13 @@ class _Defrag:
         n, victims = len(plan.victims), ", ".join(plan.victims)
         where = f"{victims} on GPU {plan.gpu}"
         if n > cfg.defrag_budget:  # no window, spent or not, pays for it
-            self.st.after[self.pool] = INF
+            self.mig.defrag.after[self.pool] = INF
             head = (
                 f"MIG defrag cannot pay for it (stopping {where} takes {n}; the budget allows "
                 f"{cfg.defrag_budget} in {cfg.defrag_window_s:g} s)"
             )
         else:
-            self.st.after[self.pool] = times[0] + cfg.defrag_window_s if times else INF
+            self.mig.defrag.after[self.pool] = times[0] + cfg.defrag_window_s if times else INF
             head = (
                 f"MIG defrag budget spent ({len(times)} of {cfg.defrag_budget} in "
                 f"{cfg.defrag_window_s:g} s; stopping {where} takes {n})"
@@ -158,7 +176,7 @@ class _Defrag:
         young = _first_to_age(self.core, self.book, drain, min_run)
         if young is None:
             return  # (nothing stoppable in the way: the drain's own reason, attrition, stands)
-        self.st.after[self.pool] = young
+        self.mig.defrag.after[self.pool] = young
         attrition = migdrain.waiting_for(self.core, drain)
         self.reasons.set_job(
             drain.job_id,
@@ -190,7 +208,9 @@ def _on_the_way(book: JobBook, jid: str) -> bool:
 
 def _way(core: Core, g: int, profile: str) -> list[tuple[int, tuple[str, ...]]]:
     """Per start of ``profile`` where clearing the jobs over it makes it fit on GPU ``g``:
-    (start, those jobs)."""
+    (start, those jobs). Only starts where their instances hold fewer compute slices than the
+    profile: a defrag makes room for more than it stops, never swaps like for like (a 4g
+    stopped for a 4g would then stop the next one for itself)."""
     model = core.cluster.gpu_type_of(g).mig_model
     assert model is not None
     profiles = migmod.profiles_for(model)
@@ -201,9 +221,11 @@ def _way(core: Core, g: int, profile: str) -> list[tuple[int, tuple[str, ...]]]:
         span = migmod.span_mask(s, p.mem_slices)
         over = [migmod.span_mask(i.start, profiles[i.profile].mem_slices) & span for i, _ in held]
         rest = tuple(i for (i, _), o in zip(held, over, strict=True) if not o)
-        if s in starts_beside(model, rest, profile):  # (else the per-GPU caps block it)
-            jobs = (j for (_, j), o in zip(held, over, strict=True) if o)
-            out.append((s, tuple(dict.fromkeys(jobs))))
+        if s not in starts_beside(model, rest, profile):
+            continue  # (the per-GPU caps block it even with the way cleared)
+        way = [(i, j) for (i, j), o in zip(held, over, strict=True) if o]
+        if sum(profiles[i.profile].compute_slices for i, _ in way) < p.compute_slices:
+            out.append((s, tuple(dict.fromkeys(j for _, j in way))))
     return out
 
 

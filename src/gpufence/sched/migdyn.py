@@ -74,6 +74,8 @@ def _kept(core: Core, mig: MigWork, gpu: int, rec: JobRecord) -> bool:
     owner = mig.made_for.get(gpu)
     if owner is None or owner not in core.queues:
         return False
+    if mig.defrag.keeps_from(owner, rec.job.id):  # rec was stopped for owner (migdefrag_stop)
+        return True
     return owner == rec.job.id or _order(core.queues.records[owner]) < _order(rec)
 
 
