@@ -211,12 +211,18 @@ def _way(core: Core, g: int, profile: str) -> list[tuple[int, tuple[str, ...]]]:
     (start, those jobs). Only starts where their instances hold fewer compute slices than the
     profile: a defrag makes room for more than it stops, never swaps like for like (a 4g
     stopped for a 4g would then stop the next one for itself)."""
+    st = core.ledger.mig[g]
+    key = ("defrag-way", profile)
+    got = st.memo.get(key)  # (the GPU's memo is emptied when its instances or jobs change)
+    if got is not None:
+        return got  # type: ignore[return-value]
     model = core.cluster.gpu_type_of(g).mig_model
     assert model is not None
     profiles = migmod.profiles_for(model)
     p = profiles[profile]
     held = running_jobs(core, g)
     out: list[tuple[int, tuple[str, ...]]] = []
+    st.memo[key] = out
     for s in p.starts:
         span = migmod.span_mask(s, p.mem_slices)
         over = [migmod.span_mask(i.start, profiles[i.profile].mem_slices) & span for i, _ in held]
