@@ -192,3 +192,12 @@ def test_a_victim_does_not_take_back_the_gpu_it_was_stopped_for() -> None:
     s = make(c)
     for t, events, want in VICTIM_KEEPS_OFF:
         assert s.step(list(events), t) == list(want), f"at t={t:g}"
+
+
+def test_a_defrag_stop_counts_as_a_preemption_in_metrics_and_accounting() -> None:
+    """gpufence_preemptions_total{reason="mig-defrag"}, the store's per-job preemption count and
+    the GPU-hours-lost cause all read telemetry.incidents.PREEMPTION_REASONS."""
+    from gpufence.telemetry.incidents import PREEMPTION_REASONS, loss_cause
+
+    assert str(Reason.MIG_DEFRAG) in PREEMPTION_REASONS
+    assert loss_cause(str(Reason.MIG_DEFRAG)) == "preemption"
