@@ -12,6 +12,7 @@ from gpufence.sched import migcut, migdrain, migindex
 from gpufence.sched.context import Core
 from gpufence.sched.jobs import JobRecord
 from gpufence.sched.migcut import destroyed, unmet_demand
+from gpufence.sched.migdefrag_stop import DefragState
 from gpufence.sched.migdrain import Drain
 from gpufence.sched.migindex import PoolIndex
 from gpufence.sched.placement.fit import node_admits
@@ -30,6 +31,7 @@ class MigWork:
     # GPU being re-cut -> the jobs that wait for its new instances: job -> (profile, how many)
     waiting: dict[int, dict[str, tuple[str, int]]] = field(default_factory=dict)
     offers: dict[int, dict[str, int]] = field(default_factory=dict)  # GPU -> new instances
+    defrag: DefragState = field(default_factory=DefragState)  # stops for drains (migdefrag_stop)
 
     def reconfigured(self, core: Core, gpu: int) -> None:
         """The front end applied the layout asked for on ``gpu``: it is usable again."""
@@ -72,6 +74,8 @@ def _kept(core: Core, mig: MigWork, gpu: int, rec: JobRecord) -> bool:
     owner = mig.made_for.get(gpu)
     if owner is None or owner not in core.queues:
         return False
+    if mig.defrag.keeps_from(owner, rec.job.id):  # rec was stopped for owner (migdefrag_stop)
+        return True
     return owner == rec.job.id or _order(core.queues.records[owner]) < _order(rec)
 
 
@@ -91,7 +95,10 @@ def repartition_for(
         return ""
     drain = mig.drains.get(pool)
     if drain is not None and drain.job_id == rec.job.id:
-        if not migdrain.drained(core, drain):
+        # (a GPU that freed up meanwhile ends the drain as well: waiting on would idle both)
+        if not migdrain.drained(core, drain) and isinstance(
+            _choose(core, mig, rec, profile, needed), str
+        ):
             return migdrain.waiting_for(core, drain)
         del mig.drains[pool]
         migdrain.end_drain(core, drain)  # and re-cut it (or a GPU that freed up meanwhile)
