@@ -201,35 +201,8 @@ def _choose(
     why = ix.memo.get(nothing)
     if isinstance(why, str):
         return why
-    ranked: list[tuple[_Rank, int, int]] = []  # (rank, GPU, group) of admitted GPUs
-    blocked: list[int] = []  # groups the profile does not fit
-    n_blocked = 0
-    kept = False
-    fitting: list[tuple[_Rank, int]] = []
-    whole_only = not _recut_busy(core, pool)
-    for sid, gids in ix.groups.items():
-        # (a GPU with running instances is no candidate where re-cuts take whole GPUs)
-        rank = None if whole_only and ix.sigs[sid][1] else _rank(ix, sid, profile)
-        if rank is None:
-            blocked.append(sid)
-            n_blocked += len(gids)
-        else:
-            fitting.append((rank, sid))
-    # groups best first; a group's GPUs are ascending, so the walk meets candidates in (rank,
-    # GPU) order except across groups of equal rank: take those whole before stopping
-    fitting.sort(key=lambda rs: (rs[0], ix.groups[rs[1]][0]))
-    for rank, sid in fitting:
-        if len(ranked) >= _TRIES and rank > ranked[-1][0]:
-            break
-        taken = 0
-        for g in ix.groups[sid]:
-            if taken == _TRIES:
-                break
-            if _kept(core, mig, g, rec):
-                kept = True  # (depends on the job, not on its shape: not remembered)
-            elif node_admits(core.ledger, job, core.cluster.gpus[g].node, needed):
-                ranked.append((rank, g, sid))
-                taken += 1
+    fitting, blocked, n_blocked = _fitting_groups(ix, profile, not _recut_busy(core, pool))
+    ranked, kept = _candidates(core, mig, ix, rec, fitting, needed)
     ranked.sort(key=lambda r: (r[0], r[1]))
     demand: list[str] | None = None
     for _, g, sid in ranked[:_TRIES]:
@@ -247,6 +220,56 @@ def _choose(
     if not kept and not ranked:
         ix.memo[nothing] = why
     return why
+
+
+def _fitting_groups(
+    ix: PoolIndex, profile: str, whole_only: bool
+) -> tuple[list[tuple[_Rank, int]], list[int], int]:
+    """The pool's groups where ``profile`` fits after a re-cut, (rank, group) best first, the
+    groups where it does not, and how many GPUs those hold. ``whole_only``: a GPU with running
+    instances is no candidate (where re-cuts take whole GPUs)."""
+    fitting: list[tuple[_Rank, int]] = []
+    blocked: list[int] = []
+    n_blocked = 0
+    for sid, gids in ix.groups.items():
+        rank = None if whole_only and ix.sigs[sid][1] else _rank(ix, sid, profile)
+        if rank is None:
+            blocked.append(sid)
+            n_blocked += len(gids)
+        else:
+            fitting.append((rank, sid))
+    # groups best first; a group's GPUs are ascending, so the walk meets candidates in (rank,
+    # GPU) order except across groups of equal rank: take those whole before stopping
+    fitting.sort(key=lambda rs: (rs[0], ix.groups[rs[1]][0]))
+    return fitting, blocked, n_blocked
+
+
+def _candidates(
+    core: Core,
+    mig: MigWork,
+    ix: PoolIndex,
+    rec: JobRecord,
+    fitting: list[tuple[_Rank, int]],
+    needed: int,
+) -> tuple[list[tuple[_Rank, int, int]], bool]:
+    """Up to ``_TRIES`` GPUs per rank to try, (rank, GPU, group), whose node admits the job;
+    and whether a GPU was passed over because it is kept for another job (that depends on the
+    job, not on its shape, so a "none" found then is not remembered)."""
+    ranked: list[tuple[_Rank, int, int]] = []
+    kept = False
+    for rank, sid in fitting:
+        if len(ranked) >= _TRIES and rank > ranked[-1][0]:
+            break
+        taken = 0
+        for g in ix.groups[sid]:
+            if taken == _TRIES:
+                break
+            if _kept(core, mig, g, rec):
+                kept = True
+            elif node_admits(core.ledger, rec.job, core.cluster.gpus[g].node, needed):
+                ranked.append((rank, g, sid))
+                taken += 1
+    return ranked, kept
 
 
 _Rank = tuple[Size, int, tuple[Size, Size, int], int]

@@ -379,9 +379,9 @@ class PartitionSchema(PartitionFence):
                     mig.layout,
                     mig.dynamic,
                     mig.reconfigure_delay_s,
-                    mig.defrag_budget,
-                    mig.defrag_window_s,
-                    mig.defrag_grace_s,
+                    defrag_budget=mig.defrag_budget,
+                    defrag_window_s=mig.defrag_window_s,
+                    defrag_grace_s=mig.defrag_grace_s,
                 )
                 if self.sharing is SharingMode.MIG
                 else None
