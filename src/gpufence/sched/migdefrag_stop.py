@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from gpufence.model import mig as migmod
 from gpufence.model.decisions import Decision, Reason
@@ -36,9 +36,6 @@ from gpufence.sched.migindex import running_jobs
 from gpufence.sched.placement.fit import node_admits
 from gpufence.sched.placement.mig_room import starts_beside
 from gpufence.sched.reasons import PendingReasons
-
-if TYPE_CHECKING:  # (migdyn holds a DefragState: a run-time import would be circular)
-    from gpufence.sched.migdyn import MigWork
 
 INF = float("inf")
 MAX_SCAN = 256  # GPUs of a pool looked at for a stoppable drain per cycle (bounded work)
@@ -69,6 +66,15 @@ class _Plan:
     gpu: int
     victims: tuple[str, ...]  # to notice now
     coming: tuple[str, ...]  # in the way, already on their way out
+
+
+class MigWork(Protocol):
+    """What of migdyn's ``MigWork`` a defrag reads and changes (a protocol, not an import:
+    migdyn holds the ``DefragState`` this module defines)."""
+
+    made_for: dict[int, str]  # GPU -> job it was re-partitioned for
+    drains: dict[str, Drain]  # MIG pool -> its GPU being drained
+    defrag: DefragState
 
 
 def defrag(core: Core, book: JobBook, mig: MigWork, reasons: PendingReasons) -> list[Decision]:
