@@ -150,7 +150,9 @@ def worlds(draw: st.DrawFn, max_parts: int = 4, contended: bool = False) -> Worl
             layout = _layout_prefix(model, draw(st.lists(st.sampled_from(names), max_size=7)))
             dynamic = draw(st.booleans()) or not layout
             delay = draw(st.sampled_from((0.0, 5.0, 60.0)))
-            kw["mig"] = MigConfig(layout, dynamic, delay)
+            # a MIG defrag budget: checkpointable jobs in a drained GPU's way may be stopped
+            budget = draw(st.sampled_from((0, 3))) if dynamic else 0
+            kw["mig"] = MigConfig(layout, dynamic, delay, defrag_budget=budget)
         if mode is SharingMode.FRACTIONAL:
             kw["placement"] = draw(st.sampled_from(sorted(SCORERS)))
         kw["backfill"] = draw(st.booleans())

@@ -225,3 +225,19 @@ def test_a_free_instance_is_taken_rather_than_waiting_for_a_recut() -> None:
         bind("b", 1, "1g.10gb+me", 6),
     ]
     assert not [d for d in got if isinstance(d, MigReconfigure) and d.gpu == 0][1:]
+
+
+def test_a_gpu_that_frees_up_ends_a_drain() -> None:
+    """GPU 1 is drained for the 7g (j7 in the way); j0 and j6 end first, so GPU 0 is re-cut
+    for it at once. Was: the 7g waited for j7 on the drained GPU while GPU 0 stood idle."""
+    s = make(cluster(gpus=2))
+    s.step(sub(*[job(f"j{i}").mig("1g.10gb").build() for i in range(8)]), 0)
+    s.step([JobFinished(f"j{i}") for i in range(1, 6)], 10)  # GPU 0: j0, j6 run; GPU 1: j7
+    assert s.step(sub(job("big").mig("7g.80gb").build()), 20) == []
+    assert s.ledger.blocked == {1: None}
+    got = flat(s, [(600, [JobFinished("j0"), JobFinished("j6")]), (630, [MigReconfigured(0)])])
+    assert got == [
+        recut(0, ("7g.80gb@0",), "re-partition idle GPU 0 for pending 7g.80gb demand"),
+        bind("big", 0, "7g.80gb", 0),
+    ]
+    assert s.ledger.blocked == {}

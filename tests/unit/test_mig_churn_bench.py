@@ -52,3 +52,26 @@ def test_the_bound_is_the_work_of_every_request_over_the_baselines() -> None:
     ]
     base = mc.figures(reqs, {"a": 0.0}, mc.SIZES)  # b withdrawn
     assert mc.accepted_bound(reqs, base) == 8 / 7
+
+
+def test_a_checkpointable_4g_is_stopped_for_a_7g_and_resumes() -> None:
+    """Two 4g training jobs hold both GPUs; the 7g waits for one to end under smallest-fit
+    (t=5000) but gpufence stops a (aged past min_runtime_s 600) at 700, re-cuts GPU 0 for c
+    (ready 790) and a resumes when c ends (stopped 760, bound 920). Each of these fails without
+    its part: a victim requeued ahead of c taking GPU 0 back (c then waits to 5240 after a
+    second stop), or a drain of the empty GPU 0 for a (c to 7200)."""
+    reqs = [
+        mc.Request("a", "4g", 0.0, 5000.0, 7200.0, True),
+        mc.Request("b", "4g", 0.0, 5000.0, 7200.0, True),
+        mc.Request("c", "7g", 700.0, 100.0, 7200.0),
+    ]
+    args = _args("--gpus", "2")
+    assert mc.smallest_fit(args, reqs) == {"a": 0.0, "b": 0.0, "c": 5000.0}
+    stops = mc.Stops()
+    assert mc.gpufence(args, reqs, stops) == {"a": 30.0, "b": 60.0, "c": 790.0}
+    assert (stops.stops, stops.resume_waits) == (1, [160.0])
+    # a ran 30..760, then from 920 for what it had left (4270 s) plus 120 s of reload
+    assert (4, 920.0, 920.0 + 4270.0 + 120.0) in stops.busy
+    none = mc.Stops()
+    assert mc.gpufence(_args("--gpus", "2", "--defrag-budget", "0"), reqs, none)["c"] == 5060.0
+    assert none.stops == 0

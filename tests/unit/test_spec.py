@@ -251,6 +251,9 @@ ERROR_TABLE = """\
    "partitions.training.mig: only applies to sharing: mig (sharing is 'exclusive')"]
 - [mig-empty-static, {partitions.interactive.mig: {layout: []}}, "partitions.interactive.mig: an
    empty mig.layout with dynamic: false creates no MIG instances"]
+- [mig-defrag-static, {partitions.interactive.mig: {layout: [7g.80gb], defrag_budget: 4}},
+   "partitions.interactive.mig.defrag_budget: mig.defrag_budget stops jobs so that a GPU can be
+   re-cut, which needs mig.dynamic: true"]
 - [mig-block-missing, {partitions.interactive.mig: ~},
    "partitions.interactive.sharing: an empty mig.layout with dynamic: false"]
 - [no-gpus, {partitions.extra: {admits: [batch]}}, "partitions.extra: selects no GPUs"]

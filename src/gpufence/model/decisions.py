@@ -33,6 +33,7 @@ class Reason(StrEnum):
     INCIDENT_PREEMPTION = "incident-preemption"
     ON_DEMAND_PREEMPTION = "on-demand-preemption"
     LENT_RECLAIM = "lent-reclaim"
+    MIG_DEFRAG = "mig-defrag"  # its MIG instance blocks a larger profile (sched/migdefrag_stop)
     IDLE = "idle"
     NODE_FAILURE = "node-failure"
     DRAIN = "drain"  # its node is drained with a deadline (an operator's, for maintenance)

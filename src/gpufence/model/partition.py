@@ -34,6 +34,14 @@ class MigConfig:
     # operator's MIG manager re-creates every instance of a GPU it re-cuts, so on Kubernetes
     # only a GPU with no running instance is re-cut)
     recut_busy: bool = True
+    # MIG defragmentation by stopping (sched/migdefrag_stop.py): checkpointable jobs whose
+    # instances block a waiting multi-slice profile on the GPU drained for it may be noticed and
+    # stopped (then requeued), at most ``defrag_budget`` per ``defrag_window_s`` in this
+    # partition. Its own budget, not the fence's incident preemption budget: serving's
+    # protection never competes with re-packing. 0 = drain by attrition only.
+    defrag_budget: int = 0
+    defrag_window_s: float = 86400.0
+    defrag_grace_s: float = 120.0  # how long a defrag victim has to checkpoint
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,6 +28,7 @@ from gpufence.sched.drains import advance as advance_windows
 from gpufence.sched.expiry import expire_limits, expire_notices
 from gpufence.sched.gates import Gates
 from gpufence.sched.lend import lend
+from gpufence.sched.migdefrag_stop import defrag
 from gpufence.sched.migdyn import MigWork, release_drains
 from gpufence.sched.place import PlaceMemo, Placing, place_partitions, release_holds
 from gpufence.sched.protect import Protecting, ProtectionState, protect
@@ -75,4 +76,5 @@ def run_cycle(s: SchedulerState, events: Iterable[Event], now: float) -> list[De
     release_holds(core.ledger, held)
     # 7. reclaim / protect
     protect(Protecting(core, s.book, s.claims, s.reasons, s.protection, out), failed)
+    out += defrag(core, s.book, s.mig, s.reasons)  # MIG drains cleared by stops (migdefrag_stop)
     return out

@@ -73,6 +73,8 @@ def start_drain(core: Core, ix: PoolIndex, rec: JobRecord, profile: str) -> Drai
     best: tuple[tuple[int, int], int] | None = None
     for sid, gids in ix.groups.items():
         cost = _in_the_way(ix.sigs[sid], profile)
+        if cost[0] == 0:  # it fits there now: not re-cut for another reason (kept for a job)
+            continue
         for g in gids:
             if best is not None and (cost, g) >= best:
                 break

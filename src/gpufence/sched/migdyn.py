@@ -12,6 +12,7 @@ from gpufence.sched import migcut, migdrain, migindex
 from gpufence.sched.context import Core
 from gpufence.sched.jobs import JobRecord
 from gpufence.sched.migcut import destroyed, unmet_demand
+from gpufence.sched.migdefrag_stop import DefragState
 from gpufence.sched.migdrain import Drain
 from gpufence.sched.migindex import PoolIndex
 from gpufence.sched.placement.fit import node_admits
@@ -30,6 +31,7 @@ class MigWork:
     # GPU being re-cut -> the jobs that wait for its new instances: job -> (profile, how many)
     waiting: dict[int, dict[str, tuple[str, int]]] = field(default_factory=dict)
     offers: dict[int, dict[str, int]] = field(default_factory=dict)  # GPU -> new instances
+    defrag: DefragState = field(default_factory=DefragState)  # stops for drains (migdefrag_stop)
 
     def reconfigured(self, core: Core, gpu: int) -> None:
         """The front end applied the layout asked for on ``gpu``: it is usable again."""
@@ -72,6 +74,8 @@ def _kept(core: Core, mig: MigWork, gpu: int, rec: JobRecord) -> bool:
     owner = mig.made_for.get(gpu)
     if owner is None or owner not in core.queues:
         return False
+    if mig.defrag.keeps_from(owner, rec.job.id):  # rec was stopped for owner (migdefrag_stop)
+        return True
     return owner == rec.job.id or _order(core.queues.records[owner]) < _order(rec)
 
 
@@ -91,7 +95,10 @@ def repartition_for(
         return ""
     drain = mig.drains.get(pool)
     if drain is not None and drain.job_id == rec.job.id:
-        if not migdrain.drained(core, drain):
+        # (a GPU that freed up meanwhile ends the drain as well: waiting on would idle both)
+        if not migdrain.drained(core, drain) and isinstance(
+            _choose(core, mig, rec, profile, needed), str
+        ):
             return migdrain.waiting_for(core, drain)
         del mig.drains[pool]
         migdrain.end_drain(core, drain)  # and re-cut it (or a GPU that freed up meanwhile)
@@ -194,35 +201,8 @@ def _choose(
     why = ix.memo.get(nothing)
     if isinstance(why, str):
         return why
-    ranked: list[tuple[_Rank, int, int]] = []  # (rank, GPU, group) of admitted GPUs
-    blocked: list[int] = []  # groups the profile does not fit
-    n_blocked = 0
-    kept = False
-    fitting: list[tuple[_Rank, int]] = []
-    whole_only = not _recut_busy(core, pool)
-    for sid, gids in ix.groups.items():
-        # (a GPU with running instances is no candidate where re-cuts take whole GPUs)
-        rank = None if whole_only and ix.sigs[sid][1] else _rank(ix, sid, profile)
-        if rank is None:
-            blocked.append(sid)
-            n_blocked += len(gids)
-        else:
-            fitting.append((rank, sid))
-    # groups best first; a group's GPUs are ascending, so the walk meets candidates in (rank,
-    # GPU) order except across groups of equal rank: take those whole before stopping
-    fitting.sort(key=lambda rs: (rs[0], ix.groups[rs[1]][0]))
-    for rank, sid in fitting:
-        if len(ranked) >= _TRIES and rank > ranked[-1][0]:
-            break
-        taken = 0
-        for g in ix.groups[sid]:
-            if taken == _TRIES:
-                break
-            if _kept(core, mig, g, rec):
-                kept = True  # (depends on the job, not on its shape: not remembered)
-            elif node_admits(core.ledger, job, core.cluster.gpus[g].node, needed):
-                ranked.append((rank, g, sid))
-                taken += 1
+    fitting, blocked, n_blocked = _fitting_groups(ix, profile, not _recut_busy(core, pool))
+    ranked, kept = _candidates(core, mig, ix, rec, fitting, needed)
     ranked.sort(key=lambda r: (r[0], r[1]))
     demand: list[str] | None = None
     for _, g, sid in ranked[:_TRIES]:
@@ -240,6 +220,56 @@ def _choose(
     if not kept and not ranked:
         ix.memo[nothing] = why
     return why
+
+
+def _fitting_groups(
+    ix: PoolIndex, profile: str, whole_only: bool
+) -> tuple[list[tuple[_Rank, int]], list[int], int]:
+    """The pool's groups where ``profile`` fits after a re-cut, (rank, group) best first, the
+    groups where it does not, and how many GPUs those hold. ``whole_only``: a GPU with running
+    instances is no candidate (where re-cuts take whole GPUs)."""
+    fitting: list[tuple[_Rank, int]] = []
+    blocked: list[int] = []
+    n_blocked = 0
+    for sid, gids in ix.groups.items():
+        rank = None if whole_only and ix.sigs[sid][1] else _rank(ix, sid, profile)
+        if rank is None:
+            blocked.append(sid)
+            n_blocked += len(gids)
+        else:
+            fitting.append((rank, sid))
+    # groups best first; a group's GPUs are ascending, so the walk meets candidates in (rank,
+    # GPU) order except across groups of equal rank: take those whole before stopping
+    fitting.sort(key=lambda rs: (rs[0], ix.groups[rs[1]][0]))
+    return fitting, blocked, n_blocked
+
+
+def _candidates(
+    core: Core,
+    mig: MigWork,
+    ix: PoolIndex,
+    rec: JobRecord,
+    fitting: list[tuple[_Rank, int]],
+    needed: int,
+) -> tuple[list[tuple[_Rank, int, int]], bool]:
+    """Up to ``_TRIES`` GPUs per rank to try, (rank, GPU, group), whose node admits the job;
+    and whether a GPU was passed over because it is kept for another job (that depends on the
+    job, not on its shape, so a "none" found then is not remembered)."""
+    ranked: list[tuple[_Rank, int, int]] = []
+    kept = False
+    for rank, sid in fitting:
+        if len(ranked) >= _TRIES and rank > ranked[-1][0]:
+            break
+        taken = 0
+        for g in ix.groups[sid]:
+            if taken == _TRIES:
+                break
+            if _kept(core, mig, g, rec):
+                kept = True
+            elif node_admits(core.ledger, rec.job, core.cluster.gpus[g].node, needed):
+                ranked.append((rank, g, sid))
+                taken += 1
+    return ranked, kept
 
 
 _Rank = tuple[Size, int, tuple[Size, Size, int], int]

@@ -21,8 +21,10 @@ from gpufence.sched.jobs import Notice as NoticeState
 from gpufence.sched.reclaim import track
 from gpufence.state.ledger import Allocation, charge_milli
 
-# notices that took a slot of an incident preemption budget when they were given
-COUNTED_NOTICES = frozenset((Reason.INCIDENT_PREEMPTION, Reason.ON_DEMAND_PREEMPTION))
+# notices that took a slot of a budget when they were given (incident, MIG defrag)
+COUNTED_NOTICES = frozenset(
+    (Reason.INCIDENT_PREEMPTION, Reason.ON_DEMAND_PREEMPTION, Reason.MIG_DEFRAG)
+)
 
 
 class RestoreConflict(ValueError):

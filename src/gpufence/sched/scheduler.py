@@ -191,4 +191,6 @@ class Scheduler:
                 times.append(due)
         now = s.core.now
         times += [t for t in s.protection.after.values() if now < t < INF]
+        if (defrag := s.mig.defrag.next_wakeup(now)) is not None:  # sched/migdefrag_stop.py
+            times.append(defrag)
         return min(times) if times else None

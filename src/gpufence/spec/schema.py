@@ -28,6 +28,9 @@
 #       time_slice_max: 4      # jobs per GPU; required for (and only for) time-slice, >= 2
 #       mig: {layout: ["3g.40gb", "2g.20gb", "1g.10gb@6"], dynamic: false,
 #             reconfigure_delay_s: 60}   # only with sharing: mig; "profile@start" pins a start
+#                              #   dynamic only: defrag_budget (checkpointable jobs stopped per
+#                              #   defrag_window_s to unblock a larger profile; 0 = never),
+#                              #   defrag_grace_s (their time to checkpoint)
 #       placement: best-fit    # fractional placement policy (sched/registry.py SCORERS)
 #       queue_order: fair-share  # how pending jobs are ranked: fair-share (priority, then
 #                              #   weighted fair share) or las (sched/registry.py QUEUE_ORDERS)
@@ -260,6 +263,9 @@ class MigSchema(_Spec):
     layout: tuple[str, ...] = ()
     dynamic: bool = False
     reconfigure_delay_s: NonNegativeFloat = _MIG.reconfigure_delay_s
+    defrag_budget: NonNegativeInt = _MIG.defrag_budget
+    defrag_window_s: PositiveFloat = _MIG.defrag_window_s
+    defrag_grace_s: NonNegativeFloat = _MIG.defrag_grace_s
 
 
 class LendingSchema(_Spec):
@@ -338,6 +344,10 @@ class PartitionSchema(PartitionFence):
             msg = "an empty mig.layout with dynamic: false creates no MIG instances, so no job "
             msg += "could ever run; give mig.layout or set mig.dynamic: true"
             out.append((("mig",) if self.mig else ("sharing",), msg))
+        if mig.defrag_budget and not mig.dynamic:
+            msg = "mig.defrag_budget stops jobs so that a GPU can be re-cut, which needs "
+            msg += "mig.dynamic: true; set it or set defrag_budget: 0"
+            out.append((("mig", "defrag_budget"), msg))
         pre = self.preemption
         if pre is not None and pre.mode is not PreemptionMode.OFF and not pre.from_:
             msg = f"mode {pre.mode.value!r} needs at least one partition to preempt from"
@@ -365,7 +375,14 @@ class PartitionSchema(PartitionFence):
             sharing=self.sharing,
             time_slice_max=(self.time_slice_max or 1) if is_ts else 1,
             mig=(
-                MigConfig(mig.layout, mig.dynamic, mig.reconfigure_delay_s)
+                MigConfig(
+                    mig.layout,
+                    mig.dynamic,
+                    mig.reconfigure_delay_s,
+                    defrag_budget=mig.defrag_budget,
+                    defrag_window_s=mig.defrag_window_s,
+                    defrag_grace_s=mig.defrag_grace_s,
+                )
                 if self.sharing is SharingMode.MIG
                 else None
             ),

@@ -15,7 +15,12 @@ from collections.abc import Iterable, Mapping
 
 from gpufence.model.decisions import Reason
 
-PREEMPTION_REASONS = (str(Reason.INCIDENT_PREEMPTION), str(Reason.ON_DEMAND_PREEMPTION))
+# (a MIG defrag stop is a budgeted preemption too: sched/migdefrag_stop.py)
+PREEMPTION_REASONS = (
+    str(Reason.INCIDENT_PREEMPTION),
+    str(Reason.ON_DEMAND_PREEMPTION),
+    str(Reason.MIG_DEFRAG),
+)
 RECLAIM_REASONS = (str(Reason.LENT_RECLAIM), str(Reason.IDLE))
 FAILURE_REASONS = (str(Reason.NODE_FAILURE),)
 
