@@ -76,7 +76,10 @@ def test_keep_serves_the_dashboard_until_told_to_stop(stop: str) -> None:
             proc.send_signal(signal.SIGTERM)
         else:
             proc.send_signal(signal.SIGINT)
-        rc = proc.wait(60)
+        try:
+            rc = proc.wait(60)
+        except subprocess.TimeoutExpired:  # say what it was doing, not only that it hung
+            pytest.fail("not stopped 60 s after the signal:\n" + "".join(lines[-40:]))
     finally:
         if proc.poll() is None:  # a failed wait above, or a failed check: never leave it running
             proc.kill()

@@ -454,22 +454,23 @@ def _last_word(console: Console, res: ActResult) -> None:
             soft_wrap=True,
         )
         return
-    console.print(
+    line = (
         f"[bold]dashboard[/bold]: {web.url} ({web.sign_in_hint()}); act 2's control plane stays "
-        f"up: Ctrl-C to stop (or kill -TERM {os.getpid()})",
-        soft_wrap=True,
+        f"up: Ctrl-C to stop (or kill -TERM {os.getpid()})"
     )
     try:
-        _until_told_to_stop()
+        _until_told_to_stop(lambda: console.print(line, soft_wrap=True))
         console.print("stopping the demo's control plane")
     finally:
         res.close()
 
 
-def _until_told_to_stop() -> None:
-    """Block until SIGTERM, or SIGINT unless it is ignored (a demo started in the background
-    by a non-interactive shell ignores it: SIGTERM must still stop it cleanly, with its plane
-    and jobs, instead of killing it where it stands -- issue 32, case 7)."""
+def _until_told_to_stop(ready: Callable[[], None]) -> None:
+    """Call ``ready`` (which tells the user how to stop it), then block until SIGTERM, or
+    SIGINT unless it is ignored (a demo started in the background by a non-interactive shell
+    ignores it: SIGTERM must still stop it cleanly, with its plane and jobs, instead of killing
+    it where it stands -- issue 32, case 7). The handlers are in place before ``ready`` is
+    called: a Ctrl-C the moment the line shows stops it the same way."""
     stop = threading.Event()
 
     def told(signum: int, frame: object) -> None:
@@ -479,6 +480,7 @@ def _until_told_to_stop() -> None:
     if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
         previous[signal.SIGINT] = signal.signal(signal.SIGINT, told)
     try:
+        ready()
         while not stop.wait(0.5):
             pass
     finally:
