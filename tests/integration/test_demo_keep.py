@@ -30,6 +30,12 @@ def _ignore_sigint() -> None:  # in the child, before exec: as a non-interactive
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
+def _default_sigint() -> None:
+    # the child of a test run that was itself started with `&` inherits SIGINT ignored (the
+    # demo then rightly keeps ignoring it): the Ctrl-C case starts from a terminal's default
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _check_kept_plane(url: str, token_file: Path) -> None:
     with urllib.request.urlopen(url, timeout=10) as resp:  # the page
         assert b"/ui/app.js" in resp.read()
@@ -51,7 +57,7 @@ def test_keep_serves_the_dashboard_until_told_to_stop(stop: str) -> None:
         stderr=subprocess.STDOUT,
         text=True,
         env=env,
-        preexec_fn=_ignore_sigint if sigint_ignored else None,
+        preexec_fn=_ignore_sigint if sigint_ignored else _default_sigint,
     )
     lines: list[str] = []
     reader = threading.Thread(target=lambda: lines.extend(proc.stdout or ()), daemon=True)
