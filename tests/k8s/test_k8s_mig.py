@@ -180,11 +180,13 @@ def test_k8s_a_restart_mid_recut_waits_for_it_and_does_not_relabel(mig_env: Env)
         first.kill()
         second = env.start()
         second.wait_ready()
+        # the first scheduler's last reason ("state asked") stays on the pod until the second
+        # one rewrites it: wait for the state the restarted scheduler read back from the node
         told = k.wait(
             "the restarted scheduler's reason",
-            lambda: f"node {node}'s MIG re-cut" in (m := reason(env, big)) and m,
+            lambda: "(state pending, " in (m := reason(env, big)) and m,
         )
-        assert "(state pending, " in told, told
+        assert f"node {node}'s MIG re-cut" in told, told
         time.sleep(3)
         assert log_of(mgr, node, APPLIED[:2]) == APPLIED[:2]  # nothing written again
         mgr.release()
