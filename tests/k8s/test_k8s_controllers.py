@@ -452,3 +452,115 @@ def test_k8s_a_jobset_gang_restarted_with_new_child_jobs_is_attempt_2(incident: 
         f.env.bound(p, 30)
         assert f.annotation(p, JOB) == job_id, p
         assert f.annotation(p, ATTEMPT) == "2", p
+
+
+def _job_status(f: Fences, name: str) -> dict[str, Any]:
+    got = k.ok(f.kc, "GET", f"/apis/batch/v1/namespaces/{f.ns}/jobs/{name}")
+    return dict(got.get("status") or {})
+
+
+def test_k8s_a_job_failed_by_its_eviction_makes_no_attempt_2_and_its_held_job_is_cancelled(
+    incident: Fences,
+) -> None:
+    """``backoffLimit: 0`` and no ``podFailurePolicy``: the Job controller counts the eviction
+    as a failure and fails the Job, which then makes no new pod; gpufence cancels the requeued
+    job instead of holding it (counted pending, kept in the state record) forever."""
+    f = incident
+    job = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "once"},
+        "spec": {"backoffLimit": 0, "template": f.template({"app": "once"}, CKPT)},
+    }
+    k.ok(f.kc, "POST", f"/apis/batch/v1/namespaces/{f.ns}/jobs", job, 201)
+    first = k.wait("the Job's pod", lambda: f.owned_by("Job", "once"))[0]
+    f.env.pod("keep", gpus=2)
+    f.env.pod("keep2", gpus=2)  # the training fence full: the surge must preempt
+    for p in (first, "keep", "keep2"):
+        f.env.bound(p)
+        f.running(p)
+    sv1 = f.surge("sv1")
+    f.ack(first)
+    assert f.env.bound(sv1, 30) == f.training_node
+    k.wait(
+        "the Job failed",
+        lambda: any(
+            c.get("type") == "Failed" and c.get("status") == "True"
+            for c in _job_status(f, "once").get("conditions") or ()
+        ),
+        60,
+    )
+    proc = f.env.procs[0]
+    said = k.wait(
+        "the held job cancelled, and why",
+        lambda: [ln for ln in proc.log_path_text().splitlines() if "its controller Job/" in ln],
+        60,
+    )
+    assert said[0].endswith(" is failed (BackoffLimitExceeded); cancelled"), said
+    research = 'gpufence_queue_pending_jobs{partition="training",queue="research"} 0.0'
+    k.wait("its queue with nothing pending", lambda: research in proc.get("/metrics"), 10)
+    lease = f"/apis/coordination.k8s.io/v1/namespaces/{f.ns}/leases/gpufence-scheduler-state"
+    k.wait(
+        "the state record no longer carrying it",
+        lambda: (
+            "Job/"
+            not in (k.ok(f.kc, "GET", lease)["metadata"].get("annotations") or {}).get(
+                "gpufence.io/requeued", ""
+            )
+        ),
+        30,
+    )
+    assert f.owned_by("Job", "once") == []  # and indeed no attempt 2 was made
+
+
+def test_k8s_the_owner_check_reads_controllers_gone_or_done_from_the_api_server(
+    controlled: KubeCluster,
+) -> None:
+    from gpufence.kube.api import KubeApi
+    from gpufence.kube.owners import OwnerCheck
+
+    kc = controlled
+    ns = k.namespace(kc, f"own-{secrets.token_hex(3)}")
+    api = KubeApi(str(kc.kubeconfig))
+    check = OwnerCheck(api, every_s=0.0, grace_s=0.0)
+    tpl = {
+        "metadata": {"labels": {"app": "x"}},
+        "spec": {"restartPolicy": "Never", "containers": [{"name": "m", "image": "busybox"}]},
+    }
+    job = {"metadata": {"name": "j"}, "spec": {"suspend": True, "template": tpl}}
+    made = k.ok(kc, "POST", f"/apis/batch/v1/namespaces/{ns}/jobs", job, 201)
+    tpl_rs = {**tpl, "spec": {**tpl["spec"], "restartPolicy": "Always"}}
+    rs = {
+        "metadata": {"name": "rs"},
+        "spec": {"replicas": 0, "selector": {"matchLabels": {"app": "x"}}, "template": tpl_rs},
+    }
+    made_rs = k.ok(kc, "POST", f"/apis/apps/v1/namespaces/{ns}/replicasets", rs, 201)
+    jobset = {
+        "apiVersion": f"{JOBSET_GROUP}/{JOBSET_VERSION}",
+        "kind": "JobSet",
+        "metadata": {"name": "js"},
+        "spec": {},
+    }
+    k.ok(kc, "POST", f"/apis/{JOBSET_GROUP}/{JOBSET_VERSION}/namespaces/{ns}/jobsets", jobset, 201)
+    job_owner, rs_owner = (
+        f"Job/{made['metadata']['uid']}",
+        f"ReplicaSet/{made_rs['metadata']['uid']}",
+    )
+    awaiting = {
+        job_owner: (f"{ns}/a", 2),
+        rs_owner: (f"{ns}/b", 2),
+        f"JobSet/{ns}/js": (f"{ns}/c", 2),
+        f"JobSet/{ns}/gone": (f"{ns}/d", 2),
+        "Job/00000000-0000-0000-0000-000000000000": (f"{ns}/e", 2),
+        "Widget/123": (f"{ns}/f", 2),  # a kind gpufence does not know: left alone
+    }
+    assert check.gone(awaiting, 100.0) == {
+        rs_owner: "scaled to 0 replicas",
+        f"JobSet/{ns}/gone": "deleted",
+        "Job/00000000-0000-0000-0000-000000000000": "deleted",
+    }
+    k.ok(kc, "DELETE", f"/apis/batch/v1/namespaces/{ns}/jobs/j", None)
+    try:
+        k.wait("the Job gone", lambda: job_owner in check.gone(awaiting, 200.0), 30)
+    finally:
+        api.close()

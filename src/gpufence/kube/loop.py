@@ -43,18 +43,14 @@ from gpufence.kube.objects import (
     observe_pod,
     observe_pod_group,
 )
+from gpufence.kube.owners import OwnerCheck
 from gpufence.kube.placement_notes import BindNote
 from gpufence.kube.pod_claims import PodClaims
 from gpufence.kube.state_record import StateRecord
 from gpufence.kube.tracker import Tracker
 from gpufence.kube.waits import waiting_reason
 from gpufence.model.decisions import Decision, PendingReason, Reason
-from gpufence.model.events import (
-    Event,
-    JobRestored,
-    PreemptionsRestored,
-    UsageRestored,
-)
+from gpufence.model.events import Event, JobRestored, PreemptionsRestored, UsageRestored
 from gpufence.sched.restore import RestoreConflict
 from gpufence.sched.scheduler import Scheduler, SchedulerConfig
 
@@ -112,8 +108,7 @@ class KubeScheduler:
         self._disowned: set[str] = set()  # bound pods whose note could not be restored
         # partition -> foreign pod -> GPUs it holds there, as of the last rebuild (reasons)
         self.foreign = ForeignPods({}, {})  # what other schedulers' pods use (kube/foreign.py)
-        self._now = 0.0
-        self._last_reasons = 0.0
+        self._now = self._last_reasons = 0.0
         self.lock = threading.Lock()  # held while the core steps; readers (HTTP) take it too
         self.state = state  # budgets and fair share kept across restarts (kube/state_record.py)
         self._saved: list[Event] = []  # what the record held at start-up, for the first core
@@ -122,6 +117,7 @@ class KubeScheduler:
         # MIG re-cuts through the GPU operator's MIG manager
         self.mig = MigRecuts(write_configs=mig_configs is not None)
         self.claims = PodClaims()  # DRA: pods seen through their ResourceClaims
+        self.owners = OwnerCheck(api)  # requeued jobs whose controller is gone or done
         self._ends = (self.changes, self.stop)
 
     def _uid(self, namespace: str, pod: str) -> str:
@@ -349,6 +345,7 @@ class KubeScheduler:
     def cycle(self) -> None:
         now = max(self._now, self.clock())
         self._now = now
+        gone = self.owners.gone(self.tracker.awaiting(), now)  # (API reads: before the lock)
         with self.lock:
             if self._rebuild_due is not None and now >= self._rebuild_due:
                 self._rebuild(now)
@@ -360,6 +357,7 @@ class KubeScheduler:
                     break
                 for line in self.tracker.bind_failed(f.namespace, f.pod, f.why, f.gone):
                     log.warning("%s", line)
+            self.tracker.controllers_gone(gone)
             self.tracker.submit_ready()
             mig_events, mig_actions = mig_glue.take(
                 self.mig,

@@ -14,6 +14,7 @@ dropped (JobCancelled).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
@@ -74,6 +75,7 @@ class CoreJob:
 
 
 ANN_ACK = names.ANN_CHECKPOINTED
+log = logging.getLogger("gpufence.kube")
 
 
 def notice_value(reason: Reason, deadline: float) -> str:
@@ -340,6 +342,20 @@ class Tracker:
             if core is not None and core.phase == "requeued":
                 out[owner] = (jid, core.attempt)
         return out
+
+    def controllers_gone(self, gone: Mapping[str, str]) -> None:
+        """The controllers requeued jobs wait for that will make no pods (owner -> why,
+        kube/owners.py): each such job is cancelled rather than held forever, and a restart no
+        longer carries it."""
+        for owner, why in gone.items():
+            carried = self.expected.pop(owner, None)
+            jid = self.requeued.get(owner) or (carried[0] if carried else "")
+            log.warning("requeued job %s: its controller %s is %s; cancelled", jid, owner, why)
+            core = self.jobs.get(jid)
+            if core is not None and core.phase == "requeued":
+                self._forget(jid, JobCancelled(jid))
+            else:
+                self.requeued.pop(owner, None)
 
     def _attach_if_ready(self, jid: str, core: CoreJob) -> None:
         live = {n: p for n, p in core.fresh.items() if self.pods.get(p.key) == p}
