@@ -215,3 +215,35 @@ def test_k8s_a_failure_after_a_fresh_config_names_the_lag(menv: Env) -> None:
         assert not k.node_of(env.kc, env.ns, big)
     finally:
         mgr.close()
+
+
+def test_k8s_kill_9_between_the_config_write_and_the_label_keeps_the_settle(menv: Env) -> None:
+    """The scheduler dies after writing the config, before its label: the next one finds the
+    config there and written moments ago, so it neither writes it again nor labels the node
+    before the MIG manager's lagging file can hold it (the settle is counted from the first
+    write, read back from the ConfigMap), and the re-cut succeeds."""
+    env = menv
+    ns = configmap(env, {"all-disabled": THEIRS})
+    node = mig_node(env, "a")
+    mgr = FakeMigManager(env.kc, {}, configmap=f"{ns}/{CM}", delay_s=0.3, file_lag_s=5.0)
+    mgr.start_file()
+    mgr.watch(node)
+    try:
+        first = start(env, ns, settle_s=8)
+        big = mig_pod(env, "3g.40gb", "big")
+        k.wait("the config written", lambda: writes_for(env, ns, node), 30)
+        first.kill()
+        assert [(w.verb, w.resource) for w in writes_for(env, ns, node)] == [
+            ("update", "configmaps")
+        ]
+        start(env, ns, settle_s=8)
+        assert env.bound(big, timeout=60) == node
+        seq = writes_for(env, ns, node)
+        assert [(w.verb, w.resource, w.code) for w in seq] == [
+            ("update", "configmaps", 200),
+            ("patch", "nodes", 200),
+        ], [str(w) for w in seq]
+        assert seq[1].at - seq[0].at >= 7.5, [w.at for w in seq]
+        assert {"state": "failed"} not in mgr.log.get(node, []), mgr.log
+    finally:
+        mgr.close()
