@@ -65,6 +65,7 @@ def test_a_spent_defrag_budget_stays_spent_after_a_restart(tmp_path: Path) -> No
     _run(rig, 1)  # (the GPU re-cut for c through the fake NVML)
     assert rig.job(c).state == st.RUNNING
     assert rig.cancel(a) == st.CANCELLED
+    assert rig.preemptions(a) == 1  # (the store's accounting counts a defrag stop as one)
     with rig.store.reader() as r:
         assert r.defrags() == {"m": [stopped_at]}  # saved with the notice
     rig.advance(60)
