@@ -403,8 +403,7 @@ class Tx:
         self._save_windows("preemptions", times)
 
     def save_defrags(self, times: Mapping[str, Sequence[float]]) -> None:
-        """Replace the saved MIG defrag budget windows (MIG pool -> when each defrag stop was
-        noticed) with these."""
+        """The same for the MIG defrag windows (MIG pool -> when each defrag stop was noticed)."""
         self._save_windows("mig-defrags", times)
 
     def _save_windows(self, key: str, times: Mapping[str, Sequence[float]]) -> None:
