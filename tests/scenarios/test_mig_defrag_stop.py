@@ -25,7 +25,7 @@ from gpufence.model.decisions import (
     Requeue,
     Stop,
 )
-from gpufence.model.events import Event, Tick
+from gpufence.model.events import DefragsRestored, Event, Tick
 from gpufence.testing.builders import ClusterBuilder, MigConfig, SharingMode, job
 
 ONE_G = "1g.10gb"
@@ -143,6 +143,58 @@ def test_the_reason_tells_the_defrag_in_each_phase() -> None:
     )
     assert s.next_wakeup() == 600.0 + 86400.0  # a budget slot frees up
     assert s.state.book.counters.preemptions[Reason.MIG_DEFRAG] == 1
+
+
+def test_a_restarted_core_given_the_saved_window_refuses_the_stop_it_already_made() -> None:
+    """Budget 1: j7 was noticed for big1 at t=600. A restarted core handed the saved window
+    (``DefragsRestored`` of ``query.defrag_windows()``) does not notice j7 again for the same
+    drain: the budget stays spent until the stop leaves the window. Was: a restart forgot the
+    stop and noticed j7 at once (a crash loop stopped jobs without limit)."""
+    s = _scheduler(1)
+    for t, events, want in STOP_FOR_BIG[:2]:
+        assert s.step(list(events), t) == list(want), f"at t={t:g}"
+    saved = s.query.defrag_windows()
+    assert saved == {"m": (600.0,)}
+
+    fresh = _scheduler(1)  # (the same jobs running: j0, j6, j7, j14)
+    assert fresh.step([DefragsRestored(tuple(saved.items())), *sub(_big1())], 700) == []
+    why = fresh.why_pending("big1")
+    assert why is not None and why.reason is Reason.PREEMPTION_BUDGET, why
+    assert fresh.query.defrag_windows() == saved
+    assert fresh.next_wakeup() == 600.0 + 86400.0  # the slot frees up then, not before
+    assert fresh.step([Tick()], 600.0 + 86400.0 - 1) == []
+    assert fresh.step([Tick()], 600.0 + 86400.0) == [notice("j7", 1, "big1", 87120.0)]
+
+
+def _big1():  # type: ignore[no-untyped-def]
+    return job("big1").mig(SEVEN_G).build()
+
+
+@pytest.mark.parametrize(
+    ("saved", "first_notice_at"),
+    [
+        ({"m": (15.0,)}, 15.0 + 86400.0),  # spent: the next stop waits for the slot
+        ({}, 600.0),  # nothing saved: the budget is whole
+        ({"other": (15.0,)}, 600.0),  # another pool's window
+        ({"m": (-86400.0,)}, 600.0),  # out of the window by then
+        ({"m": (float("nan"), float("inf"), 5000.0)}, 600.0),  # not stops made by t=20
+    ],
+    ids=["spent", "nothing-saved", "other-pool", "expired", "impossible-times"],
+)
+def test_a_restored_defrag_window_counts_as_if_never_restarted(
+    saved: dict[str, tuple[float, ...]], first_notice_at: float
+) -> None:
+    s = _scheduler(1)
+    assert s.step([DefragsRestored(tuple(saved.items())), *sub(_big1())], 20) == []
+    assert s.step([Tick()], 600) == (
+        [] if first_notice_at > 600 else [notice("j7", 1, "big1", 720.0)]
+    )
+    if first_notice_at == 600:
+        return
+    why = s.why_pending("big1")
+    assert why is not None and why.reason is Reason.PREEMPTION_BUDGET, why
+    assert s.step([Tick()], first_notice_at - 1) == []
+    assert s.step([Tick()], first_notice_at) == [notice("j7", 1, "big1", first_notice_at + 120.0)]
 
 
 def test_no_budget_is_attrition_only() -> None:

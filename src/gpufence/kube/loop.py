@@ -46,11 +46,11 @@ from gpufence.kube.objects import (
 from gpufence.kube.owners import OwnerCheck
 from gpufence.kube.placement_notes import BindNote
 from gpufence.kube.pod_claims import PodClaims
-from gpufence.kube.state_record import StateRecord
+from gpufence.kube.state_record import Saved, StateRecord
 from gpufence.kube.tracker import Tracker
 from gpufence.kube.waits import waiting_reason
 from gpufence.model.decisions import Decision, PendingReason, Reason
-from gpufence.model.events import Event, JobRestored, PreemptionsRestored, UsageRestored
+from gpufence.model.events import Event, JobRestored
 from gpufence.sched.restore import RestoreConflict
 from gpufence.sched.scheduler import Scheduler, SchedulerConfig
 
@@ -384,9 +384,9 @@ class KubeScheduler:
                 self.mig, self.core, self.hardware.cluster, self.nodes, decisions, now
             )
             if self.state is not None:
-                windows = self.core.query.preemption_windows()
-                usage, awaiting = self.core.fair_share_usage(), self.tracker.awaiting()
-                self.state.maybe_save(windows, usage, now, awaiting)
+                q, usage = self.core.query, self.core.fair_share_usage()
+                windows, defrags = q.preemption_windows(), q.defrag_windows()
+                self.state.maybe_save(windows, usage, now, self.tracker.awaiting(), defrags)
             self._carry, more = self.tracker.take()
             self._carry += refused
             actions += more
@@ -457,10 +457,9 @@ class KubeScheduler:
         self._restore_each(now)
         if old is not None:
             # the old core's history and spent budgets: a rebuild is no fresh start either
-            carried = tuple(sorted(old.fair_share_usage().items()))
-            self._carry.append(UsageRestored(carried, now))
-            windows = tuple(sorted(old.query.preemption_windows().items()))
-            self._carry.append(PreemptionsRestored(windows))
+            q, usage = old.query, old.fair_share_usage()
+            kept = Saved(q.preemption_windows(), usage, now, defrags=q.defrag_windows())
+            self._carry += kept.events()
         else:
             self._carry += self._saved
         self.stats.rebuilds += 1

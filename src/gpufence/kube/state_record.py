@@ -3,7 +3,8 @@
 The API server is the store (docs/kubernetes.md). Running jobs, their attempts and start times
 (the minimum runtime before a job may be preempted: the thrash guard) and notices in flight live
 on the pods. What outlives the pods -- the incident preemptions still counted against each
-fence's budget window, each queue's fair-share history, and the requeued jobs still waiting for
+fence's budget window, the MIG defrag stops against each MIG pool's ``defrag_budget``, each
+queue's fair-share history, and the requeued jobs still waiting for
 their controller's new pods (so that those pods are the job's next attempt even after a restart)
 -- is kept here, as annotations on a
 ``coordination.k8s.io`` Lease beside the leader's (``<lease-name>-state`` in the lease
@@ -29,11 +30,12 @@ from dataclasses import dataclass, field
 
 from gpufence.kube.api import CallFailed, KubeApi
 from gpufence.kube.names import PREFIX
-from gpufence.model.events import Event, PreemptionsRestored, UsageRestored
+from gpufence.model.events import DefragsRestored, Event, PreemptionsRestored, UsageRestored
 
 log = logging.getLogger("gpufence.kube")
 
 ANN_PREEMPTIONS = PREFIX + "preemptions"  # {"fence": [times of counted notices], ...}
+ANN_DEFRAGS = PREFIX + "mig-defrags"  # {"MIG pool": [times of defrag notices], ...}
 ANN_FAIR_SHARE = PREFIX + "fair-share"  # {"at": t, "usage": {"queue": milli-GPU-s}}
 # {"Job/<uid>": ["ns/job", attempt]}: requeued jobs waiting for their controller's new pods
 ANN_REQUEUED = PREFIX + "requeued"
@@ -47,6 +49,7 @@ class Saved:
     usage: dict[str, float] | None
     usage_at: float
     awaiting: dict[str, tuple[str, int]] = field(default_factory=dict)
+    defrags: dict[str, tuple[float, ...]] = field(default_factory=dict)
 
     def events(self) -> list[Event]:
         out: list[Event] = []
@@ -54,22 +57,30 @@ class Saved:
             out.append(UsageRestored(tuple(sorted(self.usage.items())), self.usage_at))
         if self.windows:
             out.append(PreemptionsRestored(tuple(sorted(self.windows.items()))))
+        if self.defrags:
+            out.append(DefragsRestored(tuple(sorted(self.defrags.items()))))
         return out
+
+
+def _windows(annotations: Mapping[str, str], key: str, what: str) -> dict[str, tuple[float, ...]]:
+    """A budget window annotation ({name: [times]}); empty (named in the log) when damaged."""
+    try:
+        raw = json.loads(annotations.get(key, "{}"))
+        return {
+            str(p): tuple(float(t) for t in ts if math.isfinite(float(t))) for p, ts in raw.items()
+        }
+    except (ValueError, TypeError, AttributeError) as exc:
+        log.error("state record: %s is not {%s: [times]}: %s", key, what, exc)
+        return {}
 
 
 def decode(annotations: Mapping[str, str]) -> Saved:
     """The record's annotations; a damaged value is dropped (named in the log), never
     guessed: the budget is then whole, as after a first start."""
-    windows: dict[str, tuple[float, ...]] = {}
+    windows = _windows(annotations, ANN_PREEMPTIONS, "fence")
+    defrags = _windows(annotations, ANN_DEFRAGS, "MIG pool")
     usage: dict[str, float] | None = None
     at = 0.0
-    try:
-        raw = json.loads(annotations.get(ANN_PREEMPTIONS, "{}"))
-        windows = {
-            str(p): tuple(float(t) for t in ts if math.isfinite(float(t))) for p, ts in raw.items()
-        }
-    except (ValueError, TypeError, AttributeError) as exc:
-        log.error("state record: %s is not {fence: [times]}: %s", ANN_PREEMPTIONS, exc)
     try:
         raw_usage = json.loads(annotations.get(ANN_FAIR_SHARE, "null"))
         if raw_usage is not None:
@@ -83,7 +94,7 @@ def decode(annotations: Mapping[str, str]) -> Saved:
         awaiting = {str(o): (str(j), int(n)) for o, (j, n) in raw_req.items()}
     except (ValueError, TypeError, AttributeError) as exc:
         log.error("state record: %s is not {controller: [job, attempt]}: %s", ANN_REQUEUED, exc)
-    return Saved(windows, usage, at, awaiting)
+    return Saved(windows, usage, at, awaiting, defrags)
 
 
 def encode(
@@ -91,6 +102,7 @@ def encode(
     usage: Mapping[str, float],
     at: float,
     awaiting: Mapping[str, tuple[str, int]] | None = None,
+    defrags: Windows | None = None,
 ) -> dict[str, str]:
     return {
         ANN_REQUEUED: json.dumps(
@@ -98,6 +110,10 @@ def encode(
         ),
         ANN_PREEMPTIONS: json.dumps(
             {p: [round(t, 3) for t in ts] for p, ts in sorted(windows.items())},
+            separators=(",", ":"),
+        ),
+        ANN_DEFRAGS: json.dumps(
+            {p: [round(t, 3) for t in ts] for p, ts in sorted((defrags or {}).items())},
             separators=(",", ":"),
         ),
         ANN_FAIR_SHARE: json.dumps(
@@ -130,7 +146,7 @@ class StateRecord:
         meta = found.get("metadata") if found else None
         annotations = meta.get("annotations") if isinstance(meta, dict) else None
         saved = decode(annotations if isinstance(annotations, dict) else {})
-        self._written = (dict(saved.windows), saved.awaiting)
+        self._written = (dict(saved.windows), saved.awaiting, dict(saved.defrags))
         return saved
 
     def maybe_save(
@@ -139,15 +155,16 @@ class StateRecord:
         usage: Mapping[str, float],
         now: float,
         awaiting: Mapping[str, tuple[str, int]] | None = None,
+        defrags: Windows | None = None,
     ) -> None:
-        """Queue a write when the budget windows or the requeued jobs changed, or fair share
-        is due."""
-        state = (dict(windows), dict(awaiting or {}))
+        """Queue a write when the budget windows (incident and MIG defrag) or the requeued jobs
+        changed, or fair share is due."""
+        state = (dict(windows), dict(awaiting or {}), dict(defrags or {}))
         with self._lock:
             if self._written == state and now - self._usage_at < self.usage_every_s:
                 return
             self._written, self._usage_at = state, now
-        body = encode(windows, usage, now, awaiting)
+        body = encode(windows, usage, now, awaiting, defrags)
         self._pool.submit(self._write, body)
 
     def close(self) -> None:
@@ -183,7 +200,8 @@ class StateRecord:
         if not self._broken:
             self._broken = True
             log.error(
-                "state record %s/%s (incident budgets, fair share kept across restarts): %s; "
+                "state record %s/%s (incident and MIG defrag budgets, fair share kept across "
+                "restarts): %s; "
                 "a restart will start with whole budgets (grant get, update on this Lease and "
                 "create leases in %s: deploy/02-rbac.yaml)",
                 self.namespace,

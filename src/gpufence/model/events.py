@@ -53,6 +53,15 @@ class PreemptionsRestored:
 
 
 @dataclass(frozen=True, slots=True)
+class DefragsRestored:
+    """A front end restarted: when the MIG defrag stops still counted against each MIG pool's
+    ``defrag_budget`` were made, as it saved them. Without it a restart would hand every pool
+    a fresh defrag budget (a crash loop would stop checkpointable jobs without limit)."""
+
+    times: tuple[tuple[str, tuple[float, ...]], ...]
+
+
+@dataclass(frozen=True, slots=True)
 class JobFinished:
     """The job's processes exited on their own (success or failure)."""
 
@@ -254,6 +263,7 @@ Event = (
     | JobRestored
     | UsageRestored
     | PreemptionsRestored
+    | DefragsRestored
     | JobFinished
     | JobLost
     | JobStopped

@@ -16,6 +16,7 @@ from gpufence.model.events import (
     Activity,
     CheckpointAck,
     CheckpointWritten,
+    DefragsRestored,
     Event,
     JobCancelled,
     JobFinished,
@@ -144,17 +145,22 @@ def _apply(
         _job_event(core, book, claims, reasons, gates, rec, ev, out)
     elif isinstance(ev, JobSubmitted):
         _submit(core, book, gates, ev, out)
-    elif not _restored(core, book, gates, ev, protection) and not _gate_event(
+    elif not _restored(core, book, gates, mig, ev, protection) and not _gate_event(
         core, book, claims, reasons, gates, ev, out
     ):
         _cluster_event(core, book, mig, ev, out)
 
 
 def _restored(
-    core: Core, book: JobBook, gates: Gates, ev: Event, protection: ProtectionState | None
+    core: Core,
+    book: JobBook,
+    gates: Gates,
+    mig: MigWork,
+    ev: Event,
+    protection: ProtectionState | None,
 ) -> bool:
-    """What a front end restores after a restart (a job, fair-share usage, protection's
-    budget windows); False for any other event."""
+    """What a front end restores after a restart (a job, fair-share usage, protection's and
+    MIG defrag's budget windows); False for any other event."""
     if isinstance(ev, JobRestored):
         restore(core, book, ev)
         if ev.job.id in book.records:  # gates: a running array task fills a slot of its cap
@@ -164,6 +170,8 @@ def _restored(
     elif isinstance(ev, PreemptionsRestored):  # protection's own state (None: no protection)
         if protection is not None:
             protection.restore(ev.times, core.now)
+    elif isinstance(ev, DefragsRestored):
+        mig.defrag.restore(ev.times, core.now)
     else:
         return False
     return True

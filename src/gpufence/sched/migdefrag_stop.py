@@ -19,6 +19,7 @@ Runs after protection each cycle, over the pools with a drain (at most one each)
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -59,6 +60,16 @@ class DefragState:
     def next_wakeup(self, now: float) -> float | None:
         due = [t for t in self.after.values() if now < t < INF]
         return min(due) if due else None
+
+    def restore(self, saved: tuple[tuple[str, tuple[float, ...]], ...], now: float) -> None:
+        """Take back the defrag stops a front end saved before a restart (with any made since,
+        ``DefragsRestored``), so the restart does not refill the budget. Times not finite or
+        after ``now`` are not stops this state could have made: ignored. (The window is cut
+        where the budget is read: a stop older than it frees its slot then.)"""
+        for pool, times in saved:
+            kept = {t for t in times if math.isfinite(t) and t <= now}
+            if kept:
+                self.times[pool] = deque(sorted(kept | set(self.times.get(pool, ()))))
 
 
 @dataclass(frozen=True, slots=True)

@@ -154,3 +154,19 @@ class SchedulerQuery:
             if kept:
                 out[p] = kept
         return out
+
+    def defrag_windows(self) -> dict[str, tuple[float, ...]]:
+        """Per MIG pool with a defrag budget, when the MIG defrag stops still in its window were
+        noticed (as of the last cycle): what a front end saves so a restart gives none of it
+        back (``DefragsRestored``)."""
+        now = self._s.core.now
+        out: dict[str, tuple[float, ...]] = {}
+        for p, times in self._s.mig.defrag.times.items():
+            part = self._s.core.cluster.partitions.get(p)
+            cfg = part.mig if part is not None else None
+            if cfg is None or cfg.defrag_budget <= 0:
+                continue
+            kept = tuple(t for t in times if t > now - cfg.defrag_window_s)
+            if kept:
+                out[p] = kept
+        return out

@@ -94,7 +94,7 @@ def restore(core: Core, book: JobBook, ev: JobRestored) -> None:
         home = core.cluster.partitions[got.home]
         if ev.notice is not None:
             # a notice in flight: the same deadline; its budget slot came back with
-            # PreemptionsRestored, so it is not counted again
+            # PreemptionsRestored (a MIG defrag's: DefragsRestored), so it is not counted again
             reason, deadline = ev.notice
             rec.notice = NoticeState(reason, deadline, reason in COUNTED_NOTICES)
             book.noticed[job.id] = None

@@ -173,12 +173,15 @@ class ReconcilerRig:
         spec: dict[str, Any],
         adopt: dict[Key, AdoptResult] | None = None,
         stop_reached: dict[Key, bool] | None = None,
+        nvml: GpuApi | None = None,
     ) -> tuple[ReconcilerRig, dict[str, int]]:
         """The control plane dies (nothing is cleaned up) and starts again on the same data
         directory: a new rig whose executor finds ``adopt`` (see ``FakeExecutor``; with
         ``stop_reached`` what the launchers of an attempt that ended recorded of a stop),
-        recovered from the store. Returns the new rig and recovery's counts; its first
-        ``cycle()`` applies what recovery found."""
+        recovered from the store. With ``nvml`` (the same ``FakeNvml``: the GPUs outlive the
+        plane) the MIG layouts are read from it first, as ``ControlPlane.start`` does. Returns
+        the new rig and recovery's counts; its first ``cycle()`` applies what recovery
+        found."""
         ex = FakeExecutor(adopt_results=dict(adopt or {}), adopt_stop_reached=stop_reached or {})
         self.store.close()
         new = ReconcilerRig.make(
@@ -188,6 +191,8 @@ class ReconcilerRig:
             executor=ex,
             stop_grace_s=self.config.stop_grace_s,
             now=self.now,
+            nvml=nvml,
         )
+        new.rec.boot(new.rec.mig.startup(), [])  # (nothing on fake GPUs)
         counts = recover(new.rec, new.store)
         return new, counts

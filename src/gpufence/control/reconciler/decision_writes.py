@@ -77,8 +77,9 @@ def write_notice(ctx: WriteContext, tx: JobTx, d: Notice, now: float, act: Pendi
     if live is not None:
         act.notices.append((d.job_id, live.attempt, str(d.reason), d.deadline))
     # the budget windows with the notice that may have spent them (which notices count is
-    # the core's to say): a crash must not refill them
+    # the core's to say; a MIG defrag's is a budget of its own): a crash must not refill them
     tx.save_preemptions(ctx.scheduler.query.preemption_windows())
+    tx.save_defrags(ctx.scheduler.query.defrag_windows())
 
 
 def write_stop(ctx: WriteContext, tx: JobTx, d: Stop, now: float, act: Pending) -> None:

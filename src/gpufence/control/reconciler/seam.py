@@ -96,6 +96,8 @@ class JobTx(Protocol):
 
     def save_preemptions(self, times: Mapping[str, Sequence[float]]) -> None: ...
 
+    def save_defrags(self, times: Mapping[str, Sequence[float]]) -> None: ...
+
 
 class JobStore(Protocol):
     """Where the control plane's state is kept."""

@@ -25,8 +25,9 @@ For every job the store says is not finished:
 
 Fair-share usage comes back as it was last saved (every 30 s and at a clean stop, see
 ``loop.USAGE_SAVE_S``), decayed to now; GPUs held while the plane was down are not charged.
-Incident preemption budgets come back exactly (saved with each notice,
-``SchedulerQuery.preemption_windows``): a crash loop does not refill them.
+Incident preemption and MIG defrag budgets come back exactly (saved with each notice,
+``SchedulerQuery.preemption_windows`` and ``defrag_windows``): a crash loop does not refill
+them.
 
 Before any of this, a store older than its data directory is refused (``strangers``).
 """
@@ -63,6 +64,7 @@ from gpufence.control.store.errors import StoreError
 from gpufence.control.store.reads import Reader
 from gpufence.model.decisions import Reason
 from gpufence.model.events import (
+    DefragsRestored,
     Event,
     JobRestored,
     JobSubmitted,
@@ -328,7 +330,8 @@ def recover(
 
 def _restored_state(r: Reader) -> list[Event]:
     """The core's state kept over restarts: fair-share history first, so the first cycle
-    already ranks by it; then spent incident preemption budgets, which stay spent."""
+    already ranks by it; then spent incident preemption and MIG defrag budgets, which stay
+    spent."""
     out: list[Event] = []
     saved = r.usage()
     if saved is not None:
@@ -337,6 +340,9 @@ def _restored_state(r: Reader) -> list[Event]:
     budgets = r.preemptions()
     if budgets:
         out.append(PreemptionsRestored(tuple((p, tuple(t)) for p, t in sorted(budgets.items()))))
+    defrags = r.defrags()
+    if defrags:
+        out.append(DefragsRestored(tuple((p, tuple(t)) for p, t in sorted(defrags.items()))))
     return out
 
 

@@ -400,9 +400,16 @@ class Tx:
     def save_preemptions(self, times: Mapping[str, Sequence[float]]) -> None:
         """Replace the saved incident-preemption budget windows (partition -> when each
         counted preemption was made) with these."""
+        self._save_windows("preemptions", times)
+
+    def save_defrags(self, times: Mapping[str, Sequence[float]]) -> None:
+        """The same for the MIG defrag windows (MIG pool -> when each defrag stop was noticed)."""
+        self._save_windows("mig-defrags", times)
+
+    def _save_windows(self, key: str, times: Mapping[str, Sequence[float]]) -> None:
         self._c.execute(
-            "INSERT OR REPLACE INTO meta(key, value) VALUES('preemptions', ?)",
-            (json.dumps({p: list(t) for p, t in times.items()}, sort_keys=True),),
+            "INSERT OR REPLACE INTO meta(key, value) VALUES(?, ?)",
+            (key, json.dumps({p: list(t) for p, t in times.items()}, sort_keys=True)),
         )
 
     def add_job(

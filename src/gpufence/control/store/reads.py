@@ -171,7 +171,14 @@ class Reader:
     def preemptions(self) -> dict[str, list[float]]:
         """The saved budget windows (``Tx.save_preemptions``); empty if never saved or if
         what is there is not a mapping of partition -> list of times."""
-        row = self._c.execute("SELECT value FROM meta WHERE key='preemptions'").fetchone()
+        return self._windows("preemptions")
+
+    def defrags(self) -> dict[str, list[float]]:
+        """The saved MIG defrag budget windows (``Tx.save_defrags``), as ``preemptions``."""
+        return self._windows("mig-defrags")
+
+    def _windows(self, key: str) -> dict[str, list[float]]:
+        row = self._c.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
         try:
             raw = json.loads(row["value"]) if row else {}
         except ValueError:
