@@ -75,3 +75,14 @@ def test_a_checkpointable_4g_is_stopped_for_a_7g_and_resumes() -> None:
     none = mc.Stops()
     assert mc.gpufence(_args("--gpus", "2", "--defrag-budget", "0"), reqs, none)["c"] == 5060.0
     assert none.stops == 0
+
+
+def test_without_mig_rules_the_stranded_4g_starts_beside_the_1g() -> None:
+    """The reference without MIG's geometry: 1g@0 leaves 6 interchangeable slices, so the 4g
+    that smallest-fit strands behind it starts at once."""
+    reqs = [
+        mc.Request("a", "1g", 0.0, 1000.0, 7200.0),
+        mc.Request("b", "4g", 10.0, 100.0, 7200.0),
+        mc.Request("c", "3g", 20.0, 100.0, 7200.0),  # 1 + 4 + 3 > 7: waits for b
+    ]
+    assert mc.smallest_fit(_args(), reqs, ruled=False) == {"a": 0.0, "b": 10.0, "c": 110.0}
