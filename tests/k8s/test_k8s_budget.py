@@ -153,6 +153,15 @@ def test_k8s_a_budget_of_2_in_an_hour_stops_the_third_preemption(fence: Fence) -
     fence.pod("sv3", labels=SERVING)
     why = k.wait("sv3's reason", lambda: "budget" in (r := fence.reason("sv3")) and r)
     assert "incident preemption budget spent (2 of 2 in 3600 s)" in why, why
+    # the reason's Event is written after the condition the test just read: wait for it, so
+    # that the sleep below is only the "nothing else happens" window
+    k.wait(
+        "sv3's FailedScheduling event in the audit log",
+        lambda: (
+            "create events FailedScheduling"
+            in _on(audit.writes(fence.kc, fence.ns)[before:], "sv3")
+        ),
+    )
     time.sleep(3)  # a notice or an eviction would have been written by now
     wrote = audit.writes(fence.kc, fence.ns)[before:]
     log = "\n".join(map(str, wrote))

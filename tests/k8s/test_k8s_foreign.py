@@ -88,6 +88,7 @@ class Shared:
         k.wait(
             f"{name} Running", lambda: self.pod(name).get("status", {}).get("phase") == "Running"
         )
+        self.log.mark(name)  # the watch has its bind before a test marks where its writes start
         return name
 
     def pod(self, name: str) -> dict[str, Any]:
@@ -164,6 +165,12 @@ def test_k8s_a_restart_takes_back_the_notice_on_an_opted_in_foreign_pod(shared: 
     s.start()
     sv1 = s.env.pod("sv1", gpus=2, labels=SERVING)
     value = k.wait("the notice on opt", lambda: s.annotation(opt, NOTICE), 40)
+    # the Notice Event is written after the annotation: kill once both are there (a kill in
+    # between leaves no Event, and the one-Event check below would read that)
+    k.wait(
+        "the Notice event",
+        lambda: [e for e in k.events(s.kc, s.ns, opt) if e.get("reason") == "Notice"],
+    )
     s.sched.kill()
     s.sched = s.env.start(extra=["--lease-namespace", s.ns])
     s.sched.wait_ready()

@@ -273,6 +273,9 @@ def test_k8s_kill_9_between_notice_and_stop_keeps_the_notice_and_the_spent_budge
     value = k.wait("the notice on ckpt", lambda: full.annotation(full.ckpt, NOTICE))
     spent = k.wait("the budget slot in the state record", lambda: _state_record(full))
     assert list(spent) == ["serving"] and len(spent["serving"]) == 1, spent
+    # the Notice Event is written after the annotation: the kill comes once both are there (a
+    # kill in between would leave no Event, and the one-Event check below would read that)
+    k.wait("the Notice event", lambda: full.events(full.ckpt, "Notice"))
     full.sched.kill()
     # the reason the killed scheduler wrote is wiped, so what follows is the new one's word
     cond = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "-"}

@@ -110,6 +110,13 @@ class WriteLog:
     def close(self) -> None:
         self._stop.set()
 
+    def mark(self, *bound: str) -> int:
+        """Where the next writes start, once the watch has seen ``bound``'s binds (the caller saw
+        them by polling; the watch may lag, and a bind it showed later would count as new)."""
+        for pod in bound:
+            self.seen(("bind", pod))
+        return len(self.writes)
+
     def since(self, mark: int, pods: set[str]) -> list[tuple[str, str]]:
         """The writes to ``pods`` after ``mark`` (see ``seen``: wait for the last first)."""
         return [w for w in self.writes[mark:] if w[1] in pods]
@@ -237,7 +244,7 @@ def test_k8s_a_serving_surge_reclaims_the_fewest_lent_pods_that_cover_it(lent: F
     b = [f.borrower(f"b{i}", priority=0 if i == 1 else 5) for i in (1, 2, 3)]
     for pod in b:
         assert f.env.bound(pod) == serving_node, pod
-    mark = len(f.log.writes)
+    mark = f.log.mark(*b)
     # 1 GPU of serving is idle: a 2-GPU replica needs one lent GPU back -- b1 (lowest priority)
     sv1 = f.env.pod("sv1", gpus=2, labels=SERVING)
     value = k.wait("the notice on b1", lambda: f.annotation("b1", NOTICE))
@@ -278,7 +285,7 @@ def test_k8s_a_borrower_that_never_acks_is_evicted_at_the_lending_rules_deadline
     f = short
     b1 = f.borrower("b1", priority=0)
     assert f.env.bound(b1) == f"{f.run}-serving"
-    mark = len(f.log.writes)
+    mark = f.log.mark(b1)
     sv1 = f.env.pod("sv1", gpus=2, labels=SERVING)
     value = k.wait("the notice on b1", lambda: f.annotation(b1, NOTICE))
     noticed = time.time()

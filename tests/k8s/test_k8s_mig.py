@@ -118,9 +118,12 @@ def test_k8s_a_mig_recut_labels_only_the_idle_node_and_binds_after_success(
         big = mig_pod(env, "3g.40gb")
         # the re-cut is asked of the idle node only, and the pod says what it waits for
         k.wait("the re-cut pending", lambda: labels_of(env, idle).get(k.MIG_STATE) == "pending")
+        # the reason written before the scheduler saw the MIG manager's "pending" says "state
+        # asked", and stays on the pod until the next pass rewrites it: wait for the state the
+        # node now has, then check the whole reason
         told = k.wait(
-            "the reason naming the re-cut",
-            lambda: (m := reason(env, big)).startswith("mig-reconfiguring: waiting for") and m,
+            "the reason naming the pending re-cut",
+            lambda: "(state pending, " in (m := reason(env, big)) and m,
         )
         assert told.startswith(
             f"mig-reconfiguring: waiting for node {idle}'s MIG re-cut to "

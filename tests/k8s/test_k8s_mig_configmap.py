@@ -131,7 +131,10 @@ def test_k8s_an_8_gpu_node_is_recut_through_a_config_written_before_its_label(
         big = mig_pod(env, "3g.40gb", "big")
         # the MIG manager holds the re-cut in pending: the pod is not bound before success
         k.wait("the re-cut pending", lambda: labels_of(env, node).get(k.MIG_STATE) == "pending")
-        seq = writes_for(env, ns, node)
+        # (an audit entry may land a moment after the write's effect was seen)
+        seq = k.wait(
+            "the two writes audited", lambda: len(w := writes_for(env, ns, node)) >= 2 and w
+        )
         assert [(w.verb, w.resource) for w in seq] == [("update", "configmaps"), ("patch", "nodes")]
         recut = json.loads(seq[1].body["metadata"]["annotations"]["gpufence.io/mig-recut"])
         (chosen,) = recut["gpus"]

@@ -8,15 +8,21 @@ test), so the tests share one API server without seeing each other's work.
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import kobjects as k
 from kenv import Env
+from scheduler_proc import SchedulerProc
 
 
 def _note(p: dict[str, object]) -> dict[str, str]:
     return dict(p["metadata"].get("annotations") or {})  # type: ignore[union-attr]
+
+
+def _capacity(s: SchedulerProc, fence: str) -> float | None:
+    """The GPUs the scheduler's model gives ``fence`` (/v1/fences): what foreign usage left."""
+    rows = json.loads(s.get("/v1/fences"))["fences"]
+    return next((float(r["capacity_gpus"]) for r in rows if r["name"] == fence), None)
 
 
 def test_k8s_binds_a_pod_with_its_placement_note(env: Env) -> None:
@@ -45,11 +51,17 @@ def test_k8s_gang_is_bound_whole_or_not_at_all(env: Env) -> None:
         )
         for i in range(3)
     ]
-    # three of four: nothing is bound, and each pod says why
+    # three of four: nothing is bound, and each pod says why (a reason written while the
+    # scheduler had seen only one or two of them says "1 of 4" or "2 of 4" until rewritten)
     cond = k.wait(
-        "a waiting reason", lambda: k.scheduled_condition(k.get_pod(env.kc, env.ns, members[0]))
+        "the reason counting 3 of 4",
+        lambda: (
+            (c := k.scheduled_condition(k.get_pod(env.kc, env.ns, members[0])))
+            and "3 of 4" in c["message"]
+            and c
+        ),
     )
-    assert "3 of 4" in cond["message"]
+    assert "waiting for the gang's pods: 3 of 4 exist" in cond["message"], cond
     assert all(not k.node_of(env.kc, env.ns, m) for m in members)
     members.append(
         env.pod(
@@ -188,8 +200,13 @@ def test_k8s_standby_takes_over_when_the_leader_dies(env: Env) -> None:
     first = env.start(leader_elect=True, identity="first", extra=lease)
     first.wait_ready()
     second = env.start(leader_elect=True, identity="second", extra=lease)
-    code, text = k.wait("the standby answering", lambda: (c := second.readyz())[0] and c)
-    assert code == 503 and "first" in text
+    # (its HTTP server answers before its elector has read the lease: "the leader is nobody
+    # yet" until then)
+    code, text = k.wait(
+        "the standby naming a leader",
+        lambda: (c := second.readyz())[0] and "nobody yet" not in c[1] and c,
+    )
+    assert code == 503 and "the leader is first" in text, (code, text)
     first.kill()
     second.wait_ready(timeout=30)
     pod = env.pod(gpus=1)
@@ -277,7 +294,8 @@ def test_k8s_fence_and_queue_objects_show_who_holds_what(env: Env) -> None:
 
 def test_k8s_a_pod_naming_us_but_bound_by_hand_counts_as_foreign(env: Env) -> None:
     node = env.node("training", gpus=4)
-    env.start().wait_ready()
+    s = env.start()
+    s.wait_ready()
     # a tenant bypasses every scheduler: spec.nodeName at creation, schedulerName ours
     body = {
         "apiVersion": "v1",
@@ -292,7 +310,9 @@ def test_k8s_a_pod_naming_us_but_bound_by_hand_counts_as_foreign(env: Env) -> No
         },
     }
     k.ok(env.kc, "POST", f"/api/v1/namespaces/{env.ns}/pods", body, 201)
-    time.sleep(3)  # the model is rebuilt with its GPUs taken off
+    # the model is rebuilt with its GPUs taken off (a fixed sleep assumed that within 3 s; a
+    # rebuild any later and "two" is bound onto the by-hand pod's GPUs)
+    k.wait("the by-hand pod's GPUs off the model", lambda: _capacity(s, "training") == 1.0)
     two = env.pod(gpus=2)
     k.wait("a pending reason", lambda: k.scheduled_condition(k.get_pod(env.kc, env.ns, two)))
     assert not k.node_of(env.kc, env.ns, two)
@@ -323,7 +343,8 @@ def test_k8s_two_notes_claiming_the_same_gpus_do_not_stop_the_scheduler(env: Env
         k.ok(env.kc, "POST", f"/api/v1/namespaces/{env.ns}/pods/{name}/binding", binding, 201)
     s = env.start()
     s.wait_ready()
-    time.sleep(3)  # a rebuild counts the disowned pod as foreign
+    # a rebuild counts the disowned pod as foreign: its 4 GPUs leave the model
+    k.wait("the disowned pod's GPUs off the model", lambda: _capacity(s, "training") == 0.0)
     late = env.pod(gpus=1)
     k.wait("a pending reason", lambda: k.scheduled_condition(k.get_pod(env.kc, env.ns, late)))
     assert not k.node_of(env.kc, env.ns, late)

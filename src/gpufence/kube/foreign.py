@@ -79,7 +79,7 @@ def adopt(
         held.update(got.assignments[0].gpus)
         out.events.append(got)
         core = CoreJob(got.job, pod.namespace, (pod.name,), {pod.name: pod.uid}, phase="running")
-        notice = Tracker._restored_notice(core, [pod])
+        notice = Tracker.take_back_notice(core, [pod])
         if notice is not None:
             out.events[-1] = replace(got, notice=notice)
         tracker.jobs[got.job.id] = core

@@ -465,7 +465,7 @@ class Tracker:
             elif not pod.node:
                 self.actions.append(BindPod(namespace, m.pod, m.node, note))  # roll forward
         stopping = any(p.deleting for p in members)
-        notice = self._restored_notice(core, members)
+        notice = self.take_back_notice(core, members)
         stop_reason, requeue = None, False
         if stopping:
             notice, (stop_reason, requeue) = None, self._restored_stop(jid, core)
@@ -507,9 +507,10 @@ class Tracker:
         return reason, requeue
 
     @staticmethod
-    def _restored_notice(core: CoreJob, members: list[ObservedPod]) -> tuple[Reason, float] | None:
-        """The notice a restored job's pods carry (it lives on the pods: the restart takes it
-        back instead of forgetting it or giving a second one), and whether it was answered."""
+    def take_back_notice(core: CoreJob, members: list[ObservedPod]) -> tuple[Reason, float] | None:
+        """The notice a restored (or adopted) job's pods carry, as the core reads it (None:
+        none). It lives on the pods: a restart takes it back instead of forgetting it or giving
+        a second one. ``core`` records its value and whether a member acknowledged it."""
         for pod in members:
             value = pod.annotations.get(names.ANN_NOTICE, "")
             notice = read_notice(value) if value else None
