@@ -175,7 +175,11 @@ def test_k8s_a_budget_of_2_in_an_hour_stops_the_third_preemption(fence: Fence) -
     # nothing on ck3, no eviction, no bind
     rest = [w for w in wrote if w.resource != "leases"]
     assert _on(rest, "sv3") == ["create events FailedScheduling", "patch pods/status"], log
-    assert len(rest) == 2, log
+    # a reason of the earlier surges' pods (their waits, rate-limited) may land late on a
+    # loaded machine; any other write -- a notice, an eviction, a bind -- is the failure
+    late = [x for p in ("sv1", "sv2") for x in _on(rest, p)]
+    assert set(late) <= {"create events FailedScheduling", "patch pods/status"}, log
+    assert len(rest) == 2 + len(late), log
     assert not fence.annotation("ck3", NOTICE)
     assert not k.node_of(fence.kc, fence.ns, "sv3")
     assert fence.get("ck3")["status"]["phase"] == "Running"
