@@ -47,16 +47,22 @@ def job_id_of(pod: ObservedPod) -> str:
     return f"{pod.namespace}/@{gang}" if gang else pod.key
 
 
+def shown(raw: str, limit: int = 80) -> str:
+    """A value a user wrote, quoted for a message: cut, as the message lands on the pod (a
+    condition, an Event) and in the log, and an annotation may hold 256 KiB."""
+    return repr(raw) if len(raw) <= limit else f"{raw[:limit]!r}... ({len(raw)} characters)"
+
+
 def _number(pod: ObservedPod, key: str, parse: Callable[[str], float]) -> float | None:
     raw = pod.annotations.get(key)
     if raw is None:
         return None
     try:
         value = parse(raw.strip())
-    except ValueError:
+    except (ValueError, OverflowError):  # (an integer of 309+ digits is no float)
         value = math.nan
     if not math.isfinite(value):
-        raise ValueError(f"annotation {key}: {raw!r} is not {names.USER_ANNOTATIONS[key]}")
+        raise ValueError(f"annotation {key}: {shown(raw)} is not {names.USER_ANNOTATIONS[key]}")
     return value
 
 
@@ -200,7 +206,7 @@ def read_pod(
         checkpointable_raw = pod.annotations.get(names.ANN_CHECKPOINTABLE, "false").strip().lower()
         if checkpointable_raw not in _TRUE:
             raise ValueError(
-                f'annotation {names.ANN_CHECKPOINTABLE}: {checkpointable_raw!r} is not "true" '
+                f'annotation {names.ANN_CHECKPOINTABLE}: {shown(checkpointable_raw)} is not "true" '
                 'or "false"'
             )
         priority = _number(pod, names.ANN_PRIORITY, _integer) or 0

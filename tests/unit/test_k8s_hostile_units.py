@@ -1,0 +1,103 @@
+"""A hostile tenant and a clumsy operator against the Kubernetes front end's readers: values a
+tenant may write on its own pod, a state Lease edited by hand, a cluster YAML with typos. Each
+is refused (or dropped) with a message naming the field -- never a crash of the scheduler, which
+would take every tenant's scheduling down with it (and crash-loop on the same pod)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import replace
+from decimal import Decimal
+from typing import Any
+
+import pytest
+
+from gpufence.kube.activity import ActivityFeed, read_activity
+from gpufence.kube.fences import fence_spec_from_dict
+from gpufence.kube.objects import ObservedPod
+from gpufence.kube.pods import PodProblem, changeable, read_pod
+from gpufence.kube.state_record import ANN_FAIR_SHARE, ANN_PREEMPTIONS, ANN_REQUEUED, decode
+from gpufence.spec import SpecError
+
+ACTIVITY = "gpufence.io/gpu-activity"
+HUGE = "1" + "0" * 400  # an integer Python reads, too large for a float
+
+
+def _pod(annotations: dict[str, str], **labels: str) -> ObservedPod:
+    return ObservedPod(
+        namespace="team",
+        name="p",
+        uid="uid-p",
+        scheduler_name="gpufence",
+        node="",
+        phase="Pending",
+        deleting=False,
+        labels=labels,
+        annotations=annotations,
+        requests={"nvidia.com/gpu": Decimal(1)},
+        created=100.0,
+    )
+
+
+# -- values a tenant writes on its own pod ----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "annotations",
+    [
+        {"gpufence.io/priority": HUGE},
+        {"gpufence.io/priority": "-" + HUGE},
+        {"gpufence.io/gang-name": "g", "gpufence.io/gang-size": HUGE},
+        {"gpufence.io/gpu-fraction": "0.5", "gpufence.io/gpu-memory-mib": HUGE},
+    ],
+)
+def test_an_integer_too_large_for_a_float_is_refused_naming_the_key(
+    annotations: dict[str, str],
+) -> None:
+    """It raised OverflowError out of read_pod: the loop does not catch it, so one tenant's
+    pod stopped the scheduler (and every restart met the same pod again)."""
+    key = next(k for k, v in annotations.items() if HUGE in v)
+    got = read_pod(_pod(annotations), {})
+    assert isinstance(got, PodProblem) and key in got.message, got
+
+
+def test_a_running_job_annotated_with_a_huge_priority_changes_nothing() -> None:
+    with pytest.raises(ValueError, match=r"gpufence\.io/priority"):
+        changeable(_pod({"gpufence.io/priority": HUGE}))
+
+
+def test_a_huge_annotation_value_is_not_repeated_whole_in_the_pods_condition() -> None:
+    """The refusal is written on the pod (a condition, an Event): a 200 KB value is cut."""
+    for key in ("gpufence.io/priority", "gpufence.io/time-limit-s", "gpufence.io/checkpointable"):
+        got = read_pod(_pod({key: "9x" * 100_000}), {})
+        assert isinstance(got, PodProblem) and key in got.message
+        assert len(got.message) < 400, (key, len(got.message))
+
+
+# -- the notebook's activity annotation -------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", ["0.5 inf", "0.5 nan", "0.5 1e400", "nan 1e30", "-1 x"])
+def test_an_activity_stamp_that_is_not_a_time_is_refused(value: str) -> None:
+    with pytest.raises(ValueError, match=r"gpufence\.io/gpu-activity"):
+        read_activity(value)
+
+
+def test_an_unreadable_activity_value_is_cut_in_the_message() -> None:
+    with pytest.raises(ValueError) as got:
+        read_activity("x" * (1 << 20))
+    assert len(str(got.value)) < 400
+
+
+def test_a_far_future_activity_stamp_does_not_silence_the_samples_after_it() -> None:
+    """A sidecar that once wrote milliseconds (or a clock years ahead) stamped the pod with a
+    time no later sample could pass: every real sample after it was taken for "the same one
+    again", and the busy notebook looked idle to the core until its GPUs were taken back."""
+    feed = ActivityFeed(max_age_s=120)
+    pod = replace(_pod({}), node="n0", phase="Running")
+    feed.pod_seen(replace(pod, annotations={ACTIVITY: "0.9 1765000000000"}), 1000.0)
+    assert feed._pending == {}  # not recent: not a sample
+    feed.pod_seen(replace(pod, annotations={ACTIVITY: "0.8 1001"}), 1001.0)
+    assert feed._pending == {"team/p": 0.8}
+
