@@ -101,3 +101,47 @@ def test_a_far_future_activity_stamp_does_not_silence_the_samples_after_it() -> 
     feed.pod_seen(replace(pod, annotations={ACTIVITY: "0.8 1001"}), 1001.0)
     assert feed._pending == {"team/p": 0.8}
 
+
+# -- the state Lease, edited by hand ----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "annotations",
+    [
+        {ANN_PREEMPTIONS: "[" * 100_000},
+        {ANN_REQUEUED: "[" * 100_000},
+        {ANN_FAIR_SHARE: '{"at": 1, "usage": ' + "[" * 100_000 + "}"},
+        {ANN_REQUEUED: '{"Job/u": ["team/j", 1e999]}'},
+    ],
+)
+def test_a_garbage_state_record_is_dropped_and_said_never_a_crash(
+    annotations: dict[str, str], caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.ERROR, logger="gpufence.kube"):
+        saved = decode(annotations)
+    assert (saved.windows, saved.usage, saved.awaiting) == ({}, None, {})
+    (key,) = annotations
+    assert any(key in r.getMessage() for r in caplog.records), caplog.text
+
+
+@pytest.mark.parametrize(
+    "annotations",
+    [
+        {ANN_REQUEUED: '{"Job/u": ["team/j", -3]}'},
+        {ANN_REQUEUED: '{"Job/u": ["team/j", 0]}'},
+        {ANN_REQUEUED: '{"Job/u": [{"x": 1}, 2]}'},
+        {ANN_PREEMPTIONS: '{"training": "1765000000"}'},
+        {ANN_FAIR_SHARE: '{"at": 1, "usage": {"q": "12"}}'},
+    ],
+)
+def test_a_state_record_of_the_wrong_shape_is_dropped_not_guessed(
+    annotations: dict[str, str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """An attempt below 1, a job id that is not a string, a time list that is a string (read
+    before as its characters: times 1, 7, 6, ...) are not what gpufence wrote."""
+    with caplog.at_level(logging.ERROR, logger="gpufence.kube"):
+        saved = decode(annotations)
+    assert (saved.windows, saved.usage, saved.awaiting) == ({}, None, {})
+    (key,) = annotations
+    assert any(key in r.getMessage() for r in caplog.records), caplog.text
+
