@@ -145,3 +145,60 @@ def test_a_state_record_of_the_wrong_shape_is_dropped_not_guessed(
     (key,) = annotations
     assert any(key in r.getMessage() for r in caplog.records), caplog.text
 
+
+# -- the cluster YAML with typos --------------------------------------------------------------
+
+_PART = {"node_selector": {"f": "t"}, "admits": ["training"]}
+
+
+def _spec_error(data: dict[str, Any]) -> str:
+    with pytest.raises(SpecError) as got:
+        fence_spec_from_dict(data)
+    return str(got.value)
+
+
+def test_partitions_written_as_a_list_is_an_error_naming_the_field() -> None:
+    msg = _spec_error({"name": "t", "partitions": [{"name": "train", **_PART}]})
+    assert "partitions" in msg and "mapping" in msg, msg
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf")])
+def test_a_nominal_quota_that_is_not_a_number_is_an_error_naming_the_field(value: float) -> None:
+    queues = [{"name": "a", "partition": "train", "nominal_gpus": value}]
+    msg = _spec_error({"name": "t", "partitions": {"train": _PART}, "queues": queues})
+    assert "queues[0].nominal_gpus" in msg, msg
+
+
+def test_a_lending_cap_of_inf_is_an_error_naming_the_field() -> None:
+    part = {**_PART, "lending": [{"to": ["other"], "cap_gpus": float("inf")}]}
+    other = {"node_selector": {"f": "o"}, "admits": ["training"]}
+    msg = _spec_error({"name": "t", "partitions": {"train": part, "other": other}})
+    assert "partitions.train.lending[0].cap_gpus" in msg, msg
+
+
+def test_a_nominal_quota_with_extra_zeros_is_refused_at_once_not_built() -> None:
+    """``nominal_gpus: 100000000`` (a typo) built a virtual node of that many GPUs to check
+    the file: minutes and gigabytes, then the out-of-memory killer."""
+    queues = [{"name": "a", "partition": "train", "nominal_gpus": 100_000_000}]
+    t0 = time.monotonic()
+    msg = _spec_error({"name": "t", "partitions": {"train": _PART}, "queues": queues})
+    assert time.monotonic() - t0 < 5
+    assert "queues[0].nominal_gpus" in msg and "100000000" in msg, msg
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("scheduler_name", "GPUfence"),
+        ("scheduler_name", "gpufence "),
+        ("rack_label", "my rack"),
+        ("nvlink_label", "gpufence.io/nvlink domains"),
+        ("tolerated_taints", ["gpu only"]),
+    ],
+)
+def test_a_kubernetes_name_no_object_can_carry_is_an_error(field: str, value: object) -> None:
+    """A pod's spec.schedulerName must be a DNS subdomain and label/taint keys follow the label
+    key rule: a name outside them matches nothing, and the scheduler waited, silently, for pods
+    that could never name it."""
+    msg = _spec_error({"name": "t", "kubernetes": {field: value}, "partitions": {"train": _PART}})
+    assert f"kubernetes.{field}" in msg, msg
