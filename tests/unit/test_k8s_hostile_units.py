@@ -12,9 +12,11 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
+from test_k8s_translation import _world
 
 from gpufence.kube.activity import ActivityFeed, read_activity
 from gpufence.kube.fences import fence_spec_from_dict
+from gpufence.kube.foreign import adopt
 from gpufence.kube.objects import ObservedPod
 from gpufence.kube.pods import PodProblem, changeable, read_pod
 from gpufence.kube.state_record import ANN_FAIR_SHARE, ANN_PREEMPTIONS, ANN_REQUEUED, decode
@@ -202,3 +204,36 @@ def test_a_kubernetes_name_no_object_can_carry_is_an_error(field: str, value: ob
     that could never name it."""
     msg = _spec_error({"name": "t", "kubernetes": {field: value}, "partitions": {"train": _PART}})
     assert f"kubernetes.{field}" in msg, msg
+
+
+# -- foreign pods that opt in to preemption ---------------------------------------------------
+
+
+@pytest.mark.parametrize("gang", ["annotations", "podgroup"])
+def test_members_of_a_foreign_gang_are_not_adopted_under_one_job_id(gang: str) -> None:
+    """Each adopted pod became a job with its gang's id ("team/@g"): the second member's
+    JobRestored clashed with the first's (RestoreConflict), the loop disowned the id -- and the
+    tracker forgot the first member while the core kept its GPUs booked, so its notice, its
+    eviction and its end were never carried out. A gang member is refused: evicting one
+    member alone would break the gang the other scheduler placed whole."""
+    t, s = _world()
+    members = []
+    for name in ("a", "b"):
+        p = replace(
+            _pod({}, **{"gpufence.io/preemptible": "true"}),
+            name=name,
+            uid=f"uid-{name}",
+            scheduler_name="default-scheduler",
+            node="n0",
+            phase="Running",
+        )
+        if gang == "podgroup":
+            p = replace(p, group="pg")
+        else:
+            ann = {"gpufence.io/gang-name": "g", "gpufence.io/gang-size": "2"}
+            p = replace(p, annotations=ann)
+        members.append(p)
+    got = adopt(t, s.cluster, members, [])
+    assert got.events == [] and t.jobs == {}
+    assert set(got.refused) == {"team/a", "team/b"}
+    assert all("gang" in why for why in got.refused.values()), got.refused
