@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from test_k8s_translation import _world
 
+from gpufence.kube.actions import ShowPending
 from gpufence.kube.activity import ActivityFeed, read_activity
 from gpufence.kube.fences import fence_spec_from_dict
 from gpufence.kube.foreign import adopt
@@ -237,3 +238,28 @@ def test_members_of_a_foreign_gang_are_not_adopted_under_one_job_id(gang: str) -
     assert got.events == [] and t.jobs == {}
     assert set(got.refused) == {"team/a", "team/b"}
     assert all("gang" in why for why in got.refused.values()), got.refused
+
+
+# -- what the core refuses, in the pod's words --------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("annotations", "key"),
+    [
+        ({"gpufence.io/est-runtime-s": "1e300"}, "gpufence.io/est-runtime-s"),
+        ({"gpufence.io/time-limit-s": "1e300"}, "gpufence.io/time-limit-s"),
+        ({"gpufence.io/priority": "99999999999"}, "gpufence.io/priority"),
+    ],
+)
+def test_a_value_the_core_refuses_is_named_by_its_annotation(
+    annotations: dict[str, str], key: str
+) -> None:
+    """The core names its own fields ("est_runtime_s must be between 0 and 1e12"): on a pod
+    the user wrote an annotation, and is told which."""
+    t, s = _world()
+    t.pod_seen(_pod(annotations))
+    t.submit_ready()
+    events, _ = t.take()
+    t.decide(s.cluster, s.step(events, 1000.0), 1000.0)
+    [shown] = [a for a in t.take()[1] if isinstance(a, ShowPending)]
+    assert shown.reason == "gpufence/Rejected" and f"annotation {key}" in shown.message, shown

@@ -73,6 +73,24 @@ def _positive(pod: ObservedPod, key: str) -> float | None:
     return value
 
 
+# the core names a job's fields; on a pod the user wrote these (intake.invalid's messages)
+_CORE_FIELDS = {
+    "est_runtime_s": names.ANN_EST_RUNTIME,
+    "time_limit_s": names.ANN_TIME_LIMIT,
+    "priority": names.ANN_PRIORITY,
+    "gpu_mem_mib": names.ANN_GPU_MEMORY,
+}
+
+
+def in_pod_terms(message: str) -> str:
+    """A refusal of the core in the words of the pod: the annotation for the job field a
+    "<field> must be ..." message names, the label for the CLI's --queue."""
+    message = message.replace("--queue", f"the label {names.LABEL_QUEUE}")
+    for field, key in _CORE_FIELDS.items():
+        message = re.sub(rf"\b{field} must be\b", f"annotation {key} must be", message)
+    return message
+
+
 def changeable(pod: ObservedPod) -> tuple[int, float | None]:
     """The fields of a pod's job that may change while it waits or runs (``JobUpdated``):
     its priority and time limit annotations (``ValueError`` naming an unreadable one)."""

@@ -22,7 +22,15 @@ from gpufence.kube.actions import Action, AnnotatePod, BindPod, DeletePod, Evict
 from gpufence.kube.node_rules import GpuNodeFacts
 from gpufence.kube.objects import ObservedPod
 from gpufence.kube.placement_notes import BindNote, assignments_of, plan_of
-from gpufence.kube.pods import PodAsk, PodProblem, assemble, changeable, job_id_of, read_pod
+from gpufence.kube.pods import (
+    PodAsk,
+    PodProblem,
+    assemble,
+    changeable,
+    in_pod_terms,
+    job_id_of,
+    read_pod,
+)
 from gpufence.model.cluster import Cluster
 from gpufence.model.decisions import (
     Bind,
@@ -540,9 +548,8 @@ class Tracker:
                 for p in core.pods:
                     pod = self.pods.get(f"{core.namespace}/{p}")
                     if pod is not None:
-                        # the core speaks the CLI's words; a pod names its queue by label
-                        text = d.message.replace("--queue", f"the label {names.LABEL_QUEUE}")
-                        self._refuse(pod, f"{d.reason.value}: {text}")
+                        # the core speaks the CLI's and the job's words, a pod its own
+                        self._refuse(pod, f"{d.reason.value}: {in_pod_terms(d.message)}")
             elif isinstance(d, Requeue) and core is not None:
                 core.attempt = d.attempt  # (written through the next bind: the resume path)
 
