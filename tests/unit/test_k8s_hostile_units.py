@@ -18,10 +18,15 @@ from gpufence.kube.actions import ShowPending
 from gpufence.kube.activity import ActivityFeed, read_activity
 from gpufence.kube.fences import fence_spec_from_dict
 from gpufence.kube.foreign import adopt
+from gpufence.kube.names import ANN_CHECKPOINTED
 from gpufence.kube.objects import ObservedPod
 from gpufence.kube.pods import PodProblem, changeable, read_pod
 from gpufence.kube.state_record import ANN_FAIR_SHARE, ANN_PREEMPTIONS, ANN_REQUEUED, decode
+from gpufence.kube.tracker import CoreJob, notice_value, read_notice
+from gpufence.model.decisions import Reason
+from gpufence.model.events import CheckpointAck
 from gpufence.spec import SpecError
+from gpufence.testing.builders import job
 
 ACTIVITY = "gpufence.io/gpu-activity"
 HUGE = "1" + "0" * 400  # an integer Python reads, too large for a float
@@ -263,3 +268,33 @@ def test_a_value_the_core_refuses_is_named_by_its_annotation(
     t.decide(s.cluster, s.step(events, 1000.0), 1000.0)
     [shown] = [a for a in t.take()[1] if isinstance(a, ShowPending)]
     assert shown.reason == "gpufence/Rejected" and f"annotation {key}" in shown.message, shown
+
+
+# -- notices and their acks -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "value", ["incident-preemption nan", "incident-preemption inf", "idle -inf", "idle 1e999"]
+)
+def test_a_notice_whose_deadline_is_no_time_is_not_one_gpufence_wrote(value: str) -> None:
+    """A restart takes a notice back from the pod (Tracker._restored_notice); one with a NaN
+    or infinite deadline (a forged one, where deploy/07's policy is not installed) became a
+    notice the core's deadline never reached: the victim never stopped and the job waiting
+    for its GPUs waited for ever."""
+    assert read_notice(value) is None
+
+
+def test_an_ack_with_a_trailing_newline_acknowledges_the_notice() -> None:
+    """A workload that copies the notice through a file or ``echo`` adds a newline: the copy
+    is still of the notice in flight (an older notice's value still acknowledges nothing)."""
+    t, _ = _world()
+    value = notice_value(Reason.INCIDENT_PREEMPTION, 1120.0)
+    running = replace(_pod({}), node="n0", phase="Running")
+    t.pods[running.key] = running
+    t.jobs["team/p"] = CoreJob(job("team/p").build(), "team", ("p",), {"p": running.uid})
+    t.pod_job[running.key] = "team/p"
+    t.jobs["team/p"].phase, t.jobs["team/p"].notice = "running", value
+    t.pod_seen(replace(running, annotations={ANN_CHECKPOINTED: "incident-preemption 999\n"}))
+    assert t.take()[0] == []
+    t.pod_seen(replace(running, annotations={ANN_CHECKPOINTED: f" {value}\n"}))
+    assert t.take()[0] == [CheckpointAck("team/p")]

@@ -14,6 +14,7 @@ dropped (JobCancelled).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
@@ -90,12 +91,20 @@ def notice_value(reason: Reason, deadline: float) -> str:
 
 
 def read_notice(value: str) -> tuple[Reason, float] | None:
-    """A notice annotation back in the core's terms; None when it is not one gpufence wrote."""
+    """A notice annotation back in the core's terms; None when it is not one gpufence wrote
+    (gpufence writes a whole number of seconds: never NaN or infinite)."""
     reason, _, deadline = value.partition(" ")
     try:
-        return Reason(reason), float(deadline)
+        got = Reason(reason), float(deadline)
     except ValueError:
         return None
+    return got if math.isfinite(got[1]) else None
+
+
+def acks(pod: ObservedPod, notice: str) -> bool:
+    """The pod copied ``notice`` into ``gpufence.io/checkpointed`` (the whitespace a copy
+    through a file or ``echo`` adds aside)."""
+    return bool(notice) and pod.annotations.get(ANN_ACK, "").strip() == notice
 
 
 class Tracker:
@@ -299,7 +308,7 @@ class Tracker:
         """A member copied the notice in flight into ``gpufence.io/checkpointed``: the job's
         checkpoint is written (one member's word is the job's: rank 0 writes it). An older
         value (a notice since withdrawn) acknowledges nothing."""
-        if core.notice and not core.acked and pod.annotations.get(ANN_ACK) == core.notice:
+        if not core.acked and acks(pod, core.notice):
             core.acked = True
             self.events.append(CheckpointAck(jid))
 
@@ -507,7 +516,7 @@ class Tracker:
             notice = read_notice(value) if value else None
             if notice is not None:
                 core.notice = value
-                core.acked = any(p.annotations.get(ANN_ACK) == value for p in members)
+                core.acked = any(acks(p, value) for p in members)
                 return notice
         return None
 
