@@ -20,6 +20,7 @@ from gpufence.kube.fences import fence_spec_from_dict
 from gpufence.kube.foreign import adopt
 from gpufence.kube.names import ANN_CHECKPOINTED
 from gpufence.kube.objects import ObservedPod
+from gpufence.kube.placement_notes import BindNote, MemberPlan
 from gpufence.kube.pods import PodProblem, changeable, read_pod
 from gpufence.kube.state_record import ANN_FAIR_SHARE, ANN_PREEMPTIONS, ANN_REQUEUED, decode
 from gpufence.kube.tracker import CoreJob, notice_value, read_notice
@@ -298,3 +299,28 @@ def test_an_ack_with_a_trailing_newline_acknowledges_the_notice() -> None:
     assert t.take()[0] == []
     t.pod_seen(replace(running, annotations={ANN_CHECKPOINTED: f" {value}\n"}))
     assert t.take()[0] == [CheckpointAck("team/p")]
+
+
+# -- placement notes the scheduler did not write ----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        {"gpufence.io/gang-plan": "[" * 100_000},  # RecursionError out of the restore
+        {"gpufence.io/gang-plan": "[]"},  # a job of no pods
+        {"gpufence.io/bound-at": "nan"},  # a start no clock reaches: its limits never end
+        {"gpufence.io/bound-at": "inf"},
+        {"gpufence.io/attempt": "0"},
+        {"gpufence.io/attempt": "-4"},
+    ],
+)
+def test_a_placement_note_gpufence_could_not_have_written_is_no_note(
+    damage: dict[str, str],
+) -> None:
+    """deploy/06's policy keeps tenants from writing notes; without it (or by an operator
+    re-creating a pod from another's YAML) a note is read at every restart: a damaged one is
+    left alone (the pod counts as foreign usage), never a crash of the restore."""
+    note = BindNote("team/p", "training", None, 1, 1000.0, (MemberPlan("p", "n0", (0,)),))
+    assert BindNote.read(note.annotations("p")) == note
+    assert BindNote.read({**note.annotations("p"), **damage}) is None
