@@ -18,6 +18,7 @@ from gpufence.kube.actions import ShowPending
 from gpufence.kube.activity import ActivityFeed, read_activity
 from gpufence.kube.fences import fence_spec_from_dict
 from gpufence.kube.foreign import adopt
+from gpufence.kube.mig_recut import Recut
 from gpufence.kube.names import ANN_CHECKPOINTED
 from gpufence.kube.objects import ObservedPod
 from gpufence.kube.placement_notes import BindNote, MemberPlan
@@ -324,3 +325,16 @@ def test_a_placement_note_gpufence_could_not_have_written_is_no_note(
     note = BindNote("team/p", "training", None, 1, 1000.0, (MemberPlan("p", "n0", (0,)),))
     assert BindNote.read(note.annotations("p")) == note
     assert BindNote.read({**note.annotations("p"), **damage}) is None
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "[" * 100_000,
+        '{"config":"c","layouts":[["1g.10gb@0"]],"gpus":[1e999],"at":1,"job":""}',
+    ],
+)
+def test_a_hand_edited_mig_recut_note_on_a_node_is_dropped(value: str) -> None:
+    """gpufence.io/mig-recut (gpufence's record of a re-cut it asked for) is read from every
+    node at start-up: RecursionError / OverflowError escaped Recut.read and stopped it."""
+    assert Recut.read("n0", value) is None
