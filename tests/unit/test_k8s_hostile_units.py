@@ -18,9 +18,10 @@ from gpufence.kube.actions import ShowPending
 from gpufence.kube.activity import ActivityFeed, read_activity
 from gpufence.kube.fences import fence_spec_from_dict
 from gpufence.kube.foreign import adopt
+from gpufence.kube.hardware import build_hardware
 from gpufence.kube.mig_recut import Recut
 from gpufence.kube.names import ANN_CHECKPOINTED
-from gpufence.kube.objects import ObservedPod
+from gpufence.kube.objects import ObservedNode, ObservedPod
 from gpufence.kube.placement_notes import BindNote, MemberPlan
 from gpufence.kube.pods import PodProblem, changeable, read_pod
 from gpufence.kube.state_record import ANN_FAIR_SHARE, ANN_PREEMPTIONS, ANN_REQUEUED, decode
@@ -338,3 +339,34 @@ def test_a_hand_edited_mig_recut_note_on_a_node_is_dropped(value: str) -> None:
     """gpufence.io/mig-recut (gpufence's record of a re-cut it asked for) is read from every
     node at start-up: RecursionError / OverflowError escaped Recut.read and stopped it."""
     assert Recut.read("n0", value) is None
+
+
+# -- nodes ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mig", [False, True])
+def test_a_node_reporting_more_gpus_than_a_node_holds_is_left_out_and_named(mig: bool) -> None:
+    """A fake node patched with nvidia.com/gpu: 200000 (or, with MIG's mixed strategy, a
+    nvidia.com/gpu.count label with extra zeros) was modelled GPU by GPU: at 10^8 the
+    scheduler ran out of memory. It is left out, named with the figure, as a node in no
+    fence is."""
+    spec = fence_spec_from_dict(
+        {"name": "t", "partitions": {"train": {**_PART, "node_selector": {}}}}
+    )
+    labels = {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
+    sane = ObservedNode("n0", labels, 8, {}, 64000, 512 * 1024, True)
+    if mig:
+        big = ObservedNode(
+            "big",
+            {**labels, "nvidia.com/gpu.count": "200000"},
+            0,
+            {"1g.10gb": 7},
+            64000,
+            512 * 1024,
+            True,
+        )
+    else:
+        big = ObservedNode("big", labels, 200_000, {}, 64000, 512 * 1024, True)
+    hw = build_hardware(spec, [sane, big])
+    assert [n.name for n in hw.cluster.nodes] == ["n0"] and len(hw.cluster.gpus) == 8
+    assert any("big" in p and "200000" in p for p in hw.problems), hw.problems
