@@ -19,6 +19,7 @@ from gpufence.kube.activity import ActivityFeed, read_activity
 from gpufence.kube.fences import fence_spec_from_dict
 from gpufence.kube.foreign import adopt
 from gpufence.kube.hardware import build_hardware
+from gpufence.kube.mig_parted import config_name, full_layouts, missing, read_configs
 from gpufence.kube.mig_recut import Recut
 from gpufence.kube.names import ANN_CHECKPOINTED
 from gpufence.kube.objects import ObservedNode, ObservedPod
@@ -370,3 +371,15 @@ def test_a_node_reporting_more_gpus_than_a_node_holds_is_left_out_and_named(mig:
     hw = build_hardware(spec, [sane, big])
     assert [n.name for n in hw.cluster.nodes] == ["n0"] and len(hw.cluster.gpus) == 8
     assert any("big" in p and "200000" in p for p in hw.problems), hw.problems
+
+
+def test_a_mig_parted_config_entry_without_mig_devices_is_checked_not_a_traceback() -> None:
+    """An entry that turns MIG off carries no mig-devices (NVIDIA's own all-disabled config
+    is written so): read_configs accepts it, and the check of a hand-edited file under one of
+    gpufence's config names then raised KeyError ('gpufence k8s mig-configs --check' printed
+    a traceback). It is a config that does not cut the GPU: reported as missing."""
+    combo = (full_layouts("A100-40GB")[0],)
+    name = config_name(combo)
+    data = {"version": "v1", "mig-configs": {name: [{"devices": "all", "mig-enabled": False}]}}
+    lacking = missing(read_configs(data), "A100-40GB", [1])
+    assert any(line.startswith(name) for line in lacking), lacking
