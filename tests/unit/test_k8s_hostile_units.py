@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from test_k8s_translation import _world
 
-from gpufence.kube.actions import ShowPending
+from gpufence.kube.actions import PodEvent, ShowPending
 from gpufence.kube.activity import ActivityFeed, read_activity
 from gpufence.kube.fences import fence_spec_from_dict
 from gpufence.kube.foreign import adopt
@@ -28,7 +28,7 @@ from gpufence.kube.pods import PodProblem, changeable, read_pod
 from gpufence.kube.state_record import ANN_FAIR_SHARE, ANN_PREEMPTIONS, ANN_REQUEUED, decode
 from gpufence.kube.tracker import CoreJob, notice_value, read_notice
 from gpufence.model.decisions import Reason
-from gpufence.model.events import CheckpointAck
+from gpufence.model.events import CheckpointAck, JobUpdated
 from gpufence.spec import SpecError
 from gpufence.testing.builders import job
 
@@ -383,3 +383,34 @@ def test_a_mig_parted_config_entry_without_mig_devices_is_checked_not_a_tracebac
     data = {"version": "v1", "mig-configs": {name: [{"devices": "all", "mig-enabled": False}]}}
     lacking = missing(read_configs(data), "A100-40GB", [1])
     assert any(line.startswith(name) for line in lacking), lacking
+
+
+# -- changes annotated on a running pod -------------------------------------------------------
+
+
+def test_a_change_a_running_pod_cannot_take_is_said_on_it_once() -> None:
+    """``kubectl annotate --overwrite`` of time-limit-s "10m" or priority 99999999999 on a
+    running pod changed nothing and said nothing (the core drops an update it refuses, and an
+    unreadable value was skipped): the user believed the new limit was in force. Now an Event
+    on the pod names the annotation, once per value (not at every other change of the pod)."""
+    t, s = _world()
+    t.pod_seen(_pod({}))
+    t.submit_ready()
+    events, _ = t.take()
+    t.decide(s.cluster, s.step(events, 1000.0), 1000.0)
+    t.take()
+    running = replace(_pod({}), node="n0", phase="Running")
+    t.pod_seen(running)
+    for ann, key in (
+        ({"gpufence.io/time-limit-s": "10m"}, "gpufence.io/time-limit-s"),
+        ({"gpufence.io/priority": "99999999999"}, "gpufence.io/priority"),
+    ):
+        t.pod_seen(replace(running, annotations=ann))
+        events, actions = t.take()
+        assert events == []  # the job keeps what it had
+        [said] = [a for a in actions if isinstance(a, PodEvent)]
+        assert (said.pod, said.reason) == ("p", "UpdateRefused") and key in said.message, said
+        t.pod_seen(replace(running, annotations={**ann, ACTIVITY: "0.5 1001"}))
+        assert t.take() == ([], [])  # the same refusal is not said again
+    t.pod_seen(replace(running, annotations={"gpufence.io/priority": "7"}))
+    assert t.take() == ([JobUpdated("team/p", priority=7)], [])

@@ -18,6 +18,7 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
+from gpufence.kube import actions as act
 from gpufence.kube import names
 from gpufence.kube.actions import Action, AnnotatePod, BindPod, DeletePod, EvictPod, ShowPending
 from gpufence.kube.node_rules import GpuNodeFacts
@@ -59,6 +60,7 @@ from gpufence.model.events import (
 )
 from gpufence.model.job import Job
 from gpufence.model.partition import QueueSpec
+from gpufence.sched.intake import invalid
 
 
 @dataclass(slots=True)
@@ -144,6 +146,7 @@ class Tracker:
         self.expected: dict[str, tuple[str, int]] = dict(expected or {})
         self.events: list[Event] = []
         self.actions: list[Action] = []
+        self._said_refused: dict[str, str] = {}  # pod key -> the refused change it was told of
 
     # -- observations -------------------------------------------------------------------------
 
@@ -220,6 +223,7 @@ class Tracker:
         pod = self.pods.pop(key, None)
         self.problems.pop(key, None)
         self._refused.pop(key, None)
+        self._said_refused.pop(key, None)
         self._drop_ask(key)
         if pod is None:
             return
@@ -262,7 +266,8 @@ class Tracker:
             members = [m for n in core.pods if (m := self.pods.get(f"{core.namespace}/{n}"))]
             priority = max(changeable(m)[0] for m in members or [pod])
             limit = changeable(pod)[1]
-        except ValueError:
+        except ValueError as exc:
+            self._update_refused(pod, str(exc))
             return
         job = core.job
         changes: dict[str, int | float] = {}
@@ -270,9 +275,20 @@ class Tracker:
             changes["priority"] = priority
         if limit is not None and limit != job.time_limit_s:
             changes["time_limit_s"] = limit
-        if changes:
+        refused = invalid(replace(job, **changes)) if changes else None  # type: ignore[arg-type]
+        if refused is not None:  # (the core would drop it: the user is told instead)
+            self._update_refused(pod, in_pod_terms(refused.message))
+        elif changes:
+            self._said_refused.pop(pod.key, None)
             core.job = replace(job, **changes)  # type: ignore[arg-type]
             self.events.append(JobUpdated(jid, **changes))  # type: ignore[arg-type]
+
+    def _update_refused(self, pod: ObservedPod, why: str) -> None:
+        """An Event on the pod, once per refusal: it changes at every sidecar write."""
+        if self._said_refused.get(pod.key) != why:
+            self._said_refused[pod.key] = why
+            text = f"{why}; the job keeps its priority and time limit"
+            self.actions.append(act.PodEvent(pod.namespace, pod.name, "UpdateRefused", text))
 
     def _member_gone(self, jid: str, core: CoreJob, pod: str) -> None:
         if core.phase == "pending":
