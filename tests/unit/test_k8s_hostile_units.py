@@ -198,6 +198,18 @@ def test_a_nominal_quota_with_extra_zeros_is_refused_at_once_not_built() -> None
     assert "queues[0].nominal_gpus" in msg and "100000000" in msg, msg
 
 
+@pytest.mark.parametrize("typo", ["node_selecter", "nodeSelector", "node_selectors"])
+def test_a_misspelt_node_selector_is_named_with_the_kubernetes_fields(typo: str) -> None:
+    """The local schema's 'unknown field' listed nodes and gpus (refused on Kubernetes) and
+    not node_selector, so the typo got no 'did you mean': the allowed fields are Kubernetes'."""
+    part = {typo: {"f": "t"}, "admits": ["training"]}
+    msg = _spec_error({"name": "t", "partitions": {"train": part}})
+    line = next(x for x in msg.splitlines() if f"partitions.train.{typo}" in x)
+    assert "did you mean 'node_selector'?" in line, msg
+    allowed = line.split("allowed: ", 1)[1].split(")", 1)[0].split(", ")
+    assert "node_selector" in allowed and "nodes" not in allowed and "gpus" not in allowed, line
+
+
 @pytest.mark.parametrize(
     ("field", "value"),
     [

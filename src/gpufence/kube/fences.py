@@ -16,7 +16,7 @@ import math
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from gpufence.kube.names import KubeNames
@@ -28,7 +28,8 @@ from gpufence.spec import (
     parse_yaml_text,
     read_spec_file,
 )
-from gpufence.spec.errors import Path, locate
+from gpufence.spec.errors import Path, allowed_fields, locate, name_list, suggest
+from gpufence.spec.schema import PartitionSchema
 
 # a label key: an optional DNS-subdomain prefix and a name (Kubernetes' own rule, shortened)
 _LABEL_KEY = re.compile(
@@ -148,6 +149,18 @@ def _virtual_gpus(pname: str, data: dict[str, Any], issues: list[SpecIssue]) -> 
     return max(1, min(MAX_FENCE_GPUS, math.ceil(max(need, caps))))
 
 
+def _kube_words(issue: SpecIssue) -> SpecIssue:
+    """The local schema's "unknown field" of a partition, with the fields a partition has on
+    Kubernetes (node_selector, not nodes/gpus), so a misspelt node_selector is recognised."""
+    path = issue.path
+    if len(path) != 3 or path[0] != "partitions" or not issue.message.startswith("unknown field"):
+        return issue
+    local = set(allowed_fields(PartitionSchema)) - {"nodes", "gpus"}
+    allowed = sorted(local | {"node_selector"})
+    tail = suggest(str(path[2]), allowed)
+    return replace(issue, message=f"unknown field (allowed: {name_list(allowed, limit=32)}){tail}")
+
+
 def _kube_names(raw: object) -> tuple[KubeNames, list[SpecIssue]]:
     if raw is None:
         return KubeNames(), []
@@ -220,7 +233,7 @@ def fence_spec_from_dict(
         # (nor what it says of a capacity figure said here already)
         ours = {i.path for i in issues}
         theirs = [
-            i
+            _kube_words(i)
             for i in exc.issues
             if i.path[:1] != ("node_groups",)
             and (i.anchor or ())[:1] != ("node_groups",)
