@@ -27,6 +27,7 @@ from gpufence.kube.placement_notes import BindNote, MemberPlan
 from gpufence.kube.pods import PodProblem, changeable, read_pod
 from gpufence.kube.state_record import ANN_FAIR_SHARE, ANN_PREEMPTIONS, ANN_REQUEUED, decode
 from gpufence.kube.tracker import CoreJob, notice_value, read_notice
+from gpufence.kube.waits import waiting_reason
 from gpufence.model.decisions import Reason
 from gpufence.model.events import CheckpointAck, JobUpdated
 from gpufence.spec import SpecError
@@ -426,3 +427,14 @@ def test_a_change_a_running_pod_cannot_take_is_said_on_it_once() -> None:
         assert t.take() == ([], [])  # the same refusal is not said again
     t.pod_seen(replace(running, annotations={"gpufence.io/priority": "7"}))
     assert t.take() == ([JobUpdated("team/p", priority=7)], [])
+
+
+@pytest.mark.parametrize("deadline", [1e12, 1e20])
+def test_a_deadline_past_the_calendar_is_said_not_a_crash(deadline: float) -> None:
+    """A fence whose grace_s or reclaim_deadline_s is huge ('never force it': 1e12) gives
+    notices with such deadlines; the waiting job's reason formatted the deadline as a clock
+    time and datetime raised (year 33658 is out of range) in the loop, every cycle."""
+    t, _ = _world()
+    said, gist = waiting_reason({"team/a": deadline}, t, {}, 1000.0) or ("", "")
+    assert said.startswith("waiting for team/a to checkpoint, deadline in ")
+    assert "team/a" in gist
