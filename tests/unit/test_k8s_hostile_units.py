@@ -9,16 +9,18 @@ import logging
 import time
 from dataclasses import replace
 from decimal import Decimal
-from typing import Any
+from typing import Any, cast
 
 import pytest
-from test_k8s_translation import _world
+from test_k8s_translation import FENCES, _world
 
 from gpufence.kube.actions import PodEvent, ShowPending
 from gpufence.kube.activity import ActivityFeed, read_activity
+from gpufence.kube.api import KubeApi
 from gpufence.kube.fences import fence_spec_from_dict
 from gpufence.kube.foreign import adopt
 from gpufence.kube.hardware import build_hardware
+from gpufence.kube.loop import KubeScheduler
 from gpufence.kube.mig_parted import config_name, full_layouts, missing, read_configs
 from gpufence.kube.mig_recut import Recut
 from gpufence.kube.names import ANN_CHECKPOINTED
@@ -438,3 +440,43 @@ def test_a_deadline_past_the_calendar_is_said_not_a_crash(deadline: float) -> No
     said, gist = waiting_reason({"team/a": deadline}, t, {}, 1000.0) or ("", "")
     assert said.startswith("waiting for team/a to checkpoint, deadline in ")
     assert "team/a" in gist
+
+
+# -- the loop ---------------------------------------------------------------------------------
+
+
+class _NoApi:
+    def __getattr__(self, name: str) -> Any:
+        raise AssertionError(f"api.{name} called")
+
+
+def test_a_preemptible_pod_that_cannot_be_adopted_does_not_rebuild_the_model_for_ever(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Any pod in the cluster labelled gpufence.io/preemptible=true that cannot be adopted (a
+    web server on a CPU node, say) was refused at every rebuild, and each refusal asked for
+    another: a fresh core built and restored from every pod every 2 s, for as long as the pod
+    lived (the refusal logged each time). It is refused once and stays used capacity."""
+    now = [1000.0]
+    api = cast(KubeApi, _NoApi())
+    loop = KubeScheduler(api, fence_spec_from_dict(FENCES), clock=lambda: now[0])
+    loop.runner.run = lambda actions: None  # type: ignore[method-assign]
+    gpu = {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
+    for name, gpus in (("n0", 4), ("cpu", 0)):
+        loop.nodes[name] = ObservedNode(
+            name, gpu if gpus else {}, gpus, {}, 64000, 512 * 1024, True
+        )
+    web = replace(
+        _pod({}, **{"gpufence.io/preemptible": "true"}),
+        scheduler_name="default-scheduler",
+        node="cpu",
+        phase="Running",
+        requests={},
+    )
+    with caplog.at_level(logging.INFO, logger="gpufence.kube"):
+        loop._pod_seen(web)
+        for _ in range(20):
+            loop.cycle()
+            now[0] += 1.0
+    assert loop.stats.rebuilds <= 2, loop.stats.rebuilds
+    assert sum("not adopting team/p" in r.getMessage() for r in caplog.records) == 1

@@ -302,6 +302,7 @@ class KubeScheduler:
             if pod.key in self.tracker.pod_job and self.core is not None:
                 self.tracker.pod_seen(pod)  # an adopted pod (kube/foreign.py): its ack, its end
             if usage_of(old) != usage_of(pod) or preemptible_label(old) != preemptible_label(pod):
+                self._disowned.discard(pod.key)  # changed: may be adopted now
                 self._mark_rebuild()
 
     def _unplanned(self, pod: ObservedPod | None) -> bool:
@@ -480,7 +481,9 @@ class KubeScheduler:
         the scheduler goes on instead of failing on it."""
         assert self.core is not None and self.hardware is not None
         events, actions = self.tracker.take()
-        adoption = adopt(self.tracker, self.hardware.cluster, self.pods.values(), events)
+        # (one refused already stays used capacity till it changes: else a rebuild every 2 s)
+        maybe = [p for p in self.pods.values() if p.key not in self._disowned]
+        adoption = adopt(self.tracker, self.hardware.cluster, maybe, events)
         events += adoption.events
         for key, why in adoption.refused.items():
             log.info("not adopting %s (label %s): %s", key, LABEL_PREEMPTIBLE, why)
