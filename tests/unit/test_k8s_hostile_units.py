@@ -480,3 +480,28 @@ def test_a_preemptible_pod_that_cannot_be_adopted_does_not_rebuild_the_model_for
             now[0] += 1.0
     assert loop.stats.rebuilds <= 2, loop.stats.rebuilds
     assert sum("not adopting team/p" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_a_pod_bound_by_hand_rebuilds_the_model_when_its_usage_changes_not_at_each_write() -> None:
+    """A tenant's pod naming gpufence but created with spec.nodeName (bound by hand) is used
+    capacity; each change of it rebuilt the model -- a sidecar refreshing an annotation every
+    second kept the scheduler rebuilding every 2 s. Now: when it starts or stops being used
+    capacity, or what it uses changes (and when it is gone: its GPUs are free again)."""
+    now = [1000.0]
+    api = cast(KubeApi, _NoApi())
+    loop = KubeScheduler(api, fence_spec_from_dict(FENCES), clock=lambda: now[0])
+    loop.runner.run = lambda actions: None  # type: ignore[method-assign]
+    gpu = {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
+    loop.nodes["n0"] = ObservedNode("n0", gpu, 4, {}, 64000, 512 * 1024, True)
+    by_hand = replace(_pod({}), node="n0", phase="Running")
+    for _ in range(20):
+        loop._pod_seen(replace(by_hand, annotations={ACTIVITY: f"0.5 {now[0]:.0f}"}))
+        loop.cycle()
+        now[0] += 1.0
+    assert loop.stats.rebuilds == 1, loop.stats.rebuilds
+    assert loop.hardware is not None and len(loop.hardware.cluster.gpus) == 3  # 1 is its
+    loop._pod_gone(by_hand.key)
+    for _ in range(3):
+        loop.cycle()
+        now[0] += 1.0
+    assert loop.stats.rebuilds == 2 and len(loop.hardware.cluster.gpus) == 4

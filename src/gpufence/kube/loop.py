@@ -296,7 +296,8 @@ class KubeScheduler:
             if pod.terminal or pod.deleting:
                 self.runner.forget(pod.namespace, pod.name)
                 self.runner.run(self.claims.release(pod))
-            if self._unplanned(old) or self._unplanned(pod):
+            was, now_ = self._unplanned(old), self._unplanned(pod)
+            if was != now_ or (now_ and usage_of(old) != usage_of(pod)):
                 self._mark_rebuild()  # it names us but runs where we did not place it
         else:
             if pod.key in self.tracker.pod_job and self.core is not None:
@@ -318,6 +319,7 @@ class KubeScheduler:
 
     def _pod_gone(self, key: str) -> None:
         pod = self.pods.pop(key, None)
+        unplanned = self._unplanned(pod)  # (before it leaves inflight and disowned)
         self.inflight.pop(key, None)
         self._disowned.discard(key)
         if pod is None:
@@ -327,8 +329,8 @@ class KubeScheduler:
         self.runner.run(self.claims.gone(pod, self.tracker.ours(pod)))
         if self.core is not None and (self.tracker.ours(pod) or key in self.tracker.pod_job):
             self.tracker.pod_gone(key)
-        if not self.tracker.ours(pod) and usage_of(pod) != Usage():
-            self._mark_rebuild()
+        if (not self.tracker.ours(pod) or unplanned) and usage_of(pod) != Usage():
+            self._mark_rebuild()  # (what it used is free again)
 
     def _with_claims(self, a: Action) -> Action:
         """A bind of a pod with ResourceClaims carries their allocation (kube/pod_claims.py); a
