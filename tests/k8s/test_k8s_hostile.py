@@ -29,3 +29,29 @@ def test_k8s_a_huge_priority_is_refused_on_its_pod_and_scheduling_goes_on(env: E
     assert env.bound(good)
     assert s.proc.poll() is None, s.log_tail()
     assert k.node_of(env.kc, env.ns, running) and not k.node_of(env.kc, env.ns, bad)
+
+
+def test_k8s_a_garbage_state_record_is_said_and_the_scheduler_starts_clean(env: Env) -> None:
+    """The state Lease edited by hand: JSON nested past the parser's depth, an attempt of
+    1e999, a value that is not JSON. The scheduler said each and started with whole budgets;
+    before, RecursionError escaped the record's load and the process died at start-up."""
+    env.node("training", gpus=1)
+    notes = {
+        "gpufence.io/preemptions": "[" * 100_000,
+        "gpufence.io/fair-share": "{not json",
+        "gpufence.io/requeued": '{"Job/x": ["ns/j", 1e999]}',
+    }
+    lease = {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {"name": "gpufence-scheduler-state", "namespace": env.ns, "annotations": notes},
+        "spec": {},
+    }
+    path = f"/apis/coordination.k8s.io/v1/namespaces/{env.ns}/leases"
+    k.ok(env.kc, "POST", path, lease, expect=201)
+    s = env.start(extra=["--lease-namespace", env.ns])
+    s.wait_ready()
+    assert env.bound(env.pod(gpus=1))
+    assert s.proc.poll() is None, s.log_tail()
+    said = s.log_path_text()
+    assert all(f"state record: {key} is not" in said for key in notes), said[-3000:]
