@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import threading
 import urllib.parse
 import urllib.request
@@ -27,6 +28,7 @@ from collections.abc import Mapping
 
 from gpufence.kube import names
 from gpufence.kube.objects import ObservedPod
+from gpufence.kube.pods import shown
 from gpufence.kube.tracker import Tracker
 from gpufence.model.cluster import Cluster
 from gpufence.model.events import Activity
@@ -45,8 +47,8 @@ def read_activity(value: str) -> tuple[float, float]:
         util, when = (float(parts[0]), float(parts[1])) if len(parts) == 2 else (-1.0, 0.0)
     except ValueError:
         util, when = -1.0, 0.0
-    if not 0.0 <= util <= 1.0 or when <= 0:
-        raise ValueError(f"{names.ANN_GPU_ACTIVITY}={value!r}: give {ACTIVITY_FORMAT}")
+    if not 0.0 <= util <= 1.0 or not 0 < when < math.inf:  # (NaN fails both)
+        raise ValueError(f"{names.ANN_GPU_ACTIVITY}={shown(value)}: give {ACTIVITY_FORMAT}")
     return util, when
 
 
@@ -141,8 +143,10 @@ class ActivityFeed:
         last = self._stamp.get(pod.key)
         if last is not None and last[0] == pod.uid and when <= last[1]:
             return  # the same sample again (the pod changed for another reason)
-        self._stamp[pod.key] = (pod.uid, when)
         if abs(now - when) <= self.max_age_s:
+            # only a recent stamp is remembered: one far ahead (a sidecar writing
+            # milliseconds, a clock years off) would pass for every later sample's "newer"
+            self._stamp[pod.key] = (pod.uid, when)
             self._pending[pod.key] = max(util, self._pending.get(pod.key, 0.0))
 
     def pod_gone(self, key: str) -> None:

@@ -16,7 +16,7 @@ import math
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from gpufence.kube.names import KubeNames
@@ -28,7 +28,8 @@ from gpufence.spec import (
     parse_yaml_text,
     read_spec_file,
 )
-from gpufence.spec.errors import Path, locate
+from gpufence.spec.errors import Path, allowed_fields, locate, name_list, suggest
+from gpufence.spec.schema import PartitionSchema
 
 # a label key: an optional DNS-subdomain prefix and a name (Kubernetes' own rule, shortened)
 _LABEL_KEY = re.compile(
@@ -38,6 +39,10 @@ _LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$")
 _VIRTUAL_TYPE = "H100-80GB"  # MIG-capable and in the catalogue: lets MIG layouts be checked
 _KUBE_SECTION = "kubernetes"
 _KUBE_KEYS = {"scheduler_name", "rack_label", "nvlink_label", "tolerated_taints"}
+# a pod's spec.schedulerName is a DNS subdomain: a name outside the rule no pod can carry
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+# 5,000 nodes (Kubernetes' tested limit) of 8 GPUs fit under it
+MAX_FENCE_GPUS = 65536
 
 
 @dataclass(frozen=True)
@@ -115,21 +120,45 @@ def _take_partitions(data: dict[str, Any]) -> tuple[dict[str, dict[str, str]], l
     return selectors, issues
 
 
-def _virtual_gpus(pname: str, data: dict[str, Any]) -> int:
+def _virtual_gpus(pname: str, data: dict[str, Any], issues: list[SpecIssue]) -> int:
     """GPUs the virtual node of ``pname`` needs so that capacity rules (nominal quotas,
-    lending caps) pass: the real capacity is checked against them at run time, when known."""
-    need = 1.0
-    for q in data.get("queues") or ():
+    lending caps) pass: the real capacity is checked against them at run time, when known.
+    A figure past any cluster's size is a typo, said here (a virtual node of 10^8 GPUs took
+    minutes and gigabytes to build); one that is not a finite number the schema names."""
+    figures: list[tuple[Path, object]] = []
+    queues = data.get("queues")
+    for i, q in enumerate(queues if isinstance(queues, list) else ()):
         if isinstance(q, dict) and q.get("partition") == pname:
-            nominal = q.get("nominal_gpus")
-            if isinstance(nominal, int | float):
-                need += float(nominal)
-    part = (data.get("partitions") or {}).get(pname)
-    for rule in (part.get("lending") if isinstance(part, dict) else None) or ():
-        cap = rule.get("cap_gpus") if isinstance(rule, dict) else None
-        if isinstance(cap, int | float):
-            need = max(need, float(cap))
-    return max(1, math.ceil(need))
+            figures.append((("queues", i, "nominal_gpus"), q.get("nominal_gpus")))
+    part = data["partitions"][pname]
+    rules = part.get("lending") if isinstance(part, dict) else None
+    for i, rule in enumerate(rules if isinstance(rules, list) else ()):
+        path: Path = ("partitions", pname, "lending", i, "cap_gpus")
+        figures.append((path, rule.get("cap_gpus") if isinstance(rule, dict) else None))
+    need, caps = 1.0, 0.0
+    for path, value in figures:
+        if not isinstance(value, int | float) or not math.isfinite(value):
+            continue
+        if value > MAX_FENCE_GPUS:
+            msg = f"{value:.15g} GPUs is more than a Kubernetes cluster holds (at most "
+            issues.append(SpecIssue(path, msg + f"{MAX_FENCE_GPUS}): a typo?"))
+        elif path[-1] == "nominal_gpus":
+            need += float(value)
+        else:
+            caps = max(caps, float(value))
+    return max(1, min(MAX_FENCE_GPUS, math.ceil(max(need, caps))))
+
+
+def _kube_words(issue: SpecIssue) -> SpecIssue:
+    """The local schema's "unknown field" of a partition, with the fields a partition has on
+    Kubernetes (node_selector, not nodes/gpus), so a misspelt node_selector is recognised."""
+    path = issue.path
+    if len(path) != 3 or path[0] != "partitions" or not issue.message.startswith("unknown field"):
+        return issue
+    local = set(allowed_fields(PartitionSchema)) - {"nodes", "gpus"}
+    allowed = sorted(local | {"node_selector"})
+    tail = suggest(str(path[2]), allowed)
+    return replace(issue, message=f"unknown field (allowed: {name_list(allowed, limit=32)}){tail}")
 
 
 def _kube_names(raw: object) -> tuple[KubeNames, list[SpecIssue]]:
@@ -146,15 +175,27 @@ def _kube_names(raw: object) -> tuple[KubeNames, list[SpecIssue]]:
     for key in _KUBE_KEYS & set(raw):
         value = raw[key]
         if key == "tolerated_taints":
-            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-                issues.append(SpecIssue((_KUBE_SECTION, key), "must be a list of taint keys"))
+            if not isinstance(value, list) or not all(_is_label_key(v) for v in value):
+                msg = "must be a list of taint keys (label-key syntax: [prefix/]name)"
+                issues.append(SpecIssue((_KUBE_SECTION, key), msg))
                 continue
             fields[key] = tuple(value)
         elif not isinstance(value, str) or not value:
             issues.append(SpecIssue((_KUBE_SECTION, key), "must be a non-empty string"))
+        elif key == "scheduler_name" and not _DNS_SUBDOMAIN.match(value):
+            msg = f"{value!r} is no name a pod's schedulerName can carry (lowercase letters, "
+            msg += "digits, '-' and '.', starting and ending alphanumeric, e.g. gpufence)"
+            issues.append(SpecIssue((_KUBE_SECTION, key), msg))
+        elif key != "scheduler_name" and not _is_label_key(value):
+            msg = f"{value!r} is not a Kubernetes label key (e.g. gpufence.io/rack)"
+            issues.append(SpecIssue((_KUBE_SECTION, key), msg))
         else:
             fields[key] = value
     return KubeNames(**fields), issues
+
+
+def _is_label_key(key: object) -> bool:
+    return isinstance(key, str) and len(key) <= 316 and bool(_LABEL_KEY.match(key))
 
 
 def fence_spec_from_dict(
@@ -176,9 +217,10 @@ def fence_spec_from_dict(
     selectors, sel_issues = _take_partitions(data)
     issues.extend(sel_issues)
     groups: list[dict[str, object]] = []
-    for pname, p in (data.get("partitions") or {}).items():
+    parts = data.get("partitions")
+    for pname, p in parts.items() if isinstance(parts, dict) else ():  # (else: the schema's)
         group = f"virtual-{len(groups)}"
-        gpus = _virtual_gpus(pname, data)
+        gpus = _virtual_gpus(pname, data, issues)
         groups.append({"name": group, "count": 1, "gpus_per_node": gpus, "gpu_type": _VIRTUAL_TYPE})
         if isinstance(p, dict):
             p["nodes"] = [group]
@@ -188,10 +230,14 @@ def fence_spec_from_dict(
         policy = cluster_from_dict(data, source=source, lines=lines)
     except SpecError as exc:
         # (what the validator says of the virtual nodes is about nothing the user wrote)
+        # (nor what it says of a capacity figure said here already)
+        ours = {i.path for i in issues}
         theirs = [
-            i
+            _kube_words(i)
             for i in exc.issues
-            if i.path[:1] != ("node_groups",) and (i.anchor or ())[:1] != ("node_groups",)
+            if i.path[:1] != ("node_groups",)
+            and (i.anchor or ())[:1] != ("node_groups",)
+            and i.path not in ours
         ]
         raise SpecError([*locate(issues, lines or {}), *theirs], source) from None
     if issues:

@@ -13,7 +13,7 @@ evicted (policy/v1, PodDisruptionBudgets honoured) once it copies the notice int
 this; gpufence never rebinds it (it is not gpufence's to place: an evicted foreign pod's next
 pod is the other scheduler's again). A pod that cannot be adopted (a request that is not whole
 GPUs, a class its node's fence does not admit, a namespace without a queue there) stays plain
-used capacity.
+used capacity, and so does a member of a gang (a PodGroup's, or ``gpufence.io/gang-name``).
 """
 
 from __future__ import annotations
@@ -98,6 +98,11 @@ def _restored(
     want = gpus_of(pod)
     if want <= 0 or any(k.startswith(names.RES_MIG_PREFIX) for k in pod.requests):
         return "it asks for no whole GPUs"
+    gang = pod.group or pod.annotations.get(names.ANN_GANG_NAME)
+    if gang:
+        # (its members would share the gang's job id; and evicting one member alone would
+        # break a gang its scheduler placed whole)
+        return f"it is a member of gang {gang}: only a pod on its own is adopted"
     free = [g for g in node.gpu_ids if g not in held]
     if len(free) < want:
         return f"node {node.name} has {len(free)} GPUs not held by gpufence's pods, it uses {want}"

@@ -54,6 +54,10 @@ class Hardware:
     problems: tuple[str, ...]  # nodes left out, and why (shown on /readyz and in the log)
 
 
+# far above any real node (8 or 16 GPUs): a figure past it is a typo or a fake node
+MAX_NODE_GPUS = 1024
+
+
 def gpu_type_of(node: ObservedNode) -> GpuType:
     """The catalogue type whose name the feature-discovery product label spells
     ("NVIDIA-H100-80GB-HBM3" -> H100-80GB), else a type named after the product with the
@@ -134,6 +138,13 @@ def build_hardware(
         count = gpu_count(obs)
         if count <= 0:
             continue  # not a GPU node
+        if count > MAX_NODE_GPUS:  # (modelled GPU by GPU: 10^8 of them ran it out of memory)
+            problems.append(
+                f"node {obs.name}: reports {count} GPUs, more than a node holds (at most "
+                f"{MAX_NODE_GPUS}): left out; check its {names.RES_GPU} allocatable and its "
+                f"{names.NODE_GPU_COUNT} label"
+            )
+            continue
         partition, matches = fences.partition_of(obs.labels)
         if partition is None:
             why = (

@@ -292,12 +292,14 @@ class KubeScheduler:
             if pod.terminal or pod.deleting:
                 self.runner.forget(pod.namespace, pod.name)
                 self.runner.run(self.claims.release(pod))
-            if self._unplanned(old) or self._unplanned(pod):
+            was, now_ = self._unplanned(old), self._unplanned(pod)
+            if was != now_ or (now_ and usage_of(old) != usage_of(pod)):
                 self._mark_rebuild()  # it names us but runs where we did not place it
         else:
             if pod.key in self.tracker.pod_job and self.core is not None:
                 self.tracker.pod_seen(pod)  # an adopted pod (kube/foreign.py): its ack, its end
             if usage_of(old) != usage_of(pod) or preemptible_label(old) != preemptible_label(pod):
+                self._disowned.discard(pod.key)  # changed: may be adopted now
                 self._mark_rebuild()
 
     def _unplanned(self, pod: ObservedPod | None) -> bool:
@@ -313,6 +315,7 @@ class KubeScheduler:
 
     def _pod_gone(self, key: str) -> None:
         pod = self.pods.pop(key, None)
+        unplanned = self._unplanned(pod)  # (before it leaves inflight and disowned)
         self.inflight.pop(key, None)
         self._disowned.discard(key)
         if pod is None:
@@ -322,8 +325,8 @@ class KubeScheduler:
         self.runner.run(self.claims.gone(pod, self.tracker.ours(pod)))
         if self.core is not None and (self.tracker.ours(pod) or key in self.tracker.pod_job):
             self.tracker.pod_gone(key)
-        if not self.tracker.ours(pod) and usage_of(pod) != Usage():
-            self._mark_rebuild()
+        if (not self.tracker.ours(pod) or unplanned) and usage_of(pod) != Usage():
+            self._mark_rebuild()  # (what it used is free again)
 
     def _with_claims(self, a: Action) -> Action:
         """A bind of a pod with ResourceClaims carries their allocation (kube/pod_claims.py); a
@@ -477,7 +480,9 @@ class KubeScheduler:
         the scheduler goes on instead of failing on it."""
         assert self.core is not None and self.hardware is not None
         events, actions = self.tracker.take()
-        adoption = adopt(self.tracker, self.hardware.cluster, self.pods.values(), events)
+        # (one refused already stays used capacity till it changes: else a rebuild every 2 s)
+        maybe = [p for p in self.pods.values() if p.key not in self._disowned]
+        adoption = adopt(self.tracker, self.hardware.cluster, maybe, events)
         events += adoption.events
         for key, why in adoption.refused.items():
             log.info("not adopting %s (label %s): %s", key, LABEL_PREEMPTIBLE, why)

@@ -166,7 +166,8 @@ def node_counts(items: Sequence[Mapping[str, Any]], gpus: int) -> tuple[Counts, 
     per: list[Counts | None] = [None] * gpus
     for e in items:
         devices = range(gpus) if e.get("devices") == "all" else e.get("devices", [])
-        counts: Counts = tuple(sorted((str(p), int(n)) for p, n in e["mig-devices"].items() if n))
+        cuts = e.get("mig-devices") or {}  # (none where it turns MIG off)
+        counts: Counts = tuple(sorted((str(p), int(n)) for p, n in cuts.items() if n))
         for d in devices:
             if 0 <= d < gpus:
                 per[d] = counts if e.get("mig-enabled", False) else None

@@ -91,7 +91,8 @@ class Recut:
             layouts = tuple(tuple(str(e) for e in lay) for lay in raw["layouts"])
             gpus = tuple(int(k) for k in raw["gpus"])
             return Recut(node, str(raw["config"]), layouts, gpus, float(raw["at"]), str(raw["job"]))
-        except (ValueError, KeyError, TypeError):
+        # (a hand-edited note: JSON nested past the parser's depth, an index of 1e999)
+        except (ValueError, KeyError, TypeError, RecursionError, OverflowError):
             return None
 
     def target(self) -> str:

@@ -11,6 +11,7 @@ crash left half bound (roll forward: the plan in a bound member says where the r
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -97,7 +98,7 @@ class BindNote:
         try:
             plan_raw = json.loads(annotations[names.ANN_GANG_PLAN])
             plan = tuple(MemberPlan.decode(m) for m in plan_raw)
-            return BindNote(
+            note = BindNote(
                 job_id=annotations[names.ANN_JOB],
                 partition=annotations[names.ANN_BOUND_PARTITION],
                 lent_from=annotations.get(names.ANN_LENT_FROM) or None,
@@ -105,8 +106,12 @@ class BindNote:
                 bound_at=float(annotations[names.ANN_BOUND_AT]),
                 plan=plan,
             )
-        except (KeyError, ValueError, TypeError, AttributeError):
+        # (RecursionError: JSON nested past the parser's depth)
+        except (KeyError, ValueError, TypeError, AttributeError, RecursionError, OverflowError):
             return None
+        # what a bind writes: a plan of one pod or more, a first attempt or later, a clock time
+        sane = note.plan and note.attempt >= 1 and math.isfinite(note.bound_at)
+        return note if sane else None
 
 
 def plan_of(

@@ -47,16 +47,22 @@ def job_id_of(pod: ObservedPod) -> str:
     return f"{pod.namespace}/@{gang}" if gang else pod.key
 
 
+def shown(raw: str, limit: int = 80) -> str:
+    """A value a user wrote, quoted for a message: cut, as the message lands on the pod (a
+    condition, an Event) and in the log, and an annotation may hold 256 KiB."""
+    return repr(raw) if len(raw) <= limit else f"{raw[:limit]!r}... ({len(raw)} characters)"
+
+
 def _number(pod: ObservedPod, key: str, parse: Callable[[str], float]) -> float | None:
     raw = pod.annotations.get(key)
     if raw is None:
         return None
     try:
         value = parse(raw.strip())
-    except ValueError:
+    except (ValueError, OverflowError):  # (an integer of 309+ digits is no float)
         value = math.nan
     if not math.isfinite(value):
-        raise ValueError(f"annotation {key}: {raw!r} is not {names.USER_ANNOTATIONS[key]}")
+        raise ValueError(f"annotation {key}: {shown(raw)} is not {names.USER_ANNOTATIONS[key]}")
     return value
 
 
@@ -65,6 +71,24 @@ def _positive(pod: ObservedPod, key: str) -> float | None:
     if value is not None and value <= 0:
         raise ValueError(f"annotation {key}: {value:g} is not {names.USER_ANNOTATIONS[key]}")
     return value
+
+
+# the core names a job's fields; on a pod the user wrote these (intake.invalid's messages)
+_CORE_FIELDS = {
+    "est_runtime_s": names.ANN_EST_RUNTIME,
+    "time_limit_s": names.ANN_TIME_LIMIT,
+    "priority": names.ANN_PRIORITY,
+    "gpu_mem_mib": names.ANN_GPU_MEMORY,
+}
+
+
+def in_pod_terms(message: str) -> str:
+    """A refusal of the core in the words of the pod: the annotation for the job field a
+    "<field> must be ..." message names, the label for the CLI's --queue."""
+    message = message.replace("--queue", f"the label {names.LABEL_QUEUE}")
+    for field, key in _CORE_FIELDS.items():
+        message = re.sub(rf"\b{field} must be\b", f"annotation {key} must be", message)
+    return message
 
 
 def changeable(pod: ObservedPod) -> tuple[int, float | None]:
@@ -200,7 +224,7 @@ def read_pod(
         checkpointable_raw = pod.annotations.get(names.ANN_CHECKPOINTABLE, "false").strip().lower()
         if checkpointable_raw not in _TRUE:
             raise ValueError(
-                f'annotation {names.ANN_CHECKPOINTABLE}: {checkpointable_raw!r} is not "true" '
+                f'annotation {names.ANN_CHECKPOINTABLE}: {shown(checkpointable_raw)} is not "true" '
                 'or "false"'
             )
         priority = _number(pod, names.ANN_PRIORITY, _integer) or 0

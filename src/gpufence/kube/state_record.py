@@ -62,39 +62,79 @@ class Saved:
         return out
 
 
-def _windows(annotations: Mapping[str, str], key: str, what: str) -> dict[str, tuple[float, ...]]:
-    """A budget window annotation ({name: [times]}); empty (named in the log) when damaged."""
-    try:
-        raw = json.loads(annotations.get(key, "{}"))
-        return {
-            str(p): tuple(float(t) for t in ts if math.isfinite(float(t))) for p, ts in raw.items()
-        }
-    except (ValueError, TypeError, AttributeError) as exc:
-        log.error("state record: %s is not {%s: [times]}: %s", key, what, exc)
-        return {}
+# what a hand-edited value may break json.loads with besides ValueError: nesting deep enough
+# to exhaust the recursion limit, a number too large for an integer
+_UNREADABLE = (ValueError, TypeError, KeyError, AttributeError, RecursionError, OverflowError)
+
+
+def _number(value: object) -> float:
+    """A number gpufence wrote (JSON numbers only: a string is not one, "123" is not [1, 2, 3])."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"{value!r} is not a number")
+    return float(value)
+
+
+def _windows(raw: object) -> dict[str, tuple[float, ...]]:
+    if not isinstance(raw, dict) or not all(isinstance(ts, list) for ts in raw.values()):
+        raise TypeError("not a mapping of fence -> list of times")
+    return {str(p): tuple(t for t in map(_number, ts) if math.isfinite(t)) for p, ts in raw.items()}
+
+
+def _usage(raw: object) -> tuple[float, dict[str, float] | None]:
+    if raw is None:
+        return 0.0, None
+    if not isinstance(raw, dict) or not isinstance(raw["usage"], dict):
+        raise TypeError("not a mapping with at and usage: {queue: milli-GPU-s}")
+    return _number(raw["at"]), {str(q): _number(v) for q, v in raw["usage"].items()}
+
+
+def _awaiting(raw: object) -> dict[str, tuple[str, int]]:
+    if not isinstance(raw, dict):
+        raise TypeError("not a mapping")
+    out: dict[str, tuple[str, int]] = {}
+    for owner, (jid, attempt) in raw.items():
+        if not isinstance(jid, str) or isinstance(attempt, bool) or not isinstance(attempt, int):
+            raise TypeError(f"{owner}: [{jid!r}, {attempt!r}] is not [job id, attempt]")
+        if attempt < 1:
+            raise ValueError(f"{owner}: attempt {attempt} (attempts count from 1)")
+        out[str(owner)] = (jid, attempt)
+    return out
 
 
 def decode(annotations: Mapping[str, str]) -> Saved:
     """The record's annotations; a damaged value is dropped (named in the log), never
     guessed: the budget is then whole, as after a first start."""
-    windows = _windows(annotations, ANN_PREEMPTIONS, "fence")
-    defrags = _windows(annotations, ANN_DEFRAGS, "MIG pool")
+    windows = _read_windows(annotations, ANN_PREEMPTIONS, "fence")
+    defrags = _read_windows(annotations, ANN_DEFRAGS, "MIG pool")
     usage: dict[str, float] | None = None
     at = 0.0
     try:
-        raw_usage = json.loads(annotations.get(ANN_FAIR_SHARE, "null"))
-        if raw_usage is not None:
-            at = float(raw_usage["at"])
-            usage = {str(q): float(v) for q, v in raw_usage["usage"].items()}
-    except (ValueError, TypeError, KeyError, AttributeError) as exc:
-        log.error("state record: %s is not {at, usage}: %s", ANN_FAIR_SHARE, exc)
+        at, usage = _usage(json.loads(annotations.get(ANN_FAIR_SHARE, "null")))
+    except _UNREADABLE as exc:
+        log.error("state record: %s is not {at, usage}: %s", ANN_FAIR_SHARE, _cut(exc))
     awaiting: dict[str, tuple[str, int]] = {}
     try:
-        raw_req = json.loads(annotations.get(ANN_REQUEUED, "{}"))
-        awaiting = {str(o): (str(j), int(n)) for o, (j, n) in raw_req.items()}
-    except (ValueError, TypeError, AttributeError) as exc:
-        log.error("state record: %s is not {controller: [job, attempt]}: %s", ANN_REQUEUED, exc)
+        awaiting = _awaiting(json.loads(annotations.get(ANN_REQUEUED, "{}")))
+    except _UNREADABLE as exc:
+        msg = "state record: %s is not {controller: [job, attempt]}: %s"
+        log.error(msg, ANN_REQUEUED, _cut(exc))
     return Saved(windows, usage, at, awaiting, defrags)
+
+
+def _read_windows(
+    annotations: Mapping[str, str], key: str, what: str
+) -> dict[str, tuple[float, ...]]:
+    """A budget window annotation ({name: [times]}); empty (named in the log) when damaged."""
+    try:
+        return _windows(json.loads(annotations.get(key, "{}")))
+    except _UNREADABLE as exc:
+        log.error("state record: %s is not {%s: [times]}: %s", key, what, _cut(exc))
+        return {}
+
+
+def _cut(exc: BaseException) -> str:
+    text = str(exc) or type(exc).__name__
+    return text if len(text) <= 200 else text[:200] + "..."
 
 
 def encode(

@@ -15,15 +15,25 @@ dropped (JobCancelled).
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
+from gpufence.kube import actions as act
 from gpufence.kube import names
 from gpufence.kube.actions import Action, AnnotatePod, BindPod, DeletePod, EvictPod, ShowPending
 from gpufence.kube.node_rules import GpuNodeFacts
 from gpufence.kube.objects import ObservedPod
 from gpufence.kube.placement_notes import BindNote, assignments_of, plan_of
-from gpufence.kube.pods import PodAsk, PodProblem, assemble, changeable, job_id_of, read_pod
+from gpufence.kube.pods import (
+    PodAsk,
+    PodProblem,
+    assemble,
+    changeable,
+    in_pod_terms,
+    job_id_of,
+    read_pod,
+)
 from gpufence.model.cluster import Cluster
 from gpufence.model.decisions import (
     Bind,
@@ -51,6 +61,7 @@ from gpufence.model.events import (
 )
 from gpufence.model.job import Job
 from gpufence.model.partition import QueueSpec
+from gpufence.sched.intake import invalid
 
 
 @dataclass(slots=True)
@@ -84,12 +95,20 @@ def notice_value(reason: Reason, deadline: float) -> str:
 
 
 def read_notice(value: str) -> tuple[Reason, float] | None:
-    """A notice annotation back in the core's terms; None when it is not one gpufence wrote."""
+    """A notice annotation back in the core's terms; None when it is not one gpufence wrote
+    (gpufence writes a whole number of seconds: never NaN or infinite)."""
     reason, _, deadline = value.partition(" ")
     try:
-        return Reason(reason), float(deadline)
+        got = Reason(reason), float(deadline)
     except ValueError:
         return None
+    return got if math.isfinite(got[1]) else None
+
+
+def acks(pod: ObservedPod, notice: str) -> bool:
+    """The pod copied ``notice`` into ``gpufence.io/checkpointed`` (the whitespace a copy
+    through a file or ``echo`` adds aside)."""
+    return bool(notice) and pod.annotations.get(ANN_ACK, "").strip() == notice
 
 
 class Tracker:
@@ -129,6 +148,7 @@ class Tracker:
         self.expected: dict[str, tuple[str, int]] = dict(expected or {})
         self.events: list[Event] = []
         self.actions: list[Action] = []
+        self._said_refused: dict[str, str] = {}  # pod key -> the refused change it was told of
 
     # -- observations -------------------------------------------------------------------------
 
@@ -205,6 +225,7 @@ class Tracker:
         pod = self.pods.pop(key, None)
         self.problems.pop(key, None)
         self._refused.pop(key, None)
+        self._said_refused.pop(key, None)
         self._drop_ask(key)
         if pod is None:
             return
@@ -247,7 +268,8 @@ class Tracker:
             members = [m for n in core.pods if (m := self.pods.get(f"{core.namespace}/{n}"))]
             priority = max(changeable(m)[0] for m in members or [pod])
             limit = changeable(pod)[1]
-        except ValueError:
+        except ValueError as exc:
+            self._update_refused(pod, str(exc))
             return
         job = core.job
         changes: dict[str, int | float] = {}
@@ -255,9 +277,20 @@ class Tracker:
             changes["priority"] = priority
         if limit is not None and limit != job.time_limit_s:
             changes["time_limit_s"] = limit
-        if changes:
+        refused = invalid(replace(job, **changes)) if changes else None  # type: ignore[arg-type]
+        if refused is not None:  # (the core would drop it: the user is told instead)
+            self._update_refused(pod, in_pod_terms(refused.message))
+        elif changes:
+            self._said_refused.pop(pod.key, None)
             core.job = replace(job, **changes)  # type: ignore[arg-type]
             self.events.append(JobUpdated(jid, **changes))  # type: ignore[arg-type]
+
+    def _update_refused(self, pod: ObservedPod, why: str) -> None:
+        """An Event on the pod, once per refusal: it changes at every sidecar write."""
+        if self._said_refused.get(pod.key) != why:
+            self._said_refused[pod.key] = why
+            text = f"{why}; the job keeps its priority and time limit"
+            self.actions.append(act.PodEvent(pod.namespace, pod.name, "UpdateRefused", text))
 
     def _member_gone(self, jid: str, core: CoreJob, pod: str) -> None:
         if core.phase == "pending":
@@ -293,7 +326,7 @@ class Tracker:
         """A member copied the notice in flight into ``gpufence.io/checkpointed``: the job's
         checkpoint is written (one member's word is the job's: rank 0 writes it). An older
         value (a notice since withdrawn) acknowledges nothing."""
-        if core.notice and not core.acked and pod.annotations.get(ANN_ACK) == core.notice:
+        if not core.acked and acks(pod, core.notice):
             core.acked = True
             self.events.append(CheckpointAck(jid))
 
@@ -516,7 +549,7 @@ class Tracker:
             notice = read_notice(value) if value else None
             if notice is not None:
                 core.notice = value
-                core.acked = any(p.annotations.get(ANN_ACK) == value for p in members)
+                core.acked = any(acks(p, value) for p in members)
                 return notice
         return None
 
@@ -557,9 +590,8 @@ class Tracker:
                 for p in core.pods:
                     pod = self.pods.get(f"{core.namespace}/{p}")
                     if pod is not None:
-                        # the core speaks the CLI's words; a pod names its queue by label
-                        text = d.message.replace("--queue", f"the label {names.LABEL_QUEUE}")
-                        self._refuse(pod, f"{d.reason.value}: {text}")
+                        # the core speaks the CLI's and the job's words, a pod its own
+                        self._refuse(pod, f"{d.reason.value}: {in_pod_terms(d.message)}")
             elif isinstance(d, Requeue) and core is not None:
                 core.attempt = d.attempt  # (written through the next bind: the resume path)
 

@@ -26,10 +26,10 @@ def waiting_reason(
     gist = list(said)
     for v, deadline in victims.items():
         if deadline is not None:
-            at = dt.datetime.fromtimestamp(deadline, dt.UTC).strftime("%H:%M:%S")
+            at = _clock(deadline)
             left = max(0, math.ceil(deadline - now))
-            said.append(f"waiting for {v} to checkpoint, deadline in {left} s (at {at} UTC)")
-            gist.append(f"waiting for {v} to checkpoint, deadline at {at} UTC")
+            said.append(f"waiting for {v} to checkpoint, deadline in {left} s (at {at})")
+            gist.append(f"waiting for {v} to checkpoint, deadline at {at}")
             continue
         core = tracker.jobs.get(v)
         keys = [f"{core.namespace}/{p}" for p in core.pods] if core is not None else []
@@ -40,6 +40,15 @@ def waiting_reason(
         said.append(text)
         gist.append(text)
     return "; ".join(said), "; ".join(gist)
+
+
+def _clock(t: float) -> str:
+    """``HH:MM:SS UTC`` of a deadline; past the calendar (a fence's grace_s of 1e12: "never
+    force it") the date cannot be written, so the seconds since the epoch are."""
+    try:
+        return dt.datetime.fromtimestamp(t, dt.UTC).strftime("%H:%M:%S UTC")
+    except (ValueError, OverflowError, OSError):
+        return f"{t:.0f} s since the epoch"
 
 
 def _reclaims(victims: Mapping[str, float | None], tracker: Tracker) -> list[str]:

@@ -227,7 +227,9 @@ def _yaml11_off(value: object) -> object:
 
 
 class _Spec(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # (YAML's .inf / .nan are floats too: no field means "unlimited" by one, and an infinite
+    # quota or deadline broke the checks built on it with a traceback, not a message)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 _FABRIC = Fabric()
