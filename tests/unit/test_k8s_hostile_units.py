@@ -17,6 +17,7 @@ from test_k8s_translation import FENCES, _world
 from gpufence.kube.actions import PodEvent, ShowPending
 from gpufence.kube.activity import ActivityFeed, read_activity
 from gpufence.kube.api import KubeApi
+from gpufence.kube.core_jobs import CoreJob, notice_value, read_notice
 from gpufence.kube.fences import fence_spec_from_dict
 from gpufence.kube.foreign import adopt
 from gpufence.kube.hardware import build_hardware
@@ -28,7 +29,6 @@ from gpufence.kube.objects import ObservedNode, ObservedPod
 from gpufence.kube.placement_notes import BindNote, MemberPlan
 from gpufence.kube.pods import PodProblem, changeable, read_pod
 from gpufence.kube.state_record import ANN_FAIR_SHARE, ANN_PREEMPTIONS, ANN_REQUEUED, decode
-from gpufence.kube.tracker import CoreJob, notice_value, read_notice
 from gpufence.kube.waits import waiting_reason
 from gpufence.model.decisions import Reason
 from gpufence.model.events import CheckpointAck, JobUpdated

@@ -11,9 +11,9 @@ from test_k8s_translation import _world, pod
 
 from gpufence.kube.actions import EvictPod
 from gpufence.kube.api import CallFailed
+from gpufence.kube.core_jobs import CoreJob, notice_value, read_notice
 from gpufence.kube.evictions import Evictions
 from gpufence.kube.state_record import ANN_FAIR_SHARE, ANN_PREEMPTIONS, decode, encode
-from gpufence.kube.tracker import CoreJob, notice_value, read_notice
 from gpufence.kube.waits import waiting_reason
 from gpufence.model.decisions import Reason
 from gpufence.model.events import CheckpointAck, PreemptionsRestored, UsageRestored

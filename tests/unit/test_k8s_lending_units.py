@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from test_k8s_translation import _world
 
+from gpufence.kube.core_jobs import CoreJob, notice_value
 from gpufence.kube.placement_notes import BindNote
-from gpufence.kube.tracker import CoreJob, notice_value
 from gpufence.kube.waits import waiting_reason
 from gpufence.model.decisions import Reason
 from gpufence.testing.builders import job

@@ -22,10 +22,11 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 
 from gpufence.kube import names
+from gpufence.kube.core_jobs import CoreJob
 from gpufence.kube.hardware import Usage
 from gpufence.kube.objects import ObservedPod
 from gpufence.kube.pods import PodProblem, read_pod
-from gpufence.kube.tracker import CoreJob, Tracker
+from gpufence.kube.tracker import Tracker
 from gpufence.model.cluster import Cluster
 from gpufence.model.decisions import Assignment
 from gpufence.model.events import Event, JobRestored

@@ -303,8 +303,7 @@ class KubeScheduler:
                 self._mark_rebuild()
 
     def _unplanned(self, pod: ObservedPod | None) -> bool:
-        """A pod naming this scheduler that is bound, but not by us (created with
-        ``spec.nodeName``, or its note damaged): its requests are foreign usage."""
+        """A pod naming us, bound not by us (``spec.nodeName``, a damaged note): foreign usage."""
         return (
             pod is not None
             and bool(pod.node)

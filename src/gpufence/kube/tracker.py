@@ -15,13 +15,13 @@ dropped (JobCancelled).
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
 from gpufence.kube import actions as act
 from gpufence.kube import names
 from gpufence.kube.actions import Action, AnnotatePod, BindPod, DeletePod, EvictPod, ShowPending
+from gpufence.kube.core_jobs import CoreJob, acks, notice_value, read_notice
 from gpufence.kube.node_rules import GpuNodeFacts
 from gpufence.kube.objects import ObservedPod
 from gpufence.kube.placement_notes import BindNote, assignments_of, plan_of
@@ -63,52 +63,7 @@ from gpufence.model.job import Job
 from gpufence.model.partition import QueueSpec
 from gpufence.sched.intake import invalid
 
-
-@dataclass(slots=True)
-class CoreJob:
-    """A job the core knows: its pods (replica order) and how far it got."""
-
-    job: Job
-    namespace: str
-    pods: tuple[str, ...]  # pod names
-    uids: dict[str, str]  # pod name -> uid it was submitted with
-    phase: str = "pending"  # pending | running | stopping
-    note: BindNote | None = None
-    ended: dict[str, bool] = field(default_factory=dict)  # pod -> succeeded (or gone: False)
-    stop_requeue: bool = False
-    torn_down: bool = False  # its remaining pods were told to go (once)
-    notice: str = ""  # the value of the notice in flight (the gpufence.io/notice annotation)
-    acked: bool = False  # the workload answered that notice (gpufence.io/checkpointed)
-    owner: str = ""  # its pods' controller ("Job/<uid>"): who makes the next attempt's pods
-    attempt: int = 1
-    # requeued: the pods its controller made for the next attempt, until there are enough
-    fresh: dict[str, ObservedPod] = field(default_factory=dict)
-
-
-ANN_ACK = names.ANN_CHECKPOINTED
 log = logging.getLogger("gpufence.kube")
-
-
-def notice_value(reason: Reason, deadline: float) -> str:
-    """The ``gpufence.io/notice`` annotation: ``"<reason> <deadline, seconds since the epoch>"``."""
-    return f"{reason.value} {deadline:.0f}"
-
-
-def read_notice(value: str) -> tuple[Reason, float] | None:
-    """A notice annotation back in the core's terms; None when it is not one gpufence wrote
-    (gpufence writes a whole number of seconds: never NaN or infinite)."""
-    reason, _, deadline = value.partition(" ")
-    try:
-        got = Reason(reason), float(deadline)
-    except ValueError:
-        return None
-    return got if math.isfinite(got[1]) else None
-
-
-def acks(pod: ObservedPod, notice: str) -> bool:
-    """The pod copied ``notice`` into ``gpufence.io/checkpointed`` (the whitespace a copy
-    through a file or ``echo`` adds aside)."""
-    return bool(notice) and pod.annotations.get(ANN_ACK, "").strip() == notice
 
 
 class Tracker:

@@ -8,7 +8,8 @@ import datetime as dt
 import math
 from collections.abc import Mapping
 
-from gpufence.kube.tracker import Tracker, read_notice
+from gpufence.kube.core_jobs import read_notice
+from gpufence.kube.tracker import Tracker
 from gpufence.model.decisions import Reason
 
 

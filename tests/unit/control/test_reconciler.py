@@ -215,7 +215,6 @@ def test_a_notice_without_ack_becomes_a_stop_at_its_deadline(tmp_path: Path) -> 
     assert rig.job(train).state == st.STOPPING
 
 
-
 def test_a_job_killed_during_its_notice_is_requeued_in_the_store_as_in_the_core(
     tmp_path: Path,
 ) -> None:

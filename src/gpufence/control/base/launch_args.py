@@ -17,6 +17,7 @@ EXIT_NOT_FOUND = 127
 EXIT_NOT_EXECUTABLE = 126
 EXIT_NOT_CONTAINED = 125
 
+
 class SpawnFailure(Exception):
     def __init__(self, code: int, message: str) -> None:
         super().__init__(message)

@@ -495,5 +495,6 @@ def _started(
             os.kill(child, sig)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, o.caught)  # later ones: our no-op handlers
 
+
 if __name__ == "__main__":
     sys.exit(main())
