@@ -8,7 +8,7 @@ again), so a placement cycle that asks about a 400-GPU pool pays for the few GPU
 
 from __future__ import annotations
 
-from bisect import insort
+from bisect import bisect_left, insort
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -25,12 +25,15 @@ class PoolIndex:
     pos: int = 0
     version: int = -1  # the pool's ledger version when last brought up to date
     sig_of: dict[int, int] = field(default_factory=dict)  # re-cuttable GPU -> its group
+    order: list[int] = field(default_factory=list)  # the re-cuttable GPUs, ascending
     groups: dict[int, list[int]] = field(default_factory=dict)  # group -> its GPUs, ascending
     # groups are numbered once (hashing a signature is dear; a number is not)
     ids: dict[Sig, int] = field(default_factory=dict)
     sigs: list[Sig] = field(default_factory=list)
     ranks: dict[object, object] = field(default_factory=dict)  # derived from a group alone
     memo: dict[object, object] = field(default_factory=dict)  # emptied when the index changes
+    # profile -> group -> its re-cut rank there (migdyn; None: the profile does not fit)
+    fits: dict[str, dict[int, object]] = field(default_factory=dict)
     seen: dict[int, Sig | None] = field(default_factory=dict)  # GPU -> the signature placed
 
 
@@ -63,6 +66,10 @@ def _place(ix: PoolIndex, g: int, sig: Sig | None) -> None:
         members.remove(g)
         if not members:
             del ix.groups[old]
+        if sig is None:
+            del ix.order[bisect_left(ix.order, g)]
+    elif sig is not None:
+        insort(ix.order, g)
     if sig is not None:
         sid = ix.ids.get(sig)
         if sid is None:
