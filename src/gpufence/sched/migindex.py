@@ -97,12 +97,17 @@ def refresh(core: Core, ix: PoolIndex, pool: str, pending: Mapping[int, object])
         return ix
     ix.version = version
     npg = core.cluster.node_partition_gpus
+    mig, seen = led.mig, ix.seen
     for node in dict.fromkeys(log[ix.pos :]):
         gids = npg.get((pool, node), ())
         if gids:
             ix.memo.clear()
         for g in gids:
-            _place(ix, g, _sig(core, pending, g))
+            # (the common case inline: of a node that changed, most GPUs did not -- the GPU's
+            # memo still holds the signature placed, and it is neither re-cut nor unusable)
+            sig = mig[g].memo.get("sig")
+            if sig is None or seen.get(g) is not sig or g in pending or not led.gpu_usable(g):
+                _place(ix, g, _sig(core, pending, g))
     ix.pos = len(log)
     return ix
 

@@ -90,9 +90,14 @@ def ranked(ledger: Ledger, pool: str, profile: str) -> list[Row]:
     version = ledger.pool_version[pool]
     if version != r.version:  # else the log grew with other pools' changes only
         npg = ledger.cluster.node_partition_gpus
+        mig, blocked, node_up = ledger.mig, ledger.blocked, ledger.node_up
+        mark = ("ranked", profile)
         for node in dict.fromkeys(log[r.pos :]):
+            up = node_up[node]
             for g in npg.get((pool, node), ()):
-                _update(r, ledger, pool, profile, g, False)
+                # (``_update``'s first test inline: of a node that changed, most GPUs did not)
+                if mig[g].memo.get(mark) is not (up and g not in blocked):
+                    _update(r, ledger, pool, profile, g, False)
         r.version = version
     r.pos = len(log)
     return r.rows
