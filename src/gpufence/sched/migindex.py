@@ -2,8 +2,8 @@
 
 A re-cut choice depends on a GPU's model, its running instances and its idle ones (``migdyn``);
 many GPUs share those, so the choice is ranked once per group, not once per GPU. The groups are
-kept current from the ledger's node log (only the GPUs of nodes that changed are looked at
-again), so a placement cycle that asks about a 400-GPU pool pays for the few GPUs that changed.
+kept current from the ledger's MIG log (only the GPUs that changed are looked at again), so a
+placement cycle that asks about a 400-GPU pool pays for the few GPUs that changed.
 """
 
 from __future__ import annotations
@@ -83,31 +83,27 @@ def refresh(core: Core, ix: PoolIndex, pool: str, pending: Mapping[int, object])
     """``ix`` brought up to date with the ledger (a GPU enters or leaves ``pending`` only
     together with a ledger change on it)."""
     led = core.ledger
-    log = led.node_log
+    log = led.mig_log
     if ix.epoch != led.log_epoch:
         ix = PoolIndex(led.log_epoch, len(log), led.pool_version[pool])
         for g in core.cluster.partition_gpus[pool]:
             _place(ix, g, _sig(core, pending, g))
         return ix
-    if ix.pos == len(log):
-        return ix
     version = led.pool_version[pool]
-    if version == ix.version:  # the log grew with other pools' changes only
+    if version == ix.version:  # nothing changed on the pool's nodes
         ix.pos = len(log)
         return ix
     ix.version = version
-    npg = core.cluster.node_partition_gpus
-    mig, seen = led.mig, ix.seen
-    for node in dict.fromkeys(log[ix.pos :]):
-        gids = npg.get((pool, node), ())
-        if gids:
-            ix.memo.clear()
-        for g in gids:
-            # (the common case inline: of a node that changed, most GPUs did not -- the GPU's
-            # memo still holds the signature placed, and it is neither re-cut nor unusable)
-            sig = mig[g].memo.get("sig")
-            if sig is None or seen.get(g) is not sig or g in pending or not led.gpu_usable(g):
-                _place(ix, g, _sig(core, pending, g))
+    ix.memo.clear()  # (what it holds may depend on a node's CPU and memory too)
+    gpus, mig, seen = core.cluster.gpus, led.mig, ix.seen
+    for g in dict.fromkeys(log[ix.pos :]):
+        if gpus[g].partition != pool:
+            continue
+        # (the common case inline: a change undone since -- a trial placement rolled back --
+        # leaves the GPU's memo holding the signature placed)
+        sig = mig[g].memo.get("sig")
+        if sig is None or seen.get(g) is not sig or g in pending or not led.gpu_usable(g):
+            _place(ix, g, _sig(core, pending, g))
     ix.pos = len(log)
     return ix
 
