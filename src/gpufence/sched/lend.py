@@ -17,7 +17,7 @@ from gpufence.state.ledger import charge_milli
 
 def lend(st: Placing, failed: dict[str, bool]) -> list[Decision]:
     led = st.core.ledger
-    held = _hold_reservations(st, _lenders(st, failed))
+    held = _hold_reservations(st, failed)
     try:
         _lend(st, failed)
     finally:
@@ -25,30 +25,18 @@ def lend(st: Placing, failed: dict[str, bool]) -> list[Decision]:
     return st.out
 
 
-def _lenders(st: Placing, failed: dict[str, bool]) -> set[str]:
-    """The partitions that may lend this cycle: those whose lending rules name a partition
-    with jobs that failed for capacity."""
-    short = {p for p, s in failed.items() if s}
-    if not short:
-        return set()
-    return {
-        lp
-        for lp, part in st.core.cluster.partitions.items()
-        if any(not short.isdisjoint(rule.to) for rule in part.lending)
-    }
-
-
-def _hold_reservations(st: Placing, lenders: set[str]) -> list[int]:
+def _hold_reservations(st: Placing, failed: dict[str, bool]) -> list[int]:
     """The free GPUs of every lender's reservation are its gang's, not idle capacity to lend:
     held while lending runs. A lender walked this cycle held them in its walk; one that was not
     (nothing changed for it) would otherwise lend them, and its gang would wait for the
     borrower's reclaim deadline instead of starting when its reservation falls due. (Only
-    lenders: lending places nothing elsewhere, and a partition's reservation holds its own
-    GPUs only -- holding the others' every cycle cost a look at each of their GPUs.)"""
+    lenders -- partitions whose rules name one whose jobs failed for capacity: lending places
+    nothing elsewhere, and a reservation holds GPUs of its own partition only.)"""
     led = st.core.ledger
     held: list[int] = []
+    parts = st.core.cluster.partitions
     for res in st.claims.reservations.values():
-        if res.pool not in lenders:
+        if not any(failed.get(p) for rule in parts[res.pool].lending for p in rule.to):
             continue
         for g in res.gpus:
             if led.is_free(g):
