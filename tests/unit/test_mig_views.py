@@ -1,7 +1,7 @@
-"""The incremental views of dynamic-MIG pools (``mig_rank.ranked``, ``migindex.refresh``) kept
-current from the ledger's MIG log equal the same views built from scratch, after every kind of
-ledger change: binds and releases on instances, re-cuts, GPUs blocked and unblocked, nodes down
-and up, trial placements rolled back, and the logs cut short."""
+"""The incremental views of dynamic-MIG pools (``mig_rank.ranked``, ``migindex.refresh`` and the
+groups ``migdyn`` may re-cut) kept current from the ledger's MIG log equal the same views built
+from scratch, after every kind of ledger change: binds and releases on instances, re-cuts, GPUs
+blocked and unblocked, nodes down and up, trial placements rolled back, and the logs cut short."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 from gpufence.model.cluster import Cluster
 from gpufence.model.decisions import Assignment
 from gpufence.model.mig import MigInstance
-from gpufence.sched import migindex
+from gpufence.sched import migdyn, migindex
 from gpufence.sched.context import Core
 from gpufence.sched.migindex import PoolIndex
 from gpufence.sched.placement.mig_rank import ranked
@@ -111,6 +111,15 @@ class _World:
         new = migindex.refresh(self.core, PoolIndex(), "m", {})
         assert _groups(self.ix) == _groups(new)
         assert self.ix.order == new.order == sorted(new.sig_of)
+        for p in PROFILES:  # the groups where a re-cut makes room, kept as groups come and go
+            every = [(migdyn._rank(new, sid, p), sid) for sid in new.groups]
+            ranked_new = sorted(
+                ((r, new.groups[sid][0], sid) for r, sid in every if r is not None),
+                key=lambda rgs: (rgs[0], rgs[1]),
+            )
+            fit = [(r, new.sigs[sid]) for r, _, sid in ranked_new]
+            got = [(r, self.ix.sigs[sid]) for r, sid in migdyn._fitting_groups(self.ix, p, False)]
+            assert got == fit, p
 
 
 def _groups(ix: PoolIndex) -> dict[migindex.Sig, list[int]]:

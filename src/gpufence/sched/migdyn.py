@@ -223,18 +223,20 @@ def _choose(
 def _fitting_groups(ix: PoolIndex, profile: str, whole_only: bool) -> list[tuple[_Rank, int]]:
     """The pool's groups where ``profile`` fits after a re-cut, (rank, group) best first.
     ``whole_only``: a GPU with running instances is no candidate (where re-cuts take whole
-    GPUs). Asked about every cycle a MIG shape waits, mostly of pools where no group fits: a
-    group's answer is kept per profile (what a group holds is its number)."""
-    fits = ix.fits.get(profile)
-    if fits is None:
-        fits = ix.fits[profile] = {}
-    fitting: list[tuple[_Rank, int]] = []
-    for sid in ix.groups:
+    GPUs). Asked every cycle a MIG shape waits, mostly of pools where no group fits: each
+    group is ranked once per profile (what a group holds is its number), when it is made."""
+    fits = ix.fits.setdefault(profile, {})
+    pos, sids = ix.fitting.get(profile, (0, set()))
+    for sid in ix.born[pos:]:
         rank = fits.get(sid, _UNRANKED)
         if rank is _UNRANKED:
             rank = fits[sid] = None if whole_only and ix.sigs[sid][1] else _rank(ix, sid, profile)
         if rank is not None:
-            fitting.append((rank, sid))  # type: ignore[arg-type]
+            sids.add(sid)
+    gone = [sid for sid in sids if sid not in ix.groups]
+    sids.difference_update(gone)
+    ix.fitting[profile] = (len(ix.born), sids)
+    fitting: list[tuple[_Rank, int]] = [(fits[sid], sid) for sid in sids]  # type: ignore[misc]
     # groups best first; a group's GPUs are ascending, so the walk meets candidates in (rank,
     # GPU) order except across groups of equal rank: take those whole before stopping
     fitting.sort(key=lambda rs: (rs[0], ix.groups[rs[1]][0]))

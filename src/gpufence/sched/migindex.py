@@ -11,6 +11,7 @@ from __future__ import annotations
 from bisect import bisect_left, insort
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 from gpufence.model import mig as migmod
 from gpufence.sched.context import Core
@@ -34,11 +35,18 @@ class PoolIndex:
     memo: dict[object, object] = field(default_factory=dict)  # emptied when the index changes
     # profile -> group -> its re-cut rank there (migdyn; None: the profile does not fit)
     fits: dict[str, dict[int, object]] = field(default_factory=dict)
+    born: list[int] = field(default_factory=list)  # groups as they were made (again), in order
+    # profile -> (how far into ``born`` it was looked at, the groups made where it fits; some
+    # may be gone since)
+    fitting: dict[str, tuple[int, set[int]]] = field(default_factory=dict)
     seen: dict[int, Sig | None] = field(default_factory=dict)  # GPU -> the signature placed
 
 
 def _sorted(instances: list[migmod.MigInstance]) -> tuple[migmod.MigInstance, ...]:
-    return tuple(sorted(instances, key=lambda i: (i.start, i.profile)))
+    return tuple(sorted(instances, key=_BY_START))
+
+
+_BY_START = attrgetter("start", "profile")
 
 
 def _sig(core: Core, pending: Mapping[int, object], g: int) -> Sig | None:
@@ -76,7 +84,11 @@ def _place(ix: PoolIndex, g: int, sig: Sig | None) -> None:
             sid = ix.ids[sig] = len(ix.sigs)
             ix.sigs.append(sig)
         ix.sig_of[g] = sid
-        insort(ix.groups.setdefault(sid, []), g)
+        group = ix.groups.get(sid)
+        if group is None:
+            group = ix.groups[sid] = []
+            ix.born.append(sid)
+        insort(group, g)
 
 
 def refresh(core: Core, ix: PoolIndex, pool: str, pending: Mapping[int, object]) -> PoolIndex:
