@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import cache
 
 from gpufence.model import mig as migmod
 from gpufence.model.cluster import Cluster
@@ -501,9 +502,14 @@ def charge_milli(job: Job, cluster: Cluster, pool: str) -> int:
         return req.milli * job.replicas
     if req.kind is RequestKind.MIG:
         assert req.mig_profile is not None
-        gids = cluster.partition_gpus[pool]
-        model = cluster.gpu_type_of(gids[0]).mig_model if gids else None
+        model = cluster.partition_mig_model[pool]
         if model is None:
             return MILLI_PER_GPU * job.replicas
-        return migmod.compute_fraction(migmod.profile(model, req.mig_profile)) * job.replicas
+        return _profile_milli(model, req.mig_profile) * job.replicas
     return MILLI_PER_GPU * job.total_gpus
+
+
+@cache
+def _profile_milli(model: str, profile: str) -> int:
+    # (charged for every job the walk decides: a MIG catalogue look-up each time showed)
+    return migmod.compute_fraction(migmod.profile(model, profile))
