@@ -36,6 +36,8 @@ def _hold_reservations(st: Placing, failed: dict[str, bool]) -> list[int]:
     held: list[int] = []
     parts = st.core.cluster.partitions
     for res in st.claims.reservations.values():
+        if not led.pool_free[res.pool]:  # no free GPU in its pool: nothing to hold
+            continue
         if not any(failed.get(p) for rule in parts[res.pool].lending for p in rule.to):
             continue
         for g in res.gpus:
