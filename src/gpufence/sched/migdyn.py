@@ -97,7 +97,7 @@ def repartition_for(
     if drain is not None and drain.job_id == rec.job.id:
         # (a GPU that freed up meanwhile ends the drain as well: waiting on would idle both)
         if not migdrain.drained(core, drain) and isinstance(
-            _choose(core, mig, rec, profile, needed), str
+            _choose(core, mig, rec, profile, needed, explain=False), str
         ):
             return migdrain.waiting_for(core, drain)
         del mig.drains[pool]
@@ -185,10 +185,11 @@ def _needed(core: Core, rec: JobRecord, pool: str, profile: str) -> int | None:
 
 
 def _choose(
-    core: Core, mig: MigWork, rec: JobRecord, profile: str, needed: int
+    core: Core, mig: MigWork, rec: JobRecord, profile: str, needed: int, explain: bool = True
 ) -> tuple[int, list[migmod.MigInstance]] | str:
-    """The GPU to re-cut and its new layout, or why there is none. GPUs are ranked like
-    placement (``mig_room.cut_key``: least room that still takes the profile, beside the running
+    """The GPU to re-cut and its new layout, or why there is none ("" unless ``explain``: a
+    drain asks only whether a GPU can be cut). GPUs are ranked like placement
+    (``mig_room.cut_key``: least room that still takes the profile, beside the running
     instances alone), then by the idle instances the cut destroys, then by GPU index; ranks are
     per group of GPUs that hold the same (``migindex``)."""
     pool = rec.home
@@ -212,6 +213,8 @@ def _choose(
         layout = migcut.full_layout(model, running, idle, [profile] * needed, demand)
         if layout is not None:
             return g, layout
+    if not explain:
+        return ""
     why = ix.memo.get(("why", profile))
     if not isinstance(why, str):  # the pool's state alone says it: kept until that changes
         why = ix.memo[("why", profile)] = _why_none(core, mig, ix, rec, fitting)
