@@ -55,7 +55,8 @@ def quota_blocks(cluster: Cluster, ledger: Ledger, queue: str, charge: int) -> s
     # asks it for every shape of an over-quota queue, mostly with nothing bound in between: it
     # is kept while the ledger (its version: every change of a queue's use bumps it) and the
     # cohort's queue specs (replaced, never edited, when a queue is retuned) stay the same
-    cohort = tuple(cluster.queues[q] for q in cluster.partition_queues[spec.partition])
+    queues = cluster.queues
+    cohort = [queues[q] for q in cluster.partition_queues[spec.partition]]
     key = ("quota", queue, charge)
     kept = ledger.derived.get(key)
     if isinstance(kept, tuple) and kept[0] == ledger.version and kept[1] == cohort:
