@@ -178,6 +178,8 @@ def _needed(core: Core, rec: JobRecord, pool: str, profile: str) -> int | None:
     that free instances elsewhere do not cover (at least one: a job that waits beside free
     instances lacks CPU or memory there, and a GPU on another node may serve it); None when one
     GPU cannot add that many."""
+    if rec.job.replicas == 1:
+        return 1  # (the common case: no count of the free instances can make it less)
     led = core.ledger
     free_now = sum(n for g, n in led.mig_free.get((pool, profile), {}).items() if led.gpu_usable(g))
     needed = max(1, rec.job.replicas - free_now)
