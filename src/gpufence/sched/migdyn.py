@@ -195,9 +195,10 @@ def _choose(
     instances alone), then by the idle instances the cut destroys, then by GPU index; ranks are
     per group of GPUs that hold the same (``migindex``)."""
     pool = rec.home
-    ix = mig.index[pool] = migindex.refresh(
-        core, mig.index.get(pool, PoolIndex()), pool, mig.pending
-    )
+    ix = mig.index.get(pool)
+    if ix is None:  # (not as get's default: a new index, a dozen tables, on every call)
+        ix = PoolIndex()
+    ix = mig.index[pool] = migindex.refresh(core, ix, pool, mig.pending)
     job = rec.job
     # a job like one that found no GPU since the pool last changed finds none either
     nothing = ("none", profile, needed, job.cpu_milli, job.mem_mib, job.gpu_types)
