@@ -69,3 +69,23 @@ def test_tenants_changed_makes_a_labelled_queue_its_tenant_s() -> None:
     assert s.job("x").queue == "qb"  # b is no tenant: its queue is nobody's
     s.step([TenantsChanged(frozenset({"a", "b"})), JobSubmitted(job("y").tenant("c").build())], 1.0)
     assert s.job("y").state.value == "rejected"  # every queue is someone's now
+
+
+def test_a_rival_s_quota_raised_lends_at_once_though_nothing_ran_or_ended() -> None:
+    """qa is at its nominal quota and qb, its cohort, has nothing to lend: qa's new job waits.
+    Raising qb's quota (nothing bound or ended in between: admission's answer must not be the
+    one kept from before) lets qa borrow it the same step."""
+    spec = (
+        ClusterBuilder()
+        .nodes("n", 1, gpus=4)
+        .partition("p", ["n"])
+        .queue("qa", "p", tenant="a", nominal_milli=1000)
+        .queue("qb", "p", tenant="b", nominal_milli=0)
+        .build()
+    )
+    s = Scheduler(spec, SchedulerConfig(validate=True))
+    assert _binds(s.step([JobSubmitted(job("r").queue("qa").build())], 0.0)) == ["r"]
+    assert not _binds(s.step([JobSubmitted(job("new").queue("qa").build())], 1.0))
+    why = s.why_pending("new")
+    assert why is not None and why.reason is Reason.QUOTA, why
+    assert _binds(s.step([QueueRetuned("qb", 1.0, 1000)], 2.0)) == ["new"]

@@ -64,6 +64,13 @@ class Cluster:
         return self.gpu_types[self.gpus[gid].gpu_type]
 
     @cached_property
+    def partition_mig_model(self) -> Mapping[str, str | None]:
+        """Partition -> the MIG model of its first GPU (what a MIG job is charged by), None
+        where it has no GPU or that GPU has no MIG."""
+        gids = self.partition_gpus
+        return {p: self.gpu_type_of(gids[p][0]).mig_model if gids[p] else None for p in gids}
+
+    @cached_property
     def partition_gpu_types(self) -> Mapping[str, frozenset[str]]:
         out: dict[str, set[str]] = {p: set() for p in self.partitions}
         for g in self.gpus:

@@ -51,6 +51,27 @@ def quota_blocks(cluster: Cluster, ledger: Ledger, queue: str, charge: int) -> s
     after = ledger.queue_used[queue] + charge
     if after <= spec.nominal_milli:
         return None
+    # past its nominal quota: the answer depends on the cohort's use and quotas as well. A walk
+    # asks it for every shape of an over-quota queue, mostly with nothing bound in between: it
+    # is kept while the ledger (its version: every change of a queue's use bumps it) and the
+    # cohort's queue specs (replaced, never edited, when a queue is retuned) stay the same
+    queues = cluster.queues
+    cohort = [queues[q] for q in cluster.partition_queues[spec.partition]]
+    key = ("quota", queue, charge)
+    kept = ledger.derived.get(key)
+    if isinstance(kept, tuple) and kept[0] == ledger.version and kept[1] == cohort:
+        return kept[2]  # type: ignore[no-any-return]
+    why = _beyond_nominal(cluster, ledger, queue, charge, after)
+    ledger.derived[key] = (ledger.version, cohort, why)
+    return why
+
+
+def _beyond_nominal(
+    cluster: Cluster, ledger: Ledger, queue: str, charge: int, after: int
+) -> str | None:
+    """``quota_blocks`` for a queue that would use ``after`` milli-GPU, past its nominal."""
+    spec = cluster.queues[queue]
+    assert spec.nominal_milli is not None
     borrow = after - spec.nominal_milli
     if spec.borrowing_limit_milli is not None and borrow > spec.borrowing_limit_milli:
         return (

@@ -91,13 +91,13 @@ def _releases(
     led = core.ledger
     releases: list[tuple[float, int, tuple[int, ...]]] = []
     ending: dict[str, float] = {}
+    now, allocs, up = core.now, led.allocs, led.node_up  # (a look per running job of the pool)
     for jid in led.pool_allocs[pool]:
-        alloc = led.allocs[jid]
-        end = ending[jid] = records[jid].expected_end(core.now)
-        for a in alloc.assignments:
-            if led.node_up[a.node] and a.node not in shut:
+        end = ending[jid] = records[jid].expected_end(now)
+        for a in allocs[jid].assignments:
+            if up[a.node] and a.node not in shut:
                 releases.append((end, a.node, a.gpus))
-    releases.sort(key=lambda r: (r[0], r[1], r[2]))
+    releases.sort()  # (end, node, GPUs): the tuples' own order, compared in C
     return releases, ending
 
 

@@ -42,6 +42,8 @@ class JobBook:
         self.noticed: dict[str, None] = {}  # running jobs with a notice
         self.stopping: dict[str, None] = {}  # told to stop, GPUs not yet released
         self.inflight_changes = 0  # bumped whenever ``noticed`` or ``stopping`` changes here
+        # the earliest deadline of a notice, as of (inflight_changes, len(noticed)) (expiry.py)
+        self.first_deadline: tuple[tuple[int, int], float] = ((-1, -1), 0.0)
         self.interactive: dict[str, None] = {}  # running, reclaim-eligible
         self.idle_heap: list[tuple[float, str]] = []  # (idle deadline, job), see sched/reclaim
         # time limits: (when, 0 = notice / 1 = stop, job, start of the attempt, the limit),

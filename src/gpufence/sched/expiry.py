@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import heapq
+import math
 
 from gpufence.model.decisions import Decision, Reason
 from gpufence.sched.book import JobBook
@@ -36,6 +37,8 @@ def expire_limits(book: JobBook, now: float) -> list[Decision]:
 
 def expire_notices(book: JobBook, now: float) -> list[Decision]:
     out: list[Decision] = []
+    if now < _first_deadline(book):  # (every cycle: most find no notice due)
+        return out
     for jid in list(book.noticed):
         rec = book.records[jid]
         n = rec.notice
@@ -51,3 +54,18 @@ def expire_notices(book: JobBook, now: float) -> list[Decision]:
             msg = "grace period expired without checkpoint ack"
             out.append(book.stop(rec, n.reason, True, msg, now))
     return out
+
+
+def _first_deadline(book: JobBook) -> float:
+    """The earliest deadline of the noticed jobs' notices (inf: none). A notice is given,
+    changed or withdrawn only where ``inflight_changes`` is bumped or ``noticed`` grows."""
+    key = (book.inflight_changes, len(book.noticed))
+    kept_key, first = book.first_deadline
+    if kept_key != key:
+        records = book.records
+        first = min(
+            (n.deadline for j in book.noticed if (n := records[j].notice) is not None),
+            default=math.inf,
+        )
+        book.first_deadline = (key, first)
+    return first

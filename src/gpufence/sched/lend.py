@@ -17,7 +17,7 @@ from gpufence.state.ledger import charge_milli
 
 def lend(st: Placing, failed: dict[str, bool]) -> list[Decision]:
     led = st.core.ledger
-    held = _hold_reservations(st)
+    held = _hold_reservations(st, failed)
     try:
         _lend(st, failed)
     finally:
@@ -25,14 +25,21 @@ def lend(st: Placing, failed: dict[str, bool]) -> list[Decision]:
     return st.out
 
 
-def _hold_reservations(st: Placing) -> list[int]:
-    """The free GPUs of every partition's reservation are its gang's, not idle capacity to
-    lend: held while lending runs. A lender walked this cycle held them in its walk; one that
-    was not (nothing changed for it) would otherwise lend them, and its gang would wait for
-    the borrower's reclaim deadline instead of starting when its reservation falls due."""
+def _hold_reservations(st: Placing, failed: dict[str, bool]) -> list[int]:
+    """The free GPUs of every lender's reservation are its gang's, not idle capacity to lend:
+    held while lending runs. A lender walked this cycle held them in its walk; one that was not
+    (nothing changed for it) would otherwise lend them, and its gang would wait for the
+    borrower's reclaim deadline instead of starting when its reservation falls due. (Only
+    lenders -- partitions whose rules name one whose jobs failed for capacity: lending places
+    nothing elsewhere, and a reservation holds GPUs of its own partition only.)"""
     led = st.core.ledger
     held: list[int] = []
+    parts = st.core.cluster.partitions
     for res in st.claims.reservations.values():
+        if not led.pool_free[res.pool]:  # no free GPU in its pool: nothing to hold
+            continue
+        if not any(failed.get(p) for rule in parts[res.pool].lending for p in rule.to):
+            continue
         for g in res.gpus:
             if led.is_free(g):
                 led.hold(g, res.job_id)

@@ -88,22 +88,36 @@ def start_drain(core: Core, ix: PoolIndex, rec: JobRecord, profile: str) -> Drai
 
 
 def drained(core: Core, d: Drain) -> bool:
-    """Nothing running on the GPU stands in the profile's way any more."""
-    model = core.cluster.gpu_type_of(d.gpu).mig_model
-    assert model is not None
-    running = tuple(i for i, _ in running_jobs(core, d.gpu))
-    return bool(starts_beside(model, running, d.profile))
+    """Nothing running on the GPU stands in the profile's way any more. (Asked every cycle
+    the drain's job is walked: kept in the GPU's memo, emptied when its instances or their
+    jobs change -- what the answer follows from.)"""
+    memo = core.ledger.mig[d.gpu].memo
+    key = ("drained", d.profile)
+    done = memo.get(key)
+    if not isinstance(done, bool):
+        model = core.cluster.gpu_type_of(d.gpu).mig_model
+        assert model is not None
+        running = tuple(i for i, _ in running_jobs(core, d.gpu))
+        done = memo[key] = bool(starts_beside(model, running, d.profile))
+    return done
 
 
 def waiting_for(core: Core, d: Drain) -> str:
+    """The drained job's pending reason (kept in the GPU's memo like ``drained``)."""
+    memo = core.ledger.mig[d.gpu].memo
+    key = ("drain waits", d.profile)
+    said = memo.get(key)
+    if isinstance(said, str):
+        return said
     model = core.cluster.gpu_type_of(d.gpu).mig_model
     assert model is not None
     held = running_jobs(core, d.gpu)
     way = _blockers(model, tuple(i for i, _ in held), d.profile)
     jobs = ", ".join(held[k][1] for k in way)
-    return (
+    said = memo[key] = (
         f"GPU {d.gpu} is drained for {d.profile} (it takes no new job): waiting for {jobs} to end"
     )
+    return said
 
 
 def end_drain(core: Core, d: Drain) -> None:

@@ -97,7 +97,7 @@ def repartition_for(
     if drain is not None and drain.job_id == rec.job.id:
         # (a GPU that freed up meanwhile ends the drain as well: waiting on would idle both)
         if not migdrain.drained(core, drain) and isinstance(
-            _choose(core, mig, rec, profile, needed), str
+            _choose(core, mig, rec, profile, needed, explain=False), str
         ):
             return migdrain.waiting_for(core, drain)
         del mig.drains[pool]
@@ -178,6 +178,8 @@ def _needed(core: Core, rec: JobRecord, pool: str, profile: str) -> int | None:
     that free instances elsewhere do not cover (at least one: a job that waits beside free
     instances lacks CPU or memory there, and a GPU on another node may serve it); None when one
     GPU cannot add that many."""
+    if rec.job.replicas == 1:
+        return 1  # (the common case: no count of the free instances can make it less)
     led = core.ledger
     free_now = sum(n for g, n in led.mig_free.get((pool, profile), {}).items() if led.gpu_usable(g))
     needed = max(1, rec.job.replicas - free_now)
@@ -185,23 +187,25 @@ def _needed(core: Core, rec: JobRecord, pool: str, profile: str) -> int | None:
 
 
 def _choose(
-    core: Core, mig: MigWork, rec: JobRecord, profile: str, needed: int
+    core: Core, mig: MigWork, rec: JobRecord, profile: str, needed: int, explain: bool = True
 ) -> tuple[int, list[migmod.MigInstance]] | str:
-    """The GPU to re-cut and its new layout, or why there is none. GPUs are ranked like
-    placement (``mig_room.cut_key``: least room that still takes the profile, beside the running
+    """The GPU to re-cut and its new layout, or why there is none ("" unless ``explain``: a
+    drain asks only whether a GPU can be cut). GPUs are ranked like placement
+    (``mig_room.cut_key``: least room that still takes the profile, beside the running
     instances alone), then by the idle instances the cut destroys, then by GPU index; ranks are
     per group of GPUs that hold the same (``migindex``)."""
     pool = rec.home
-    ix = mig.index[pool] = migindex.refresh(
-        core, mig.index.get(pool, PoolIndex()), pool, mig.pending
-    )
+    ix = mig.index.get(pool)
+    if ix is None:  # (not as get's default: a new index, a dozen tables, on every call)
+        ix = PoolIndex()
+    ix = mig.index[pool] = migindex.refresh(core, ix, pool, mig.pending)
     job = rec.job
     # a job like one that found no GPU since the pool last changed finds none either
     nothing = ("none", profile, needed, job.cpu_milli, job.mem_mib, job.gpu_types)
     why = ix.memo.get(nothing)
     if isinstance(why, str):
         return why
-    fitting, blocked, n_blocked = _fitting_groups(ix, profile, not _recut_busy(core, pool))
+    fitting = _fitting_groups(ix, profile, not _recut_busy(core, pool))
     ranked, kept = _candidates(core, mig, ix, rec, fitting, needed)
     ranked.sort(key=lambda r: (r[0], r[1]))
     demand: list[str] | None = None
@@ -212,36 +216,40 @@ def _choose(
         layout = migcut.full_layout(model, running, idle, [profile] * needed, demand)
         if layout is not None:
             return g, layout
+    if not explain:
+        return ""
     why = ix.memo.get(("why", profile))
     if not isinstance(why, str):  # the pool's state alone says it: kept until that changes
-        shown = sorted(g for sid in blocked for g in ix.groups[sid][:_SHOWN])[:_SHOWN]
-        why = _why_none(core, mig, ix, rec, shown, n_blocked)
-        ix.memo[("why", profile)] = why
+        why = ix.memo[("why", profile)] = _why_none(core, mig, ix, rec, fitting)
     if not kept and not ranked:
         ix.memo[nothing] = why
     return why
 
 
-def _fitting_groups(
-    ix: PoolIndex, profile: str, whole_only: bool
-) -> tuple[list[tuple[_Rank, int]], list[int], int]:
-    """The pool's groups where ``profile`` fits after a re-cut, (rank, group) best first, the
-    groups where it does not, and how many GPUs those hold. ``whole_only``: a GPU with running
-    instances is no candidate (where re-cuts take whole GPUs)."""
-    fitting: list[tuple[_Rank, int]] = []
-    blocked: list[int] = []
-    n_blocked = 0
-    for sid, gids in ix.groups.items():
-        rank = None if whole_only and ix.sigs[sid][1] else _rank(ix, sid, profile)
-        if rank is None:
-            blocked.append(sid)
-            n_blocked += len(gids)
-        else:
-            fitting.append((rank, sid))
+def _fitting_groups(ix: PoolIndex, profile: str, whole_only: bool) -> list[tuple[_Rank, int]]:
+    """The pool's groups where ``profile`` fits after a re-cut, (rank, group) best first.
+    ``whole_only``: a GPU with running instances is no candidate (where re-cuts take whole
+    GPUs). Asked every cycle a MIG shape waits, mostly of pools where no group fits: each
+    group is ranked once per profile (what a group holds is its number), when it is made."""
+    fits = ix.fits.setdefault(profile, {})
+    pos, sids = ix.fitting.get(profile, (0, set()))
+    for sid in ix.born[pos:]:
+        rank = fits.get(sid, _UNRANKED)
+        if rank is _UNRANKED:
+            rank = fits[sid] = None if whole_only and ix.sigs[sid][1] else _rank(ix, sid, profile)
+        if rank is not None:
+            sids.add(sid)
+    gone = [sid for sid in sids if sid not in ix.groups]
+    sids.difference_update(gone)
+    ix.fitting[profile] = (len(ix.born), sids)
+    fitting: list[tuple[_Rank, int]] = [(fits[sid], sid) for sid in sids]  # type: ignore[misc]
     # groups best first; a group's GPUs are ascending, so the walk meets candidates in (rank,
     # GPU) order except across groups of equal rank: take those whole before stopping
     fitting.sort(key=lambda rs: (rs[0], ix.groups[rs[1]][0]))
-    return fitting, blocked, n_blocked
+    return fitting
+
+
+_UNRANKED = object()
 
 
 def _candidates(
@@ -299,31 +307,49 @@ _SHOWN = 3  # blocked GPUs named in a pending reason
 
 
 def _why_none(
-    core: Core, mig: MigWork, ix: PoolIndex, rec: JobRecord, shown: list[int], n_blocked: int
+    core: Core, mig: MigWork, ix: PoolIndex, rec: JobRecord, fitting: list[tuple[_Rank, int]]
 ) -> str:
-    """Which GPUs block the profile: at each legal start, the jobs whose instances are there."""
+    """Which GPUs block the profile: at each legal start, the jobs whose instances are there
+    (the lowest ``_SHOWN`` GPUs of the groups where it does not fit, and how many more)."""
     pool, profile = rec.home, rec.job.request.mig_profile or ""
-    if not _recut_busy(core, pool):  # a re-cut takes a whole GPU: every running job blocks
-        parts = [
-            f"GPU {g} on {_node_name(core, g)} runs "
-            f"{', '.join(j for _, j in migindex.running_jobs(core, g))}"
-            for g in shown
-        ]
-    else:
-        parts = [_blocking(core, ix, g, profile) for g in shown]
-    if n_blocked > len(shown):
-        parts.append(f"{n_blocked - len(shown)} more GPUs alike")
+    busy = _recut_busy(core, pool)
+    fit = {sid for _, sid in fitting}
+    n_blocked = len(ix.sig_of) - sum(len(ix.groups[sid]) for sid in fit)
+    parts: list[str] = []
+    for g in ix.order:
+        if len(parts) == _SHOWN or len(parts) == n_blocked:
+            break
+        if ix.sig_of[g] not in fit:
+            parts.append(_blocking(core, ix, g, profile) if busy else _runs(core, g))
+    if n_blocked > len(parts):
+        parts.append(f"{n_blocked - len(parts)} more GPUs alike")
     recut = sorted(g for g in mig.pending if core.cluster.gpus[g].partition == pool)
     if recut:
         parts.append("being re-cut: GPU " + ", ".join(str(g) for g in recut))
     where = f" ({'; '.join(parts)})" if parts else ""
-    if not _recut_busy(core, pool):
+    if not busy:
         return f"no idle GPU in {pool} to re-cut for {profile}, a re-cut takes a whole GPU{where}"
     return f"no GPU in {pool} can be re-cut for {profile} beside its running instances{where}"
 
 
+def _runs(core: Core, g: int) -> str:
+    """Where a re-cut takes a whole GPU: the jobs running on GPU ``g`` (kept in the GPU's
+    memo, which is emptied when its instances or their jobs change)."""
+    memo = core.ledger.mig[g].memo
+    said = memo.get("runs")
+    if not isinstance(said, str):
+        jobs = ", ".join(j for _, j in migindex.running_jobs(core, g))
+        said = memo["runs"] = f"GPU {g} on {_node_name(core, g)} runs {jobs}"
+    return said
+
+
 def _blocking(core: Core, ix: PoolIndex, g: int, profile: str) -> str:
-    """At each legal start of ``profile`` on GPU ``g``, the jobs whose instances are there."""
+    """At each legal start of ``profile`` on GPU ``g``, the jobs whose instances are there
+    (kept in the GPU's memo: what it says follows from the GPU's instances and their jobs)."""
+    memo = core.ledger.mig[g].memo
+    said = memo.get(("blocking", profile))
+    if isinstance(said, str):
+        return said
     sid = ix.sig_of[g]
     key = ("in the way", sid, profile)
     way = ix.ranks.get(key)  # a group's geometry never changes: kept for the index's life
@@ -342,7 +368,8 @@ def _blocking(core: Core, ix: PoolIndex, g: int, profile: str) -> str:
         # no overlap: the per-GPU caps (instances of the profile, 7 in all) are what block it
         who = ", ".join(jobs[k] for k in ks)
         out.append(f"@{s} under {who}" if who else f"@{s} over the per-GPU limits")
-    return f"GPU {g}: " + ", ".join(out)
+    said = memo[("blocking", profile)] = f"GPU {g}: " + ", ".join(out)
+    return said
 
 
 def _cut_message(core: Core, gid: int, profile: str) -> str:

@@ -48,6 +48,7 @@ class PlaceMemo:
             p: [lp for lp, part in cluster.partitions.items() for r in part.lending if p in r.to]
             for p in cluster.partitions
         }
+        self.pools = {p: (p, *lenders) for p, lenders in self.lenders.items()}  # its and theirs
 
     def dirty(self, st: Placing, p: str, held: list[int]) -> bool:
         """Could anything in partition ``p``'s queue fit now that did not last cycle? Only if
@@ -57,15 +58,18 @@ class PlaceMemo:
         gives back GPUs that no release counts."""
         core = st.core
         led = core.ledger
-        pools = [p, *self.lenders[p]]
+        pools = self.pools[p]
         gpus = core.cluster.gpus
-        on_hold = tuple(g for g in held if gpus[g].partition in pools)
-        seen = (sum(led.freed[q] for q in pools), core.queues.added[p], on_hold)
+        # (asked per partition every cycle: no generator where there is nothing to look at)
+        on_hold = tuple(g for g in held if gpus[g].partition in pools) if held else ()
+        freed = led.freed
+        seen = (sum([freed[q] for q in pools]), core.queues.added[p], on_hold)
         res = st.claims.reservations.get(p)
         due = res is not None and (
             core.now > res.start or res.overrun(core.now, led.allocs.__contains__)
         )
-        nominated = any(st.book.records[j].home == p for j in st.claims.nominations)
+        noms = st.claims.nominations
+        nominated = bool(noms) and any(st.book.records[j].home == p for j in noms)
         if seen == self.seen.get(p) and not due and not nominated:
             return False
         self.seen[p] = seen

@@ -92,11 +92,12 @@ def bind(
 
 def hold_reserved(st: Placing, res: Reservation | None) -> list[int]:
     """Hold the reservation's free GPUs for its gang; the GPUs held."""
-    if res is None:
+    led = st.core.ledger
+    if res is None or not led.pool_free[res.pool]:  # (its GPUs are its pool's: none free)
         return []
-    held = [g for g in res.gpus if st.core.ledger.is_free(g)]
+    held = [g for g in res.gpus if led.is_free(g)]
     for g in held:
-        st.core.ledger.hold(g, res.job_id)
+        led.hold(g, res.job_id)
     return held
 
 

@@ -44,7 +44,7 @@ class PendingReasons:
         return best[1] if best is not None else None
 
     def set_job(self, job_id: str, reason: Reason, message: str) -> None:
-        self.job[job_id] = (self.cycle, PendingReason(reason, message))
+        self.job[job_id] = (self.cycle, _answer(self.job.get(job_id), reason, message))
 
     def set_jobs(self, job_ids: list[str], reason: Reason, message: str) -> None:
         """The same reason for many jobs (one answer object shared: answers are immutable)."""
@@ -53,7 +53,7 @@ class PendingReasons:
             self.job[jid] = answer
 
     def set_shape(self, shape: ShapeKey, reason: Reason, message: str) -> None:
-        self.shape[shape] = (self.cycle, PendingReason(reason, message))
+        self.shape[shape] = (self.cycle, _answer(self.shape.get(shape), reason, message))
 
     def set_partition(self, partition: str, reason: Reason, message: str) -> None:
         self.partition[partition] = (self.cycle, PendingReason(reason, message))
@@ -61,3 +61,12 @@ class PendingReasons:
     def forget(self, job_id: str) -> None:
         """The job left the queue (bound or ended): its own reason goes with it."""
         self.job.pop(job_id, None)
+
+
+def _answer(old: tuple[int, PendingReason] | None, reason: Reason, message: str) -> PendingReason:
+    """The answer to store: the one stored before when it says the same (answers are
+    immutable; most walks tell a waiting shape what they told it last cycle, and making an
+    answer anew cost more than comparing it)."""
+    if old is not None and old[1].reason is reason and old[1].message == message:
+        return old[1]
+    return PendingReason(reason, message)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import cache
 
 from gpufence.model import mig as migmod
 from gpufence.model.cluster import Cluster
@@ -20,6 +21,7 @@ from gpufence.model.job import MILLI_PER_GPU, Job, RequestKind
 from gpufence.model.partition import SharingMode
 
 HOLD_PREFIX = "@hold:"  # pseudo-owner of GPUs reserved for a waiting gang
+_LOG_MAX = 200_000  # entries a change log keeps before it is cut (views then resync in full)
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,7 +109,11 @@ class Ledger:
         self._node_pools: list[tuple[str, ...]] = [tuple(d) for d in pools_on]
         # nodes touched, in order, so array views can refresh only what changed
         self.node_log: list[int] = []
-        self.log_epoch = 0  # bumped when the log is cut short: views then resync in full
+        # MIG GPUs whose instances, occupants or usability changed, in order: views of MIG
+        # instances refresh only those (a node is logged for its CPU and memory too, and for
+        # any of its GPUs)
+        self.mig_log: list[int] = []
+        self.log_epoch = 0  # bumped when the logs are cut short: views then resync in full
         self._node_of = [g.node for g in cluster.gpus]
         self._depth = 0  # open transactions
         self._init_indexes()
@@ -242,9 +248,20 @@ class Ledger:
             pv[p] += 1
         log = self.node_log
         log.append(node)
-        if len(log) > 200_000:
-            log.clear()
-            self.log_epoch += 1
+        if len(log) > _LOG_MAX:
+            self._cut_logs()
+
+    def _log_mig(self, g: int) -> None:
+        if g in self.mig:
+            log = self.mig_log
+            log.append(g)
+            if len(log) > _LOG_MAX:
+                self._cut_logs()
+
+    def _cut_logs(self) -> None:
+        self.node_log.clear()
+        self.mig_log.clear()
+        self.log_epoch += 1
 
     # ------------------------------------------------------------------ primitives
     def _reindex(self, g: int, was_free: bool) -> None:
@@ -305,6 +322,7 @@ class Ledger:
 
     def _mig_occupy(self, g: int, idx: int, job: str | None) -> None:
         self._changed(self._node_of[g])
+        self._log_mig(g)
         st = self.mig[g]
         prev = st.occupant[idx]
         st.occupant[idx] = job
@@ -351,6 +369,8 @@ class Ledger:
         if prev != up:
             self.nodes_down += -1 if up else 1
         gids = list(self.cluster.nodes[node].gpu_ids)  # (toggled per placement by closures)
+        for g in gids:
+            self._log_mig(g)
         was = [self._is_free(g) for g in gids]
         self.node_up[node] = up
         for g, w in zip(gids, was, strict=True):
@@ -366,6 +386,7 @@ class Ledger:
 
     def set_blocked(self, g: int, blocked: bool) -> None:
         self._changed(self._node_of[g])
+        self._log_mig(g)
         self.freed[self.cluster.gpus[g].partition] += 1
         was = self._is_free(g)
         prev = g in self.blocked
@@ -379,6 +400,7 @@ class Ledger:
 
     def set_mig_layout(self, g: int, instances: Iterable[migmod.MigInstance]) -> None:
         self._changed(self._node_of[g])
+        self._log_mig(g)
         self.freed[self.cluster.gpus[g].partition] += 1
         st = self.mig[g]
         prev = list(st.instances)
@@ -480,9 +502,14 @@ def charge_milli(job: Job, cluster: Cluster, pool: str) -> int:
         return req.milli * job.replicas
     if req.kind is RequestKind.MIG:
         assert req.mig_profile is not None
-        gids = cluster.partition_gpus[pool]
-        model = cluster.gpu_type_of(gids[0]).mig_model if gids else None
+        model = cluster.partition_mig_model[pool]
         if model is None:
             return MILLI_PER_GPU * job.replicas
-        return migmod.compute_fraction(migmod.profile(model, req.mig_profile)) * job.replicas
+        return _profile_milli(model, req.mig_profile) * job.replicas
     return MILLI_PER_GPU * job.total_gpus
+
+
+@cache
+def _profile_milli(model: str, profile: str) -> int:
+    # (charged for every job the walk decides: a MIG catalogue look-up each time showed)
+    return migmod.compute_fraction(migmod.profile(model, profile))

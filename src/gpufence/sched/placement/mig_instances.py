@@ -112,12 +112,14 @@ def _why_not(ledger: Ledger, job: Job, pool: str, profile: str) -> NotPlaced:
     c = ledger.cluster
     mine = ledger.mig_free.get((pool, profile), {})
     if not ledger.nodes_down:  # usable unless blocked (a few GPUs being re-partitioned)
-        # counts, less the free instances on this pool's blocked GPUs
-        blocked = [g for g in ledger.blocked if c.gpus[g].partition == pool]
-        free_here = sum(mine.values()) - sum(mine.get(g, 0) for g in blocked)
-        free_any = ledger.mig_free_total.get(pool, 0) - sum(
-            ledger.mig[g].occupant.count(None) for g in blocked
-        )
+        # counts, less the free instances on this pool's blocked GPUs (one loop: asked for
+        # every MIG shape that does not fit)
+        free_here = sum(mine.values())
+        free_any = ledger.mig_free_total.get(pool, 0)
+        for g in ledger.blocked:
+            if c.gpus[g].partition == pool:
+                free_here -= mine.get(g, 0)
+                free_any -= ledger.mig[g].occupant.count(None)
         other = free_any - free_here
     else:
         free_here = sum(n for g, n in mine.items() if ledger.gpu_usable(g))

@@ -3,8 +3,8 @@
 A one-replica MIG job takes the first row of this ranking whose node admits it (``place_mig``).
 The ranking is dear to build (a pool of hundreds of GPUs, each with its free instances) and
 every bind in the pool changes it, but only on one GPU: so it is kept current from the ledger's
-node log like ``sched/migindex.py`` -- the rows of GPUs on nodes that changed are made again,
-the rest stay.
+MIG log like ``sched/migindex.py`` -- the rows of GPUs that changed are made again, the rest
+stay.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ Row = tuple[CutKey, int, int]  # (key, GPU, start): smaller is better
 @dataclass(slots=True)
 class Ranking:
     epoch: int
-    pos: int  # how far into the ledger's node log the rows are current
+    pos: int  # how far into the ledger's MIG log the rows are current
     version: int  # the pool's ledger version then
     rows: list[Row] = field(default_factory=list)  # sorted
     row_of: dict[int, Row] = field(default_factory=dict)  # GPU -> its row
@@ -66,7 +66,7 @@ def _update(r: Ranking, ledger: Ledger, pool: str, profile: str, g: int, full: b
     st.memo[mark] = usable
     new = _row(ledger, pool, profile, g)
     old = r.row_of.get(g)
-    if new == old:  # most GPUs of a node that changed (one GPU of it did)
+    if new == old:  # e.g. a change undone since (a trial placement rolled back)
         return
     if old is not None:
         del r.rows[bisect_left(r.rows, old)]
@@ -78,7 +78,7 @@ def _update(r: Ranking, ledger: Ledger, pool: str, profile: str, g: int, full: b
 
 def ranked(ledger: Ledger, pool: str, profile: str) -> list[Row]:
     """The usable GPUs of ``pool`` with a free ``profile`` instance, best row first."""
-    log = ledger.node_log
+    log = ledger.mig_log
     key = ("mig-ranked", pool, profile)
     r = ledger.derived.get(key)
     if not isinstance(r, Ranking) or r.epoch != ledger.log_epoch:
@@ -89,9 +89,9 @@ def ranked(ledger: Ledger, pool: str, profile: str) -> list[Row]:
         return r.rows
     version = ledger.pool_version[pool]
     if version != r.version:  # else the log grew with other pools' changes only
-        npg = ledger.cluster.node_partition_gpus
-        for node in dict.fromkeys(log[r.pos :]):
-            for g in npg.get((pool, node), ()):
+        gpus = ledger.cluster.gpus
+        for g in dict.fromkeys(log[r.pos :]):
+            if gpus[g].partition == pool:
                 _update(r, ledger, pool, profile, g, False)
         r.version = version
     r.pos = len(log)
