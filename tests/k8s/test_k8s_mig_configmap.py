@@ -172,15 +172,22 @@ def test_k8s_an_8_gpu_node_is_recut_through_a_config_written_before_its_label(
         mgr.close()
 
 
+def lagging(env: Env, lag_s: float) -> tuple[str, str, FakeMigManager]:
+    """The MIG manager's ConfigMap (the operator's config only), a 1-GPU MIG node, and a MIG
+    manager watching it that reads the ConfigMap through a file ``lag_s`` late."""
+    ns = configmap(env, {"all-disabled": THEIRS})
+    node = mig_node(env, "a")
+    mgr = FakeMigManager(env.kc, {}, configmap=f"{ns}/{CM}", delay_s=0.3, file_lag_s=lag_s)
+    mgr.start_file()
+    mgr.watch(node)
+    return ns, node, mgr
+
+
 def test_k8s_the_label_waits_for_the_mig_managers_lagging_file(menv: Env) -> None:
     """The MIG manager sees the ConfigMap 2 s late: with a settle of 4 s the re-cut succeeds,
     the label 4 s after the ConfigMap write and the pod told why it waits."""
     env = menv
-    ns = configmap(env, {"all-disabled": THEIRS})
-    node = mig_node(env, "a")
-    mgr = FakeMigManager(env.kc, {}, configmap=f"{ns}/{CM}", delay_s=0.3, file_lag_s=2.0)
-    mgr.start_file()
-    mgr.watch(node)
+    ns, node, mgr = lagging(env, 2.0)
     try:
         start(env, ns, settle_s=4)
         big = mig_pod(env, "3g.40gb", "big")
@@ -203,11 +210,7 @@ def test_k8s_a_failure_after_a_fresh_config_names_the_lag(menv: Env) -> None:
     """No settle against a file 3 s late: the MIG manager fails the label, and the pod's reason
     says the config was new and which flag to raise."""
     env = menv
-    ns = configmap(env, {"all-disabled": THEIRS})
-    node = mig_node(env, "a")
-    mgr = FakeMigManager(env.kc, {}, configmap=f"{ns}/{CM}", delay_s=0.3, file_lag_s=3.0)
-    mgr.start_file()
-    mgr.watch(node)
+    ns, _, mgr = lagging(env, 3.0)
     try:
         start(env, ns, settle_s=0)
         big = mig_pod(env, "3g.40gb", "big")
@@ -230,11 +233,7 @@ def test_k8s_kill_9_between_the_config_write_and_the_label_keeps_the_settle(menv
     before the MIG manager's lagging file can hold it (the settle is counted from the first
     write, read back from the ConfigMap), and the re-cut succeeds."""
     env = menv
-    ns = configmap(env, {"all-disabled": THEIRS})
-    node = mig_node(env, "a")
-    mgr = FakeMigManager(env.kc, {}, configmap=f"{ns}/{CM}", delay_s=0.3, file_lag_s=5.0)
-    mgr.start_file()
-    mgr.watch(node)
+    ns, node, mgr = lagging(env, 5.0)
     try:
         first = start(env, ns, settle_s=8)
         big = mig_pod(env, "3g.40gb", "big")
