@@ -6,6 +6,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
+from typing import NamedTuple
 
 # Geometry of a MIG-mode GPU: 8 memory slices, 7 compute (SM) slices, at most 7 GPU instances.
 # MIG user guide "Concepts" + "Supported GPUs"; see research/contention.md §1.1.
@@ -31,8 +32,11 @@ class MigProfile:
     media_ext: bool = False  # the "+me" profile, capped at 1 per GPU
 
 
-@dataclass(frozen=True, slots=True)
-class MigInstance:
+class MigInstance(NamedTuple):
+    """A GPU instance: its profile and first memory slice. A named tuple, not a dataclass: the
+    scheduler hashes and compares instances by the hundred thousand (layout signatures, sets of
+    running instances), and a tuple does both in C (same hash and equality as before)."""
+
     profile: str
     start: int
 

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from gpufence.model.cluster import Cluster
 from gpufence.model.decisions import Reason
 from gpufence.model.job import Job
 from gpufence.model.lifecycle import TERMINAL, JobState
@@ -35,6 +36,10 @@ class JobRecord:
     # its place among jobs of one submit time in its queue (sched/queues.py), taken when it
     # first joins it: a job held and released, or updated, goes back to the same place
     arrival: int = 0
+    # what the job is charged in a pool (``charge_milli``), as last asked: (the job, the
+    # cluster, the pool, milli). The walk asks it for every job it decides, cycle after cycle,
+    # and it changes only with the job (updated: a new object) or the cluster (reloaded)
+    charge: tuple[Job, Cluster, str, int] | None = field(default=None, compare=False, repr=False)
 
     def expected_end(self, now: float) -> float:
         """When the running job should end: at its time limit (enforced; a job past it is

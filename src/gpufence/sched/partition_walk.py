@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from gpufence.model.cluster import Cluster
 from gpufence.model.decisions import Reason
 from gpufence.model.job import WorkloadClass
 from gpufence.sched.backfill import INF
@@ -198,7 +199,7 @@ def decide(st: Placing, w: PartitionWalk, rec: JobRecord) -> Choice:
     if job.id in st.claims.nominations:  # waits for its victims (place.place_nominated)
         return _HOLDS
     res = w.res
-    refused = first_refusal(core, rec, charge_milli(job, core.cluster, w.p))
+    refused = first_refusal(core, rec, _charge(core.cluster, rec, w.p))
     if refused is not None:
         rule, why = refused
         # serving refused at home may still get incident capacity: protection must hear
@@ -237,6 +238,17 @@ def decide(st: Placing, w: PartitionWalk, rec: JobRecord) -> Choice:
             return Skips(Reason.RECONFIGURING, waits)
         return Skips(waits.reason, waits.message, forget=True, starved=True)
     return Skips(r.reason, r.message, forget=True, starved=capacity)
+
+
+def _charge(cluster: Cluster, rec: JobRecord, pool: str) -> int:
+    """``charge_milli`` of ``rec``'s job in ``pool``, kept on the record while the job and the
+    cluster are the same objects (``JobRecord.charge``)."""
+    kept = rec.charge
+    if kept is not None and kept[0] is rec.job and kept[1] is cluster and kept[2] == pool:
+        return kept[3]
+    charge = charge_milli(rec.job, cluster, pool)
+    rec.charge = (rec.job, cluster, pool, charge)
+    return charge
 
 
 def _past_holds(

@@ -216,6 +216,9 @@ class Walk:
         self._heads: dict[str, list[tuple[_Key, int]]] = {}
         self._top: list[tuple[int, float, str]] = []
         self._cur: tuple[str, int] | None = None
+        # each queue's fair share as the walk last asked it: it changes only when a job binds
+        # (the queue's use), and the walk hears of every bind (``placed``), which empties this
+        self._shares: dict[str, float] = {}
         for q in pq._cluster.partition_queues[partition]:
             if not pq._queue_shapes[q]:
                 continue
@@ -225,7 +228,8 @@ class Walk:
             heads = list(base)  # a heap already: copying keeps the heap property
             self._heads[q] = heads
             if self._clean(heads):
-                heapq.heappush(self._top, (heads[0][0][0], share(q), q))
+                sh = self._shares[q] = share(q)
+                heapq.heappush(self._top, (heads[0][0][0], sh, q))
 
     def _clean(self, heads: list[tuple[_Key, int]]) -> bool:
         """Pop stale entries off the top; True when a valid head remains."""
@@ -266,6 +270,7 @@ class Walk:
         heapq.heapify(self._top)
 
     def placed(self) -> None:
+        self._shares.clear()
         self._advance(step=0)  # the bound job left its list: the next one moved into its slot
 
     def skip(self) -> None:
@@ -292,4 +297,7 @@ class Walk:
     def _requeue(self, q: str) -> None:
         heads = self._heads[q]
         if self._clean(heads):
-            heapq.heappush(self._top, (heads[0][0][0], self._share(q), q))
+            sh = self._shares.get(q)
+            if sh is None:
+                sh = self._shares[q] = self._share(q)
+            heapq.heappush(self._top, (heads[0][0][0], sh, q))

@@ -234,4 +234,26 @@ def _check_indexes(ledger: Ledger) -> list[str]:
         totals[pool] = totals.get(pool, 0) + sum(per.values())
     if {p: n for p, n in ledger.mig_free_total.items() if n} != totals:
         out.append(f"index: free MIG totals {ledger.mig_free_total} != {totals}")
+    return out + _check_mig_counts(ledger, want)
+
+
+def _check_mig_counts(ledger: Ledger, want: dict[tuple[str, str], dict[int, int]]) -> list[str]:
+    """The ledger's counts of free MIG instances per (pool, profile), and those on blocked
+    GPUs, against ``want`` (the free instances found by a scan)."""
+    out: list[str] = []
+    counts = {k: sum(per.values()) for k, per in want.items()}
+    if {k: n for k, n in ledger.mig_free_count.items() if n} != counts:
+        out.append(f"index: free MIG counts {ledger.mig_free_count} != {counts}")
+    blocked: dict[tuple[str, str], int] = {}
+    for (pool, prof), per in want.items():
+        n = sum(v for g, v in per.items() if g in ledger.blocked)
+        if n:
+            blocked[(pool, prof)] = n
+    if {k: n for k, n in ledger.mig_free_blocked.items() if n} != blocked:
+        out.append(f"index: free MIG on blocked GPUs {ledger.mig_free_blocked} != {blocked}")
+    blocked_totals: dict[str, int] = {}
+    for (pool, _), n in blocked.items():
+        blocked_totals[pool] = blocked_totals.get(pool, 0) + n
+    if {p: n for p, n in ledger.mig_free_blocked_total.items() if n} != blocked_totals:
+        out.append(f"index: blocked MIG totals {ledger.mig_free_blocked_total} != {blocked_totals}")
     return out

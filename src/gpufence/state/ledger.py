@@ -69,6 +69,11 @@ class Ledger:
         # (pool, profile) -> GPU -> free instances of that profile on it (MIG placement index)
         self.mig_free: dict[tuple[str, str], dict[int, int]] = {}
         self.mig_free_total: dict[str, int] = {}  # free instances per pool, any profile
+        self.mig_free_count: dict[tuple[str, str], int] = {}  # (pool, profile) -> free ones
+        # the same two counts on the blocked GPUs alone: a MIG job that finds no instance is
+        # told how many usable ones there are without a scan of the blocked GPUs
+        self.mig_free_blocked: dict[tuple[str, str], int] = {}
+        self.mig_free_blocked_total: dict[str, int] = {}
         self.nodes_down = 0
         self.blocked: dict[int, None] = {}  # GPUs being MIG re-partitioned
         self.cpu_used: list[int] = [0] * n_nodes
@@ -155,12 +160,21 @@ class Ledger:
 
     def _mig_count(self, pool: str, profile: str, g: int, delta: int) -> None:
         self.mig_free_total[pool] = self.mig_free_total.get(pool, 0) + delta
+        key = (pool, profile)
+        self.mig_free_count[key] = self.mig_free_count.get(key, 0) + delta
+        if g in self.blocked:
+            self._blocked_count(pool, profile, delta)
         per = self.mig_free.setdefault((pool, profile), {})
         n = per.get(g, 0) + delta
         if n:
             per[g] = n
         else:
             per.pop(g, None)
+
+    def _blocked_count(self, pool: str, profile: str, delta: int) -> None:
+        key = (pool, profile)
+        self.mig_free_blocked[key] = self.mig_free_blocked.get(key, 0) + delta
+        self.mig_free_blocked_total[pool] = self.mig_free_blocked_total.get(pool, 0) + delta
 
     # ------------------------------------------------------------------ queries
     def _is_free(self, g: int) -> bool:
@@ -390,6 +404,12 @@ class Ledger:
         self.freed[self.cluster.gpus[g].partition] += 1
         was = self._is_free(g)
         prev = g in self.blocked
+        st = self.mig.get(g)
+        if st is not None and prev != blocked:  # its free instances count as blocked, or not
+            pool = self.cluster.gpus[g].partition
+            for inst, occ in zip(st.instances, st.occupant, strict=True):
+                if occ is None:
+                    self._blocked_count(pool, inst.profile, 1 if blocked else -1)
         if blocked:
             self.blocked[g] = None
         else:

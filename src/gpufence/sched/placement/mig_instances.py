@@ -109,19 +109,15 @@ def _take_one(ledger: Ledger, job: Job, pool: str, profile: str) -> tuple[Assign
 
 
 def _why_not(ledger: Ledger, job: Job, pool: str, profile: str) -> NotPlaced:
-    c = ledger.cluster
-    mine = ledger.mig_free.get((pool, profile), {})
     if not ledger.nodes_down:  # usable unless blocked (a few GPUs being re-partitioned)
-        # counts, less the free instances on this pool's blocked GPUs (one loop: asked for
-        # every MIG shape that does not fit)
-        free_here = sum(mine.values())
-        free_any = ledger.mig_free_total.get(pool, 0)
-        for g in ledger.blocked:
-            if c.gpus[g].partition == pool:
-                free_here -= mine.get(g, 0)
-                free_any -= ledger.mig[g].occupant.count(None)
+        # the ledger's counts, less those on blocked GPUs (asked for every MIG shape that
+        # does not fit: no scan)
+        key = (pool, profile)
+        free_here = ledger.mig_free_count.get(key, 0) - ledger.mig_free_blocked.get(key, 0)
+        free_any = ledger.mig_free_total.get(pool, 0) - ledger.mig_free_blocked_total.get(pool, 0)
         other = free_any - free_here
     else:
+        mine = ledger.mig_free.get((pool, profile), {})
         free_here = sum(n for g, n in mine.items() if ledger.gpu_usable(g))
         other = sum(
             n
