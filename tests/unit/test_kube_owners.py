@@ -69,3 +69,49 @@ def test_a_refused_read_judges_nothing() -> None:
     api.fail = True
     check = OwnerCheck(api, every_s=0.0, grace_s=0.0)
     assert check.gone({"Job/u1": ("ns/a", 2), "JobSet/ns/x": ("ns/b", 2)}, 1.0) == {}
+
+
+class _Flaky(_Api):
+    def get_raw(self, path: str) -> dict[str, object] | None:
+        self.reads += 1
+        if self.fail:
+            raise ConnectionError("the API server is away")
+        return self.objects.get(path)
+
+
+def test_any_read_error_judges_nothing_and_the_next_period_looks_again() -> None:
+    api = _Flaky({})
+    api.fail = True
+    check = OwnerCheck(api, every_s=10.0, grace_s=0.0)
+    awaiting = {"Job/u1": ("ns/a", 2)}
+    assert check.gone(awaiting, 1.0) == {}  # not raised into the scheduler's loop
+    api.fail = False
+    api.objects[JOBS] = {"items": []}
+    assert check.gone(awaiting, 5.0) == {}  # (within the period)
+    assert check.gone(awaiting, 11.0) == {"Job/u1": "deleted"}
+
+
+def test_a_collection_or_api_not_served_says_nothing_of_the_controller() -> None:
+    """A 404 for the JobSet API itself (not served at this version, its CRD gone) or a LIST
+    without items is no proof that a controller is gone."""
+    jobset = "/apis/jobset.x-k8s.io/v1alpha2"
+    api = _Api({})
+    check = OwnerCheck(api, every_s=0.0, grace_s=0.0)
+    awaiting = {"JobSet/ns/x": ("ns/a", 2), "Job/u1": ("ns/b", 2)}
+    assert check.gone(awaiting, 1.0) == {}
+    api.objects[jobset] = {"kind": "APIResourceList"}
+    api.objects[JOBS] = {"items": []}
+    assert check.gone(awaiting, 2.0) == {"JobSet/ns/x": "deleted", "Job/u1": "deleted"}
+
+
+@pytest.mark.parametrize(
+    ("kind", "obj", "why"),
+    [
+        ("JobSet", _cond("Failed", reason="FailedJobs"), "failed (FailedJobs)"),
+        ("ReplicaSet", {"spec": {}}, ""),  # replicas left out: the default, 1
+    ],
+)
+def test_more_controllers_that_may_or_may_not_make_pods(
+    kind: str, obj: dict[str, Any], why: str
+) -> None:
+    assert why_finished(kind, obj) == why

@@ -32,7 +32,8 @@ COLLECTIONS = {
     "ReplicaSet": "/apis/apps/v1/namespaces/{ns}/replicasets",
     "StatefulSet": "/apis/apps/v1/namespaces/{ns}/statefulsets",
 }
-JOBSET = "/apis/jobset.x-k8s.io/v1alpha2/namespaces/{ns}/jobsets/{name}"
+JOBSET_API = "/apis/jobset.x-k8s.io/v1alpha2"
+JOBSET = JOBSET_API + "/namespaces/{ns}/jobsets/{name}"
 
 
 class Getter(Protocol):
@@ -80,7 +81,8 @@ class OwnerCheck:
             namespace = awaiting[owner][0].split("/", 1)[0]
             try:
                 why = self._why(owner, namespace, listed)
-            except CallFailed as e:  # RBAC, a slow API server: judge nothing, look again
+            except Exception as e:  # RBAC, the API server away, a body that is not JSON:
+                # judge nothing and look again; the scheduler's loop must go on
                 log.warning("cannot read the controller %s of a requeued job: %s", owner, e)
                 continue
             if why:
@@ -94,6 +96,10 @@ class OwnerCheck:
         if kind == "JobSet":
             ns, _, name = rest.partition("/")
             obj = self.api.get_raw(JOBSET.format(ns=ns, name=name))
+            if obj is None and self.api.get_raw(JOBSET_API) is None:
+                # a 404 because the JobSet API is not served here (another version, the CRD
+                # gone) says nothing of this JobSet
+                raise CallFailed(404, f"{JOBSET_API} is not served")
             return "deleted" if obj is None else why_finished(kind, obj)
         collection = COLLECTIONS.get(kind)
         if collection is None:
@@ -102,9 +108,11 @@ class OwnerCheck:
         if path not in listed:
             body = self.api.get_raw(path)
             items = body.get("items") if body is not None else None
+            if not isinstance(items, list):  # no list at all: nothing can be judged from it
+                raise CallFailed(404, f"{path} gave no list of {kind}s")
             listed[path] = {
                 str(i["metadata"]["uid"]): i
-                for i in (items if isinstance(items, list) else ())
+                for i in items
                 if isinstance(i, dict) and isinstance(i.get("metadata"), dict)
             }
         found = listed[path].get(rest)

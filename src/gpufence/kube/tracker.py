@@ -338,12 +338,12 @@ class Tracker:
         for owner, why in gone.items():
             carried = self.expected.pop(owner, None)
             jid = self.requeued.get(owner) or (carried[0] if carried else "")
-            log.warning("requeued job %s: its controller %s is %s; cancelled", jid, owner, why)
             core = self.jobs.get(jid)
             if core is not None and core.phase == "requeued":
                 self._forget(jid, JobCancelled(jid))
-            else:
-                self.requeued.pop(owner, None)
+            elif carried is None:
+                continue  # its pods came meanwhile (the look was made before): nothing to do
+            log.warning("requeued job %s: its controller %s is %s; cancelled", jid, owner, why)
 
     def _attach_if_ready(self, jid: str, core: CoreJob) -> None:
         live = {n: p for n, p in core.fresh.items() if self.pods.get(p.key) == p}
