@@ -19,7 +19,6 @@ Runs after protection each cycle, over the pools with a drain (at most one each)
 
 from __future__ import annotations
 
-import math
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -30,6 +29,7 @@ from gpufence.model.job import WorkloadClass
 from gpufence.model.partition import MigConfig
 from gpufence.sched import migdrain
 from gpufence.sched.book import JobBook
+from gpufence.sched.budget_windows import merged
 from gpufence.sched.context import Core
 from gpufence.sched.jobs import JobState
 from gpufence.sched.migdrain import Drain
@@ -67,9 +67,9 @@ class DefragState:
         after ``now`` are not stops this state could have made: ignored. (The window is cut
         where the budget is read: a stop older than it frees its slot then.)"""
         for pool, times in saved:
-            kept = {t for t in times if math.isfinite(t) and t <= now}
-            if kept:
-                self.times[pool] = deque(sorted(kept | set(self.times.get(pool, ()))))
+            window = merged(self.times.get(pool, ()), times, now)
+            if window:
+                self.times[pool] = window
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,7 +17,6 @@ of the batch waits for the victims it depends on. Victim search: ``sched/victims
 
 from __future__ import annotations
 
-import math
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -27,6 +26,7 @@ from gpufence.model.job import WorkloadClass
 from gpufence.model.partition import PreemptionMode, PreemptionPolicy, SharingMode
 from gpufence.sched.admission import quota_blocks
 from gpufence.sched.book import JobBook
+from gpufence.sched.budget_windows import merged
 from gpufence.sched.context import Claims, Core, Nomination
 from gpufence.sched.jobs import JobRecord, JobState
 from gpufence.sched.place import CAPACITY
@@ -64,9 +64,9 @@ class ProtectionState:
         since), so the restart does not refill them. Times not finite or after ``now`` are
         not preemptions this state could have made: ignored."""
         for p, times in saved:
-            kept = {t for t in times if math.isfinite(t) and t <= now}
-            if kept:
-                self.times[p] = deque(sorted(kept | set(self.times.get(p, ()))))
+            window = merged(self.times.get(p, ()), times, now)
+            if window:
+                self.times[p] = window
 
 
 @dataclass(slots=True)
